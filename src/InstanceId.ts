@@ -1,0 +1,39 @@
+/**
+ * The identity of one worker.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { randomUUID } from "node:crypto"
+import { validateToken } from "./internal/validate.js"
+import type { InvalidToken } from "./StoreError.js"
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class InstanceId extends Context.Tag("leasehold/InstanceId")<InstanceId, string>() {}
+
+/**
+ * A fresh UUID every time the layer is built: two workers built from this one layer
+ * value (with `Layer.fresh`) get two ids.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<InstanceId> = Layer.effect(
+  InstanceId,
+  Effect.sync(() => randomUUID())
+)
+
+/**
+ * A fixed id, for tests and for deployments that name their workers. It obeys the token
+ * charset (it becomes part of keys).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerFixed = (id: string): Layer.Layer<InstanceId, InvalidToken> =>
+  Layer.effect(InstanceId, validateToken(id))

@@ -1,0 +1,256 @@
+/**
+ * Every knob of leasehold, read with Effect's `Config` and validated when the layer is built.
+ *
+ * @since 0.1.0
+ */
+import * as Config from "effect/Config"
+import * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+
+/**
+ * A knob whose value is out of range or contradicts another knob.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidConfig extends Data.TaggedError("InvalidConfig")<{
+  readonly knob: string
+  readonly value: string
+  readonly other?: { readonly knob: string; readonly value: string }
+  readonly reason: string
+}> {
+  override get message(): string {
+    const other = this.other === undefined ? "" : ` (${this.other.knob} = ${this.other.value})`
+    return `invalid configuration: ${this.knob} = ${this.value} ${this.reason}${other}`
+  }
+}
+
+/**
+ * How a leased modification is acknowledged: after its batch is written (`batch`) or
+ * from memory (`memory`, faster, loses acknowledged work if the worker dies).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type LeaseDurability = "batch" | "memory"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface Settings {
+  /** `None`: the embedded memory store. */
+  readonly redisUrl: Option.Option<Redacted.Redacted>
+  readonly keyPrefix: string
+  readonly lockExpiration: Duration.Duration
+  readonly lockWarningThreshold: Duration.Duration
+  readonly tokenExpiration: Duration.Duration
+  readonly oplock: boolean
+  readonly leaseHoldTime: Duration.Duration
+  readonly leaseQuantum: Duration.Duration
+  readonly leaseDurability: LeaseDurability
+  readonly retryDelayInitial: Duration.Duration
+  readonly retryDelayMax: Duration.Duration
+  readonly mailboxMaxLen: number
+  readonly dataDir: Option.Option<string>
+  readonly commandTimeout: Duration.Duration
+  readonly connectTimeout: Duration.Duration
+}
+
+/**
+ * The knobs a caller may set in code; every one has a default.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Input = {
+  readonly [K in keyof Settings]?: Settings[K] extends Duration.Duration ? Duration.DurationInput : Settings[K]
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class LeaseholdConfig extends Context.Tag("leasehold/LeaseholdConfig")<LeaseholdConfig, Settings>() {}
+
+const defaults = {
+  keyPrefix: "leasehold",
+  lockExpirationMs: 10_000,
+  lockWarningThresholdMs: 1_000,
+  tokenExpirationS: 3_600,
+  oplock: false,
+  leaseQuantumMs: 2,
+  leaseDurability: "batch" as LeaseDurability,
+  retryDelayInitialMs: 1_000,
+  retryDelayMaxMs: 30_000,
+  mailboxMaxLen: 10_000,
+  commandTimeoutMs: 5_000,
+  connectTimeoutMs: 5_000
+}
+
+const ms = (name: string, fallback: number, description: string) =>
+  Config.number(name).pipe(Config.withDefault(fallback), Config.withDescription(description))
+
+/**
+ * The knobs as `Config`, with the environment names of DESIGN §7.
+ *
+ * @since 0.1.0
+ * @category config
+ */
+export const config: Config.Config<Input> = Config.all({
+  redisUrl: Config.option(Config.redacted("LEASEHOLD_REDIS_URL")).pipe(
+    Config.withDescription("Redis URL; unset for the embedded memory store")
+  ),
+  keyPrefix: Config.string("LEASEHOLD_KEY_PREFIX").pipe(
+    Config.withDefault(defaults.keyPrefix),
+    Config.withDescription("prefix of every Redis key")
+  ),
+  lockExpiration: ms("LEASEHOLD_LOCK_EXPIRATION_MS", defaults.lockExpirationMs, "lock TTL in ms"),
+  lockWarningThreshold: ms(
+    "LEASEHOLD_LOCK_WARNING_THRESHOLD_MS",
+    defaults.lockWarningThresholdMs,
+    "a hold longer than this logs a warning (ms, < lock expiration)"
+  ),
+  tokenExpiration: Config.number("LEASEHOLD_TOKEN_EXPIRATION_S").pipe(
+    Config.withDefault(defaults.tokenExpirationS),
+    Config.withDescription("TTL of slices and socket records, in seconds"),
+    Config.map((s) => Duration.seconds(s))
+  ),
+  oplock: Config.boolean("LEASEHOLD_OPLOCK").pipe(
+    Config.withDefault(defaults.oplock),
+    Config.withDescription("keep the lock as a lease after a modification")
+  ),
+  leaseHoldTime: Config.option(Config.number("LEASEHOLD_LEASE_HOLD_TIME_MS")).pipe(
+    Config.withDescription("how long a lease is held (ms, < lock expiration; default lock expiration / 2)")
+  ),
+  leaseQuantum: ms("LEASEHOLD_LEASE_QUANTUM_MS", defaults.leaseQuantumMs, "how long a contended lease lingers (ms)"),
+  leaseDurability: Config.literal("batch", "memory")("LEASEHOLD_LEASE_DURABILITY").pipe(
+    Config.withDefault(defaults.leaseDurability),
+    Config.withDescription("acknowledge leased modifications after their batch is written (batch) or from memory")
+  ),
+  retryDelayInitial: ms("LEASEHOLD_RETRY_DELAY_INITIAL_MS", defaults.retryDelayInitialMs, "first retry delay (ms)"),
+  retryDelayMax: ms("LEASEHOLD_RETRY_DELAY_MAX_MS", defaults.retryDelayMaxMs, "cap of the retry delay (ms)"),
+  mailboxMaxLen: Config.integer("LEASEHOLD_MAILBOX_MAXLEN").pipe(
+    Config.withDefault(defaults.mailboxMaxLen),
+    Config.withDescription("approximate length cap of each mailbox stream")
+  ),
+  dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
+    Config.withDescription("directory where the embedded store keeps state; unset keeps nothing on disk")
+  ),
+  commandTimeout: ms("LEASEHOLD_COMMAND_TIMEOUT_MS", defaults.commandTimeoutMs, "Redis command timeout (ms)"),
+  connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)")
+}).pipe(
+  Config.map(({ leaseHoldTime, ...rest }): Input =>
+    Option.match(leaseHoldTime, { onNone: () => rest, onSome: (ms) => ({ ...rest, leaseHoldTime: ms }) })
+  )
+)
+
+const prefixPattern = /^[A-Za-z0-9_.:-]{1,64}$/
+
+const fmt = (d: Duration.Duration) => `${Duration.toMillis(d)}ms`
+
+/**
+ * Fill defaults and check every relation between knobs.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfig> => {
+  const dur = (value: Duration.DurationInput | undefined, fallbackMs: number) =>
+    value === undefined ? Duration.millis(fallbackMs) : Duration.decode(value)
+  const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
+  const settings: Settings = {
+    redisUrl: input.redisUrl ?? Option.none(),
+    keyPrefix: input.keyPrefix ?? defaults.keyPrefix,
+    lockExpiration,
+    lockWarningThreshold: dur(input.lockWarningThreshold, defaults.lockWarningThresholdMs),
+    tokenExpiration: dur(input.tokenExpiration, defaults.tokenExpirationS * 1000),
+    oplock: input.oplock ?? defaults.oplock,
+    leaseHoldTime:
+      input.leaseHoldTime === undefined
+        ? Duration.millis(Math.floor(Duration.toMillis(lockExpiration) / 2))
+        : Duration.decode(input.leaseHoldTime),
+    leaseQuantum: dur(input.leaseQuantum, defaults.leaseQuantumMs),
+    leaseDurability: input.leaseDurability ?? defaults.leaseDurability,
+    retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
+    retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
+    mailboxMaxLen: input.mailboxMaxLen ?? defaults.mailboxMaxLen,
+    dataDir: input.dataDir ?? Option.none(),
+    commandTimeout: dur(input.commandTimeout, defaults.commandTimeoutMs),
+    connectTimeout: dur(input.connectTimeout, defaults.connectTimeoutMs)
+  }
+  const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
+    Either.left(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
+
+  const positive: ReadonlyArray<[string, Duration.Duration]> = [
+    ["lockExpiration", settings.lockExpiration],
+    ["lockWarningThreshold", settings.lockWarningThreshold],
+    ["tokenExpiration", settings.tokenExpiration],
+    ["leaseHoldTime", settings.leaseHoldTime],
+    ["retryDelayInitial", settings.retryDelayInitial],
+    ["retryDelayMax", settings.retryDelayMax],
+    ["commandTimeout", settings.commandTimeout],
+    ["connectTimeout", settings.connectTimeout]
+  ]
+  for (const [knob, value] of positive) {
+    const millis = Duration.toMillis(value)
+    if (!Number.isFinite(millis) || millis <= 0) return fail(knob, fmt(value), "must be a positive duration")
+  }
+  const quantum = Duration.toMillis(settings.leaseQuantum)
+  if (!Number.isFinite(quantum) || quantum < 0) {
+    return fail("leaseQuantum", fmt(settings.leaseQuantum), "must be zero or a positive duration")
+  }
+  const lock = { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
+  if (Duration.greaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
+    return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
+  }
+  if (Duration.greaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
+    return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
+  }
+  if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
+    return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")
+  }
+  if (!prefixPattern.test(settings.keyPrefix)) {
+    return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
+  }
+  return Either.right(settings)
+}
+
+/**
+ * Settings from code, validated when the layer is built.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
+  Layer.effect(LeaseholdConfig, resolve(input))
+
+/**
+ * Settings from `Config` (the environment by default), validated when the layer is built.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> = Layer.effect(
+  LeaseholdConfig,
+  Effect.flatMap(config, resolve)
+)
+
+/**
+ * Settings from `Config`, with values given in code taking precedence.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerConfig = (overrides: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> =>
+  Layer.effect(
+    LeaseholdConfig,
+    Effect.flatMap(config, (fromEnv) => resolve({ ...fromEnv, ...overrides }))
+  )

@@ -1,0 +1,263 @@
+/**
+ * The narrow set of atomic operations the leasehold protocol needs from its store.
+ *
+ * `Store` holds no protocol logic: each operation is one atomic step (one Lua script or
+ * one transaction on Redis, one synchronous block on the embedded store). Two
+ * implementations exist: `MemoryStore` (embedded, time on Effect's `Clock`) and
+ * `RedisStore` (ioredis). Every operation that takes a token or an instance id
+ * validates it before any I/O, so user input never becomes part of a Redis pattern.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type * as Stream from "effect/Stream"
+import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreUnavailable } from "./StoreError.js"
+
+/**
+ * The outcome of `tryAcquire`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type AcquireResult =
+  | {
+      readonly _tag: "Acquired"
+      /** The fencing number of this grant: strictly greater than every earlier grant of the token. */
+      readonly fence: number
+      /** The requested slices, in the order asked, `None` where nothing is stored. */
+      readonly values: ReadonlyArray<Option.Option<string>>
+    }
+  | {
+      readonly _tag: "Held"
+      /** Milliseconds until the current holder's lock expires (0 when it expires now). */
+      readonly remainingMs: number
+    }
+
+/**
+ * The current holder of a token's lock.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LockHolder {
+  readonly lockId: string
+  readonly fence: number
+  readonly remainingMs: number
+}
+
+/**
+ * A signal published on a token's channel.
+ *
+ * - `Released`: the lock was released.
+ * - `Contended`: an instance registered as a waiter for the lock.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Signal =
+  | { readonly _tag: "Released" }
+  | { readonly _tag: "Contended"; readonly instanceId: string }
+
+/**
+ * Which worker holds a client's socket.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SocketRecord {
+  readonly instanceId: string
+  readonly connectionId: string
+}
+
+/**
+ * The outcome of claiming a socket record: ours now, or someone else's record (which may
+ * be another connection of this very instance).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ClaimResult =
+  | { readonly _tag: "Claimed" }
+  | { readonly _tag: "Taken"; readonly record: SocketRecord }
+
+/**
+ * One entry of an instance's mailbox stream.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface MailboxEntry {
+  /** Stream id (`<ms>-<seq>`), strictly increasing within one mailbox. */
+  readonly id: string
+  readonly payload: string
+}
+
+/**
+ * The health of the store's connections. `epoch` increases every time a connection
+ * becomes ready, so a caller that remembers an epoch can wait for the next recovery
+ * without missing one that happened meanwhile.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ConnectionStatus {
+  readonly ready: boolean
+  readonly epoch: number
+}
+
+/**
+ * A slice write: the slice name and its encoded value.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SliceEntry = readonly [name: string, value: string]
+
+/**
+ * The id that denotes "before every entry" of a mailbox.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MailboxStart = "0-0"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Store {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /** Which backend this is. */
+    readonly kind: "memory" | "redis"
+
+    // --- lock -------------------------------------------------------------------------
+
+    /**
+     * Take the lock with `lockId` (unique per acquisition) if it is free. When granted,
+     * the fence is incremented and the named slices are read in the same step.
+     */
+    readonly tryAcquire: (
+      token: string,
+      lockId: string,
+      slices: ReadonlyArray<string>
+    ) => Effect.Effect<AcquireResult, InvalidToken | StoreError>
+    /** Compare-and-delete; publishes `Released` when it deleted. `false` when not the holder. */
+    readonly release: (token: string, lockId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /** Write every entry and release, in one step, only while `lockId` holds the lock. */
+    readonly commitAndRelease: (
+      token: string,
+      lockId: string,
+      entries: ReadonlyArray<SliceEntry>
+    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+    /** Compare-and-extend to a full lock expiration; `false` when no longer the holder. */
+    readonly extend: (token: string, lockId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /** The current holder, if any. */
+    readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
+
+    // --- waiters ----------------------------------------------------------------------
+
+    /** Add the instance to the token's waiter set, refresh the set's TTL and publish `Contended`. */
+    readonly registerWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    /** Remove the instance from the token's waiter set. */
+    readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    /** The number of registered instances other than `instanceId`, in one step. */
+    readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    /** Every registered instance (for inspection and tests). */
+    readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
+
+    // --- slices -----------------------------------------------------------------------
+
+    /** Read slices (refreshing their TTL), in the order asked. */
+    readonly readSlices: (
+      token: string,
+      names: ReadonlyArray<string>
+    ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | StoreError>
+    /** Write every entry, or none when `lockId` no longer holds the lock. */
+    readonly writeIfHolder: (
+      token: string,
+      lockId: string,
+      entries: ReadonlyArray<SliceEntry>
+    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+
+    // --- signals ----------------------------------------------------------------------
+
+    /** Publish a signal on the token's channel. */
+    readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
+    /**
+     * Subscribe to the token's channel. The returned effect completes once the
+     * subscription is confirmed: every signal published after that is delivered while
+     * the connection lasts. The stream fails with `StoreUnavailable` when the subscriber
+     * connection is lost; the subscription ends with the scope.
+     */
+    readonly subscribe: (
+      token: string
+    ) => Effect.Effect<Stream.Stream<Signal, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    /** The current connection status. */
+    readonly status: Effect.Effect<ConnectionStatus>
+    /** The connection status, now and at every change. */
+    readonly statusChanges: Stream.Stream<ConnectionStatus>
+
+    // --- socket records ---------------------------------------------------------------
+
+    /** Claim the token's socket record if none exists; otherwise return the record there. */
+    readonly claimSocket: (
+      token: string,
+      record: SocketRecord
+    ) => Effect.Effect<ClaimResult, InvalidToken | CorruptValue | StoreError>
+    /** Read the token's socket record. */
+    readonly readSocket: (
+      token: string
+    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | StoreError>
+    /** Delete the record only if it is exactly `record`; `true` when deleted. */
+    readonly deleteSocketIfOwner: (
+      token: string,
+      record: SocketRecord
+    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /** Reset the record's TTL only if it is exactly `record`; `true` when refreshed. */
+    readonly refreshSocket: (token: string, record: SocketRecord) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /**
+     * Every socket record of every instance, by a scan whose pattern the store builds
+     * itself. A record that does not decode is skipped with a warning.
+     */
+    readonly scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError>
+
+    // --- mailboxes --------------------------------------------------------------------
+
+    /** Append to an instance's mailbox (trimmed to about `maxLen` entries); returns the entry id. */
+    readonly mailboxAppend: (
+      instanceId: string,
+      payload: string,
+      maxLen: number
+    ) => Effect.Effect<string, InvalidToken | StoreError>
+    /**
+     * Read up to `count` entries after `afterId`, in order. With `blockMs`, wait up to that
+     * long for the first entry when there is none yet.
+     */
+    readonly mailboxRead: (
+      instanceId: string,
+      afterId: string,
+      options: { readonly count: number; readonly blockMs?: number }
+    ) => Effect.Effect<ReadonlyArray<MailboxEntry>, InvalidToken | StoreError>
+    /** Trim the mailbox to at most `maxLen` entries (the newest kept). */
+    readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, InvalidToken | StoreError>
+    /** Make the mailbox expire `ttlMs` from now unless refreshed again. */
+    readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidToken | StoreError>
+    /** The number of entries in the mailbox. */
+    readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+  }
+}
+
+/**
+ * The store service.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Store extends Context.Tag("leasehold/Store")<Store, Store.Service>() {}

@@ -1,0 +1,28 @@
+import * as Either from "effect/Either"
+import * as Schema from "effect/Schema"
+import type { Signal, SocketRecord } from "../Store.js"
+import { CorruptValue } from "../StoreError.js"
+
+/** Wire form of a signal on a token's channel. @internal */
+export const encodeSignal = (signal: Signal): string =>
+  signal._tag === "Released" ? "released" : `contended:${signal.instanceId}`
+
+/** `undefined` for a message that is not a signal: it is ignored, never fatal. @internal */
+export const decodeSignal = (message: string): Signal | undefined => {
+  if (message === "released") return { _tag: "Released" }
+  if (message.startsWith("contended:") && message.length > "contended:".length) {
+    return { _tag: "Contended", instanceId: message.slice("contended:".length) }
+  }
+  return undefined
+}
+
+const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
+const decodeRecordJson = Schema.decodeUnknownEither(Schema.parseJson(SocketRecordSchema))
+
+/** Canonical JSON of a record: the field order is fixed so stores may compare strings. @internal */
+export const encodeSocketRecord = (record: SocketRecord): string =>
+  JSON.stringify({ instanceId: record.instanceId, connectionId: record.connectionId })
+
+/** @internal */
+export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
+  Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: error.message.split("\n")[0] ?? "invalid" }))

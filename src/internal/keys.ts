@@ -1,0 +1,38 @@
+/**
+ * Key layout (DESIGN §3). Every key of one token carries the hash tag `{<token>}`, so each
+ * script touches one Redis Cluster slot. Callers validate tokens and names first.
+ *
+ * @internal
+ */
+export interface Keys {
+  readonly lock: (token: string) => string
+  readonly fence: (token: string) => string
+  readonly waiters: (token: string) => string
+  readonly slice: (token: string, name: string) => string
+  readonly signal: (token: string) => string
+  readonly socket: (token: string) => string
+  readonly socketPattern: string
+  readonly socketToken: (key: string) => string | undefined
+  readonly mailbox: (instanceId: string) => string
+}
+
+/** @internal */
+export const makeKeys = (prefix: string): Keys => {
+  const base = (token: string) => `${prefix}:{${token}}`
+  const socketHead = `${prefix}:{`
+  const socketTail = "}:socket"
+  return {
+    lock: (token) => `${base(token)}:lock`,
+    fence: (token) => `${base(token)}:fence`,
+    waiters: (token) => `${base(token)}:waiters`,
+    slice: (token, name) => `${base(token)}:s:${name}`,
+    signal: (token) => `${base(token)}:signal`,
+    socket: (token) => `${base(token)}:socket`,
+    socketPattern: `${prefix}:{*}:socket`,
+    socketToken: (key) =>
+      key.startsWith(socketHead) && key.endsWith(socketTail)
+        ? key.slice(socketHead.length, key.length - socketTail.length)
+        : undefined,
+    mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`
+  }
+}

@@ -1,0 +1,41 @@
+import * as Effect from "effect/Effect"
+import { InvalidToken } from "../StoreError.js"
+
+/** DESIGN §1: 1–128 characters of `[A-Za-z0-9_.:-]`. Nothing here is special in a Redis glob or a hash tag. */
+const tokenPattern = /^[A-Za-z0-9_.:-]{1,128}$/
+
+/** @internal */
+export const tokenProblem = (token: unknown): string | undefined => {
+  if (typeof token !== "string") return "not a string"
+  if (token.length === 0) return "empty"
+  if (token.length > 128) return `longer than 128 characters (${token.length})`
+  if (!tokenPattern.test(token)) return "characters outside [A-Za-z0-9_.:-]"
+  return undefined
+}
+
+/** @internal */
+export const isValidToken = (token: unknown): token is string => tokenProblem(token) === undefined
+
+/** @internal */
+export const validateToken = (token: string): Effect.Effect<string, InvalidToken> => {
+  const reason = tokenProblem(token)
+  return reason === undefined ? Effect.succeed(token) : Effect.fail(new InvalidToken({ token: String(token), reason }))
+}
+
+/** @internal */
+export const validateTokens = (...tokens: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
+  for (const token of tokens) {
+    const reason = tokenProblem(token)
+    if (reason !== undefined) return Effect.fail(new InvalidToken({ token: String(token), reason }))
+  }
+  return Effect.void
+}
+
+/** Slice names become part of a key: the same charset as tokens. @internal */
+export const validateSliceNames = (names: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
+  for (const name of names) {
+    const reason = tokenProblem(name)
+    if (reason !== undefined) return Effect.fail(new InvalidToken({ token: String(name), reason: `slice name ${reason}` }))
+  }
+  return Effect.void
+}
