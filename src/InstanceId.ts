@@ -3,10 +3,11 @@
  *
  * @since 0.1.0
  */
+
+import { randomUUID } from "node:crypto"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { randomUUID } from "node:crypto"
 import { validateToken } from "./internal/validate.js"
 import type { InvalidToken } from "./StoreError.js"
 

@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import * as Config from "effect/Config"
-import * as ConfigError from "effect/ConfigError"
+import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -58,6 +58,8 @@ export interface Settings {
   readonly leaseDurability: LeaseDurability
   readonly retryDelayInitial: Duration.Duration
   readonly retryDelayMax: Duration.Duration
+  /** Add up to 10 % to each retry delay (never above the cap), so workers do not retry in step. */
+  readonly retryJitter: boolean
   readonly mailboxMaxLen: number
   readonly dataDir: Option.Option<string>
   readonly commandTimeout: Duration.Duration
@@ -90,6 +92,7 @@ const defaults = {
   leaseDurability: "batch" as LeaseDurability,
   retryDelayInitialMs: 1_000,
   retryDelayMaxMs: 30_000,
+  retryJitter: true,
   mailboxMaxLen: 10_000,
   commandTimeoutMs: 5_000,
   connectTimeoutMs: 5_000
@@ -131,12 +134,19 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDescription("how long a lease is held (ms, < lock expiration; default lock expiration / 2)")
   ),
   leaseQuantum: ms("LEASEHOLD_LEASE_QUANTUM_MS", defaults.leaseQuantumMs, "how long a contended lease lingers (ms)"),
-  leaseDurability: Config.literal("batch", "memory")("LEASEHOLD_LEASE_DURABILITY").pipe(
+  leaseDurability: Config.literal(
+    "batch",
+    "memory"
+  )("LEASEHOLD_LEASE_DURABILITY").pipe(
     Config.withDefault(defaults.leaseDurability),
     Config.withDescription("acknowledge leased modifications after their batch is written (batch) or from memory")
   ),
   retryDelayInitial: ms("LEASEHOLD_RETRY_DELAY_INITIAL_MS", defaults.retryDelayInitialMs, "first retry delay (ms)"),
   retryDelayMax: ms("LEASEHOLD_RETRY_DELAY_MAX_MS", defaults.retryDelayMaxMs, "cap of the retry delay (ms)"),
+  retryJitter: Config.boolean("LEASEHOLD_RETRY_JITTER").pipe(
+    Config.withDefault(defaults.retryJitter),
+    Config.withDescription("add up to 10 % random jitter to retry delays")
+  ),
   mailboxMaxLen: Config.integer("LEASEHOLD_MAILBOX_MAXLEN").pipe(
     Config.withDefault(defaults.mailboxMaxLen),
     Config.withDescription("approximate length cap of each mailbox stream")
@@ -147,8 +157,9 @@ export const config: Config.Config<Input> = Config.all({
   commandTimeout: ms("LEASEHOLD_COMMAND_TIMEOUT_MS", defaults.commandTimeoutMs, "Redis command timeout (ms)"),
   connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)")
 }).pipe(
-  Config.map(({ leaseHoldTime, ...rest }): Input =>
-    Option.match(leaseHoldTime, { onNone: () => rest, onSome: (ms) => ({ ...rest, leaseHoldTime: ms }) })
+  Config.map(
+    ({ leaseHoldTime, ...rest }): Input =>
+      Option.match(leaseHoldTime, { onNone: () => rest, onSome: (ms) => ({ ...rest, leaseHoldTime: ms }) })
   )
 )
 
@@ -181,6 +192,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     leaseDurability: input.leaseDurability ?? defaults.leaseDurability,
     retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
+    retryJitter: input.retryJitter ?? defaults.retryJitter,
     mailboxMaxLen: input.mailboxMaxLen ?? defaults.mailboxMaxLen,
     dataDir: input.dataDir ?? Option.none(),
     commandTimeout: dur(input.commandTimeout, defaults.commandTimeoutMs),
@@ -188,6 +200,17 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
     Either.left(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
+
+  // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
+  for (const [knob, value] of Object.entries(input)) {
+    if (typeof value === "number" && knob !== "mailboxMaxLen" && !(value >= 0)) {
+      return fail(
+        knob,
+        `${value}ms`,
+        knob === "leaseQuantum" ? "must be zero or a positive duration" : "must be a positive duration"
+      )
+    }
+  }
 
   const positive: ReadonlyArray<[string, Duration.Duration]> = [
     ["lockExpiration", settings.lockExpiration],
@@ -249,7 +272,9 @@ export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.Con
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (overrides: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> =>
+export const layerConfig = (
+  overrides: Input = {}
+): Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> =>
   Layer.effect(
     LeaseholdConfig,
     Effect.flatMap(config, (fromEnv) => resolve({ ...fromEnv, ...overrides }))

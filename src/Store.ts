@@ -4,8 +4,9 @@
  * `Store` holds no protocol logic: each operation is one atomic step (one Lua script or
  * one transaction on Redis, one synchronous block on the embedded store). Two
  * implementations exist: `MemoryStore` (embedded, time on Effect's `Clock`) and
- * `RedisStore` (ioredis). Every operation that takes a token or an instance id
- * validates it before any I/O, so user input never becomes part of a Redis pattern.
+ * `RedisStore` (ioredis). Every operation that takes a token, a slice name or an instance
+ * id (also inside a socket record or a `Contended` signal) validates it before any I/O, so
+ * user input never becomes part of a key or a Redis pattern.
  *
  * @since 0.1.0
  */
@@ -57,9 +58,7 @@ export interface LockHolder {
  * @since 0.1.0
  * @category models
  */
-export type Signal =
-  | { readonly _tag: "Released" }
-  | { readonly _tag: "Contended"; readonly instanceId: string }
+export type Signal = { readonly _tag: "Released" } | { readonly _tag: "Contended"; readonly instanceId: string }
 
 /**
  * Which worker holds a client's socket.
@@ -79,9 +78,7 @@ export interface SocketRecord {
  * @since 0.1.0
  * @category models
  */
-export type ClaimResult =
-  | { readonly _tag: "Claimed" }
-  | { readonly _tag: "Taken"; readonly record: SocketRecord }
+export type ClaimResult = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly record: SocketRecord }
 
 /**
  * One entry of an instance's mailbox stream.
@@ -237,8 +234,8 @@ export declare namespace Store {
       maxLen: number
     ) => Effect.Effect<string, InvalidToken | StoreError>
     /**
-     * Read up to `count` entries after `afterId`, in order. With `blockMs`, wait up to that
-     * long for the first entry when there is none yet.
+     * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to
+     * that long for the first entry when there is none yet; 0 or absent: do not wait.
      */
     readonly mailboxRead: (
       instanceId: string,

@@ -25,4 +25,7 @@ export const encodeSocketRecord = (record: SocketRecord): string =>
 
 /** @internal */
 export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
-  Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: error.message.split("\n")[0] ?? "invalid" }))
+  Either.mapLeft(
+    decodeRecordJson(raw),
+    (error) => new CorruptValue({ key, raw, reason: error.message.split("\n")[0] ?? "invalid" })
+  )

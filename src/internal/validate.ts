@@ -35,7 +35,16 @@ export const validateTokens = (...tokens: ReadonlyArray<string>): Effect.Effect<
 export const validateSliceNames = (names: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
   for (const name of names) {
     const reason = tokenProblem(name)
-    if (reason !== undefined) return Effect.fail(new InvalidToken({ token: String(name), reason: `slice name ${reason}` }))
+    if (reason !== undefined)
+      return Effect.fail(new InvalidToken({ token: String(name), reason: `slice name ${reason}` }))
   }
   return Effect.void
 }
+
+/** A token together with the instance id a record or signal carries (it names a mailbox key). @internal */
+export const validateTokenAndInstance = (token: string, instanceId: string | undefined) =>
+  instanceId === undefined ? validateToken(token) : validateTokens(token, instanceId)
+
+/** The instance id a signal carries, if any. @internal */
+export const signalInstance = (signal: { readonly _tag: string; readonly instanceId?: string }): string | undefined =>
+  signal._tag === "Contended" ? signal.instanceId : undefined

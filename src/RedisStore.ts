@@ -1,0 +1,752 @@
+/**
+ * `Store` over Redis with ioredis: one Lua script per atomic operation, one command
+ * connection, one subscriber connection, and (only once a mailbox read blocks) one
+ * connection for blocking reads. Keys follow DESIGN §3; every script touches the keys of
+ * one token only, so the layout is Cluster-safe.
+ *
+ * The connections reconnect by themselves forever; an operation issued while Redis is
+ * away fails with `StoreUnavailable` within the command timeout, and operations work
+ * again as soon as Redis is back. Subscription streams fail when the subscriber
+ * connection drops (the server forgot the subscriptions); callers subscribe again.
+ *
+ * @since 0.1.0
+ */
+import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
+import * as Layer from "effect/Layer"
+import * as Mailbox from "effect/Mailbox"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Redacted from "effect/Redacted"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
+import type { Redis } from "ioredis"
+import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "./internal/codec.js"
+import { makeKeys } from "./internal/keys.js"
+import {
+  awaitReady,
+  closeConnection,
+  connectionOptions,
+  type Endpoint,
+  openConnection,
+  parseEndpoint,
+  scrub,
+  toStoreError,
+  withLiveClock
+} from "./internal/redisConnection.js"
+import { type ScriptCommands, scripts } from "./internal/redisScripts.js"
+import {
+  isValidToken,
+  signalInstance,
+  validateSliceNames,
+  validateToken,
+  validateTokenAndInstance,
+  validateTokens
+} from "./internal/validate.js"
+import { InvalidConfig, LeaseholdConfig, type Settings } from "./LeaseholdConfig.js"
+import {
+  type AcquireResult,
+  type ClaimResult,
+  type ConnectionStatus,
+  type LockHolder,
+  type MailboxEntry,
+  type Signal,
+  type SliceEntry,
+  type SocketRecord,
+  Store
+} from "./Store.js"
+import { type CorruptValue, LockLost, type StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
+
+/**
+ * Where the store connects. Without a `url`, the `redisUrl` of `LeaseholdConfig` is used.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  readonly url?: string | Redacted.Redacted
+}
+
+type CommandConnection = Redis & ScriptCommands
+
+/** One Redis channel, shared by every local subscriber of one token. */
+interface Channel {
+  readonly name: string
+  /** The subscriber connection's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
+  readonly generation: number
+  readonly confirmed: Deferred.Deferred<void, StoreError>
+  readonly subscribers: Set<Mailbox.Mailbox<Signal, StoreUnavailable>>
+  refs: number
+}
+
+const released = encodeSignal({ _tag: "Released" })
+
+const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
+
+const resolveEndpoint = (options: Options, settings: Settings): Effect.Effect<Endpoint, InvalidConfig> => {
+  const url =
+    options.url !== undefined
+      ? Option.some(Redacted.isRedacted(options.url) ? String(Redacted.value(options.url)) : options.url)
+      : Option.map(settings.redisUrl, (url) => String(Redacted.value(url)))
+  if (Option.isNone(url)) {
+    return Effect.fail(
+      new InvalidConfig({ knob: "redisUrl", value: "(unset)", reason: "must be set to use the Redis store" })
+    )
+  }
+  const endpoint = parseEndpoint(url.value)
+  return endpoint === undefined
+    ? Effect.fail(
+        new InvalidConfig({
+          knob: "redisUrl",
+          value: "<redacted>",
+          reason: "must be a redis:// or rediss:// URL with a host"
+        })
+      )
+    : Effect.succeed(endpoint)
+}
+
+const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
+  new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
+
+const asArray = (reply: unknown): ReadonlyArray<unknown> | undefined => (Array.isArray(reply) ? reply : undefined)
+
+const asOptionalString = (value: unknown): Option.Option<string> =>
+  typeof value === "string" ? Option.some(value) : Option.none()
+
+const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
+  const entries: Array<MailboxEntry> = []
+  for (const entry of asArray(reply) ?? []) {
+    const [id, fields] = asArray(entry) ?? []
+    if (typeof id !== "string") continue
+    const list = asArray(fields) ?? []
+    // An entry without our field (written by someone else) is still returned, with an
+    // empty payload: skipping it would leave a reader's position stuck before it.
+    let payload = ""
+    for (let i = 0; i + 1 < list.length; i += 2) {
+      if (list[i] === "payload") {
+        payload = String(list[i + 1])
+        break
+      }
+    }
+    entries.push({ id, payload })
+  }
+  return entries
+}
+
+/**
+ * Build a Redis-backed store in the current scope. Waits for both connections to be
+ * ready, at most `connectTimeout`; the connections close when the scope closes.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: Options = {}
+): Effect.Effect<Store.Service, StoreUnavailable | InvalidConfig, Scope.Scope | LeaseholdConfig> =>
+  Effect.gen(function* () {
+    const settings = yield* LeaseholdConfig
+    const endpoint = yield* resolveEndpoint(options, settings)
+    const keys = makeKeys(settings.keyPrefix)
+    const lockMs = millis(settings.lockExpiration)
+    const tokenMs = millis(settings.tokenExpiration)
+    const commandTimeoutMs = millis(settings.commandTimeout)
+    const connectTimeoutMs = millis(settings.connectTimeout)
+    const timeouts = { commandTimeoutMs, connectTimeoutMs }
+    const mapError = (operation: string) => toStoreError(endpoint, operation)
+
+    // --- connection health ----------------------------------------------------------
+    // ioredis reports through events; they update this record synchronously, and a fiber
+    // mirrors it into the SubscriptionRef (event listeners cannot run effects).
+    const health = {
+      command: false,
+      subscriber: false,
+      epoch: 0,
+      lastError: undefined as string | undefined
+    }
+    const snapshot = (): ConnectionStatus => ({ ready: health.command && health.subscriber, epoch: health.epoch })
+    const statusRef = yield* SubscriptionRef.make<ConnectionStatus>(snapshot())
+    const statusEvents = yield* Queue.unbounded<void>()
+    const syncStatus = Effect.gen(function* () {
+      const current = yield* SubscriptionRef.get(statusRef)
+      const next = snapshot()
+      if (current.ready === next.ready && current.epoch === next.epoch) return
+      yield* SubscriptionRef.set(statusRef, next)
+      yield* Effect.logDebug(
+        next.ready
+          ? `RedisStore: connected to ${endpoint.safeUrl} (epoch ${next.epoch})`
+          : `RedisStore: connection to ${endpoint.safeUrl} lost${health.lastError === undefined ? "" : `: ${health.lastError}`}`
+      )
+    })
+    yield* Queue.take(statusEvents).pipe(
+      // Events that pile up meanwhile collapse into one update: the epoch still counts each.
+      Effect.zipRight(Queue.takeAll(statusEvents)),
+      Effect.zipRight(syncStatus),
+      Effect.forever,
+      Effect.interruptible,
+      Effect.forkScoped
+    )
+    const statusChanged = () => {
+      statusEvents.unsafeOffer(undefined)
+    }
+    const onError = (error: Error) => {
+      health.lastError = scrub(endpoint, error.message)
+    }
+    const notConnected = (operation: string, timeoutMs: number) => () =>
+      new StoreUnavailable({
+        operation,
+        reason: `not connected to ${endpoint.safeUrl} within ${timeoutMs}ms${
+          health.lastError === undefined ? "" : ` (last error: ${health.lastError})`
+        }`
+      })
+
+    // --- subscriptions --------------------------------------------------------------
+    const channels = new Map<string, Channel>()
+    let subscriberGeneration = 0
+    const dropSubscriptions = () => {
+      subscriberGeneration++
+      if (channels.size === 0) return
+      const error = new StoreUnavailable({
+        operation: "subscribe",
+        reason: `subscriber connection to ${endpoint.safeUrl} lost`
+      })
+      for (const channel of channels.values()) {
+        Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
+        for (const mailbox of channel.subscribers) mailbox.unsafeDone(Exit.fail(error))
+      }
+      channels.clear()
+    }
+
+    // --- connections ----------------------------------------------------------------
+    const command = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const connection = openConnection(endpoint, connectionOptions("command", timeouts), onError)
+        for (const [name, script] of Object.entries(scripts)) connection.defineCommand(name, script)
+        connection.on("ready", () => {
+          health.command = true
+          health.epoch++
+          statusChanged()
+        })
+        const down = () => {
+          health.command = false
+          statusChanged()
+        }
+        connection.on("close", down)
+        connection.on("end", down)
+        return connection as CommandConnection
+      }),
+      (connection) => closeConnection(connection, commandTimeoutMs)
+    )
+
+    const subscriber = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const connection = openConnection(endpoint, connectionOptions("subscriber", timeouts), onError)
+        connection.on("ready", () => {
+          health.subscriber = true
+          health.epoch++
+          statusChanged()
+        })
+        const down = () => {
+          health.subscriber = false
+          dropSubscriptions()
+          statusChanged()
+        }
+        connection.on("close", down)
+        connection.on("end", down)
+        connection.on("message", (name: string, message: string) => {
+          const channel = channels.get(name)
+          if (channel === undefined) return
+          const signal = decodeSignal(message)
+          if (signal === undefined) return
+          for (const mailbox of channel.subscribers) mailbox.unsafeOffer(signal)
+        })
+        return connection
+      }),
+      (connection) => closeConnection(connection, commandTimeoutMs)
+    )
+
+    // Blocking reads get their own connection, opened on first use: a blocked command
+    // would stall every command queued behind it on a shared connection.
+    let blocking: Redis | undefined
+    let blockingClientId: number | undefined
+    const blockingPermit = yield* Effect.makeSemaphore(1)
+    let closed = false
+    const blockingConnection = (): Effect.Effect<Redis, StoreUnavailable> => {
+      if (blocking !== undefined) return Effect.succeed(blocking)
+      // A read after the store's scope closed must not open a connection nobody closes.
+      if (closed) return Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "the store is closed" }))
+      const connection = openConnection(endpoint, connectionOptions("blocking", timeouts), onError)
+      connection.on("ready", () => {
+        connection.client("ID").then(
+          (id) => {
+            blockingClientId = id
+          },
+          () => undefined
+        )
+      })
+      connection.on("close", () => {
+        blockingClientId = undefined
+      })
+      blocking = connection
+      return Effect.succeed(connection)
+    }
+    // No QUIT here: it would queue behind a blocked read. Nothing on this connection is
+    // worth waiting for.
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        blocking?.disconnect()
+      })
+    )
+
+    yield* Effect.all(
+      [
+        awaitReady(command, connectTimeoutMs, notConnected("connect", connectTimeoutMs)),
+        awaitReady(subscriber, connectTimeoutMs, notConnected("connect", connectTimeoutMs))
+      ],
+      { concurrency: 2, discard: true }
+    )
+    yield* syncStatus
+
+    // --- command helper -------------------------------------------------------------
+    /**
+     * Run one command. On a connection that is not ready (Redis away, or reconnecting)
+     * wait for it, but never longer than the command timeout in all.
+     */
+    const run = <A>(operation: string, f: (connection: CommandConnection) => Promise<A>) => {
+      const attempt = Effect.tryPromise({ try: () => f(command), catch: mapError(operation) })
+      return Effect.suspend(() =>
+        command.status === "ready"
+          ? attempt
+          : awaitReady(command, commandTimeoutMs, notConnected(operation, commandTimeoutMs)).pipe(
+              Effect.zipRight(attempt),
+              Effect.timeoutFail({ duration: commandTimeoutMs, onTimeout: notConnected(operation, commandTimeoutMs) }),
+              withLiveClock
+            )
+      )
+    }
+
+    const remaining = (pttl: unknown): number => {
+      const value = Number(pttl)
+      if (value >= 0) return value
+      // -1: a lock without TTL, written by someone else; waiters re-check within a lock expiration.
+      return value === -1 ? lockMs : 0
+    }
+
+    // --- lock -----------------------------------------------------------------------
+    const tryAcquire = Effect.fn("RedisStore.tryAcquire")(function* (
+      token: string,
+      lockId: string,
+      slices: ReadonlyArray<string>
+    ) {
+      yield* validateToken(token)
+      yield* validateSliceNames(slices)
+      const keyList = [keys.lock(token), keys.fence(token), ...slices.map((name) => keys.slice(token, name))]
+      const reply = yield* run("tryAcquire", (c) =>
+        c.leaseholdTryAcquire(keyList.length, ...keyList, lockId, String(lockMs), String(tokenMs))
+      )
+      const list = asArray(reply)
+      let result: AcquireResult
+      if (list?.[0] === 1) {
+        result = {
+          _tag: "Acquired",
+          fence: Number(list[1]),
+          values: slices.map((_, i) => asOptionalString(list[i + 2]))
+        }
+      } else if (list?.[0] === 0) {
+        result = { _tag: "Held", remainingMs: remaining(list[1]) }
+      } else {
+        return yield* Effect.fail(unexpectedReply("tryAcquire", reply))
+      }
+      return result
+    })
+
+    const release = Effect.fn("RedisStore.release")(function* (token: string, lockId: string) {
+      yield* validateToken(token)
+      const reply = yield* run("release", (c) =>
+        c.leaseholdRelease(keys.lock(token), lockId, keys.signal(token), released)
+      )
+      return reply === 1
+    })
+
+    const write = (operation: string, releaseAfter: boolean) =>
+      Effect.fn(`RedisStore.${operation}`)(function* (
+        token: string,
+        lockId: string,
+        entries: ReadonlyArray<SliceEntry>
+      ) {
+        yield* validateToken(token)
+        yield* validateSliceNames(entries.map(([name]) => name))
+        const keyList = [keys.lock(token), ...entries.map(([name]) => keys.slice(token, name))]
+        const reply = yield* run(operation, (c) =>
+          c.leaseholdWriteIfHolder(
+            keyList.length,
+            ...keyList,
+            lockId,
+            String(tokenMs),
+            releaseAfter ? "1" : "0",
+            keys.signal(token),
+            released,
+            ...entries.map(([, value]) => value)
+          )
+        )
+        const list = asArray(reply)
+        if (list?.[0] === 1) return
+        if (list?.[0] === 0) {
+          return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
+        }
+        return yield* Effect.fail(unexpectedReply(operation, reply))
+      })
+
+    const extend = Effect.fn("RedisStore.extend")(function* (token: string, lockId: string) {
+      yield* validateToken(token)
+      const reply = yield* run("extend", (c) => c.leaseholdExtend(keys.lock(token), lockId, String(lockMs)))
+      return reply === 1
+    })
+
+    const holder = Effect.fn("RedisStore.holder")(function* (token: string) {
+      yield* validateToken(token)
+      const reply = yield* run("holder", (c) => c.leaseholdHolder(keys.lock(token), keys.fence(token)))
+      if (reply === null) return Option.none<LockHolder>()
+      const [lockId, fence, pttl] = asArray(reply) ?? []
+      if (typeof lockId !== "string") return yield* Effect.fail(unexpectedReply("holder", reply))
+      if (fence !== null && fence !== undefined && !Number.isSafeInteger(Number(fence))) {
+        return yield* Effect.fail(
+          new StoreRefused({ operation: "holder", reply: "ERR value is not an integer or out of range" })
+        )
+      }
+      return Option.some<LockHolder>({
+        lockId,
+        // The fence lives as long as the slices; a lock outliving it reports 0.
+        fence: fence === null || fence === undefined ? 0 : Number(fence),
+        remainingMs: remaining(pttl)
+      })
+    })
+
+    // --- waiters --------------------------------------------------------------------
+    const registerWaiter = Effect.fn("RedisStore.registerWaiter")(function* (token: string, instanceId: string) {
+      yield* validateTokens(token, instanceId)
+      yield* run("registerWaiter", (c) =>
+        c.leaseholdRegisterWaiter(
+          keys.waiters(token),
+          instanceId,
+          String(lockMs),
+          keys.signal(token),
+          encodeSignal({ _tag: "Contended", instanceId })
+        )
+      )
+    })
+
+    const deregisterWaiter = Effect.fn("RedisStore.deregisterWaiter")(function* (token: string, instanceId: string) {
+      yield* validateTokens(token, instanceId)
+      yield* run("deregisterWaiter", (c) => c.srem(keys.waiters(token), instanceId))
+    })
+
+    const otherContenders = Effect.fn("RedisStore.otherContenders")(function* (token: string, instanceId: string) {
+      yield* validateTokens(token, instanceId)
+      const reply = yield* run("otherContenders", (c) => c.leaseholdOtherContenders(keys.waiters(token), instanceId))
+      return Number(reply)
+    })
+
+    const waiters = Effect.fn("RedisStore.waiters")(function* (token: string) {
+      yield* validateToken(token)
+      const members: ReadonlyArray<string> = yield* run("waiters", (c) => c.smembers(keys.waiters(token)))
+      return members
+    })
+
+    // --- slices ---------------------------------------------------------------------
+    const readSlices = Effect.fn("RedisStore.readSlices")(function* (token: string, names: ReadonlyArray<string>) {
+      yield* validateToken(token)
+      yield* validateSliceNames(names)
+      if (names.length === 0) return []
+      const keyList = names.map((name) => keys.slice(token, name))
+      const reply = yield* run("readSlices", (c) => c.leaseholdReadSlices(keyList.length, ...keyList, String(tokenMs)))
+      const list = asArray(reply)
+      if (list === undefined) return yield* Effect.fail(unexpectedReply("readSlices", reply))
+      return names.map((_, i) => asOptionalString(list[i]))
+    })
+
+    // --- signals --------------------------------------------------------------------
+    const publish = Effect.fn("RedisStore.publish")(function* (token: string, signal: Signal) {
+      yield* validateTokenAndInstance(token, signalInstance(signal))
+      yield* run("publish", (c) => c.publish(keys.signal(token), encodeSignal(signal)))
+    })
+
+    /** Join the channel's local subscribers; the first one sends SUBSCRIBE. */
+    const join = (name: string, mailbox: Mailbox.Mailbox<Signal, StoreUnavailable>): Channel => {
+      let channel = channels.get(name)
+      if (channel === undefined) {
+        const created: Channel = {
+          name,
+          generation: subscriberGeneration,
+          confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+          subscribers: new Set(),
+          refs: 0
+        }
+        channels.set(name, created)
+        // ioredis resolves SUBSCRIBE once the server confirmed it.
+        subscriber.subscribe(name).then(
+          () => Deferred.unsafeDone(created.confirmed, Effect.void),
+          (cause) => {
+            Deferred.unsafeDone(created.confirmed, Effect.fail(mapError("subscribe")(cause)))
+            // A refused SUBSCRIBE must not stay cached: the next subscriber tries again.
+            if (channels.get(name) === created) channels.delete(name)
+          }
+        )
+        channel = created
+      }
+      channel.refs++
+      channel.subscribers.add(mailbox)
+      return channel
+    }
+
+    /** Leave the channel; the last one out sends UNSUBSCRIBE, unless the server already forgot it. */
+    const leave = (channel: Channel, mailbox: Mailbox.Mailbox<Signal, StoreUnavailable>): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        channel.subscribers.delete(mailbox)
+        mailbox.unsafeDone(Exit.void)
+        channel.refs--
+        if (channel.refs > 0) return Effect.void
+        if (channels.get(channel.name) === channel) channels.delete(channel.name)
+        // A newer entry (this one's SUBSCRIBE failed) owns the server's subscription now.
+        else if (channels.has(channel.name)) return Effect.void
+        if (channel.generation !== subscriberGeneration || subscriber.status !== "ready") return Effect.void
+        return Effect.promise(() => subscriber.unsubscribe(channel.name).catch(() => undefined)).pipe(
+          Effect.timeoutOption(commandTimeoutMs),
+          withLiveClock,
+          Effect.asVoid
+        )
+      })
+
+    const subscribe = Effect.fn("RedisStore.subscribe")(function* (token: string) {
+      yield* validateToken(token)
+      yield* awaitReady(subscriber, commandTimeoutMs, notConnected("subscribe", commandTimeoutMs))
+      const mailbox = yield* Mailbox.make<Signal, StoreUnavailable>()
+      const channel = yield* Effect.acquireRelease(
+        Effect.sync(() => join(keys.signal(token), mailbox)),
+        (channel) => leave(channel, mailbox)
+      )
+      yield* Deferred.await(channel.confirmed).pipe(
+        Effect.timeoutFail({
+          duration: commandTimeoutMs,
+          onTimeout: () =>
+            new StoreUnavailable({ operation: "subscribe", reason: "no confirmation within the command timeout" })
+        }),
+        withLiveClock
+      )
+      return Mailbox.toStream(mailbox)
+    })
+
+    // --- socket records -------------------------------------------------------------
+    const decodeRecord = (key: string, raw: string): Effect.Effect<SocketRecord, CorruptValue> =>
+      Either.match(decodeSocketRecord(key, raw), { onLeft: Effect.fail, onRight: Effect.succeed })
+
+    const claimSocket = Effect.fn("RedisStore.claimSocket")(function* (token: string, record: SocketRecord) {
+      yield* validateTokenAndInstance(token, record.instanceId)
+      const key = keys.socket(token)
+      const reply = yield* run("claimSocket", (c) =>
+        c.leaseholdClaimSocket(key, encodeSocketRecord(record), String(tokenMs))
+      )
+      const list = asArray(reply)
+      let result: ClaimResult
+      if (list?.[0] === 1) {
+        result = { _tag: "Claimed" }
+      } else if (list?.[0] === 0 && typeof list[1] === "string") {
+        result = { _tag: "Taken", record: yield* decodeRecord(key, list[1]) }
+      } else {
+        return yield* Effect.fail(unexpectedReply("claimSocket", reply))
+      }
+      return result
+    })
+
+    const readSocket = Effect.fn("RedisStore.readSocket")(function* (token: string) {
+      yield* validateToken(token)
+      const key = keys.socket(token)
+      const raw = yield* run("readSocket", (c) => c.get(key))
+      if (raw === null) return Option.none<SocketRecord>()
+      return Option.some(yield* decodeRecord(key, raw))
+    })
+
+    const deleteSocketIfOwner = Effect.fn("RedisStore.deleteSocketIfOwner")(function* (
+      token: string,
+      record: SocketRecord
+    ) {
+      yield* validateTokenAndInstance(token, record.instanceId)
+      const reply = yield* run("deleteSocketIfOwner", (c) =>
+        c.leaseholdDeleteSocketIfOwner(keys.socket(token), record.instanceId, record.connectionId)
+      )
+      return reply === 1
+    })
+
+    const refreshSocket = Effect.fn("RedisStore.refreshSocket")(function* (token: string, record: SocketRecord) {
+      yield* validateTokenAndInstance(token, record.instanceId)
+      const reply = yield* run("refreshSocket", (c) =>
+        c.leaseholdRefreshSocket(keys.socket(token), record.instanceId, record.connectionId, String(tokenMs))
+      )
+      return reply === 1
+    })
+
+    /** One SCAN page, then the records of its keys in one pipelined round trip. */
+    const scanPage = (cursor: string) =>
+      Effect.gen(function* () {
+        const [next, found] = yield* run("scanSockets", (c) =>
+          c.scan(cursor, "MATCH", keys.socketPattern, "COUNT", 500)
+        )
+        const candidates = found.flatMap((key) => {
+          const token = keys.socketToken(key)
+          return token !== undefined && isValidToken(token) ? [[key, token] as const] : []
+        })
+        const records: Array<readonly [token: string, record: SocketRecord]> = []
+        if (candidates.length > 0) {
+          const replies = yield* run("scanSockets", (c) => c.pipeline(candidates.map(([key]) => ["get", key])).exec())
+          for (let i = 0; i < candidates.length; i++) {
+            const [key, token] = candidates[i]!
+            const [error, raw] = replies?.[i] ?? [null, null]
+            if (error !== null) {
+              yield* Effect.logWarning(`RedisStore.scanSockets: skipping ${key}: ${scrub(endpoint, error.message)}`)
+              continue
+            }
+            // Gone between SCAN and GET: the socket disconnected or its record expired.
+            if (typeof raw !== "string") continue
+            const decoded = decodeSocketRecord(key, raw)
+            if (Either.isLeft(decoded)) {
+              yield* Effect.logWarning(`RedisStore.scanSockets: skipping ${decoded.left.message}`)
+              continue
+            }
+            records.push([token, decoded.right])
+          }
+        }
+        return [Chunk.unsafeFromArray(records), next === "0" ? Option.none<string>() : Option.some(next)] as const
+      })
+
+    const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> =
+      Stream.paginateChunkEffect("0", scanPage).pipe(Stream.withSpan("RedisStore.scanSockets"))
+
+    // --- mailboxes ------------------------------------------------------------------
+    const mailboxAppend = Effect.fn("RedisStore.mailboxAppend")(function* (
+      instanceId: string,
+      payload: string,
+      maxLen: number
+    ) {
+      yield* validateToken(instanceId)
+      const id = yield* run("mailboxAppend", (c) =>
+        c.xadd(keys.mailbox(instanceId), "MAXLEN", "~", String(maxLen), "*", "payload", payload)
+      )
+      if (typeof id !== "string") return yield* Effect.fail(unexpectedReply("mailboxAppend", id))
+      return id
+    })
+
+    /** Ask the server to end a blocking read whose caller went away, so the connection is free again. */
+    const unblock = () => {
+      if (blockingClientId !== undefined && command.status === "ready") {
+        command.client("UNBLOCK", blockingClientId).catch(() => undefined)
+      }
+    }
+
+    const readBlocking = (key: string, afterId: string, count: number, blockMs: number) =>
+      blockingPermit.withPermits(1)(
+        Effect.gen(function* () {
+          const connection = yield* Effect.suspend(blockingConnection)
+          yield* awaitReady(connection, commandTimeoutMs, notConnected("mailboxRead", commandTimeoutMs))
+          const reply = yield* Effect.tryPromise({
+            try: () => connection.xread("COUNT", count, "BLOCK", blockMs, "STREAMS", key, afterId),
+            catch: mapError("mailboxRead")
+          }).pipe(
+            Effect.onInterrupt(() => Effect.sync(unblock)),
+            Effect.timeout(blockMs + commandTimeoutMs),
+            withLiveClock,
+            Effect.catchTag("TimeoutException", () =>
+              // No reply long after the block ended: the connection is dead without
+              // knowing it. Start a fresh one rather than queue behind the lost read.
+              Effect.sync(() => connection.disconnect(true)).pipe(
+                Effect.zipRight(
+                  Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "no reply to a blocking read" }))
+                )
+              )
+            )
+          )
+          if (reply === null) return []
+          const [stream] = reply
+          return decodeEntries(stream?.[1])
+        })
+      )
+
+    const mailboxRead = Effect.fn("RedisStore.mailboxRead")(function* (
+      instanceId: string,
+      afterId: string,
+      options: { readonly count: number; readonly blockMs?: number }
+    ) {
+      yield* validateToken(instanceId)
+      const count = Math.floor(options.count)
+      if (!(count >= 1)) return []
+      const key = keys.mailbox(instanceId)
+      // `(` makes the start exclusive (Redis 6.2+); "(0-0" reads from the very start.
+      const reply = yield* run("mailboxRead", (c) => c.xrange(key, `(${afterId}`, "+", "COUNT", count))
+      const entries = decodeEntries(reply)
+      const blockMs = options.blockMs === undefined ? 0 : Math.ceil(options.blockMs)
+      if (entries.length > 0 || !(blockMs >= 1)) return entries
+      // XREAD from the same id cannot miss an entry appended since the XRANGE.
+      return yield* readBlocking(key, afterId, count, blockMs)
+    })
+
+    const mailboxTrim = Effect.fn("RedisStore.mailboxTrim")(function* (instanceId: string, maxLen: number) {
+      yield* validateToken(instanceId)
+      yield* run("mailboxTrim", (c) => c.xtrim(keys.mailbox(instanceId), "MAXLEN", maxLen))
+    })
+
+    const mailboxExpire = Effect.fn("RedisStore.mailboxExpire")(function* (instanceId: string, ttlMs: number) {
+      yield* validateToken(instanceId)
+      yield* run("mailboxExpire", (c) => c.pexpire(keys.mailbox(instanceId), Math.max(1, Math.ceil(ttlMs))))
+    })
+
+    const mailboxLength = Effect.fn("RedisStore.mailboxLength")(function* (instanceId: string) {
+      yield* validateToken(instanceId)
+      return yield* run("mailboxLength", (c) => c.xlen(keys.mailbox(instanceId)))
+    })
+
+    const service: Store.Service = {
+      kind: "redis",
+      tryAcquire,
+      release,
+      commitAndRelease: write("commitAndRelease", true),
+      extend,
+      holder,
+      registerWaiter,
+      deregisterWaiter,
+      otherContenders,
+      waiters,
+      readSlices,
+      writeIfHolder: write("writeIfHolder", false),
+      publish,
+      subscribe,
+      status: SubscriptionRef.get(statusRef),
+      statusChanges: statusRef.changes,
+      claimSocket,
+      readSocket,
+      deleteSocketIfOwner,
+      refreshSocket,
+      scanSockets,
+      mailboxAppend,
+      mailboxRead,
+      mailboxTrim,
+      mailboxExpire,
+      mailboxLength
+    }
+    return service
+  })
+
+/**
+ * The Redis store as a layer. The URL comes from `options.url`, else from the
+ * `redisUrl` of `LeaseholdConfig` (neither: `InvalidConfig`). Building fails with
+ * `StoreUnavailable` when Redis cannot be reached within `connectTimeout`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: Options = {}): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
+  Layer.scoped(Store, make(options))

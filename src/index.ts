@@ -1,0 +1,23 @@
+/**
+ * leasehold: per-client state for multi-worker Effect backends.
+ *
+ * @since 0.1.0
+ */
+
+/** @since 0.1.0 */
+export * as InstanceId from "./InstanceId.js"
+
+/** @since 0.1.0 */
+export * as LeaseholdConfig from "./LeaseholdConfig.js"
+
+/** @since 0.1.0 */
+export * as MemoryStore from "./MemoryStore.js"
+
+/** @since 0.1.0 */
+export * as RedisStore from "./RedisStore.js"
+
+/** @since 0.1.0 */
+export * as Store from "./Store.js"
+
+/** @since 0.1.0 */
+export * as StoreError from "./StoreError.js"

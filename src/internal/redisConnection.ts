@@ -1,0 +1,208 @@
+/**
+ * ioredis connections for `RedisStore`: options, readiness, error mapping and the
+ * scrubbing of secrets from every message that leaves the store.
+ *
+ * @internal
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import type { RedisOptions } from "ioredis"
+import { Redis } from "ioredis"
+import { StoreRefused, StoreUnavailable } from "../StoreError.js"
+
+/**
+ * Deadlines on network replies are measured in real time, as the server's TTLs are: a
+ * `TestClock` in the caller's fiber must not freeze (or fast-forward) a command timeout.
+ *
+ * @internal
+ */
+export const liveClock: Clock.Clock = Clock.make()
+
+/** @internal */
+export const withLiveClock = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.withClock(effect, liveClock)
+
+/**
+ * What the store knows about its server, minus the secrets: the URL without userinfo
+ * (for messages) and the password (to scrub it from any text that might echo it).
+ *
+ * @internal
+ */
+export interface Endpoint {
+  readonly url: string
+  readonly safeUrl: string
+  readonly password: string | undefined
+}
+
+/**
+ * Parse and check a Redis URL. `undefined` when it is not a `redis:` / `rediss:` URL;
+ * the caller turns that into `InvalidConfig` without echoing the URL.
+ *
+ * @internal
+ */
+export const parseEndpoint = (url: string): Endpoint | undefined => {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    return undefined
+  }
+  if (parsed.protocol !== "redis:" && parsed.protocol !== "rediss:") return undefined
+  if (parsed.hostname === "") return undefined
+  const password = parsed.password === "" ? undefined : decodeURIComponent(parsed.password)
+  const path = parsed.pathname === "/" ? "" : parsed.pathname
+  return { url, safeUrl: `${parsed.protocol}//${parsed.host}${path}`, password }
+}
+
+const userinfoPattern = /([a-z][a-z0-9+.-]*:\/\/)[^@/\s]*@/gi
+
+/**
+ * Remove URL userinfo and every occurrence of the password from a text. A password
+ * shorter than 3 characters is not searched for: replacing it would mangle the text
+ * without protecting anything.
+ *
+ * @internal
+ */
+export const scrub = (endpoint: Endpoint, text: string): string => {
+  let out = text.replace(userinfoPattern, "$1")
+  const password = endpoint.password
+  if (password !== undefined && password.length >= 3) out = out.split(password).join("***")
+  return out
+}
+
+/**
+ * A copy of an ioredis error carrying only a scrubbed name and message: ioredis attaches
+ * the failed command's arguments to some errors, and an `AUTH` command's arguments hold
+ * the password.
+ *
+ * @internal
+ */
+export const scrubbedCause = (endpoint: Endpoint, cause: unknown): Error => {
+  const error = new Error(scrub(endpoint, cause instanceof Error ? cause.message : String(cause)))
+  error.name = cause instanceof Error ? cause.name : "Error"
+  error.stack = `${error.name}: ${error.message}`
+  return error
+}
+
+/**
+ * Error replies that mean "not now" rather than "never": the server is loading its data,
+ * busy with a script, a replica without its primary, or read-only during a failover.
+ */
+const transientReply = /^(LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|READONLY)\b/
+
+const isReplyError = (cause: unknown): cause is Error => cause instanceof Error && cause.name === "ReplyError"
+
+/**
+ * ioredis' own messages for "this connection cannot carry a command now", rephrased for
+ * a reader who did not configure ioredis.
+ */
+const describeUnavailable = (message: string): string => {
+  if (message.includes("enableOfflineQueue")) return "not connected"
+  if (message === "Command timed out") return "no reply within the command timeout"
+  if (message.includes("maxRetriesPerRequest") || message.includes("Reached the max retries per request limit")) {
+    return "connection lost before the reply"
+  }
+  return message
+}
+
+/**
+ * Map any failure of an ioredis call to one of our errors: an error reply is
+ * `StoreRefused` (except the transient ones), anything else (timeouts, lost connections,
+ * refused sockets) is `StoreUnavailable`.
+ *
+ * @internal
+ */
+export const toStoreError =
+  (endpoint: Endpoint, operation: string) =>
+  (cause: unknown): StoreUnavailable | StoreRefused => {
+    const message = scrub(endpoint, cause instanceof Error ? cause.message : String(cause))
+    const scrubbed = scrubbedCause(endpoint, cause)
+    if (isReplyError(cause) && !transientReply.test(message)) {
+      return new StoreRefused({ operation, reply: message, cause: scrubbed })
+    }
+    return new StoreUnavailable({
+      operation,
+      reason: `${describeUnavailable(message)} (${endpoint.safeUrl})`,
+      cause: scrubbed
+    })
+  }
+
+/** @internal */
+export type ConnectionRole = "command" | "subscriber" | "blocking"
+
+/**
+ * Options shared by every connection of a store.
+ *
+ * - No offline queue, and no resending of unanswered commands after a reconnect: a
+ *   command either runs on a live connection or fails; it never runs later, after its
+ *   caller gave up (a late `tryAcquire` would hold a lock nobody knows about).
+ * - `maxRetriesPerRequest: 0` rejects the commands in flight as soon as the connection
+ *   drops, instead of leaving them to the command timeout.
+ * - A short reconnect delay, forever: operations work again right after Redis returns.
+ * - No automatic resubscription: the store fails its subscription streams when the
+ *   subscriber connection drops, and callers subscribe again (DESIGN §4.3, §6).
+ *
+ * @internal
+ */
+export const connectionOptions = (
+  role: ConnectionRole,
+  settings: { readonly commandTimeoutMs: number; readonly connectTimeoutMs: number }
+): RedisOptions => ({
+  // A blocking read waits longer than any command may; it carries its own deadline.
+  commandTimeout: role === "blocking" ? undefined : settings.commandTimeoutMs,
+  connectTimeout: settings.connectTimeoutMs,
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  autoResubscribe: false,
+  maxRetriesPerRequest: 0,
+  retryStrategy: (attempt) => Math.min(50 * attempt, 250),
+  connectionName: `leasehold:${role}`
+})
+
+/**
+ * Open a connection. It starts connecting at once; the 'error' listener is attached in
+ * the same tick, so a refused connection is never reported as an unhandled error event.
+ *
+ * @internal
+ */
+export const openConnection = (endpoint: Endpoint, options: RedisOptions, onError: (error: Error) => void): Redis => {
+  const connection = new Redis(endpoint.url, options)
+  connection.on("error", onError)
+  return connection
+}
+
+/**
+ * Close a connection: QUIT lets replies in flight arrive, `disconnect` then stops the
+ * reconnect loop whatever QUIT did (it fails at once on a connection that is down).
+ *
+ * @internal
+ */
+export const closeConnection = (connection: Redis, timeoutMs: number): Effect.Effect<void> =>
+  Effect.promise(() => connection.quit().catch(() => undefined)).pipe(
+    Effect.timeoutOption(timeoutMs),
+    withLiveClock,
+    Effect.ensuring(Effect.sync(() => connection.disconnect())),
+    Effect.asVoid
+  )
+
+/**
+ * Wait until the connection is ready, at most `timeoutMs`.
+ *
+ * @internal
+ */
+export const awaitReady = (
+  connection: Redis,
+  timeoutMs: number,
+  onTimeout: () => StoreUnavailable
+): Effect.Effect<void, StoreUnavailable> =>
+  Effect.suspend(() => {
+    if (connection.status === "ready") return Effect.void
+    if (connection.status === "end") return Effect.fail(onTimeout())
+    return Effect.async<void>((resume) => {
+      const onReady = () => resume(Effect.void)
+      connection.once("ready", onReady)
+      return Effect.sync(() => {
+        connection.off("ready", onReady)
+      })
+    }).pipe(Effect.timeoutFail({ duration: timeoutMs, onTimeout }), withLiveClock)
+  })

@@ -1,0 +1,237 @@
+/**
+ * The Lua scripts of `RedisStore`. Each one is one atomic step of DESIGN §3 and touches
+ * only keys of one token (all carry the `{<token>}` hash tag), so every script runs on
+ * one Cluster slot. Channels are not keys: they travel in ARGV.
+ *
+ * Redis does not roll back a script that fails half-way, so a script that writes before
+ * a step that can fail (a GETEX on a key of the wrong type) undoes its write itself.
+ *
+ * @internal
+ */
+
+/** A script as `defineCommand` takes it; without `numberOfKeys` the caller passes the key count first. */
+export interface ScriptDefinition {
+  readonly lua: string
+  readonly numberOfKeys?: number
+}
+
+/**
+ * KEYS: lock, fence, slice... ARGV: lockId, lockMs, tokenMs.
+ * Returns `{1, fence, value-or-false...}` when granted, `{0, pttl}` when held.
+ * `false` (not nil) marks a missing slice: a Lua array ends at the first nil, while
+ * `false` becomes a nil bulk reply in place.
+ */
+const tryAcquire: ScriptDefinition = {
+  lua: `
+if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  return {0, redis.call("PTTL", KEYS[1])}
+end
+local result = {1, 0}
+for i = 3, #KEYS do
+  local value = redis.pcall("GETEX", KEYS[i], "PX", ARGV[3])
+  if type(value) == "table" and value.err then
+    redis.call("DEL", KEYS[1])
+    return value
+  end
+  result[i] = value
+end
+local fence = redis.pcall("INCR", KEYS[2])
+if type(fence) == "table" and fence.err then
+  redis.call("DEL", KEYS[1])
+  return fence
+end
+redis.call("PEXPIRE", KEYS[2], ARGV[3])
+result[2] = fence
+return result
+`
+}
+
+/** KEYS: lock. ARGV: lockId, channel, released message. Returns 1 when deleted (and published). */
+const release: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  redis.call("DEL", KEYS[1])
+  redis.call("PUBLISH", ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+`
+}
+
+/**
+ * KEYS: lock, slice... ARGV: lockId, tokenMs, release ("1"/"0"), channel, released message, value...
+ * Returns `{1}` when written, `{0, holder-or-false}` when `lockId` no longer holds the lock
+ * (nothing written). SET overwrites a key of any type, so no write can fail half-way.
+ */
+const writeIfHolder: ScriptDefinition = {
+  lua: `
+local holder = redis.call("GET", KEYS[1])
+if holder ~= ARGV[1] then
+  return {0, holder}
+end
+for i = 2, #KEYS do
+  redis.call("SET", KEYS[i], ARGV[i + 4], "PX", ARGV[2])
+end
+if ARGV[3] == "1" then
+  redis.call("DEL", KEYS[1])
+  redis.call("PUBLISH", ARGV[4], ARGV[5])
+end
+return {1}
+`
+}
+
+/** KEYS: lock. ARGV: lockId, lockMs. Returns 1 when extended. */
+const extend: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0
+`
+}
+
+/** KEYS: lock, fence. Returns nil when free, else `{lockId, fence-or-false, pttl}`. */
+const holder: ScriptDefinition = {
+  numberOfKeys: 2,
+  lua: `
+local id = redis.call("GET", KEYS[1])
+if not id then
+  return false
+end
+return {id, redis.call("GET", KEYS[2]), redis.call("PTTL", KEYS[1])}
+`
+}
+
+/** KEYS: waiters. ARGV: instanceId, lockMs, channel, contended message. Always publishes. */
+const registerWaiter: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+redis.call("SADD", KEYS[1], ARGV[1])
+redis.call("PEXPIRE", KEYS[1], ARGV[2])
+redis.call("PUBLISH", ARGV[3], ARGV[4])
+return 1
+`
+}
+
+/** KEYS: waiters. ARGV: instanceId. */
+const otherContenders: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+return redis.call("SCARD", KEYS[1]) - redis.call("SISMEMBER", KEYS[1], ARGV[1])
+`
+}
+
+/** KEYS: slice... ARGV: tokenMs. Values in order, `false` (nil bulk) where missing. */
+const readSlices: ScriptDefinition = {
+  lua: `
+local result = {}
+for i = 1, #KEYS do
+  result[i] = redis.call("GETEX", KEYS[i], "PX", ARGV[1])
+end
+return result
+`
+}
+
+/** KEYS: socket. ARGV: record JSON, tokenMs. Returns `{1}` when claimed, else `{0, existing}`. */
+const claimSocket: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+if redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+  return {1}
+end
+return {0, redis.call("GET", KEYS[1])}
+`
+}
+
+/**
+ * Shared head of the owner-checked socket scripts: a record that does not decode, or
+ * decodes to anything but an object naming exactly this instance and connection, is
+ * never touched.
+ */
+const socketOwnerCheck = `
+local raw = redis.call("GET", KEYS[1])
+if not raw then
+  return 0
+end
+local ok, record = pcall(cjson.decode, raw)
+if not ok or type(record) ~= "table" then
+  return 0
+end
+if record.instanceId ~= ARGV[1] or record.connectionId ~= ARGV[2] then
+  return 0
+end
+`
+
+/** KEYS: socket. ARGV: instanceId, connectionId. Returns 1 when deleted. */
+const deleteSocketIfOwner: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `${socketOwnerCheck}
+redis.call("DEL", KEYS[1])
+return 1
+`
+}
+
+/** KEYS: socket. ARGV: instanceId, connectionId, tokenMs. Returns 1 when refreshed. */
+const refreshSocket: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `${socketOwnerCheck}
+redis.call("PEXPIRE", KEYS[1], ARGV[3])
+return 1
+`
+}
+
+/**
+ * Every script, by the command name `defineCommand` gives it. The names carry a prefix so
+ * they never shadow a built-in ioredis command.
+ *
+ * @internal
+ */
+export const scripts = {
+  leaseholdTryAcquire: tryAcquire,
+  leaseholdRelease: release,
+  leaseholdWriteIfHolder: writeIfHolder,
+  leaseholdExtend: extend,
+  leaseholdHolder: holder,
+  leaseholdRegisterWaiter: registerWaiter,
+  leaseholdOtherContenders: otherContenders,
+  leaseholdReadSlices: readSlices,
+  leaseholdClaimSocket: claimSocket,
+  leaseholdDeleteSocketIfOwner: deleteSocketIfOwner,
+  leaseholdRefreshSocket: refreshSocket
+} as const satisfies Record<string, ScriptDefinition>
+
+/** A reply whose shape the caller checks: scripts return nested arrays of strings, numbers and nils. @internal */
+export type ScriptReply = unknown
+
+/**
+ * The commands `defineCommand` adds to a connection. Scripts without a fixed key count
+ * take it as their first argument.
+ *
+ * @internal
+ */
+export interface ScriptCommands {
+  leaseholdTryAcquire(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
+  leaseholdRelease(lock: string, lockId: string, channel: string, message: string): Promise<ScriptReply>
+  leaseholdWriteIfHolder(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
+  leaseholdExtend(lock: string, lockId: string, lockMs: string): Promise<ScriptReply>
+  leaseholdHolder(lock: string, fence: string): Promise<ScriptReply>
+  leaseholdRegisterWaiter(
+    waiters: string,
+    instanceId: string,
+    lockMs: string,
+    channel: string,
+    message: string
+  ): Promise<ScriptReply>
+  leaseholdOtherContenders(waiters: string, instanceId: string): Promise<ScriptReply>
+  leaseholdReadSlices(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
+  leaseholdClaimSocket(socket: string, record: string, tokenMs: string): Promise<ScriptReply>
+  leaseholdDeleteSocketIfOwner(socket: string, instanceId: string, connectionId: string): Promise<ScriptReply>
+  leaseholdRefreshSocket(
+    socket: string,
+    instanceId: string,
+    connectionId: string,
+    tokenMs: string
+  ): Promise<ScriptReply>
+}

@@ -1,0 +1,154 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+
+const fromEnv = (env: Record<string, string>) =>
+  LeaseholdConfig.LeaseholdConfig.pipe(
+    Effect.provide(LeaseholdConfig.layer),
+    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+  )
+
+const millis = (d: Duration.Duration) => Duration.toMillis(d)
+
+describe("LeaseholdConfig", () => {
+  it.effect("defaults match the documented values", () =>
+    Effect.gen(function* () {
+      const s = yield* fromEnv({})
+      assert.isTrue(Option.isNone(s.redisUrl))
+      assert.strictEqual(s.keyPrefix, "leasehold")
+      assert.strictEqual(millis(s.lockExpiration), 10_000)
+      assert.strictEqual(millis(s.lockWarningThreshold), 1_000)
+      assert.strictEqual(millis(s.tokenExpiration), 3_600_000)
+      assert.strictEqual(s.oplock, false)
+      assert.strictEqual(millis(s.leaseHoldTime), 5_000)
+      assert.strictEqual(millis(s.leaseQuantum), 2)
+      assert.strictEqual(s.leaseDurability, "batch")
+      assert.strictEqual(millis(s.retryDelayInitial), 1_000)
+      assert.strictEqual(millis(s.retryDelayMax), 30_000)
+      assert.strictEqual(s.mailboxMaxLen, 10_000)
+      assert.isTrue(Option.isNone(s.dataDir))
+    })
+  )
+
+  it.effect("reads every knob from its environment name", () =>
+    Effect.gen(function* () {
+      const s = yield* fromEnv({
+        LEASEHOLD_REDIS_URL: "redis://:hunter2@127.0.0.1:6390/0",
+        LEASEHOLD_KEY_PREFIX: "app:1",
+        LEASEHOLD_LOCK_EXPIRATION_MS: "4000",
+        LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "300",
+        LEASEHOLD_TOKEN_EXPIRATION_S: "60",
+        LEASEHOLD_OPLOCK: "true",
+        LEASEHOLD_LEASE_HOLD_TIME_MS: "1500",
+        LEASEHOLD_LEASE_QUANTUM_MS: "0",
+        LEASEHOLD_LEASE_DURABILITY: "memory",
+        LEASEHOLD_RETRY_DELAY_INITIAL_MS: "500",
+        LEASEHOLD_RETRY_DELAY_MAX_MS: "8000",
+        LEASEHOLD_MAILBOX_MAXLEN: "50",
+        LEASEHOLD_DATA_DIR: "/tmp/lh",
+        LEASEHOLD_COMMAND_TIMEOUT_MS: "700",
+        LEASEHOLD_CONNECT_TIMEOUT_MS: "900"
+      })
+      assert.strictEqual(Redacted.value(Option.getOrThrow(s.redisUrl)), "redis://:hunter2@127.0.0.1:6390/0")
+      assert.isFalse(String(Option.getOrThrow(s.redisUrl)).includes("hunter2"))
+      assert.strictEqual(s.keyPrefix, "app:1")
+      assert.strictEqual(millis(s.lockExpiration), 4000)
+      assert.strictEqual(millis(s.lockWarningThreshold), 300)
+      assert.strictEqual(millis(s.tokenExpiration), 60_000)
+      assert.strictEqual(s.oplock, true)
+      assert.strictEqual(millis(s.leaseHoldTime), 1500)
+      assert.strictEqual(millis(s.leaseQuantum), 0)
+      assert.strictEqual(s.leaseDurability, "memory")
+      assert.strictEqual(millis(s.retryDelayInitial), 500)
+      assert.strictEqual(millis(s.retryDelayMax), 8000)
+      assert.strictEqual(s.mailboxMaxLen, 50)
+      assert.deepStrictEqual(s.dataDir, Option.some("/tmp/lh"))
+      assert.strictEqual(millis(s.commandTimeout), 700)
+      assert.strictEqual(millis(s.connectTimeout), 900)
+    })
+  )
+
+  it.effect("the lease hold time defaults to half the lock expiration", () =>
+    Effect.gen(function* () {
+      const s = yield* fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "3000" })
+      assert.strictEqual(millis(s.leaseHoldTime), 1500)
+    })
+  )
+
+  it.effect("a warning threshold not below the lock expiration names both knobs and values", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(
+        fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "2000", LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "2000" })
+      )
+      assert.strictEqual(error._tag, "InvalidConfig")
+      if (error._tag !== "InvalidConfig") return
+      assert.strictEqual(error.knob, "lockWarningThreshold")
+      assert.strictEqual(error.value, "2000ms")
+      assert.deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
+      assert.include(error.message, "lockWarningThreshold = 2000ms")
+      assert.include(error.message, "lockExpiration = 2000ms")
+    })
+  )
+
+  it("a lease hold time not below the lock expiration is refused", () => {
+    const result = LeaseholdConfig.resolve({ lockExpiration: 1000, leaseHoldTime: 1200, lockWarningThreshold: 100 })
+    assert.isTrue(Either.isLeft(result))
+    if (Either.isLeft(result)) {
+      assert.strictEqual(result.left.knob, "leaseHoldTime")
+      assert.strictEqual(result.left.value, "1200ms")
+      assert.deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "1000ms" })
+    }
+  })
+
+  it("durations must be positive; the lease quantum may be zero", () => {
+    for (const knob of ["lockExpiration", "tokenExpiration", "retryDelayMax", "commandTimeout"] as const) {
+      const result = LeaseholdConfig.resolve({ [knob]: 0 })
+      assert.isTrue(Either.isLeft(result), knob)
+      if (Either.isLeft(result)) assert.strictEqual(result.left.knob, knob)
+    }
+    const negative = LeaseholdConfig.resolve({ lockWarningThreshold: -5 })
+    assert.isTrue(Either.isLeft(negative))
+    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ leaseQuantum: 0 })))
+    const quantum = LeaseholdConfig.resolve({ leaseQuantum: -1 })
+    assert.isTrue(Either.isLeft(quantum) && quantum.left.knob === "leaseQuantum")
+  })
+
+  it("a key prefix with glob or hash-tag characters is refused", () => {
+    for (const keyPrefix of ["a*", "a{b}", "", "a b"]) {
+      const result = LeaseholdConfig.resolve({ keyPrefix })
+      assert.isTrue(Either.isLeft(result) && result.left.knob === "keyPrefix", keyPrefix)
+    }
+  })
+
+  it.effect("a malformed number in the environment is a ConfigError", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "soon" }))
+      assert.notStrictEqual(error._tag, "InvalidConfig")
+    })
+  )
+
+  it.effect("values given in code override the environment", () =>
+    Effect.gen(function* () {
+      const s = yield* LeaseholdConfig.LeaseholdConfig.pipe(
+        Effect.provide(LeaseholdConfig.layerConfig({ lockExpiration: Duration.seconds(3) })),
+        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["LEASEHOLD_LOCK_EXPIRATION_MS", "9000"]])))
+      )
+      assert.strictEqual(millis(s.lockExpiration), 3000)
+    })
+  )
+
+  it.effect("layerWith validates when the layer is built", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(
+        Layer.build(LeaseholdConfig.layerWith({ lockExpiration: 100, lockWarningThreshold: 500 })).pipe(Effect.scoped)
+      )
+      assert.strictEqual(error.knob, "lockWarningThreshold")
+    })
+  )
+})

@@ -1,0 +1,64 @@
+import { describe, it } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import { Store } from "../src/Store.js"
+import type { Backend, Fixture } from "./conformance/backend.js"
+import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
+import { storeSuite } from "./conformance/storeSuite.js"
+
+const LOCK_EXPIRATION_MS = 300
+const COMMAND_TIMEOUT_MS = 500
+
+let testCount = 0
+
+const memory: Backend = {
+  name: "memory",
+  canHang: false,
+  test: (name, body) =>
+    it.scoped(name, () =>
+      Effect.gen(function* () {
+        const keyPrefix = `mem${++testCount}`
+        const config = LeaseholdConfig.layerWith({
+          keyPrefix,
+          lockExpiration: LOCK_EXPIRATION_MS,
+          lockWarningThreshold: 100,
+          commandTimeout: COMMAND_TIMEOUT_MS
+        })
+        const context = yield* Layer.build(MemoryStore.layer.pipe(Layer.provide(config))).pipe(Effect.orDie)
+        const control = Context.get(context, MemoryStore.MemoryStoreControl)
+        const fixture: Fixture = {
+          store: Context.get(context, Store),
+          keys: makeKeys(keyPrefix),
+          lockExpirationMs: LOCK_EXPIRATION_MS,
+          commandTimeoutMs: COMMAND_TIMEOUT_MS,
+          exactTime: true,
+          advance: (ms) => TestClock.adjust(ms),
+          settle: liveSleep(10),
+          awaitBlockedRead: eventuallyTrue(
+            "a sleep registered with the TestClock",
+            2_000,
+            Effect.map(TestClock.sleeps(), (sleeps) => Chunk.size(sleeps) > 0)
+          ),
+          putRaw: (key, value) => control.setRaw(key, value),
+          keyCount: control.keyCount,
+          commandsProcessed: Option.none(),
+          channelSubscribers: Option.none(),
+          outage: { begin: control.setAvailable(false), end: control.setAvailable(true) },
+          hang: Option.none(),
+          dropSubscriptions: Effect.as(control.dropSubscriptions, 1)
+        }
+        yield* body(fixture)
+      })
+    )
+}
+
+describe("Store conformance: MemoryStore", () => {
+  storeSuite(memory)
+})

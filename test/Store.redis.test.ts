@@ -1,0 +1,88 @@
+import { describe, it } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as RedisStore from "../src/RedisStore.js"
+import { Store } from "../src/Store.js"
+import type { Backend, Fixture } from "./conformance/backend.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { storeSuite } from "./conformance/storeSuite.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const LOCK_EXPIRATION_MS = 300
+const COMMAND_TIMEOUT_MS = 500
+
+/** Commands that do not touch data and that the harness itself sends. */
+const uncounted = new Set(["cmdstat_ping", "cmdstat_info"])
+
+const commandsProcessed = (server: RedisServer.RedisServer) =>
+  server.info("commandstats").pipe(
+    Effect.map((stats) => {
+      let total = 0
+      for (const [name, value] of Object.entries(stats)) {
+        if (!name.startsWith("cmdstat_") || uncounted.has(name)) continue
+        const calls = /(?:^|,)calls=(\d+)/.exec(value)
+        total += Number(calls?.[1] ?? 0)
+      }
+      return total
+    }),
+    Effect.orDie
+  )
+
+let testCount = 0
+
+const redis: Backend = {
+  name: "redis",
+  canHang: true,
+  test: (name, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        // a fresh server per test: isolated key space, subscriptions and faults
+        const server = yield* RedisServer.start()
+        const keyPrefix = `redis${++testCount}`
+        const config = LeaseholdConfig.layerWith({
+          keyPrefix,
+          lockExpiration: LOCK_EXPIRATION_MS,
+          lockWarningThreshold: 100,
+          commandTimeout: COMMAND_TIMEOUT_MS,
+          connectTimeout: COMMAND_TIMEOUT_MS
+        })
+        const context = yield* Layer.build(RedisStore.layer({ url: server.url }).pipe(Layer.provide(config))).pipe(
+          Effect.orDie
+        )
+        const fixture: Fixture = {
+          store: Context.get(context, Store),
+          keys: makeKeys(keyPrefix),
+          lockExpirationMs: LOCK_EXPIRATION_MS,
+          commandTimeoutMs: COMMAND_TIMEOUT_MS,
+          exactTime: false,
+          advance: (ms) => Effect.sleep(ms),
+          settle: Effect.sleep(100),
+          awaitBlockedRead: eventuallyTrue(
+            "a blocked client on the server",
+            2_000,
+            Effect.map(Effect.orDie(server.info("clients")), (info) => Number(info.blocked_clients) > 0)
+          ),
+          putRaw: (key, value) => Effect.orDie(server.command("SET", key, value)),
+          keyCount: Effect.orDie(server.dbsize),
+          commandsProcessed: Option.some(commandsProcessed(server)),
+          channelSubscribers: Option.some((channel) => Effect.orDie(server.numsub(channel))),
+          outage: {
+            begin: server.kill,
+            // idempotent: the suite also runs it as a finalizer
+            end: Effect.flatMap(server.pid, (pid) => (Option.isNone(pid) ? server.restart : Effect.void))
+          },
+          hang: Option.some({ begin: server.pause, end: server.resume }),
+          dropSubscriptions: Effect.orDie(server.clientKill("pubsub"))
+        }
+        yield* body(fixture)
+      })
+    )
+}
+
+describe("Store conformance: RedisStore", () => {
+  storeSuite(redis)
+})

@@ -1,0 +1,80 @@
+/**
+ * What the store conformance suite needs from a backend: a fresh, isolated `Store` per
+ * test, a way to let time pass, a way to plant raw values, and fault hooks.
+ */
+import type * as Effect from "effect/Effect"
+import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type { Keys } from "../../src/internal/keys.js"
+import type { Store } from "../../src/Store.js"
+
+/** One test's view of the backend under test. */
+export interface Fixture {
+  readonly store: Store.Service
+  /** The key layout of this test's store (its key prefix is unique to the test). */
+  readonly keys: Keys
+  readonly lockExpirationMs: number
+  readonly commandTimeoutMs: number
+  /**
+   * `true` when time is the `TestClock` (memory): durations read back are exact.
+   * `false` on Redis: they are bounded by the real time that passed.
+   */
+  readonly exactTime: boolean
+  /** Let `ms` pass: `TestClock.adjust` on memory, a real sleep on Redis. */
+  readonly advance: (ms: number) => Effect.Effect<void>
+  /**
+   * Give in-flight deliveries the chance to arrive, in real time (used before asserting
+   * that something was NOT delivered).
+   */
+  readonly settle: Effect.Effect<void>
+  /**
+   * Wait until a blocking mailbox read forked by the test is really blocked: memory, its
+   * timeout is registered with the `TestClock`; Redis, the server counts a blocked client.
+   */
+  readonly awaitBlockedRead: Effect.Effect<void>
+  /** Store a raw string under a full key name (for corrupt values). */
+  readonly putRaw: (key: string, value: string) => Effect.Effect<void>
+  /** The number of keys in the store (the store is private to the test). */
+  readonly keyCount: Effect.Effect<number>
+  /**
+   * Redis: the number of data commands the server has processed so far (PING and INFO
+   * excluded), to prove an operation did no I/O. `None` on memory.
+   */
+  readonly commandsProcessed: Option.Option<Effect.Effect<number>>
+  /** Redis: `PUBSUB NUMSUB` of a channel. `None` on memory. */
+  readonly channelSubscribers: Option.Option<(channel: string) => Effect.Effect<number>>
+  /**
+   * An outage of the whole store. memory: `setAvailable(false)` / `setAvailable(true)`;
+   * Redis: SIGKILL the server / restart it on the same port.
+   */
+  readonly outage: {
+    readonly begin: Effect.Effect<void>
+    readonly end: Effect.Effect<void>
+  }
+  /**
+   * A store that accepts connections but answers nothing (Redis: SIGSTOP / SIGCONT), so
+   * that only the command timeout can end an operation. `None` where that cannot happen
+   * (memory).
+   */
+  readonly hang: Option.Option<{
+    readonly begin: Effect.Effect<void>
+    readonly end: Effect.Effect<void>
+  }>
+  /**
+   * Cut the subscriber connection only. memory: `dropSubscriptions`; Redis:
+   * `CLIENT KILL TYPE pubsub`. Returns the number of connections cut (1 on memory).
+   */
+  readonly dropSubscriptions: Effect.Effect<number>
+}
+
+/** A backend the suite runs against. */
+export interface Backend {
+  readonly name: "memory" | "redis"
+  /** Whether `Fixture.hang` is available: the hung-store case is registered only then. */
+  readonly canHang: boolean
+  /**
+   * Register one test: `it.scoped` (TestClock) on memory, `it.scopedLive` on Redis. The
+   * fixture is built in the test's scope and torn down with it.
+   */
+  readonly test: (name: string, body: (fixture: Fixture) => Effect.Effect<void, unknown, Scope.Scope>) => void
+}

@@ -1,0 +1,116 @@
+/**
+ * Helpers of the conformance suite that work under both `TestClock` (memory) and the live
+ * clock (Redis): every wait with a deadline is measured on the live clock, while the
+ * awaited effect keeps the clock of the test.
+ */
+import * as Cause from "effect/Cause"
+import * as Chunk from "effect/Chunk"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Stream from "effect/Stream"
+import * as TestServices from "effect/TestServices"
+import type { AcquireResult } from "../../src/Store.js"
+
+/** Milliseconds on the live clock, whatever clock the test runs on. */
+export const liveNow: Effect.Effect<number> = TestServices.provideLive(Clock.currentTimeMillis)
+
+/** Sleep in real time, whatever clock the test runs on. */
+export const liveSleep = (ms: number): Effect.Effect<void> => TestServices.provideLive(Effect.sleep(ms))
+
+/** Fail the test (as a defect) when `effect` does not complete within `ms` of real time. */
+export const within = <A, E, R>(label: string, ms: number, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  TestServices.provideWithLive(effect, (self) =>
+    Effect.timeoutFail(self, { duration: ms, onTimeout: () => `timeout` as const }).pipe(
+      Effect.catchIf(
+        (error): error is "timeout" => error === "timeout",
+        () => Effect.dieMessage(`${label}: not done within ${ms} ms`)
+      )
+    )
+  )
+
+/** Retry `effect` every 50 ms of real time until it succeeds, for at most `ms`. */
+export const eventually = <A, E, R>(
+  label: string,
+  ms: number,
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, never, R> =>
+  Effect.gen(function* () {
+    const deadline = (yield* liveNow) + ms
+    while (true) {
+      const exit = yield* Effect.exit(effect)
+      if (Exit.isSuccess(exit)) return exit.value
+      if ((yield* liveNow) > deadline) {
+        return yield* Effect.dieMessage(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`)
+      }
+      yield* liveSleep(50)
+    }
+  })
+
+/** Retry until `effect` yields `true`. */
+export const eventuallyTrue = <E, R>(label: string, ms: number, effect: Effect.Effect<boolean, E, R>) =>
+  eventually(
+    label,
+    ms,
+    Effect.filterOrFail(
+      effect,
+      (ok) => ok,
+      () => `${label}: condition false`
+    )
+  )
+
+/** Fork a fiber that collects the first `n` elements of a stream. */
+export const collectFirst = <A, E, R>(stream: Stream.Stream<A, E, R>, n: number) =>
+  Effect.fork(Stream.runCollect(Stream.take(stream, n)).pipe(Effect.map(Chunk.toReadonlyArray)))
+
+/** Join a fiber within `ms` of real time. */
+export const joinWithin = <A, E>(label: string, ms: number, fiber: Fiber.Fiber<A, E>) =>
+  within(label, ms, Fiber.join(fiber))
+
+/** The `Acquired` case, or a defect naming what came instead. */
+export const expectAcquired = <E, R>(effect: Effect.Effect<AcquireResult, E, R>) =>
+  Effect.flatMap(effect, (result) =>
+    result._tag === "Acquired"
+      ? Effect.succeed(result)
+      : Effect.dieMessage(`expected Acquired, got Held (remainingMs ${result.remainingMs})`)
+  )
+
+/** The `Held` case, or a defect naming what came instead. */
+export const expectHeld = <E, R>(effect: Effect.Effect<AcquireResult, E, R>) =>
+  Effect.flatMap(effect, (result) =>
+    result._tag === "Held"
+      ? Effect.succeed(result)
+      : Effect.dieMessage(`expected Held, got Acquired (fence ${result.fence})`)
+  )
+
+/** Compare two mailbox ids `<ms>-<seq>`. */
+export const compareStreamIds = (a: string, b: string): number => {
+  const [aMs = 0, aSeq = 0] = a.split("-").map(Number)
+  const [bMs = 0, bSeq = 0] = b.split("-").map(Number)
+  return aMs !== bMs ? aMs - bMs : aSeq - bSeq
+}
+
+/** The failure of `effect`, which must be the error tagged `tag`; anything else is a defect. */
+export const failsWith = <A, E extends { readonly _tag: string }, R, T extends E["_tag"]>(
+  effect: Effect.Effect<A, E, R>,
+  tag: T
+): Effect.Effect<Extract<E, { readonly _tag: T }>, never, R> =>
+  Effect.matchCauseEffect(effect, {
+    onSuccess: (value) => Effect.dieMessage(`expected ${tag}, succeeded with ${safeJson(value)}`),
+    onFailure: (cause) => {
+      const failure = Cause.failureOption(cause)
+      if (failure._tag === "Some" && failure.value._tag === tag) {
+        return Effect.succeed(failure.value as Extract<E, { readonly _tag: T }>)
+      }
+      return Effect.dieMessage(`expected ${tag}, got ${Cause.pretty(cause)}`)
+    }
+  })
+
+const safeJson = (value: unknown): string => {
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}

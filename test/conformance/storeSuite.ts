@@ -1,0 +1,954 @@
+/**
+ * The store conformance suite: the same cases for every `Store` backend (DESIGN §3).
+ * `Store.memory.test.ts` runs it on `MemoryStore` under `TestClock`, `Store.redis.test.ts`
+ * on `RedisStore` against a real redis-server started per test.
+ */
+import { assert, describe } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import { MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
+import type { CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
+import type { Backend, Fixture } from "./backend.js"
+import {
+  collectFirst,
+  compareStreamIds,
+  eventually,
+  eventuallyTrue,
+  expectAcquired,
+  expectHeld,
+  failsWith,
+  joinWithin,
+  liveNow,
+  within
+} from "./helpers.js"
+
+const released: Signal = { _tag: "Released" }
+const contended = (instanceId: string): Signal => ({ _tag: "Contended", instanceId })
+
+const recordA: SocketRecord = { instanceId: "inst-a", connectionId: "conn-1" }
+const recordB: SocketRecord = { instanceId: "inst-b", connectionId: "conn-2" }
+const recordC: SocketRecord = { instanceId: "inst-c", connectionId: "conn-3" }
+
+/** Tokens outside `[A-Za-z0-9_.:-]{1,128}`. */
+export const invalidTokens: ReadonlyArray<readonly [label: string, token: string]> = [
+  ["a star", "tok*"],
+  ["a question mark", "tok?"],
+  ["an open bracket", "tok[a]"],
+  ["a space", "tok en"],
+  ["the empty string", ""],
+  ["a control character", "tok\u0001en"],
+  ["129 characters", "t".repeat(129)]
+]
+
+type AnyOp = (value: string) => Effect.Effect<unknown, InvalidToken | LockLost | CorruptValue | StoreError>
+
+/** Every operation that takes a token, applied to `token`. */
+const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [
+  ["tryAcquire", (t) => store.tryAcquire(t, "lock-1", ["a"])],
+  ["release", (t) => store.release(t, "lock-1")],
+  ["commitAndRelease", (t) => store.commitAndRelease(t, "lock-1", [["a", "1"]])],
+  ["extend", (t) => store.extend(t, "lock-1")],
+  ["holder", (t) => store.holder(t)],
+  ["registerWaiter", (t) => store.registerWaiter(t, "inst-a")],
+  ["deregisterWaiter", (t) => store.deregisterWaiter(t, "inst-a")],
+  ["otherContenders", (t) => store.otherContenders(t, "inst-a")],
+  ["waiters", (t) => store.waiters(t)],
+  ["readSlices", (t) => store.readSlices(t, ["a"])],
+  ["writeIfHolder", (t) => store.writeIfHolder(t, "lock-1", [["a", "1"]])],
+  ["publish", (t) => store.publish(t, released)],
+  ["subscribe", (t) => Effect.scoped(store.subscribe(t))],
+  ["claimSocket", (t) => store.claimSocket(t, recordA)],
+  ["readSocket", (t) => store.readSocket(t)],
+  ["deleteSocketIfOwner", (t) => store.deleteSocketIfOwner(t, recordA)],
+  ["refreshSocket", (t) => store.refreshSocket(t, recordA)]
+]
+
+/** Every operation that takes an instance id, applied to `instanceId`. */
+const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [
+  ["registerWaiter", (i) => store.registerWaiter("tok", i)],
+  ["deregisterWaiter", (i) => store.deregisterWaiter("tok", i)],
+  ["otherContenders", (i) => store.otherContenders("tok", i)],
+  ["mailboxAppend", (i) => store.mailboxAppend(i, "payload", 100)],
+  ["mailboxRead", (i) => store.mailboxRead(i, MailboxStart, { count: 10 })],
+  ["mailboxTrim", (i) => store.mailboxTrim(i, 10)],
+  ["mailboxExpire", (i) => store.mailboxExpire(i, 1_000)],
+  ["mailboxLength", (i) => store.mailboxLength(i)],
+  ["publish (contended)", (i) => store.publish("tok", contended(i))],
+  ["claimSocket (record)", (i) => store.claimSocket("tok", { instanceId: i, connectionId: "c" })],
+  ["deleteSocketIfOwner (record)", (i) => store.deleteSocketIfOwner("tok", { instanceId: i, connectionId: "c" })],
+  ["refreshSocket (record)", (i) => store.refreshSocket("tok", { instanceId: i, connectionId: "c" })]
+]
+
+const noCommandsDuring = <A, E, R>(fx: Fixture, effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const before = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
+    const result = yield* effect
+    const after = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
+    assert.strictEqual(after - before, 0, "commands reached the server")
+    return result
+  })
+
+const subscribersOf = (fx: Fixture, channel: string) =>
+  Option.match(fx.channelSubscribers, {
+    onNone: () => Effect.succeed(Option.none<number>()),
+    onSome: (numsub) => Effect.map(numsub(channel), Option.some)
+  })
+
+/** Register the conformance cases for `backend`. */
+export const storeSuite = (backend: Backend): void => {
+  const test = backend.test
+
+  describe("lock", () => {
+    test("acquire when free: Acquired with a positive integer fence and no values", (fx) =>
+      Effect.gen(function* () {
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        assert.isTrue(Number.isInteger(grant.fence) && grant.fence > 0, `fence ${grant.fence}`)
+        assert.deepStrictEqual(grant.values, [])
+      }))
+
+    test("acquire when held: Held with 0 < remainingMs <= lockExpiration", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        const first = yield* expectHeld(fx.store.tryAcquire("tok", "lock-b", []))
+        assert.isTrue(first.remainingMs > 0 && first.remainingMs <= lockMs, `remainingMs ${first.remainingMs}`)
+        if (fx.exactTime) assert.strictEqual(first.remainingMs, lockMs)
+
+        yield* fx.advance(100)
+        const later = yield* expectHeld(fx.store.tryAcquire("tok", "lock-b", ["a"]))
+        assert.isTrue(
+          later.remainingMs > 0 && later.remainingMs <= lockMs - 100 + 2,
+          `remainingMs ${later.remainingMs}`
+        )
+        if (fx.exactTime) assert.strictEqual(later.remainingMs, lockMs - 100)
+        const holder = yield* fx.store.holder("tok")
+        assert.strictEqual(Option.map(holder, (h) => h.lockId).pipe(Option.getOrUndefined), "lock-a")
+      }))
+
+    test("acquire after expiry: granted to the next acquirer, with a greater fence", (fx) =>
+      Effect.gen(function* () {
+        const a = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        const b = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        assert.isTrue(b.fence > a.fence, `fences ${a.fence} then ${b.fence}`)
+        const holder = yield* fx.store.holder("tok")
+        assert.strictEqual(Option.map(holder, (h) => h.lockId).pipe(Option.getOrUndefined), "lock-b")
+      }))
+
+    test("fencing numbers strictly increase across grants (release, commit, expiry)", (fx) =>
+      Effect.gen(function* () {
+        const fences: Array<number> = []
+        fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-1", []))).fence)
+        assert.isTrue(yield* fx.store.release("tok", "lock-1"))
+        fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-2", []))).fence)
+        yield* fx.store.commitAndRelease("tok", "lock-2", [["a", "1"]])
+        fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-3", []))).fence)
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-4", []))).fence)
+        // a refused acquire does not consume a fence
+        yield* expectHeld(fx.store.tryAcquire("tok", "lock-5", []))
+        assert.isTrue(yield* fx.store.release("tok", "lock-4"))
+        fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-6", []))).fence)
+        for (let i = 1; i < fences.length; i++) {
+          assert.isTrue((fences[i] ?? 0) > (fences[i - 1] ?? 0), `fences ${fences.join(", ")}`)
+        }
+        // fences are per token
+        const other = yield* expectAcquired(fx.store.tryAcquire("other", "lock-7", []))
+        assert.isTrue(other.fence > 0)
+      }))
+
+    test("acquire returns the requested slices in the order asked, None for a missing one", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok", "lock-a", [
+          ["a", '{"n":1}'],
+          ["c", '{"n":3}']
+        ])
+        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+
+        const b = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", ["a", "b", "c"]))
+        assert.deepStrictEqual(b.values, [Option.some('{"n":1}'), Option.none(), Option.some('{"n":3}')])
+        assert.isTrue(yield* fx.store.release("tok", "lock-b"))
+
+        const c = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", ["c", "missing", "a"]))
+        assert.deepStrictEqual(c.values, [Option.some('{"n":3}'), Option.none(), Option.some('{"n":1}')])
+      }))
+
+    test("release by the holder frees the lock and is true once; by a non-holder it is false", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        assert.isFalse(yield* fx.store.release("tok", "lock-x"))
+        assert.isTrue(Option.isSome(yield* fx.store.holder("tok")))
+        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+      }))
+
+    test("release by a stale holder (after expiry and a new grant) leaves the new holder's lock", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        const b = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+        const holder = yield* fx.store.holder("tok")
+        assert.isTrue(Option.isSome(holder))
+        if (Option.isSome(holder)) {
+          assert.strictEqual(holder.value.lockId, "lock-b")
+          assert.strictEqual(holder.value.fence, b.fence)
+        }
+        yield* expectHeld(fx.store.tryAcquire("tok", "lock-c", []))
+      }))
+
+    test("extend: the holder pushes the expiry; a stale holder fails", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        const half = Math.floor(lockMs / 2)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(half)
+        const before = Option.getOrThrow(yield* fx.store.holder("tok")).remainingMs
+        assert.isTrue(yield* fx.store.extend("tok", "lock-a"))
+        const after = Option.getOrThrow(yield* fx.store.holder("tok")).remainingMs
+        assert.isTrue(after > before, `remaining ${before} before extend, ${after} after`)
+        assert.isTrue(after <= lockMs && after > lockMs - 100, `remaining after extend ${after}`)
+        if (fx.exactTime) {
+          assert.strictEqual(before, lockMs - half)
+          assert.strictEqual(after, lockMs)
+        }
+        // past the original expiry but well within the extended one: still held by A
+        yield* fx.advance(lockMs - half + 25)
+        const stillHeld = yield* fx.store.holder("tok")
+        assert.strictEqual(Option.getOrUndefined(stillHeld)?.lockId, "lock-a")
+        yield* expectHeld(fx.store.tryAcquire("tok", "lock-b", []))
+
+        // expired, nobody holds it: extend fails and does not resurrect it
+        yield* fx.advance(lockMs)
+        assert.isFalse(yield* fx.store.extend("tok", "lock-a"))
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+
+        // another holder: a stale extend fails and leaves B's expiry alone
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        yield* fx.advance(half)
+        const bBefore = Option.getOrThrow(yield* fx.store.holder("tok")).remainingMs
+        assert.isFalse(yield* fx.store.extend("tok", "lock-a"))
+        const bAfter = Option.getOrThrow(yield* fx.store.holder("tok"))
+        assert.strictEqual(bAfter.lockId, "lock-b")
+        assert.isTrue(bAfter.remainingMs <= bBefore, `B's remaining ${bBefore} then ${bAfter.remainingMs}`)
+      }))
+
+    test("holder reports lockId, fence and remaining time; None when free", (fx) =>
+      Effect.gen(function* () {
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(100)
+        const holder = yield* fx.store.holder("tok")
+        assert.isTrue(Option.isSome(holder))
+        if (Option.isNone(holder)) return
+        assert.strictEqual(holder.value.lockId, "lock-a")
+        assert.strictEqual(holder.value.fence, grant.fence)
+        const remaining = holder.value.remainingMs
+        assert.isTrue(remaining > 0 && remaining <= fx.lockExpirationMs - 100 + 2, `remainingMs ${remaining}`)
+        if (fx.exactTime) assert.strictEqual(remaining, fx.lockExpirationMs - 100)
+        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+      }))
+  })
+
+  describe("slices", () => {
+    test("writeIfHolder writes every slice while the lock holds", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok", "lock-a", [
+          ["a", "1"],
+          ["b", "2"]
+        ])
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
+        yield* fx.store.writeIfHolder("tok", "lock-a", [["b", "3"]])
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["b", "a", "c"]), [
+          Option.some("3"),
+          Option.some("1"),
+          Option.none()
+        ])
+        // slices of another token are separate
+        assert.deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
+      }))
+
+    test("writeIfHolder after expiry: LockLost (no holder) and nothing written", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok", "lock-a", [["a", "1"]])
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        const error = yield* failsWith(
+          fx.store.writeIfHolder("tok", "lock-a", [
+            ["a", "x"],
+            ["b", "y"]
+          ]),
+          "LockLost"
+        )
+        assert.strictEqual(error.token, "tok")
+        assert.strictEqual(error.lockId, "lock-a")
+        assert.deepStrictEqual(error.holder, Option.none())
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.none()])
+      }))
+
+    test("writeIfHolder after another grant: LockLost with the current holder and nothing written", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        const error = yield* failsWith(
+          fx.store.writeIfHolder("tok", "lock-a", [
+            ["a", "x"],
+            ["b", "y"]
+          ]),
+          "LockLost"
+        )
+        assert.strictEqual(error.lockId, "lock-a")
+        assert.deepStrictEqual(error.holder, Option.some("lock-b"))
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.none(), Option.none()])
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
+      }))
+
+    test("writeIfHolder without ever holding the lock: LockLost, nothing written", (fx) =>
+      Effect.gen(function* () {
+        const error = yield* failsWith(fx.store.writeIfHolder("tok", "lock-a", [["a", "x"]]), "LockLost")
+        assert.deepStrictEqual(error.holder, Option.none())
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+      }))
+
+    test("commitAndRelease writes, releases and publishes Released", (fx) =>
+      Effect.gen(function* () {
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 1)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.commitAndRelease("tok", "lock-a", [
+          ["a", "1"],
+          ["b", "2"]
+        ])
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
+        assert.deepStrictEqual(yield* joinWithin("Released after commit", 5_000, received), [released])
+        const next = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", ["a", "b"]))
+        assert.deepStrictEqual(next.values, [Option.some("1"), Option.some("2")])
+      }))
+
+    test("commitAndRelease by a non-holder: LockLost, nothing written, lock kept, nothing published", (fx) =>
+      Effect.gen(function* () {
+        const signals = yield* fx.store.subscribe("tok")
+        const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
+        yield* Effect.fork(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
+
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        const error = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]]), "LockLost")
+        assert.deepStrictEqual(error.holder, Option.some("lock-b"))
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+        // a failed release publishes nothing either
+        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+
+        yield* fx.settle
+        assert.deepStrictEqual(yield* Ref.get(seen), [])
+        // the subscription works: the holder's release is seen
+        assert.isTrue(yield* fx.store.release("tok", "lock-b"))
+        yield* eventuallyTrue(
+          "Released after the holder's release",
+          5_000,
+          Effect.map(Ref.get(seen), (all) => all.length === 1)
+        )
+        assert.deepStrictEqual(yield* Ref.get(seen), [released])
+      }))
+  })
+
+  describe("waiters", () => {
+    test("registration and deregistration", (fx) =>
+      Effect.gen(function* () {
+        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        assert.deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
+        assert.deepStrictEqual(yield* fx.store.waiters("other"), [])
+        yield* fx.store.deregisterWaiter("tok", "inst-a")
+        assert.deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
+        yield* fx.store.deregisterWaiter("tok", "inst-a")
+        yield* fx.store.deregisterWaiter("tok", "inst-b")
+        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+      }))
+
+    test("the waiter set expires lockExpiration after its last registration", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        // two steps outlast one lockExpiration, one step is well within it
+        const step = Math.floor(lockMs / 2) + 10
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.advance(step)
+        // a registration refreshes the TTL of the whole set
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.advance(step)
+        assert.deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
+        yield* fx.advance(lockMs - step + 50)
+        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 0)
+      }))
+
+    test("otherContenders counts other instances only", (fx) =>
+      Effect.gen(function* () {
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
+        yield* fx.store.registerWaiter("tok", "self")
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 1)
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 2)
+        yield* fx.store.registerWaiter("tok", "self")
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 2)
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 2)
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "nobody"), 3)
+        yield* fx.store.deregisterWaiter("tok", "inst-a")
+        yield* fx.store.deregisterWaiter("tok", "inst-b")
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 1)
+      }))
+  })
+
+  describe("signals", () => {
+    test("a confirmed subscriber receives Contended and Released in order", (fx) =>
+      Effect.gen(function* () {
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 5)
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        yield* fx.store.commitAndRelease("tok", "lock-b", [["a", "1"]])
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.publish("tok", contended("inst-c"))
+        assert.deepStrictEqual(yield* joinWithin("five signals", 5_000, received), [
+          contended("inst-a"),
+          released,
+          released,
+          contended("inst-b"),
+          contended("inst-c")
+        ])
+      }))
+
+    test("a subscriber receives its token's signals only", (fx) =>
+      Effect.gen(function* () {
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 1)
+        yield* fx.store.publish("other", released)
+        yield* fx.store.registerWaiter("other", "inst-a")
+        yield* fx.store.publish("tok", contended("inst-z"))
+        assert.deepStrictEqual(yield* joinWithin("one signal", 5_000, received), [contended("inst-z")])
+      }))
+
+    test("two subscribers on one token both receive (Redis: one shared subscription)", (fx) =>
+      Effect.gen(function* () {
+        const channel = fx.keys.signal("tok")
+        const scope1 = yield* Scope.make()
+        const scope2 = yield* Scope.make()
+        const first = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope1))
+        const second = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope2))
+        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+        const got1 = yield* collectFirst(first, 1)
+        const got2 = yield* collectFirst(second, 2)
+        yield* fx.store.publish("tok", released)
+        assert.deepStrictEqual(yield* joinWithin("first subscriber", 5_000, got1), [released])
+
+        yield* Scope.close(scope1, Exit.void)
+        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+        yield* fx.store.publish("tok", contended("inst-a"))
+        assert.deepStrictEqual(yield* joinWithin("second subscriber", 5_000, got2), [released, contended("inst-a")])
+
+        yield* Scope.close(scope2, Exit.void)
+        if (Option.isSome(fx.channelSubscribers)) {
+          const numsub = fx.channelSubscribers.value
+          yield* eventuallyTrue(
+            "PUBSUB NUMSUB drops to 0",
+            2_000,
+            Effect.map(numsub(channel), (n) => n === 0)
+          )
+        }
+      }))
+
+    test("after the subscription's scope closes nothing more is delivered", (fx) =>
+      Effect.gen(function* () {
+        const channel = fx.keys.signal("tok")
+        const scope = yield* Scope.make()
+        const signals = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope))
+        const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
+        const reader = yield* Effect.fork(
+          Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal]))
+        )
+        yield* fx.store.publish("tok", released)
+        yield* eventuallyTrue(
+          "the first signal",
+          5_000,
+          Effect.map(Ref.get(seen), (all) => all.length === 1)
+        )
+        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+
+        yield* Scope.close(scope, Exit.void)
+        if (Option.isSome(fx.channelSubscribers)) {
+          const numsub = fx.channelSubscribers.value
+          yield* eventuallyTrue(
+            "PUBSUB NUMSUB drops to 0",
+            2_000,
+            Effect.map(numsub(channel), (n) => n === 0)
+          )
+        }
+        yield* fx.store.publish("tok", contended("inst-a"))
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.settle
+        assert.deepStrictEqual(yield* Ref.get(seen), [released])
+        yield* Fiber.interrupt(reader)
+      }))
+  })
+
+  describe("socket records", () => {
+    test("two concurrent claims: exactly one Claimed, the other Taken with the winner's record", (fx) =>
+      Effect.gen(function* () {
+        for (const token of ["tok-1", "tok-2", "tok-3", "tok-4", "tok-5"]) {
+          const [a, b] = yield* Effect.all(
+            [fx.store.claimSocket(token, recordA), fx.store.claimSocket(token, recordB)],
+            {
+              concurrency: "unbounded"
+            }
+          )
+          const outcomes = [a, b]
+          const claimed = outcomes.filter((r) => r._tag === "Claimed").length
+          assert.strictEqual(claimed, 1, `${token}: ${JSON.stringify(outcomes)}`)
+          const winner = a._tag === "Claimed" ? recordA : recordB
+          const loser = a._tag === "Claimed" ? b : a
+          assert.deepStrictEqual(loser, { _tag: "Taken", record: winner })
+          assert.deepStrictEqual(yield* fx.store.readSocket(token), Option.some(winner))
+        }
+      }))
+
+    test("claiming again returns the record there, even for the same instance", (fx) =>
+      Effect.gen(function* () {
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
+        const sameInstance: SocketRecord = { instanceId: recordA.instanceId, connectionId: "conn-other" }
+        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", sameInstance), { _tag: "Taken", record: recordA })
+        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+      }))
+
+    test("deleteSocketIfOwner deletes only an exactly matching record", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.claimSocket("tok", recordA)
+        assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", recordB))
+        const sameInstance: SocketRecord = { instanceId: recordA.instanceId, connectionId: "conn-other" }
+        assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", sameInstance))
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+        assert.isTrue(yield* fx.store.deleteSocketIfOwner("tok", recordA))
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", recordA))
+        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Claimed" })
+      }))
+
+    test("refreshSocket succeeds only for the owner", (fx) =>
+      Effect.gen(function* () {
+        assert.isFalse(yield* fx.store.refreshSocket("tok", recordA))
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        yield* fx.store.claimSocket("tok", recordA)
+        assert.isFalse(yield* fx.store.refreshSocket("tok", recordB))
+        assert.isTrue(yield* fx.store.refreshSocket("tok", recordA))
+        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+      }))
+
+    test("scanSockets lists the records of several tokens and nothing else", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.claimSocket("tok-1", recordA)
+        yield* fx.store.claimSocket("tok-2", recordB)
+        yield* fx.store.claimSocket("tok-3", recordC)
+        // other keys of the same tokens must not show up
+        yield* expectAcquired(fx.store.tryAcquire("tok-1", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok-1", "lock-a", [["socket", "not a record"]])
+        yield* fx.store.registerWaiter("tok-2", "inst-a")
+        yield* fx.store.mailboxAppend("inst-a", "payload", 100)
+        const all = yield* Stream.runCollect(fx.store.scanSockets)
+        const sorted = [...all].sort(([a], [b]) => a.localeCompare(b))
+        assert.deepStrictEqual(sorted, [
+          ["tok-1", recordA],
+          ["tok-2", recordB],
+          ["tok-3", recordC]
+        ])
+      }))
+
+    test("scanSockets skips a record that does not decode", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.claimSocket("tok-1", recordA)
+        yield* fx.putRaw(fx.keys.socket("tok-bad"), "not json")
+        const all = yield* Stream.runCollect(fx.store.scanSockets)
+        assert.deepStrictEqual([...all], [["tok-1", recordA]])
+      }))
+  })
+
+  describe("validation", () => {
+    for (const [label, token] of invalidTokens) {
+      test(`a token with ${label} is refused by every operation, before any I/O`, (fx) =>
+        Effect.gen(function* () {
+          yield* noCommandsDuring(
+            fx,
+            Effect.forEach(tokenOperations(fx.store), ([name, op]) =>
+              Effect.gen(function* () {
+                const error = yield* failsWith(op(token), "InvalidToken").pipe(
+                  Effect.catchAllDefect((defect) => Effect.dieMessage(`${name}: ${String(defect)}`))
+                )
+                assert.strictEqual(error.token, token, name)
+              })
+            )
+          )
+          assert.strictEqual(yield* fx.keyCount, 0)
+          // control: the same kind of call with a valid token does reach the server
+          if (Option.isSome(fx.commandsProcessed)) {
+            const before = yield* fx.commandsProcessed.value
+            yield* fx.store.holder("valid")
+            assert.isTrue((yield* fx.commandsProcessed.value) > before, "the command counter does not count")
+          }
+        }))
+    }
+
+    test("a 128-character token is accepted", (fx) =>
+      Effect.gen(function* () {
+        const token = `${"a".repeat(60)}_.:-${"Z9".repeat(32)}`
+        assert.strictEqual(token.length, 128)
+        const signals = yield* fx.store.subscribe(token)
+        const received = yield* collectFirst(signals, 1)
+        yield* expectAcquired(fx.store.tryAcquire(token, "lock-a", ["a"]))
+        yield* fx.store.commitAndRelease(token, "lock-a", [["a", "1"]])
+        assert.deepStrictEqual(yield* fx.store.readSlices(token, ["a"]), [Option.some("1")])
+        assert.deepStrictEqual(yield* fx.store.claimSocket(token, recordA), { _tag: "Claimed" })
+        assert.deepStrictEqual(yield* joinWithin("Released", 5_000, received), [released])
+        const scanned = yield* Stream.runCollect(fx.store.scanSockets)
+        assert.deepStrictEqual([...scanned], [[token, recordA]])
+      }))
+
+    test("invalid instance ids are refused, before any I/O", (fx) =>
+      Effect.gen(function* () {
+        for (const [, instanceId] of invalidTokens) {
+          yield* noCommandsDuring(
+            fx,
+            Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
+              failsWith(op(instanceId), "InvalidToken").pipe(
+                Effect.catchAllDefect((defect) =>
+                  Effect.dieMessage(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
+                )
+              )
+            )
+          )
+        }
+        assert.strictEqual(yield* fx.keyCount, 0)
+      }))
+
+    test("invalid slice names are refused, before any I/O", (fx) =>
+      Effect.gen(function* () {
+        const cases: ReadonlyArray<readonly [string, AnyOp]> = [
+          ["tryAcquire", (name) => fx.store.tryAcquire("tok", "lock-a", ["ok", name])],
+          ["readSlices", (name) => fx.store.readSlices("tok", [name])],
+          ["writeIfHolder", (name) => fx.store.writeIfHolder("tok", "lock-a", [[name, "1"]])],
+          ["commitAndRelease", (name) => fx.store.commitAndRelease("tok", "lock-a", [[name, "1"]])]
+        ]
+        for (const name of ["a*", "a b", "", "s[1]"]) {
+          yield* noCommandsDuring(
+            fx,
+            Effect.forEach(cases, ([opName, op]) =>
+              failsWith(op(name), "InvalidToken").pipe(
+                Effect.catchAllDefect((defect) =>
+                  Effect.dieMessage(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
+                )
+              )
+            )
+          )
+        }
+        assert.strictEqual(yield* fx.keyCount, 0)
+      }))
+  })
+
+  describe("mailbox", () => {
+    test("a reader that restarts from its last id gets every later entry once, in order", (fx) =>
+      Effect.gen(function* () {
+        const ids: Array<string> = []
+        for (const payload of ["p1", "p2", "p3"]) ids.push(yield* fx.store.mailboxAppend("inst-a", payload, 100))
+        for (let i = 1; i < ids.length; i++) {
+          assert.isTrue(compareStreamIds(ids[i] ?? "", ids[i - 1] ?? "") > 0, `ids ${ids.join(", ")}`)
+        }
+        const firstBatch = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 2 })
+        assert.deepStrictEqual(firstBatch, [
+          { id: ids[0] ?? "missing", payload: "p1" },
+          { id: ids[1] ?? "missing", payload: "p2" }
+        ])
+        // the reader "restarts" from the last id it delivered
+        const lastId = firstBatch[1]?.id ?? ""
+        for (const payload of ["p4", "p5"]) ids.push(yield* fx.store.mailboxAppend("inst-a", payload, 100))
+        const secondBatch = yield* fx.store.mailboxRead("inst-a", lastId, { count: 10 })
+        assert.deepStrictEqual(
+          secondBatch.map((e) => e.payload),
+          ["p3", "p4", "p5"]
+        )
+        assert.deepStrictEqual(
+          secondBatch.map((e) => e.id),
+          ids.slice(2)
+        )
+        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-a", ids[4] ?? "", { count: 10 }), [])
+        // mailboxes are per instance
+        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-b", MailboxStart, { count: 10 }), [])
+        const everything = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 100 })
+        assert.deepStrictEqual(
+          everything.map((e) => e.payload),
+          ["p1", "p2", "p3", "p4", "p5"]
+        )
+      }))
+
+    test("trim keeps the newest entries; length counts them", (fx) =>
+      Effect.gen(function* () {
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
+        for (const payload of ["p1", "p2", "p3", "p4", "p5"]) yield* fx.store.mailboxAppend("inst-a", payload, 100)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 5)
+        yield* fx.store.mailboxTrim("inst-a", 10)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 5)
+        yield* fx.store.mailboxTrim("inst-a", 2)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 2)
+        const left = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 })
+        assert.deepStrictEqual(
+          left.map((e) => e.payload),
+          ["p4", "p5"]
+        )
+        // ids keep increasing after a trim
+        const id = yield* fx.store.mailboxAppend("inst-a", "p6", 100)
+        assert.isTrue(compareStreamIds(id, left[1]?.id ?? "") > 0)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 3)
+      }))
+
+    test("expire removes the mailbox after the TTL", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
+        yield* fx.store.mailboxAppend("inst-a", "p2", 100)
+        yield* fx.store.mailboxExpire("inst-a", 200)
+        yield* fx.advance(100)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 2)
+        yield* fx.advance(150)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
+        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 }), [])
+      }))
+
+    test("a refreshed expiry keeps the mailbox", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
+        yield* fx.store.mailboxExpire("inst-a", 300)
+        yield* fx.advance(160)
+        yield* fx.store.mailboxExpire("inst-a", 300)
+        // 320 ms after the first expire, 160 after the refresh
+        yield* fx.advance(160)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 1)
+        yield* fx.advance(200)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
+      }))
+
+    test("a blocking read returns when an entry is appended", (fx) =>
+      Effect.gen(function* () {
+        const first = yield* fx.store.mailboxAppend("inst-a", "p0", 100)
+        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
+        yield* fx.awaitBlockedRead
+        yield* fx.advance(50)
+        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        const started = yield* liveNow
+        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
+        const entries = yield* joinWithin("the blocked read", 2_000, reader)
+        assert.deepStrictEqual(
+          entries.map((e) => e.payload),
+          ["p1"]
+        )
+        assert.isTrue((yield* liveNow) - started < 2_000)
+      }))
+
+    test("a blocking read with no entry returns nothing after blockMs", (fx) =>
+      Effect.gen(function* () {
+        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
+        yield* fx.awaitBlockedRead
+        yield* fx.advance(100)
+        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        yield* fx.advance(300)
+        assert.deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
+      }))
+  })
+
+  describe("corrupt values", () => {
+    test("a socket record that is not JSON is a CorruptValue from readSocket and claimSocket", (fx) =>
+      Effect.gen(function* () {
+        const key = fx.keys.socket("tok")
+        yield* fx.putRaw(key, "not json {")
+        const fromRead = yield* failsWith(fx.store.readSocket("tok"), "CorruptValue")
+        assert.strictEqual(fromRead.key, key)
+        assert.strictEqual(fromRead.raw, "not json {")
+        const fromClaim = yield* failsWith(fx.store.claimSocket("tok", recordA), "CorruptValue")
+        assert.strictEqual(fromClaim.key, key)
+        assert.strictEqual(fromClaim.raw, "not json {")
+        // the claim did not overwrite it
+        yield* failsWith(fx.store.readSocket("tok"), "CorruptValue")
+      }))
+
+    test("a socket record of the wrong shape is a CorruptValue", (fx) =>
+      Effect.gen(function* () {
+        const shapes = ['{"instanceId":1,"connectionId":"c"}', '{"instance":"x"}', "null", "[]", '"text"']
+        for (const [i, raw] of shapes.entries()) {
+          const token = `tok-${i}`
+          yield* fx.putRaw(fx.keys.socket(token), raw)
+          const fromRead = yield* failsWith(fx.store.readSocket(token), "CorruptValue")
+          assert.strictEqual(fromRead.raw, raw)
+          const fromClaim = yield* failsWith(fx.store.claimSocket(token, recordA), "CorruptValue")
+          assert.strictEqual(fromClaim.raw, raw)
+        }
+      }))
+
+    test("a corrupt slice value comes back raw, unchanged", (fx) =>
+      Effect.gen(function* () {
+        const raw = '{"n": oops ☃ \u0007'
+        yield* fx.putRaw(fx.keys.slice("tok", "a"), raw)
+        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some(raw), Option.none()])
+        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", ["a"]))
+        assert.deepStrictEqual(grant.values, [Option.some(raw)])
+      }))
+
+    test("a fencing counter that is not an integer is refused, not read as a number", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.putRaw(fx.keys.fence("tok"), "seven")
+        const error = yield* failsWith(fx.store.holder("tok"), "StoreRefused")
+        assert.include(error.reply, "not an integer")
+      }))
+  })
+
+  describe("faults", () => {
+    test("during an outage operations fail with StoreUnavailable in time; afterwards they succeed again", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        const signals = yield* fx.store.subscribe("tok")
+        const subscription = yield* Effect.fork(Stream.runDrain(signals))
+        const before = yield* fx.store.status
+        assert.isTrue(before.ready)
+
+        yield* fx.outage.begin
+        // if an assertion fails mid-outage, bring the store back before the scope closes
+        yield* Effect.addFinalizer(() => fx.outage.end)
+        const bound = fx.commandTimeoutMs + 750
+        const timed = <A, E extends { readonly _tag: string }>(name: string, op: Effect.Effect<A, E>) =>
+          Effect.gen(function* () {
+            const started = yield* liveNow
+            const error = yield* failsWith(op, "StoreUnavailable")
+            const elapsed = (yield* liveNow) - started
+            assert.isTrue(elapsed <= bound, `${name} failed after ${elapsed} ms (bound ${bound} ms)`)
+            return error
+          })
+        yield* timed("tryAcquire", fx.store.tryAcquire("tok", "lock-b", []))
+        yield* timed("readSlices", fx.store.readSlices("tok", ["a"]))
+        yield* timed("publish", fx.store.publish("tok", released))
+        yield* timed("claimSocket", fx.store.claimSocket("tok", recordA))
+        yield* timed("mailboxAppend", fx.store.mailboxAppend("inst-a", "p", 100))
+        // an open subscription fails too
+        const subscriptionError = yield* within(
+          "the open subscription to fail",
+          5_000,
+          Effect.flip(Fiber.join(subscription))
+        )
+        assert.strictEqual(subscriptionError._tag, "StoreUnavailable")
+        yield* eventuallyTrue(
+          "status not ready",
+          3_000,
+          Effect.map(fx.store.status, (s) => !s.ready)
+        )
+
+        yield* fx.outage.end
+        yield* eventually("operations after the outage", 10_000, fx.store.readSlices("tok", ["a"]))
+        yield* eventuallyTrue(
+          "status ready with a new epoch",
+          5_000,
+          Effect.map(fx.store.status, (s) => s.ready && s.epoch > before.epoch)
+        )
+        // a full cycle on a fresh token, in the same process and store
+        const grant = yield* expectAcquired(fx.store.tryAcquire("fresh", "lock-c", ["a"]))
+        assert.deepStrictEqual(grant.values, [Option.none()])
+        yield* fx.store.commitAndRelease("fresh", "lock-c", [["a", "1"]])
+        assert.deepStrictEqual(yield* fx.store.readSlices("fresh", ["a"]), [Option.some("1")])
+        assert.deepStrictEqual(yield* fx.store.claimSocket("fresh", recordA), { _tag: "Claimed" })
+      }))
+
+    if (backend.canHang) {
+      test("a hung store: operations fail with StoreUnavailable within the command timeout, then recover", (fx) =>
+        Effect.gen(function* () {
+          const hang = Option.getOrThrow(fx.hang)
+          yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+          yield* fx.store.writeIfHolder("tok", "lock-a", [["a", "before"]])
+          assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
+
+          yield* hang.begin
+          yield* Effect.addFinalizer(() => hang.end)
+          const bound = fx.commandTimeoutMs + 750
+          for (const [name, op] of [
+            ["readSlices", fx.store.readSlices("tok", ["a"])],
+            ["holder", fx.store.holder("tok")],
+            ["readSocket", fx.store.readSocket("tok")]
+          ] as const) {
+            const started = yield* liveNow
+            yield* failsWith(op as Effect.Effect<unknown, InvalidToken | CorruptValue | StoreError>, "StoreUnavailable")
+            const elapsed = (yield* liveNow) - started
+            assert.isTrue(elapsed <= bound, `${name} failed after ${elapsed} ms (bound ${bound} ms)`)
+            assert.isTrue(
+              elapsed >= fx.commandTimeoutMs - 50,
+              `${name} failed after ${elapsed} ms, before the command timeout: a hung server is not a refused connection`
+            )
+          }
+          yield* hang.end
+
+          // every reply goes to its own command after the late replies of the timed-out ones
+          const values = yield* eventually("operations after the hang", 5_000, fx.store.readSlices("tok", ["a", "b"]))
+          assert.deepStrictEqual(values, [Option.some("before"), Option.none()])
+          // (the lock itself has expired meanwhile: the hang outlasted lockExpiration)
+          assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+          assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
+          assert.deepStrictEqual(yield* fx.store.claimSocket("other", recordB), { _tag: "Claimed" })
+          yield* fx.store.registerWaiter("tok", "inst-b")
+          assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 1)
+          assert.deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
+        }))
+    }
+
+    test("a subscription fails when the subscriber connection is cut; a new subscribe works", (fx) =>
+      Effect.gen(function* () {
+        const signals = yield* fx.store.subscribe("tok")
+        const subscription = yield* Effect.fork(Stream.runCollect(signals))
+        const cut = yield* fx.dropSubscriptions
+        assert.isTrue(cut >= 1, `connections cut: ${cut}`)
+        const error = yield* within("the subscription to fail", 5_000, Effect.flip(Fiber.join(subscription)))
+        assert.strictEqual(error._tag, "StoreUnavailable")
+        // the command side is not affected
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+
+        const received = yield* eventually(
+          "a new subscription that receives",
+          10_000,
+          Effect.scoped(
+            Effect.gen(function* () {
+              const again = yield* fx.store.subscribe("tok")
+              const got = yield* collectFirst(again, 1)
+              yield* fx.store.publish("tok", contended("inst-a"))
+              return yield* joinWithin("the signal on the new subscription", 1_000, got)
+            })
+          )
+        )
+        assert.deepStrictEqual(received, [contended("inst-a")])
+        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+      }))
+  })
+}
