@@ -5,6 +5,9 @@
  */
 
 /** @since 0.1.0 */
+export * as Health from "./Health.js"
+
+/** @since 0.1.0 */
 export * as InstanceId from "./InstanceId.js"
 
 /** @since 0.1.0 */
@@ -17,7 +20,13 @@ export * as MemoryStore from "./MemoryStore.js"
 export * as RedisStore from "./RedisStore.js"
 
 /** @since 0.1.0 */
+export * as Signals from "./Signals.js"
+
+/** @since 0.1.0 */
 export * as Store from "./Store.js"
 
 /** @since 0.1.0 */
 export * as StoreError from "./StoreError.js"
+
+/** @since 0.1.0 */
+export * as Supervisor from "./Supervisor.js"

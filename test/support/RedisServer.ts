@@ -23,8 +23,7 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import { inject } from "vitest"
-import { createRunDir, forgetProcess, RUN_DIR_ENV, RUN_DIR_KEY, recordProcess } from "./processes.js"
+import { createRunDir, forgetProcess, RUN_DIR_ENV, recordProcess } from "./processes.js"
 import { type Reply, ReplyError, sendCommand } from "./resp.js"
 
 export type { Reply } from "./resp.js"
@@ -114,14 +113,9 @@ let runDirCache: string | undefined
 /** The run directory of this test run (see `globalSetup.ts`). */
 export const runDir = (): string => {
   if (runDirCache !== undefined) return runDirCache
+  // Set by globalSetup before the workers are forked; the harness does not import vitest,
+  // so benchmarks can use it too.
   let dir = process.env[RUN_DIR_ENV]
-  if (dir === undefined || !fs.existsSync(dir)) {
-    try {
-      dir = inject(RUN_DIR_KEY)
-    } catch {
-      dir = undefined
-    }
-  }
   if (dir === undefined || !fs.existsSync(dir)) {
     // Not started by our vitest config: keep records anyway; the exit hook still applies.
     dir = createRunDir()

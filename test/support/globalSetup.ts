@@ -3,10 +3,9 @@
  * pid of each redis-server it starts, and SIGKILLs every one still alive at teardown —
  * whatever happened to the worker that started it.
  */
-import type { TestProject } from "vitest/node"
-import { createRunDir, RUN_DIR_ENV, RUN_DIR_KEY, reapStaleRunDirs, removeRunDir } from "./processes.js"
+import { createRunDir, RUN_DIR_ENV, reapStaleRunDirs, removeRunDir } from "./processes.js"
 
-export default function setup(project: TestProject) {
+export default function setup() {
   const stale = reapStaleRunDirs()
   if (stale.length > 0) {
     console.warn(
@@ -14,10 +13,8 @@ export default function setup(project: TestProject) {
     )
   }
   const dir = createRunDir()
-  // Workers are forked after this point and inherit the environment; `provide` is the
-  // documented channel and serves runners that do not inherit it.
+  // Workers are forked after this point and inherit the environment.
   process.env[RUN_DIR_ENV] = dir
-  project.provide(RUN_DIR_KEY, dir)
   // If the main process exits without running the teardown (it does when a worker dies
   // abruptly), reap on the way out.
   const onExit = () => removeRunDir(dir)

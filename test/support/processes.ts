@@ -14,15 +14,6 @@ import * as path from "node:path"
 /** The environment variable through which test workers find the run directory. */
 export const RUN_DIR_ENV = "LEASEHOLD_TEST_REDIS_RUN_DIR"
 
-/** The key under which `globalSetup` provides the run directory (`inject`). */
-export const RUN_DIR_KEY = "leaseholdRedisRunDir"
-
-declare module "vitest" {
-  export interface ProvidedContext {
-    leaseholdRedisRunDir: string
-  }
-}
-
 const RUN_DIR_PREFIX = "leasehold-redis-run-"
 const OWNER_FILE = "owner"
 

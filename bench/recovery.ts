@@ -1,0 +1,88 @@
+/**
+ * How soon signals flow again after Redis returns from an outage.
+ *
+ * For each outage length, one worker (RedisStore + Signals, production retry settings:
+ * 1 s doubling to 30 s, jitter on) listens on a token; the server is stopped for the
+ * outage, then started again on the same port, and a separate client publishes on the
+ * token every 5 ms. `resume_ms` is the time from the server accepting connections again
+ * to the first signal the worker delivers.
+ *
+ *   npm run bench:recovery -- --json            one JSON array of {"outage_s", "resume_ms"}
+ *   npm run bench:recovery -- --outages 2,5     other outage lengths (seconds)
+ */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Stream from "effect/Stream"
+import { Redis } from "ioredis"
+import * as Health from "../src/Health.js"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as RedisStore from "../src/RedisStore.js"
+import * as Signals from "../src/Signals.js"
+import * as Supervisor from "../src/Supervisor.js"
+import * as RedisServer from "../test/support/RedisServer.js"
+
+const args = process.argv.slice(2)
+const json = args.includes("--json")
+const outagesArg = args[args.indexOf("--outages") + 1]
+const outages = args.includes("--outages") && outagesArg ? outagesArg.split(",").map(Number) : [5, 20, 60]
+
+const measure = (outageS: number) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      const worker = Signals.layer.pipe(
+        Layer.provideMerge(Supervisor.layer),
+        Layer.provideMerge(Layer.mergeAll(RedisStore.layer({ url: server.url }), Health.layer)),
+        Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: true }))
+      )
+      const context = yield* Layer.build(worker)
+      const signals = Context.get(context, Signals.Signals)
+      const stream = yield* signals.subscribe("bench")
+      let firstSignalAt: number | undefined
+      yield* stream.pipe(
+        Stream.runForEach((event) =>
+          event._tag === "Released" && firstSignalAt === undefined
+            ? Effect.map(Clock.currentTimeMillis, (now) => {
+                firstSignalAt = now
+              })
+            : Effect.void
+        ),
+        Effect.forkScoped
+      )
+      yield* server.stop
+      yield* Effect.sleep(`${outageS} seconds`)
+      firstSignalAt = undefined
+      yield* server.restart
+      const backAt = yield* Clock.currentTimeMillis
+      const publisher = new Redis(server.port, "127.0.0.1", { maxRetriesPerRequest: 1 })
+      publisher.on("error", () => undefined)
+      yield* Effect.addFinalizer(() => Effect.sync(() => publisher.disconnect()))
+      const channel = makeKeys("leasehold").signal("bench")
+      while (firstSignalAt === undefined) {
+        yield* Effect.promise(() => publisher.publish(channel, "released").catch(() => 0))
+        yield* Effect.sleep(5)
+        if ((yield* Clock.currentTimeMillis) - backAt > 120_000) break
+      }
+      return { outage_s: outageS, resume_ms: firstSignalAt === undefined ? null : firstSignalAt - backAt }
+    })
+  )
+
+const program = Effect.gen(function* () {
+  const rows = []
+  for (const outage of outages) {
+    const row = yield* measure(outage)
+    rows.push(row)
+    if (!json)
+      console.log(`outage ${String(row.outage_s).padStart(3)} s  ->  first signal ${row.resume_ms} ms after restart`)
+  }
+  if (json) console.log(JSON.stringify(rows))
+})
+
+// runMain keeps the process alive while the program awaits sockets and child processes.
+NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.None)))

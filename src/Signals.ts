@@ -1,0 +1,209 @@
+/**
+ * Per-token wake-up and contention signals, with subscriptions that survive outages.
+ *
+ * A worker holds at most one store subscription per token, however many local fibers
+ * listen. When the subscriber connection is lost, one supervised loop (`signals`) restores
+ * every token subscription as soon as the store is back, and every listener of a restored
+ * token receives `Resubscribed`: signals published meanwhile may be lost, so a waiter must
+ * re-check instead of trusting that nothing happened.
+ *
+ * @since 0.1.0
+ */
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as PubSub from "effect/PubSub"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import { validateToken } from "./internal/validate.js"
+import { type Signal, Store } from "./Store.js"
+import type { InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
+import { Supervisor, untilRecovered } from "./Supervisor.js"
+
+/**
+ * What a listener receives: a store signal, or `Resubscribed` after the token's
+ * subscription was restored (signals may have been missed before it).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SignalEvent = Signal | { readonly _tag: "Resubscribed" }
+
+/**
+ * The name of the supervised loop that restores subscriptions.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const loopName = "signals"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Signals {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /**
+     * Listen to a token's signals for the life of the scope. The store subscription is
+     * confirmed before this returns: every signal published afterwards is delivered, or
+     * followed by `Resubscribed` if the connection was lost in between.
+     */
+    readonly subscribe: (
+      token: string
+    ) => Effect.Effect<Stream.Stream<SignalEvent>, InvalidToken | StoreError, Scope.Scope>
+    /** Publish on a token's channel. */
+    readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
+    /** Tokens with at least one local listener. */
+    readonly tokens: Effect.Effect<ReadonlyArray<string>>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class Signals extends Context.Tag("leasehold/Signals")<Signals, Signals.Service>() {}
+
+interface Entry {
+  readonly token: string
+  readonly events: PubSub.PubSub<SignalEvent>
+  readonly lock: Effect.Semaphore
+  listeners: number
+  /** The scope of the latest store subscription and its pump. */
+  scope: Scope.CloseableScope | undefined
+  /** Whether that subscription still delivers. */
+  live: boolean
+  /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */
+  confirmed: boolean
+}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = Effect.gen(function* () {
+  const store = yield* Store
+  const supervisor = yield* Supervisor
+  const entries = new Map<string, Entry>()
+  // Completed by the first pump that loses its subscription; renewed by each attempt of the loop.
+  let lost = yield* Deferred.make<never, StoreUnavailable>()
+
+  const closeScope = (entry: Entry) =>
+    Effect.suspend(() => {
+      const scope = entry.scope
+      entry.scope = undefined
+      entry.live = false
+      return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+    })
+
+  /**
+   * Subscribe the token in the store unless it already is. Replacing a lost subscription
+   * announces `Resubscribed` to every listener.
+   */
+  const ensureLive = (entry: Entry) =>
+    entry.lock.withPermits(1)(
+      Effect.suspend(() => {
+        if (entry.live || entry.listeners === 0) return Effect.void
+        return Effect.uninterruptibleMask((restoreInterrupt) =>
+          Effect.gen(function* () {
+            // The pump of a lost subscription has ended; release what is left of it.
+            yield* closeScope(entry)
+            const scope = yield* Scope.make()
+            const stream = yield* restoreInterrupt(store.subscribe(entry.token)).pipe(
+              Scope.extend(scope),
+              Effect.onError(() => Scope.close(scope, Exit.void))
+            )
+            // The pump cannot close its own scope (closing waits for the pump): it marks the
+            // entry lost and wakes the loop, which closes the scope when it resubscribes.
+            const markLost = (error: StoreUnavailable) =>
+              Effect.suspend(() => {
+                if (entry.scope === scope) entry.live = false
+                return Deferred.fail(lost, error)
+              })
+            yield* stream.pipe(
+              Stream.runForEach((signal) => PubSub.publish(entry.events, signal)),
+              Effect.catchAll(markLost),
+              Effect.interruptible,
+              Effect.forkIn(scope)
+            )
+            entry.scope = scope
+            entry.live = true
+            if (entry.confirmed) yield* PubSub.publish(entry.events, { _tag: "Resubscribed" })
+            entry.confirmed = true
+          })
+        )
+      })
+    )
+
+  const subscribe = (token: string) =>
+    Effect.gen(function* () {
+      yield* validateToken(token)
+      const events = yield* PubSub.unbounded<SignalEvent>()
+      const entry = yield* Effect.acquireRelease(
+        Effect.sync(() => {
+          let entry = entries.get(token)
+          if (entry === undefined) {
+            entry = {
+              token,
+              events,
+              lock: Effect.unsafeMakeSemaphore(1),
+              listeners: 0,
+              scope: undefined,
+              live: false,
+              confirmed: false
+            }
+            entries.set(token, entry)
+          }
+          entry.listeners++
+          return entry
+        }),
+        (entry) =>
+          Effect.suspend(() => {
+            entry.listeners--
+            if (entry.listeners > 0) return Effect.void
+            entries.delete(token)
+            return entry.lock.withPermits(1)(closeScope(entry))
+          })
+      )
+      // Join the local channel first, so nothing published after the confirmation is missed.
+      const queue = yield* PubSub.subscribe(entry.events)
+      yield* ensureLive(entry)
+      return Stream.fromQueue(queue)
+    })
+
+  // One loop restores every token subscription lost with the connection. The layer is
+  // ready once the loop watches: a loss noticed before that would wait a full delay.
+  const watching = yield* Deferred.make<void>()
+  yield* supervisor.run(
+    loopName,
+    (recovered) =>
+      Effect.gen(function* () {
+        lost = yield* Deferred.make<never, StoreUnavailable>()
+        const current = lost
+        for (const entry of [...entries.values()]) yield* ensureLive(entry)
+        yield* recovered
+        yield* Deferred.succeed(watching, undefined)
+        return yield* Deferred.await(current)
+      }),
+    untilRecovered()
+  )
+  yield* Deferred.await(watching)
+
+  return Signals.of({
+    subscribe,
+    publish: (token, signal) => store.publish(token, signal),
+    tokens: Effect.sync(() => [...entries.keys()])
+  })
+})
+
+/**
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Signals, never, Store | Supervisor> = Layer.scoped(Signals, make)

@@ -1,0 +1,353 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import * as TestClock from "effect/TestClock"
+import { Redis } from "ioredis"
+import * as Health from "../src/Health.js"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import * as RedisStore from "../src/RedisStore.js"
+import * as Signals from "../src/Signals.js"
+import { Store } from "../src/Store.js"
+import * as Supervisor from "../src/Supervisor.js"
+import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
+import { atLevels, capture } from "./support/logs.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const workerLayer = <A, E, R>(store: Layer.Layer<A | Store | LeaseholdConfig.LeaseholdConfig, E, R>) =>
+  Signals.layer.pipe(Layer.provideMerge(Supervisor.layer), Layer.provideMerge(Layer.mergeAll(store, Health.layer)))
+
+/** Build a worker's signals in `scope`, logs captured. */
+const build = <A, E, R>(store: Layer.Layer<A | Store | LeaseholdConfig.LeaseholdConfig, E, R>, scope: Scope.Scope) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const context = yield* Layer.buildWithScope(workerLayer(store), scope).pipe(Effect.provide(logs.layer))
+    return {
+      logs: logs.lines,
+      lines: () => atLevels(logs.lines).map((line) => `${line.level} ${line.message}`),
+      signals: Context.get(context, Signals.Signals),
+      store: Context.get(context, Store),
+      health: Context.get(context, Health.Health),
+      context
+    }
+  })
+
+/** Listen on a token: the events arrive in a queue the test reads. */
+const listen = (signals: Signals.Signals.Service, token: string) =>
+  Effect.gen(function* () {
+    const stream = yield* signals.subscribe(token)
+    const queue = yield* Queue.unbounded<Signals.SignalEvent>()
+    yield* stream.pipe(
+      Stream.runForEach((event) => Queue.offer(queue, event)),
+      Effect.forkScoped
+    )
+    return queue
+  })
+
+const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
+  Queue.take(queue).pipe(
+    Effect.timeoutFail({ duration: ms, onTimeout: () => new Error("no signal arrived") }),
+    Effect.withClock(Clock.make())
+  )
+
+const signalsErrors = Metric.tagged(Supervisor.loopErrors, "loop", Signals.loopName)
+const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.count)
+
+describe("Signals on MemoryStore", () => {
+  const memory = (input: LeaseholdConfig.Input = {}) =>
+    MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: false, ...input })))
+
+  const setup = (input: LeaseholdConfig.Input = {}) =>
+    Effect.gen(function* () {
+      const worker = yield* build(memory(input), yield* Effect.scope)
+      return { ...worker, control: Context.get(worker.context, MemoryStore.MemoryStoreControl) }
+    })
+
+  it.scoped("a listener receives Released and Contended of its token", () =>
+    Effect.gen(function* () {
+      const { signals, store } = yield* setup()
+      const events = yield* listen(signals, "tok")
+      yield* store.registerWaiter("tok", "inst-b")
+      yield* store.tryAcquire("tok", "lock-1", [])
+      yield* store.release("tok", "lock-1")
+      yield* store.publish("other", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(events), { _tag: "Contended", instanceId: "inst-b" })
+      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      assert.strictEqual(yield* Queue.size(events), 0)
+    })
+  )
+
+  it.scoped("listeners of one token share one entry, dropped when the last leaves", () =>
+    Effect.gen(function* () {
+      const { signals } = yield* setup()
+      const first = yield* Scope.make()
+      const second = yield* Scope.make()
+      const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
+      const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      assert.deepStrictEqual(yield* signals.tokens, ["tok"])
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
+      yield* Scope.close(first, Exit.void)
+      assert.deepStrictEqual(yield* signals.tokens, ["tok"])
+      yield* signals.publish("tok", { _tag: "Contended", instanceId: "x" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "x" })
+      yield* Scope.close(second, Exit.void)
+      assert.deepStrictEqual(yield* signals.tokens, [])
+    })
+  )
+
+  it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
+    Effect.gen(function* () {
+      const { signals, control, lines } = yield* setup()
+      const a = yield* listen(signals, "tok")
+      const b = yield* listen(signals, "tok")
+      const c = yield* listen(signals, "other")
+      yield* control.dropSubscriptions
+      for (const queue of [a, b, c]) assert.deepStrictEqual(yield* next(queue), { _tag: "Resubscribed" })
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
+      assert.deepStrictEqual(lines(), [
+        "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the subscriber connection was dropped",
+        "INFO signals: task recovered"
+      ])
+    })
+  )
+
+  it.scoped("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
+    Effect.gen(function* () {
+      const { signals, control, lines, health } = yield* setup()
+      const events = yield* listen(signals, "tok")
+      const before = yield* errorCount
+      yield* control.setAvailable(false)
+      // attempts at 0, 1, 3, 7, 15, 31, 61 s: seven errors
+      for (let i = 0; i < 62; i++) yield* TestClock.adjust(1_000)
+      assert.strictEqual((yield* errorCount) - before, 7)
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Retrying")
+      yield* control.setAvailable(true)
+      assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      assert.strictEqual(yield* Clock.currentTimeMillis, 62_000)
+      assert.deepStrictEqual(lines(), [
+        "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the memory store is set unavailable",
+        "INFO signals: task recovered"
+      ])
+      assert.isTrue(yield* health.healthy)
+    })
+  )
+
+  it.scoped("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
+    Effect.gen(function* () {
+      const { signals, control } = yield* setup()
+      yield* control.setAvailable(false)
+      const error = yield* Effect.flip(Effect.scoped(signals.subscribe("tok")))
+      assert.strictEqual(error._tag, "StoreUnavailable")
+      assert.deepStrictEqual(yield* signals.tokens, [])
+      yield* control.setAvailable(true)
+      const events = yield* listen(signals, "tok")
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+    })
+  )
+
+  it.scoped("a bad token is refused before anything else", () =>
+    Effect.gen(function* () {
+      const { signals } = yield* setup()
+      const error = yield* Effect.flip(Effect.scoped(signals.subscribe("a*")))
+      assert.strictEqual(error._tag, "InvalidToken")
+      assert.deepStrictEqual(yield* signals.tokens, [])
+    })
+  )
+
+  it.effect("T7: closing the worker while the loop waits in a retry delay is immediate", () =>
+    Effect.gen(function* () {
+      const scope = yield* Scope.make()
+      const { signals, control, health } = yield* build(memory(), scope).pipe(
+        Effect.map((w) => ({ ...w, control: Context.get(w.context, MemoryStore.MemoryStoreControl) }))
+      )
+      yield* listen(signals, "tok").pipe(Scope.extend(scope))
+      yield* control.setAvailable(false)
+      for (let i = 0; i < 40; i++) yield* TestClock.adjust(1_000)
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Retrying")
+      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      const exit = yield* Fiber.join(closing).pipe(Effect.timeout(1_000), Effect.withClock(Clock.make()), Effect.exit)
+      assert.isTrue(Exit.isSuccess(exit))
+      assert.strictEqual(yield* Clock.currentTimeMillis, 40_000)
+    })
+  )
+})
+
+describe("Signals on RedisStore", () => {
+  const config = LeaseholdConfig.layerWith({
+    retryJitter: false,
+    retryDelayInitial: 20,
+    retryDelayMax: 100,
+    commandTimeout: 300,
+    connectTimeout: 1_000
+  })
+  const redis = (server: RedisServer.RedisServer) =>
+    RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(config))
+  const channel = makeKeys("leasehold").signal("tok")
+
+  const setup = Effect.gen(function* () {
+    const server = yield* RedisServer.start()
+    const worker = yield* build(redis(server), yield* Effect.scope)
+    return { server, ...worker }
+  })
+
+  /** A plain client for what the harness's one-shot connections cannot do. */
+  const adminClient = (server: RedisServer.RedisServer) =>
+    Effect.acquireRelease(
+      Effect.promise(async () => {
+        const client = new Redis(server.port, "127.0.0.1", { lazyConnect: true, retryStrategy: () => null })
+        client.on("error", () => undefined)
+        await client.connect()
+        return client
+      }),
+      (client) => Effect.sync(() => client.disconnect())
+    )
+
+  const lostLine = (server: RedisServer.RedisServer) =>
+    `ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: subscriber connection to ${server.url} lost`
+
+  it.scopedLive("two listeners share one Redis subscription, dropped when both leave", () =>
+    Effect.gen(function* () {
+      const { server, signals } = yield* setup
+      const first = yield* Scope.make()
+      const second = yield* Scope.make()
+      const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
+      const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
+      yield* Scope.close(first, Exit.void)
+      assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+      yield* Scope.close(second, Exit.void)
+      yield* eventuallyTrue(
+        "NUMSUB 0",
+        2_000,
+        Effect.map(Effect.orDie(server.numsub(channel)), (n) => n === 0)
+      )
+    })
+  )
+
+  it.scopedLive("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
+    Effect.gen(function* () {
+      const { server, signals, lines } = yield* setup
+      const a = yield* listen(signals, "tok")
+      const b = yield* listen(signals, "tok")
+      assert.strictEqual(yield* Effect.orDie(server.clientKill("pubsub")), 1)
+      assert.deepStrictEqual(yield* next(a), { _tag: "Resubscribed" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Resubscribed" })
+      assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+      yield* signals.publish("tok", { _tag: "Contended", instanceId: "w2" })
+      assert.deepStrictEqual(yield* next(a), { _tag: "Contended", instanceId: "w2" })
+      assert.deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "w2" })
+      assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+    })
+  )
+
+  it.scopedLive(
+    "the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered",
+    () =>
+      Effect.gen(function* () {
+        const { server, signals, lines } = yield* setup
+        const events = yield* listen(signals, "tok")
+        const admin = yield* adminClient(server)
+        const before = yield* errorCount
+        // At its client limit the server accepts each reconnection and closes it at once.
+        const connected = Number(
+          /connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1]
+        )
+        yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
+        assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
+        yield* eventuallyTrue(
+          "seven errors of the signals loop",
+          10_000,
+          Effect.map(errorCount, (n) => n - before >= 7)
+        )
+        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+        assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+        yield* signals.publish("tok", { _tag: "Released" })
+        assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+        assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+      })
+  )
+
+  it.scopedLive("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
+    Effect.gen(function* () {
+      const { server, signals, lines, health } = yield* setup
+      const events = yield* listen(signals, "tok")
+      const before = yield* errorCount
+      yield* server.kill
+      yield* eventuallyTrue(
+        "seven errors of the signals loop",
+        10_000,
+        Effect.map(errorCount, (n) => n - before >= 7)
+      )
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Retrying")
+      yield* server.restart
+      assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      yield* signals.publish("tok", { _tag: "Released" })
+      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+      assert.isTrue(yield* health.healthy)
+    })
+  )
+
+  it.scopedLive(
+    "T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const admin = yield* adminClient(server)
+        const scope = yield* Scope.make()
+        const slow = RedisStore.layer({ url: server.url }).pipe(
+          Layer.provideMerge(
+            LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
+          )
+        )
+        const { signals, health } = yield* build(slow, scope)
+        yield* listen(signals, "tok").pipe(Scope.extend(scope))
+        const leasehold = Effect.map(
+          Effect.promise(() => admin.client("LIST") as Promise<string>),
+          (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length
+        )
+        assert.strictEqual(yield* leasehold, 2)
+        yield* Effect.orDie(server.clientKill("pubsub"))
+        // the reconnection is refused, so the loop is left in its 30 s delay
+        yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
+        yield* eventuallyTrue(
+          "the signals loop retrying",
+          5_000,
+          Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
+        )
+        yield* liveSleep(200)
+        const started = yield* Clock.currentTimeMillis
+        yield* Scope.close(scope, Exit.void)
+        const elapsed = (yield* Clock.currentTimeMillis) - started
+        assert.isBelow(elapsed, 1_000)
+        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+        yield* eventuallyTrue(
+          "no leasehold connection left",
+          2_000,
+          Effect.map(leasehold, (n) => n === 0)
+        )
+      })
+  )
+})

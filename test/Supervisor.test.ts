@@ -1,0 +1,406 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import * as Health from "../src/Health.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import * as Supervisor from "../src/Supervisor.js"
+import { atLevels, capture, type LogLine } from "./support/logs.js"
+
+class ValueError extends Data.TaggedError("ValueError")<{ readonly message: string }> {}
+class Unexpected extends Data.TaggedError("Unexpected")<{ readonly message: string }> {}
+
+const layerFor = (input: LeaseholdConfig.Input = {}) =>
+  Supervisor.layer.pipe(
+    Layer.provideMerge(Layer.mergeAll(MemoryStore.layer, Health.layer)),
+    Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: false, ...input }))
+  )
+
+/** Build a worker's supervisor in the test scope, with logs captured. */
+const setup = (input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const scope = yield* Effect.scope
+    const context = yield* Layer.buildWithScope(layerFor(input), scope).pipe(Effect.provide(logs.layer))
+    const supervisor = Context.get(context, Supervisor.Supervisor)
+    return {
+      logs: logs.lines,
+      health: Context.get(context, Health.Health),
+      control: Context.get(context, MemoryStore.MemoryStoreControl),
+      run: <E>(
+        name: string,
+        loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E>,
+        policy?: Supervisor.Policy<E>
+      ) => supervisor.run(name, loop, policy).pipe(Effect.provide(logs.layer))
+    }
+  })
+
+/** Advance the TestClock a second at a time until the fiber ends. */
+const driveUntilDone = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, stepMs = 1_000, maxSteps = 1_000) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < maxSteps; i++) {
+      const done = yield* Fiber.poll(fiber)
+      if (Option.isSome(done)) return done.value
+      yield* TestClock.adjust(stepMs)
+    }
+    return yield* Effect.dieMessage("the fiber did not end")
+  })
+
+const messages = (lines: ReadonlyArray<LogLine>) => atLevels(lines).map((line) => `${line.level} ${line.message}`)
+
+describe("Supervisor: Limited", () => {
+  it.scoped("T1: errors, then normal returns, then an unexpected error ends the loop after exactly 5 calls", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "t1",
+        () =>
+          Effect.suspend((): Effect.Effect<void, ValueError | Unexpected> => {
+            calls++
+            if (calls <= 2) return Effect.fail(new ValueError({ message: `v${calls}` }))
+            if (calls <= 4) return Effect.void
+            return Effect.fail(new Unexpected({ message: "boom" }))
+          }),
+        Supervisor.limited<ValueError | Unexpected>({
+          delay: 0,
+          limit: 5,
+          window: "1 second",
+          retryOn: (error) => error._tag === "ValueError"
+        })
+      )
+      const exit = yield* driveUntilDone(fiber, 10)
+      assert.strictEqual(calls, 5)
+      assert.deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "boom" })))
+    })
+  )
+
+  it.scoped("T2: the limit is reached after exactly `limit` calls", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "t2",
+        () => Effect.suspend(() => Effect.fail(new ValueError({ message: `v${++calls}` }))),
+        Supervisor.limited({ delay: 0, limit: 3, window: "1 second" })
+      )
+      const exit = yield* driveUntilDone(fiber, 10)
+      assert.strictEqual(calls, 3)
+      assert.deepStrictEqual(exit, Exit.fail(new ValueError({ message: "v3" })))
+    })
+  )
+
+  it.scoped("T3: a window that elapses between errors resets the count", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "t3",
+        () =>
+          Effect.gen(function* () {
+            calls++
+            yield* Effect.sleep(50)
+            if (calls <= 3) return yield* Effect.fail(new ValueError({ message: `v${calls}` }))
+            return yield* Effect.fail(new Unexpected({ message: "runtime" }))
+          }),
+        Supervisor.limited<ValueError | Unexpected>({
+          delay: 0,
+          limit: 2,
+          window: 10,
+          retryOn: (error) => error._tag === "ValueError"
+        })
+      )
+      const exit = yield* driveUntilDone(fiber, 50)
+      assert.strictEqual(calls, 4)
+      assert.deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "runtime" })))
+    })
+  )
+
+  it.scoped("T4: the default policy's log lines, in full: four suppressed, then the limit", () =>
+    Effect.gen(function* () {
+      const { run, logs, health } = yield* setup()
+      let calls = 0
+      const fiber = yield* run("t4", () =>
+        Effect.suspend(() => Effect.fail(new ValueError({ message: `e${++calls}` })))
+      )
+      const exit = yield* driveUntilDone(fiber)
+      assert.strictEqual(calls, 5)
+      assert.isTrue(Exit.isFailure(exit))
+      assert.deepStrictEqual(messages(logs), [
+        "ERROR t4: task error suppressed: e1",
+        "ERROR t4: task error suppressed: e2",
+        "ERROR t4: task error suppressed: e3",
+        "ERROR t4: task error suppressed: e4",
+        "ERROR t4: task exceeded exception limit 5 within 60s: e5"
+      ])
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.name, "t4")
+      assert.strictEqual(loop?.state._tag, "Failed")
+      assert.isFalse(yield* health.healthy)
+    })
+  )
+
+  it.scoped("the default delay between errors is 1 s", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      const times: Array<number> = []
+      const fiber = yield* run("delay", () =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          times.push(now)
+          return Effect.fail(new ValueError({ message: "x" }))
+        })
+      )
+      yield* driveUntilDone(fiber, 250)
+      assert.deepStrictEqual(times, [0, 1_000, 2_000, 3_000, 4_000])
+    })
+  )
+
+  it.scoped("a loop that returns normally is run again at once", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "again",
+        () => Effect.suspend(() => (++calls < 100 ? Effect.void : Effect.fail(new Unexpected({ message: "stop" })))),
+        Supervisor.limited<Unexpected>({ retryOn: () => false })
+      )
+      const exit = yield* Fiber.await(fiber)
+      assert.strictEqual(calls, 100)
+      assert.isTrue(Exit.isFailure(exit))
+      assert.strictEqual(yield* Clock.currentTimeMillis, 0)
+    })
+  )
+
+  it.scoped("a defect is not retried", () =>
+    Effect.gen(function* () {
+      const { run, health } = yield* setup()
+      let calls = 0
+      const fiber = yield* run("dies", () =>
+        Effect.suspend(() => {
+          calls++
+          return Effect.die(new Error("bug"))
+        })
+      )
+      const exit = yield* Fiber.await(fiber)
+      assert.strictEqual(calls, 1)
+      assert.isTrue(Exit.isFailure(exit) && exit.cause._tag === "Die")
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Failed")
+    })
+  )
+})
+
+describe("Supervisor: UntilRecovered", () => {
+  /** A loop that records the time of each call and fails, calling `recovered` on the listed calls first. */
+  const failing = (times: Array<number>, recoverOn: ReadonlySet<number> = new Set()) => {
+    let calls = 0
+    return (recovered: Effect.Effect<void>) =>
+      Effect.gen(function* () {
+        calls++
+        times.push((yield* Clock.currentTimeMillis) / 1000)
+        if (recoverOn.has(calls)) yield* recovered
+        return yield* Effect.fail(new ValueError({ message: `down ${calls}` }))
+      })
+  }
+
+  const runFor = (fiber: Fiber.RuntimeFiber<never, unknown>, seconds: number) =>
+    Effect.gen(function* () {
+      for (let i = 0; i < seconds; i++) yield* TestClock.adjust(1_000)
+      yield* Fiber.interrupt(fiber)
+    })
+
+  it.scoped("T5: delays 1, 2, 4, 8, 16, 30, 30 s, then 1 s after `recovered`; logs in full", () =>
+    Effect.gen(function* () {
+      const { run, logs, health } = yield* setup()
+      const times: Array<number> = []
+      const fiber = yield* run("sub", failing(times, new Set([8])), Supervisor.untilRecovered())
+      yield* TestClock.adjust(0)
+      const [during] = yield* health.loops
+      assert.strictEqual(during?.state._tag, "Retrying")
+      assert.isFalse(yield* health.healthy)
+      yield* runFor(fiber, 100)
+      // calls at 0, then after 1, 2, 4, 8, 16, 30, 30; the 8th call recovers, so the next wait is 1 s
+      assert.deepStrictEqual(times.slice(0, 10), [0, 1, 3, 7, 15, 31, 61, 91, 92, 94])
+      assert.deepStrictEqual(messages(logs), [
+        "ERROR sub: task error, retrying until it recovers: down 1",
+        "INFO sub: task recovered",
+        "ERROR sub: task error, retrying until it recovers: down 8"
+      ])
+      const errors = yield* Metric.value(Metric.tagged(Supervisor.loopErrors, "loop", "sub"))
+      assert.strictEqual(errors.count, times.length)
+      const recoveries = yield* Metric.value(Metric.tagged(Supervisor.loopRecoveries, "loop", "sub"))
+      assert.strictEqual(recoveries.count, 1)
+      // interrupted: no longer listed
+      assert.deepStrictEqual(yield* health.loops, [])
+    })
+  )
+
+  it.scoped("T5: an initial delay above the cap makes every delay the cap, also after a recovery", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      const times: Array<number> = []
+      const fiber = yield* run(
+        "capped",
+        failing(times, new Set([3])),
+        Supervisor.untilRecovered({ initial: "45 seconds" })
+      )
+      yield* runFor(fiber, 150)
+      assert.deepStrictEqual(times, [0, 30, 60, 90, 120, 150])
+    })
+  )
+
+  it.scoped("`recovered` outside a run of errors logs nothing", () =>
+    Effect.gen(function* () {
+      const { run, logs } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "quiet",
+        (recovered) =>
+          Effect.gen(function* () {
+            calls++
+            yield* recovered
+            yield* Effect.sleep(1_000)
+          }),
+        Supervisor.untilRecovered()
+      )
+      yield* runFor(fiber, 5)
+      assert.strictEqual(calls, 6)
+      assert.deepStrictEqual(messages(logs), [])
+    })
+  )
+
+  it.scoped("health: retrying with the last error, running again after the recovery", () =>
+    Effect.gen(function* () {
+      const { run, health } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "h",
+        (recovered) =>
+          Effect.gen(function* () {
+            calls++
+            if (calls < 3) return yield* Effect.fail(new ValueError({ message: `down ${calls}` }))
+            yield* recovered
+            return yield* Effect.never
+          }),
+        Supervisor.untilRecovered()
+      )
+      yield* TestClock.adjust(1_500)
+      assert.deepStrictEqual(yield* health.loops, [
+        { name: "h", state: { _tag: "Retrying", since: 1_000, errors: 2, lastError: "down 2" } }
+      ])
+      yield* TestClock.adjust(2_000)
+      assert.deepStrictEqual(yield* health.loops, [{ name: "h", state: { _tag: "Running", since: 3_000 } }])
+      assert.isTrue(yield* health.healthy)
+      yield* Fiber.interrupt(fiber)
+    })
+  )
+
+  it.scoped("T6: interrupting during a 30 s delay ends the loop at once, with no further call", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup()
+      const times: Array<number> = []
+      const fiber = yield* run("t6", failing(times), Supervisor.untilRecovered({ initial: "30 seconds" }))
+      yield* TestClock.adjust(10_000)
+      assert.deepStrictEqual(times, [0])
+      const exit = yield* Fiber.interrupt(fiber)
+      assert.isTrue(Exit.isInterrupted(exit))
+      yield* TestClock.adjust(60_000)
+      assert.deepStrictEqual(times, [0])
+      assert.strictEqual(yield* Clock.currentTimeMillis, 70_000)
+    })
+  )
+
+  it.scoped("the store's connection coming back cuts a pending delay short", () =>
+    Effect.gen(function* () {
+      const { run, control } = yield* setup()
+      const times: Array<number> = []
+      yield* run("cut", failing(times), Supervisor.untilRecovered())
+      yield* control.setAvailable(false)
+      for (let i = 0; i < 70; i++) yield* TestClock.adjust(1_000)
+      // 0, 1, 3, 7, 15, 31, 61: the next call is due at 91
+      assert.deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61])
+      yield* control.setAvailable(true)
+      yield* TestClock.adjust(0)
+      assert.deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61, 70])
+    })
+  )
+
+  it.scoped("a recovery of the connection during the attempt makes the retry immediate", () =>
+    Effect.gen(function* () {
+      const { run, control } = yield* setup()
+      const times: Array<number> = []
+      let calls = 0
+      yield* run(
+        "during",
+        () =>
+          Effect.gen(function* () {
+            calls++
+            times.push(yield* Clock.currentTimeMillis)
+            if (calls === 1) yield* control.dropSubscriptions
+            if (calls <= 2) return yield* Effect.fail(new ValueError({ message: "lost" }))
+            return yield* Effect.never
+          }),
+        Supervisor.untilRecovered()
+      )
+      yield* TestClock.adjust(0)
+      // the connection dropped and came back while the first attempt ran: no wait
+      // the second attempt began after it, so its error waits the full 2 s
+      assert.deepStrictEqual(times, [0, 0])
+      yield* TestClock.adjust(2_000)
+      assert.deepStrictEqual(times, [0, 0, 2_000])
+    })
+  )
+
+  it.scoped("jitter adds at most 10 % and never exceeds the cap", () =>
+    Effect.gen(function* () {
+      const { run } = yield* setup({ retryJitter: true })
+      const times: Array<number> = []
+      const fiber = yield* run("j", failing(times), Supervisor.untilRecovered({ max: "5 seconds" }))
+      for (let i = 0; i < 400; i++) yield* TestClock.adjust(100)
+      yield* Fiber.interrupt(fiber)
+      const waits = times.slice(1).map((t, i) => Math.round((t - (times[i] ?? 0)) * 1000))
+      const bases = [1_000, 2_000, 4_000, 5_000, 5_000, 5_000]
+      for (const [i, base] of bases.entries()) {
+        const wait = waits[i]
+        assert.isDefined(wait)
+        assert.isAtLeast(wait!, base)
+        // the clock moves in 100 ms steps, so a wait is seen rounded up to the next step
+        assert.isAtMost(wait!, Math.min(base * 1.1, 5_000) + 100)
+      }
+      // below the cap, jitter did lengthen some wait
+      assert.isTrue(waits.slice(0, 3).some((wait, i) => wait > bases[i]!))
+    })
+  )
+
+  it.effect("closing the supervisor's scope interrupts a loop waiting in its retry delay", () =>
+    Effect.gen(function* () {
+      const times: Array<number> = []
+      let calls = 0
+      const loop = () =>
+        Effect.gen(function* () {
+          calls++
+          times.push(yield* Clock.currentTimeMillis)
+          return yield* Effect.fail(new ValueError({ message: "down" }))
+        })
+      const fiber = yield* Effect.scoped(
+        Effect.gen(function* () {
+          const { run } = yield* setup()
+          const fiber = yield* run("closing", loop, Supervisor.untilRecovered({ initial: "30 seconds" }))
+          yield* TestClock.adjust(1_000)
+          return fiber
+        })
+      )
+      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(fiber)))
+      assert.strictEqual(calls, 1)
+      assert.strictEqual(yield* Clock.currentTimeMillis, 1_000)
+    })
+  )
+})

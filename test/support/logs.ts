@@ -1,0 +1,30 @@
+/**
+ * Capture log records in a test, to compare the lines a component logs in full.
+ */
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+
+export interface LogLine {
+  readonly level: string
+  readonly message: string
+}
+
+/** A logger layer that appends every record to `lines`. */
+export const capture = (): { readonly lines: Array<LogLine>; readonly layer: Layer.Layer<never> } => {
+  const lines: Array<LogLine> = []
+  const logger = Logger.make(({ logLevel, message }) => {
+    const parts = Array.isArray(message) ? message : [message]
+    lines.push({ level: logLevel.label, message: parts.map(String).join(" ") })
+  })
+  // The default logger is removed as well: captured lines are asserted, not printed.
+  return { lines, layer: Layer.merge(Logger.remove(Logger.defaultLogger), Logger.add(logger)) }
+}
+
+/** The lines at WARN level or above, or of the given levels. */
+export const atLevels = (lines: ReadonlyArray<LogLine>, levels: ReadonlyArray<string> = ["ERROR", "WARN", "INFO"]) =>
+  lines.filter((line) => levels.includes(line.level))
+
+/** Run `effect` with every log record captured into `lines`. */
+export const withCapture = <A, E, R>(lines: { readonly layer: Layer.Layer<never> }, effect: Effect.Effect<A, E, R>) =>
+  Effect.provide(effect, lines.layer)
