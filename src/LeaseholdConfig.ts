@@ -234,6 +234,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   if (Duration.greaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
     return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
   }
+  if (Duration.lessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
+    // A lock that outlives the state it protects would hold nothing; the fence would restart.
+    return fail("tokenExpiration", fmt(settings.tokenExpiration), "must be greater than lockExpiration", lock)
+  }
   if (Duration.greaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
     return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
   }

@@ -221,6 +221,35 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
     for (const [name, value] of entries) ks.setString(keys.slice(token, name), value, now + tokenMs)
   }
 
+  /** SADD + PEXPIRE lockExpiration, then publish `Contended`: also when already a member, so no re-registration is silent. */
+  const registerNow = (token: string, instanceId: string, now: number): void => {
+    const key = keys.waiters(token)
+    let set = ks.getSet(key, now)
+    if (set === undefined) {
+      set = { _tag: "set", members: new Set(), deadline: undefined }
+      ks.insert(key, set)
+    }
+    set.members.add(instanceId)
+    ks.expire(key, set, now + lockMs, now)
+    publishNow(token, { _tag: "Contended", instanceId })
+  }
+
+  /** SREM. */
+  const deregisterNow = (token: string, instanceId: string, now: number): void => {
+    const key = keys.waiters(token)
+    const set = ks.getSet(key, now)
+    if (set === undefined) return
+    set.members.delete(instanceId)
+    // Redis deletes a set when its last member goes.
+    if (set.members.size === 0) ks.delete(key)
+  }
+
+  /** SCARD − SISMEMBER(self). */
+  const otherWaiters = (token: string, instanceId: string, now: number): number => {
+    const set = ks.getSet(keys.waiters(token), now)
+    return set === undefined ? 0 : set.members.size - (set.members.has(instanceId) ? 1 : 0)
+  }
+
   /** Read the record under `key` for a compare: a corrupt record matches nothing. */
   const isRecord = (key: string, record: SocketRecord, now: number): StringEntry | undefined => {
     const entry = ks.getString(key, now)
@@ -250,46 +279,62 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
   const store: Store.Service = {
     kind: "memory",
 
-    tryAcquire: (token, lockId, slices) =>
+    tryAcquire: (token, lockId, slices, options) =>
       Effect.zipRight(
-        Effect.zipRight(validateToken(token), validateSliceNames(slices)),
+        Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(slices)),
         op("tryAcquire", (now): Effect.Effect<AcquireResult, StoreRefused> => {
           const lockKey = keys.lock(token)
           const lock = ks.getString(lockKey, now)
-          if (lock !== undefined) return Effect.succeed({ _tag: "Held", remainingMs: remainingMs(lock, now) })
+          // Read before anything is written: a waiter key of the wrong type refuses the whole step.
+          const contenders = options === undefined ? 0 : otherWaiters(token, options.instanceId, now)
+          if (lock !== undefined) {
+            if (options?.register === true) registerNow(token, options.instanceId, now)
+            return Effect.succeed({ _tag: "Held", remainingMs: remainingMs(lock, now) })
+          }
           const fence = readFence(token, now)
           if (fence === undefined)
             return Effect.fail(new StoreRefused({ operation: "tryAcquire", reply: notAnInteger }))
           const values = readAndRefresh(token, slices, now)
           ks.setString(lockKey, lockId, now + lockMs)
           ks.setString(keys.fence(token), String(fence + 1), now + tokenMs)
-          return Effect.succeed({ _tag: "Acquired", fence: fence + 1, values })
+          // The new holder no longer waits; the others counted above are still in the set.
+          if (options !== undefined) deregisterNow(token, options.instanceId, now)
+          return Effect.succeed({ _tag: "Acquired", fence: fence + 1, values, contenders })
         })
       ),
 
-    release: (token, lockId) =>
+    release: (token, lockId, options) =>
       Effect.zipRight(
-        validateToken(token),
+        validateTokenAndInstance(token, options?.instanceId),
         op("release", (now) => {
           const lockKey = keys.lock(token)
-          if (ks.getString(lockKey, now)?.value !== lockId) return Effect.succeed(false)
-          ks.delete(lockKey)
-          publishNow(token, { _tag: "Released" })
-          return Effect.succeed(true)
+          const contenders = options === undefined ? 0 : otherWaiters(token, options.instanceId, now)
+          const released = ks.getString(lockKey, now)?.value === lockId
+          if (released) {
+            ks.delete(lockKey)
+            publishNow(token, { _tag: "Released" })
+          }
+          if (options?.register === true) registerNow(token, options.instanceId, now)
+          return Effect.succeed({ released, contenders })
         })
       ),
 
-    commitAndRelease: (token, lockId, entries) =>
+    commitAndRelease: (token, lockId, entries, options) =>
       Effect.zipRight(
-        Effect.zipRight(validateToken(token), validateSliceNames(entries.map(([name]) => name))),
+        Effect.zipRight(
+          validateTokenAndInstance(token, options?.instanceId),
+          validateSliceNames(entries.map(([name]) => name))
+        ),
         op("commitAndRelease", (now) => {
           const lockKey = keys.lock(token)
           const lock = ks.getString(lockKey, now)
           if (lock?.value !== lockId) return Effect.fail(lockLost(token, lockId, lock))
+          const contenders = options === undefined ? 0 : otherWaiters(token, options.instanceId, now)
           writeSlices(token, entries, now)
           ks.delete(lockKey)
           publishNow(token, { _tag: "Released" })
-          return Effect.void
+          if (options?.register === true) registerNow(token, options.instanceId, now)
+          return Effect.succeed(contenders)
         })
       ),
 
@@ -321,15 +366,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
       Effect.zipRight(
         validateTokens(token, instanceId),
         op("registerWaiter", (now) => {
-          const key = keys.waiters(token)
-          let set = ks.getSet(key, now)
-          if (set === undefined) {
-            set = { _tag: "set", members: new Set(), deadline: undefined }
-            ks.insert(key, set)
-          }
-          set.members.add(instanceId)
-          ks.expire(key, set, now + lockMs, now)
-          publishNow(token, { _tag: "Contended", instanceId })
+          registerNow(token, instanceId, now)
           return Effect.void
         })
       ),
@@ -338,13 +375,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
       Effect.zipRight(
         validateTokens(token, instanceId),
         op("deregisterWaiter", (now) => {
-          const key = keys.waiters(token)
-          const set = ks.getSet(key, now)
-          if (set !== undefined) {
-            set.members.delete(instanceId)
-            // Redis deletes a set when its last member goes.
-            if (set.members.size === 0) ks.delete(key)
-          }
+          deregisterNow(token, instanceId, now)
           return Effect.void
         })
       ),
@@ -352,11 +383,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
     otherContenders: (token, instanceId) =>
       Effect.zipRight(
         validateTokens(token, instanceId),
-        op("otherContenders", (now) => {
-          const set = ks.getSet(keys.waiters(token), now)
-          if (set === undefined) return Effect.succeed(0)
-          return Effect.succeed(set.members.size - (set.members.has(instanceId) ? 1 : 0))
-        })
+        op("otherContenders", (now) => Effect.succeed(otherWaiters(token, instanceId, now)))
       ),
 
     waiters: (token) =>

@@ -56,10 +56,12 @@ import {
   type ConnectionStatus,
   type LockHolder,
   type MailboxEntry,
+  type ReleaseResult,
   type Signal,
   type SliceEntry,
   type SocketRecord,
-  Store
+  Store,
+  type WaiterOptions
 } from "./Store.js"
 import { type CorruptValue, LockLost, type StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
 
@@ -339,16 +341,45 @@ export const make = (
     }
 
     // --- lock -----------------------------------------------------------------------
-    const tryAcquire = Effect.fn("RedisStore.tryAcquire")(function* (
+    /** The ARGV of a lock script's waiter part: instance id ("" for none), register flag, contended message. */
+    const waiterArgs = (
+      options: WaiterOptions | undefined
+    ): [instanceId: string, register: string, contended: string] =>
+      options === undefined
+        ? ["", "0", ""]
+        : [
+            options.instanceId,
+            options.register === true ? "1" : "0",
+            encodeSignal({ _tag: "Contended", instanceId: options.instanceId })
+          ]
+
+    const tryAcquire = Effect.fnUntraced(function* (
       token: string,
       lockId: string,
-      slices: ReadonlyArray<string>
+      slices: ReadonlyArray<string>,
+      options?: WaiterOptions
     ) {
-      yield* validateToken(token)
+      yield* validateTokenAndInstance(token, options?.instanceId)
       yield* validateSliceNames(slices)
-      const keyList = [keys.lock(token), keys.fence(token), ...slices.map((name) => keys.slice(token, name))]
+      const keyList = [
+        keys.lock(token),
+        keys.fence(token),
+        keys.waiters(token),
+        ...slices.map((name) => keys.slice(token, name))
+      ]
+      const [instanceId, register, contended] = waiterArgs(options)
       const reply = yield* run("tryAcquire", (c) =>
-        c.leaseholdTryAcquire(keyList.length, ...keyList, lockId, String(lockMs), String(tokenMs))
+        c.leaseholdTryAcquire(
+          keyList.length,
+          ...keyList,
+          lockId,
+          String(lockMs),
+          String(tokenMs),
+          instanceId,
+          register,
+          keys.signal(token),
+          contended
+        )
       )
       const list = asArray(reply)
       let result: AcquireResult
@@ -356,7 +387,8 @@ export const make = (
         result = {
           _tag: "Acquired",
           fence: Number(list[1]),
-          values: slices.map((_, i) => asOptionalString(list[i + 2]))
+          values: slices.map((_, i) => asOptionalString(list[i + 3])),
+          contenders: Number(list[2])
         }
       } else if (list?.[0] === 0) {
         result = { _tag: "Held", remainingMs: remaining(list[1]) }
@@ -366,50 +398,94 @@ export const make = (
       return result
     })
 
-    const release = Effect.fn("RedisStore.release")(function* (token: string, lockId: string) {
-      yield* validateToken(token)
+    const release = Effect.fnUntraced(function* (token: string, lockId: string, options?: WaiterOptions) {
+      yield* validateTokenAndInstance(token, options?.instanceId)
+      const [instanceId, register, contended] = waiterArgs(options)
       const reply = yield* run("release", (c) =>
-        c.leaseholdRelease(keys.lock(token), lockId, keys.signal(token), released)
+        c.leaseholdRelease(
+          keys.lock(token),
+          keys.waiters(token),
+          lockId,
+          keys.signal(token),
+          released,
+          instanceId,
+          register,
+          contended,
+          String(lockMs)
+        )
       )
-      return reply === 1
+      const [deleted, contenders] = asArray(reply) ?? []
+      if (typeof deleted !== "number" || typeof contenders !== "number") {
+        return yield* Effect.fail(unexpectedReply("release", reply))
+      }
+      return { released: deleted === 1, contenders } satisfies ReleaseResult
     })
 
-    const write = (operation: string, releaseAfter: boolean) =>
-      Effect.fn(`RedisStore.${operation}`)(function* (
-        token: string,
-        lockId: string,
-        entries: ReadonlyArray<SliceEntry>
-      ) {
-        yield* validateToken(token)
-        yield* validateSliceNames(entries.map(([name]) => name))
-        const keyList = [keys.lock(token), ...entries.map(([name]) => keys.slice(token, name))]
-        const reply = yield* run(operation, (c) =>
-          c.leaseholdWriteIfHolder(
-            keyList.length,
-            ...keyList,
-            lockId,
-            String(tokenMs),
-            releaseAfter ? "1" : "0",
-            keys.signal(token),
-            released,
-            ...entries.map(([, value]) => value)
-          )
+    const writeIfHolder = Effect.fnUntraced(function* (
+      token: string,
+      lockId: string,
+      entries: ReadonlyArray<SliceEntry>
+    ) {
+      yield* validateToken(token)
+      yield* validateSliceNames(entries.map(([name]) => name))
+      const keyList = [keys.lock(token), ...entries.map(([name]) => keys.slice(token, name))]
+      const reply = yield* run("writeIfHolder", (c) =>
+        c.leaseholdWriteIfHolder(
+          keyList.length,
+          ...keyList,
+          lockId,
+          String(tokenMs),
+          ...entries.map(([, value]) => value)
         )
-        const list = asArray(reply)
-        if (list?.[0] === 1) return
-        if (list?.[0] === 0) {
-          return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
-        }
-        return yield* Effect.fail(unexpectedReply(operation, reply))
-      })
+      )
+      const list = asArray(reply)
+      if (list?.[0] === 1) return
+      if (list?.[0] === 0) {
+        return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
+      }
+      return yield* Effect.fail(unexpectedReply("writeIfHolder", reply))
+    })
 
-    const extend = Effect.fn("RedisStore.extend")(function* (token: string, lockId: string) {
+    const commitAndRelease = Effect.fnUntraced(function* (
+      token: string,
+      lockId: string,
+      entries: ReadonlyArray<SliceEntry>,
+      options?: WaiterOptions
+    ) {
+      yield* validateTokenAndInstance(token, options?.instanceId)
+      yield* validateSliceNames(entries.map(([name]) => name))
+      const keyList = [keys.lock(token), keys.waiters(token), ...entries.map(([name]) => keys.slice(token, name))]
+      const [instanceId, register, contended] = waiterArgs(options)
+      const reply = yield* run("commitAndRelease", (c) =>
+        c.leaseholdCommitAndRelease(
+          keyList.length,
+          ...keyList,
+          lockId,
+          String(tokenMs),
+          keys.signal(token),
+          released,
+          instanceId,
+          register,
+          contended,
+          String(lockMs),
+          ...entries.map(([, value]) => value)
+        )
+      )
+      const list = asArray(reply)
+      if (list?.[0] === 1 && typeof list[1] === "number") return list[1]
+      if (list?.[0] === 0) {
+        return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
+      }
+      return yield* Effect.fail(unexpectedReply("commitAndRelease", reply))
+    })
+
+    const extend = Effect.fnUntraced(function* (token: string, lockId: string) {
       yield* validateToken(token)
       const reply = yield* run("extend", (c) => c.leaseholdExtend(keys.lock(token), lockId, String(lockMs)))
       return reply === 1
     })
 
-    const holder = Effect.fn("RedisStore.holder")(function* (token: string) {
+    const holder = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
       const reply = yield* run("holder", (c) => c.leaseholdHolder(keys.lock(token), keys.fence(token)))
       if (reply === null) return Option.none<LockHolder>()
@@ -429,7 +505,7 @@ export const make = (
     })
 
     // --- waiters --------------------------------------------------------------------
-    const registerWaiter = Effect.fn("RedisStore.registerWaiter")(function* (token: string, instanceId: string) {
+    const registerWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
       yield* run("registerWaiter", (c) =>
         c.leaseholdRegisterWaiter(
@@ -442,25 +518,25 @@ export const make = (
       )
     })
 
-    const deregisterWaiter = Effect.fn("RedisStore.deregisterWaiter")(function* (token: string, instanceId: string) {
+    const deregisterWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
       yield* run("deregisterWaiter", (c) => c.srem(keys.waiters(token), instanceId))
     })
 
-    const otherContenders = Effect.fn("RedisStore.otherContenders")(function* (token: string, instanceId: string) {
+    const otherContenders = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
       const reply = yield* run("otherContenders", (c) => c.leaseholdOtherContenders(keys.waiters(token), instanceId))
       return Number(reply)
     })
 
-    const waiters = Effect.fn("RedisStore.waiters")(function* (token: string) {
+    const waiters = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
       const members: ReadonlyArray<string> = yield* run("waiters", (c) => c.smembers(keys.waiters(token)))
       return members
     })
 
     // --- slices ---------------------------------------------------------------------
-    const readSlices = Effect.fn("RedisStore.readSlices")(function* (token: string, names: ReadonlyArray<string>) {
+    const readSlices = Effect.fnUntraced(function* (token: string, names: ReadonlyArray<string>) {
       yield* validateToken(token)
       yield* validateSliceNames(names)
       if (names.length === 0) return []
@@ -472,7 +548,7 @@ export const make = (
     })
 
     // --- signals --------------------------------------------------------------------
-    const publish = Effect.fn("RedisStore.publish")(function* (token: string, signal: Signal) {
+    const publish = Effect.fnUntraced(function* (token: string, signal: Signal) {
       yield* validateTokenAndInstance(token, signalInstance(signal))
       yield* run("publish", (c) => c.publish(keys.signal(token), encodeSignal(signal)))
     })
@@ -523,7 +599,7 @@ export const make = (
         )
       })
 
-    const subscribe = Effect.fn("RedisStore.subscribe")(function* (token: string) {
+    const subscribe = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
       yield* awaitReady(subscriber, commandTimeoutMs, notConnected("subscribe", commandTimeoutMs))
       const mailbox = yield* Mailbox.make<Signal, StoreUnavailable>()
@@ -546,7 +622,7 @@ export const make = (
     const decodeRecord = (key: string, raw: string): Effect.Effect<SocketRecord, CorruptValue> =>
       Either.match(decodeSocketRecord(key, raw), { onLeft: Effect.fail, onRight: Effect.succeed })
 
-    const claimSocket = Effect.fn("RedisStore.claimSocket")(function* (token: string, record: SocketRecord) {
+    const claimSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
       const key = keys.socket(token)
       const reply = yield* run("claimSocket", (c) =>
@@ -564,7 +640,7 @@ export const make = (
       return result
     })
 
-    const readSocket = Effect.fn("RedisStore.readSocket")(function* (token: string) {
+    const readSocket = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
       const key = keys.socket(token)
       const raw = yield* run("readSocket", (c) => c.get(key))
@@ -572,10 +648,7 @@ export const make = (
       return Option.some(yield* decodeRecord(key, raw))
     })
 
-    const deleteSocketIfOwner = Effect.fn("RedisStore.deleteSocketIfOwner")(function* (
-      token: string,
-      record: SocketRecord
-    ) {
+    const deleteSocketIfOwner = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
       const reply = yield* run("deleteSocketIfOwner", (c) =>
         c.leaseholdDeleteSocketIfOwner(keys.socket(token), record.instanceId, record.connectionId)
@@ -583,7 +656,7 @@ export const make = (
       return reply === 1
     })
 
-    const refreshSocket = Effect.fn("RedisStore.refreshSocket")(function* (token: string, record: SocketRecord) {
+    const refreshSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
       const reply = yield* run("refreshSocket", (c) =>
         c.leaseholdRefreshSocket(keys.socket(token), record.instanceId, record.connectionId, String(tokenMs))
@@ -625,14 +698,10 @@ export const make = (
       })
 
     const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> =
-      Stream.paginateChunkEffect("0", scanPage).pipe(Stream.withSpan("RedisStore.scanSockets"))
+      Stream.paginateChunkEffect("0", scanPage)
 
     // --- mailboxes ------------------------------------------------------------------
-    const mailboxAppend = Effect.fn("RedisStore.mailboxAppend")(function* (
-      instanceId: string,
-      payload: string,
-      maxLen: number
-    ) {
+    const mailboxAppend = Effect.fnUntraced(function* (instanceId: string, payload: string, maxLen: number) {
       yield* validateToken(instanceId)
       const id = yield* run("mailboxAppend", (c) =>
         c.xadd(keys.mailbox(instanceId), "MAXLEN", "~", String(maxLen), "*", "payload", payload)
@@ -676,7 +745,7 @@ export const make = (
         })
       )
 
-    const mailboxRead = Effect.fn("RedisStore.mailboxRead")(function* (
+    const mailboxRead = Effect.fnUntraced(function* (
       instanceId: string,
       afterId: string,
       options: { readonly count: number; readonly blockMs?: number }
@@ -694,17 +763,17 @@ export const make = (
       return yield* readBlocking(key, afterId, count, blockMs)
     })
 
-    const mailboxTrim = Effect.fn("RedisStore.mailboxTrim")(function* (instanceId: string, maxLen: number) {
+    const mailboxTrim = Effect.fnUntraced(function* (instanceId: string, maxLen: number) {
       yield* validateToken(instanceId)
       yield* run("mailboxTrim", (c) => c.xtrim(keys.mailbox(instanceId), "MAXLEN", maxLen))
     })
 
-    const mailboxExpire = Effect.fn("RedisStore.mailboxExpire")(function* (instanceId: string, ttlMs: number) {
+    const mailboxExpire = Effect.fnUntraced(function* (instanceId: string, ttlMs: number) {
       yield* validateToken(instanceId)
       yield* run("mailboxExpire", (c) => c.pexpire(keys.mailbox(instanceId), Math.max(1, Math.ceil(ttlMs))))
     })
 
-    const mailboxLength = Effect.fn("RedisStore.mailboxLength")(function* (instanceId: string) {
+    const mailboxLength = Effect.fnUntraced(function* (instanceId: string) {
       yield* validateToken(instanceId)
       return yield* run("mailboxLength", (c) => c.xlen(keys.mailbox(instanceId)))
     })
@@ -713,7 +782,7 @@ export const make = (
       kind: "redis",
       tryAcquire,
       release,
-      commitAndRelease: write("commitAndRelease", true),
+      commitAndRelease,
       extend,
       holder,
       registerWaiter,
@@ -721,7 +790,7 @@ export const make = (
       otherContenders,
       waiters,
       readSlices,
-      writeIfHolder: write("writeIfHolder", false),
+      writeIfHolder,
       publish,
       subscribe,
       status: SubscriptionRef.get(statusRef),

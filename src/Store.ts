@@ -30,12 +30,49 @@ export type AcquireResult =
       readonly fence: number
       /** The requested slices, in the order asked, `None` where nothing is stored. */
       readonly values: ReadonlyArray<Option.Option<string>>
+      /**
+       * The instances other than the caller's still registered as waiters, read in the
+       * grant's step (after the caller's instance left the set); 0 without `WaiterOptions`.
+       */
+      readonly contenders: number
     }
   | {
       readonly _tag: "Held"
       /** Milliseconds until the current holder's lock expires (0 when it expires now). */
       readonly remainingMs: number
     }
+
+/**
+ * How a lock operation involves the caller's instance in the token's waiter set, so that
+ * registration and the count of other contenders cost no round trip of their own.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WaiterOptions {
+  /** The caller's instance: never counted in `contenders`. */
+  readonly instanceId: string
+  /**
+   * tryAcquire: when the lock is held, register the instance as a waiter in the same step
+   * (SADD, PEXPIRE lockExpiration, PUBLISH contended:<instanceId>).
+   * release / commitAndRelease: after releasing, register the instance the same way (it
+   * still has local waiters and must be seen by the next holder).
+   */
+  readonly register?: boolean
+}
+
+/**
+ * The outcome of `release`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ReleaseResult {
+  /** `true` when the lock still held the caller's `lockId` and was deleted. */
+  readonly released: boolean
+  /** Registered instances other than the caller's, read before it registered; 0 without `WaiterOptions`. */
+  readonly contenders: number
+}
 
 /**
  * The current holder of a token's lock.
@@ -138,21 +175,40 @@ export declare namespace Store {
 
     /**
      * Take the lock with `lockId` (unique per acquisition) if it is free. When granted,
-     * the fence is incremented and the named slices are read in the same step.
+     * the fence is incremented and the named slices are read in the same step; with
+     * `options`, the caller's instance also leaves the waiter set and the others still in
+     * it are counted. When held, `options.register` registers the instance as a waiter
+     * (as `registerWaiter` does) in the same step.
      */
     readonly tryAcquire: (
       token: string,
       lockId: string,
-      slices: ReadonlyArray<string>
+      slices: ReadonlyArray<string>,
+      options?: WaiterOptions
     ) => Effect.Effect<AcquireResult, InvalidToken | StoreError>
-    /** Compare-and-delete; publishes `Released` when it deleted. `false` when not the holder. */
-    readonly release: (token: string, lockId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
-    /** Write every entry and release, in one step, only while `lockId` holds the lock. */
+    /**
+     * Compare-and-delete; publishes `Released` when it deleted (`released: false` when not
+     * the holder). With `options`, counts the other registered instances before any
+     * registration, then `options.register` registers the instance (after `Released`),
+     * whether or not the lock was still the caller's.
+     */
+    readonly release: (
+      token: string,
+      lockId: string,
+      options?: WaiterOptions
+    ) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
+    /**
+     * Write every entry and release, in one step, only while `lockId` holds the lock (else
+     * `LockLost`, and nothing is written or registered). Returns the other registered
+     * instances, counted before `options.register` registers the caller's (0 without
+     * `options`).
+     */
     readonly commitAndRelease: (
       token: string,
       lockId: string,
-      entries: ReadonlyArray<SliceEntry>
-    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+      entries: ReadonlyArray<SliceEntry>,
+      options?: WaiterOptions
+    ) => Effect.Effect<number, InvalidToken | LockLost | StoreError>
     /** Compare-and-extend to a full lock expiration; `false` when no longer the holder. */
     readonly extend: (token: string, lockId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
     /** The current holder, if any. */

@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -68,7 +69,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.retryDelayInitial), 500)
       assert.strictEqual(millis(s.retryDelayMax), 8000)
       assert.strictEqual(s.mailboxMaxLen, 50)
-      assert.deepStrictEqual(s.dataDir, Option.some("/tmp/lh"))
+      deepStrictEqual(s.dataDir, Option.some("/tmp/lh"))
       assert.strictEqual(millis(s.commandTimeout), 700)
       assert.strictEqual(millis(s.connectTimeout), 900)
     })
@@ -90,7 +91,7 @@ describe("LeaseholdConfig", () => {
       if (error._tag !== "InvalidConfig") return
       assert.strictEqual(error.knob, "lockWarningThreshold")
       assert.strictEqual(error.value, "2000ms")
-      assert.deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
+      deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
       assert.include(error.message, "lockWarningThreshold = 2000ms")
       assert.include(error.message, "lockExpiration = 2000ms")
     })
@@ -102,7 +103,17 @@ describe("LeaseholdConfig", () => {
     if (Either.isLeft(result)) {
       assert.strictEqual(result.left.knob, "leaseHoldTime")
       assert.strictEqual(result.left.value, "1200ms")
-      assert.deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "1000ms" })
+      deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "1000ms" })
+    }
+  })
+
+  it("the token expiration must exceed the lock expiration", () => {
+    const result = LeaseholdConfig.resolve({ lockExpiration: 5_000, tokenExpiration: 5_000 })
+    assert.isTrue(Either.isLeft(result))
+    if (Either.isLeft(result)) {
+      assert.strictEqual(result.left.knob, "tokenExpiration")
+      assert.strictEqual(result.left.value, "5000ms")
+      deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "5000ms" })
     }
   })
 

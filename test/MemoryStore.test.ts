@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -66,7 +67,7 @@ describe("MemoryStore", () => {
         yield* TestClock.adjust("500 millis")
         assert.strictEqual(yield* memory.residentKeys, 2)
         const values = yield* memory.readSlices("t1", ["a", "b"])
-        assert.deepStrictEqual(values, [Option.none(), Option.some("forever")])
+        deepStrictEqual(values, [Option.none(), Option.some("forever")])
         assert.strictEqual(yield* memory.residentKeys, 1)
       }).pipe(Effect.provide(config))
     )
@@ -79,8 +80,8 @@ describe("MemoryStore", () => {
         yield* TestClock.adjust("500 millis")
         assert.strictEqual(yield* memory.residentKeys, 2)
         assert.strictEqual(yield* memory.control.keyCount, 1)
-        assert.deepStrictEqual(yield* memory.control.getRaw(keys.lock("t1")), Option.none())
-        assert.deepStrictEqual(yield* memory.control.getRaw(keys.lock("t2")), Option.some("L2"))
+        deepStrictEqual(yield* memory.control.getRaw(keys.lock("t1")), Option.none())
+        deepStrictEqual(yield* memory.control.getRaw(keys.lock("t2")), Option.some("L2"))
       }).pipe(Effect.provide(config))
     )
   })
@@ -97,7 +98,7 @@ describe("MemoryStore", () => {
       assert.strictEqual(yield* control.keyCount, 6)
       yield* store.deregisterWaiter("t1", "w1")
       assert.strictEqual(yield* control.keyCount, 5)
-      assert.isTrue(yield* store.release("t1", "L1"))
+      assert.isTrue((yield* store.release("t1", "L1")).released)
       assert.strictEqual(yield* control.keyCount, 4)
     }).pipe(Effect.provide(StoreLive))
   )
@@ -110,15 +111,15 @@ describe("MemoryStore", () => {
         yield* store.tryAcquire("t1", "L1", [])
         yield* store.writeIfHolder("t1", "L1", [["counter", "7"]])
         yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
-        assert.deepStrictEqual(yield* control.getRaw("leasehold:{t1}:lock"), Option.some("L1"))
-        assert.deepStrictEqual(yield* control.getRaw("leasehold:{t1}:fence"), Option.some("1"))
-        assert.deepStrictEqual(yield* control.getRaw("leasehold:{t1}:s:counter"), Option.some("7"))
-        assert.deepStrictEqual(
+        deepStrictEqual(yield* control.getRaw("leasehold:{t1}:lock"), Option.some("L1"))
+        deepStrictEqual(yield* control.getRaw("leasehold:{t1}:fence"), Option.some("1"))
+        deepStrictEqual(yield* control.getRaw("leasehold:{t1}:s:counter"), Option.some("7"))
+        deepStrictEqual(
           yield* control.getRaw("leasehold:{t1}:socket"),
           Option.some('{"instanceId":"w1","connectionId":"c1"}')
         )
         yield* control.setRaw("leasehold:{t2}:s:counter", "42")
-        assert.deepStrictEqual(yield* store.readSlices("t2", ["counter"]), [Option.some("42")])
+        deepStrictEqual(yield* store.readSlices("t2", ["counter"]), [Option.some("42")])
       }).pipe(Effect.provide(StoreLive))
     )
 
@@ -133,9 +134,9 @@ describe("MemoryStore", () => {
         assert.strictEqual(tagOf(yield* Effect.exit(store.claimSocket("bad", record))), "CorruptValue")
         assert.isFalse(yield* store.deleteSocketIfOwner("bad", record))
         assert.isFalse(yield* store.refreshSocket("bad", record))
-        assert.deepStrictEqual(yield* control.getRaw(keys.socket("bad")), Option.some("not json"))
+        deepStrictEqual(yield* control.getRaw(keys.socket("bad")), Option.some("not json"))
         const scanned = yield* Stream.runCollect(store.scanSockets)
-        assert.deepStrictEqual(Array.from(scanned), [["good", record]])
+        deepStrictEqual(Array.from(scanned), [["good", record]])
       }).pipe(Effect.provide(StoreLive))
     )
 
@@ -145,12 +146,12 @@ describe("MemoryStore", () => {
         const control = yield* MemoryStore.MemoryStoreControl
         yield* control.setRaw(keys.fence("t1"), "not a number")
         assert.strictEqual(tagOf(yield* Effect.exit(store.tryAcquire("t1", "L1", []))), "StoreRefused")
-        assert.deepStrictEqual(yield* control.getRaw(keys.lock("t1")), Option.none())
+        deepStrictEqual(yield* control.getRaw(keys.lock("t1")), Option.none())
         yield* control.setRaw(keys.waiters("t1"), "not a set")
         assert.strictEqual(tagOf(yield* Effect.exit(store.registerWaiter("t1", "w1"))), "StoreRefused")
         yield* control.setRaw(keys.mailbox("w1"), "not a stream")
         assert.strictEqual(tagOf(yield* Effect.exit(store.mailboxAppend("w1", "p", 10))), "StoreRefused")
-        assert.deepStrictEqual(yield* control.getRaw(keys.mailbox("w1")), Option.some("not a stream"))
+        deepStrictEqual(yield* control.getRaw(keys.mailbox("w1")), Option.some("not a stream"))
       }).pipe(Effect.provide(StoreLive))
     )
   })
@@ -166,7 +167,7 @@ describe("MemoryStore", () => {
             const received = yield* Queue.unbounded<Signal>()
             const consumer = yield* Effect.fork(Stream.runForEach(signals, (signal) => Queue.offer(received, signal)))
             yield* store.publish("t1", { _tag: "Released" })
-            assert.deepStrictEqual(yield* Queue.take(received), { _tag: "Released" })
+            deepStrictEqual(yield* Queue.take(received), { _tag: "Released" })
             const reader = yield* Effect.fork(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
             yield* TestClock.adjust("1 second")
 
@@ -175,7 +176,7 @@ describe("MemoryStore", () => {
             assert.strictEqual(tagOf(yield* Fiber.await(reader)), "StoreUnavailable")
           })
         )
-        assert.deepStrictEqual(yield* store.status, { ready: false, epoch: 1 })
+        deepStrictEqual(yield* store.status, { ready: false, epoch: 1 })
         const failures: ReadonlyArray<Exit.Exit<unknown, { readonly _tag: string }>> = [
           yield* Effect.exit(store.tryAcquire("t1", "L1", [])),
           yield* Effect.exit(store.release("t1", "L1")),
@@ -188,7 +189,7 @@ describe("MemoryStore", () => {
           yield* Effect.exit(store.mailboxAppend("w1", "p", 10)),
           yield* Effect.exit(store.mailboxRead("w1", "0-0", { count: 10 }))
         ]
-        assert.deepStrictEqual(
+        deepStrictEqual(
           failures.map((exit) => tagOf(exit)),
           failures.map(() => "StoreUnavailable")
         )
@@ -196,9 +197,9 @@ describe("MemoryStore", () => {
         assert.strictEqual(tagOf(yield* Effect.exit(store.tryAcquire("bad token", "L1", []))), "InvalidToken")
 
         yield* control.setAvailable(true)
-        assert.deepStrictEqual(yield* store.status, { ready: true, epoch: 2 })
+        deepStrictEqual(yield* store.status, { ready: true, epoch: 2 })
         yield* control.setAvailable(true)
-        assert.deepStrictEqual(yield* store.status, { ready: true, epoch: 2 })
+        deepStrictEqual(yield* store.status, { ready: true, epoch: 2 })
         const acquired = yield* store.tryAcquire("t1", "L1", [])
         assert.strictEqual(acquired._tag, "Acquired")
       }).pipe(Effect.provide(StoreLive))
@@ -210,7 +211,7 @@ describe("MemoryStore", () => {
         const control = yield* MemoryStore.MemoryStoreControl
         const observed = yield* Queue.unbounded<ConnectionStatus>()
         yield* Effect.fork(Stream.runForEach(store.statusChanges, (status) => Queue.offer(observed, status)))
-        assert.deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 1 })
+        deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 1 })
 
         yield* Effect.scoped(
           Effect.gen(function* () {
@@ -218,20 +219,17 @@ describe("MemoryStore", () => {
             const oldConsumer = yield* Effect.fork(Stream.runDrain(old))
             yield* control.dropSubscriptions
             assert.strictEqual(tagOf(yield* Fiber.await(oldConsumer)), "StoreUnavailable")
-            assert.deepStrictEqual(yield* Queue.take(observed), { ready: false, epoch: 1 })
-            assert.deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 2 })
+            deepStrictEqual(yield* Queue.take(observed), { ready: false, epoch: 1 })
+            deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 2 })
 
             const fresh = yield* store.subscribe("t1")
             const head = yield* Effect.fork(Stream.runHead(fresh))
             yield* store.publish("t1", { _tag: "Contended", instanceId: "w2" })
-            assert.deepStrictEqual(
-              yield* Fiber.join(head),
-              Option.some({ _tag: "Contended", instanceId: "w2" } as const)
-            )
+            deepStrictEqual(yield* Fiber.join(head), Option.some({ _tag: "Contended", instanceId: "w2" } as const))
           })
         )
         yield* control.dropSubscriptions
-        assert.deepStrictEqual(yield* store.status, { ready: true, epoch: 3 })
+        deepStrictEqual(yield* store.status, { ready: true, epoch: 3 })
       }).pipe(Effect.provide(StoreLive))
     )
   })
@@ -241,7 +239,7 @@ describe("MemoryStore", () => {
       Effect.gen(function* () {
         const store = yield* Store
         const append = (payload: string) => store.mailboxAppend("w1", payload, 100)
-        assert.deepStrictEqual([yield* append("a"), yield* append("b"), yield* append("c")], ["0-1", "0-2", "0-3"])
+        deepStrictEqual([yield* append("a"), yield* append("b"), yield* append("c")], ["0-1", "0-2", "0-3"])
         yield* TestClock.setTime(9)
         assert.strictEqual(yield* append("d"), "9-0")
         yield* TestClock.setTime(5)
@@ -251,9 +249,9 @@ describe("MemoryStore", () => {
 
         const idsAfter = (id: string, count: number) =>
           Effect.map(store.mailboxRead("w1", id, { count }), (entries) => entries.map((entry) => entry.id))
-        assert.deepStrictEqual(yield* idsAfter("9-1", 10), ["10-0"])
-        assert.deepStrictEqual(yield* idsAfter("0-2", 2), ["0-3", "9-0"])
-        assert.deepStrictEqual(yield* idsAfter("0-0", 10), ["0-1", "0-2", "0-3", "9-0", "9-1", "10-0"])
+        deepStrictEqual(yield* idsAfter("9-1", 10), ["10-0"])
+        deepStrictEqual(yield* idsAfter("0-2", 2), ["0-3", "9-0"])
+        deepStrictEqual(yield* idsAfter("0-0", 10), ["0-1", "0-2", "0-3", "9-0", "9-1", "10-0"])
 
         // Trimming everything away keeps the last id, as a Redis stream does.
         yield* store.mailboxTrim("w1", 0)
@@ -275,7 +273,7 @@ describe("MemoryStore", () => {
 
         const id = yield* store.mailboxAppend("w1", "hello", 10)
         // No clock movement: only the append can end the wait.
-        assert.deepStrictEqual(yield* Fiber.join(reader), [{ id, payload: "hello" }])
+        deepStrictEqual(yield* Fiber.join(reader), [{ id, payload: "hello" }])
       }).pipe(Effect.provide(StoreLive))
     )
 
@@ -286,7 +284,7 @@ describe("MemoryStore", () => {
         yield* TestClock.adjust("4999 millis")
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
         yield* TestClock.adjust("1 millis")
-        assert.deepStrictEqual(yield* Fiber.join(reader), [])
+        deepStrictEqual(yield* Fiber.join(reader), [])
       }).pipe(Effect.provide(StoreLive))
     )
 

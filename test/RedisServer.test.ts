@@ -2,6 +2,7 @@ import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
@@ -51,10 +52,10 @@ describe("RedisServer harness", () => {
       assert.strictEqual(server.url, `redis://127.0.0.1:${server.port}`)
       assert.isTrue(yield* server.ping())
       assert.isTrue(fs.existsSync(recordFile(pid)))
-      assert.deepStrictEqual(yield* server.command("CONFIG", "GET", "save"), ["save", ""])
-      assert.deepStrictEqual(yield* server.command("CONFIG", "GET", "appendonly"), ["appendonly", "no"])
-      assert.deepStrictEqual(yield* server.command("CONFIG", "GET", "bind"), ["bind", "127.0.0.1"])
-      assert.deepStrictEqual(yield* server.command("CONFIG", "GET", "dir"), ["dir", fs.realpathSync(server.dir)])
+      deepStrictEqual(yield* server.command("CONFIG", "GET", "save"), ["save", ""])
+      deepStrictEqual(yield* server.command("CONFIG", "GET", "appendonly"), ["appendonly", "no"])
+      deepStrictEqual(yield* server.command("CONFIG", "GET", "bind"), ["bind", "127.0.0.1"])
+      deepStrictEqual(yield* server.command("CONFIG", "GET", "dir"), ["dir", fs.realpathSync(server.dir)])
       assert.strictEqual(yield* server.dbsize, 0)
 
       yield* Scope.close(scope, Exit.void)
@@ -104,7 +105,7 @@ describe("RedisServer harness", () => {
       assert.isTrue(yield* server.ping())
       assert.strictEqual(yield* server.command("GET", "k"), null)
       const config = yield* server.command("CONFIG", "GET", "port")
-      assert.deepStrictEqual(config, ["port", String(server.port)])
+      deepStrictEqual(config, ["port", String(server.port)])
 
       // restarting a running server stops it gracefully first
       yield* server.command("SET", "k", "v")
@@ -178,7 +179,7 @@ describe("RedisServer harness", () => {
       assert.strictEqual(yield* server.command("SET", "a b", "x\r\ny"), "OK")
       assert.strictEqual(yield* server.command("GET", "a b"), "x\r\ny")
       assert.strictEqual(yield* server.command("INCR", "n"), 1)
-      assert.deepStrictEqual(yield* server.command("MGET", "a b", "missing"), ["x\r\ny", null])
+      deepStrictEqual(yield* server.command("MGET", "a b", "missing"), ["x\r\ny", null])
       const error = yield* Effect.flip(server.command("INCR", "a b"))
       assert.include(error.message, "not an integer")
       const info = yield* server.info("server")
@@ -200,10 +201,10 @@ describe("RedisServer harness", () => {
       recordProcess(dir, { pid: bystanderPid ?? -1, port: server.port, worker: process.pid })
 
       const killed = reapRunDir(dir)
-      assert.deepStrictEqual(killed, [pid])
+      deepStrictEqual(killed, [pid])
       yield* waitUntil("the reaped server to exit", () => !isAlive(pid))
       assert.isTrue(isAlive(bystanderPid ?? -1))
-      assert.deepStrictEqual(fs.readdirSync(dir).sort(), ["owner"])
+      deepStrictEqual(fs.readdirSync(dir).sort(), ["owner"])
       assert.isTrue(Option.isNone(yield* server.pid))
     })
   )

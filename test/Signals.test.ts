@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -80,8 +81,8 @@ describe("Signals on MemoryStore", () => {
       yield* store.tryAcquire("tok", "lock-1", [])
       yield* store.release("tok", "lock-1")
       yield* store.publish("other", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(events), { _tag: "Contended", instanceId: "inst-b" })
-      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      deepStrictEqual(yield* next(events), { _tag: "Contended", instanceId: "inst-b" })
+      deepStrictEqual(yield* next(events), { _tag: "Released" })
       assert.strictEqual(yield* Queue.size(events), 0)
     })
   )
@@ -93,16 +94,16 @@ describe("Signals on MemoryStore", () => {
       const second = yield* Scope.make()
       const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
       const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
-      assert.deepStrictEqual(yield* signals.tokens, ["tok"])
+      deepStrictEqual(yield* signals.tokens, ["tok"])
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
+      deepStrictEqual(yield* next(a), { _tag: "Released" })
+      deepStrictEqual(yield* next(b), { _tag: "Released" })
       yield* Scope.close(first, Exit.void)
-      assert.deepStrictEqual(yield* signals.tokens, ["tok"])
+      deepStrictEqual(yield* signals.tokens, ["tok"])
       yield* signals.publish("tok", { _tag: "Contended", instanceId: "x" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "x" })
+      deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "x" })
       yield* Scope.close(second, Exit.void)
-      assert.deepStrictEqual(yield* signals.tokens, [])
+      deepStrictEqual(yield* signals.tokens, [])
     })
   )
 
@@ -113,11 +114,11 @@ describe("Signals on MemoryStore", () => {
       const b = yield* listen(signals, "tok")
       const c = yield* listen(signals, "other")
       yield* control.dropSubscriptions
-      for (const queue of [a, b, c]) assert.deepStrictEqual(yield* next(queue), { _tag: "Resubscribed" })
+      for (const queue of [a, b, c]) deepStrictEqual(yield* next(queue), { _tag: "Resubscribed" })
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
-      assert.deepStrictEqual(lines(), [
+      deepStrictEqual(yield* next(a), { _tag: "Released" })
+      deepStrictEqual(yield* next(b), { _tag: "Released" })
+      deepStrictEqual(lines(), [
         "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the subscriber connection was dropped",
         "INFO signals: task recovered"
       ])
@@ -136,11 +137,11 @@ describe("Signals on MemoryStore", () => {
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
       yield* control.setAvailable(true)
-      assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      deepStrictEqual(yield* next(events), { _tag: "Released" })
       assert.strictEqual(yield* Clock.currentTimeMillis, 62_000)
-      assert.deepStrictEqual(lines(), [
+      deepStrictEqual(lines(), [
         "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the memory store is set unavailable",
         "INFO signals: task recovered"
       ])
@@ -154,11 +155,11 @@ describe("Signals on MemoryStore", () => {
       yield* control.setAvailable(false)
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("tok")))
       assert.strictEqual(error._tag, "StoreUnavailable")
-      assert.deepStrictEqual(yield* signals.tokens, [])
+      deepStrictEqual(yield* signals.tokens, [])
       yield* control.setAvailable(true)
       const events = yield* listen(signals, "tok")
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
+      deepStrictEqual(yield* next(events), { _tag: "Released" })
     })
   )
 
@@ -167,7 +168,7 @@ describe("Signals on MemoryStore", () => {
       const { signals } = yield* setup()
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("a*")))
       assert.strictEqual(error._tag, "InvalidToken")
-      assert.deepStrictEqual(yield* signals.tokens, [])
+      deepStrictEqual(yield* signals.tokens, [])
     })
   )
 
@@ -232,8 +233,8 @@ describe("Signals on RedisStore", () => {
       const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
       assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(a), { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Released" })
+      deepStrictEqual(yield* next(a), { _tag: "Released" })
+      deepStrictEqual(yield* next(b), { _tag: "Released" })
       yield* Scope.close(first, Exit.void)
       assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
       yield* Scope.close(second, Exit.void)
@@ -251,13 +252,13 @@ describe("Signals on RedisStore", () => {
       const a = yield* listen(signals, "tok")
       const b = yield* listen(signals, "tok")
       assert.strictEqual(yield* Effect.orDie(server.clientKill("pubsub")), 1)
-      assert.deepStrictEqual(yield* next(a), { _tag: "Resubscribed" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Resubscribed" })
+      deepStrictEqual(yield* next(a), { _tag: "Resubscribed" })
+      deepStrictEqual(yield* next(b), { _tag: "Resubscribed" })
       assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
       yield* signals.publish("tok", { _tag: "Contended", instanceId: "w2" })
-      assert.deepStrictEqual(yield* next(a), { _tag: "Contended", instanceId: "w2" })
-      assert.deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "w2" })
-      assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+      deepStrictEqual(yield* next(a), { _tag: "Contended", instanceId: "w2" })
+      deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "w2" })
+      deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
     })
   )
 
@@ -281,10 +282,10 @@ describe("Signals on RedisStore", () => {
           Effect.map(errorCount, (n) => n - before >= 7)
         )
         yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-        assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+        deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
         yield* signals.publish("tok", { _tag: "Released" })
-        assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
-        assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+        deepStrictEqual(yield* next(events), { _tag: "Released" })
+        deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
       })
   )
 
@@ -302,10 +303,10 @@ describe("Signals on RedisStore", () => {
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
       yield* server.restart
-      assert.deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
       yield* signals.publish("tok", { _tag: "Released" })
-      assert.deepStrictEqual(yield* next(events), { _tag: "Released" })
-      assert.deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+      deepStrictEqual(yield* next(events), { _tag: "Released" })
+      deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
       assert.isTrue(yield* health.healthy)
     })
   )

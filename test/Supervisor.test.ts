@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
@@ -79,7 +80,7 @@ describe("Supervisor: Limited", () => {
       )
       const exit = yield* driveUntilDone(fiber, 10)
       assert.strictEqual(calls, 5)
-      assert.deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "boom" })))
+      deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "boom" })))
     })
   )
 
@@ -94,7 +95,7 @@ describe("Supervisor: Limited", () => {
       )
       const exit = yield* driveUntilDone(fiber, 10)
       assert.strictEqual(calls, 3)
-      assert.deepStrictEqual(exit, Exit.fail(new ValueError({ message: "v3" })))
+      deepStrictEqual(exit, Exit.fail(new ValueError({ message: "v3" })))
     })
   )
 
@@ -120,7 +121,7 @@ describe("Supervisor: Limited", () => {
       )
       const exit = yield* driveUntilDone(fiber, 50)
       assert.strictEqual(calls, 4)
-      assert.deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "runtime" })))
+      deepStrictEqual(exit, Exit.fail(new Unexpected({ message: "runtime" })))
     })
   )
 
@@ -134,7 +135,7 @@ describe("Supervisor: Limited", () => {
       const exit = yield* driveUntilDone(fiber)
       assert.strictEqual(calls, 5)
       assert.isTrue(Exit.isFailure(exit))
-      assert.deepStrictEqual(messages(logs), [
+      deepStrictEqual(messages(logs), [
         "ERROR t4: task error suppressed: e1",
         "ERROR t4: task error suppressed: e2",
         "ERROR t4: task error suppressed: e3",
@@ -159,7 +160,7 @@ describe("Supervisor: Limited", () => {
         })
       )
       yield* driveUntilDone(fiber, 250)
-      assert.deepStrictEqual(times, [0, 1_000, 2_000, 3_000, 4_000])
+      deepStrictEqual(times, [0, 1_000, 2_000, 3_000, 4_000])
     })
   )
 
@@ -228,8 +229,8 @@ describe("Supervisor: UntilRecovered", () => {
       assert.isFalse(yield* health.healthy)
       yield* runFor(fiber, 100)
       // calls at 0, then after 1, 2, 4, 8, 16, 30, 30; the 8th call recovers, so the next wait is 1 s
-      assert.deepStrictEqual(times.slice(0, 10), [0, 1, 3, 7, 15, 31, 61, 91, 92, 94])
-      assert.deepStrictEqual(messages(logs), [
+      deepStrictEqual(times.slice(0, 10), [0, 1, 3, 7, 15, 31, 61, 91, 92, 94])
+      deepStrictEqual(messages(logs), [
         "ERROR sub: task error, retrying until it recovers: down 1",
         "INFO sub: task recovered",
         "ERROR sub: task error, retrying until it recovers: down 8"
@@ -239,7 +240,7 @@ describe("Supervisor: UntilRecovered", () => {
       const recoveries = yield* Metric.value(Metric.tagged(Supervisor.loopRecoveries, "loop", "sub"))
       assert.strictEqual(recoveries.count, 1)
       // interrupted: no longer listed
-      assert.deepStrictEqual(yield* health.loops, [])
+      deepStrictEqual(yield* health.loops, [])
     })
   )
 
@@ -253,7 +254,7 @@ describe("Supervisor: UntilRecovered", () => {
         Supervisor.untilRecovered({ initial: "45 seconds" })
       )
       yield* runFor(fiber, 150)
-      assert.deepStrictEqual(times, [0, 30, 60, 90, 120, 150])
+      deepStrictEqual(times, [0, 30, 60, 90, 120, 150])
     })
   )
 
@@ -273,7 +274,7 @@ describe("Supervisor: UntilRecovered", () => {
       )
       yield* runFor(fiber, 5)
       assert.strictEqual(calls, 6)
-      assert.deepStrictEqual(messages(logs), [])
+      deepStrictEqual(messages(logs), [])
     })
   )
 
@@ -293,11 +294,11 @@ describe("Supervisor: UntilRecovered", () => {
         Supervisor.untilRecovered()
       )
       yield* TestClock.adjust(1_500)
-      assert.deepStrictEqual(yield* health.loops, [
+      deepStrictEqual(yield* health.loops, [
         { name: "h", state: { _tag: "Retrying", since: 1_000, errors: 2, lastError: "down 2" } }
       ])
       yield* TestClock.adjust(2_000)
-      assert.deepStrictEqual(yield* health.loops, [{ name: "h", state: { _tag: "Running", since: 3_000 } }])
+      deepStrictEqual(yield* health.loops, [{ name: "h", state: { _tag: "Running", since: 3_000 } }])
       assert.isTrue(yield* health.healthy)
       yield* Fiber.interrupt(fiber)
     })
@@ -309,11 +310,11 @@ describe("Supervisor: UntilRecovered", () => {
       const times: Array<number> = []
       const fiber = yield* run("t6", failing(times), Supervisor.untilRecovered({ initial: "30 seconds" }))
       yield* TestClock.adjust(10_000)
-      assert.deepStrictEqual(times, [0])
+      deepStrictEqual(times, [0])
       const exit = yield* Fiber.interrupt(fiber)
       assert.isTrue(Exit.isInterrupted(exit))
       yield* TestClock.adjust(60_000)
-      assert.deepStrictEqual(times, [0])
+      deepStrictEqual(times, [0])
       assert.strictEqual(yield* Clock.currentTimeMillis, 70_000)
     })
   )
@@ -326,10 +327,10 @@ describe("Supervisor: UntilRecovered", () => {
       yield* control.setAvailable(false)
       for (let i = 0; i < 70; i++) yield* TestClock.adjust(1_000)
       // 0, 1, 3, 7, 15, 31, 61: the next call is due at 91
-      assert.deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61])
+      deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61])
       yield* control.setAvailable(true)
       yield* TestClock.adjust(0)
-      assert.deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61, 70])
+      deepStrictEqual(times, [0, 1, 3, 7, 15, 31, 61, 70])
     })
   )
 
@@ -353,9 +354,9 @@ describe("Supervisor: UntilRecovered", () => {
       yield* TestClock.adjust(0)
       // the connection dropped and came back while the first attempt ran: no wait
       // the second attempt began after it, so its error waits the full 2 s
-      assert.deepStrictEqual(times, [0, 0])
+      deepStrictEqual(times, [0, 0])
       yield* TestClock.adjust(2_000)
-      assert.deepStrictEqual(times, [0, 0, 2_000])
+      deepStrictEqual(times, [0, 0, 2_000])
     })
   )
 

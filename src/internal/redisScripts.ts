@@ -16,18 +16,59 @@ export interface ScriptDefinition {
 }
 
 /**
- * KEYS: lock, fence, slice... ARGV: lockId, lockMs, tokenMs.
- * Returns `{1, fence, value-or-false...}` when granted, `{0, pttl}` when held.
+ * The waiter part shared by the lock scripts, as Lua text over the given KEYS/ARGV slots.
+ * `count` reads SCARD − SISMEMBER(self) into `contenders`; it runs before the script writes
+ * anything, so a waiter key of the wrong type fails the whole script with nothing changed
+ * (and the later SADD/SREM on that key cannot fail). `register` is `registerWaiter`'s
+ * SADD + PEXPIRE + PUBLISH contended.
+ */
+const waiterLua = (slots: {
+  readonly waiters: string
+  readonly instanceId: string
+  readonly register: string
+  readonly lockMs: string
+  readonly channel: string
+  readonly contended: string
+}) => ({
+  count: `
+local contenders = 0
+if ${slots.instanceId} ~= "" then
+  contenders = redis.call("SCARD", ${slots.waiters}) - redis.call("SISMEMBER", ${slots.waiters}, ${slots.instanceId})
+end
+`,
+  register: `
+if ${slots.register} == "1" then
+  redis.call("SADD", ${slots.waiters}, ${slots.instanceId})
+  redis.call("PEXPIRE", ${slots.waiters}, ${slots.lockMs})
+  redis.call("PUBLISH", ${slots.channel}, ${slots.contended})
+end
+`
+})
+
+/**
+ * KEYS: lock, fence, waiters, slice... ARGV: lockId, lockMs, tokenMs, instanceId (or "" for
+ * no waiter options), register ("1"/"0"), channel, contended message.
+ * Returns `{1, fence, contenders, value-or-false...}` when granted (the instance left the
+ * waiter set), `{0, pttl}` when held (the instance registered if asked).
  * `false` (not nil) marks a missing slice: a Lua array ends at the first nil, while
  * `false` becomes a nil bulk reply in place.
  */
+const tryAcquireWaiter = waiterLua({
+  waiters: "KEYS[3]",
+  instanceId: "ARGV[4]",
+  register: "ARGV[5]",
+  lockMs: "ARGV[2]",
+  channel: "ARGV[6]",
+  contended: "ARGV[7]"
+})
 const tryAcquire: ScriptDefinition = {
-  lua: `
+  lua: `${tryAcquireWaiter.count}
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
+${tryAcquireWaiter.register}
   return {0, redis.call("PTTL", KEYS[1])}
 end
-local result = {1, 0}
-for i = 3, #KEYS do
+local result = {1, 0, 0}
+for i = 4, #KEYS do
   local value = redis.pcall("GETEX", KEYS[i], "PX", ARGV[3])
   if type(value) == "table" and value.err then
     redis.call("DEL", KEYS[1])
@@ -42,25 +83,44 @@ if type(fence) == "table" and fence.err then
 end
 redis.call("PEXPIRE", KEYS[2], ARGV[3])
 result[2] = fence
+if ARGV[4] ~= "" then
+  redis.call("SREM", KEYS[3], ARGV[4])
+end
+result[3] = contenders
 return result
 `
 }
 
-/** KEYS: lock. ARGV: lockId, channel, released message. Returns 1 when deleted (and published). */
+/**
+ * KEYS: lock, waiters. ARGV: lockId, channel, released message, instanceId (or ""),
+ * register ("1"/"0"), contended message, lockMs.
+ * Returns `{released (1/0), contenders}`. `released` is published only when deleted,
+ * `contended` (when asked) after it, whoever held the lock.
+ */
+const releaseWaiter = waiterLua({
+  waiters: "KEYS[2]",
+  instanceId: "ARGV[4]",
+  register: "ARGV[5]",
+  lockMs: "ARGV[7]",
+  channel: "ARGV[2]",
+  contended: "ARGV[6]"
+})
 const release: ScriptDefinition = {
-  numberOfKeys: 1,
-  lua: `
+  numberOfKeys: 2,
+  lua: `${releaseWaiter.count}
+local released = 0
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   redis.call("DEL", KEYS[1])
   redis.call("PUBLISH", ARGV[2], ARGV[3])
-  return 1
+  released = 1
 end
-return 0
+${releaseWaiter.register}
+return {released, contenders}
 `
 }
 
 /**
- * KEYS: lock, slice... ARGV: lockId, tokenMs, release ("1"/"0"), channel, released message, value...
+ * KEYS: lock, slice... ARGV: lockId, tokenMs, value...
  * Returns `{1}` when written, `{0, holder-or-false}` when `lockId` no longer holds the lock
  * (nothing written). SET overwrites a key of any type, so no write can fail half-way.
  */
@@ -71,13 +131,40 @@ if holder ~= ARGV[1] then
   return {0, holder}
 end
 for i = 2, #KEYS do
-  redis.call("SET", KEYS[i], ARGV[i + 4], "PX", ARGV[2])
-end
-if ARGV[3] == "1" then
-  redis.call("DEL", KEYS[1])
-  redis.call("PUBLISH", ARGV[4], ARGV[5])
+  redis.call("SET", KEYS[i], ARGV[i + 1], "PX", ARGV[2])
 end
 return {1}
+`
+}
+
+/**
+ * KEYS: lock, waiters, slice... ARGV: lockId, tokenMs, channel, released message,
+ * instanceId (or ""), register ("1"/"0"), contended message, lockMs, value...
+ * Returns `{1, contenders}` when written and released, `{0, holder-or-false}` when `lockId`
+ * no longer holds the lock (nothing written, published or registered).
+ */
+const commitWaiter = waiterLua({
+  waiters: "KEYS[2]",
+  instanceId: "ARGV[5]",
+  register: "ARGV[6]",
+  lockMs: "ARGV[8]",
+  channel: "ARGV[3]",
+  contended: "ARGV[7]"
+})
+const commitAndRelease: ScriptDefinition = {
+  lua: `
+local holder = redis.call("GET", KEYS[1])
+if holder ~= ARGV[1] then
+  return {0, holder}
+end
+${commitWaiter.count}
+for i = 3, #KEYS do
+  redis.call("SET", KEYS[i], ARGV[i + 6], "PX", ARGV[2])
+end
+redis.call("DEL", KEYS[1])
+redis.call("PUBLISH", ARGV[3], ARGV[4])
+${commitWaiter.register}
+return {1, contenders}
 `
 }
 
@@ -192,6 +279,7 @@ export const scripts = {
   leaseholdTryAcquire: tryAcquire,
   leaseholdRelease: release,
   leaseholdWriteIfHolder: writeIfHolder,
+  leaseholdCommitAndRelease: commitAndRelease,
   leaseholdExtend: extend,
   leaseholdHolder: holder,
   leaseholdRegisterWaiter: registerWaiter,
@@ -213,8 +301,19 @@ export type ScriptReply = unknown
  */
 export interface ScriptCommands {
   leaseholdTryAcquire(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
-  leaseholdRelease(lock: string, lockId: string, channel: string, message: string): Promise<ScriptReply>
+  leaseholdRelease(
+    lock: string,
+    waiters: string,
+    lockId: string,
+    channel: string,
+    released: string,
+    instanceId: string,
+    register: string,
+    contended: string,
+    lockMs: string
+  ): Promise<ScriptReply>
   leaseholdWriteIfHolder(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
+  leaseholdCommitAndRelease(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
   leaseholdExtend(lock: string, lockId: string, lockMs: string): Promise<ScriptReply>
   leaseholdHolder(lock: string, fence: string): Promise<ScriptReply>
   leaseholdRegisterWaiter(

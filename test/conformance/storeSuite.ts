@@ -4,6 +4,7 @@
  * on `RedisStore` against a real redis-server started per test.
  */
 import { assert, describe } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
@@ -73,6 +74,14 @@ const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [strin
   ["registerWaiter", (i) => store.registerWaiter("tok", i)],
   ["deregisterWaiter", (i) => store.deregisterWaiter("tok", i)],
   ["otherContenders", (i) => store.otherContenders("tok", i)],
+  ["tryAcquire (options)", (i) => store.tryAcquire("tok", "lock-1", ["a"], { instanceId: i })],
+  ["tryAcquire (options, register)", (i) => store.tryAcquire("tok", "lock-1", [], { instanceId: i, register: true })],
+  ["release (options)", (i) => store.release("tok", "lock-1", { instanceId: i })],
+  ["release (options, register)", (i) => store.release("tok", "lock-1", { instanceId: i, register: true })],
+  [
+    "commitAndRelease (options, register)",
+    (i) => store.commitAndRelease("tok", "lock-1", [["a", "1"]], { instanceId: i, register: true })
+  ],
   ["mailboxAppend", (i) => store.mailboxAppend(i, "payload", 100)],
   ["mailboxRead", (i) => store.mailboxRead(i, MailboxStart, { count: 10 })],
   ["mailboxTrim", (i) => store.mailboxTrim(i, 10)],
@@ -99,6 +108,32 @@ const subscribersOf = (fx: Fixture, channel: string) =>
     onSome: (numsub) => Effect.map(numsub(channel), Option.some)
   })
 
+/** Record every signal of `token` from now on (the subscription is confirmed on return). */
+const recordSignals = (fx: Fixture, token: string) =>
+  Effect.gen(function* () {
+    const signals = yield* fx.store.subscribe(token)
+    const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
+    yield* Effect.fork(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
+    return seen
+  })
+
+/** Wait for at least `n` recorded signals, give later ones time to arrive, and return them all. */
+const signalsSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Signal>>, n: number) =>
+  Effect.gen(function* () {
+    if (n > 0) {
+      yield* eventuallyTrue(
+        `${n} signal(s)`,
+        5_000,
+        Effect.map(Ref.get(seen), (all) => all.length >= n)
+      )
+    }
+    yield* fx.settle
+    return yield* Ref.get(seen)
+  })
+
+const sortedWaiters = (fx: Fixture, token: string) =>
+  Effect.map(fx.store.waiters(token), (members) => [...members].sort())
+
 /** Register the conformance cases for `backend`. */
 export const storeSuite = (backend: Backend): void => {
   const test = backend.test
@@ -109,7 +144,7 @@ export const storeSuite = (backend: Backend): void => {
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
         const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         assert.isTrue(Number.isInteger(grant.fence) && grant.fence > 0, `fence ${grant.fence}`)
-        assert.deepStrictEqual(grant.values, [])
+        deepStrictEqual(grant.values, [])
       }))
 
     test("acquire when held: Held with 0 < remainingMs <= lockExpiration", (fx) =>
@@ -146,7 +181,7 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const fences: Array<number> = []
         fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-1", []))).fence)
-        assert.isTrue(yield* fx.store.release("tok", "lock-1"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-1")).released)
         fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-2", []))).fence)
         yield* fx.store.commitAndRelease("tok", "lock-2", [["a", "1"]])
         fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-3", []))).fence)
@@ -154,7 +189,7 @@ export const storeSuite = (backend: Backend): void => {
         fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-4", []))).fence)
         // a refused acquire does not consume a fence
         yield* expectHeld(fx.store.tryAcquire("tok", "lock-5", []))
-        assert.isTrue(yield* fx.store.release("tok", "lock-4"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-4")).released)
         fences.push((yield* expectAcquired(fx.store.tryAcquire("tok", "lock-6", []))).fence)
         for (let i = 1; i < fences.length; i++) {
           assert.isTrue((fences[i] ?? 0) > (fences[i - 1] ?? 0), `fences ${fences.join(", ")}`)
@@ -171,24 +206,24 @@ export const storeSuite = (backend: Backend): void => {
           ["a", '{"n":1}'],
           ["c", '{"n":3}']
         ])
-        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
 
         const b = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", ["a", "b", "c"]))
-        assert.deepStrictEqual(b.values, [Option.some('{"n":1}'), Option.none(), Option.some('{"n":3}')])
-        assert.isTrue(yield* fx.store.release("tok", "lock-b"))
+        deepStrictEqual(b.values, [Option.some('{"n":1}'), Option.none(), Option.some('{"n":3}')])
+        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
 
         const c = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", ["c", "missing", "a"]))
-        assert.deepStrictEqual(c.values, [Option.some('{"n":3}'), Option.none(), Option.some('{"n":1}')])
+        deepStrictEqual(c.values, [Option.some('{"n":3}'), Option.none(), Option.some('{"n":1}')])
       }))
 
     test("release by the holder frees the lock and is true once; by a non-holder it is false", (fx) =>
       Effect.gen(function* () {
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        assert.isFalse(yield* fx.store.release("tok", "lock-x"))
+        assert.isFalse((yield* fx.store.release("tok", "lock-x")).released)
         assert.isTrue(Option.isSome(yield* fx.store.holder("tok")))
-        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+        assert.isFalse((yield* fx.store.release("tok", "lock-a")).released)
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
       }))
 
@@ -197,7 +232,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         yield* fx.advance(fx.lockExpirationMs + 50)
         const b = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
-        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+        assert.isFalse((yield* fx.store.release("tok", "lock-a")).released)
         const holder = yield* fx.store.holder("tok")
         assert.isTrue(Option.isSome(holder))
         if (Option.isSome(holder)) {
@@ -256,7 +291,7 @@ export const storeSuite = (backend: Backend): void => {
         const remaining = holder.value.remainingMs
         assert.isTrue(remaining > 0 && remaining <= fx.lockExpirationMs - 100 + 2, `remainingMs ${remaining}`)
         if (fx.exactTime) assert.strictEqual(remaining, fx.lockExpirationMs - 100)
-        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
       }))
   })
@@ -269,15 +304,15 @@ export const storeSuite = (backend: Backend): void => {
           ["a", "1"],
           ["b", "2"]
         ])
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
         yield* fx.store.writeIfHolder("tok", "lock-a", [["b", "3"]])
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["b", "a", "c"]), [
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["b", "a", "c"]), [
           Option.some("3"),
           Option.some("1"),
           Option.none()
         ])
         // slices of another token are separate
-        assert.deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
+        deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
       }))
 
     test("writeIfHolder after expiry: LockLost (no holder) and nothing written", (fx) =>
@@ -294,8 +329,8 @@ export const storeSuite = (backend: Backend): void => {
         )
         assert.strictEqual(error.token, "tok")
         assert.strictEqual(error.lockId, "lock-a")
-        assert.deepStrictEqual(error.holder, Option.none())
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.none()])
+        deepStrictEqual(error.holder, Option.none())
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.none()])
       }))
 
     test("writeIfHolder after another grant: LockLost with the current holder and nothing written", (fx) =>
@@ -311,16 +346,16 @@ export const storeSuite = (backend: Backend): void => {
           "LockLost"
         )
         assert.strictEqual(error.lockId, "lock-a")
-        assert.deepStrictEqual(error.holder, Option.some("lock-b"))
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.none(), Option.none()])
+        deepStrictEqual(error.holder, Option.some("lock-b"))
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.none(), Option.none()])
         assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
       }))
 
     test("writeIfHolder without ever holding the lock: LockLost, nothing written", (fx) =>
       Effect.gen(function* () {
         const error = yield* failsWith(fx.store.writeIfHolder("tok", "lock-a", [["a", "x"]]), "LockLost")
-        assert.deepStrictEqual(error.holder, Option.none())
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+        deepStrictEqual(error.holder, Option.none())
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
       }))
 
     test("commitAndRelease writes, releases and publishes Released", (fx) =>
@@ -333,10 +368,10 @@ export const storeSuite = (backend: Backend): void => {
           ["b", "2"]
         ])
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
-        assert.deepStrictEqual(yield* joinWithin("Released after commit", 5_000, received), [released])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
+        deepStrictEqual(yield* joinWithin("Released after commit", 5_000, received), [released])
         const next = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", ["a", "b"]))
-        assert.deepStrictEqual(next.values, [Option.some("1"), Option.some("2")])
+        deepStrictEqual(next.values, [Option.some("1"), Option.some("2")])
       }))
 
     test("commitAndRelease by a non-holder: LockLost, nothing written, lock kept, nothing published", (fx) =>
@@ -349,39 +384,39 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.advance(fx.lockExpirationMs + 50)
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
         const error = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]]), "LockLost")
-        assert.deepStrictEqual(error.holder, Option.some("lock-b"))
+        deepStrictEqual(error.holder, Option.some("lock-b"))
         assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
         // a failed release publishes nothing either
-        assert.isFalse(yield* fx.store.release("tok", "lock-a"))
+        assert.isFalse((yield* fx.store.release("tok", "lock-a")).released)
 
         yield* fx.settle
-        assert.deepStrictEqual(yield* Ref.get(seen), [])
+        deepStrictEqual(yield* Ref.get(seen), [])
         // the subscription works: the holder's release is seen
-        assert.isTrue(yield* fx.store.release("tok", "lock-b"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
         yield* eventuallyTrue(
           "Released after the holder's release",
           5_000,
           Effect.map(Ref.get(seen), (all) => all.length === 1)
         )
-        assert.deepStrictEqual(yield* Ref.get(seen), [released])
+        deepStrictEqual(yield* Ref.get(seen), [released])
       }))
   })
 
   describe("waiters", () => {
     test("registration and deregistration", (fx) =>
       Effect.gen(function* () {
-        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
         yield* fx.store.registerWaiter("tok", "inst-a")
         yield* fx.store.registerWaiter("tok", "inst-b")
         yield* fx.store.registerWaiter("tok", "inst-a")
-        assert.deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
-        assert.deepStrictEqual(yield* fx.store.waiters("other"), [])
+        deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
+        deepStrictEqual(yield* fx.store.waiters("other"), [])
         yield* fx.store.deregisterWaiter("tok", "inst-a")
-        assert.deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
         yield* fx.store.deregisterWaiter("tok", "inst-a")
         yield* fx.store.deregisterWaiter("tok", "inst-b")
-        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
       }))
 
     test("the waiter set expires lockExpiration after its last registration", (fx) =>
@@ -394,9 +429,9 @@ export const storeSuite = (backend: Backend): void => {
         // a registration refreshes the TTL of the whole set
         yield* fx.store.registerWaiter("tok", "inst-b")
         yield* fx.advance(step)
-        assert.deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
+        deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
         yield* fx.advance(lockMs - step + 50)
-        assert.deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
         assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 0)
       }))
 
@@ -420,6 +455,232 @@ export const storeSuite = (backend: Backend): void => {
       }))
   })
 
+  describe("waiters in lock operations", () => {
+    test("a grant with waiter options removes the instance from the waiter set and counts the others", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-0", []))
+        yield* fx.store.writeIfHolder("tok", "lock-0", [["a", "1"]])
+        assert.isTrue((yield* fx.store.release("tok", "lock-0")).released)
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.registerWaiter("tok", "self")
+        const seen = yield* recordSignals(fx, "tok")
+
+        // `register` only matters while the lock is held: a grant never registers
+        const grant = yield* expectAcquired(
+          fx.store.tryAcquire("tok", "lock-a", ["a"], { instanceId: "self", register: true })
+        )
+        assert.strictEqual(grant.contenders, 2)
+        deepStrictEqual(grant.values, [Option.some("1")])
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
+
+        // an instance that was not registered: every registered one counts, the set stays
+        const other = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", [], { instanceId: "inst-c" }))
+        assert.strictEqual(other.contenders, 2)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
+        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
+
+        // without options: nothing counted, nobody removed
+        const plain = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
+        assert.strictEqual(plain.contenders, 0)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
+        assert.isTrue((yield* fx.store.release("tok", "lock-c")).released)
+
+        // the last member leaving removes the set, as SREM does
+        yield* fx.store.deregisterWaiter("tok", "inst-a")
+        yield* fx.store.deregisterWaiter("tok", "inst-b")
+        yield* fx.store.registerWaiter("tok", "self")
+        const alone = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-d", ["a"], { instanceId: "self" }))
+        assert.strictEqual(alone.contenders, 0)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        // lock, fence and slice "a"
+        assert.strictEqual(yield* fx.keyCount, 3)
+
+        // the grants published nothing: only the three releases and the one registration
+        deepStrictEqual(yield* signalsSeen(fx, seen, 4), [released, released, released, contended("self")])
+      }))
+
+    test("Held with register: the instance is registered for lockExpiration and Contended is published", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        // two steps outlast one lockExpiration, one step is well within it
+        const step = Math.floor(lockMs / 2) + 10
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 1)
+        yield* fx.advance(step)
+
+        const held = yield* expectHeld(
+          fx.store.tryAcquire("tok", "lock-c", ["a"], { instanceId: "inst-c", register: true })
+        )
+        assert.isTrue(held.remainingMs > 0 && held.remainingMs <= lockMs - step + 2, `remainingMs ${held.remainingMs}`)
+        if (fx.exactTime) assert.strictEqual(held.remainingMs, lockMs - step)
+        deepStrictEqual(yield* joinWithin("Contended", 5_000, received), [contended("inst-c")])
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
+
+        // the registration gave the whole set a fresh lockExpiration: inst-b's alone has run out
+        yield* fx.advance(step)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
+        yield* fx.advance(lockMs - step + 50)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+      }))
+
+    test("Held without register changes nothing: no registration, no removal, no TTL refresh, no signal", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        const step = Math.floor(lockMs / 2) + 10
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.registerWaiter("tok", "inst-c")
+        const seen = yield* recordSignals(fx, "tok")
+        const keysBefore = yield* fx.keyCount
+        yield* fx.advance(step)
+
+        yield* expectHeld(fx.store.tryAcquire("tok", "lock-c", ["a"], { instanceId: "inst-c" }))
+        yield* expectHeld(fx.store.tryAcquire("tok", "lock-d", [], { instanceId: "inst-d", register: false }))
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-c"])
+        assert.strictEqual(yield* fx.keyCount, keysBefore)
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
+
+        // inst-c's registration expires on its own schedule: the attempts did not refresh it
+        yield* fx.advance(lockMs - step + 50)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* signalsSeen(fx, seen, 0), [])
+      }))
+
+    test("release with waiter options counts the others; with register it registers after Released", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        const step = Math.floor(lockMs / 2) + 10
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.registerWaiter("tok", "self")
+
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        deepStrictEqual(yield* fx.store.release("tok", "lock-a", { instanceId: "self" }), {
+          released: true,
+          contenders: 2
+        })
+        // options without register leave the set as it was
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
+
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        deepStrictEqual(yield* fx.store.release("tok", "lock-b"), { released: true, contenders: 0 })
+
+        yield* fx.store.deregisterWaiter("tok", "self")
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 2)
+        yield* fx.advance(step)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
+        deepStrictEqual(yield* fx.store.release("tok", "lock-c", { instanceId: "self", register: true }), {
+          released: true,
+          contenders: 2
+        })
+        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [released, contended("self")])
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
+
+        // the registration refreshed the set's TTL to a full lockExpiration
+        yield* fx.advance(step)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
+        yield* fx.advance(lockMs - step + 50)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+      }))
+
+    test("release with register by a non-holder registers, publishes only Contended, reports released: false", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        const step = Math.floor(lockMs / 2) + 10
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        const seen = yield* recordSignals(fx, "tok")
+        yield* fx.advance(step)
+
+        deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-c", register: true }), {
+          released: false,
+          contenders: 1
+        })
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-c"])
+        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [contended("inst-c")])
+
+        // registered the same way: the set lives a full lockExpiration from then
+        yield* fx.advance(step)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-c"])
+        yield* fx.advance(lockMs - step + 50)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+
+        // with nobody holding the lock at all
+        deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-d", register: true }), {
+          released: false,
+          contenders: 0
+        })
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-d"])
+        deepStrictEqual(yield* signalsSeen(fx, seen, 2), [contended("inst-c"), contended("inst-d")])
+      }))
+
+    test("commitAndRelease returns the other contenders; with register it registers after Released", (fx) =>
+      Effect.gen(function* () {
+        const lockMs = fx.lockExpirationMs
+        const step = Math.floor(lockMs / 2) + 10
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.store.registerWaiter("tok", "self")
+
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-a", [["a", "1"]], { instanceId: "self" }), 1)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
+
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-b", [["a", "2"]]), 0)
+
+        yield* fx.store.deregisterWaiter("tok", "self")
+        const signals = yield* fx.store.subscribe("tok")
+        const received = yield* collectFirst(signals, 2)
+        yield* fx.advance(step)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
+        assert.strictEqual(
+          yield* fx.store.commitAndRelease("tok", "lock-c", [["a", "3"]], { instanceId: "self", register: true }),
+          1
+        )
+        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [released, contended("self")])
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("3")])
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
+
+        // the registration refreshed the set's TTL to a full lockExpiration
+        yield* fx.advance(step)
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
+        yield* fx.advance(lockMs - step + 50)
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+      }))
+
+    test("commitAndRelease with register by a non-holder: LockLost, nothing registered, written or published", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.advance(fx.lockExpirationMs + 50)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
+        const seen = yield* recordSignals(fx, "tok")
+
+        const options = { instanceId: "inst-c", register: true }
+        const error = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], options), "LockLost")
+        deepStrictEqual(error.holder, Option.some("lock-b"))
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
+
+        // nobody holds the lock at all
+        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
+        const free = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], options), "LockLost")
+        deepStrictEqual(free.holder, Option.none())
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+        // only the holder's release was published
+        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [released])
+      }))
+  })
+
   describe("signals", () => {
     test("a confirmed subscriber receives Contended and Released in order", (fx) =>
       Effect.gen(function* () {
@@ -427,12 +688,12 @@ export const storeSuite = (backend: Backend): void => {
         const received = yield* collectFirst(signals, 5)
         yield* fx.store.registerWaiter("tok", "inst-a")
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
         yield* fx.store.commitAndRelease("tok", "lock-b", [["a", "1"]])
         yield* fx.store.registerWaiter("tok", "inst-b")
         yield* fx.store.publish("tok", contended("inst-c"))
-        assert.deepStrictEqual(yield* joinWithin("five signals", 5_000, received), [
+        deepStrictEqual(yield* joinWithin("five signals", 5_000, received), [
           contended("inst-a"),
           released,
           released,
@@ -448,7 +709,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.publish("other", released)
         yield* fx.store.registerWaiter("other", "inst-a")
         yield* fx.store.publish("tok", contended("inst-z"))
-        assert.deepStrictEqual(yield* joinWithin("one signal", 5_000, received), [contended("inst-z")])
+        deepStrictEqual(yield* joinWithin("one signal", 5_000, received), [contended("inst-z")])
       }))
 
     test("two subscribers on one token both receive (Redis: one shared subscription)", (fx) =>
@@ -458,16 +719,16 @@ export const storeSuite = (backend: Backend): void => {
         const scope2 = yield* Scope.make()
         const first = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope1))
         const second = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope2))
-        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+        deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
         const got1 = yield* collectFirst(first, 1)
         const got2 = yield* collectFirst(second, 2)
         yield* fx.store.publish("tok", released)
-        assert.deepStrictEqual(yield* joinWithin("first subscriber", 5_000, got1), [released])
+        deepStrictEqual(yield* joinWithin("first subscriber", 5_000, got1), [released])
 
         yield* Scope.close(scope1, Exit.void)
-        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+        deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
         yield* fx.store.publish("tok", contended("inst-a"))
-        assert.deepStrictEqual(yield* joinWithin("second subscriber", 5_000, got2), [released, contended("inst-a")])
+        deepStrictEqual(yield* joinWithin("second subscriber", 5_000, got2), [released, contended("inst-a")])
 
         yield* Scope.close(scope2, Exit.void)
         if (Option.isSome(fx.channelSubscribers)) {
@@ -495,7 +756,7 @@ export const storeSuite = (backend: Backend): void => {
           5_000,
           Effect.map(Ref.get(seen), (all) => all.length === 1)
         )
-        assert.deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
+        deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
 
         yield* Scope.close(scope, Exit.void)
         if (Option.isSome(fx.channelSubscribers)) {
@@ -509,7 +770,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.publish("tok", contended("inst-a"))
         yield* fx.store.registerWaiter("tok", "inst-b")
         yield* fx.settle
-        assert.deepStrictEqual(yield* Ref.get(seen), [released])
+        deepStrictEqual(yield* Ref.get(seen), [released])
         yield* Fiber.interrupt(reader)
       }))
   })
@@ -529,19 +790,19 @@ export const storeSuite = (backend: Backend): void => {
           assert.strictEqual(claimed, 1, `${token}: ${JSON.stringify(outcomes)}`)
           const winner = a._tag === "Claimed" ? recordA : recordB
           const loser = a._tag === "Claimed" ? b : a
-          assert.deepStrictEqual(loser, { _tag: "Taken", record: winner })
-          assert.deepStrictEqual(yield* fx.store.readSocket(token), Option.some(winner))
+          deepStrictEqual(loser, { _tag: "Taken", record: winner })
+          deepStrictEqual(yield* fx.store.readSocket(token), Option.some(winner))
         }
       }))
 
     test("claiming again returns the record there, even for the same instance", (fx) =>
       Effect.gen(function* () {
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
-        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
         const sameInstance: SocketRecord = { instanceId: recordA.instanceId, connectionId: "conn-other" }
-        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", sameInstance), { _tag: "Taken", record: recordA })
-        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+        deepStrictEqual(yield* fx.store.claimSocket("tok", sameInstance), { _tag: "Taken", record: recordA })
+        deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
       }))
 
     test("deleteSocketIfOwner deletes only an exactly matching record", (fx) =>
@@ -550,21 +811,21 @@ export const storeSuite = (backend: Backend): void => {
         assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", recordB))
         const sameInstance: SocketRecord = { instanceId: recordA.instanceId, connectionId: "conn-other" }
         assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", sameInstance))
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
         assert.isTrue(yield* fx.store.deleteSocketIfOwner("tok", recordA))
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
         assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok", recordA))
-        assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Claimed" })
+        deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Claimed" })
       }))
 
     test("refreshSocket succeeds only for the owner", (fx) =>
       Effect.gen(function* () {
         assert.isFalse(yield* fx.store.refreshSocket("tok", recordA))
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
         yield* fx.store.claimSocket("tok", recordA)
         assert.isFalse(yield* fx.store.refreshSocket("tok", recordB))
         assert.isTrue(yield* fx.store.refreshSocket("tok", recordA))
-        assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
       }))
 
     test("scanSockets lists the records of several tokens and nothing else", (fx) =>
@@ -579,7 +840,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.mailboxAppend("inst-a", "payload", 100)
         const all = yield* Stream.runCollect(fx.store.scanSockets)
         const sorted = [...all].sort(([a], [b]) => a.localeCompare(b))
-        assert.deepStrictEqual(sorted, [
+        deepStrictEqual(sorted, [
           ["tok-1", recordA],
           ["tok-2", recordB],
           ["tok-3", recordC]
@@ -591,7 +852,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.claimSocket("tok-1", recordA)
         yield* fx.putRaw(fx.keys.socket("tok-bad"), "not json")
         const all = yield* Stream.runCollect(fx.store.scanSockets)
-        assert.deepStrictEqual([...all], [["tok-1", recordA]])
+        deepStrictEqual([...all], [["tok-1", recordA]])
       }))
   })
 
@@ -628,11 +889,11 @@ export const storeSuite = (backend: Backend): void => {
         const received = yield* collectFirst(signals, 1)
         yield* expectAcquired(fx.store.tryAcquire(token, "lock-a", ["a"]))
         yield* fx.store.commitAndRelease(token, "lock-a", [["a", "1"]])
-        assert.deepStrictEqual(yield* fx.store.readSlices(token, ["a"]), [Option.some("1")])
-        assert.deepStrictEqual(yield* fx.store.claimSocket(token, recordA), { _tag: "Claimed" })
-        assert.deepStrictEqual(yield* joinWithin("Released", 5_000, received), [released])
+        deepStrictEqual(yield* fx.store.readSlices(token, ["a"]), [Option.some("1")])
+        deepStrictEqual(yield* fx.store.claimSocket(token, recordA), { _tag: "Claimed" })
+        deepStrictEqual(yield* joinWithin("Released", 5_000, received), [released])
         const scanned = yield* Stream.runCollect(fx.store.scanSockets)
-        assert.deepStrictEqual([...scanned], [[token, recordA]])
+        deepStrictEqual([...scanned], [[token, recordA]])
       }))
 
     test("invalid instance ids are refused, before any I/O", (fx) =>
@@ -685,7 +946,7 @@ export const storeSuite = (backend: Backend): void => {
           assert.isTrue(compareStreamIds(ids[i] ?? "", ids[i - 1] ?? "") > 0, `ids ${ids.join(", ")}`)
         }
         const firstBatch = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 2 })
-        assert.deepStrictEqual(firstBatch, [
+        deepStrictEqual(firstBatch, [
           { id: ids[0] ?? "missing", payload: "p1" },
           { id: ids[1] ?? "missing", payload: "p2" }
         ])
@@ -693,19 +954,19 @@ export const storeSuite = (backend: Backend): void => {
         const lastId = firstBatch[1]?.id ?? ""
         for (const payload of ["p4", "p5"]) ids.push(yield* fx.store.mailboxAppend("inst-a", payload, 100))
         const secondBatch = yield* fx.store.mailboxRead("inst-a", lastId, { count: 10 })
-        assert.deepStrictEqual(
+        deepStrictEqual(
           secondBatch.map((e) => e.payload),
           ["p3", "p4", "p5"]
         )
-        assert.deepStrictEqual(
+        deepStrictEqual(
           secondBatch.map((e) => e.id),
           ids.slice(2)
         )
-        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-a", ids[4] ?? "", { count: 10 }), [])
+        deepStrictEqual(yield* fx.store.mailboxRead("inst-a", ids[4] ?? "", { count: 10 }), [])
         // mailboxes are per instance
-        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-b", MailboxStart, { count: 10 }), [])
+        deepStrictEqual(yield* fx.store.mailboxRead("inst-b", MailboxStart, { count: 10 }), [])
         const everything = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 100 })
-        assert.deepStrictEqual(
+        deepStrictEqual(
           everything.map((e) => e.payload),
           ["p1", "p2", "p3", "p4", "p5"]
         )
@@ -721,7 +982,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.mailboxTrim("inst-a", 2)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 2)
         const left = yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 })
-        assert.deepStrictEqual(
+        deepStrictEqual(
           left.map((e) => e.payload),
           ["p4", "p5"]
         )
@@ -740,7 +1001,7 @@ export const storeSuite = (backend: Backend): void => {
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 2)
         yield* fx.advance(150)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
-        assert.deepStrictEqual(yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 }), [])
+        deepStrictEqual(yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 }), [])
       }))
 
     test("a refreshed expiry keeps the mailbox", (fx) =>
@@ -766,7 +1027,7 @@ export const storeSuite = (backend: Backend): void => {
         const started = yield* liveNow
         yield* fx.store.mailboxAppend("inst-a", "p1", 100)
         const entries = yield* joinWithin("the blocked read", 2_000, reader)
-        assert.deepStrictEqual(
+        deepStrictEqual(
           entries.map((e) => e.payload),
           ["p1"]
         )
@@ -780,7 +1041,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.advance(100)
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
         yield* fx.advance(300)
-        assert.deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
+        deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
       }))
   })
 
@@ -816,9 +1077,31 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const raw = '{"n": oops ☃ \u0007'
         yield* fx.putRaw(fx.keys.slice("tok", "a"), raw)
-        assert.deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some(raw), Option.none()])
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some(raw), Option.none()])
         const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", ["a"]))
-        assert.deepStrictEqual(grant.values, [Option.some(raw)])
+        deepStrictEqual(grant.values, [Option.some(raw)])
+      }))
+
+    test("a waiter set of the wrong kind refuses lock operations with waiter options, which change nothing", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.putRaw(fx.keys.waiters("tok"), "not a set")
+        const self = { instanceId: "self", register: true }
+        const refused = yield* failsWith(fx.store.tryAcquire("tok", "lock-a", ["a"], self), "StoreRefused")
+        assert.include(refused.reply, "WRONGTYPE")
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        // without options the waiter set is not involved; the refused attempt used no fence
+        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", ["a"]))
+        assert.strictEqual(grant.fence, 1)
+
+        yield* failsWith(fx.store.tryAcquire("tok", "lock-b", [], self), "StoreRefused")
+        yield* failsWith(fx.store.release("tok", "lock-a", self), "StoreRefused")
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
+        yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], self), "StoreRefused")
+        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
+
+        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-a", [["a", "1"]]), 0)
+        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("1")])
       }))
 
     test("a fencing counter that is not an integer is refused, not read as a number", (fx) =>
@@ -878,10 +1161,10 @@ export const storeSuite = (backend: Backend): void => {
         )
         // a full cycle on a fresh token, in the same process and store
         const grant = yield* expectAcquired(fx.store.tryAcquire("fresh", "lock-c", ["a"]))
-        assert.deepStrictEqual(grant.values, [Option.none()])
+        deepStrictEqual(grant.values, [Option.none()])
         yield* fx.store.commitAndRelease("fresh", "lock-c", [["a", "1"]])
-        assert.deepStrictEqual(yield* fx.store.readSlices("fresh", ["a"]), [Option.some("1")])
-        assert.deepStrictEqual(yield* fx.store.claimSocket("fresh", recordA), { _tag: "Claimed" })
+        deepStrictEqual(yield* fx.store.readSlices("fresh", ["a"]), [Option.some("1")])
+        deepStrictEqual(yield* fx.store.claimSocket("fresh", recordA), { _tag: "Claimed" })
       }))
 
     if (backend.canHang) {
@@ -890,7 +1173,7 @@ export const storeSuite = (backend: Backend): void => {
           const hang = Option.getOrThrow(fx.hang)
           yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
           yield* fx.store.writeIfHolder("tok", "lock-a", [["a", "before"]])
-          assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
+          deepStrictEqual(yield* fx.store.claimSocket("tok", recordA), { _tag: "Claimed" })
 
           yield* hang.begin
           yield* Effect.addFinalizer(() => hang.end)
@@ -913,14 +1196,14 @@ export const storeSuite = (backend: Backend): void => {
 
           // every reply goes to its own command after the late replies of the timed-out ones
           const values = yield* eventually("operations after the hang", 5_000, fx.store.readSlices("tok", ["a", "b"]))
-          assert.deepStrictEqual(values, [Option.some("before"), Option.none()])
+          deepStrictEqual(values, [Option.some("before"), Option.none()])
           // (the lock itself has expired meanwhile: the hang outlasted lockExpiration)
-          assert.deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
-          assert.deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
-          assert.deepStrictEqual(yield* fx.store.claimSocket("other", recordB), { _tag: "Claimed" })
+          deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+          deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
+          deepStrictEqual(yield* fx.store.claimSocket("other", recordB), { _tag: "Claimed" })
           yield* fx.store.registerWaiter("tok", "inst-b")
           assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 1)
-          assert.deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
+          deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
         }))
     }
 
@@ -947,8 +1230,8 @@ export const storeSuite = (backend: Backend): void => {
             })
           )
         )
-        assert.deepStrictEqual(received, [contended("inst-a")])
-        assert.isTrue(yield* fx.store.release("tok", "lock-a"))
+        deepStrictEqual(received, [contended("inst-a")])
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
       }))
   })
 }
