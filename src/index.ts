@@ -11,7 +11,13 @@ export * as Health from "./Health.js"
 export * as InstanceId from "./InstanceId.js"
 
 /** @since 0.1.0 */
+export * as Lease from "./Lease.js"
+
+/** @since 0.1.0 */
 export * as LeaseholdConfig from "./LeaseholdConfig.js"
+
+/** @since 0.1.0 */
+export * as Lock from "./Lock.js"
 
 /** @since 0.1.0 */
 export * as MemoryStore from "./MemoryStore.js"
@@ -21,6 +27,12 @@ export * as RedisStore from "./RedisStore.js"
 
 /** @since 0.1.0 */
 export * as Signals from "./Signals.js"
+
+/** @since 0.1.0 */
+export * as StateError from "./StateError.js"
+
+/** @since 0.1.0 */
+export * as StateManager from "./StateManager.js"
 
 /** @since 0.1.0 */
 export * as Store from "./Store.js"

@@ -1,0 +1,143 @@
+/**
+ * One worker process of `bench/contention.ts`: C concurrent fibers doing
+ * "read the counter, add 1, write it" on one hot token with one implementation, until the
+ * parent's deadline. Prints `ready`, waits for `go <duration_ms>` on stdin, then prints one
+ * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …]}`.
+ *
+ * IMPL: leasehold-oplock | leasehold | redis-semaphore | redlock | poll
+ */
+import { randomUUID } from "node:crypto"
+import { performance } from "node:perf_hooks"
+import * as readline from "node:readline"
+import { setTimeout as sleep } from "node:timers/promises"
+import { Redlock } from "@sesamecare-oss/redlock"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Schema from "effect/Schema"
+import { Redis } from "ioredis"
+import { Mutex } from "redis-semaphore"
+import * as StateManager from "../src/StateManager.js"
+
+const impl = process.env.IMPL ?? "leasehold"
+const url = process.env.URL ?? "redis://127.0.0.1:6379"
+const token = process.env.TOKEN ?? "hot"
+const conc = Number(process.env.CONC ?? "1")
+
+const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
+/** The peers keep the same state in the same key as leasehold does. */
+const stateKey = `leasehold:{${token}}:s:counter`
+const lockKey = `bench:{${token}}:lock`
+
+type Op = () => Promise<void>
+
+const readIncrementWrite = async (client: Redis) => {
+  const raw = await client.get(stateKey)
+  const n = raw === null ? 0 : (JSON.parse(raw) as { n: number }).n
+  await client.set(stateKey, JSON.stringify({ n: n + 1 }))
+}
+
+const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
+  if (impl === "leasehold" || impl === "leasehold-oplock") {
+    process.env.LEASEHOLD_REDIS_URL = url
+    process.env.LEASEHOLD_OPLOCK = impl === "leasehold-oplock" ? "true" : "false"
+    const runtime = ManagedRuntime.make(StateManager.layerRedis())
+    const modify = Effect.flatMap(StateManager.StateManager, (states) =>
+      states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
+    ).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+    await runtime.runPromise(Effect.void)
+    return {
+      op: async () => {
+        const exit = await runtime.runPromiseExit(modify)
+        if (Exit.isFailure(exit)) throw new Error(String(exit.cause))
+      },
+      close: () => runtime.dispose()
+    }
+  }
+  const client = new Redis(url)
+  const close = async () => {
+    await client.quit()
+  }
+  if (impl === "redis-semaphore") {
+    return {
+      op: async () => {
+        const mutex = new Mutex(client, lockKey, { acquireTimeout: 60_000 })
+        await mutex.acquire()
+        try {
+          await readIncrementWrite(client)
+        } finally {
+          await mutex.release()
+        }
+      },
+      close
+    }
+  }
+  if (impl === "redlock") {
+    const redlock = new Redlock([client], { retryCount: -1 })
+    redlock.on("error", () => undefined)
+    return {
+      op: async () => {
+        const lock = await redlock.acquire([lockKey], 10_000)
+        try {
+          await readIncrementWrite(client)
+        } finally {
+          await lock.release()
+        }
+      },
+      close
+    }
+  }
+  if (impl === "poll") {
+    const release = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
+    return {
+      op: async () => {
+        const id = randomUUID()
+        while ((await client.set(lockKey, id, "PX", 10_000, "NX")) !== "OK") await sleep(5)
+        try {
+          await readIncrementWrite(client)
+        } finally {
+          await client.eval(release, 1, lockKey, id)
+        }
+      },
+      close
+    }
+  }
+  throw new Error(`unknown IMPL ${impl}`)
+}
+
+const main = async () => {
+  const { op, close } = await makeOp()
+  console.log("ready")
+  const lines = readline.createInterface({ input: process.stdin })
+  const go = await new Promise<string>((resolve) => lines.once("line", resolve))
+  const durationMs = Number(go.split(" ")[1] ?? "3000")
+  const deadline = performance.now() + durationMs
+  const lat: Array<number> = []
+  let ok = 0
+  let failed = 0
+  await Promise.all(
+    Array.from({ length: conc }, async () => {
+      while (performance.now() < deadline) {
+        const started = performance.now()
+        try {
+          await op()
+          ok++
+          lat.push(Math.round((performance.now() - started) * 100) / 100)
+        } catch {
+          failed++
+        }
+      }
+    })
+  )
+  console.log(JSON.stringify({ ok, failed, lat }))
+  lines.close()
+  await close()
+  process.exit(0)
+}
+
+main().catch((error) => {
+  console.error(error)
+  process.exit(1)
+})

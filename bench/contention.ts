@@ -1,0 +1,167 @@
+/**
+ * One hot token, W worker processes × C fibers, each operation "read the counter, add 1,
+ * write it", for leasehold (oplock on and off) and its peers side by side, on one
+ * redis-server started for the run.
+ *
+ *   npm run bench:contention -- --json               one JSON array of rows
+ *   npm run bench:contention -- --seconds 5          seconds per cell (default 3)
+ *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
+ *
+ * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact"}
+ * where the latencies are of whole operations (waiting for the lock included), `stalls`
+ * counts operations over 500 ms, and `exact` says the stored counter equals the number of
+ * operations that reported success. One more row: {"impl": "ping", "p50_ms"}, and one
+ * {"impl": "leasehold-uncontended", "p50_ms"} (W = 1, C = 1, oplock off: two round trips).
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import * as path from "node:path"
+import { performance } from "node:perf_hooks"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Effect from "effect/Effect"
+import { Redis } from "ioredis"
+import * as RedisServer from "../test/support/RedisServer.js"
+
+const args = process.argv.slice(2)
+const flag = (name: string) => {
+  const i = args.indexOf(`--${name}`)
+  return i >= 0 ? args[i + 1] : undefined
+}
+const json = args.includes("--json")
+const seconds = Number(flag("seconds") ?? "3")
+const impls = (flag("impls") ?? "leasehold-oplock,leasehold,redis-semaphore,redlock,poll").split(",")
+const cells = (flag("cells") ?? "1x1,1x4,2x1,2x4,4x1,4x4")
+  .split(",")
+  .map((cell) => cell.split("x").map(Number) as [number, number])
+
+const root = path.resolve(import.meta.dirname, "..")
+
+interface Report {
+  readonly ok: number
+  readonly failed: number
+  readonly lat: ReadonlyArray<number>
+}
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+
+const startWorker = (env: Record<string, string>) => {
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [path.join(root, "node_modules/vite-node/vite-node.mjs"), "bench/contention-worker.ts"],
+    {
+      cwd: root,
+      env: { ...process.env, ...env },
+      stdio: ["pipe", "pipe", "inherit"]
+    }
+  )
+  let buffer = ""
+  const lines: Array<string> = []
+  const waiters: Array<() => void> = []
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    buffer += chunk
+    const parts = buffer.split("\n")
+    buffer = parts.pop() ?? ""
+    lines.push(...parts.filter((line) => line.trim().length > 0))
+    for (const wake of waiters.splice(0)) wake()
+  })
+  const line = (test: (line: string) => boolean) =>
+    new Promise<string>((resolve, reject) => {
+      const check = () => {
+        const found = lines.find(test)
+        if (found !== undefined) return resolve(found)
+        if (child.exitCode !== null) return reject(new Error(`worker exited with ${child.exitCode}`))
+        waiters.push(check)
+      }
+      child.once("exit", () => check())
+      check()
+    })
+  return { child, line }
+}
+
+const runCell = (url: string, impl: string, workers: number, conc: number, token: string) =>
+  Effect.promise(async () => {
+    const started = Array.from({ length: workers }, () =>
+      startWorker({ IMPL: impl, URL: url, TOKEN: token, CONC: String(conc) })
+    )
+    await Promise.all(started.map((w) => w.line((l) => l === "ready")))
+    const t0 = performance.now()
+    for (const w of started) w.child.stdin!.write(`go ${seconds * 1000}\n`)
+    const reports = await Promise.all(
+      started.map((w) => w.line((l) => l.startsWith("{")).then((l) => JSON.parse(l) as Report))
+    )
+    const elapsed = (performance.now() - t0) / 1000
+    await Promise.all(
+      started.map(
+        (w) => new Promise((resolve) => (w.child.exitCode !== null ? resolve(null) : w.child.once("exit", resolve)))
+      )
+    )
+    const client = new Redis(url)
+    const raw = await client.get(`leasehold:{${token}}:s:counter`)
+    await client.quit()
+    const stored = raw === null ? 0 : (JSON.parse(raw) as { n: number }).n
+    const ok = reports.reduce((sum, r) => sum + r.ok, 0)
+    const lat = reports.flatMap((r) => r.lat).sort((a, b) => a - b)
+    return {
+      impl,
+      workers,
+      conc,
+      ops_per_s: Math.round(ok / Math.max(elapsed, seconds)),
+      p50_ms: percentile(lat, 50),
+      p99_ms: percentile(lat, 99),
+      max_ms: lat.length === 0 ? 0 : lat[lat.length - 1]!,
+      stalls: lat.filter((l) => l > 500).length,
+      exact: stored === ok && reports.every((r) => r.failed === 0)
+    }
+  })
+
+const pingP50 = (url: string) =>
+  Effect.promise(async () => {
+    const client = new Redis(url)
+    for (let i = 0; i < 200; i++) await client.ping()
+    const lat: Array<number> = []
+    for (let i = 0; i < 2000; i++) {
+      const t = performance.now()
+      await client.ping()
+      lat.push(performance.now() - t)
+    }
+    await client.quit()
+    lat.sort((a, b) => a - b)
+    return Math.round(percentile(lat, 50) * 1000) / 1000
+  })
+
+const program = Effect.gen(function* () {
+  const server = yield* RedisServer.start()
+  const rows: Array<Record<string, unknown>> = []
+  const ping = yield* pingP50(server.url)
+  rows.push({ impl: "ping", p50_ms: ping })
+  let n = 0
+  for (const [workers, conc] of cells) {
+    for (const impl of impls) {
+      const row = yield* runCell(server.url, impl, workers, conc, `hot${++n}`)
+      rows.push(row)
+      if (!json) {
+        console.log(
+          [
+            row.impl.padEnd(17),
+            `${workers}x${conc}`.padEnd(5),
+            `${row.ops_per_s} ops/s`.padStart(12),
+            `p50 ${row.p50_ms}`.padStart(10),
+            `p99 ${row.p99_ms}`.padStart(10),
+            `max ${row.max_ms}`.padStart(11),
+            `stalls ${row.stalls}`.padStart(10),
+            row.exact ? "exact" : "NOT EXACT"
+          ].join("  ")
+        )
+      }
+    }
+  }
+  if (impls.includes("leasehold")) {
+    const uncontended = rows.find((r) => r.impl === "leasehold" && r.workers === 1 && r.conc === 1)
+    if (uncontended !== undefined)
+      rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping })
+  }
+  if (json) console.log(JSON.stringify(rows))
+  else console.log(`ping p50 ${ping} ms`)
+})
+
+NodeRuntime.runMain(Effect.scoped(program))

@@ -1,0 +1,572 @@
+/**
+ * The per-token sessions of a worker: the local queue of a token's modifications, the
+ * lock its head holds, and the lease (oplock) that keeps the lock while this worker alone
+ * uses the token (DESIGN §4–§5).
+ *
+ * A session exists while a token has queued modifications or a lease on this worker, and
+ * is dropped as soon as it has neither: memory does not grow with the tokens ever seen.
+ * Modifications run in their callers' fibers; the session gives each its turn in order,
+ * with the encoded slices it asked for, and writes what it changed.
+ *
+ * @since 0.1.0
+ */
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import { OneShot } from "./internal/oneShot.js"
+import { LeaseholdConfig } from "./LeaseholdConfig.js"
+import { type Grant, type LocalQueue, Lock } from "./Lock.js"
+import { type SignalEvent, Signals } from "./Signals.js"
+import { LockExpired } from "./StateError.js"
+import { type SliceEntry, Store } from "./Store.js"
+import type { InvalidToken, LockLost, StoreError } from "./StoreError.js"
+
+/**
+ * What a modification receives when its turn comes.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Turn {
+  /** The encoded slices it asked for (`None`: nothing stored). */
+  readonly values: ReadonlyMap<string, Option.Option<string>>
+  /** The fencing number of the grant it runs under. */
+  readonly fence: number
+}
+
+/**
+ * What a modification hands back: the slices whose encoding changed, or nothing to write.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Outcome =
+  | { readonly _tag: "Commit"; readonly writes: ReadonlyArray<SliceEntry> }
+  | { readonly _tag: "Abort" }
+
+/**
+ * A modification queued on a token.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Request {
+  readonly slices: ReadonlyArray<string>
+  readonly event: Option.Option<string>
+  /** Completed by the session when the turn comes, or failed when it cannot come. */
+  readonly turn: OneShot<Turn, InvalidToken | StoreError>
+  /** Completed by the caller once its modification is decided. */
+  readonly done: OneShot<Outcome>
+  /** Completed by the session once the outcome is durable (or failed). */
+  readonly ack: OneShot<void, LockExpired | StoreError>
+  cancelled: boolean
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Lease {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /** Queue a modification on a token (the token is already validated). */
+    readonly submit: (token: string, request: Request) => Effect.Effect<void>
+    /** A request cancelled by its caller: the session skips it. */
+    readonly cancel: (token: string, request: Request) => Effect.Effect<void>
+    /** The encoded slice under this worker's lease, if it holds one on the token and has the slice. */
+    readonly cached: (token: string, slice: string) => Option.Option<Option.Option<string>>
+    /** Whether this worker holds a lease on the token now. */
+    readonly isLeased: (token: string) => boolean
+    /** The number of tokens with a session on this worker. */
+    readonly sessions: Effect.Effect<number>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class Lease extends Context.Tag("leasehold/Lease")<Lease, Lease.Service>() {}
+
+/**
+ * @since 0.1.0
+ * @category metrics
+ */
+export const leasesStarted = Metric.counter("leasehold_leases_started_total", { incremental: true })
+
+/**
+ * @since 0.1.0
+ * @category metrics
+ */
+export const leasesBroken = Metric.counter("leasehold_leases_broken_total", {
+  description: "leases ended early because another instance contended",
+  incremental: true
+})
+
+/**
+ * @since 0.1.0
+ * @category metrics
+ */
+export const flushes = Metric.counter("leasehold_lease_flushes_total", {
+  description: "group commits of leased modifications",
+  incremental: true
+})
+
+/**
+ * @since 0.1.0
+ * @category metrics
+ */
+export const flushFailures = Metric.counter("leasehold_lease_flush_failures_total", { incremental: true })
+
+interface LeaseState {
+  readonly cache: Map<string, Option.Option<string>>
+}
+
+interface Session {
+  readonly token: string
+  readonly queue: Array<Request>
+  changed: OneShot<void>
+  /** Where the session's signal subscription lives; closed when the session ends. */
+  scope: Scope.CloseableScope | undefined
+  signals: Queue.Dequeue<SignalEvent> | undefined
+  lease: LeaseState | undefined
+}
+
+const notify = (session: Session) => {
+  const current = session.changed
+  session.changed = new OneShot<void>()
+  current.done(Exit.void)
+}
+
+const prune = (session: Session) => {
+  let i = 0
+  while (i < session.queue.length) {
+    if (session.queue[i]!.cancelled) session.queue.splice(i, 1)
+    else i++
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Lock | Signals | LeaseholdConfig> =
+  Effect.gen(function* () {
+    const store = yield* Store
+    const lock = yield* Lock
+    const signals = yield* Signals
+    const config = yield* LeaseholdConfig
+    const scope = yield* Effect.scope
+    const instanceId = lock.instanceId
+    const sessions = new Map<string, Session>()
+
+    const lockMs = Duration.toMillis(config.lockExpiration)
+    const holdMs = Duration.toMillis(config.leaseHoldTime)
+    const quantumMs = Duration.toMillis(config.leaseQuantum)
+    const warnMs = Duration.toMillis(config.lockWarningThreshold)
+    const durable = config.leaseDurability === "batch"
+
+    const lockExpired = (request: Request, lockId: string, error: LockLost) =>
+      new LockExpired({
+        token: error.token,
+        event: request.event,
+        expected: lockId,
+        current: error.holder,
+        lockExpirationMs: lockMs
+      })
+
+    const failAcks = (requests: ReadonlyArray<Request>, lockId: string, error: LockLost | StoreError) =>
+      Effect.forEach(
+        requests,
+        (request) =>
+          Effect.sync(() =>
+            request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(request, lockId, error) : error))
+          ),
+        { discard: true }
+      )
+
+    /** Tokens are validated before a session exists: an InvalidToken here is a defect. */
+    const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | StoreError>) =>
+      Effect.catchTag(effect, "InvalidToken", (error) => Effect.die(error))
+
+    const succeedAcks = (requests: ReadonlyArray<Request>) =>
+      Effect.sync(() => {
+        for (const request of requests) request.ack.done(Exit.void)
+      })
+
+    /** The token's signals, subscribed once per session and kept until the session ends. */
+    const openSignals = (session: Session): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
+      Effect.suspend(() => {
+        if (session.signals !== undefined) return Effect.succeed(session.signals)
+        return Effect.gen(function* () {
+          // made on first use (most sessions never wait and never lease); closed with the session
+          if (session.scope === undefined) session.scope = yield* Scope.make()
+          const sessionScope = session.scope
+          const events = yield* Scope.extend(signals.subscribe(session.token), sessionScope)
+          const queue = yield* Queue.unbounded<SignalEvent>()
+          yield* events.pipe(
+            Stream.runForEach((event) => Queue.offer(queue, event)),
+            Effect.forkIn(sessionScope)
+          )
+          session.signals = queue
+          return queue as Queue.Dequeue<SignalEvent>
+        })
+      })
+
+    /** Hold a grant: serve turns (one, a quantum's worth, or a lease's), then commit and release. */
+    const hold = (session: Session, grant: Grant) =>
+      Effect.gen(function* () {
+        const { token, lockId } = grant
+        const mode: "single" | "quantum" | "lease" = !config.oplock
+          ? "single"
+          : grant.contenders === 0
+            ? "lease"
+            : quantumMs === 0
+              ? "single"
+              : "quantum"
+        const cache = new Map(grant.values)
+        const dirty = new Map<string, string>()
+        let unacked: Array<Request> = []
+        let inProgress: Request | undefined
+        let served = 0
+        let deadline = grant.grantedAt + (mode === "lease" ? holdMs : mode === "quantum" ? quantumMs : 0)
+        let contended = mode !== "lease"
+        let failed: LockLost | StoreError | undefined
+
+        const contend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          Effect.suspend(() => {
+            if (contended) return Effect.void
+            contended = true
+            deadline = Math.min(deadline, now + quantumMs)
+            return Metric.increment(leasesBroken)
+          })
+        )
+
+        /** A lease is told of contention by signals; one that began before them re-checks once. */
+        const watchContention = Effect.gen(function* () {
+          const events = yield* openSignals(session)
+          // what came before the check is covered by it
+          yield* Queue.takeAll(events)
+          if ((yield* store.otherContenders(token, instanceId)) > 0) yield* contend
+        })
+
+        /** Between two modifications: has another instance registered meanwhile? */
+        const checkSignals = Effect.suspend(() => {
+          const events = session.signals
+          if (events === undefined || contended) return Effect.void
+          return Effect.flatMap(Queue.takeAll(events), (chunk) => {
+            let resubscribed = false
+            for (const event of chunk) {
+              if (event._tag === "Contended" && event.instanceId !== instanceId) return contend
+              if (event._tag === "Resubscribed") resubscribed = true
+            }
+            // a contender may have registered while the subscription was down
+            return resubscribed
+              ? Effect.flatMap(
+                  Effect.orElseSucceed(store.otherContenders(token, instanceId), () => 1),
+                  (n) => (n > 0 ? contend : Effect.void)
+                )
+              : Effect.void
+          })
+        })
+
+        /** While a leased modification runs, keep the lock from expiring under it. */
+        const keepAlive = Effect.gen(function* () {
+          const every = Math.max(1, Math.floor(lockMs / 3))
+          while (true) {
+            yield* Effect.sleep(every)
+            if (!(yield* store.extend(token, lockId))) return
+          }
+        }).pipe(
+          Effect.catchAll(() => Effect.never),
+          // raced from uninterruptible code too: the race must be able to stop it
+          Effect.interruptible
+        )
+
+        const awaitDone = (request: Request) =>
+          mode === "lease"
+            ? Effect.raceFirst(request.done.await, Effect.zipRight(keepAlive, Effect.never))
+            : request.done.await
+
+        const serveOne = (request: Request) =>
+          Effect.gen(function* () {
+            const missing = request.slices.filter((name) => !cache.has(name))
+            if (missing.length > 0) {
+              // Fetched under the lock this worker holds: as current as the grant's reads.
+              const values = yield* store.readSlices(token, missing)
+              for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
+            }
+            const given = yield* Effect.sync(() => {
+              if (request.cancelled) return false
+              inProgress = request
+              served++
+              request.turn.done(
+                Exit.succeed({
+                  values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
+                  fence: grant.fence
+                })
+              )
+              return true
+            })
+            if (!given) return
+            const started = yield* Clock.currentTimeMillis
+            const outcome = yield* awaitDone(request)
+            inProgress = undefined
+            const heldMs = (yield* Clock.currentTimeMillis) - started
+            if (heldMs > warnMs) {
+              yield* Effect.logWarning(
+                `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
+                  `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+                  `the threshold is ${warnMs} ms. Move long work out of modifications.`
+              )
+            }
+            if (outcome._tag === "Abort") return
+            for (const [name, value] of outcome.writes) {
+              cache.set(name, Option.some(value))
+              dirty.set(name, value)
+            }
+            if (mode !== "single" && !durable) request.ack.done(Exit.void)
+            else unacked.push(request)
+          })
+
+        /** Group commit: one write for every modification served since the last one. */
+        const flush = Effect.gen(function* () {
+          if (unacked.length === 0) return
+          const batch = unacked
+          unacked = []
+          const entries = [...dirty.entries()]
+          dirty.clear()
+          const result = yield* Effect.either(writeOrFail(store.writeIfHolder(token, lockId, entries)))
+          if (result._tag === "Right") {
+            yield* Metric.increment(flushes)
+            return yield* succeedAcks(batch)
+          }
+          // The lock is lost or the store is away: this lease writes nothing more.
+          yield* Metric.increment(flushFailures)
+          failed = result.left
+          yield* failAcks(batch, lockId, result.left)
+        })
+
+        const nextRequest = () => {
+          prune(session)
+          return session.queue[0]
+        }
+
+        const serve = Effect.gen(function* () {
+          if (mode === "lease") {
+            yield* Metric.increment(leasesStarted)
+            session.lease = { cache }
+            yield* watchContention
+          }
+          while (failed === undefined) {
+            if (mode === "single" && served > 0) return
+            // A busy local queue never waits in `waitInLease`: contention is looked for here too.
+            if (mode === "lease") yield* checkSignals
+            // Taken before the queue is read: an arrival after the read completes it.
+            const changed = session.changed
+            const now = yield* Clock.currentTimeMillis
+            // Past the deadline nothing more is served, however full the queue: a busy
+            // local loop must not keep a remote waiter out. `finish` writes in one step.
+            if (served > 0 && now >= deadline) return
+            const request = nextRequest()
+            if (request !== undefined) {
+              session.queue.shift()
+              yield* serveOne(request)
+              continue
+            }
+            if (now >= deadline) return
+            if (durable) yield* flush
+            yield* waitInLease(session, changed, deadline - now, contend)
+          }
+        })
+
+        /** Whatever ended the hold: finish the modification in progress, write, release. */
+        const finish = Effect.gen(function* () {
+          session.lease = undefined
+          if (inProgress !== undefined) {
+            const outcome = yield* Effect.raceFirst(inProgress.done.await, Effect.zipRight(keepAlive, Effect.never))
+            if (outcome._tag === "Commit") {
+              for (const [name, value] of outcome.writes) dirty.set(name, value)
+              unacked.push(inProgress)
+            }
+            inProgress = undefined
+          }
+          if (failed !== undefined) {
+            // The lock is lost or the store is away: nothing more is written; release what may remain.
+            yield* failAcks(unacked, lockId, failed)
+            yield* Effect.ignore(store.release(token, lockId, { instanceId }))
+            return noTurn
+          }
+          prune(session)
+          const waiting = session.queue.length > 0
+          const result = yield* Effect.either(
+            writeOrFail(store.commitAndRelease(token, lockId, [...dirty.entries()], { instanceId, register: waiting }))
+          )
+          if (result._tag === "Right") {
+            yield* succeedAcks(unacked)
+            return { registered: waiting, yieldFirst: result.right > 0 }
+          }
+          yield* Metric.increment(flushFailures)
+          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+          yield* failAcks(unacked, lockId, result.left)
+          return noTurn
+        })
+
+        return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
+      })
+
+    /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
+    const noTurn = { registered: false, yieldFirst: false } as const
+
+    /** In a lease with nothing to serve: wait for a modification, contention, or the deadline. */
+    const waitInLease = (session: Session, changed: OneShot<void>, ms: number, contend: Effect.Effect<void>) =>
+      Effect.gen(function* () {
+        const events = session.signals
+        const contention =
+          events === undefined
+            ? Effect.never
+            : Queue.take(events).pipe(
+                Effect.repeat({
+                  until: (event) =>
+                    (event._tag === "Contended" && event.instanceId !== lock.instanceId) ||
+                    event._tag === "Resubscribed"
+                }),
+                Effect.flatMap((event) =>
+                  event._tag === "Resubscribed"
+                    ? // a contender may have registered while the subscription was down
+                      Effect.flatMap(
+                        Effect.orElseSucceed(store.otherContenders(session.token, lock.instanceId), () => 1),
+                        (n) => (n > 0 ? contend : Effect.void)
+                      )
+                    : contend
+                )
+              )
+        yield* Effect.raceAll([changed.await, contention, Effect.sleep(ms)])
+      })
+
+    const localQueue = (session: Session): LocalQueue => ({
+      look: Effect.sync(() => {
+        const changed = session.changed
+        prune(session)
+        return { wanted: session.queue.length > 0, changed: changed.await }
+      }),
+      signals: openSignals(session)
+    })
+
+    // Tokens whose lock this worker released while others waited, with the time until
+    // which its next acquisition gives them the first chance (no barging by a new session).
+    const owed = new Map<string, number>()
+    const recheckMs = Math.max(1, Math.floor(lockMs / 10))
+    const owe = (token: string, now: number) => {
+      if (owed.size >= 1_024) for (const [key, until] of owed) if (until <= now) owed.delete(key)
+      owed.set(token, now + recheckMs)
+    }
+    const takeOwed = (token: string, now: number) => {
+      const until = owed.get(token)
+      if (until === undefined) return false
+      owed.delete(token)
+      return until > now
+    }
+
+    const run = (session: Session) =>
+      Effect.gen(function* () {
+        const now = yield* Clock.currentTimeMillis
+        let after: { readonly registered: boolean; readonly yieldFirst: boolean } = takeOwed(session.token, now)
+          ? { registered: false, yieldFirst: true }
+          : noTurn
+        while (true) {
+          const idle = yield* Effect.sync(() => {
+            prune(session)
+            if (session.queue.length > 0) return false
+            sessions.delete(session.token)
+            return true
+          })
+          if (idle) {
+            // registered by the last release for waiters that have left since
+            if (after.registered) yield* Effect.ignore(store.deregisterWaiter(session.token, instanceId))
+            if (after.yieldFirst) owe(session.token, yield* Clock.currentTimeMillis)
+            return
+          }
+          const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
+          const grant: Option.Option<Grant> = yield* lock.acquire(session.token, slices, localQueue(session), after)
+          after = Option.isSome(grant) ? yield* hold(session, grant.value) : noTurn
+        }
+      }).pipe(
+        Effect.onExit((exit) =>
+          Effect.suspend(() => {
+            if (sessions.get(session.token) === session) sessions.delete(session.token)
+            const left = session.queue.splice(0)
+            const scope = session.scope
+            const closeScope = scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+            if (Exit.isSuccess(exit)) return closeScope
+            const error = Option.getOrUndefined(
+              Option.flatMap(Exit.causeOption(exit), (cause) =>
+                Option.fromNullable(cause._tag === "Fail" ? cause.error : undefined)
+              )
+            )
+            return Effect.forEach(
+              left,
+              (request) =>
+                Effect.sync(() =>
+                  request.turn.done(error === undefined ? Exit.interrupt(FiberId.none) : Exit.fail(error))
+                ),
+              { discard: true }
+            ).pipe(Effect.zipRight(closeScope))
+          })
+        )
+      )
+
+    const submit = (token: string, request: Request) =>
+      Effect.suspend(() => {
+        const existing = sessions.get(token)
+        if (existing !== undefined) {
+          existing.queue.push(request)
+          notify(existing)
+          return Effect.void
+        }
+        const session: Session = {
+          token,
+          queue: [request],
+          changed: new OneShot<void>(),
+          scope: undefined,
+          signals: undefined,
+          lease: undefined
+        }
+        sessions.set(token, session)
+        return Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session)), scope))
+      })
+
+    return Lease.of({
+      submit,
+      cancel: (token, request) =>
+        Effect.sync(() => {
+          request.cancelled = true
+          const session = sessions.get(token)
+          if (session !== undefined) notify(session)
+        }),
+      cached: (token, slice) => {
+        const lease = sessions.get(token)?.lease
+        return lease === undefined || !lease.cache.has(slice) ? Option.none() : Option.some(lease.cache.get(slice)!)
+      },
+      isLeased: (token) => sessions.get(token)?.lease !== undefined,
+      sessions: Effect.sync(() => sessions.size)
+    })
+  })
+
+/**
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Lease, never, Store | Lock | Signals | LeaseholdConfig> = Layer.scoped(Lease, make)

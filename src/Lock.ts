@@ -1,0 +1,232 @@
+/**
+ * A token's lock, as the local head of a worker takes it (DESIGN §4).
+ *
+ * Within a worker, the modifications of one token queue locally and only the head of that
+ * queue deals with the store, so this module sees one caller per token at a time. It
+ * adds what the store's single steps cannot: the wait for a release (no lost wake-up),
+ * registration as a contender while waiting, and the turn a worker gives up after
+ * releasing a lock that others wait for (no barging).
+ *
+ * @since 0.1.0
+ */
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as MetricBoundaries from "effect/MetricBoundaries"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import { InstanceId } from "./InstanceId.js"
+import { LeaseholdConfig } from "./LeaseholdConfig.js"
+import type { SignalEvent } from "./Signals.js"
+import { Store } from "./Store.js"
+import type { InvalidToken, StoreError } from "./StoreError.js"
+
+/**
+ * A granted lock.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Grant {
+  readonly token: string
+  /** Unique to this acquisition. */
+  readonly lockId: string
+  /** Strictly greater than the fence of every earlier grant of the token. */
+  readonly fence: number
+  /** The slices read with the grant. */
+  readonly values: ReadonlyMap<string, Option.Option<string>>
+  /** Other instances registered as waiters at the grant. */
+  readonly contenders: number
+  /** Clock time of the grant (ms). */
+  readonly grantedAt: number
+}
+
+/**
+ * What the local head tells `acquire` about the fibers queued behind it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LocalQueue {
+  /**
+   * Whether any local waiter is left (`false`: the wait ends without a grant), with an
+   * effect that completes at the next change of the local queue after this look.
+   */
+  readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
+  /** The token's signals, opened once by the caller and kept while it lives. */
+  readonly signals: Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError>
+}
+
+/**
+ * What this worker's previous release left behind: whether it registered the worker as a
+ * waiter (local waiters were queued), and whether it owes the other waiters a turn (they
+ * were registered when it released).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Previous {
+  readonly registered: boolean
+  readonly yieldFirst: boolean
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Lock {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    readonly instanceId: string
+    /**
+     * Take the token's lock, reading `slices` with the grant. Without contention this is
+     * one store round trip and no subscription. When the lock is held, the instance
+     * registers as a waiter, subscribes first and then tries again, and waits for a
+     * release, a resubscription, or `min(remaining + 5 ms, lockExpiration / 10)`.
+     * With `previous.yieldFirst` (this worker just released a lock that others waited
+     * for) it registers and waits for the next release, or a re-check interval, before
+     * its first attempt: a busy worker does not take the lock back before a remote waiter
+     * had its chance.
+     * `None` when every local waiter left meanwhile (the instance is deregistered).
+     */
+    readonly acquire: (
+      token: string,
+      slices: ReadonlyArray<string>,
+      local: LocalQueue,
+      previous: Previous
+    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class Lock extends Context.Tag("leasehold/Lock")<Lock, Lock.Service>() {}
+
+/**
+ * Time from the first attempt to the grant, for grants that had to wait.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const lockWait = Metric.histogram(
+  "leasehold_lock_wait_ms",
+  MetricBoundaries.exponential({ start: 1, factor: 2, count: 16 }),
+  "time waited for a token's lock, in ms"
+)
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = Effect.gen(function* () {
+  const store = yield* Store
+  const instanceId = yield* InstanceId
+  const config = yield* LeaseholdConfig
+  const recheckMs = Math.max(1, Math.floor(Duration.toMillis(config.lockExpiration) / 10))
+  let counter = 0
+  const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
+
+  const toGrant =
+    (token: string, lockId: string, slices: ReadonlyArray<string>) =>
+    (result: {
+      readonly fence: number
+      readonly values: ReadonlyArray<Option.Option<string>>
+      readonly contenders: number
+    }) =>
+      Effect.map(
+        Clock.currentTimeMillis,
+        (grantedAt): Grant => ({
+          token,
+          lockId,
+          fence: result.fence,
+          values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
+          contenders: result.contenders,
+          grantedAt
+        })
+      )
+
+  /** Wait for a release or a resubscription, a local change, or the timeout. */
+  const waitForChance = (signals: Queue.Dequeue<SignalEvent>, changed: Effect.Effect<void>, timeoutMs: number) =>
+    Effect.raceFirst(
+      Queue.take(signals).pipe(
+        Effect.repeat({ until: (event) => event._tag === "Released" || event._tag === "Resubscribed" }),
+        Effect.asVoid,
+        Effect.timeoutTo({ duration: timeoutMs, onSuccess: () => undefined, onTimeout: () => undefined })
+      ),
+      changed
+    )
+
+  const acquire = (token: string, slices: ReadonlyArray<string>, local: LocalQueue, previous: Previous) => {
+    const yieldFirst = previous.yieldFirst
+    const state = { registered: previous.registered, granted: false }
+    return Effect.gen(function* () {
+      const lockId = nextLockId()
+      const grant = toGrant(token, lockId, slices)
+      if (!yieldFirst) {
+        const first = yield* store.tryAcquire(token, lockId, slices, { instanceId })
+        if (first._tag === "Acquired") {
+          // the grant removed the instance from the waiter set, had it been there
+          state.registered = false
+          state.granted = true
+          return Option.some(yield* grant(first))
+        }
+      }
+      const started = yield* Clock.currentTimeMillis
+      // Subscribed (and confirmed) before the attempt that precedes each wait: a release
+      // published after the attempt cannot be missed.
+      const signals = yield* local.signals
+      if (yieldFirst) {
+        const { changed } = yield* local.look
+        // Registered, the next holder sees this worker waiting and keeps its hold short.
+        if (!state.registered) {
+          yield* store.registerWaiter(token, instanceId)
+          state.registered = true
+        }
+        yield* waitForChance(signals, changed, recheckMs)
+      }
+      while (true) {
+        // Looked at before the attempt: a waiter leaving during it ends the wait at once.
+        const { wanted, changed } = yield* local.look
+        if (!wanted) return Option.none<Grant>()
+        // Signals from before the attempt are answered by it.
+        yield* Queue.takeAll(signals)
+        // Each attempt re-registers: it refreshes the waiter set's TTL and tells a lease
+        // that started since the last attempt that this instance waits.
+        const result = yield* store.tryAcquire(token, lockId, slices, { instanceId, register: true })
+        if (result._tag === "Acquired") {
+          // the grant removed the instance from the waiter set
+          state.registered = false
+          state.granted = true
+          yield* Metric.update(lockWait, (yield* Clock.currentTimeMillis) - started)
+          return Option.some(yield* grant(result))
+        }
+        state.registered = true
+        yield* waitForChance(signals, changed, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)))
+      }
+    }).pipe(
+      // Leaving without a grant (every waiter gone, interrupted, or a store error): the
+      // instance must not stay registered. The waiter set's TTL covers a store that is away.
+      Effect.ensuring(
+        Effect.suspend(() =>
+          state.registered && !state.granted ? Effect.ignore(store.deregisterWaiter(token, instanceId)) : Effect.void
+        )
+      )
+    )
+  }
+
+  return Lock.of({ instanceId, acquire })
+})
+
+/**
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Lock, never, Store | InstanceId | LeaseholdConfig> = Layer.effect(Lock, make)

@@ -1,0 +1,347 @@
+/**
+ * The user API: typed slices of a token's state, read with `get` and changed with
+ * `modify`, under the token's lock (DESIGN §4, §5, §9).
+ *
+ * ```ts
+ * const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
+ * const bump = (token: string) =>
+ *   Effect.flatMap(StateManager.StateManager, (states) =>
+ *     states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+ * ```
+ *
+ * @since 0.1.0
+ */
+import type * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import * as Health from "./Health.js"
+import * as InstanceId from "./InstanceId.js"
+import { OneShot } from "./internal/oneShot.js"
+import { tokenProblem, validateToken } from "./internal/validate.js"
+import * as Lease from "./Lease.js"
+import * as LeaseholdConfig from "./LeaseholdConfig.js"
+import * as Lock from "./Lock.js"
+import * as MemoryStore from "./MemoryStore.js"
+import * as RedisStore from "./RedisStore.js"
+import * as Signals from "./Signals.js"
+import { InvalidSliceValue, type LockExpired } from "./StateError.js"
+import { type SliceEntry, Store } from "./Store.js"
+import type { InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
+import * as Supervisor from "./Supervisor.js"
+
+/**
+ * One named, Schema-typed part of a token's state, with the value a token starts with.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Slice<A, I = unknown> {
+  readonly name: string
+  readonly schema: Schema.Schema<A, I>
+  readonly initial: A
+  /** @internal */
+  readonly decode: (raw: string) => Either.Either<A, ParseResult.ParseError>
+  /** @internal */
+  readonly encode: (value: A) => Either.Either<string, ParseResult.ParseError>
+}
+
+/**
+ * Define a slice. Its name becomes part of a key: 1–128 characters of `[A-Za-z0-9_.:-]`
+ * (anything else throws, as a definition error).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: A): Slice<A, I> => {
+  const problem = tokenProblem(name)
+  if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
+  const json = Schema.parseJson(schema)
+  return {
+    name,
+    schema,
+    initial,
+    decode: Schema.decodeUnknownEither(json),
+    encode: Schema.encodeEither(json)
+  }
+}
+
+const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
+
+/**
+ * What a modification can fail with, besides the errors of its own function.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface ModifyOptions {
+  /** The event this modification handles: named in lock ids' diagnostics, warnings and `LockExpired`. */
+  readonly event?: string
+}
+
+/**
+ * The values of a record of slices.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Values<S extends Record<string, Slice<any, any>>> = { readonly [K in keyof S]: S[K]["initial"] }
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace StateManager {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /**
+     * Read a slice, without taking the lock. Under this worker's lease it comes from the
+     * lease's memory; otherwise from the store.
+     */
+    readonly get: <A, I>(token: string, slice: Slice<A, I>) => Effect.Effect<A, InvalidToken | StoreError>
+    /**
+     * Change a slice under the token's lock with a pure function returning
+     * `[result, next]`. The result is returned once `next` is stored (or, under a
+     * `memory`-durability lease, applied).
+     */
+    readonly modify: <A, I, B>(
+      token: string,
+      slice: Slice<A, I>,
+      f: (value: A) => readonly [B, A],
+      options?: ModifyOptions
+    ) => Effect.Effect<B, ModifyError>
+    /** `modify` with an effectful function. If it fails or is interrupted, nothing changes. */
+    readonly modifyEffect: <A, I, B, E, R>(
+      token: string,
+      slice: Slice<A, I>,
+      f: (value: A) => Effect.Effect<readonly [B, A], E, R>,
+      options?: ModifyOptions
+    ) => Effect.Effect<B, E | ModifyError, R>
+    /** Read and write several slices of one token under one lock. Only changed slices are written. */
+    readonly modifyAll: <S extends Record<string, Slice<any, any>>, B, E, R>(
+      token: string,
+      slices: S,
+      f: (values: Values<S>) => Effect.Effect<readonly [B, Values<S>], E, R>,
+      options?: ModifyOptions
+    ) => Effect.Effect<B, E | ModifyError, R>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class StateManager extends Context.Tag("leasehold/StateManager")<StateManager, StateManager.Service>() {}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = Effect.gen(function* () {
+  const store = yield* Store
+  const lease = yield* Lease.Lease
+
+  /** A stored value that does not decode gives the initial value, with one warning. */
+  const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) =>
+    Option.match(raw, {
+      onNone: () => Effect.succeed(s.initial),
+      onSome: (text) =>
+        Either.match(s.decode(text), {
+          onRight: Effect.succeed,
+          onLeft: (error) =>
+            Effect.as(
+              Effect.logWarning(
+                `slice ${s.name} of token ${token} does not decode; using its initial value: ${
+                  ParseResult.TreeFormatter.formatErrorSync(error).split("\n")[0]
+                }`
+              ),
+              s.initial
+            )
+        })
+    })
+
+  const get = <A, I>(token: string, s: Slice<A, I>) =>
+    Effect.gen(function* () {
+      yield* validateToken(token)
+      const cached = lease.cached(token, s.name)
+      const raw = Option.isSome(cached)
+        ? cached.value
+        : ((yield* store.readSlices(token, [s.name]))[0] ?? Option.none())
+      return yield* decodeOr(token, s, raw)
+    })
+
+  const run = <B, E, R>(
+    token: string,
+    slices: ReadonlyArray<Slice<any, any>>,
+    f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>,
+    options: ModifyOptions | undefined
+  ): Effect.Effect<B, E | ModifyError, R> =>
+    Effect.gen(function* () {
+      yield* validateToken(token)
+      const request: Lease.Request = {
+        slices: slices.map((s) => s.name),
+        event: Option.fromNullable(options?.event),
+        turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
+        done: new OneShot<Lease.Outcome>(),
+        ack: new OneShot<void, LockExpired | StoreError>(),
+        cancelled: false
+      }
+      return yield* Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function* () {
+          yield* lease.submit(token, request)
+          const turnExit = yield* Effect.exit(restore(request.turn.await))
+          if (Exit.isFailure(turnExit)) {
+            yield* lease.cancel(token, request)
+            // The turn may have come at the moment the caller left: hand it back unused.
+            if (Exit.isExit(request.turn.poll()) && Exit.isSuccess(request.turn.poll()!)) request.done.done(abortExit)
+            return yield* Effect.failCause(turnExit.cause)
+          }
+          const turn = turnExit.value
+          const abort = Effect.sync(() => request.done.done(abortExit))
+          const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
+          const decoded = yield* Effect.forEach(slices, (s, i) => decodeOr(token, s, current[i]!))
+          const result = yield* Effect.exit(restore(f(decoded)))
+          if (Exit.isFailure(result)) {
+            yield* abort
+            return yield* Effect.failCause(result.cause)
+          }
+          const [value, next] = result.value
+          const writes: Array<SliceEntry> = []
+          for (const [i, s] of slices.entries()) {
+            const encoded = s.encode(next[i])
+            if (Either.isLeft(encoded)) {
+              yield* abort
+              return yield* Effect.fail(
+                new InvalidSliceValue({
+                  token,
+                  slice: s.name,
+                  reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
+                })
+              )
+            }
+            // Nothing stored means the initial value: writing it would change nothing.
+            const baseline = Option.orElse(current[i]!, () => Either.getRight(s.encode(s.initial)))
+            if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+          }
+          if (writes.length === 0) {
+            yield* abort
+            return value
+          }
+          request.done.done(Exit.succeed({ _tag: "Commit", writes }))
+          // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
+          yield* request.ack.await
+          return value
+        })
+      )
+    }).pipe(
+      // no stack capture: it costs more than the rest of an uncontended modification
+      Effect.withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false })
+    )
+
+  const modifyEffect = <A, I, B, E, R>(
+    token: string,
+    s: Slice<A, I>,
+    f: (value: A) => Effect.Effect<readonly [B, A], E, R>,
+    options?: ModifyOptions
+  ) => run(token, [s], (values) => Effect.map(f(values[0] as A), ([b, next]) => [b, [next]] as const), options)
+
+  const modifyAll = <S extends Record<string, Slice<any, any>>, B, E, R>(
+    token: string,
+    record: S,
+    f: (values: Values<S>) => Effect.Effect<readonly [B, Values<S>], E, R>,
+    options?: ModifyOptions
+  ) => {
+    const keys = Object.keys(record)
+    return run(
+      token,
+      keys.map((key) => record[key]!),
+      (values) =>
+        Effect.map(
+          f(Object.fromEntries(keys.map((key, i) => [key, values[i]])) as Values<S>),
+          ([b, next]) => [b, keys.map((key) => next[key])] as const
+        ),
+      options
+    )
+  }
+
+  return StateManager.of({
+    get,
+    modify: (token, s, f, options) => modifyEffect(token, s, (value) => Effect.sync(() => f(value)), options),
+    modifyEffect,
+    modifyAll
+  })
+})
+
+/**
+ * The state manager over the worker's `Lease` sessions and `Store`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store> = Layer.effect(StateManager, make)
+
+/**
+ * One worker on a given store: a fresh `InstanceId` every time it is built, its own
+ * supervisor, signals, lock and leases. Build it once per worker (`Layer.fresh`) over a
+ * shared store to run several workers in one process.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerWorker: Layer.Layer<
+  | StateManager
+  | Lease.Lease
+  | Lock.Lock
+  | Signals.Signals
+  | Supervisor.Supervisor
+  | Health.Health
+  | InstanceId.InstanceId,
+  never,
+  Store | LeaseholdConfig.LeaseholdConfig
+> = layer.pipe(
+  Layer.provideMerge(Lease.layer),
+  Layer.provideMerge(Lock.layer),
+  Layer.provideMerge(Signals.layer),
+  Layer.provideMerge(Supervisor.layer),
+  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
+)
+
+/**
+ * One worker on the embedded memory store, configured from the environment: one process,
+ * no Redis, the same protocol.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerMemory: Layer.Layer<
+  StateManager | Lease.Lease | Store | Health.Health | InstanceId.InstanceId,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError
+> = layerWorker.pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
+
+/**
+ * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
+ * environment.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerRedis = (
+  options: RedisStore.Options = {}
+): Layer.Layer<
+  StateManager | Lease.Lease | Store | Health.Health | InstanceId.InstanceId,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable
+> => layerWorker.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer))

@@ -1,0 +1,44 @@
+import * as Effect from "effect/Effect"
+import type * as Exit from "effect/Exit"
+
+/**
+ * A value set once and awaited by fibers: what `Deferred` does, for the hot path of a
+ * modification, where a `Deferred` costs more to create than the rest of the hand-off.
+ *
+ * @internal
+ */
+export class OneShot<A, E = never> {
+  private exit: Exit.Exit<A, E> | undefined = undefined
+  private waiters: Array<(exit: Exit.Exit<A, E>) => void> | undefined = undefined
+
+  /** Complete it; `false` when it already was. */
+  done(exit: Exit.Exit<A, E>): boolean {
+    if (this.exit !== undefined) return false
+    this.exit = exit
+    const waiters = this.waiters
+    this.waiters = undefined
+    if (waiters !== undefined) for (const resume of waiters) resume(exit)
+    return true
+  }
+
+  /** The exit, once completed. */
+  poll(): Exit.Exit<A, E> | undefined {
+    return this.exit
+  }
+
+  isDone(): boolean {
+    return this.exit !== undefined
+  }
+
+  /** Wait for it (interruptible: the waiter is removed). */
+  readonly await: Effect.Effect<A, E> = Effect.async<A, E>((resume) => {
+    if (this.exit !== undefined) return resume(this.exit)
+    const waiter = (exit: Exit.Exit<A, E>) => resume(exit)
+    if (this.waiters === undefined) this.waiters = []
+    this.waiters.push(waiter)
+    return Effect.sync(() => {
+      const index = this.waiters?.indexOf(waiter) ?? -1
+      if (index >= 0) this.waiters!.splice(index, 1)
+    })
+  })
+}

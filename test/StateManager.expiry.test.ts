@@ -1,0 +1,74 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as TestClock from "effect/TestClock"
+import { Counter, memoryCluster } from "./state/workers.js"
+
+const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
+
+// tokenExpiration 2 s, lockExpiration 1.5 s
+const input = { tokenExpiration: 2_000, lockExpiration: 1_500, lockWarningThreshold: 1_400 } as const
+
+describe("memory store expiry (TestClock)", () => {
+  it.scoped("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, () => [null, { n: 7 }])
+      assert.isAbove(yield* cluster.control.keyCount, 0)
+      yield* advance(1_999)
+      deepStrictEqual(yield* w.states.get("t", Counter), { n: 7 })
+      yield* advance(2_001)
+      // the sweeper removed every key of the token, not just hid them
+      assert.strictEqual(yield* cluster.control.keyCount, 0)
+      deepStrictEqual(yield* w.states.get("t", Counter), { n: 0 })
+      assert.strictEqual(yield* w.lease.sessions, 0)
+    })
+  )
+
+  it.scoped("reads and writes push the deadline", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
+      yield* advance(1_500)
+      deepStrictEqual(yield* w.states.get("t", Counter), { n: 1 })
+      yield* advance(1_500)
+      // 3 s after the write, 1.5 s after the read
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* advance(1_900)
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+      yield* advance(200)
+      assert.strictEqual(yield* cluster.stored("t"), 0)
+    })
+  )
+
+  it.scoped("a token whose lock is held is not evicted under the modification", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
+      yield* advance(1_000)
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const fiber = yield* Effect.fork(
+        w.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            s.n,
+            { n: s.n + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      // past the first write's expiry (2 s), the lock still held
+      yield* advance(1_400)
+      yield* Deferred.succeed(gate, undefined)
+      assert.strictEqual(yield* Fiber.join(fiber), 1)
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+})

@@ -1,0 +1,87 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { type StateBackend, stateSuite } from "./state/suite.js"
+import { Counter, memoryCluster } from "./state/workers.js"
+
+const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+
+const memory: StateBackend = {
+  name: "memory",
+  test: (name, input, body) =>
+    it.scoped(name, () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        yield* body(cluster, {
+          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          settle,
+          until: (label, check) =>
+            eventuallyTrue(
+              label,
+              5_000,
+              Effect.gen(function* () {
+                yield* settle
+                if (yield* check) return true
+                yield* TestClock.adjust(1)
+                return false
+              })
+            )
+        })
+      })
+    )
+}
+
+stateSuite(memory)
+
+describe("signals lost with the subscriber connection", () => {
+  it.scoped("a waiter re-checks when its subscription is restored, not after a re-check interval", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ lockExpiration: 20_000, lockWarningThreshold: 10_000 })
+      const holder = yield* cluster.worker()
+      const waiter = yield* cluster.worker()
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const blocking = yield* Effect.fork(
+        holder.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            null,
+            { n: s.n + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      yield* eventuallyTrue(
+        "the waiter is registered",
+        5_000,
+        Effect.zipRight(
+          settle,
+          Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(waiter.id))
+        )
+      )
+      // the lock goes away without a signal (as if its release was published while the
+      // subscriber connection was down), then the connection drops and comes back
+      yield* cluster.control.setRaw(cluster.keys.lock("t"), "", 0)
+      yield* cluster.control.dropSubscriptions
+      // no time passes: Resubscribed made the waiter try again
+      yield* eventuallyTrue(
+        "the waiter finished",
+        5_000,
+        Effect.zipRight(settle, Effect.map(Fiber.poll(second), Option.isSome))
+      )
+      assert.strictEqual(yield* Clock.currentTimeMillis, 0)
+      assert.strictEqual(yield* cluster.stored("t"), 10)
+      // the holder lost its lock: its write is refused
+      yield* Deferred.succeed(gate, undefined)
+      const exit = yield* Fiber.await(blocking)
+      assert.isTrue(Exit.isFailure(exit))
+      assert.strictEqual(yield* cluster.stored("t"), 10)
+    })
+  )
+})

@@ -1,0 +1,684 @@
+/**
+ * The state manager's behaviour, once, for both stores: `StateManager.memory.test.ts`
+ * runs it on MemoryStore under TestClock, `StateManager.redis.test.ts` on RedisStore
+ * against a real redis-server. Grants are counted by the store's fencing counter.
+ */
+
+import { assert, describe } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import { atLevels } from "../support/logs.js"
+import { type Cluster, Counter, Other, type Worker } from "./workers.js"
+
+export interface Tools {
+  /** Let `ms` pass: TestClock on memory, real time on Redis. */
+  readonly advance: (ms: number) => Effect.Effect<void>
+  /** Let forked fibers run until they wait (no time passes on memory). */
+  readonly settle: Effect.Effect<void>
+  /** Wait until `check` holds (polling; on memory the TestClock moves 1 ms a poll; fails the test after a while). */
+  readonly until: (label: string, check: Effect.Effect<boolean, unknown>) => Effect.Effect<void>
+}
+
+/** Run `effect` to its end while time moves (a lease may wait out its quantum meanwhile). */
+const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
+  Effect.gen(function* () {
+    const fiber = yield* Effect.fork(effect)
+    yield* tools.until("the effect to end", Effect.map(Fiber.poll(fiber), Option.isSome))
+    return yield* Fiber.join(fiber)
+  })
+
+const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
+  Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
+
+export interface StateBackend {
+  readonly name: "memory" | "redis"
+  readonly test: (
+    name: string,
+    input: LeaseholdConfig.Input,
+    body: (cluster: Cluster, tools: Tools) => Effect.Effect<void, unknown, Scope.Scope>
+  ) => void
+}
+
+const inc = (w: Worker, token: string, by = 1) => w.states.modify(token, Counter, (s) => [s.n + by, { n: s.n + by }])
+
+/** A modification that holds its turn until `gate` opens. */
+const held = (w: Worker, token: string, gate: Deferred.Deferred<void>, entered?: Deferred.Deferred<void>) =>
+  w.states.modifyEffect(token, Counter, (s) =>
+    Effect.gen(function* () {
+      if (entered !== undefined) yield* Deferred.succeed(entered, undefined)
+      yield* Deferred.await(gate)
+      return [s.n + 1, { n: s.n + 1 }] as const
+    })
+  )
+
+const oplock = { oplock: true } as const
+
+export const stateSuite = (backend: StateBackend) => {
+  const test = backend.test
+
+  describe("modifications", () => {
+    test("R2: two modifications in sequence see each other's writes", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        assert.strictEqual(yield* w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 1 }]), 0)
+        assert.strictEqual(yield* w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 2 }]), 1)
+        deepStrictEqual(yield* w.states.get("t", Counter), { n: 3 })
+        assert.strictEqual(yield* cluster.stored("t"), 3)
+        assert.strictEqual(yield* cluster.grants("t"), 2)
+      })
+    )
+
+    test("S2: ten concurrent +1 on one token: 10, no lock and no local entry left", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        yield* Effect.all(
+          Array.from({ length: 10 }, () => inc(w, "t")),
+          { concurrency: "unbounded" }
+        )
+        assert.strictEqual(yield* cluster.stored("t"), 10)
+        assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+        assert.strictEqual(yield* w.lease.sessions, 0)
+      })
+    )
+
+    test("a failing modification changes nothing", {}, (cluster, tools) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        yield* inc(w, "t")
+        const error = yield* Effect.flip(w.states.modifyEffect("t", Counter, () => Effect.fail("nope" as const)))
+        assert.strictEqual(error, "nope")
+        assert.strictEqual(yield* cluster.stored("t"), 1)
+        // the release follows the failed modification
+        yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
+        assert.strictEqual(yield* inc(w, "t"), 2)
+      })
+    )
+
+    test("an interrupted modification changes nothing and frees the lock", {}, (cluster, tools) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        yield* inc(w, "t")
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const fiber = yield* Effect.fork(held(w, "t", gate, entered))
+        yield* Deferred.await(entered)
+        yield* Fiber.interrupt(fiber)
+        yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
+        assert.strictEqual(yield* cluster.stored("t"), 1)
+        assert.strictEqual(yield* inc(w, "t"), 2)
+      })
+    )
+
+    test("only slices whose encoding changed are written; several slices under one lock", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        const result = yield* w.states.modifyAll("t", { c: Counter, o: Other }, (v) =>
+          Effect.succeed([v.c.n, { c: { n: v.c.n + 5 }, o: v.o }] as const)
+        )
+        assert.strictEqual(result, 0)
+        assert.strictEqual(yield* cluster.stored("t"), 5)
+        // the unchanged slice was not written
+        assert.isTrue(Option.isNone((yield* cluster.store.readSlices("t", ["other"]))[0]!))
+        yield* w.states.modifyAll("t", { c: Counter, o: Other }, (v) =>
+          Effect.succeed([null, { c: v.c, o: { s: `n=${v.c.n}` } }] as const)
+        )
+        deepStrictEqual(yield* w.states.get("t", Other), { s: "n=5" })
+        assert.strictEqual(yield* cluster.grants("t"), 2)
+      })
+    )
+
+    test("a stored value that does not decode is replaced by the initial value, with one warning", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        yield* inc(w, "t")
+        const lock = yield* cluster.store.tryAcquire("t", "planter", [])
+        assert.strictEqual(lock._tag, "Acquired")
+        yield* cluster.store.commitAndRelease("t", "planter", [["counter", '{"n":"not a number"}']])
+        const before = atLevels(cluster.logs, ["WARN"]).length
+        assert.strictEqual(yield* inc(w, "t"), 1)
+        const warnings = atLevels(cluster.logs, ["WARN"]).slice(before)
+        assert.strictEqual(warnings.length, 1)
+        assert.include(warnings[0]!.message, "slice counter of token t does not decode")
+        assert.strictEqual(yield* cluster.stored("t"), 1)
+      })
+    )
+
+    test("a bad token is refused before any I/O", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        for (const token of ["a*", "", "x".repeat(129), "a b"]) {
+          const error = yield* Effect.flip(inc(w, token))
+          assert.strictEqual(error._tag, "InvalidToken")
+          assert.strictEqual((yield* Effect.flip(w.states.get(token, Counter)))._tag, "InvalidToken")
+        }
+        assert.strictEqual(yield* w.lease.sessions, 0)
+      })
+    )
+  })
+
+  describe("lock", () => {
+    test(
+      "S3: a modification that outlives its lock fails with LockExpired and writes nothing",
+      { lockExpiration: 300, lockWarningThreshold: 100 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(
+            w.states.modifyEffect(
+              "t",
+              Counter,
+              (s) =>
+                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                  0,
+                  { n: s.n + 666 }
+                ] as const),
+              { event: "slow" }
+            )
+          )
+          yield* Deferred.await(entered)
+          yield* tools.advance(400)
+          yield* Deferred.succeed(gate, undefined)
+          const exit = yield* Fiber.await(fiber)
+          assert.isTrue(Exit.isFailure(exit))
+          const error = Exit.isFailure(exit)
+            ? Option.getOrThrow(
+                Exit.causeOption(exit).pipe(
+                  Option.flatMap((c) =>
+                    Option.fromNullable(
+                      c._tag === "Fail"
+                        ? (c.error as { _tag: string; event: Option.Option<string>; token: string })
+                        : undefined
+                    )
+                  )
+                )
+              )
+            : undefined
+          assert.strictEqual(error?._tag, "LockExpired")
+          deepStrictEqual(error?.event, Option.some("slow"))
+          assert.strictEqual(error?.token, "t")
+          assert.strictEqual(yield* cluster.stored("t"), 0)
+        })
+    )
+
+    test(
+      "S4: a blocker outlives its lock; a waiter then writes 4252; the blocker's write is refused",
+      { lockExpiration: 300, lockWarningThreshold: 100 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const a = yield* cluster.worker()
+          const b = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const blocker = yield* Effect.fork(
+            a.states.modifyEffect("t", Counter, () =>
+              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                0,
+                { n: 666 }
+              ] as const)
+            )
+          )
+          yield* Deferred.await(entered)
+          const waiter = yield* Effect.fork(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
+          yield* tools.settle
+          yield* tools.advance(400)
+          yield* Fiber.join(waiter)
+          yield* Deferred.succeed(gate, undefined)
+          const exit = yield* Fiber.await(blocker)
+          assert.isTrue(Exit.isFailure(exit))
+          assert.strictEqual(yield* cluster.stored("t"), 4252)
+        })
+    )
+
+    test(
+      "S5: a hold over the threshold logs one warning per modification, not per slice",
+      { lockWarningThreshold: 100 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          const before = atLevels(cluster.logs, ["WARN"]).length
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(
+            w.states.modifyAll(
+              "t",
+              { c: Counter, o: Other },
+              (v) =>
+                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                  null,
+                  { c: { n: v.c.n + 1 }, o: { s: "x" } }
+                ] as const),
+              { event: "slow-event" }
+            )
+          )
+          yield* Deferred.await(entered)
+          yield* tools.advance(150)
+          yield* Deferred.succeed(gate, undefined)
+          yield* Fiber.join(fiber)
+          yield* inc(w, "t")
+          const warnings = atLevels(cluster.logs, ["WARN"]).slice(before)
+          assert.strictEqual(warnings.length, 1)
+          assert.include(warnings[0]!.message, "token t")
+          assert.include(warnings[0]!.message, "slow-event")
+        })
+    )
+
+    test(
+      "no lost wake-up: a waiter on another worker is granted on the release, not after a re-check",
+      { lockExpiration: 20_000, lockWarningThreshold: 10_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const a = yield* cluster.worker()
+          const b = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const first = yield* Effect.fork(held(a, "t", gate, entered))
+          yield* Deferred.await(entered)
+          const second = yield* Effect.fork(inc(b, "t"))
+          yield* tools.until(
+            "b registered as a waiter",
+            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(b.id))
+          )
+          yield* Deferred.succeed(gate, undefined)
+          yield* Fiber.join(first)
+          // no time passes (memory) / well under the 2 s re-check (Redis)
+          yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
+          assert.strictEqual(yield* cluster.stored("t"), 2)
+          deepStrictEqual(yield* cluster.store.waiters("t"), [])
+        })
+    )
+
+    test("no barging: a tight loop on one worker does not starve a waiter on another", {}, (cluster, tools) =>
+      Effect.gen(function* () {
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        let stop = false
+        let loops = 0
+        const loop = yield* Effect.fork(
+          Effect.whileLoop({
+            while: () => !stop,
+            body: () => Effect.tap(inc(a, "t"), () => Effect.sync(() => loops++)),
+            step: () => undefined
+          })
+        )
+        yield* tools.until(
+          "the loop runs",
+          Effect.sync(() => loops >= 3)
+        )
+        const waiter = yield* Effect.fork(inc(b, "t", 1000))
+        yield* tools.until("the remote waiter got its turn", Effect.map(Fiber.poll(waiter), Option.isSome))
+        const loopsWhenServed = loops
+        stop = true
+        yield* join(tools, loop)
+        assert.isAtLeast((yield* cluster.stored("t")) % 1000, loopsWhenServed)
+        assert.strictEqual(Math.floor((yield* cluster.stored("t")) / 1000), 1)
+      })
+    )
+  })
+
+  describe("registration", () => {
+    test("R10: other contenders exclude this worker, +1 per other worker", {}, (cluster) =>
+      Effect.gen(function* () {
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        const c = yield* cluster.worker()
+        yield* cluster.store.registerWaiter("t", a.id)
+        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 0)
+        yield* cluster.store.registerWaiter("t", b.id)
+        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 1)
+        yield* cluster.store.registerWaiter("t", c.id)
+        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 2)
+        assert.notStrictEqual(a.id, b.id)
+        assert.notStrictEqual(b.id, c.id)
+      })
+    )
+
+    test("a waiting worker is registered exactly while it has a waiter", {}, (cluster, tools) =>
+      Effect.gen(function* () {
+        const holder = yield* cluster.worker()
+        const w = yield* cluster.worker()
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
+        yield* Deferred.await(entered)
+        const a = yield* Effect.fork(inc(w, "t"))
+        const b = yield* Effect.fork(inc(w, "t"))
+        yield* tools.until(
+          "registered",
+          Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
+        )
+        yield* Fiber.interrupt(a)
+        yield* tools.settle
+        deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
+        yield* Fiber.interrupt(b)
+        yield* tools.until(
+          "deregistered",
+          Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
+        )
+        yield* tools.until(
+          "no local entry",
+          Effect.map(w.lease.sessions, (n) => n === 0)
+        )
+        yield* Deferred.succeed(gate, undefined)
+        yield* join(tools, blocking)
+      })
+    )
+
+    test(
+      "R12: a waiter that queues while the deregistration is in flight ends registered; leaving again deregisters",
+      {},
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const holder = yield* cluster.worker()
+          const w = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
+          yield* Deferred.await(entered)
+          const first = yield* Effect.fork(inc(w, "t"))
+          yield* tools.until(
+            "registered",
+            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
+          )
+          // the last waiter leaves and, in the same instant, another one queues
+          yield* Fiber.interruptFork(first)
+          const second = yield* Effect.fork(inc(w, "t"))
+          yield* tools.settle
+          yield* tools.until(
+            "registered again",
+            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
+          )
+          yield* tools.settle
+          deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
+          // and that one leaves while its registration is under way
+          const third = yield* Effect.fork(inc(w, "t"))
+          yield* Fiber.interruptFork(second)
+          yield* Fiber.interrupt(third)
+          yield* tools.until(
+            "deregistered",
+            Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
+          )
+          yield* tools.until(
+            "no local entry",
+            Effect.map(w.lease.sessions, (n) => n === 0)
+          )
+          yield* Deferred.succeed(gate, undefined)
+          yield* join(tools, blocking)
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+        })
+    )
+
+    test("R13: a waiter interrupted while it registers leaves no registration", {}, (cluster, tools) =>
+      Effect.gen(function* () {
+        const holder = yield* cluster.worker()
+        const w = yield* cluster.worker()
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
+        yield* Deferred.await(entered)
+        for (let i = 0; i < 5; i++) {
+          const waiter = yield* Effect.fork(inc(w, "t"))
+          yield* Effect.yieldNow()
+          yield* Fiber.interrupt(waiter)
+        }
+        yield* tools.until(
+          "no registration",
+          Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
+        )
+        yield* tools.until(
+          "no local entry",
+          Effect.map(w.lease.sessions, (n) => n === 0)
+        )
+        yield* tools.settle
+        deepStrictEqual(yield* cluster.store.waiters("t"), [])
+        yield* Deferred.succeed(gate, undefined)
+        yield* join(tools, blocking)
+      })
+    )
+  })
+
+  describe("leases (oplock)", () => {
+    test(
+      "R3: m1 modifies twice with one grant; m2 breaks m1's lease and leases; closing m2 leaves the final state",
+      oplock,
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const m1 = yield* cluster.worker()
+          const m2 = yield* cluster.worker()
+          yield* inc(m1, "t")
+          assert.isTrue(m1.lease.isLeased("t"))
+          assert.strictEqual(yield* cluster.grants("t"), 1)
+          yield* inc(m1, "t")
+          assert.strictEqual(yield* cluster.grants("t"), 1)
+          yield* run(tools, inc(m2, "t"))
+          assert.strictEqual(yield* cluster.grants("t"), 2)
+          yield* tools.until(
+            "m1's lease is over",
+            Effect.sync(() => !m1.lease.isLeased("t"))
+          )
+          assert.isTrue(m2.lease.isLeased("t"))
+          // batch durability: every acknowledged modification is stored already
+          assert.strictEqual(yield* cluster.stored("t"), 3)
+          yield* run(tools, m2.close)
+          assert.strictEqual(yield* cluster.stored("t"), 3)
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+        })
+    )
+
+    for (const quantum of [2, 0]) {
+      test(
+        `R4 (quantum ${quantum}): m1 holds a modification while m2 starts two: 2 grants, 3 in the end`,
+        { ...oplock, leaseQuantum: quantum, leaseDurability: "memory" },
+        (cluster, tools) =>
+          Effect.gen(function* () {
+            const m1 = yield* cluster.worker()
+            const m2 = yield* cluster.worker()
+            const gate = yield* Deferred.make<void>()
+            const entered = yield* Deferred.make<void>()
+            const first = yield* Effect.fork(held(m1, "t", gate, entered))
+            yield* tools.until("the modification entered", Deferred.isDone(entered))
+            const a = yield* Effect.fork(inc(m2, "t"))
+            const b = yield* Effect.fork(inc(m2, "t"))
+            yield* tools.until(
+              "m2 registered",
+              Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(m2.id))
+            )
+            yield* Deferred.succeed(gate, undefined)
+            yield* join(tools, first)
+            yield* join(tools, a)
+            yield* join(tools, b)
+            assert.strictEqual(yield* cluster.grants("t"), 2)
+            // memory durability (as Reflex): m2's modifications live in its lease until it ends
+            assert.strictEqual(yield* cluster.stored("t"), 1)
+            yield* run(tools, m2.close)
+            assert.strictEqual(yield* cluster.stored("t"), 3)
+          })
+      )
+
+      test(
+        `R5 (quantum ${quantum}): with m2 and m3 contending, exactly one leases and the other does a single update: 3 grants`,
+        { ...oplock, leaseQuantum: quantum },
+        (cluster, tools) =>
+          Effect.gen(function* () {
+            const m1 = yield* cluster.worker()
+            const m2 = yield* cluster.worker()
+            const m3 = yield* cluster.worker()
+            const gate = yield* Deferred.make<void>()
+            const entered = yield* Deferred.make<void>()
+            const first = yield* Effect.fork(held(m1, "t", gate, entered))
+            yield* tools.until("the modification entered", Deferred.isDone(entered))
+            const b = yield* Effect.fork(inc(m2, "t"))
+            const c = yield* Effect.fork(inc(m3, "t"))
+            yield* tools.until(
+              "m2 and m3 registered",
+              Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 2)
+            )
+            yield* Deferred.succeed(gate, undefined)
+            yield* join(tools, first)
+            yield* join(tools, b)
+            yield* join(tools, c)
+            assert.strictEqual(yield* cluster.grants("t"), 3)
+            assert.strictEqual(Number(m2.lease.isLeased("t")) + Number(m3.lease.isLeased("t")), 1)
+            assert.strictEqual(yield* cluster.stored("t"), 3)
+          })
+      )
+    }
+
+    test("R6: two workers racing: exactly one lease survives", oplock, (cluster, tools) =>
+      Effect.gen(function* () {
+        for (const gap of [0, 0, 100]) {
+          const token = `race-${gap}-${Math.random().toString(36).slice(2, 8)}`
+          const m1 = yield* cluster.worker()
+          const m2 = yield* cluster.worker()
+          const a = yield* Effect.fork(inc(m1, token))
+          if (gap > 0) yield* tools.advance(gap)
+          const b = yield* Effect.fork(inc(m2, token))
+          yield* join(tools, a)
+          yield* join(tools, b)
+          yield* tools.until(
+            "one lease left",
+            Effect.sync(() => Number(m1.lease.isLeased(token)) + Number(m2.lease.isLeased(token)) === 1)
+          )
+          assert.strictEqual(yield* cluster.stored(token), 2)
+          yield* run(tools, m1.close)
+          yield* run(tools, m2.close)
+        }
+      })
+    )
+
+    test(
+      "R7: contention the moment a lease starts: the modification completes as a single update",
+      oplock,
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(held(w, "t", gate, entered))
+          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          yield* cluster.store.registerWaiter("t", "another-instance")
+          yield* Deferred.succeed(gate, undefined)
+          assert.strictEqual(yield* join(tools, fiber), 1)
+          yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
+          assert.isFalse(w.lease.isLeased("t"))
+          assert.strictEqual(yield* cluster.grants("t"), 1)
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+        })
+    )
+
+    test(
+      "closing a worker during a leased modification lets it finish, writes it and releases",
+      { ...oplock, leaseDurability: "memory" },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          yield* inc(w, "t")
+          yield* inc(w, "t")
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(held(w, "t", gate, entered))
+          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const closing = yield* Effect.fork(w.close)
+          yield* tools.settle
+          yield* Deferred.succeed(gate, undefined)
+          assert.strictEqual(yield* join(tools, fiber), 3)
+          yield* join(tools, closing)
+          assert.strictEqual(yield* cluster.stored("t"), 3)
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+          assert.strictEqual(yield* cluster.grants("t"), 1)
+        })
+    )
+
+    test("R8: slices are fetched into a leased cache when first needed", oplock, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        yield* inc(w, "t")
+        yield* w.states.modify("t", Other, () => [null, { s: "b" }])
+        yield* inc(w, "t")
+        assert.strictEqual(yield* cluster.grants("t"), 1)
+        deepStrictEqual(yield* w.states.get("t", Other), { s: "b" })
+        assert.strictEqual(yield* cluster.stored("t"), 2)
+      })
+    )
+
+    test(
+      "R9: a lease broken while a modification outlives the lock expiration: extended, no error",
+      { ...oplock, lockExpiration: 300, lockWarningThreshold: 200, leaseHoldTime: 250 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const m1 = yield* cluster.worker()
+          const m2 = yield* cluster.worker()
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const slow = yield* Effect.fork(held(m1, "t", gate, entered))
+          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const other = yield* Effect.fork(inc(m2, "t"))
+          for (let i = 0; i < 8; i++) yield* tools.advance(60)
+          yield* Deferred.succeed(gate, undefined)
+          assert.strictEqual(yield* join(tools, slow), 1)
+          assert.strictEqual(yield* join(tools, other), 2)
+          assert.strictEqual(yield* cluster.grants("t"), 2)
+        })
+    )
+
+    test(
+      "R11: after one of R's two waiters finishes, the other is not passed over by H's next lease",
+      { ...oplock, lockExpiration: 20_000, lockWarningThreshold: 10_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const h = yield* cluster.worker()
+          const r = yield* cluster.worker()
+          yield* inc(h, "t")
+          assert.isTrue(h.lease.isLeased("t"))
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const r1 = yield* Effect.fork(held(r, "t", gate, entered))
+          const r2 = yield* Effect.fork(inc(r, "t"))
+          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const hNext = yield* Effect.fork(inc(h, "t"))
+          yield* tools.settle
+          yield* Deferred.succeed(gate, undefined)
+          yield* join(tools, r1)
+          yield* tools.until("r's second waiter finished", Effect.map(Fiber.poll(r2), Option.isSome))
+          yield* join(tools, hNext)
+          assert.strictEqual(yield* cluster.stored("t"), 4)
+        })
+    )
+
+    test("a leased modification is acknowledged only once written (batch durability)", oplock, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        for (let i = 1; i <= 5; i++) {
+          yield* inc(w, "t")
+          assert.strictEqual(yield* cluster.stored("t"), i)
+        }
+        assert.strictEqual(yield* cluster.grants("t"), 1)
+      })
+    )
+
+    test(
+      "a lease ends after its hold time and the lock is released",
+      { ...oplock, lockExpiration: 1_000, leaseHoldTime: 200, lockWarningThreshold: 500 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          yield* inc(w, "t")
+          assert.isTrue(w.lease.isLeased("t"))
+          yield* tools.advance(250)
+          yield* tools.until(
+            "the lease ended",
+            Effect.sync(() => !w.lease.isLeased("t"))
+          )
+          yield* tools.until("the lock is free", Effect.map(cluster.store.holder("t"), Option.isNone))
+          assert.strictEqual(yield* w.lease.sessions, 0)
+        })
+    )
+  })
+}

@@ -1,0 +1,125 @@
+/**
+ * Workers for state-manager tests: several workers (each its own InstanceId, supervisor,
+ * signals, lock and leases) over one shared store, memory or a real redis-server.
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as Health from "../../src/Health.js"
+import { InstanceId } from "../../src/InstanceId.js"
+import { makeKeys } from "../../src/internal/keys.js"
+import * as Lease from "../../src/Lease.js"
+import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as MemoryStore from "../../src/MemoryStore.js"
+import * as RedisStore from "../../src/RedisStore.js"
+import * as StateManager from "../../src/StateManager.js"
+import { Store } from "../../src/Store.js"
+import { capture, type LogLine } from "../support/logs.js"
+import * as RedisServer from "../support/RedisServer.js"
+
+export const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
+export const Other = StateManager.slice("other", Schema.Struct({ s: Schema.String }), { s: "" })
+
+export interface Worker {
+  readonly id: string
+  readonly states: StateManager.StateManager.Service
+  readonly lease: Lease.Lease.Service
+  readonly health: Health.Health.Service
+  /** Close this worker (flushes its leases, releases its locks). */
+  readonly close: Effect.Effect<void>
+}
+
+export interface Cluster {
+  readonly store: Store.Service
+  readonly logs: Array<LogLine>
+  readonly worker: () => Effect.Effect<Worker, never, Scope.Scope>
+  /** The number of grants a token has had: its fencing counter. */
+  readonly grants: (token: string) => Effect.Effect<number>
+  /** The stored counter slice, decoded. */
+  readonly stored: (token: string) => Effect.Effect<number>
+  readonly keys: ReturnType<typeof makeKeys>
+}
+
+const configWith = (input: LeaseholdConfig.Input) =>
+  LeaseholdConfig.layerWith({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
+
+const makeCluster = (
+  storeLayer: Layer.Layer<Store, never, LeaseholdConfig.LeaseholdConfig>,
+  input: LeaseholdConfig.Input,
+  raw: (key: string) => Effect.Effect<Option.Option<string>>
+) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const config = configWith(input)
+    const shared = yield* Layer.build(storeLayer.pipe(Layer.provideMerge(config))).pipe(
+      Effect.provide(logs.layer),
+      Effect.orDie
+    )
+    const store = Context.get(shared, Store)
+    const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
+    const worker = () =>
+      Effect.gen(function* () {
+        // Its own scope inside the test's: a test can close one worker and keep the others.
+        const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+        const built = yield* Layer.buildWithScope(
+          Layer.fresh(StateManager.layerWorker).pipe(Layer.provide(Layer.succeedContext(shared))),
+          own
+        ).pipe(Effect.provide(logs.layer))
+        return {
+          id: Context.get(built, InstanceId),
+          states: Context.get(built, StateManager.StateManager),
+          lease: Context.get(built, Lease.Lease),
+          health: Context.get(built, Health.Health),
+          close: Scope.close(own, Exit.void)
+        } satisfies Worker
+      })
+    return {
+      store,
+      logs: logs.lines,
+      keys,
+      worker,
+      grants: (token: string) =>
+        Effect.map(raw(keys.fence(token)), (value) => Option.match(value, { onNone: () => 0, onSome: Number })),
+      stored: (token: string) =>
+        Effect.map(raw(keys.slice(token, "counter")), (value) =>
+          Option.match(value, { onNone: () => 0, onSome: (text) => (JSON.parse(text) as { n: number }).n })
+        )
+    } satisfies Cluster
+  })
+
+/** Workers over one MemoryStore (time on the TestClock when run under it.effect). */
+export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    let control: MemoryStore.MemoryStoreControl.Service | undefined
+    const layer = Layer.effectContext(
+      Effect.gen(function* () {
+        const context = yield* Layer.build(MemoryStore.layer)
+        control = Context.get(context, MemoryStore.MemoryStoreControl)
+        return context
+      })
+    ) as unknown as Layer.Layer<Store, never, LeaseholdConfig.LeaseholdConfig>
+    const cluster = yield* makeCluster(layer, input, (key) => Effect.suspend(() => control!.getRaw(key)))
+    return { ...cluster, control: control! }
+  })
+
+/** Workers over one RedisStore against a fresh redis-server. */
+export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    const server = yield* RedisServer.start()
+    const layer = RedisStore.layer({ url: server.url }) as unknown as Layer.Layer<
+      Store,
+      never,
+      LeaseholdConfig.LeaseholdConfig
+    >
+    const cluster = yield* makeCluster(layer, input, (key) =>
+      Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
+        typeof reply === "string" ? Option.some(reply) : Option.none()
+      )
+    )
+    return { ...cluster, server }
+  })

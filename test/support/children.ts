@@ -1,0 +1,93 @@
+/**
+ * Real Node worker processes for cross-process tests, run with vite-node so they load the
+ * TypeScript sources directly. Each child is killed when the test's scope closes.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import * as path from "node:path"
+import * as Effect from "effect/Effect"
+import type * as Scope from "effect/Scope"
+
+export interface Child {
+  readonly pid: number
+  /** Every line printed so far. */
+  readonly lines: ReadonlyArray<string>
+  /** Wait for a line matching `pattern` (fails the test after `ms`). */
+  readonly waitFor: (pattern: RegExp, ms?: number) => Effect.Effect<string>
+  readonly exited: Effect.Effect<number | null>
+  readonly kill: (signal: NodeJS.Signals) => Effect.Effect<void>
+}
+
+const root = path.resolve(import.meta.dirname, "../..")
+
+export const spawnChild = (script: string, env: Record<string, string>): Effect.Effect<Child, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const child: ChildProcess = spawn(
+        process.execPath,
+        [path.join(root, "node_modules/vite-node/vite-node.mjs"), script],
+        {
+          cwd: root,
+          env: { ...process.env, ...env },
+          stdio: ["ignore", "pipe", "pipe"]
+        }
+      )
+      const lines: Array<string> = []
+      const listeners = new Set<() => void>()
+      let buffer = ""
+      child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+        buffer += chunk
+        const parts = buffer.split("\n")
+        buffer = parts.pop() ?? ""
+        lines.push(...parts.map((line) => line.trim()).filter((line) => line.length > 0))
+        for (const listener of listeners) listener()
+      })
+      let stderr = ""
+      child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+        stderr += chunk
+      })
+      const exit = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
+      const waitFor = (pattern: RegExp, ms = 20_000) =>
+        Effect.async<string>((resume) => {
+          const check = () => {
+            const found = lines.find((line) => pattern.test(line))
+            if (found !== undefined) {
+              listeners.delete(check)
+              clearTimeout(timer)
+              resume(Effect.succeed(found))
+            }
+          }
+          const timer = setTimeout(() => {
+            listeners.delete(check)
+            resume(
+              Effect.dieMessage(
+                `child ${child.pid}: no line matching ${pattern} within ${ms} ms; stderr: ${stderr.slice(-2000)}`
+              )
+            )
+          }, ms)
+          listeners.add(check)
+          check()
+          return Effect.sync(() => {
+            listeners.delete(check)
+            clearTimeout(timer)
+          })
+        })
+      return {
+        pid: child.pid!,
+        lines,
+        waitFor,
+        exited: Effect.promise(() => exit),
+        kill: (signal: NodeJS.Signals) =>
+          Effect.sync(() => {
+            child.kill(signal)
+          }),
+        child
+      }
+    }),
+    (child) =>
+      Effect.promise(async () => {
+        if (child.child.exitCode === null && child.child.signalCode === null) {
+          child.child.kill("SIGKILL")
+          await new Promise((resolve) => child.child.once("exit", resolve))
+        }
+      })
+  )
