@@ -57,6 +57,33 @@ const held = (w: Worker, token: string, gate: Deferred.Deferred<void>, entered?:
     })
   )
 
+/**
+ * Start a modification on `token` that holds its turn (and the lock) until `open` runs.
+ * Returns once it has entered (time moves meanwhile on memory: a lease may have to end first).
+ */
+const blocker = (tools: Tools, w: Worker, token: string) =>
+  Effect.gen(function* () {
+    const gate = yield* Deferred.make<void>()
+    const entered = yield* Deferred.make<void>()
+    const fiber = yield* Effect.fork(held(w, token, gate, entered))
+    yield* tools.until("the modification entered", Deferred.isDone(entered))
+    return { fiber, open: Deferred.succeed(gate, undefined) }
+  })
+
+/** Wait until the token's waiter set is exactly `ids` (order ignored). */
+const waitersBecome = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>) =>
+  tools.until(
+    `waiters ${JSON.stringify(ids)}`,
+    Effect.map(cluster.store.waiters("t"), (now) => now.length === ids.length && ids.every((id) => now.includes(id)))
+  )
+
+/** Wait until a worker has no local entry left. */
+const idle = (tools: Tools, w: Worker) =>
+  tools.until(
+    "no local entry",
+    Effect.map(w.lease.sessions, (n) => n === 0)
+  )
+
 const oplock = { oplock: true } as const
 
 export const stateSuite = (backend: StateBackend) => {
@@ -104,11 +131,8 @@ export const stateSuite = (backend: StateBackend) => {
       Effect.gen(function* () {
         const w = yield* cluster.worker()
         yield* inc(w, "t")
-        const gate = yield* Deferred.make<void>()
-        const entered = yield* Deferred.make<void>()
-        const fiber = yield* Effect.fork(held(w, "t", gate, entered))
-        yield* Deferred.await(entered)
-        yield* Fiber.interrupt(fiber)
+        const fiber = yield* blocker(tools, w, "t")
+        yield* Fiber.interrupt(fiber.fiber)
         yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
         assert.strictEqual(yield* cluster.stored("t"), 1)
         assert.strictEqual(yield* inc(w, "t"), 2)
@@ -277,17 +301,14 @@ export const stateSuite = (backend: StateBackend) => {
         Effect.gen(function* () {
           const a = yield* cluster.worker()
           const b = yield* cluster.worker()
-          const gate = yield* Deferred.make<void>()
-          const entered = yield* Deferred.make<void>()
-          const first = yield* Effect.fork(held(a, "t", gate, entered))
-          yield* Deferred.await(entered)
+          const first = yield* blocker(tools, a, "t")
           const second = yield* Effect.fork(inc(b, "t"))
           yield* tools.until(
             "b registered as a waiter",
             Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(b.id))
           )
-          yield* Deferred.succeed(gate, undefined)
-          yield* Fiber.join(first)
+          yield* first.open
+          yield* Fiber.join(first.fiber)
           // no time passes (memory) / well under the 2 s re-check (Redis)
           yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
           assert.strictEqual(yield* cluster.stored("t"), 2)
@@ -344,30 +365,18 @@ export const stateSuite = (backend: StateBackend) => {
       Effect.gen(function* () {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
-        const gate = yield* Deferred.make<void>()
-        const entered = yield* Deferred.make<void>()
-        const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
-        yield* Deferred.await(entered)
+        const blocking = yield* blocker(tools, holder, "t")
         const a = yield* Effect.fork(inc(w, "t"))
         const b = yield* Effect.fork(inc(w, "t"))
-        yield* tools.until(
-          "registered",
-          Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
-        )
+        yield* waitersBecome(cluster, tools, [w.id])
         yield* Fiber.interrupt(a)
         yield* tools.settle
         deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
         yield* Fiber.interrupt(b)
-        yield* tools.until(
-          "deregistered",
-          Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
-        )
-        yield* tools.until(
-          "no local entry",
-          Effect.map(w.lease.sessions, (n) => n === 0)
-        )
-        yield* Deferred.succeed(gate, undefined)
-        yield* join(tools, blocking)
+        yield* waitersBecome(cluster, tools, [])
+        yield* idle(tools, w)
+        yield* blocking.open
+        yield* join(tools, blocking.fiber)
       })
     )
 
@@ -378,39 +387,24 @@ export const stateSuite = (backend: StateBackend) => {
         Effect.gen(function* () {
           const holder = yield* cluster.worker()
           const w = yield* cluster.worker()
-          const gate = yield* Deferred.make<void>()
-          const entered = yield* Deferred.make<void>()
-          const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
-          yield* Deferred.await(entered)
+          const blocking = yield* blocker(tools, holder, "t")
           const first = yield* Effect.fork(inc(w, "t"))
-          yield* tools.until(
-            "registered",
-            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
-          )
+          yield* waitersBecome(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
           yield* Fiber.interruptFork(first)
           const second = yield* Effect.fork(inc(w, "t"))
           yield* tools.settle
-          yield* tools.until(
-            "registered again",
-            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
-          )
+          yield* waitersBecome(cluster, tools, [w.id])
           yield* tools.settle
           deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
           // and that one leaves while its registration is under way
           const third = yield* Effect.fork(inc(w, "t"))
           yield* Fiber.interruptFork(second)
           yield* Fiber.interrupt(third)
-          yield* tools.until(
-            "deregistered",
-            Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
-          )
-          yield* tools.until(
-            "no local entry",
-            Effect.map(w.lease.sessions, (n) => n === 0)
-          )
-          yield* Deferred.succeed(gate, undefined)
-          yield* join(tools, blocking)
+          yield* waitersBecome(cluster, tools, [])
+          yield* idle(tools, w)
+          yield* blocking.open
+          yield* join(tools, blocking.fiber)
           assert.strictEqual(yield* cluster.stored("t"), 1)
         })
     )
@@ -419,27 +413,18 @@ export const stateSuite = (backend: StateBackend) => {
       Effect.gen(function* () {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
-        const gate = yield* Deferred.make<void>()
-        const entered = yield* Deferred.make<void>()
-        const blocking = yield* Effect.fork(held(holder, "t", gate, entered))
-        yield* Deferred.await(entered)
+        const blocking = yield* blocker(tools, holder, "t")
         for (let i = 0; i < 5; i++) {
           const waiter = yield* Effect.fork(inc(w, "t"))
           yield* Effect.yieldNow()
           yield* Fiber.interrupt(waiter)
         }
-        yield* tools.until(
-          "no registration",
-          Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 0)
-        )
-        yield* tools.until(
-          "no local entry",
-          Effect.map(w.lease.sessions, (n) => n === 0)
-        )
+        yield* waitersBecome(cluster, tools, [])
+        yield* idle(tools, w)
         yield* tools.settle
         deepStrictEqual(yield* cluster.store.waiters("t"), [])
-        yield* Deferred.succeed(gate, undefined)
-        yield* join(tools, blocking)
+        yield* blocking.open
+        yield* join(tools, blocking.fiber)
       })
     )
   })
@@ -480,18 +465,15 @@ export const stateSuite = (backend: StateBackend) => {
           Effect.gen(function* () {
             const m1 = yield* cluster.worker()
             const m2 = yield* cluster.worker()
-            const gate = yield* Deferred.make<void>()
-            const entered = yield* Deferred.make<void>()
-            const first = yield* Effect.fork(held(m1, "t", gate, entered))
-            yield* tools.until("the modification entered", Deferred.isDone(entered))
+            const first = yield* blocker(tools, m1, "t")
             const a = yield* Effect.fork(inc(m2, "t"))
             const b = yield* Effect.fork(inc(m2, "t"))
             yield* tools.until(
               "m2 registered",
               Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(m2.id))
             )
-            yield* Deferred.succeed(gate, undefined)
-            yield* join(tools, first)
+            yield* first.open
+            yield* join(tools, first.fiber)
             yield* join(tools, a)
             yield* join(tools, b)
             assert.strictEqual(yield* cluster.grants("t"), 2)
@@ -510,18 +492,15 @@ export const stateSuite = (backend: StateBackend) => {
             const m1 = yield* cluster.worker()
             const m2 = yield* cluster.worker()
             const m3 = yield* cluster.worker()
-            const gate = yield* Deferred.make<void>()
-            const entered = yield* Deferred.make<void>()
-            const first = yield* Effect.fork(held(m1, "t", gate, entered))
-            yield* tools.until("the modification entered", Deferred.isDone(entered))
+            const first = yield* blocker(tools, m1, "t")
             const b = yield* Effect.fork(inc(m2, "t"))
             const c = yield* Effect.fork(inc(m3, "t"))
             yield* tools.until(
               "m2 and m3 registered",
               Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 2)
             )
-            yield* Deferred.succeed(gate, undefined)
-            yield* join(tools, first)
+            yield* first.open
+            yield* join(tools, first.fiber)
             yield* join(tools, b)
             yield* join(tools, c)
             assert.strictEqual(yield* cluster.grants("t"), 3)
@@ -559,13 +538,10 @@ export const stateSuite = (backend: StateBackend) => {
       (cluster, tools) =>
         Effect.gen(function* () {
           const w = yield* cluster.worker()
-          const gate = yield* Deferred.make<void>()
-          const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(held(w, "t", gate, entered))
-          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const fiber = yield* blocker(tools, w, "t")
           yield* cluster.store.registerWaiter("t", "another-instance")
-          yield* Deferred.succeed(gate, undefined)
-          assert.strictEqual(yield* join(tools, fiber), 1)
+          yield* fiber.open
+          assert.strictEqual(yield* join(tools, fiber.fiber), 1)
           yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
           assert.isFalse(w.lease.isLeased("t"))
           assert.strictEqual(yield* cluster.grants("t"), 1)
@@ -581,14 +557,11 @@ export const stateSuite = (backend: StateBackend) => {
           const w = yield* cluster.worker()
           yield* inc(w, "t")
           yield* inc(w, "t")
-          const gate = yield* Deferred.make<void>()
-          const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(held(w, "t", gate, entered))
-          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const fiber = yield* blocker(tools, w, "t")
           const closing = yield* Effect.fork(w.close)
           yield* tools.settle
-          yield* Deferred.succeed(gate, undefined)
-          assert.strictEqual(yield* join(tools, fiber), 3)
+          yield* fiber.open
+          assert.strictEqual(yield* join(tools, fiber.fiber), 3)
           yield* join(tools, closing)
           assert.strictEqual(yield* cluster.stored("t"), 3)
           assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
@@ -615,14 +588,11 @@ export const stateSuite = (backend: StateBackend) => {
         Effect.gen(function* () {
           const m1 = yield* cluster.worker()
           const m2 = yield* cluster.worker()
-          const gate = yield* Deferred.make<void>()
-          const entered = yield* Deferred.make<void>()
-          const slow = yield* Effect.fork(held(m1, "t", gate, entered))
-          yield* tools.until("the modification entered", Deferred.isDone(entered))
+          const slow = yield* blocker(tools, m1, "t")
           const other = yield* Effect.fork(inc(m2, "t"))
           for (let i = 0; i < 8; i++) yield* tools.advance(60)
-          yield* Deferred.succeed(gate, undefined)
-          assert.strictEqual(yield* join(tools, slow), 1)
+          yield* slow.open
+          assert.strictEqual(yield* join(tools, slow.fiber), 1)
           assert.strictEqual(yield* join(tools, other), 2)
           assert.strictEqual(yield* cluster.grants("t"), 2)
         })
