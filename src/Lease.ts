@@ -465,39 +465,28 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       signals: openSignals(session)
     })
 
-    // Tokens whose lock this worker released while others waited, with the time until
-    // which its next acquisition gives them the first chance (no barging by a new session).
-    const owed = new Map<string, number>()
-    const recheckMs = Math.max(1, Math.floor(lockMs / 10))
-    const owe = (token: string, now: number) => {
-      if (owed.size >= 1_024) for (const [key, until] of owed) if (until <= now) owed.delete(key)
-      owed.set(token, now + recheckMs)
-    }
-    const takeOwed = (token: string, now: number) => {
-      const until = owed.get(token)
-      if (until === undefined) return false
-      owed.delete(token)
-      return until > now
-    }
-
     const run = (session: Session) =>
       Effect.gen(function* () {
-        const now = yield* Clock.currentTimeMillis
-        let after: { readonly registered: boolean; readonly yieldFirst: boolean } = takeOwed(session.token, now)
-          ? { registered: false, yieldFirst: true }
-          : noTurn
+        let after: { readonly registered: boolean; readonly yieldFirst: boolean } = noTurn
         while (true) {
-          const idle = yield* Effect.sync(() => {
+          const next = yield* Effect.sync(() => {
             prune(session)
-            if (session.queue.length > 0) return false
+            if (session.queue.length > 0) return "work" as const
+            // owing others a turn, the session stays a little to keep a new local
+            // modification from taking the lock back before them
+            if (after.yieldFirst) return "linger" as const
             sessions.delete(session.token)
-            return true
+            return "exit" as const
           })
-          if (idle) {
+          if (next === "exit") {
             // registered by the last release for waiters that have left since
             if (after.registered) yield* Effect.ignore(store.deregisterWaiter(session.token, instanceId))
-            if (after.yieldFirst) owe(session.token, yield* Clock.currentTimeMillis)
             return
+          }
+          if (next === "linger") {
+            const arrived = yield* lock.linger(session.token, localQueue(session))
+            if (!arrived) after = { registered: after.registered, yieldFirst: false }
+            continue
           }
           const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
           const grant: Option.Option<Grant> = yield* lock.acquire(session.token, slices, localQueue(session), after)

@@ -95,6 +95,13 @@ export declare namespace Lock {
      * had its chance.
      * `None` when every local waiter left meanwhile (the instance is deregistered).
      */
+    /**
+     * After a release that others waited for, with no local waiter left: wait until another
+     * holder released the lock (or a re-check interval passed, or `None` once the lock is
+     * seen free), so that a modification arriving meanwhile does not take the lock back first.
+     * Returns `true` when a local waiter arrived meanwhile (it must still yield).
+     */
+    readonly linger: (token: string, local: LocalQueue) => Effect.Effect<boolean, InvalidToken | StoreError>
     readonly acquire: (
       token: string,
       slices: ReadonlyArray<string>,
@@ -153,16 +160,25 @@ export const make = Effect.gen(function* () {
         })
       )
 
+  /** A release of this worker's own lock: it says nothing about another holder. */
+  const isOwn = (event: SignalEvent) =>
+    event._tag === "Released" && event.lockId !== undefined && event.lockId.startsWith(`${instanceId}:`)
+
+  /**
+   * The next release by another holder (or a resubscription: one may have been missed);
+   * `false` when `timeoutMs` passes first.
+   */
+  const nextRelease = (signals: Queue.Dequeue<SignalEvent>, timeoutMs: number) =>
+    Queue.take(signals).pipe(
+      Effect.repeat({
+        until: (event) => (event._tag === "Released" && !isOwn(event)) || event._tag === "Resubscribed"
+      }),
+      Effect.timeoutTo({ duration: timeoutMs, onSuccess: () => true, onTimeout: () => false })
+    )
+
   /** Wait for a release or a resubscription, a local change, or the timeout. */
   const waitForChance = (signals: Queue.Dequeue<SignalEvent>, changed: Effect.Effect<void>, timeoutMs: number) =>
-    Effect.raceFirst(
-      Queue.take(signals).pipe(
-        Effect.repeat({ until: (event) => event._tag === "Released" || event._tag === "Resubscribed" }),
-        Effect.asVoid,
-        Effect.timeoutTo({ duration: timeoutMs, onSuccess: () => undefined, onTimeout: () => undefined })
-      ),
-      changed
-    )
+    Effect.raceFirst(Effect.asVoid(nextRelease(signals, timeoutMs)), changed)
 
   const acquire = (token: string, slices: ReadonlyArray<string>, local: LocalQueue, previous: Previous) => {
     const yieldFirst = previous.yieldFirst
@@ -190,7 +206,8 @@ export const make = Effect.gen(function* () {
           yield* store.registerWaiter(token, instanceId)
           state.registered = true
         }
-        yield* waitForChance(signals, changed, recheckMs)
+        // Free now: the others had their chance (or none is coming), so nothing to wait for.
+        if (Option.isSome(yield* store.holder(token))) yield* waitForChance(signals, changed, recheckMs)
       }
       while (true) {
         // Looked at before the attempt: a waiter leaving during it ends the wait at once.
@@ -222,7 +239,19 @@ export const make = Effect.gen(function* () {
     )
   }
 
-  return Lock.of({ instanceId, acquire })
+  const linger = (token: string, local: LocalQueue) =>
+    Effect.gen(function* () {
+      const { changed } = yield* local.look
+      const signals = yield* local.signals
+      if (Option.isNone(yield* store.holder(token))) return false
+      const arrived = yield* Effect.raceFirst(
+        Effect.as(nextRelease(signals, recheckMs), false),
+        Effect.as(changed, true)
+      )
+      return arrived
+    })
+
+  return Lock.of({ instanceId, acquire, linger })
 })
 
 /**

@@ -312,7 +312,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
           const released = ks.getString(lockKey, now)?.value === lockId
           if (released) {
             ks.delete(lockKey)
-            publishNow(token, { _tag: "Released" })
+            publishNow(token, { _tag: "Released", lockId })
           }
           if (options?.register === true) registerNow(token, options.instanceId, now)
           return Effect.succeed({ released, contenders })
@@ -332,7 +332,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
           const contenders = options === undefined ? 0 : otherWaiters(token, options.instanceId, now)
           writeSlices(token, entries, now)
           ks.delete(lockKey)
-          publishNow(token, { _tag: "Released" })
+          publishNow(token, { _tag: "Released", lockId })
           if (options?.register === true) registerNow(token, options.instanceId, now)
           return Effect.succeed(contenders)
         })

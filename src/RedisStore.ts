@@ -87,7 +87,8 @@ interface Channel {
   refs: number
 }
 
-const released = encodeSignal({ _tag: "Released" })
+/** The message of a release: it names the lock released, so a waiter can tell its own releases apart. */
+const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
@@ -407,7 +408,7 @@ export const make = (
           keys.waiters(token),
           lockId,
           keys.signal(token),
-          released,
+          released(lockId),
           instanceId,
           register,
           contended,
@@ -463,7 +464,7 @@ export const make = (
           lockId,
           String(tokenMs),
           keys.signal(token),
-          released,
+          released(lockId),
           instanceId,
           register,
           contended,

@@ -89,13 +89,19 @@ export interface LockHolder {
 /**
  * A signal published on a token's channel.
  *
- * - `Released`: the lock was released.
+ * - `Released`: the lock was released (with the lock id that held it).
  * - `Contended`: an instance registered as a waiter for the lock.
  *
  * @since 0.1.0
  * @category models
  */
-export type Signal = { readonly _tag: "Released" } | { readonly _tag: "Contended"; readonly instanceId: string }
+export type Signal =
+  | {
+      readonly _tag: "Released"
+      /** The lock id released, when a release published it (not when published by hand). */
+      readonly lockId?: string
+    }
+  | { readonly _tag: "Contended"; readonly instanceId: string }
 
 /**
  * Which worker holds a client's socket.

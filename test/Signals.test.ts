@@ -82,7 +82,7 @@ describe("Signals on MemoryStore", () => {
       yield* store.release("tok", "lock-1")
       yield* store.publish("other", { _tag: "Released" })
       deepStrictEqual(yield* next(events), { _tag: "Contended", instanceId: "inst-b" })
-      deepStrictEqual(yield* next(events), { _tag: "Released" })
+      deepStrictEqual(yield* next(events), { _tag: "Released", lockId: "lock-1" })
       assert.strictEqual(yield* Queue.size(events), 0)
     })
   )

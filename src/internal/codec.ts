@@ -5,11 +5,18 @@ import { CorruptValue } from "../StoreError.js"
 
 /** Wire form of a signal on a token's channel. @internal */
 export const encodeSignal = (signal: Signal): string =>
-  signal._tag === "Released" ? "released" : `contended:${signal.instanceId}`
+  signal._tag === "Released"
+    ? signal.lockId === undefined
+      ? "released"
+      : `released:${signal.lockId}`
+    : `contended:${signal.instanceId}`
 
 /** `undefined` for a message that is not a signal: it is ignored, never fatal. @internal */
 export const decodeSignal = (message: string): Signal | undefined => {
   if (message === "released") return { _tag: "Released" }
+  if (message.startsWith("released:") && message.length > "released:".length) {
+    return { _tag: "Released", lockId: message.slice("released:".length) }
+  }
   if (message.startsWith("contended:") && message.length > "contended:".length) {
     return { _tag: "Contended", instanceId: message.slice("contended:".length) }
   }

@@ -29,6 +29,8 @@ import {
 } from "./helpers.js"
 
 const released: Signal = { _tag: "Released" }
+/** What a release publishes: the lock id it released. */
+const releasedBy = (lockId: string): Signal => ({ _tag: "Released", lockId })
 const contended = (instanceId: string): Signal => ({ _tag: "Contended", instanceId })
 
 const recordA: SocketRecord = { instanceId: "inst-a", connectionId: "conn-1" }
@@ -369,7 +371,7 @@ export const storeSuite = (backend: Backend): void => {
         ])
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
         deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some("1"), Option.some("2")])
-        deepStrictEqual(yield* joinWithin("Released after commit", 5_000, received), [released])
+        deepStrictEqual(yield* joinWithin("Released after commit", 5_000, received), [releasedBy("lock-a")])
         const next = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", ["a", "b"]))
         deepStrictEqual(next.values, [Option.some("1"), Option.some("2")])
       }))
@@ -399,7 +401,7 @@ export const storeSuite = (backend: Backend): void => {
           5_000,
           Effect.map(Ref.get(seen), (all) => all.length === 1)
         )
-        deepStrictEqual(yield* Ref.get(seen), [released])
+        deepStrictEqual(yield* Ref.get(seen), [releasedBy("lock-b")])
       }))
   })
 
@@ -498,7 +500,12 @@ export const storeSuite = (backend: Backend): void => {
         assert.strictEqual(yield* fx.keyCount, 3)
 
         // the grants published nothing: only the three releases and the one registration
-        deepStrictEqual(yield* signalsSeen(fx, seen, 4), [released, released, released, contended("self")])
+        deepStrictEqual(yield* signalsSeen(fx, seen, 4), [
+          releasedBy("lock-a"),
+          releasedBy("lock-b"),
+          releasedBy("lock-c"),
+          contended("self")
+        ])
       }))
 
     test("Held with register: the instance is registered for lockExpiration and Contended is published", (fx) =>
@@ -578,7 +585,10 @@ export const storeSuite = (backend: Backend): void => {
           released: true,
           contenders: 2
         })
-        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [released, contended("self")])
+        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [
+          releasedBy("lock-c"),
+          contended("self")
+        ])
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
 
@@ -644,7 +654,10 @@ export const storeSuite = (backend: Backend): void => {
           yield* fx.store.commitAndRelease("tok", "lock-c", [["a", "3"]], { instanceId: "self", register: true }),
           1
         )
-        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [released, contended("self")])
+        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [
+          releasedBy("lock-c"),
+          contended("self")
+        ])
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
         deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("3")])
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
@@ -677,7 +690,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.waiters("tok"), [])
         deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
         // only the holder's release was published
-        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [released])
+        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [releasedBy("lock-b")])
       }))
   })
 
@@ -695,8 +708,8 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.publish("tok", contended("inst-c"))
         deepStrictEqual(yield* joinWithin("five signals", 5_000, received), [
           contended("inst-a"),
-          released,
-          released,
+          releasedBy("lock-a"),
+          releasedBy("lock-b"),
           contended("inst-b"),
           contended("inst-c")
         ])
@@ -891,7 +904,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.commitAndRelease(token, "lock-a", [["a", "1"]])
         deepStrictEqual(yield* fx.store.readSlices(token, ["a"]), [Option.some("1")])
         deepStrictEqual(yield* fx.store.claimSocket(token, recordA), { _tag: "Claimed" })
-        deepStrictEqual(yield* joinWithin("Released", 5_000, received), [released])
+        deepStrictEqual(yield* joinWithin("Released", 5_000, received), [releasedBy("lock-a")])
         const scanned = yield* Stream.runCollect(fx.store.scanSockets)
         deepStrictEqual([...scanned], [[token, recordA]])
       }))
