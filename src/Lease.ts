@@ -355,6 +355,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           }
           // The lock is lost or the store is away: this lease writes nothing more.
           yield* Metric.increment(flushFailures)
+          yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
           failed = result.left
           yield* failAcks(batch, lockId, result.left)
         })
@@ -388,6 +389,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             }
             if (now >= deadline) return
             if (durable) yield* flush
+            // a failed write ends the lease at once: it can write nothing more
+            if (failed !== undefined) return
             yield* waitInLease(session, changed, deadline - now, contend)
           }
         })

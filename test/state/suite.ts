@@ -10,8 +10,10 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
+import * as Lease from "../../src/Lease.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import { atLevels } from "../support/logs.js"
 import { type Cluster, Counter, Other, type Worker } from "./workers.js"
@@ -631,6 +633,36 @@ export const stateSuite = (backend: StateBackend) => {
         }
         assert.strictEqual(yield* cluster.grants("t"), 1)
       })
+    )
+
+    test(
+      "a failed flush: the lease's modifications fail, it is logged and counted, the next holder reads the last write",
+      oplock,
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          yield* inc(w, "t")
+          assert.isTrue(w.lease.isLeased("t"))
+          const failuresBefore = (yield* Metric.value(Lease.flushFailures)).count
+          const warningsBefore = atLevels(cluster.logs, ["WARN"]).length
+          // the lease's lock is taken away behind its back
+          const holder = Option.getOrThrow(yield* cluster.store.holder("t"))
+          assert.isTrue((yield* cluster.store.release("t", holder.lockId)).released)
+          const error = yield* Effect.flip(run(tools, inc(w, "t")))
+          assert.strictEqual(error._tag, "LockExpired")
+          assert.strictEqual((yield* Metric.value(Lease.flushFailures)).count, failuresBefore + 1)
+          const warnings = atLevels(cluster.logs, ["WARN"]).slice(warningsBefore)
+          assert.isTrue(
+            warnings.some((line) => line.message.includes("writing the leased modifications of token t failed"))
+          )
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+          yield* tools.until(
+            "the lease is over",
+            Effect.sync(() => !w.lease.isLeased("t"))
+          )
+          // a new grant reads what was last written
+          assert.strictEqual(yield* run(tools, inc(w, "t")), 2)
+        })
     )
 
     test(
