@@ -137,6 +137,18 @@ const sortedWaiters = (fx: Fixture, token: string) =>
   Effect.map(fx.store.waiters(token), (members) => [...members].sort())
 
 /** Register the conformance cases for `backend`. */
+/**
+ * The waiter set was just given a full lock expiration: `step` later it still holds
+ * `members`; a lock expiration after the refresh it is gone.
+ */
+const waitersLastOneLockExpiration = (fx: Fixture, members: ReadonlyArray<string>, step: number) =>
+  Effect.gen(function* () {
+    yield* fx.advance(step)
+    deepStrictEqual(yield* sortedWaiters(fx, "tok"), members)
+    yield* fx.advance(fx.lockExpirationMs - step + 50)
+    deepStrictEqual(yield* fx.store.waiters("tok"), [])
+  })
+
 export const storeSuite = (backend: Backend): void => {
   const test = backend.test
 
@@ -529,10 +541,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
 
         // the registration gave the whole set a fresh lockExpiration: inst-b's alone has run out
-        yield* fx.advance(step)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        yield* waitersLastOneLockExpiration(fx, ["inst-b", "inst-c"], step)
       }))
 
     test("Held without register changes nothing: no registration, no removal, no TTL refresh, no signal", (fx) =>
@@ -593,10 +602,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
 
         // the registration refreshed the set's TTL to a full lockExpiration
-        yield* fx.advance(step)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        yield* waitersLastOneLockExpiration(fx, ["inst-a", "inst-b", "self"], step)
       }))
 
     test("release with register by a non-holder registers, publishes only Contended, reports released: false", (fx) =>
@@ -617,10 +623,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* signalsSeen(fx, seen, 1), [contended("inst-c")])
 
         // registered the same way: the set lives a full lockExpiration from then
-        yield* fx.advance(step)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-c"])
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        yield* waitersLastOneLockExpiration(fx, ["inst-a", "inst-c"], step)
 
         // with nobody holding the lock at all
         deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-d", register: true }), {
@@ -663,10 +666,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
 
         // the registration refreshed the set's TTL to a full lockExpiration
-        yield* fx.advance(step)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        yield* waitersLastOneLockExpiration(fx, ["inst-a", "self"], step)
       }))
 
     test("commitAndRelease with register by a non-holder: LockLost, nothing registered, written or published", (fx) =>
