@@ -10,6 +10,7 @@
  *
  * @since 0.1.0
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -262,6 +263,13 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           if ((yield* store.otherContenders(token, instanceId)) > 0) yield* contend
         })
 
+        /** After a resubscription a contender may have registered unseen: ask the store. */
+        const recheckContenders = Effect.flatMap(
+          Effect.orElseSucceed(store.otherContenders(token, instanceId), () => 1),
+          (n) => (n > 0 ? contend : Effect.void)
+        )
+        const isOtherContender = (event: SignalEvent) => event._tag === "Contended" && event.instanceId !== instanceId
+
         /** Between two modifications: has another instance registered meanwhile? */
         const checkSignals = Effect.suspend(() => {
           const events = session.signals
@@ -269,36 +277,38 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           return Effect.flatMap(Queue.takeAll(events), (chunk) => {
             let resubscribed = false
             for (const event of chunk) {
-              if (event._tag === "Contended" && event.instanceId !== instanceId) return contend
+              if (isOtherContender(event)) return contend
               if (event._tag === "Resubscribed") resubscribed = true
             }
-            // a contender may have registered while the subscription was down
-            return resubscribed
-              ? Effect.flatMap(
-                  Effect.orElseSucceed(store.otherContenders(token, instanceId), () => 1),
-                  (n) => (n > 0 ? contend : Effect.void)
-                )
-              : Effect.void
+            return resubscribed ? recheckContenders : Effect.void
           })
         })
 
-        /** While a leased modification runs, keep the lock from expiring under it. */
+        /** With nothing to serve: wait for a modification, contention, or the deadline. */
+        const waitInLease = (changed: OneShot<void>, ms: number) => {
+          const events = session.signals
+          const contention =
+            events === undefined
+              ? Effect.never
+              : Queue.take(events).pipe(
+                  Effect.repeat({ until: (event) => isOtherContender(event) || event._tag === "Resubscribed" }),
+                  Effect.flatMap((event) => (event._tag === "Resubscribed" ? recheckContenders : contend))
+                )
+          return Effect.raceAll([changed.await, contention, Effect.sleep(ms)])
+        }
+
+        /**
+         * Await a leased modification while keeping the lock from expiring under it. The
+         * keep-alive is interruptible: it is raced from uninterruptible code too.
+         */
         const keepAlive = Effect.gen(function* () {
           const every = Math.max(1, Math.floor(lockMs / 3))
-          while (true) {
-            yield* Effect.sleep(every)
-            if (!(yield* store.extend(token, lockId))) return
-          }
-        }).pipe(
-          Effect.catchAll(() => Effect.never),
-          // raced from uninterruptible code too: the race must be able to stop it
-          Effect.interruptible
-        )
+          while (yield* store.extend(token, lockId).pipe(Effect.delay(every))) {}
+        }).pipe(Effect.ignore, Effect.zipRight(Effect.never), Effect.interruptible)
+        const withKeepAlive = <A>(effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive)
 
         const awaitDone = (request: Request) =>
-          mode === "lease"
-            ? Effect.raceFirst(request.done.await, Effect.zipRight(keepAlive, Effect.never))
-            : request.done.await
+          mode === "lease" ? withKeepAlive(request.done.await) : request.done.await
 
         const serveOne = (request: Request) =>
           Effect.gen(function* () {
@@ -391,7 +401,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (durable) yield* flush
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return
-            yield* waitInLease(session, changed, deadline - now, contend)
+            yield* waitInLease(changed, deadline - now)
           }
         })
 
@@ -399,7 +409,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         const finish = Effect.gen(function* () {
           session.lease = undefined
           if (inProgress !== undefined) {
-            const outcome = yield* Effect.raceFirst(inProgress.done.await, Effect.zipRight(keepAlive, Effect.never))
+            const outcome = yield* withKeepAlive(inProgress.done.await)
             if (outcome._tag === "Commit") {
               for (const [name, value] of outcome.writes) dirty.set(name, value)
               unacked.push(inProgress)
@@ -432,32 +442,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
     const noTurn = { registered: false, yieldFirst: false } as const
-
-    /** In a lease with nothing to serve: wait for a modification, contention, or the deadline. */
-    const waitInLease = (session: Session, changed: OneShot<void>, ms: number, contend: Effect.Effect<void>) =>
-      Effect.gen(function* () {
-        const events = session.signals
-        const contention =
-          events === undefined
-            ? Effect.never
-            : Queue.take(events).pipe(
-                Effect.repeat({
-                  until: (event) =>
-                    (event._tag === "Contended" && event.instanceId !== lock.instanceId) ||
-                    event._tag === "Resubscribed"
-                }),
-                Effect.flatMap((event) =>
-                  event._tag === "Resubscribed"
-                    ? // a contender may have registered while the subscription was down
-                      Effect.flatMap(
-                        Effect.orElseSucceed(store.otherContenders(session.token, lock.instanceId), () => 1),
-                        (n) => (n > 0 ? contend : Effect.void)
-                      )
-                    : contend
-                )
-              )
-        yield* Effect.raceAll([changed.await, contention, Effect.sleep(ms)])
-      })
 
     const localQueue = (session: Session): LocalQueue => ({
       look: Effect.sync(() => {
@@ -503,11 +487,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             const scope = session.scope
             const closeScope = scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
             if (Exit.isSuccess(exit)) return closeScope
-            const error = Option.getOrUndefined(
-              Option.flatMap(Exit.causeOption(exit), (cause) =>
-                Option.fromNullable(cause._tag === "Fail" ? cause.error : undefined)
-              )
-            )
+            const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
             return Effect.forEach(
               left,
               (request) =>

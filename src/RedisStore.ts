@@ -226,21 +226,27 @@ export const make = (
     }
 
     // --- connections ----------------------------------------------------------------
+    /** Mirror a connection's readiness into the health record; each `ready` is a new epoch. */
+    const track = (connection: Redis, role: "command" | "subscriber", onDown?: () => void) => {
+      connection.on("ready", () => {
+        health[role] = true
+        health.epoch++
+        statusChanged()
+      })
+      const down = () => {
+        health[role] = false
+        onDown?.()
+        statusChanged()
+      }
+      connection.on("close", down)
+      connection.on("end", down)
+    }
+
     const command = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const connection = openConnection(endpoint, connectionOptions("command", timeouts), onError)
         for (const [name, script] of Object.entries(scripts)) connection.defineCommand(name, script)
-        connection.on("ready", () => {
-          health.command = true
-          health.epoch++
-          statusChanged()
-        })
-        const down = () => {
-          health.command = false
-          statusChanged()
-        }
-        connection.on("close", down)
-        connection.on("end", down)
+        track(connection, "command")
         return connection as CommandConnection
       }),
       (connection) => closeConnection(connection, commandTimeoutMs)
@@ -249,18 +255,8 @@ export const make = (
     const subscriber = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const connection = openConnection(endpoint, connectionOptions("subscriber", timeouts), onError)
-        connection.on("ready", () => {
-          health.subscriber = true
-          health.epoch++
-          statusChanged()
-        })
-        const down = () => {
-          health.subscriber = false
-          dropSubscriptions()
-          statusChanged()
-        }
-        connection.on("close", down)
-        connection.on("end", down)
+        // the server forgets a lost connection's subscriptions: so do we
+        track(connection, "subscriber", dropSubscriptions)
         connection.on("message", (name: string, message: string) => {
           const channel = channels.get(name)
           if (channel === undefined) return

@@ -49,6 +49,8 @@ export interface Slice<A, I = unknown> {
   readonly decode: (raw: string) => Either.Either<A, ParseResult.ParseError>
   /** @internal */
   readonly encode: (value: A) => Either.Either<string, ParseResult.ParseError>
+  /** The initial value's encoding: what an absent key stands for. @internal */
+  readonly initialEncoded: Option.Option<string>
 }
 
 /**
@@ -62,12 +64,14 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
   const json = Schema.parseJson(schema)
+  const encode = Schema.encodeEither(json)
   return {
     name,
     schema,
     initial,
     decode: Schema.decodeUnknownEither(json),
-    encode: Schema.encodeEither(json)
+    encode,
+    initialEncoded: Either.getRight(encode(initial))
   }
 }
 
@@ -234,7 +238,7 @@ export const make = Effect.gen(function* () {
               )
             }
             // Nothing stored means the initial value: writing it would change nothing.
-            const baseline = Option.orElse(current[i]!, () => Either.getRight(s.encode(s.initial)))
+            const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
             if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
           }
           if (writes.length === 0) {
