@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
@@ -44,10 +45,8 @@ const attempt = (w: Worker, token: string) =>
     }
     const exit = yield* Fiber.await(fiber)
     if (Exit.isFailure(exit) && !Exit.isInterrupted(exit)) {
-      const failure = Exit.causeOption(exit).pipe(
-        Option.flatMap((cause) => Option.fromNullable(cause._tag === "Fail" ? cause.error : undefined))
-      )
-      if (Option.getOrUndefined(failure) !== "failed by itself") return yield* Effect.failCause(exit.cause)
+      if (Option.getOrUndefined(Cause.failureOption(exit.cause)) !== "failed by itself")
+        return yield* Effect.failCause(exit.cause)
     }
     return Exit.isSuccess(exit)
   })
