@@ -531,17 +531,17 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
       })
     ),
 
-    mailboxAppend: (instanceId, payload, maxLen) =>
+    mailboxAppend: (instanceId, payload, { maxLen, ttlMs }) =>
       Effect.zipRight(
         validateToken(instanceId),
         op("mailboxAppend", (now) => {
           const key = keys.mailbox(instanceId)
           let stream = ks.getStream(key, now)
           if (stream === undefined) {
-            // Like XADD: a new stream has no expiry; only `mailboxExpire` sets one.
             stream = { _tag: "stream", items: [], lastMs: 0, lastSeq: 0, deadline: undefined }
             ks.insert(key, stream)
           }
+          if (stream.deadline === undefined) ks.expire(key, stream, now + Math.max(1, Math.ceil(ttlMs)), now)
           const { ms, seq } = nextStreamId(stream, now)
           const id = `${ms}-${seq}`
           stream.items.push({ ms, seq, id, payload })

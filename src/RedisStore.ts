@@ -698,10 +698,15 @@ export const make = (
       Stream.paginateChunkEffect("0", scanPage)
 
     // --- mailboxes ------------------------------------------------------------------
-    const mailboxAppend = Effect.fnUntraced(function* (instanceId: string, payload: string, maxLen: number) {
+    const mailboxAppend = Effect.fnUntraced(function* (
+      instanceId: string,
+      payload: string,
+      options: { readonly maxLen: number; readonly ttlMs: number }
+    ) {
       yield* validateToken(instanceId)
+      const ttlMs = String(Math.max(1, Math.ceil(options.ttlMs)))
       const id = yield* run("mailboxAppend", (c) =>
-        c.xadd(keys.mailbox(instanceId), "MAXLEN", "~", String(maxLen), "*", "payload", payload)
+        c.leaseholdMailboxAppend(keys.mailbox(instanceId), String(options.maxLen), payload, ttlMs)
       )
       if (typeof id !== "string") return yield* Effect.fail(unexpectedReply("mailboxAppend", id))
       return id

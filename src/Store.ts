@@ -289,11 +289,15 @@ export declare namespace Store {
 
     // --- mailboxes --------------------------------------------------------------------
 
-    /** Append to an instance's mailbox (trimmed to about `maxLen` entries); returns the entry id. */
+    /**
+     * Append to an instance's mailbox (trimmed to about `maxLen` entries); returns the entry
+     * id. A mailbox without an expiry gets `ttlMs`, so one whose instance is gone does not
+     * stay forever; an expiry set by its reader is kept.
+     */
     readonly mailboxAppend: (
       instanceId: string,
       payload: string,
-      maxLen: number
+      options: { readonly maxLen: number; readonly ttlMs: number }
     ) => Effect.Effect<string, InvalidToken | StoreError>
     /**
      * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to

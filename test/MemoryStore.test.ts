@@ -33,7 +33,7 @@ describe("MemoryStore", () => {
         yield* memory.registerWaiter("t1", "w1") // waiter set (10 s)
         yield* memory.writeIfHolder("t1", "L1", [["counter", "1"]]) // slice (1 h)
         yield* memory.claimSocket("t1", { instanceId: "w1", connectionId: "c1" }) // record (1 h)
-        yield* memory.mailboxAppend("w1", "payload", 10)
+        yield* memory.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
         yield* memory.mailboxExpire("w1", 30_000) // mailbox (30 s)
         assert.strictEqual(yield* memory.residentKeys, 6)
 
@@ -94,7 +94,7 @@ describe("MemoryStore", () => {
       yield* store.registerWaiter("t1", "w1")
       yield* store.writeIfHolder("t1", "L1", [["counter", "1"]])
       yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
-      yield* store.mailboxAppend("w1", "payload", 10)
+      yield* store.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
       assert.strictEqual(yield* control.keyCount, 6)
       yield* store.deregisterWaiter("t1", "w1")
       assert.strictEqual(yield* control.keyCount, 5)
@@ -150,7 +150,10 @@ describe("MemoryStore", () => {
         yield* control.setRaw(keys.waiters("t1"), "not a set")
         assert.strictEqual(tagOf(yield* Effect.exit(store.registerWaiter("t1", "w1"))), "StoreRefused")
         yield* control.setRaw(keys.mailbox("w1"), "not a stream")
-        assert.strictEqual(tagOf(yield* Effect.exit(store.mailboxAppend("w1", "p", 10))), "StoreRefused")
+        assert.strictEqual(
+          tagOf(yield* Effect.exit(store.mailboxAppend("w1", "p", { maxLen: 10, ttlMs: 60_000 }))),
+          "StoreRefused"
+        )
         deepStrictEqual(yield* control.getRaw(keys.mailbox("w1")), Option.some("not a stream"))
       }).pipe(Effect.provide(StoreLive))
     )
@@ -186,7 +189,7 @@ describe("MemoryStore", () => {
           yield* Effect.exit(store.registerWaiter("t1", "w1")),
           yield* Effect.exit(store.readSocket("t1")),
           yield* Effect.exit(Stream.runCollect(store.scanSockets)),
-          yield* Effect.exit(store.mailboxAppend("w1", "p", 10)),
+          yield* Effect.exit(store.mailboxAppend("w1", "p", { maxLen: 10, ttlMs: 60_000 })),
           yield* Effect.exit(store.mailboxRead("w1", "0-0", { count: 10 }))
         ]
         deepStrictEqual(
@@ -238,7 +241,7 @@ describe("MemoryStore", () => {
     it.effect("ids increase strictly while the clock stands still or goes back, and compare as numbers", () =>
       Effect.gen(function* () {
         const store = yield* Store
-        const append = (payload: string) => store.mailboxAppend("w1", payload, 100)
+        const append = (payload: string) => store.mailboxAppend("w1", payload, { maxLen: 100, ttlMs: 60_000 })
         deepStrictEqual([yield* append("a"), yield* append("b"), yield* append("c")], ["0-1", "0-2", "0-3"])
         yield* TestClock.setTime(9)
         assert.strictEqual(yield* append("d"), "9-0")
@@ -263,15 +266,15 @@ describe("MemoryStore", () => {
     it.effect("a blocking read is woken by an append to its own mailbox", () =>
       Effect.gen(function* () {
         const store = yield* Store
-        const seen = yield* store.mailboxAppend("w1", "seen", 10)
+        const seen = yield* store.mailboxAppend("w1", "seen", { maxLen: 10, ttlMs: 60_000 })
         const reader = yield* Effect.fork(store.mailboxRead("w1", seen, { count: 10, blockMs: 5_000 }))
         yield* TestClock.adjust("1 second")
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
-        yield* store.mailboxAppend("w2", "elsewhere", 10)
+        yield* store.mailboxAppend("w2", "elsewhere", { maxLen: 10, ttlMs: 60_000 })
         yield* TestClock.adjust("1 second")
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
 
-        const id = yield* store.mailboxAppend("w1", "hello", 10)
+        const id = yield* store.mailboxAppend("w1", "hello", { maxLen: 10, ttlMs: 60_000 })
         // No clock movement: only the append can end the wait.
         deepStrictEqual(yield* Fiber.join(reader), [{ id, payload: "hello" }])
       }).pipe(Effect.provide(StoreLive))
@@ -285,20 +288,6 @@ describe("MemoryStore", () => {
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
         yield* TestClock.adjust("1 millis")
         deepStrictEqual(yield* Fiber.join(reader), [])
-      }).pipe(Effect.provide(StoreLive))
-    )
-
-    it.effect("append keeps the mailbox's expiry; only mailboxExpire sets it", () =>
-      Effect.gen(function* () {
-        const store = yield* Store
-        yield* store.mailboxAppend("w1", "a", 10)
-        yield* TestClock.adjust("2 hours")
-        assert.strictEqual(yield* store.mailboxLength("w1"), 1)
-        yield* store.mailboxExpire("w1", 10_000)
-        yield* TestClock.adjust("9 seconds")
-        yield* store.mailboxAppend("w1", "b", 10)
-        yield* TestClock.adjust("1 second")
-        assert.strictEqual(yield* store.mailboxLength("w1"), 0)
       }).pipe(Effect.provide(StoreLive))
     )
   })

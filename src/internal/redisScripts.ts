@@ -270,6 +270,21 @@ return 1
 }
 
 /**
+ * KEYS: mailbox. ARGV: maxLen, payload, ttlMs. XADD with approximate trimming; a stream
+ * without an expiry gets one (a reader's longer expiry is kept). Returns the entry id.
+ */
+const mailboxAppend: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `
+local id = redis.call("XADD", KEYS[1], "MAXLEN", "~", ARGV[1], "*", "payload", ARGV[2])
+if redis.call("PTTL", KEYS[1]) == -1 then
+  redis.call("PEXPIRE", KEYS[1], ARGV[3])
+end
+return id
+`
+}
+
+/**
  * Every script, by the command name `defineCommand` gives it. The names carry a prefix so
  * they never shadow a built-in ioredis command.
  *
@@ -287,7 +302,8 @@ export const scripts = {
   leaseholdReadSlices: readSlices,
   leaseholdClaimSocket: claimSocket,
   leaseholdDeleteSocketIfOwner: deleteSocketIfOwner,
-  leaseholdRefreshSocket: refreshSocket
+  leaseholdRefreshSocket: refreshSocket,
+  leaseholdMailboxAppend: mailboxAppend
 } as const satisfies Record<string, ScriptDefinition>
 
 /** A reply whose shape the caller checks: scripts return nested arrays of strings, numbers and nils. @internal */
@@ -333,4 +349,5 @@ export interface ScriptCommands {
     connectionId: string,
     tokenMs: string
   ): Promise<ScriptReply>
+  leaseholdMailboxAppend(mailbox: string, maxLen: string, payload: string, ttlMs: string): Promise<ScriptReply>
 }

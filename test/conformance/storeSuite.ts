@@ -84,7 +84,7 @@ const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [strin
     "commitAndRelease (options, register)",
     (i) => store.commitAndRelease("tok", "lock-1", [["a", "1"]], { instanceId: i, register: true })
   ],
-  ["mailboxAppend", (i) => store.mailboxAppend(i, "payload", 100)],
+  ["mailboxAppend", (i) => store.mailboxAppend(i, "payload", { maxLen: 100, ttlMs: 60_000 })],
   ["mailboxRead", (i) => store.mailboxRead(i, MailboxStart, { count: 10 })],
   ["mailboxTrim", (i) => store.mailboxTrim(i, 10)],
   ["mailboxExpire", (i) => store.mailboxExpire(i, 1_000)],
@@ -850,7 +850,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* expectAcquired(fx.store.tryAcquire("tok-1", "lock-a", []))
         yield* fx.store.writeIfHolder("tok-1", "lock-a", [["socket", "not a record"]])
         yield* fx.store.registerWaiter("tok-2", "inst-a")
-        yield* fx.store.mailboxAppend("inst-a", "payload", 100)
+        yield* fx.store.mailboxAppend("inst-a", "payload", { maxLen: 100, ttlMs: 60_000 })
         const all = yield* Stream.runCollect(fx.store.scanSockets)
         const sorted = [...all].sort(([a], [b]) => a.localeCompare(b))
         deepStrictEqual(sorted, [
@@ -954,7 +954,8 @@ export const storeSuite = (backend: Backend): void => {
     test("a reader that restarts from its last id gets every later entry once, in order", (fx) =>
       Effect.gen(function* () {
         const ids: Array<string> = []
-        for (const payload of ["p1", "p2", "p3"]) ids.push(yield* fx.store.mailboxAppend("inst-a", payload, 100))
+        for (const payload of ["p1", "p2", "p3"])
+          ids.push(yield* fx.store.mailboxAppend("inst-a", payload, { maxLen: 100, ttlMs: 60_000 }))
         for (let i = 1; i < ids.length; i++) {
           assert.isTrue(compareStreamIds(ids[i] ?? "", ids[i - 1] ?? "") > 0, `ids ${ids.join(", ")}`)
         }
@@ -965,7 +966,8 @@ export const storeSuite = (backend: Backend): void => {
         ])
         // the reader "restarts" from the last id it delivered
         const lastId = firstBatch[1]?.id ?? ""
-        for (const payload of ["p4", "p5"]) ids.push(yield* fx.store.mailboxAppend("inst-a", payload, 100))
+        for (const payload of ["p4", "p5"])
+          ids.push(yield* fx.store.mailboxAppend("inst-a", payload, { maxLen: 100, ttlMs: 60_000 }))
         const secondBatch = yield* fx.store.mailboxRead("inst-a", lastId, { count: 10 })
         deepStrictEqual(
           secondBatch.map((e) => e.payload),
@@ -988,7 +990,8 @@ export const storeSuite = (backend: Backend): void => {
     test("trim keeps the newest entries; length counts them", (fx) =>
       Effect.gen(function* () {
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
-        for (const payload of ["p1", "p2", "p3", "p4", "p5"]) yield* fx.store.mailboxAppend("inst-a", payload, 100)
+        for (const payload of ["p1", "p2", "p3", "p4", "p5"])
+          yield* fx.store.mailboxAppend("inst-a", payload, { maxLen: 100, ttlMs: 60_000 })
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 5)
         yield* fx.store.mailboxTrim("inst-a", 10)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 5)
@@ -1000,15 +1003,15 @@ export const storeSuite = (backend: Backend): void => {
           ["p4", "p5"]
         )
         // ids keep increasing after a trim
-        const id = yield* fx.store.mailboxAppend("inst-a", "p6", 100)
+        const id = yield* fx.store.mailboxAppend("inst-a", "p6", { maxLen: 100, ttlMs: 60_000 })
         assert.isTrue(compareStreamIds(id, left[1]?.id ?? "") > 0)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 3)
       }))
 
     test("expire removes the mailbox after the TTL", (fx) =>
       Effect.gen(function* () {
-        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
-        yield* fx.store.mailboxAppend("inst-a", "p2", 100)
+        yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
+        yield* fx.store.mailboxAppend("inst-a", "p2", { maxLen: 100, ttlMs: 60_000 })
         yield* fx.store.mailboxExpire("inst-a", 200)
         yield* fx.advance(100)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 2)
@@ -1017,9 +1020,26 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.mailboxRead("inst-a", MailboxStart, { count: 10 }), [])
       }))
 
+    test("an append gives a mailbox without expiry its TTL and keeps a reader's", (fx) =>
+      Effect.gen(function* () {
+        // No reader: the mailbox of an instance that is gone expires by itself.
+        yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 200 })
+        yield* fx.advance(150)
+        // A later append does not push the expiry.
+        yield* fx.store.mailboxAppend("inst-a", "p2", { maxLen: 100, ttlMs: 200 })
+        yield* fx.advance(100)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
+        // A reader's longer expiry is kept by appends.
+        yield* fx.store.mailboxAppend("inst-b", "p1", { maxLen: 100, ttlMs: 200 })
+        yield* fx.store.mailboxExpire("inst-b", 1_000)
+        yield* fx.store.mailboxAppend("inst-b", "p2", { maxLen: 100, ttlMs: 200 })
+        yield* fx.advance(400)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-b"), 2)
+      }))
+
     test("a refreshed expiry keeps the mailbox", (fx) =>
       Effect.gen(function* () {
-        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
+        yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
         yield* fx.store.mailboxExpire("inst-a", 300)
         yield* fx.advance(160)
         yield* fx.store.mailboxExpire("inst-a", 300)
@@ -1032,13 +1052,13 @@ export const storeSuite = (backend: Backend): void => {
 
     test("a blocking read returns when an entry is appended", (fx) =>
       Effect.gen(function* () {
-        const first = yield* fx.store.mailboxAppend("inst-a", "p0", 100)
+        const first = yield* fx.store.mailboxAppend("inst-a", "p0", { maxLen: 100, ttlMs: 60_000 })
         const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(50)
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
         const started = yield* liveNow
-        yield* fx.store.mailboxAppend("inst-a", "p1", 100)
+        yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
         const entries = yield* joinWithin("the blocked read", 2_000, reader)
         deepStrictEqual(
           entries.map((e) => e.payload),
@@ -1151,7 +1171,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* timed("readSlices", fx.store.readSlices("tok", ["a"]))
         yield* timed("publish", fx.store.publish("tok", released))
         yield* timed("claimSocket", fx.store.claimSocket("tok", recordA))
-        yield* timed("mailboxAppend", fx.store.mailboxAppend("inst-a", "p", 100))
+        yield* timed("mailboxAppend", fx.store.mailboxAppend("inst-a", "p", { maxLen: 100, ttlMs: 60_000 }))
         // an open subscription fails too
         const subscriptionError = yield* within(
           "the open subscription to fail",
