@@ -10,7 +10,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import type * as Fiber from "effect/Fiber"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -119,6 +119,12 @@ export declare namespace Supervisor {
       loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
       policy?: Policy<E>
     ) => Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R>
+    /**
+     * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
+     * before its leases are flushed and its records removed. Closing the layer does the
+     * same.
+     */
+    readonly shutdown: Effect.Effect<void>
   }
 }
 
@@ -180,6 +186,8 @@ export const make = Effect.gen(function* () {
   const config = yield* LeaseholdConfig
   const store = yield* Store
   const scope = yield* Effect.scope
+  const fibers = new Set<Fiber.RuntimeFiber<never, unknown>>()
+  let closed = false
 
   const run = <E, R>(
     name: string,
@@ -293,10 +301,24 @@ export const make = Effect.gen(function* () {
       Effect.interruptible
     ) as Effect.Effect<never, E, R>
 
-    return Effect.forkIn(supervised, scope)
+    // After shutdown a loop starts interrupted, so nothing runs past the worker's close.
+    return Effect.suspend(() => (closed ? Effect.interrupt : supervised)).pipe(
+      Effect.forkIn(scope),
+      Effect.tap((fiber) =>
+        Effect.sync(() => {
+          fibers.add(fiber)
+          fiber.addObserver(() => fibers.delete(fiber))
+        })
+      )
+    )
   }
 
-  return Supervisor.of({ run })
+  const shutdown = Effect.suspend(() => {
+    closed = true
+    return Fiber.interruptAll([...fibers])
+  })
+
+  return Supervisor.of({ run, shutdown })
 })
 
 /**

@@ -36,6 +36,7 @@ const setup = (input: LeaseholdConfig.Input = {}) =>
       logs: logs.lines,
       health: Context.get(context, Health.Health),
       control: Context.get(context, MemoryStore.MemoryStoreControl),
+      shutdown: supervisor.shutdown,
       run: <E>(
         name: string,
         loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E>,
@@ -402,6 +403,28 @@ describe("Supervisor: UntilRecovered", () => {
       assert.isTrue(Exit.isInterrupted(yield* Fiber.await(fiber)))
       assert.strictEqual(calls, 1)
       assert.strictEqual(yield* Clock.currentTimeMillis, 1_000)
+    })
+  )
+
+  it.scoped("shutdown interrupts every loop at once, and a loop run after it never starts", () =>
+    Effect.gen(function* () {
+      const { run, shutdown, health } = yield* setup()
+      let calls = 0
+      const working = yield* run("working", () => Effect.zipRight(Effect.sync(() => calls++), Effect.never))
+      const retrying = yield* run(
+        "retrying",
+        () => Effect.fail(new ValueError({ message: "down" })),
+        Supervisor.untilRecovered({ initial: "30 seconds" })
+      )
+      yield* TestClock.adjust(1_000)
+      assert.strictEqual(calls, 1)
+      yield* shutdown
+      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(working)))
+      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(retrying)))
+      deepStrictEqual((yield* health.loops).map((loop) => loop.name), [])
+      const late = yield* run("late", () => Effect.sync(() => calls++))
+      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(late)))
+      assert.strictEqual(calls, 1)
     })
   )
 })
