@@ -73,6 +73,11 @@ export interface Options<A, I, R> {
   readonly deliver: (token: string, update: A) => Effect.Effect<unknown, unknown, R>
   /** The most updates the outbox keeps while the store is unreachable (default 10,000). */
   readonly outboxCapacity?: number
+  /**
+   * How long, once the store is back, a buffered update waits for its socket's record to
+   * be written back by its owner before it is dropped as having none (default 5 s).
+   */
+  readonly restoreGrace?: Duration.DurationInput
   /** How long one read of the mailbox waits for an entry (default 5 s). */
   readonly readBlock?: Duration.DurationInput
 }
@@ -218,6 +223,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const encodeUpdate = Schema.encodeUnknownEither(options.schema)
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
+    const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
 
@@ -273,10 +279,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
           return "delivered" as const
         }
         const owner = yield* tokens.owner(token)
-        if (Option.isNone(owner)) {
-          yield* drop("no-owner")
-          return "no-owner" as const
-        }
+        if (Option.isNone(owner)) return "no-owner" as const
         const payload = encode({ token, update: update as A, forwarded: false })
         if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: firstLine(payload.left.message) })
         yield* store.mailboxAppend(owner.value.instanceId, payload.right, append)
@@ -291,29 +294,47 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
         if (Either.isLeft(valid)) return yield* new InvalidUpdate({ token, reason: firstLine(valid.left.message) })
         const pending: Pending = { token, update }
         if (outbox.length > 0) return yield* enqueue(pending)
-        return yield* route(pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(pending)))
+        const outcome = yield* route(pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(pending)))
+        if (outcome === "no-owner") yield* drop("no-owner")
+        return outcome
       })
+
+    // After an outage the owners write their records back as soon as they reconnect; a
+    // store that lost its data has none until then. So a buffered update whose socket has
+    // no record waits (with every update behind it) until `restoreGrace` after the first
+    // such answer, and only then is dropped.
+    let graceEndsAt: number | undefined
 
     const drain = (recovered: Effect.Effect<void>) =>
       Effect.gen(function* () {
         yield* wake.take
         while (outbox.length > 0) {
           const head = outbox[0]!
-          yield* route(head).pipe(
+          const outcome = yield* route(head).pipe(
             Effect.catchIf(
               (error) => error._tag !== "StoreUnavailable",
               (error) =>
                 Effect.zipRight(
                   Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),
-                  drop("forward-failed")
+                  Effect.as(drop("forward-failed"), "refused" as const)
                 )
             )
           )
+          yield* recovered
+          if (outcome === "no-owner") {
+            const now = yield* Clock.currentTimeMillis
+            graceEndsAt ??= now + restoreGraceMs
+            if (now < graceEndsAt) {
+              yield* Effect.sleep(Duration.millis(Math.min(100, graceEndsAt - now)))
+              continue
+            }
+            yield* drop("no-owner")
+          }
           outbox.shift()
           yield* Metric.incrementBy(outboxSize, -1)
-          yield* recovered
         }
         overflowing = false
+        graceEndsAt = undefined
       }).pipe(
         // Still waiting: wake the next run, after the supervisor's delay.
         Effect.tapError(() => (outbox.length > 0 ? wake.offer(undefined) : Effect.void))

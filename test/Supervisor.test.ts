@@ -410,7 +410,12 @@ describe("Supervisor: UntilRecovered", () => {
     Effect.gen(function* () {
       const { run, shutdown, health } = yield* setup()
       let calls = 0
-      const working = yield* run("working", () => Effect.zipRight(Effect.sync(() => calls++), Effect.never))
+      const working = yield* run("working", () =>
+        Effect.zipRight(
+          Effect.sync(() => calls++),
+          Effect.never
+        )
+      )
       const retrying = yield* run(
         "retrying",
         () => Effect.fail(new ValueError({ message: "down" })),
@@ -421,7 +426,10 @@ describe("Supervisor: UntilRecovered", () => {
       yield* shutdown
       assert.isTrue(Exit.isInterrupted(yield* Fiber.await(working)))
       assert.isTrue(Exit.isInterrupted(yield* Fiber.await(retrying)))
-      deepStrictEqual((yield* health.loops).map((loop) => loop.name), [])
+      deepStrictEqual(
+        (yield* health.loops).map((loop) => loop.name),
+        []
+      )
       const late = yield* run("late", () => Effect.sync(() => calls++))
       assert.isTrue(Exit.isInterrupted(yield* Fiber.await(late)))
       assert.strictEqual(calls, 1)

@@ -1,0 +1,141 @@
+/**
+ * One worker of a leasehold application, as one layer: its instance id, supervisor,
+ * signals, lock, leases, state manager, token manager and mailbox, over a store and a
+ * configuration.
+ *
+ * ```ts
+ * const worker = Worker.layerRedis({
+ *   schema: Update,
+ *   deliver: (token, update) => sockets.push(token, update)
+ * })
+ * ```
+ *
+ * Building the layer twice gives two independent workers with distinct instance ids.
+ * Closing it interrupts every loop, flushes the leases, removes its sockets' records and
+ * closes the store's connections, in that order.
+ *
+ * @since 0.1.0
+ */
+import type * as ConfigError from "effect/ConfigError"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Scope from "effect/Scope"
+import * as Health from "./Health.js"
+import * as InstanceId from "./InstanceId.js"
+import * as Lease from "./Lease.js"
+import * as LeaseholdConfig from "./LeaseholdConfig.js"
+import * as Lock from "./Lock.js"
+import * as Mailbox from "./Mailbox.js"
+import * as MemoryStore from "./MemoryStore.js"
+import * as RedisStore from "./RedisStore.js"
+import * as Signals from "./Signals.js"
+import * as StateManager from "./StateManager.js"
+import type { Store } from "./Store.js"
+import type { StoreUnavailable } from "./StoreError.js"
+import * as Supervisor from "./Supervisor.js"
+import * as TokenManager from "./TokenManager.js"
+
+/**
+ * What a worker layer provides.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Services =
+  | StateManager.StateManager
+  | Lease.Lease
+  | Lock.Lock
+  | Signals.Signals
+  | Supervisor.Supervisor
+  | Health.Health
+  | InstanceId.InstanceId
+  | TokenManager.TokenManager
+  | Mailbox.Mailbox
+
+/**
+ * The app's part of a worker: how updates are typed and how they reach a socket.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Options<A, I, R> = Mailbox.Options<A, I, R>
+
+const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
+  Mailbox.layer(options).pipe(
+    Layer.provideMerge(TokenManager.layer),
+    Layer.provideMerge(Signals.layer),
+    Layer.provideMerge(Supervisor.layer),
+    Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
+  )
+
+const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
+
+/**
+ * A worker over a given store and configuration.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = <A, I, R>(
+  options: Options<A, I, R>
+): Layer.Layer<Services, never, Store | LeaseholdConfig.LeaseholdConfig | R> =>
+  Layer.scopedContext(
+    Effect.gen(function* () {
+      const scope = yield* Effect.scope
+      // Two scopes closed by hand, so that shutdown runs in the documented order rather
+      // than in the reverse order of construction (leases need the supervisor's signals
+      // while they run, yet must be flushed after its loops are stopped).
+      const baseScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const stateScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const base = yield* Layer.buildWithScope(baseLayer(options), baseScope)
+      const state = yield* Layer.buildWithScope(stateLayer.pipe(Layer.provide(Layer.succeedContext(base))), stateScope)
+      const supervisor = Context.get(base, Supervisor.Supervisor)
+      const tokens = Context.get(base, TokenManager.TokenManager)
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function* () {
+          yield* supervisor.shutdown
+          yield* Scope.close(stateScope, Exit.void)
+          yield* tokens.disconnectAll
+          yield* Scope.close(baseScope, Exit.void)
+        })
+      )
+      return Context.merge(base, state)
+    })
+  )
+
+/**
+ * One worker on the embedded memory store, configured from the environment: one process,
+ * no Redis.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerMemory = <A, I, R>(
+  options: Options<A, I, R>
+): Layer.Layer<
+  Services | Store | MemoryStore.MemoryStoreControl | LeaseholdConfig.LeaseholdConfig,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError,
+  R
+> => layer(options).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
+
+/**
+ * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
+ * environment.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerRedis = <A, I, R>(
+  options: Options<A, I, R> & { readonly redis?: RedisStore.Options }
+): Layer.Layer<
+  Services | Store | LeaseholdConfig.LeaseholdConfig,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable,
+  R
+> =>
+  layer(options).pipe(
+    Layer.provideMerge(RedisStore.layer(options.redis ?? {})),
+    Layer.provideMerge(LeaseholdConfig.layer)
+  )

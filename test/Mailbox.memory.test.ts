@@ -1,0 +1,102 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as TestClock from "effect/TestClock"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
+import { memoryWorkers, update } from "./delivery/workers.js"
+
+const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+
+const until = (label: string, check: Effect.Effect<boolean>) =>
+  eventuallyTrue(
+    label,
+    5_000,
+    Effect.gen(function* () {
+      yield* yields
+      if (yield* check) return true
+      yield* TestClock.adjust(1)
+      return false
+    })
+  )
+
+const settle = Effect.zipRight(TestClock.adjust(2_000), yields)
+
+const memory: DeliveryBackend = {
+  name: "memory",
+  test: (name, body) =>
+    it.scoped(name, () =>
+      Effect.gen(function* () {
+        const fx = yield* memoryWorkers()
+        yield* body(fx, { until, settle })
+      })
+    )
+}
+
+deliverySuite(memory)
+
+describe("delivery while the embedded store is unavailable", () => {
+  it.scoped("updates sent meanwhile wait in the outbox and arrive in order once it is back", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
+      const a = yield* fx.worker()
+      const b = yield* fx.worker()
+      yield* a.tokens.link("token1", "sid1")
+      yield* fx.control.setAvailable(false)
+      for (let i = 1; i <= 5; i++) assert.strictEqual(yield* b.mailbox.send("token1", update(i)), "buffered")
+      assert.strictEqual(yield* b.mailbox.buffered, 5)
+      yield* settle
+      assert.strictEqual(a.received.length, 0)
+      yield* fx.control.setAvailable(true)
+      yield* until(
+        "A receives all",
+        Effect.sync(() => a.received.length >= 5)
+      )
+      yield* settle
+      deepStrictEqual(
+        a.received.map(([, value]) => value.n),
+        [1, 2, 3, 4, 5]
+      )
+      assert.strictEqual(yield* b.mailbox.buffered, 0)
+      // the next one goes straight through
+      assert.strictEqual(yield* b.mailbox.send("token1", update(6)), "sent")
+    })
+  )
+
+  it.scoped("a full outbox drops new updates, counted, with one warning", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
+      const a = yield* fx.worker()
+      const b = yield* fx.worker({ outboxCapacity: 3 })
+      yield* a.tokens.link("token1", "sid1")
+      yield* fx.control.setAvailable(false)
+      const outcomes = []
+      for (let i = 1; i <= 6; i++) outcomes.push(yield* b.mailbox.send("token1", update(i)))
+      deepStrictEqual(outcomes, ["buffered", "buffered", "buffered", "dropped", "dropped", "dropped"])
+      const warnings = fx.logs.filter((line) => line.message.startsWith("mailbox: outbox full"))
+      assert.strictEqual(warnings.length, 1)
+      yield* fx.control.setAvailable(true)
+      yield* until(
+        "A receives the buffered ones",
+        Effect.sync(() => a.received.length >= 3)
+      )
+      yield* settle
+      deepStrictEqual(
+        a.received.map(([, value]) => value.n),
+        [1, 2, 3]
+      )
+    })
+  )
+
+  it.scoped("a socket on the sender's own worker gets its update without the store", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers()
+      const a = yield* fx.worker()
+      yield* a.tokens.link("token1", "sid1")
+      yield* fx.control.setAvailable(false)
+      assert.strictEqual(yield* a.mailbox.send("token1", update(1)), "delivered")
+      deepStrictEqual(a.received, [["token1", update(1)]])
+      yield* fx.control.setAvailable(true)
+    })
+  )
+})

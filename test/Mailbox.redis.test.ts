@@ -1,0 +1,125 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
+import { redisWorkers, update } from "./delivery/workers.js"
+import { atLevels } from "./support/logs.js"
+import * as TcpProxy from "./support/proxy.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
+  eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+
+const redis: DeliveryBackend = {
+  name: "redis",
+  test: (name, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url)
+        yield* body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) })
+      })
+    )
+}
+
+deliverySuite(redis)
+
+const fastRetries = { retryDelayInitial: 50, retryDelayMax: 200 }
+
+describe("delivery through Redis outages", () => {
+  it.scopedLive(
+    "the mailbox reader survives seven failures in one outage: one ERROR, one INFO, and the next update arrives",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url, fastRetries)
+        const a = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        yield* server.kill
+        yield* until(
+          "seven failed reads",
+          Effect.map(a.health.loops, (loops) =>
+            loops.some((loop) => loop.name === "mailbox" && loop.state._tag === "Retrying" && loop.state.errors >= 7)
+          )
+        )
+        yield* server.restart
+        const b = yield* fx.worker()
+        // The restart lost every key: A writes its record back once it is reconnected.
+        yield* until("A's record is back", Effect.map(b.tokens.owner("token1", { refresh: true }), Option.isSome))
+        assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+        yield* until(
+          "A receives",
+          Effect.sync(() => a.received.length === 1)
+        )
+        const lines = atLevels(fx.logs)
+          .filter((line) => line.message.startsWith("mailbox: task"))
+          .map((line) => `${line.level} ${line.message}`)
+        assert.strictEqual(lines.length, 2, lines.join("\n"))
+        assert.match(lines[0]!, /^ERROR mailbox: task error, retrying until it recovers: /)
+        assert.strictEqual(lines[1], "INFO mailbox: task recovered")
+      }),
+    30_000
+  )
+
+  it.scopedLive(
+    "updates sent while the owner's connection is down for 10 s arrive after it returns, in order, once each",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const proxy = yield* TcpProxy.start(server.port)
+        const fx = yield* redisWorkers(server.url, fastRetries)
+        const a = yield* fx.worker({ url: proxy.url })
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        yield* proxy.cut
+        for (let i = 1; i <= 20; i++) {
+          assert.strictEqual(yield* b.mailbox.send("token1", update(i)), "sent")
+          yield* Effect.sleep(500)
+        }
+        assert.strictEqual(a.received.length, 0)
+        yield* proxy.restore
+        yield* until(
+          "A receives all",
+          Effect.sync(() => a.received.length >= 20)
+        )
+        yield* Effect.sleep(300)
+        deepStrictEqual(
+          a.received.map(([, value]) => value.n),
+          Array.from({ length: 20 }, (_, i) => i + 1)
+        )
+      }),
+    40_000
+  )
+
+  it.scopedLive(
+    "updates sent while the server is down for 10 s wait in the sender's outbox and all arrive, in order",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url, { ...fastRetries, commandTimeout: 500 })
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        yield* server.pause
+        for (let i = 1; i <= 20; i++) {
+          assert.strictEqual(yield* b.mailbox.send("token1", update(i)), "buffered")
+          yield* Effect.sleep(500)
+        }
+        assert.strictEqual(yield* b.mailbox.buffered, 20)
+        yield* server.resume
+        yield* until(
+          "A receives all",
+          Effect.sync(() => a.received.length >= 20)
+        )
+        yield* Effect.sleep(300)
+        deepStrictEqual(
+          a.received.map(([, value]) => value.n),
+          Array.from({ length: 20 }, (_, i) => i + 1)
+        )
+        assert.strictEqual(yield* b.mailbox.buffered, 0)
+      }),
+    40_000
+  )
+})

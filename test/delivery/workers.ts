@@ -1,0 +1,139 @@
+/**
+ * Workers for delivery tests: each a full `Worker.layer` (token manager, mailbox, state
+ * manager) whose `deliver` records what reached its sockets. On memory they share one
+ * MemoryStore; on Redis each has its own RedisStore (its own connections), as separate
+ * processes would, against one redis-server (directly or through a proxy that a test can
+ * cut).
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Schema from "effect/Schema"
+import * as Scope from "effect/Scope"
+import * as Health from "../../src/Health.js"
+import { InstanceId } from "../../src/InstanceId.js"
+import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as Mailbox from "../../src/Mailbox.js"
+import * as MemoryStore from "../../src/MemoryStore.js"
+import * as RedisStore from "../../src/RedisStore.js"
+import * as StateManager from "../../src/StateManager.js"
+import { Store } from "../../src/Store.js"
+import * as TokenManager from "../../src/TokenManager.js"
+import * as Worker from "../../src/Worker.js"
+import { capture } from "../support/logs.js"
+
+/** A structured update: a number, a date, a list and an optional nested record. */
+export const Update = Schema.Struct({
+  n: Schema.Number,
+  at: Schema.Date,
+  tags: Schema.Array(Schema.String),
+  route: Schema.optional(
+    Schema.Struct({ path: Schema.String, query: Schema.Record({ key: Schema.String, value: Schema.String }) })
+  )
+})
+export type Update = typeof Update.Type
+
+export const update = (n: number, extra: Partial<Update> = {}): Update => ({
+  n,
+  at: new Date(1_700_000_000_000 + n),
+  tags: [`t${n}`],
+  ...extra
+})
+
+export interface DeliveryWorker {
+  readonly id: string
+  readonly tokens: TokenManager.TokenManager.Service
+  readonly mailbox: Mailbox.Mailbox.Service
+  readonly states: StateManager.StateManager.Service
+  readonly health: Health.Health.Service
+  /** What reached this worker's sockets, in order. */
+  readonly received: Array<readonly [token: string, update: Update]>
+  readonly close: Effect.Effect<void>
+}
+
+export interface WorkerOptions {
+  readonly outboxCapacity?: number
+  /** Redis only: connect through this URL (a proxy) instead of the server's. */
+  readonly url?: string
+}
+
+export const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
+
+const build = (
+  layer: Layer.Layer<Worker.Services, unknown, never>,
+  received: Array<readonly [string, Update]>,
+  logs: { readonly layer: Layer.Layer<never> }
+) =>
+  Effect.gen(function* () {
+    const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    const built = yield* Layer.buildWithScope(layer, own).pipe(Effect.provide(logs.layer), Effect.orDie)
+    return {
+      id: Context.get(built, InstanceId),
+      tokens: Context.get(built, TokenManager.TokenManager),
+      mailbox: Context.get(built, Mailbox.Mailbox),
+      states: Context.get(built, StateManager.StateManager),
+      health: Context.get(built, Health.Health),
+      received,
+      close: Scope.close(own, Exit.void)
+    } satisfies DeliveryWorker
+  })
+
+const recorder = (options: WorkerOptions) => {
+  const received: Array<readonly [string, Update]> = []
+  const workerOptions: Worker.Options<Update, typeof Update.Encoded, never> = {
+    schema: Update,
+    deliver: (token, value) => Effect.sync(() => received.push([token, value])),
+    readBlock: "1 second",
+    ...(options.outboxCapacity === undefined ? {} : { outboxCapacity: options.outboxCapacity })
+  }
+  return { received, workerOptions }
+}
+
+/** Workers over one MemoryStore (time on the TestClock under it.effect/it.scoped). */
+export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const shared = yield* Layer.build(MemoryStore.layer.pipe(Layer.provideMerge(configWith(input)))).pipe(
+      Effect.provide(logs.layer),
+      Effect.orDie
+    )
+    const worker = (options: WorkerOptions = {}) => {
+      const { received, workerOptions } = recorder(options)
+      return build(
+        Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
+        received,
+        logs
+      )
+    }
+    return {
+      logs: logs.lines,
+      store: Context.get(shared, Store),
+      control: Context.get(shared, MemoryStore.MemoryStoreControl),
+      worker
+    }
+  })
+
+/** Workers each with its own RedisStore against `url`. */
+export const redisWorkers = (url: string, input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const config = configWith({ commandTimeout: 1_000, ...input })
+    const shared = yield* Layer.build(RedisStore.layer({ url }).pipe(Layer.provideMerge(config))).pipe(
+      Effect.provide(logs.layer),
+      Effect.orDie
+    )
+    const worker = (options: WorkerOptions = {}) => {
+      const { received, workerOptions } = recorder(options)
+      return build(
+        Worker.layer(workerOptions).pipe(
+          Layer.provide(RedisStore.layer({ url: options.url ?? url })),
+          Layer.provide(config)
+        ) as Layer.Layer<Worker.Services, unknown, never>,
+        received,
+        logs
+      )
+    }
+    return { logs: logs.lines, store: Context.get(shared, Store), worker }
+  })
