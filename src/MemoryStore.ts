@@ -6,6 +6,10 @@
  * `MemoryStoreControl.setRaw` land exactly where the Redis store would find them. Each
  * operation is one synchronous block, which makes it atomic on a single-threaded runtime.
  *
+ * With `dataDir` set, each token's slices and fencing counter are also kept in files there
+ * (written a short interval after they change, loaded when the store is built), so a
+ * restarted process keeps its tokens' state; see `docs/configuration.md`.
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
