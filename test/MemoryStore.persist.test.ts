@@ -440,7 +440,7 @@ describe("MemoryStore with a data directory", () => {
           yield* put(store, "t1", [["a", "1"]])
           yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
           yield* store.registerWaiter("t1", "w1")
-          yield* store.mailboxAppend("w1", "update", 10)
+          yield* store.mailboxAppend("w1", "update", { maxLen: 10, ttlMs: 60_000 })
         })
       )
       yield* session(dir, ({ store, control }) =>
