@@ -48,6 +48,8 @@ import {
   type MailboxEntry,
   type Signal,
   type SliceEntry,
+  type SocketEvent,
+  type SocketEventsSetting,
   type SocketRecord,
   Store
 } from "./Store.js"
@@ -84,6 +86,11 @@ export declare namespace MemoryStoreControl {
     readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
     /** Number of live keys of every kind (locks, fences, waiter sets, slices, records, mailboxes). */
     readonly keyCount: Effect.Effect<number>
+    /**
+     * `true`: behave like a managed Redis that refuses `CONFIG`: `enableSocketEvents`
+     * answers `Refused` and no socket events are published. `false` (the default): events.
+     */
+    readonly refuseSocketEvents: (refused: boolean) => Effect.Effect<void>
   }
 }
 
@@ -151,6 +158,8 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
   // One deferred per subscriber "connection": failing it fails every stream opened on it.
   let subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
   const channels = new Map<string, Channel>()
+  const socketChanges = yield* PubSub.unbounded<SocketEvent>()
+  let socketEventsRefused = false
   const mailboxWaiters = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
 
   const unavailable = (operation: string) =>
@@ -175,6 +184,26 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
 
   const publishNow = (token: string, signal: Signal): void => {
     channels.get(keys.signal(token))?.pubsub.unsafeOffer(signal)
+  }
+
+  /** The keyspace event Redis would publish for a socket key; other keys have no listener. */
+  const socketEvent = (key: string, event: SocketEvent["event"]): void => {
+    if (socketEventsRefused) return
+    const token = keys.socketToken(key)
+    if (token !== undefined && isValidToken(token)) socketChanges.unsafeOffer({ token, event })
+  }
+  ks.onExpired = (key) => socketEvent(key, "expired")
+
+  /** `SET NX` of a record; the record there when it is taken. */
+  const claimNow = (token: string, record: SocketRecord, now: number): Either.Either<ClaimResult, CorruptValue> => {
+    const key = keys.socket(token)
+    const existing = ks.getString(key, now)
+    if (existing === undefined) {
+      ks.setString(key, encodeSocketRecord(record), now + tokenMs)
+      socketEvent(key, "set")
+      return Either.right({ _tag: "Claimed" })
+    }
+    return Either.map(decodeSocketRecord(key, existing.value), (found) => ({ _tag: "Taken", record: found }))
   }
 
   const dropSubscriberConnection = (reason: string): void => {
@@ -453,18 +482,11 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
     claimSocket: (token, record) =>
       Effect.zipRight(
         validateTokenAndInstance(token, record.instanceId),
-        op("claimSocket", (now): Effect.Effect<ClaimResult, CorruptValue> => {
-          const key = keys.socket(token)
-          const existing = ks.getString(key, now)
-          if (existing === undefined) {
-            ks.setString(key, encodeSocketRecord(record), now + tokenMs)
-            return Effect.succeed({ _tag: "Claimed" })
-          }
-          return Either.match(decodeSocketRecord(key, existing.value), {
-            onLeft: (error) => Effect.fail(error),
-            onRight: (found) => Effect.succeed({ _tag: "Taken", record: found })
-          })
-        })
+        op(
+          "claimSocket",
+          (now): Effect.Effect<ClaimResult, CorruptValue> =>
+            Either.match(claimNow(token, record, now), { onLeft: Effect.fail, onRight: Effect.succeed })
+        )
       ),
 
     readSocket: (token) =>
@@ -488,6 +510,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
           const key = keys.socket(token)
           if (isRecord(key, record, now) === undefined) return Effect.succeed(false)
           ks.delete(key)
+          socketEvent(key, "del")
           return Effect.succeed(true)
         })
       ),
@@ -511,7 +534,7 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
           for (const [key, entry] of ks.entries) {
             const token = keys.socketToken(key)
             if (token === undefined || entry._tag !== "string") continue
-            if (isExpired(entry, now)) ks.delete(key)
+            if (isExpired(entry, now)) ks.removeExpired(key)
             else found.push([key, token, entry.value])
           }
           return Effect.succeed(found)
@@ -530,6 +553,29 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
         return Stream.fromIterable(records)
       })
     ),
+
+    claimSockets: (claims) =>
+      Effect.gen(function* () {
+        for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
+        return yield* op("claimSockets", (now) =>
+          Effect.succeed(claims.map(([token, record]) => claimNow(token, record, now)))
+        )
+      }),
+
+    enableSocketEvents: Effect.suspend(() => {
+      if (!available) return Effect.fail(unavailable("enableSocketEvents"))
+      return Effect.succeed<SocketEventsSetting>(
+        socketEventsRefused
+          ? { _tag: "Refused", reply: "ERR unknown command 'CONFIG'" }
+          : { _tag: "Enabled", flags: "Kg$xe" }
+      )
+    }),
+
+    socketEvents: Effect.gen(function* () {
+      const lost = yield* op("socketEvents", () => Effect.succeed(subscriberLost))
+      const dequeue = yield* PubSub.subscribe(socketChanges)
+      return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+    }),
 
     mailboxAppend: (instanceId, payload, maxLen) =>
       Effect.zipRight(
@@ -660,8 +706,12 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
 
     setRaw: (key, value, ttlMs) =>
       Effect.map(now, (at) => {
-        if (ttlMs !== undefined && ttlMs <= 0) ks.delete(key)
-        else ks.setString(key, value, ttlMs === undefined ? undefined : at + ttlMs)
+        if (ttlMs !== undefined && ttlMs <= 0) {
+          if (ks.get(key, at) !== undefined && ks.delete(key)) socketEvent(key, "del")
+        } else {
+          ks.setString(key, value, ttlMs === undefined ? undefined : at + ttlMs)
+          socketEvent(key, "set")
+        }
       }),
 
     getRaw: (key) =>
@@ -670,7 +720,12 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
         return entry?._tag === "string" ? Option.some(entry.value) : Option.none()
       }),
 
-    keyCount: Effect.map(now, (at) => ks.sweep(at))
+    keyCount: Effect.map(now, (at) => ks.sweep(at)),
+
+    refuseSocketEvents: (refused) =>
+      Effect.sync(() => {
+        socketEventsRefused = refused
+      })
   }
 
   // The sweeper sleeps until the earliest deadline (re-planned when an earlier one is

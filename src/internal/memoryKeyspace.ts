@@ -69,6 +69,8 @@ export class Keyspace {
   private lastSweep: number
   /** Called when `wakeAt` moves earlier, so a sleeping sweeper re-plans. */
   onWakeAtLowered: (() => void) | undefined = undefined
+  /** Called for every key removed because its deadline passed (Redis' `expired` event). */
+  onExpired: ((key: string) => void) | undefined = undefined
 
   constructor(
     private readonly minSweepMs: number,
@@ -82,10 +84,16 @@ export class Keyspace {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
     if (isExpired(entry, now)) {
-      this.entries.delete(key)
+      this.removeExpired(key)
       return undefined
     }
     return entry
+  }
+
+  /** Remove a key whose deadline passed, and report it. */
+  removeExpired(key: string): void {
+    this.entries.delete(key)
+    this.onExpired?.(key)
   }
 
   getString(key: string, now: number): StringEntry | undefined {
@@ -137,7 +145,7 @@ export class Keyspace {
     let earliest = Number.POSITIVE_INFINITY
     for (const [key, entry] of this.entries) {
       if (entry.deadline === undefined) continue
-      if (entry.deadline <= now) this.entries.delete(key)
+      if (entry.deadline <= now) this.removeExpired(key)
       else if (entry.deadline < earliest) earliest = entry.deadline
     }
     this.lastSweep = now
