@@ -104,21 +104,21 @@ const makeCluster = (
   }
 }
 
-/** Counts the calls into a store, delegating every one to it. */
+/** Records the name of every operation called on a store, delegating each call to it. */
 const counting = (store: Store.Service) => {
-  let calls = 0
+  const calls: Array<string> = []
   const wrapped = Object.fromEntries(
     Object.entries(store).map(([name, value]) => [
       name,
       typeof value === "function"
         ? (...args: Array<unknown>) => {
-            calls++
+            calls.push(name)
             return (value as (...args: Array<unknown>) => unknown)(...args)
           }
         : value
     ])
   ) as unknown as Store.Service
-  return { wrapped, calls: Effect.sync(() => calls) }
+  return { wrapped, calls: Effect.sync((): ReadonlyArray<string> => [...calls]) }
 }
 
 /** Workers over one MemoryStore (time on the TestClock when run under it.effect). */
@@ -141,8 +141,13 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}, options: Cluste
       removeDuringOutage: (token: string) => cluster.remove(token),
       outage: { begin: memory.control.setAvailable(false), end: memory.control.setAvailable(true) },
       dropSubscriptions: memory.control.dropSubscriptions,
-      operations: calls
-    } satisfies TokenCluster & { readonly control: MemoryStore.MemoryStoreControl.Service }
+      operations: Effect.map(calls, (names) => names.length),
+      /** The operations called so far, by name (the operations that take arguments). */
+      calls
+    } satisfies TokenCluster & {
+      readonly control: MemoryStore.MemoryStoreControl.Service
+      readonly calls: Effect.Effect<ReadonlyArray<string>>
+    }
   })
 
 /** Commands that do not touch data and that the harness itself sends. */

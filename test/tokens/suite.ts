@@ -8,12 +8,14 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { isValidToken } from "../../src/internal/validate.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import type { SocketRecord } from "../../src/Store.js"
+import * as TokenManager from "../../src/TokenManager.js"
 import type { ClusterOptions, TokenCluster, TokenWorker } from "./cluster.js"
 
 export interface Tools {
@@ -32,6 +34,8 @@ export interface TokenBackend {
     body: (cluster: TokenCluster, tools: Tools) => Effect.Effect<void, unknown, Scope.Scope>
   ) => void
 }
+
+const counter = (metric: Metric.Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
 
 const mine = (w: TokenWorker, connectionId: string): SocketRecord => ({ instanceId: w.id, connectionId })
 
@@ -237,20 +241,37 @@ export const tokenSuite = (backend: TokenBackend) => {
         deepStrictEqual(yield* cluster.record("tab-2"), Option.some(mine(a, "c2")))
       }))
 
+    test("a worker built while the store is down links locally and stores its records when it returns", (cluster, tools) =>
+      Effect.gen(function* () {
+        yield* cluster.outage.begin
+        yield* Effect.addFinalizer(() => cluster.outage.end)
+        const a = yield* cluster.worker()
+        deepStrictEqual(yield* a.tokens.keepAlive, Option.none())
+        assert.strictEqual((yield* failure(a.tokens.link("tab-1", "c1")))._tag, "RecordNotStored")
+        yield* cluster.outage.end
+        yield* tools.until("tab-1 stored", Effect.map(cluster.record("tab-1"), Option.isSome))
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
+        deepStrictEqual(yield* a.tokens.keepAlive, Option.some("events" as const))
+      }))
+
     test("a deleted record of a live socket is claimed again; another worker's claim in between is adopted", (cluster, tools) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
         yield* a.tokens.link("tab-1", "c1")
+        const restored = yield* counter(TokenManager.recordsRestored)
+        const adopted = yield* counter(TokenManager.recordsAdopted)
         yield* cluster.remove("tab-1")
         yield* tools.until(
           "tab-1 claimed again",
           Effect.map(cluster.record("tab-1"), (record) => Option.isSome(record))
         )
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
+        assert.isTrue((yield* counter(TokenManager.recordsRestored)) > restored)
         // refresh reads the store and adopts what is there
         yield* cluster.overwrite("tab-1", mine(b, "cb"))
         deepStrictEqual(yield* a.tokens.owner("tab-1", { refresh: true }), Option.some(mine(b, "cb")))
+        assert.isTrue((yield* counter(TokenManager.recordsAdopted)) > adopted)
         deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(b, "cb")))
         yield* a.tokens.disconnect("tab-1", "c1")
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
