@@ -233,8 +233,11 @@ export const make = Effect.gen(function* () {
     return Effect.logInfo("socket records: the store answers again")
   })
 
+  /** Another socket holds the token now: keep our connection's entry, with that socket's record. */
   const adopt = (token: string, entry: Entry, record: SocketRecord) =>
     Effect.suspend(() => {
+      // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
+      if (entries.get(token) !== entry) return Effect.void
       entries.set(token, { connectionId: entry.connectionId, record })
       return Effect.zipRight(
         Metric.increment(recordsAdopted),
