@@ -558,7 +558,19 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
       Effect.gen(function* () {
         for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
         return yield* op("claimSockets", (now) =>
-          Effect.succeed(claims.map(([token, record]) => claimNow(token, record, now)))
+          Effect.succeed(
+            claims.map(([token, record]): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
+              try {
+                return claimNow(token, record, now)
+              } catch (error) {
+                // One record's refusal is its own, as each claim is its own script on Redis.
+                if (error instanceof WrongTypeError) {
+                  return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+                }
+                throw error
+              }
+            })
+          )
         )
       }),
 

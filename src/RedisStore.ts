@@ -65,7 +65,7 @@ import {
   Store,
   type WaiterOptions
 } from "./Store.js"
-import { CorruptValue, LockLost, type StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
+import { type CorruptValue, LockLost, type StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
 
 /**
  * Where the store connects. Without a `url`, the `redisUrl` of `LeaseholdConfig` is used.
@@ -765,7 +765,7 @@ export const make = (
           )
           .exec()
       )
-      const results: Array<Either.Either<ClaimResult, CorruptValue>> = []
+      const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
       for (let i = 0; i < claims.length; i++) {
         const key = keys.socket(claims[i]![0])
         const [error, reply] = replies?.[i] ?? [null, null]
@@ -774,14 +774,14 @@ export const make = (
           // A lost connection fails the whole batch; a refused step (a key of another
           // type) is that record's own failure.
           if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
-          results.push(Either.left(new CorruptValue({ key, raw: "", reason: mapped.reply })))
+          results.push(Either.left(mapped))
           continue
         }
         const list = asArray(reply)
         if (list?.[0] === 1) results.push(Either.right({ _tag: "Claimed" }))
         else if (list?.[0] === 0 && typeof list[1] === "string") {
           results.push(Either.map(decodeSocketRecord(key, list[1]), (record) => ({ _tag: "Taken", record })))
-        } else return yield* Effect.fail(unexpectedReply("claimSockets", reply))
+        } else results.push(Either.left(unexpectedReply("claimSockets", reply)))
       }
       return results
     })

@@ -16,7 +16,7 @@ import type * as Either from "effect/Either"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreUnavailable } from "./StoreError.js"
+import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
 
 /**
  * The outcome of `tryAcquire`.
@@ -318,11 +318,16 @@ export declare namespace Store {
     /**
      * `claimSocket` for many records in one round trip (each claim is its own atomic step,
      * so tokens may live on different Cluster slots). Results come in the order asked; a
-     * record there that does not decode is a `CorruptValue` in its place.
+     * record there that does not decode is a `CorruptValue` in its place, a claim the
+     * store refused (a key of another type, no memory left) a `StoreRefused`. A lost
+     * connection fails the whole batch with `StoreUnavailable`.
      */
     readonly claimSockets: (
       claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
-    ) => Effect.Effect<ReadonlyArray<Either.Either<ClaimResult, CorruptValue>>, InvalidToken | StoreError>
+    ) => Effect.Effect<
+      ReadonlyArray<Either.Either<ClaimResult, CorruptValue | StoreRefused>>,
+      InvalidToken | StoreError
+    >
     /**
      * Ask the store to report socket-record changes. Redis: `CONFIG SET
      * notify-keyspace-events` with the flags already set plus `K`, `g`, `$`, `x`, `e`

@@ -31,7 +31,7 @@ import { InstanceId } from "./InstanceId.js"
 import { validateToken } from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type ClaimResult, type SocketRecord, Store } from "./Store.js"
-import type { CorruptValue, InvalidToken, StoreError } from "./StoreError.js"
+import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 
 /**
@@ -250,7 +250,7 @@ export const make = Effect.gen(function* () {
    * yield before the map is checked: a socket that disconnected meanwhile is never
    * brought back, and a record written back for it is deleted again.
    */
-  const applyClaim = (token: string, entry: Entry, result: Either.Either<ClaimResult, CorruptValue>) =>
+  const applyClaim = (token: string, entry: Entry, result: Either.Either<ClaimResult, CorruptValue | StoreRefused>) =>
     Effect.suspend(() => {
       const current = entries.get(token)
       if (current !== entry) {
