@@ -331,7 +331,13 @@ export const make = Effect.gen(function* () {
       })
     )
 
-  /** Unlink an entry: the map first, so our own deletion event finds nothing to re-claim. */
+  /**
+   * Unlink an entry: the map first, so our own deletion event finds nothing to re-claim.
+   * Once the entry is gone the deletion is attempted whatever happens to the caller (a
+   * record left behind would make the tab's next connect a duplicate). It runs in a fiber
+   * of its own that stays interruptible, because the store's timeouts work by
+   * interruption: in an uninterruptible region a store that is down would never time out.
+   */
   const unlink = (token: string, entry: Entry): Effect.Effect<void> =>
     Effect.uninterruptible(
       Effect.suspend(() => {
@@ -341,7 +347,10 @@ export const make = Effect.gen(function* () {
         return store.deleteSocketIfOwner(token, entry.record).pipe(
           Effect.zipRight(storeWorked),
           Effect.catchTag("InvalidToken", () => Effect.void),
-          Effect.catchAll((error) => storeFailed(`deleting the record of token ${token}`, error))
+          Effect.catchAll((error) => storeFailed(`deleting the record of token ${token}`, error)),
+          Effect.interruptible,
+          Effect.fork,
+          Effect.flatMap(Fiber.join)
         )
       })
     )

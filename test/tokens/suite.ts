@@ -16,6 +16,7 @@ import { isValidToken } from "../../src/internal/validate.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import type { SocketRecord } from "../../src/Store.js"
 import * as TokenManager from "../../src/TokenManager.js"
+import { within } from "../conformance/helpers.js"
 import type { ClusterOptions, TokenCluster, TokenWorker } from "./cluster.js"
 
 export interface Tools {
@@ -184,6 +185,11 @@ export const tokenSuite = (backend: TokenBackend) => {
         yield* a.tokens.link("tab-0", "c0")
         yield* cluster.outage.begin
         yield* Effect.addFinalizer(() => cluster.outage.end)
+        // the store knows it is down: every operation now waits for a reconnection, bounded by the command timeout
+        yield* tools.until(
+          "the store not ready",
+          Effect.map(cluster.store.status, (status) => !status.ready)
+        )
         yield* cluster.removeDuringOutage("tab-0")
         const error = yield* failure(a.tokens.link("tab-1", "c1"))
         assert.strictEqual(error._tag, "RecordNotStored")
@@ -252,6 +258,19 @@ export const tokenSuite = (backend: TokenBackend) => {
         yield* tools.until("tab-1 stored", Effect.map(cluster.record("tab-1"), Option.isSome))
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* a.tokens.keepAlive, Option.some("events" as const))
+      }))
+
+    test("closing a worker while the store is down ends promptly; its records expire", (cluster, tools) =>
+      Effect.gen(function* () {
+        const a = yield* cluster.worker()
+        for (const token of ["tab-1", "tab-2", "tab-3"]) yield* a.tokens.link(token, `c-${token}`)
+        yield* cluster.outage.begin
+        yield* Effect.addFinalizer(() => cluster.outage.end)
+        yield* tools.until(
+          "the store not ready",
+          Effect.map(cluster.store.status, (status) => !status.ready)
+        )
+        yield* within("closing the worker", 10_000, a.close)
       }))
 
     test("a deleted record of a live socket is claimed again; another worker's claim in between is adopted", (cluster, tools) =>
