@@ -387,6 +387,8 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
             yield* handle(entry)
             lastId = entry.id
           }
+          // Where this reader is, for operators (`leasehold inspect instance`).
+          if (entries.length > 0) yield* store.mailboxSetCursor(instanceId, lastId, ttlMs)
         }
       })
 
