@@ -25,7 +25,7 @@ import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { OneShot } from "./internal/oneShot.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import { type Grant, type LocalQueue, Lock } from "./Lock.js"
+import { type Grant, type LocalQueue, Lock, type Previous } from "./Lock.js"
 import { type SignalEvent, Signals } from "./Signals.js"
 import { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
@@ -84,6 +84,17 @@ export declare namespace Lease {
   export interface Service {
     /** Queue a modification on a token (the token is already validated). */
     readonly submit: (token: string, request: Request) => Effect.Effect<void>
+    /**
+     * Start a modification (the token is already validated). With nothing queued on the
+     * token here, the caller makes the uncontended attempt itself; when that grants a lock
+     * to be held for this one modification, the turn is returned and the caller decides in
+     * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
+     * is queued as by `submit`: the caller awaits its turn. Uninterruptible: a lock granted
+     * to a caller that left would stay taken until it expires.
+     */
+    readonly begin: (token: string, request: Request) => Effect.Effect<Option.Option<Turn>, InvalidToken | StoreError>
+    /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
+    readonly complete: (token: string, request: Request) => Effect.Effect<void>
     /** A request cancelled by its caller: the session skips it. */
     readonly cancel: (token: string, request: Request) => Effect.Effect<void>
     /** The encoded slice under this worker's lease, if it holds one on the token and has the slice. */
@@ -143,6 +154,8 @@ interface Session {
   scope: Scope.CloseableScope | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
+  /** The grant a caller holds in its own fiber (`begin`), with the time its turn began. */
+  own: { readonly grant: Grant; readonly since: number } | undefined
 }
 
 const notify = (session: Session) => {
@@ -226,17 +239,27 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         })
       })
 
+    /** How a grant is held: for one modification, a quantum's worth, or as a lease. */
+    const modeOf = (grant: Grant): "single" | "quantum" | "lease" =>
+      !config.oplock ? "single" : grant.contenders === 0 ? "lease" : quantumMs === 0 ? "single" : "quantum"
+
+    const warnIfLong = (token: string, request: Request, started: number) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        const heldMs = now - started
+        return heldMs > warnMs
+          ? Effect.logWarning(
+              `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
+                `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+                `the threshold is ${warnMs} ms. Move long work out of modifications.`
+            )
+          : Effect.void
+      })
+
     /** Hold a grant: serve turns (one, a quantum's worth, or a lease's), then commit and release. */
     const hold = (session: Session, grant: Grant) =>
       Effect.gen(function* () {
         const { token, lockId } = grant
-        const mode: "single" | "quantum" | "lease" = !config.oplock
-          ? "single"
-          : grant.contenders === 0
-            ? "lease"
-            : quantumMs === 0
-              ? "single"
-              : "quantum"
+        const mode = modeOf(grant)
         const cache = new Map(grant.values)
         const dirty = new Map<string, string>()
         let unacked: Array<Request> = []
@@ -334,14 +357,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             const started = yield* Clock.currentTimeMillis
             const outcome = yield* awaitDone(request)
             inProgress = undefined
-            const heldMs = (yield* Clock.currentTimeMillis) - started
-            if (heldMs > warnMs) {
-              yield* Effect.logWarning(
-                `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
-                  `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
-                  `the threshold is ${warnMs} ms. Move long work out of modifications.`
-              )
-            }
+            yield* warnIfLong(token, request, started)
             if (outcome._tag === "Abort") return
             for (const [name, value] of outcome.writes) {
               cache.set(name, Option.some(value))
@@ -441,7 +457,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       })
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
-    const noTurn = { registered: false, yieldFirst: false } as const
+    const noTurn: Previous = { registered: false, yieldFirst: false }
 
     const localQueue = (session: Session): LocalQueue => ({
       look: Effect.sync(() => {
@@ -452,9 +468,10 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       signals: openSignals(session)
     })
 
-    const run = (session: Session) =>
+    /** The session's fiber, from a grant already taken or from what the last release left. */
+    const run = (session: Session, start: Grant | Previous) =>
       Effect.gen(function* () {
-        let after: { readonly registered: boolean; readonly yieldFirst: boolean } = noTurn
+        let after = "lockId" in start ? yield* hold(session, start) : start
         while (true) {
           const next = yield* Effect.sync(() => {
             prune(session)
@@ -500,28 +517,107 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         )
       )
 
+    const start = (session: Session, from: Grant | Previous) =>
+      Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session, from)), scope))
+
+    const newSession = (token: string, queue: Array<Request>): Session => {
+      const session: Session = {
+        token,
+        queue,
+        changed: new OneShot<void>(),
+        scope: undefined,
+        signals: undefined,
+        lease: undefined,
+        own: undefined
+      }
+      sessions.set(token, session)
+      return session
+    }
+
+    /** Queued behind an existing session: `true`; the caller then awaits its turn. */
+    const join = (token: string, request: Request) => {
+      const existing = sessions.get(token)
+      if (existing === undefined) return false
+      existing.queue.push(request)
+      notify(existing)
+      return true
+    }
+
     const submit = (token: string, request: Request) =>
+      Effect.suspend(() => (join(token, request) ? Effect.void : start(newSession(token, [request]), noTurn)))
+
+    const noOwnTurn = Effect.succeed(Option.none<Turn>())
+
+    // A session in the map always has a fiber or a caller holding its grant (`own`): whoever
+    // holds it looks at the queue when it is done, so a request queued meanwhile is served.
+    const begin = (token: string, request: Request) =>
       Effect.suspend(() => {
-        const existing = sessions.get(token)
-        if (existing !== undefined) {
-          existing.queue.push(request)
-          notify(existing)
-          return Effect.void
+        if (join(token, request)) return noOwnTurn
+        const session = newSession(token, [])
+        return Effect.matchEffect(lock.attempt(token, request.slices), {
+          onFailure: (error) => {
+            // the requests queued meanwhile make their own attempts
+            if (session.queue.length > 0) return Effect.zipRight(start(session, noTurn), Effect.fail(error))
+            sessions.delete(token)
+            return Effect.fail(error)
+          },
+          onSuccess: (grant) => {
+            if (Option.isNone(grant)) {
+              session.queue.unshift(request)
+              return Effect.as(start(session, { registered: false, yieldFirst: false, attempted: true }), Option.none())
+            }
+            // a quantum or a lease serves the modifications that queue meanwhile: its fiber does
+            if (modeOf(grant.value) !== "single") {
+              session.queue.unshift(request)
+              return Effect.as(start(session, grant.value), Option.none())
+            }
+            session.own = { grant: grant.value, since: grant.value.grantedAt }
+            return Effect.succeed(Option.some<Turn>({ values: grant.value.values, fence: grant.value.fence }))
+          }
+        })
+      })
+
+    const complete = (token: string, request: Request) =>
+      Effect.gen(function* () {
+        const session = sessions.get(token)
+        const own = session?.own
+        if (session === undefined || own === undefined)
+          return yield* Effect.dieMessage("complete without a turn from begin")
+        session.own = undefined
+        const { lockId } = own.grant
+        const outcome = request.done.poll()
+        const writes =
+          outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit"
+            ? outcome.value.writes
+            : []
+        yield* warnIfLong(token, request, own.since)
+        prune(session)
+        const waiting = session.queue.length > 0
+        const result = yield* Effect.either(
+          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+        )
+        let after = noTurn
+        if (result._tag === "Right") {
+          request.ack.done(Exit.void)
+          after = { registered: waiting, yieldFirst: result.right > 0 }
+        } else {
+          yield* Metric.increment(flushFailures)
+          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+          yield* failAcks([request], lockId, result.left)
         }
-        const session: Session = {
-          token,
-          queue: [request],
-          changed: new OneShot<void>(),
-          scope: undefined,
-          signals: undefined,
-          lease: undefined
-        }
-        sessions.set(token, session)
-        return Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session)), scope))
+        prune(session)
+        if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
+        sessions.delete(token)
+        if (after.registered) yield* Effect.ignore(store.deregisterWaiter(token, instanceId))
+        // On the embedded store nothing above waited: without a yield, a loop of
+        // modifications would keep every other fiber (and timer) from running.
+        if (store.kind === "memory") yield* Effect.yieldNow()
       })
 
     return Lease.of({
       submit,
+      begin,
+      complete,
       cancel: (token, request) =>
         Effect.sync(() => {
           request.cancelled = true

@@ -71,6 +71,8 @@ export interface LocalQueue {
 export interface Previous {
   readonly registered: boolean
   readonly yieldFirst: boolean
+  /** The caller has just made the uncontended attempt (`attempt`) and found the lock held. */
+  readonly attempted?: boolean
 }
 
 /**
@@ -102,6 +104,15 @@ export declare namespace Lock {
      * Returns `true` when a local waiter arrived meanwhile (it must still yield).
      */
     readonly linger: (token: string, local: LocalQueue) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /**
+     * One attempt to take the token's lock, reading `slices` with the grant: the first step
+     * of `acquire` on its own, for a caller with no local waiter before it. `None` when the
+     * lock is held; nothing is registered then.
+     */
+    readonly attempt: (
+      token: string,
+      slices: ReadonlyArray<string>
+    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
     readonly acquire: (
       token: string,
       slices: ReadonlyArray<string>,
@@ -186,7 +197,7 @@ export const make = Effect.gen(function* () {
     return Effect.gen(function* () {
       const lockId = nextLockId()
       const grant = toGrant(token, lockId, slices)
-      if (!yieldFirst) {
+      if (!yieldFirst && previous.attempted !== true) {
         const first = yield* store.tryAcquire(token, lockId, slices, { instanceId })
         if (first._tag === "Acquired") {
           // the grant removed the instance from the waiter set, had it been there
@@ -239,6 +250,16 @@ export const make = Effect.gen(function* () {
     )
   }
 
+  const attempt = (token: string, slices: ReadonlyArray<string>) =>
+    Effect.suspend(() => {
+      const lockId = nextLockId()
+      return Effect.flatMap(store.tryAcquire(token, lockId, slices, { instanceId }), (result) =>
+        result._tag === "Acquired"
+          ? Effect.asSome(toGrant(token, lockId, slices)(result))
+          : Effect.succeed(Option.none<Grant>())
+      )
+    })
+
   const linger = (token: string, local: LocalQueue) =>
     Effect.gen(function* () {
       const { changed } = yield* local.look
@@ -251,7 +272,7 @@ export const make = Effect.gen(function* () {
       return arrived
     })
 
-  return Lock.of({ instanceId, acquire, linger })
+  return Lock.of({ instanceId, acquire, attempt, linger })
 })
 
 /**
