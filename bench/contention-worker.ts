@@ -13,6 +13,7 @@ import { setTimeout as sleep } from "node:timers/promises"
 import { Redlock } from "@sesamecare-oss/redlock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
@@ -43,10 +44,12 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
   if (impl === "leasehold" || impl === "leasehold-oplock") {
     process.env.LEASEHOLD_REDIS_URL = url
     process.env.LEASEHOLD_OPLOCK = impl === "leasehold-oplock" ? "true" : "false"
-    const runtime = ManagedRuntime.make(StateManager.layerRedis())
+    // The log level is set once for the runtime: set per operation, it costs a change of the
+    // fiber's context every time, which is the harness's cost, not the library's.
+    const runtime = ManagedRuntime.make(Layer.merge(StateManager.layerRedis(), Logger.minimumLogLevel(LogLevel.Error)))
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
-    ).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+    )
     await runtime.runPromise(Effect.void)
     return {
       op: async () => {

@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
@@ -154,6 +155,8 @@ interface Session {
   scope: Scope.CloseableScope | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
+  /** While a grant is held by the session's fiber: signals wake it too (`changed`). */
+  holding: boolean
   /** The grant a caller holds in its own fiber (`begin`), with the time its turn began. */
   own: { readonly grant: Grant; readonly since: number } | undefined
 }
@@ -231,7 +234,11 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const events = yield* Scope.extend(signals.subscribe(session.token), sessionScope)
           const queue = yield* Queue.unbounded<SignalEvent>()
           yield* events.pipe(
-            Stream.runForEach((event) => Queue.offer(queue, event)),
+            Stream.runForEach((event) =>
+              Effect.map(Queue.offer(queue, event), () => {
+                if (session.holding) notify(session)
+              })
+            ),
             Effect.forkIn(sessionScope)
           )
           session.signals = queue
@@ -269,12 +276,27 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         let contended = mode !== "lease"
         let failed: LockLost | StoreError | undefined
 
+        /** Wakes the serving loop at the deadline; armed again when the deadline moves. */
+        let timer: Fiber.RuntimeFiber<void> | undefined
+        const armTimer = Effect.gen(function* () {
+          if (timer !== undefined) yield* Fiber.interruptFork(timer)
+          const ms = deadline - (yield* Clock.currentTimeMillis)
+          timer = yield* Effect.fork(
+            Effect.interruptible(
+              Effect.zipRight(
+                Effect.sleep(Math.max(0, ms)),
+                Effect.sync(() => notify(session))
+              )
+            )
+          )
+        })
+
         const contend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
           Effect.suspend(() => {
             if (contended) return Effect.void
             contended = true
             deadline = Math.min(deadline, now + quantumMs)
-            return Metric.increment(leasesBroken)
+            return Effect.zipRight(Metric.increment(leasesBroken), armTimer)
           })
         )
 
@@ -307,31 +329,17 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           })
         })
 
-        /** With nothing to serve: wait for a modification, contention, or the deadline. */
-        const waitInLease = (changed: OneShot<void>, ms: number) => {
-          const events = session.signals
-          const contention =
-            events === undefined
-              ? Effect.never
-              : Queue.take(events).pipe(
-                  Effect.repeat({ until: (event) => isOtherContender(event) || event._tag === "Resubscribed" }),
-                  Effect.flatMap((event) => (event._tag === "Resubscribed" ? recheckContenders : contend))
-                )
-          return Effect.raceAll([changed.await, contention, Effect.sleep(ms)])
-        }
-
         /**
-         * Await a leased modification while keeping the lock from expiring under it. The
-         * keep-alive is interruptible: it is raced from uninterruptible code too.
+         * Keeps the lock from expiring under a slow modification. Interruptible: it is raced
+         * from uninterruptible code too. A lease runs one for its whole hold (a lease is
+         * shorter than the lock expiration, so an idle lease extends at most twice).
          */
         const keepAlive = Effect.gen(function* () {
           const every = Math.max(1, Math.floor(lockMs / 3))
           while (yield* store.extend(token, lockId).pipe(Effect.delay(every))) {}
         }).pipe(Effect.ignore, Effect.zipRight(Effect.never), Effect.interruptible)
         const withKeepAlive = <A>(effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive)
-
-        const awaitDone = (request: Request) =>
-          mode === "lease" ? withKeepAlive(request.done.await) : request.done.await
+        const keeper = mode === "lease" ? yield* Effect.fork(keepAlive) : undefined
 
         const serveOne = (request: Request) =>
           Effect.gen(function* () {
@@ -355,7 +363,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             })
             if (!given) return
             const started = yield* Clock.currentTimeMillis
-            const outcome = yield* awaitDone(request)
+            const outcome = yield* request.done.await
             inProgress = undefined
             yield* warnIfLong(token, request, started)
             if (outcome._tag === "Abort") return
@@ -399,7 +407,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           }
           while (failed === undefined) {
             if (mode === "single" && served > 0) return
-            // A busy local queue never waits in `waitInLease`: contention is looked for here too.
+            // Looked for before every modification: a busy local queue never waits for a signal.
             if (mode === "lease") yield* checkSignals
             // Taken before the queue is read: an arrival after the read completes it.
             const changed = session.changed
@@ -417,21 +425,26 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (durable) yield* flush
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return
-            yield* waitInLease(changed, deadline - now)
+            // woken by a modification, a signal, or the deadline
+            if (timer === undefined) yield* armTimer
+            yield* changed.await
           }
         })
 
         /** Whatever ended the hold: finish the modification in progress, write, release. */
         const finish = Effect.gen(function* () {
           session.lease = undefined
+          session.holding = false
+          if (timer !== undefined) yield* Fiber.interruptFork(timer)
           if (inProgress !== undefined) {
-            const outcome = yield* withKeepAlive(inProgress.done.await)
+            const outcome = yield* keeper === undefined ? withKeepAlive(inProgress.done.await) : inProgress.done.await
             if (outcome._tag === "Commit") {
               for (const [name, value] of outcome.writes) dirty.set(name, value)
               unacked.push(inProgress)
             }
             inProgress = undefined
           }
+          if (keeper !== undefined) yield* Fiber.interruptFork(keeper)
           if (failed !== undefined) {
             // The lock is lost or the store is away: nothing more is written; release what may remain.
             yield* failAcks(unacked, lockId, failed)
@@ -453,6 +466,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           return noTurn
         })
 
+        session.holding = true
         return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
       })
 
@@ -528,6 +542,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         scope: undefined,
         signals: undefined,
         lease: undefined,
+        holding: false,
         own: undefined
       }
       sessions.set(token, session)
