@@ -4,7 +4,9 @@
  * parent's deadline. Prints `ready`, waits for `go <duration_ms>` on stdin, then prints one
  * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …]}`.
  *
- * IMPL: leasehold-oplock | leasehold | redis-semaphore | redlock | poll
+ * IMPL: leasehold-oplock | leasehold-oplock-memory | leasehold | redis-semaphore | redlock | poll
+ * (`leasehold-oplock-memory`: leases with `leaseDurability: "memory"`, acknowledged before
+ * they are written, as Reflex does; not crash-safe, shown for the analysis of the bound)
  */
 import { randomUUID } from "node:crypto"
 import { performance } from "node:perf_hooks"
@@ -41,9 +43,10 @@ const readIncrementWrite = async (client: Redis) => {
 }
 
 const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
-  if (impl === "leasehold" || impl === "leasehold-oplock") {
+  if (impl === "leasehold" || impl === "leasehold-oplock" || impl === "leasehold-oplock-memory") {
     process.env.LEASEHOLD_REDIS_URL = url
-    process.env.LEASEHOLD_OPLOCK = impl === "leasehold-oplock" ? "true" : "false"
+    process.env.LEASEHOLD_OPLOCK = impl === "leasehold" ? "false" : "true"
+    process.env.LEASEHOLD_LEASE_DURABILITY = impl === "leasehold-oplock-memory" ? "memory" : "batch"
     // The log level is set once for the runtime: set per operation, it costs a change of the
     // fiber's context every time, which is the harness's cost, not the library's.
     const runtime = ManagedRuntime.make(Layer.merge(StateManager.layerRedis(), Logger.minimumLogLevel(LogLevel.Error)))

@@ -1,6 +1,7 @@
 /**
  * One hot token, W worker processes × C fibers, each operation "read the counter, add 1,
- * write it", for leasehold (oplock on and off) and its peers side by side, on one
+ * write it", for leasehold (oplock on and off; with oplock, also with the non-default
+ * `leaseDurability: "memory"`, labelled `leasehold-oplock-memory`) and its peers side by side, on one
  * redis-server started for the run.
  *
  *   npm run bench:contention -- --json               one JSON array of rows
@@ -28,7 +29,9 @@ const flag = (name: string) => {
 }
 const json = args.includes("--json")
 const seconds = Number(flag("seconds") ?? "3")
-const impls = (flag("impls") ?? "leasehold-oplock,leasehold,redis-semaphore,redlock,poll").split(",")
+const impls = (
+  flag("impls") ?? "leasehold-oplock,leasehold-oplock-memory,leasehold,redis-semaphore,redlock,poll"
+).split(",")
 const cells = (flag("cells") ?? "1x1,1x4,2x1,2x4,4x1,4x4")
   .split(",")
   .map((cell) => cell.split("x").map(Number) as [number, number])
