@@ -251,8 +251,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       !config.oplock ? "single" : grant.contenders === 0 ? "lease" : quantumMs === 0 ? "single" : "quantum"
 
     const warnIfLong = (token: string, request: Request, started: number) =>
-      Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        const heldMs = now - started
+      Effect.clockWith((clock) => {
+        const heldMs = clock.unsafeCurrentTimeMillis() - started
         return heldMs > warnMs
           ? Effect.logWarning(
               `lock of token ${token} was held too long: ${heldMs} ms by one modification` +

@@ -152,6 +152,24 @@ export const make = Effect.gen(function* () {
   let counter = 0
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
 
+  const makeGrant = (
+    token: string,
+    lockId: string,
+    slices: ReadonlyArray<string>,
+    result: {
+      readonly fence: number
+      readonly values: ReadonlyArray<Option.Option<string>>
+      readonly contenders: number
+    },
+    grantedAt: number
+  ): Grant => ({
+    token,
+    lockId,
+    fence: result.fence,
+    values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
+    contenders: result.contenders,
+    grantedAt
+  })
   const toGrant =
     (token: string, lockId: string, slices: ReadonlyArray<string>) =>
     (result: {
@@ -159,17 +177,7 @@ export const make = Effect.gen(function* () {
       readonly values: ReadonlyArray<Option.Option<string>>
       readonly contenders: number
     }) =>
-      Effect.map(
-        Clock.currentTimeMillis,
-        (grantedAt): Grant => ({
-          token,
-          lockId,
-          fence: result.fence,
-          values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
-          contenders: result.contenders,
-          grantedAt
-        })
-      )
+      Effect.map(Clock.currentTimeMillis, (grantedAt) => makeGrant(token, lockId, slices, result, grantedAt))
 
   /** A release of this worker's own lock: it says nothing about another holder. */
   const isOwn = (event: SignalEvent) =>
@@ -250,13 +258,14 @@ export const make = Effect.gen(function* () {
     )
   }
 
+  // on the path of every uncontended modification: as few steps as the grant needs
   const attempt = (token: string, slices: ReadonlyArray<string>) =>
-    Effect.suspend(() => {
+    Effect.clockWith((clock) => {
       const lockId = nextLockId()
-      return Effect.flatMap(store.tryAcquire(token, lockId, slices, { instanceId }), (result) =>
+      return Effect.map(store.tryAcquire(token, lockId, slices, { instanceId }), (result) =>
         result._tag === "Acquired"
-          ? Effect.asSome(toGrant(token, lockId, slices)(result))
-          : Effect.succeed(Option.none<Grant>())
+          ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
+          : Option.none()
       )
     })
 

@@ -188,6 +188,32 @@ export const make = Effect.gen(function* () {
       return yield* decodeOr(token, s, raw)
     })
 
+  /** The decoded values of a turn; the warnings are logged only when a value did not decode. */
+  const decodeAll = (
+    token: string,
+    slices: ReadonlyArray<Slice<any, any>>,
+    current: ReadonlyArray<Option.Option<string>>
+  ) => {
+    const values: Array<unknown> = []
+    let warnings: Array<Effect.Effect<unknown>> | undefined
+    for (const [i, s] of slices.entries()) {
+      const raw = current[i]!
+      if (Option.isNone(raw)) {
+        values.push(s.initial)
+        continue
+      }
+      const decoded = s.decode(raw.value)
+      if (Either.isRight(decoded)) {
+        values.push(decoded.right)
+        continue
+      }
+      values.push(s.initial)
+      warnings ??= []
+      warnings.push(decodeOr(token, s, raw))
+    }
+    return warnings === undefined ? Effect.succeed(values) : Effect.as(Effect.all(warnings, { discard: true }), values)
+  }
+
   /** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
   const decide = <B, E, R>(
     token: string,
@@ -197,7 +223,7 @@ export const make = Effect.gen(function* () {
   ): Effect.Effect<{ readonly value: B; readonly writes: ReadonlyArray<SliceEntry> }, E | InvalidSliceValue, R> =>
     Effect.gen(function* () {
       const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
-      const decoded = yield* Effect.forEach(slices, (s, i) => decodeOr(token, s, current[i]!))
+      const decoded = yield* decodeAll(token, slices, current)
       const [value, next] = yield* f(decoded)
       const writes: Array<SliceEntry> = []
       for (const [i, s] of slices.entries()) {
