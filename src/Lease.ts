@@ -192,6 +192,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const lockMs = Duration.toMillis(config.lockExpiration)
     const holdMs = Duration.toMillis(config.leaseHoldTime)
     const quantumMs = Duration.toMillis(config.leaseQuantum)
+    const yieldMs = Math.max(1, quantumMs)
     const warnMs = Duration.toMillis(config.lockWarningThreshold)
     const durable = config.leaseDurability === "batch"
 
@@ -377,7 +378,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
         /** Group commit: one write for every modification served since the last one. */
         const flush = Effect.gen(function* () {
-          if (unacked.length === 0) return
+          if (unacked.length === 0) return false
           const batch = unacked
           unacked = []
           const entries = [...dirty.entries()]
@@ -385,13 +386,15 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const result = yield* Effect.either(writeOrFail(store.writeIfHolder(token, lockId, entries)))
           if (result._tag === "Right") {
             yield* Metric.increment(flushes)
-            return yield* succeedAcks(batch)
+            yield* succeedAcks(batch)
+            return true
           }
           // The lock is lost or the store is away: this lease writes nothing more.
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
           failed = result.left
           yield* failAcks(batch, lockId, result.left)
+          return true
         })
 
         const nextRequest = () => {
@@ -405,6 +408,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             session.lease = { cache }
             yield* watchContention
           }
+          // when the serving last waited for the store (or for the event loop)
+          let ioAt = grant.grantedAt
           while (failed === undefined) {
             if (mode === "single" && served > 0) return
             // Looked for before every modification: a busy local queue never waits for a signal.
@@ -412,6 +417,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             // Taken before the queue is read: an arrival after the read completes it.
             const changed = session.changed
             const now = yield* Clock.currentTimeMillis
+            // Served from memory alone, a busy local loop runs on microtasks and the event
+            // loop never turns: the socket that brings a contender's signal is not read, and
+            // timers do not fire. A turn of the event loop at least every quantum bounds that.
+            if (mode !== "single" && now - ioAt >= yieldMs) {
+              yield* Effect.sleep(0)
+              ioAt = yield* Clock.currentTimeMillis
+              continue
+            }
             // Past the deadline nothing more is served, however full the queue: a busy
             // local loop must not keep a remote waiter out. `finish` writes in one step.
             if (served > 0 && now >= deadline) return
@@ -422,7 +435,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               continue
             }
             if (now >= deadline) return
-            if (durable) yield* flush
+            if (durable && (yield* flush)) ioAt = yield* Clock.currentTimeMillis
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return
             // woken by a modification, a signal, or the deadline
