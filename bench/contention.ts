@@ -11,7 +11,10 @@
  * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact"}
  * where the latencies are of whole operations (waiting for the lock included), `stalls`
  * counts operations over 500 ms, and `exact` says the stored counter equals the number of
- * operations that reported success. One more row: {"impl": "ping", "p50_ms"}, and one
+ * operations that reported success. More rows: {"impl": "ping", "p50_ms"};
+ * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
+ * (grant with read, then write with release) sent one after the other straight from ioredis,
+ * with nothing around them: what two round trips of this work cost on this machine; and
  * {"impl": "leasehold-uncontended", "p50_ms"} (W = 1, C = 1, oplock off: two round trips).
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -20,6 +23,9 @@ import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import { Redis } from "ioredis"
+import { encodeSignal } from "../src/internal/codec.js"
+import { makeKeys } from "../src/internal/keys.js"
+import { type ScriptCommands, scripts } from "../src/internal/redisScripts.js"
 import * as RedisServer from "../test/support/RedisServer.js"
 
 const args = process.argv.slice(2)
@@ -132,11 +138,66 @@ const pingP50 = (url: string) =>
     return Math.round(percentile(lat, 50) * 1000) / 1000
   })
 
+/** The two scripts of an uncontended modification, back to back, with the arguments RedisStore passes. */
+const scriptsFloorP50 = (url: string) =>
+  Effect.promise(async () => {
+    const client = new Redis(url) as Redis & ScriptCommands
+    for (const [name, script] of Object.entries(scripts)) client.defineCommand(name, script)
+    const keys = makeKeys("leasehold")
+    const token = "floor"
+    const contended = encodeSignal({ _tag: "Contended", instanceId: "floor" })
+    const once = async (i: number) => {
+      const lockId = `floor:${i}`
+      const grant = (await client.leaseholdTryAcquire(
+        4,
+        keys.lock(token),
+        keys.fence(token),
+        keys.waiters(token),
+        keys.slice(token, "counter"),
+        lockId,
+        "10000",
+        "3600000",
+        "floor",
+        "0",
+        keys.signal(token),
+        contended
+      )) as Array<unknown>
+      const n = typeof grant[3] === "string" ? (JSON.parse(grant[3]) as { n: number }).n : 0
+      await client.leaseholdCommitAndRelease(
+        3,
+        keys.lock(token),
+        keys.waiters(token),
+        keys.slice(token, "counter"),
+        lockId,
+        "3600000",
+        keys.signal(token),
+        encodeSignal({ _tag: "Released", lockId }),
+        "floor",
+        "0",
+        contended,
+        "10000",
+        JSON.stringify({ n: n + 1 })
+      )
+    }
+    for (let i = 0; i < 200; i++) await once(i)
+    const lat: Array<number> = []
+    for (let i = 0; i < 2000; i++) {
+      const t = performance.now()
+      await once(i)
+      lat.push(performance.now() - t)
+    }
+    await client.quit()
+    lat.sort((a, b) => a - b)
+    return Math.round(percentile(lat, 50) * 1000) / 1000
+  })
+
 const program = Effect.gen(function* () {
   const server = yield* RedisServer.start()
   const rows: Array<Record<string, unknown>> = []
   const ping = yield* pingP50(server.url)
   rows.push({ impl: "ping", p50_ms: ping })
+  const floor = yield* scriptsFloorP50(server.url)
+  rows.push({ impl: "scripts-floor", p50_ms: floor })
   let n = 0
   for (const [workers, conc] of cells) {
     for (const impl of impls) {
@@ -161,10 +222,10 @@ const program = Effect.gen(function* () {
   if (impls.includes("leasehold")) {
     const uncontended = rows.find((r) => r.impl === "leasehold" && r.workers === 1 && r.conc === 1)
     if (uncontended !== undefined)
-      rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping })
+      rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping, floor_p50_ms: floor })
   }
   if (json) console.log(JSON.stringify(rows))
-  else console.log(`ping p50 ${ping} ms`)
+  else console.log(`ping p50 ${ping} ms, scripts-floor p50 ${floor} ms`)
 })
 
 NodeRuntime.runMain(Effect.scoped(program))
