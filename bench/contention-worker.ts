@@ -2,7 +2,7 @@
  * One worker process of `bench/contention.ts`: C concurrent fibers doing
  * "read the counter, add 1, write it" on one hot token with one implementation, until the
  * parent's deadline. Prints `ready`, waits for `go <duration_ms>` on stdin, then prints one
- * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …]}`.
+ * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …], "cpu_ms": <process CPU time>}`.
  *
  * IMPL: leasehold-oplock | leasehold-oplock-memory | leasehold | redis-semaphore | redlock | poll
  * (`leasehold-oplock-memory`: leases with `leaseDurability: "memory"`, acknowledged before
@@ -120,6 +120,7 @@ const main = async () => {
   const go = await new Promise<string>((resolve) => lines.once("line", resolve))
   const durationMs = Number(go.split(" ")[1] ?? "3000")
   const deadline = performance.now() + durationMs
+  const cpuBefore = process.cpuUsage()
   const lat: Array<number> = []
   let ok = 0
   let failed = 0
@@ -137,7 +138,8 @@ const main = async () => {
       }
     })
   )
-  console.log(JSON.stringify({ ok, failed, lat }))
+  const cpu = process.cpuUsage(cpuBefore)
+  console.log(JSON.stringify({ ok, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
   lines.close()
   await close()
   process.exit(0)

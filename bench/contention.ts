@@ -8,10 +8,11 @@
  *   npm run bench:contention -- --seconds 5          seconds per cell (default 3)
  *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
  *
- * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact"}
- * where the latencies are of whole operations (waiting for the lock included), `stalls`
- * counts operations over 500 ms, and `exact` says the stored counter equals the number of
- * operations that reported success. More rows: {"impl": "ping", "p50_ms"};
+ * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact",
+ * "cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
+ * included), `stalls` counts operations over 500 ms, `exact` says the stored counter equals
+ * the number of operations that reported success, and `cpu_us_per_op` is the CPU time of all
+ * the cell's worker processes (Redis not included) divided by the operations done. More rows: {"impl": "ping", "p50_ms"};
  * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
  * (grant with read, then write with release) sent one after the other straight from ioredis,
  * with nothing around them: what two round trips of this work cost on this machine; and
@@ -48,6 +49,7 @@ interface Report {
   readonly ok: number
   readonly failed: number
   readonly lat: ReadonlyArray<number>
+  readonly cpu_ms: number
 }
 
 const percentile = (sorted: ReadonlyArray<number>, p: number) =>
@@ -119,7 +121,8 @@ const runCell = (url: string, impl: string, workers: number, conc: number, token
       p99_ms: percentile(lat, 99),
       max_ms: lat.length === 0 ? 0 : lat[lat.length - 1]!,
       stalls: lat.filter((l) => l > 500).length,
-      exact: stored === ok && reports.every((r) => r.failed === 0)
+      exact: stored === ok && reports.every((r) => r.failed === 0),
+      cpu_us_per_op: Math.round((reports.reduce((sum, r) => sum + r.cpu_ms, 0) * 1000) / Math.max(1, ok))
     }
   })
 
@@ -213,6 +216,7 @@ const program = Effect.gen(function* () {
             `p99 ${row.p99_ms}`.padStart(10),
             `max ${row.max_ms}`.padStart(11),
             `stalls ${row.stalls}`.padStart(10),
+            `cpu/op ${row.cpu_us_per_op}us`.padStart(14),
             row.exact ? "exact" : "NOT EXACT"
           ].join("  ")
         )
