@@ -150,13 +150,12 @@ interface LeaseState {
 interface Session {
   readonly token: string
   readonly queue: Array<Request>
+  /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a poke. */
   changed: OneShot<void>
   /** Where the session's signal subscription lives; closed when the session ends. */
   scope: Scope.CloseableScope | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
-  /** While a grant is held by the session's fiber: signals wake it too (`changed`). */
-  holding: boolean
   /** The grant a caller holds in its own fiber (`begin`), with the time its turn began. */
   own: { readonly grant: Grant; readonly since: number } | undefined
 }
@@ -235,11 +234,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const events = yield* Scope.extend(signals.subscribe(session.token), sessionScope)
           const queue = yield* Queue.unbounded<SignalEvent>()
           yield* events.pipe(
-            Stream.runForEach((event) =>
-              Effect.map(Queue.offer(queue, event), () => {
-                if (session.holding) notify(session)
-              })
-            ),
+            Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
             Effect.forkIn(sessionScope)
           )
           session.signals = queue
@@ -447,7 +442,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         /** Whatever ended the hold: finish the modification in progress, write, release. */
         const finish = Effect.gen(function* () {
           session.lease = undefined
-          session.holding = false
           if (timer !== undefined) yield* Fiber.interruptFork(timer)
           if (inProgress !== undefined) {
             const outcome = yield* keeper === undefined ? withKeepAlive(inProgress.done.await) : inProgress.done.await
@@ -479,7 +473,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           return noTurn
         })
 
-        session.holding = true
         return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
       })
 
@@ -492,7 +485,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         prune(session)
         return { wanted: session.queue.length > 0, changed: changed.await }
       }),
-      signals: openSignals(session)
+      signals: openSignals(session),
+      poke: Effect.sync(() => notify(session))
     })
 
     /** The session's fiber, from a grant already taken or from what the last release left. */
@@ -555,7 +549,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         scope: undefined,
         signals: undefined,
         lease: undefined,
-        holding: false,
         own: undefined
       }
       sessions.set(token, session)
