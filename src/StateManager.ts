@@ -30,7 +30,7 @@ import * as Lock from "./Lock.js"
 import * as MemoryStore from "./MemoryStore.js"
 import * as RedisStore from "./RedisStore.js"
 import * as Signals from "./Signals.js"
-import { InvalidSliceValue, type LockExpired } from "./StateError.js"
+import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
 import type { DataDirError, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
 import * as Supervisor from "./Supervisor.js"
@@ -83,7 +83,7 @@ const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
  * @since 0.1.0
  * @category errors
  */
-export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue
+export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue | ValueTooLarge
 
 /**
  * @since 0.1.0
@@ -158,6 +158,7 @@ export class StateManager extends Context.Tag("leasehold/StateManager")<StateMan
 export const make = Effect.gen(function* () {
   const store = yield* Store
   const lease = yield* Lease.Lease
+  const { maxValueBytes } = yield* LeaseholdConfig.LeaseholdConfig
 
   /** A stored value that does not decode gives the initial value, with one warning. */
   const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) =>
@@ -220,7 +221,11 @@ export const make = Effect.gen(function* () {
     slices: ReadonlyArray<Slice<any, any>>,
     turn: Lease.Turn,
     f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>
-  ): Effect.Effect<{ readonly value: B; readonly writes: ReadonlyArray<SliceEntry> }, E | InvalidSliceValue, R> =>
+  ): Effect.Effect<
+    { readonly value: B; readonly writes: ReadonlyArray<SliceEntry> },
+    E | InvalidSliceValue | ValueTooLarge,
+    R
+  > =>
     Effect.gen(function* () {
       const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
       const decoded = yield* decodeAll(token, slices, current)
@@ -236,6 +241,10 @@ export const make = Effect.gen(function* () {
               reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
             })
           )
+        }
+        const bytes = Buffer.byteLength(encoded.right, "utf8")
+        if (bytes > maxValueBytes) {
+          return yield* Effect.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
         }
         // Nothing stored means the initial value: writing it would change nothing.
         const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
@@ -334,7 +343,8 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store> = Layer.effect(StateManager, make)
+export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store | LeaseholdConfig.LeaseholdConfig> =
+  Layer.effect(StateManager, make)
 
 /**
  * One worker on a given store: a fresh `InstanceId` every time it is built, its own
