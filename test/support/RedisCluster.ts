@@ -16,7 +16,8 @@
 import { execFile } from "node:child_process"
 import { setTimeout as sleep } from "node:timers/promises"
 import * as Effect from "effect/Effect"
-import type * as Scope from "effect/Scope"
+import * as Exit from "effect/Exit"
+import * as Scope from "effect/Scope"
 import * as RedisServer from "./RedisServer.js"
 
 /** A running cluster owned by a test. */
@@ -154,3 +155,20 @@ export const start = (): Effect.Effect<RedisCluster, never, Scope.Scope> =>
     }
     return cluster
   })
+
+/**
+ * One cluster for every test of a file: started by the first test that asks for it and
+ * ready (`cluster_state:ok`) each time it is handed out. `close` (for `afterAll`) stops it;
+ * the run directory reaps it anyway.
+ */
+export const shared = (): { readonly get: Effect.Effect<RedisCluster>; readonly close: () => Promise<void> } => {
+  const scope = Effect.runSync(Scope.make())
+  let started: Promise<RedisCluster> | undefined
+  return {
+    get: Effect.promise(() => {
+      started ??= Effect.runPromise(Scope.extend(start(), scope))
+      return started
+    }).pipe(Effect.tap((cluster) => cluster.awaitOk)),
+    close: () => Effect.runPromise(Scope.close(scope, Exit.void))
+  }
+}
