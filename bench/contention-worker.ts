@@ -5,6 +5,7 @@
  * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …]}`.
  *
  * IMPL: leasehold-oplock | leasehold | redis-semaphore | redlock | poll
+ * CLUSTER: "1" when URL lists the seed nodes of a Redis Cluster.
  */
 import { randomUUID } from "node:crypto"
 import { performance } from "node:perf_hooks"
@@ -17,7 +18,7 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Schema from "effect/Schema"
-import { Redis } from "ioredis"
+import { Cluster, Redis } from "ioredis"
 import { Mutex } from "redis-semaphore"
 import * as StateManager from "../src/StateManager.js"
 
@@ -25,6 +26,7 @@ const impl = process.env.IMPL ?? "leasehold"
 const url = process.env.URL ?? "redis://127.0.0.1:6379"
 const token = process.env.TOKEN ?? "hot"
 const conc = Number(process.env.CONC ?? "1")
+const onCluster = process.env.CLUSTER === "1"
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 /** The peers keep the same state in the same key as leasehold does. */
@@ -33,7 +35,7 @@ const lockKey = `bench:{${token}}:lock`
 
 type Op = () => Promise<void>
 
-const readIncrementWrite = async (client: Redis) => {
+const readIncrementWrite = async (client: Redis | Cluster) => {
   const raw = await client.get(stateKey)
   const n = raw === null ? 0 : (JSON.parse(raw) as { n: number }).n
   await client.set(stateKey, JSON.stringify({ n: n + 1 }))
@@ -43,6 +45,7 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
   if (impl === "leasehold" || impl === "leasehold-oplock") {
     process.env.LEASEHOLD_REDIS_URL = url
     process.env.LEASEHOLD_OPLOCK = impl === "leasehold-oplock" ? "true" : "false"
+    process.env.LEASEHOLD_REDIS_CLUSTER = onCluster ? "true" : "false"
     const runtime = ManagedRuntime.make(StateManager.layerRedis())
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
@@ -56,7 +59,12 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
       close: () => runtime.dispose()
     }
   }
-  const client = new Redis(url)
+  // The bench's cluster URL is `redis://host:port,host:port,...`, without credentials.
+  const seeds = url
+    .slice(url.indexOf("//") + 2)
+    .split(",")
+    .map((address) => ({ host: address.split(":")[0]!, port: Number(address.split(":")[1]) }))
+  const client = onCluster ? new Cluster(seeds) : new Redis(url)
   const close = async () => {
     await client.quit()
   }

@@ -247,7 +247,7 @@ describe("RedisStore on a Redis Cluster", () => {
       const [first] = yield* joinWithin("the released signal", 5_000, received)
       deepStrictEqual(first, { _tag: "Released", lockId: "lock-1" })
       const stats = yield* Effect.orDie(owner.info("commandstats"))
-      assert.isTrue(Number(/calls=(\d+)/.exec(stats["cmdstat_ssubscribe"] ?? "")?.[1] ?? 0) >= 1)
+      assert.isTrue(Number(/calls=(\d+)/.exec(stats.cmdstat_ssubscribe ?? "")?.[1] ?? 0) >= 1)
     })
   )
 
