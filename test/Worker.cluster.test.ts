@@ -8,14 +8,18 @@
  * single server, a proxy cut) are not repeated here: `Store.cluster.test.ts` covers a
  * killed and a paused cluster at the store level.
  */
-import { afterAll, it } from "@effect/vitest"
+import { execFile } from "node:child_process"
+import * as path from "node:path"
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type * as Inspect from "../src/Inspect.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
-import { redisWorkers } from "./delivery/workers.js"
+import { redisWorkers, update } from "./delivery/workers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
-import { redisClusterWorkers } from "./state/workers.js"
+import { Counter, redisClusterWorkers } from "./state/workers.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 
 const clusters = RedisCluster.shared()
@@ -73,3 +77,72 @@ const delivery: DeliveryBackend = {
 }
 
 deliverySuite(delivery)
+
+const root = path.resolve(import.meta.dirname, "..")
+
+/** Run the `leasehold` command as a process. */
+const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  Effect.promise(
+    () =>
+      new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
+          { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 60_000 },
+          (error, stdout, stderr) =>
+            resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })
+        )
+      })
+  )
+
+describe("inspect on a Redis Cluster", () => {
+  it.scopedLive(
+    "reports a token from its master and an instance's mailbox from its own",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* clusters.get
+        const keyPrefix = `inspect${++testCount}`
+        const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix })
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("tab-1", "sid-1")
+        yield* a.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }])
+        for (let i = 1; i <= 2; i++) yield* b.mailbox.send("tab-1", update(i))
+        yield* eventuallyTrue(
+          "A receives both updates",
+          10_000,
+          Effect.sync(() => a.received.length === 2)
+        )
+
+        const token = yield* cli([
+          "inspect",
+          "token",
+          "tab-1",
+          "--url",
+          cluster.url,
+          "--cluster",
+          "--prefix",
+          keyPrefix,
+          "--json"
+        ])
+        assert.strictEqual(token.code, 0, token.stderr)
+        const parsed = JSON.parse(token.stdout) as ReturnType<typeof Inspect.tokenJson>
+        assert.isNull(parsed.lock)
+        deepStrictEqual(
+          parsed.slices.map((slice) => [slice.name, slice.bytes]),
+          [["counter", JSON.stringify({ n: 1 }).length]]
+        )
+        assert.deepInclude(parsed.socket ?? {}, { instance_id: a.id, connection_id: "sid-1" })
+
+        const instance = yield* cli(["inspect", "instance", a.id, "--json"], {
+          LEASEHOLD_REDIS_URL: cluster.url,
+          LEASEHOLD_REDIS_CLUSTER: "true",
+          LEASEHOLD_KEY_PREFIX: keyPrefix
+        })
+        assert.strictEqual(instance.code, 0, instance.stderr)
+        const mailbox = JSON.parse(instance.stdout) as ReturnType<typeof Inspect.instanceJson>
+        assert.strictEqual(mailbox.mailbox_length, 2)
+      }),
+    90_000
+  )
+})
