@@ -12,6 +12,8 @@ import * as Chunk from "effect/Chunk"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
@@ -248,6 +250,43 @@ describe("RedisStore on a Redis Cluster", () => {
       deepStrictEqual(first, { _tag: "Released", lockId: "lock-1" })
       const stats = yield* Effect.orDie(owner.info("commandstats"))
       assert.isTrue(Number(/calls=(\d+)/.exec(stats.cmdstat_ssubscribe ?? "")?.[1] ?? 0) >= 1)
+    })
+  )
+
+  it.scopedLive("a subscriber connection cut on one master fails only what it carried", () =>
+    Effect.gen(function* () {
+      const cluster = yield* sharedCluster
+      const keyPrefix = `cl${++testCount}`
+      const keys = makeKeys(keyPrefix)
+      const store = yield* buildStore(cluster, keyPrefix)
+      // two tokens whose channels live on different masters
+      const byNode = new Map<number, string>()
+      for (const token of tokens(40)) {
+        const node = yield* Effect.orDie(cluster.nodeFor(keys.signal(token)))
+        if (!byNode.has(node.port)) byNode.set(node.port, token)
+      }
+      const [[cutPort, cutToken], [, keptToken]] = [...byNode.entries()] as [[number, string], [number, string]]
+      const cut = yield* collectFirst(yield* store.subscribe(cutToken), 1)
+      const kept = yield* collectFirst(yield* store.subscribe(keptToken), 1)
+      const events = yield* collectFirst(yield* store.socketEvents, 1)
+      const node = cluster.nodes.find((candidate) => candidate.port === cutPort)!
+      assert.isTrue((yield* Effect.orDie(node.clientKill("pubsub"))) >= 1)
+      const failed = yield* Fiber.await(cut)
+      assert.isTrue(Exit.isFailure(failed))
+      assert.isTrue(Exit.isFailure(yield* Fiber.await(events)), "the socket-event stream spans every master")
+      yield* store.tryAcquire(keptToken, "lock-1", [])
+      yield* store.release(keptToken, "lock-1")
+      deepStrictEqual(yield* joinWithin("the kept subscription's signal", 5_000, kept), [
+        { _tag: "Released", lockId: "lock-1" }
+      ])
+      // the cut master's subscriber reconnects, and a new subscription there works
+      const again = yield* eventually("a new subscription on the cut master", 5_000, store.subscribe(cutToken))
+      const next = yield* collectFirst(again, 1)
+      yield* store.tryAcquire(cutToken, "lock-2", [])
+      yield* store.release(cutToken, "lock-2")
+      deepStrictEqual(yield* joinWithin("the new subscription's signal", 5_000, next), [
+        { _tag: "Released", lockId: "lock-2" }
+      ])
     })
   )
 
