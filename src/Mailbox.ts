@@ -23,6 +23,7 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import { InstanceId } from "./InstanceId.js"
+import { decodeSafely, describeParseError } from "./internal/parse.js"
 import { isValidToken, validateToken } from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type MailboxEntry, MailboxStart, Store } from "./Store.js"
@@ -219,7 +220,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const context = yield* Effect.context<R>()
     const envelope = envelopeOf(options.schema)
     const encode = Schema.encodeEither(envelope)
-    const decode = Schema.decodeEither(envelope)
+    const decode = decodeSafely(envelope, Schema.decodeEither(envelope))
     const encodeUpdate = Schema.encodeUnknownEither(options.schema)
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
@@ -348,7 +349,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       Effect.gen(function* () {
         const decoded = decode(entry.payload)
         if (Either.isLeft(decoded)) {
-          yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${firstLine(decoded.left.message)}`)
+          yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`)
           return yield* drop("undecodable")
         }
         const { token, update } = decoded.right

@@ -23,6 +23,7 @@ import * as Schema from "effect/Schema"
 import * as Health from "./Health.js"
 import * as InstanceId from "./InstanceId.js"
 import { OneShot } from "./internal/oneShot.js"
+import { decodeSafely, describeParseError } from "./internal/parse.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
@@ -69,7 +70,7 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
     name,
     schema,
     initial,
-    decode: Schema.decodeUnknownEither(json),
+    decode: decodeSafely(json, Schema.decodeUnknownEither(json)),
     encode,
     initialEncoded: Either.getRight(encode(initial))
   }
@@ -169,9 +170,7 @@ export const make = Effect.gen(function* () {
           onLeft: (error) =>
             Effect.as(
               Effect.logWarning(
-                `slice ${s.name} of token ${token} does not decode; using its initial value: ${
-                  ParseResult.TreeFormatter.formatErrorSync(error).split("\n")[0]
-                }`
+                `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
               ),
               s.initial
             )
