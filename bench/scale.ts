@@ -156,6 +156,9 @@ const idlePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
 const channels = (server: RedisServer.RedisServer) =>
   Effect.map(Effect.orDie(server.info("stats")), (stats) => Number(stats.pubsub_channels))
 
+const patterns = (server: RedisServer.RedisServer) =>
+  Effect.map(Effect.orDie(server.info("stats")), (stats) => Number(stats.pubsub_patterns))
+
 const leasePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
   Effect.scoped(
     Effect.gen(function* () {
@@ -269,10 +272,12 @@ const trafficPart = (server: RedisServer.RedisServer) =>
       const settled = Effect.zipRight(Effect.sleep("300 millis"), snapshot)
       const clientsBefore = yield* clients(server)
       const channelsBefore = yield* channels(server)
+      const patternsBefore = yield* patterns(server)
       const w1 = yield* fullWorker(server.url, input)
       yield* Effect.sleep("1 second")
       const clientsOne = yield* clients(server)
       const channelsOne = yield* channels(server)
+      const patternsOne = yield* patterns(server)
       // an idle worker's own traffic: its mailbox reader, record keep-alive and expiry refreshes
       const idleStart = yield* settled
       yield* Effect.sleep(`${idleSeconds} seconds`)
@@ -314,6 +319,7 @@ const trafficPart = (server: RedisServer.RedisServer) =>
         clients_per_worker: clientsOne - clientsBefore,
         clients_two_workers: clientsTwo - clientsBefore,
         channels_idle_worker: channelsOne - channelsBefore,
+        patterns_idle_worker: patternsOne - patternsBefore,
         idle_commands_s_one_worker: Math.round(idleOne * 10) / 10,
         idle_commands_s_two_workers: Math.round(idleTwo * 10) / 10,
         modify_oplock_off_distinct: offDistinct,
