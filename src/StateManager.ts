@@ -18,12 +18,12 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
+import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as Health from "./Health.js"
 import * as InstanceId from "./InstanceId.js"
 import { OneShot } from "./internal/oneShot.js"
-import { decodeSafely, describeParseError } from "./internal/parse.js"
+import { describeParseError, formatParseError, parseSafely } from "./internal/parse.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
@@ -65,12 +65,12 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
   const json = Schema.parseJson(schema)
-  const encode = Schema.encodeEither(json)
+  const encode = parseSafely(json, Schema.encodeEither(json))
   return {
     name,
     schema,
     initial,
-    decode: decodeSafely(json, Schema.decodeUnknownEither(json)),
+    decode: parseSafely(json, Schema.decodeUnknownEither(json)),
     encode,
     initialEncoded: Either.getRight(encode(initial))
   }
@@ -232,7 +232,7 @@ export const make = Effect.gen(function* () {
                 new InvalidSliceValue({
                   token,
                   slice: s.name,
-                  reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
+                  reason: formatParseError(encoded.left)
                 })
               )
             }

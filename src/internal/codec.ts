@@ -2,7 +2,7 @@ import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import type { Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
-import { decodeSafely, describeParseError } from "./parse.js"
+import { describeParseError, parseSafely } from "./parse.js"
 
 /** Wire form of a signal on a token's channel. @internal */
 export const encodeSignal = (signal: Signal): string =>
@@ -25,7 +25,7 @@ export const decodeSignal = (message: string): Signal | undefined => {
 }
 
 const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
-const decodeRecordJson = decodeSafely(
+const decodeRecordJson = parseSafely(
   SocketRecordSchema,
   Schema.decodeUnknownEither(Schema.parseJson(SocketRecordSchema))
 )

@@ -1,8 +1,10 @@
 /**
- * Decoding stored text that anyone with access to the store may have written: a valid
- * but deeply nested JSON value (`[[[[…]]]]`, 100k levels) makes Schema's recursive
- * decoders and error formatters overflow the stack, which would escape as a defect and
- * stop the loop or request that read it. Here it is a decode failure like any other.
+ * Decoding stored text that anyone with access to the store may have written, and
+ * encoding values an app built from what its clients sent: a valid but deeply nested
+ * value (`[[[[…]]]]`, 100k levels) makes Schema's recursive parsers and error formatters
+ * overflow the stack. Thrown, that would escape as a defect and stop the loop or request
+ * that met it, or leave a modification's lock held. Here it is a parse failure like any
+ * other.
  *
  * @internal
  */
@@ -11,27 +13,38 @@ import * as ParseResult from "effect/ParseResult"
 import type * as Schema from "effect/Schema"
 
 const tooDeep = (cause: unknown): string =>
-  cause instanceof RangeError ? "nested too deeply to decode" : `cannot be decoded (${String(cause)})`
+  cause instanceof RangeError ? "nested too deeply to parse" : `cannot be parsed (${String(cause)})`
 
 /**
- * `decode`, with a thrown exception (a stack overflow) turned into a `ParseError`.
+ * `parse` (a Schema decoder or encoder), with a thrown exception (a stack overflow)
+ * turned into a `ParseError`.
  *
  * @internal
  */
-export const decodeSafely =
-  <A, I, R>(schema: Schema.Schema<A, I, R>, decode: (raw: string) => Either.Either<A, ParseResult.ParseError>) =>
-  (raw: string): Either.Either<A, ParseResult.ParseError> => {
+export const parseSafely =
+  <In, A, R>(
+    schema: Schema.Schema<any, any, R>,
+    parse: (input: In) => Either.Either<A, ParseResult.ParseError>
+  ): ((input: In) => Either.Either<A, ParseResult.ParseError>) =>
+  (input) => {
     try {
-      return decode(raw)
+      return parse(input)
     } catch (cause) {
+      const size = typeof input === "string" ? ` (${input.length} characters)` : ""
       // `actual` is left out: describing it is what may overflow the stack again.
       return Either.left(
-        new ParseResult.ParseError({
-          issue: new ParseResult.Type(schema.ast, undefined, `${tooDeep(cause)} (${raw.length} characters)`)
-        })
+        new ParseResult.ParseError({ issue: new ParseResult.Type(schema.ast, undefined, `${tooDeep(cause)}${size}`) })
       )
     }
   }
+
+const describe = (error: ParseResult.ParseError, lines: (text: string) => string): string => {
+  try {
+    return lines(ParseResult.TreeFormatter.formatErrorSync(error))
+  } catch (cause) {
+    return `invalid, and ${cause instanceof RangeError ? "nested too deeply to describe" : "cannot be described"}`
+  }
+}
 
 /**
  * The first line of a parse error, for a log line or an error's reason. Formatting
@@ -39,10 +52,13 @@ export const decodeSafely =
  *
  * @internal
  */
-export const describeParseError = (error: ParseResult.ParseError): string => {
-  try {
-    return ParseResult.TreeFormatter.formatErrorSync(error).split("\n")[0] ?? "invalid"
-  } catch (cause) {
-    return `invalid, and ${cause instanceof RangeError ? "nested too deeply to describe" : "cannot be described"}`
-  }
-}
+export const describeParseError = (error: ParseResult.ParseError): string =>
+  describe(error, (text) => text.split("\n")[0] ?? "invalid")
+
+/**
+ * The whole tree of a parse error, as `TreeFormatter` writes it, or a short reason when
+ * the value is too deep to describe.
+ *
+ * @internal
+ */
+export const formatParseError = (error: ParseResult.ParseError): string => describe(error, (text) => text)

@@ -231,6 +231,53 @@ export const hostileInputSuite = (backend: HostileBackend) =>
     )
 
     backend.test(
+      "a value the app builds 100k levels deep: InvalidSliceValue or InvalidUpdate, nothing written, the token free at once",
+      (fx) =>
+        Effect.gen(function* () {
+          const a = yield* fx.worker()
+          const b = yield* fx.worker()
+          let tree: Tree = { children: [] }
+          for (let i = 0; i < depth; i++) tree = { children: [tree] }
+          yield* a.states.modify("deep", Nested, () => [null, { children: [{ children: [] }] }])
+          const stored = yield* fx.getRaw(fx.keys.slice("deep", "nested"))
+          const invalid = yield* failsWith(
+            within(
+              "modify",
+              15_000,
+              a.states.modify("deep", Nested, () => [null, tree])
+            ),
+            "InvalidSliceValue"
+          )
+          assert.strictEqual(invalid.slice, "nested")
+          assert.isBelow(invalid.message.length, 500)
+          deepStrictEqual(yield* fx.getRaw(fx.keys.slice("deep", "nested")), stored)
+          // the lock was let go: another worker's modification goes through at once
+          deepStrictEqual(yield* fx.store.holder("deep"), Option.none())
+          assert.strictEqual(
+            yield* within(
+              "the next modification",
+              15_000,
+              b.states.modify("deep", Nested, (t) => [t.children.length, t])
+            ),
+            1
+          )
+          // an update too deep to encode is refused before it is sent
+          yield* a.tokens.link("tab", "sid")
+          const refused = yield* failsWith(
+            within("send", 15_000, b.mailbox.send("tab", JSON.parse(arrayBomb))),
+            "InvalidUpdate"
+          )
+          assert.isBelow(refused.message.length, 500)
+          assert.strictEqual(yield* b.mailbox.send("tab", update(1)), "sent")
+          yield* fx.until(
+            "the next update",
+            Effect.sync(() => a.received.length === 1)
+          )
+          assert.isTrue(yield* a.health.healthy)
+        })
+    )
+
+    backend.test(
       "mailbox entries from a newer schema, 100k levels deep or 4 MB: skipped or read as documented; the reader goes on",
       (fx) =>
         Effect.gen(function* () {
