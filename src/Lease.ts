@@ -470,6 +470,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
           yield* failAcks(unacked, lockId, result.left)
+          // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
+          // would block every worker on this token until it expires.
+          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
           return noTurn
         })
 

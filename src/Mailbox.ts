@@ -23,6 +23,7 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import { InstanceId } from "./InstanceId.js"
+import { describeParseError, parseSafely } from "./internal/parse.js"
 import { isValidToken, validateToken } from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type MailboxEntry, MailboxStart, Store } from "./Store.js"
@@ -242,8 +243,6 @@ class Seen {
   }
 }
 
-const firstLine = (message: string) => message.split("\n")[0] ?? message
-
 interface Pending {
   readonly token: string
   readonly update: unknown
@@ -264,9 +263,9 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const instanceId = yield* InstanceId
     const context = yield* Effect.context<R>()
     const envelope = envelopeOf(options.schema)
-    const encode = Schema.encodeEither(envelope)
-    const decode = Schema.decodeEither(envelope)
-    const encodeUpdate = Schema.encodeUnknownEither(options.schema)
+    const encode = parseSafely(envelope, Schema.encodeEither(envelope))
+    const decode = parseSafely(envelope, Schema.decodeEither(envelope))
+    const encodeUpdate = parseSafely(options.schema, Schema.encodeUnknownEither(options.schema))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
     const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
@@ -328,7 +327,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
         const owner = yield* tokens.owner(token)
         if (Option.isNone(owner)) return "no-owner" as const
         const payload = encode({ token, update: update as A, forwarded: false, from: instanceId, seq: pending.seq })
-        if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: firstLine(payload.left.message) })
+        if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: describeParseError(payload.left) })
         yield* store.mailboxAppend(owner.value.instanceId, payload.right, append)
         yield* Metric.increment(sent)
         return "sent" as const
@@ -338,7 +337,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       Effect.gen(function* () {
         yield* validateToken(token)
         const valid = encodeUpdate(update)
-        if (Either.isLeft(valid)) return yield* new InvalidUpdate({ token, reason: firstLine(valid.left.message) })
+        if (Either.isLeft(valid)) return yield* new InvalidUpdate({ token, reason: describeParseError(valid.left) })
         const pending: Pending = { token, update, seq: nextSeq++ }
         if (outbox.length > 0) return yield* enqueue(pending)
         const outcome = yield* route(pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(pending)))
@@ -396,7 +395,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       Effect.gen(function* () {
         const decoded = decode(entry.payload)
         if (Either.isLeft(decoded)) {
-          yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${firstLine(decoded.left.message)}`)
+          yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`)
           return yield* drop("undecodable")
         }
         const { token, update, from, seq } = decoded.right

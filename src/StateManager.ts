@@ -18,11 +18,12 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
+import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import * as Health from "./Health.js"
 import * as InstanceId from "./InstanceId.js"
 import { OneShot } from "./internal/oneShot.js"
+import { describeParseError, formatParseError, parseSafely } from "./internal/parse.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
@@ -64,12 +65,12 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
   const json = Schema.parseJson(schema)
-  const encode = Schema.encodeEither(json)
+  const encode = parseSafely(json, Schema.encodeEither(json))
   return {
     name,
     schema,
     initial,
-    decode: Schema.decodeUnknownEither(json),
+    decode: parseSafely(json, Schema.decodeUnknownEither(json)),
     encode,
     initialEncoded: Either.getRight(encode(initial))
   }
@@ -170,9 +171,7 @@ export const make = Effect.gen(function* () {
           onLeft: (error) =>
             Effect.as(
               Effect.logWarning(
-                `slice ${s.name} of token ${token} does not decode; using its initial value: ${
-                  ParseResult.TreeFormatter.formatErrorSync(error).split("\n")[0]
-                }`
+                `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
               ),
               s.initial
             )
@@ -238,7 +237,7 @@ export const make = Effect.gen(function* () {
             new InvalidSliceValue({
               token,
               slice: s.name,
-              reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
+              reason: formatParseError(encoded.left)
             })
           )
         }

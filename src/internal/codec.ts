@@ -2,6 +2,7 @@ import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import type { Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
+import { describeParseError, parseSafely } from "./parse.js"
 
 /** Wire form of a signal on a token's channel. @internal */
 export const encodeSignal = (signal: Signal): string =>
@@ -24,7 +25,10 @@ export const decodeSignal = (message: string): Signal | undefined => {
 }
 
 const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
-const decodeRecordJson = Schema.decodeUnknownEither(Schema.parseJson(SocketRecordSchema))
+const decodeRecordJson = parseSafely(
+  SocketRecordSchema,
+  Schema.decodeUnknownEither(Schema.parseJson(SocketRecordSchema))
+)
 
 /** Canonical JSON of a record: the field order is fixed so stores may compare strings. @internal */
 export const encodeSocketRecord = (record: SocketRecord): string =>
@@ -32,7 +36,4 @@ export const encodeSocketRecord = (record: SocketRecord): string =>
 
 /** @internal */
 export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
-  Either.mapLeft(
-    decodeRecordJson(raw),
-    (error) => new CorruptValue({ key, raw, reason: error.message.split("\n")[0] ?? "invalid" })
-  )
+  Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))

@@ -77,14 +77,29 @@ type TokenFile = typeof TokenFile.Type
 
 const decodeTokenFile = Schema.decodeUnknownEither(TokenFile)
 
+/** An issue's message quotes the value: a large one must not make a large log line. */
+const shorten = (message: string): string => (message.length > 200 ? `${message.slice(0, 200)}…` : message)
+
 /** The file's content, or what is wrong with it, in a few words. */
-const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
+const parseTokenFile = (raw: string): Either.Either<TokenFile, string> => {
+  try {
+    return parseTokenFileUnsafe(raw)
+  } catch (error) {
+    // A valid but deeply nested file overflows the stack of the decoder or of the
+    // formatter describing the value: still just a file that is not a token file.
+    return Either.left(
+      `not a token file: ${error instanceof RangeError ? "nested too deeply to decode" : reasonOf(error)}`
+    )
+  }
+}
+
+const parseTokenFileUnsafe = (raw: string): Either.Either<TokenFile, string> =>
   Either.try({ try: (): unknown => JSON.parse(raw), catch: (error) => `not JSON (${reasonOf(error)})` }).pipe(
     Either.flatMap((json) =>
       Either.mapLeft(decodeTokenFile(json), (error) => {
         const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
         const at = issue === undefined || issue.path.length === 0 ? "" : ` at ${issue.path.join(".")}`
-        return `not a token file${at}: ${issue?.message ?? "invalid"}`
+        return `not a token file${at}: ${shorten(issue?.message ?? "invalid")}`
       })
     )
   )

@@ -1,0 +1,208 @@
+/**
+ * Workers for the hostile-input tests: full `Worker.layer` workers (state manager, token
+ * manager, mailbox) over one store, plus a record of everything the store was asked, to
+ * prove that a refused input never reached it.
+ *
+ * - memory: one MemoryStore under `TestClock`; every call into it is recorded with its
+ *   arguments.
+ * - Redis: a fresh redis-server; every command it runs (scripts' commands included) is
+ *   recorded through `MONITOR`.
+ */
+import { it } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
+import * as TestClock from "effect/TestClock"
+import { Redis } from "ioredis"
+import * as Health from "../../src/Health.js"
+import { InstanceId } from "../../src/InstanceId.js"
+import { type Keys, makeKeys } from "../../src/internal/keys.js"
+import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as Mailbox from "../../src/Mailbox.js"
+import * as MemoryStore from "../../src/MemoryStore.js"
+import * as RedisStore from "../../src/RedisStore.js"
+import * as StateManager from "../../src/StateManager.js"
+import { Store } from "../../src/Store.js"
+import * as TokenManager from "../../src/TokenManager.js"
+import * as Worker from "../../src/Worker.js"
+import { eventuallyTrue } from "../conformance/helpers.js"
+import { type DeliveryWorker, redisWorkers, Update, type WorkerOptions } from "../delivery/workers.js"
+import { capture, type LogLine } from "../support/logs.js"
+import * as RedisServer from "../support/RedisServer.js"
+
+export interface HostileFixture {
+  readonly store: Store.Service
+  readonly keys: Keys
+  readonly logs: ReadonlyArray<LogLine>
+  readonly worker: (options?: WorkerOptions) => Effect.Effect<DeliveryWorker, never, Scope.Scope>
+  /** Store a raw string under a full key name. */
+  readonly putRaw: (key: string, value: string) => Effect.Effect<void>
+  /** The raw string under a key. */
+  readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
+  /**
+   * Everything the store has been asked so far, one string per operation or command with
+   * its arguments. Calls after `marker` was seen in a control call are all included: wait
+   * with `sawMarker` before asserting what is absent.
+   */
+  readonly seen: Effect.Effect<ReadonlyArray<string>>
+  /** Wait until some recorded operation mentions `text` (Redis: MONITOR is asynchronous). */
+  readonly sawText: (text: string) => Effect.Effect<void>
+  /** Wait until `check` holds (memory: driving the TestClock a millisecond at a time). */
+  readonly until: (label: string, check: Effect.Effect<boolean>) => Effect.Effect<void>
+}
+
+export interface HostileBackend {
+  readonly name: "memory" | "redis"
+  readonly test: (name: string, body: (fx: HostileFixture) => Effect.Effect<void, unknown, Scope.Scope>) => void
+}
+
+const config = (keyPrefix: string, input: LeaseholdConfig.Input) =>
+  LeaseholdConfig.layerWith({ retryJitter: false, keyPrefix, commandTimeout: 2_000, ...input })
+
+/** Records every call of a store operation (with its arguments as JSON) and delegates it. */
+const recording = (store: Store.Service, seen: Array<string>): Store.Service =>
+  Object.fromEntries(
+    Object.entries(store).map(([name, value]) => [
+      name,
+      typeof value === "function"
+        ? (...args: Array<unknown>) => {
+            seen.push(`${name} ${JSON.stringify(args)}`)
+            return (value as (...args: Array<unknown>) => unknown)(...args)
+          }
+        : value
+    ])
+  ) as unknown as Store.Service
+
+/** A fresh worker over a shared store context, recording what reaches its sockets. */
+const workerOver = (
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  logs: { readonly layer: Layer.Layer<never> },
+  options: WorkerOptions = {}
+) =>
+  Effect.gen(function* () {
+    const received: Array<readonly [string, Update]> = []
+    const layer = Layer.fresh(
+      Worker.layer({
+        schema: Update,
+        deliver: (token, value: Update) => Effect.sync(() => received.push([token, value])),
+        readBlock: "1 second",
+        ...(options.outboxCapacity === undefined ? {} : { outboxCapacity: options.outboxCapacity })
+      })
+    ).pipe(Layer.provide(Layer.succeedContext(shared)))
+    const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    const built = yield* Layer.buildWithScope(layer, own).pipe(Effect.provide(logs.layer))
+    return {
+      id: Context.get(built, InstanceId),
+      tokens: Context.get(built, TokenManager.TokenManager),
+      mailbox: Context.get(built, Mailbox.Mailbox),
+      states: Context.get(built, StateManager.StateManager),
+      health: Context.get(built, Health.Health),
+      received,
+      close: Scope.close(own, Exit.void)
+    } satisfies DeliveryWorker
+  })
+
+const memoryFixture = (input: LeaseholdConfig.Input) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    const settings = yield* Layer.build(config("mem", input))
+    const memory = yield* MemoryStore.make.pipe(Effect.provide(settings), Effect.provide(logs.layer), Effect.orDie)
+    const seen: Array<string> = []
+    const shared = Context.add(settings, Store, recording(memory, seen))
+    return {
+      store: memory,
+      keys: makeKeys("mem"),
+      logs: logs.lines,
+      worker: (options?: WorkerOptions) => workerOver(shared, logs, options),
+      putRaw: (key, value) => memory.control.setRaw(key, value),
+      getRaw: memory.control.getRaw,
+      seen: Effect.sync(() => [...seen]),
+      sawText: (text) =>
+        eventuallyTrue(
+          `the store saw ${text}`,
+          5_000,
+          Effect.sync(() => seen.some((line) => line.includes(text)))
+        ),
+      until: (label, check) =>
+        eventuallyTrue(
+          label,
+          10_000,
+          Effect.gen(function* () {
+            yield* Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+            if (yield* check) return true
+            yield* TestClock.adjust(1)
+            return false
+          })
+        )
+    } satisfies HostileFixture
+  })
+
+/** Every command the server runs, through MONITOR, as `<command> <args…>`. */
+export const monitor = (server: RedisServer.RedisServer) =>
+  Effect.acquireRelease(
+    Effect.promise(async () => {
+      const client = new Redis(server.port, "127.0.0.1", { lazyConnect: true })
+      const seen: Array<string> = []
+      const feed = await client.monitor()
+      feed.on("monitor", (_time: string, args: ReadonlyArray<string>) => {
+        seen.push(args.map(String).join(" "))
+      })
+      return {
+        seen,
+        close: () => {
+          feed.disconnect()
+          client.disconnect()
+        }
+      }
+    }),
+    (m) => Effect.sync(() => m.close())
+  )
+
+export const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
+  Effect.gen(function* () {
+    const m = yield* monitor(server)
+    const fx = yield* redisWorkers(server.url, { keyPrefix: "red", commandTimeout: 10_000, ...input })
+    return {
+      store: fx.store,
+      keys: makeKeys("red"),
+      logs: fx.logs,
+      worker: fx.worker,
+      putRaw: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
+      getRaw: (key) =>
+        Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
+          typeof reply === "string" ? Option.some(reply) : Option.none()
+        ),
+      seen: Effect.sync(() => [...m.seen]),
+      sawText: (text) =>
+        eventuallyTrue(
+          `the server saw ${text}`,
+          5_000,
+          Effect.sync(() => m.seen.some((line) => line.includes(text)))
+        ),
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+    } satisfies HostileFixture
+  })
+
+export const memory = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
+  name: "memory",
+  test: (name, body) => it.scoped(name, () => Effect.flatMap(memoryFixture(input), body))
+})
+
+export const redis = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
+  name: "redis",
+  test: (name, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        yield* body(yield* redisFixture(server, input))
+      })
+    )
+})
+
+/** The Redis store as a `Store` context (for a worker built by hand). */
+export const redisStore = (url: string, input: LeaseholdConfig.Input = {}) =>
+  RedisStore.layer({ url }).pipe(Layer.provideMerge(config("red", input)))
