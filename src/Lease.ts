@@ -628,6 +628,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
           yield* failAcks([request], lockId, result.left)
+          // As after a lease: a refused commit wrote nothing and kept the lock.
+          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
         }
         prune(session)
         if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
