@@ -244,6 +244,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           staleOrUnhealthy++
           details.push(`${proc.name}: health ${JSON.stringify(health)}`)
         }
+        const stuck = proc.events.find((event) => event.t === "stuck")
+        if (stuck !== undefined) details.push(`${proc.name}: slow to stop: ${JSON.stringify(stuck.fibers)}`)
       }
 
       // --- modifications --------------------------------------------------------------

@@ -62,6 +62,9 @@ const stopped = new Promise<void>((resolve) => {
 
 let running = true
 
+/** What each fiber is doing, for a report if stopping takes long. */
+const current = new Map<number, { readonly what: string; readonly since: number }>()
+
 /** One modification: appends `op` to the token's log. */
 const modifyOnce = (states: StateManager.StateManager.Service, token: string, op: string) =>
   Effect.gen(function* () {
@@ -125,9 +128,11 @@ const program = Effect.gen(function* () {
       let seq = 0
       while (running) {
         const token = tokens[yield* Random.nextIntBetween(0, tokens.length)]!
+        current.set(fiber, { what: `modify ${token}`, since: Date.now() })
         if ((yield* Random.next) < 0.8) {
           yield* modifyOnce(states, token, `${index}g${generation}.${fiber}.${ops++}`)
         } else {
+          current.set(fiber, { what: `send ${token}`, since: Date.now() })
           const outcome = yield* Effect.either(mailbox.send(token, { sender: name, fiber, seq }))
           yield* emit({
             t: "sent",
@@ -143,7 +148,14 @@ const program = Effect.gen(function* () {
   const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.fork(loop(i)))
   yield* Effect.promise(() => stopped)
   running = false
+  const stuck = yield* Effect.fork(
+    Effect.gen(function* () {
+      yield* Effect.sleep("20 seconds")
+      yield* emit({ t: "stuck", fibers: [...current].map(([fiber, op]) => ({ fiber, ...op, ms: Date.now() - op.since })) })
+    })
+  )
   yield* Fiber.joinAll(workers)
+  yield* Fiber.interrupt(stuck)
   // Let the outbox drain before reporting (the store may just have come back).
   for (let i = 0; i < 200 && (yield* mailbox.buffered) > 0; i++) yield* Effect.sleep(100)
   yield* Effect.sleep(1_000)
