@@ -23,6 +23,9 @@ export * as Lock from "./Lock.js"
 export * as MemoryStore from "./MemoryStore.js"
 
 /** @since 0.1.0 */
+export * as Prometheus from "./Prometheus.js"
+
+/** @since 0.1.0 */
 export * as RedisStore from "./RedisStore.js"
 
 /** @since 0.1.0 */
