@@ -33,7 +33,8 @@ interface Family {
   readonly name: string
   readonly type: Type
   readonly help: Option.Option<string>
-  readonly samples: Array<string>
+  /** Each series' samples, keyed by its labels: series are sorted, a histogram's buckets keep their order. */
+  readonly series: Array<readonly [labels: string, samples: ReadonlyArray<string>]>
 }
 
 // A name may come from anywhere in the app; anything outside the format's charset would
@@ -124,18 +125,18 @@ export const format = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): str
     const name = metricName(pair.metricKey.name)
     let family = families.get(name)
     if (family === undefined) {
-      family = { name, type, help: pair.metricKey.description, samples: [] }
+      family = { name, type, help: pair.metricKey.description, series: [] }
       families.set(name, family)
     } else if (family.type !== type) {
       continue
     }
-    family.samples.push(...samplesOf(name, pair))
+    family.series.push([labels(pair.metricKey.tags), samplesOf(name, pair)])
   }
   const lines: Array<string> = []
   for (const family of [...families.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
     if (Option.isSome(family.help)) lines.push(`# HELP ${family.name} ${escapeHelp(family.help.value)}`)
     lines.push(`# TYPE ${family.name} ${family.type}`)
-    lines.push(...family.samples.sort())
+    for (const [, samples] of family.series.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) lines.push(...samples)
   }
   return lines.length === 0 ? "" : `${lines.join("\n")}\n`
 }

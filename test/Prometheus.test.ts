@@ -40,12 +40,12 @@ describe("Prometheus", () => {
         "# TYPE prom_test_wait_ms histogram"
       ])
       const lines = text.split("\n").filter((line) => line.startsWith("prom_test_wait_ms_"))
-      deepStrictEqual(lines.sort(), [
-        'prom_test_wait_ms_bucket{le="+Inf"} 3',
+      deepStrictEqual(lines, [
         'prom_test_wait_ms_bucket{le="1"} 1',
         'prom_test_wait_ms_bucket{le="10"} 2',
-        "prom_test_wait_ms_count 3",
-        "prom_test_wait_ms_sum 55.5"
+        'prom_test_wait_ms_bucket{le="+Inf"} 3',
+        "prom_test_wait_ms_sum 55.5",
+        "prom_test_wait_ms_count 3"
       ])
     })
   )

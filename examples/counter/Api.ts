@@ -7,7 +7,6 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { Health, type LoopState } from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
@@ -16,7 +15,7 @@ import { LeaseholdConfig } from "../../src/LeaseholdConfig.js"
 import { Mailbox } from "../../src/Mailbox.js"
 import * as Prometheus from "../../src/Prometheus.js"
 import * as Counter from "./Counter.js"
-import { Step } from "./Protocol.js"
+import { problem, Step } from "./Protocol.js"
 
 /** A request the API cannot serve as asked: answered 400. */
 export class BadRequest extends Data.TaggedError("BadRequest")<{ readonly message: string }> {}
@@ -46,8 +45,7 @@ const stepParam = Effect.gen(function* () {
   if (by === undefined) return 1
   const step = decodeStep(by.trim() === "" ? "x" : by)
   if (Either.isLeft(step)) {
-    const reason = ParseResult.TreeFormatter.formatErrorSync(step.left).split("\n").pop()?.trim()
-    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${reason}` })
+    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.left)}` })
   }
   return step.right
 })

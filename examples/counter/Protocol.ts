@@ -27,12 +27,15 @@ export type Bump = typeof Bump.Type
 
 const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
 
+/** The innermost reason of a parse error, on one line. */
+export const problem = (error: ParseResult.ParseError): string =>
+  ParseResult.ArrayFormatter.formatErrorSync(error)
+    .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
+    .join("; ")
+
 /** A client frame as a bump, or the reason it is not one. */
 export const parseClientMessage = (text: string): Either.Either<Bump, string> =>
-  Either.mapLeft(
-    decodeBump(text),
-    (error) => `malformed message: ${ParseResult.TreeFormatter.formatErrorSync(error).split("\n").join(" ")}`
-  )
+  Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
 
 /** A frame the server sends. */
 export type ServerMessage =
