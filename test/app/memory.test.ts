@@ -68,7 +68,11 @@ describe("counter app (embedded store)", () => {
       for (let i = 0; i < 30; i++) yield* client.send({ type: "bump", by: i % 3 === 2 ? -1 : 1 })
       yield* client.waitFor((frame) => frame.type === "update" && frame.v === 30)
       const expected: Array<number> = []
-      for (let i = 0, n = 0; i < 30; i++) expected.push((n += i % 3 === 2 ? -1 : 1))
+      let n = 0
+      for (let i = 0; i < 30; i++) {
+        n += i % 3 === 2 ? -1 : 1
+        expected.push(n)
+      }
       deepStrictEqual(updates(client), expected)
       // malformed frames: an error each, the socket stays open and keeps working
       for (const frame of ["not json", JSON.stringify({ type: "bump", by: "x" }), JSON.stringify({ type: "reset" })]) {
