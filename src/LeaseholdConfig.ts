@@ -61,7 +61,10 @@ export interface Settings {
   /** Add up to 10 % to each retry delay (never above the cap), so workers do not retry in step. */
   readonly retryJitter: boolean
   readonly mailboxMaxLen: number
+  /** `Some`: the embedded store keeps each token's slices in files there and loads them when built. */
   readonly dataDir: Option.Option<string>
+  /** How long a change waits before it is written to `dataDir`, so a burst costs one file write. */
+  readonly dataFlushInterval: Duration.Duration
   readonly commandTimeout: Duration.Duration
   readonly connectTimeout: Duration.Duration
 }
@@ -94,6 +97,7 @@ const defaults = {
   retryDelayMaxMs: 30_000,
   retryJitter: true,
   mailboxMaxLen: 10_000,
+  dataFlushIntervalMs: 250,
   commandTimeoutMs: 5_000,
   connectTimeoutMs: 5_000
 }
@@ -154,6 +158,11 @@ export const config: Config.Config<Input> = Config.all({
   dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
     Config.withDescription("directory where the embedded store keeps state; unset keeps nothing on disk")
   ),
+  dataFlushInterval: ms(
+    "LEASEHOLD_DATA_FLUSH_INTERVAL_MS",
+    defaults.dataFlushIntervalMs,
+    "how long a change waits before the embedded store writes it to the data directory (ms)"
+  ),
   commandTimeout: ms("LEASEHOLD_COMMAND_TIMEOUT_MS", defaults.commandTimeoutMs, "Redis command timeout (ms)"),
   connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)")
 }).pipe(
@@ -195,6 +204,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     retryJitter: input.retryJitter ?? defaults.retryJitter,
     mailboxMaxLen: input.mailboxMaxLen ?? defaults.mailboxMaxLen,
     dataDir: input.dataDir ?? Option.none(),
+    dataFlushInterval: dur(input.dataFlushInterval, defaults.dataFlushIntervalMs),
     commandTimeout: dur(input.commandTimeout, defaults.commandTimeoutMs),
     connectTimeout: dur(input.connectTimeout, defaults.connectTimeoutMs)
   }
@@ -207,7 +217,9 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
       return fail(
         knob,
         `${value}ms`,
-        knob === "leaseQuantum" ? "must be zero or a positive duration" : "must be a positive duration"
+        knob === "leaseQuantum" || knob === "dataFlushInterval"
+          ? "must be zero or a positive duration"
+          : "must be a positive duration"
       )
     }
   }
@@ -230,6 +242,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   if (!Number.isFinite(quantum) || quantum < 0) {
     return fail("leaseQuantum", fmt(settings.leaseQuantum), "must be zero or a positive duration")
   }
+  const flushInterval = Duration.toMillis(settings.dataFlushInterval)
+  if (!Number.isFinite(flushInterval) || flushInterval < 0) {
+    return fail("dataFlushInterval", fmt(settings.dataFlushInterval), "must be zero or a positive duration")
+  }
   const lock = { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
   if (Duration.greaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
     return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
@@ -243,6 +259,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   }
   if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
     return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")
+  }
+  if (Option.isSome(settings.dataDir) && settings.dataDir.value.trim() === "") {
+    // An empty path would resolve to the working directory and fill it with state files.
+    return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
   }
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")

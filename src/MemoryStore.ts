@@ -6,6 +6,10 @@
  * `MemoryStoreControl.setRaw` land exactly where the Redis store would find them. Each
  * operation is one synchronous block, which makes it atomic on a single-threaded runtime.
  *
+ * With `dataDir` set, each token's slices and fencing counter are also kept in files there
+ * (written a short interval after they change, loaded when the store is built), so a
+ * restarted process keeps its tokens' state; see `docs/configuration.md`.
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
@@ -17,11 +21,13 @@ import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
+import type * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import { decodeSocketRecord, encodeSocketRecord } from "./internal/codec.js"
 import { makeKeys } from "./internal/keys.js"
+import * as MemoryDisk from "./internal/memoryDisk.js"
 import {
   firstAfter,
   isExpired,
@@ -51,7 +57,20 @@ import {
   type SocketRecord,
   Store
 } from "./Store.js"
-import { type CorruptValue, LockLost, StoreRefused, StoreUnavailable } from "./StoreError.js"
+import { type CorruptValue, type DataDirError, LockLost, StoreRefused, StoreUnavailable } from "./StoreError.js"
+
+/**
+ * What one flush of the data directory did, by token: files written, files removed (the
+ * token expired), and writes that failed (retried by a later flush).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface FlushReport {
+  readonly written: ReadonlyArray<string>
+  readonly removed: ReadonlyArray<string>
+  readonly failed: ReadonlyArray<string>
+}
 
 /**
  * Fault injection and inspection for the embedded store, used by tests. Its own
@@ -84,6 +103,11 @@ export declare namespace MemoryStoreControl {
     readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
     /** Number of live keys of every kind (locks, fences, waiter sets, slices, records, mailboxes). */
     readonly keyCount: Effect.Effect<number>
+    /**
+     * Reports of the flushes to `dataDir` made from now on while the scope is open, each
+     * published once its files are written or removed. Nothing arrives without `dataDir`.
+     */
+    readonly flushReports: Effect.Effect<Queue.Dequeue<FlushReport>, never, Scope.Scope>
   }
 }
 
@@ -131,12 +155,40 @@ interface Channel {
 }
 
 /**
- * Build a memory store whose sweeper runs in the current scope.
+ * Token files written to `dataDir`.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const filesWritten = MemoryDisk.filesWritten
+
+/**
+ * Token files removed from `dataDir` because their token expired.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const filesRemoved = MemoryDisk.filesRemoved
+
+/**
+ * Token file writes or removals that failed (each is retried by a later flush).
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const fileWriteFailures = MemoryDisk.fileWriteFailures
+
+/**
+ * Build a memory store whose sweeper runs in the current scope. With `dataDir` set, the
+ * store first loads the tokens kept there, then writes every change of a token's slices
+ * and fencing counter back to it; closing the scope writes what is still pending. A
+ * directory that cannot be created, listed or written fails the build with
+ * `DataDirError`.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Scope> = Effect.gen(function* () {
+export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Scope.Scope> = Effect.gen(function* () {
   const settings = yield* LeaseholdConfig
   const keys = makeKeys(settings.keyPrefix)
   const lockMs = Duration.toMillis(settings.lockExpiration)
@@ -146,6 +198,15 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
     yield* Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
   )
   const status = yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 })
+  const flushReports = yield* PubSub.unbounded<FlushReport>()
+  if (Option.isSome(settings.dataDir)) {
+    yield* MemoryDisk.attach(ks, {
+      dir: settings.dataDir.value,
+      keyPrefix: settings.keyPrefix,
+      flushInterval: settings.dataFlushInterval,
+      reports: flushReports
+    })
+  }
 
   let available = true
   // One deferred per subscriber "connection": failing it fails every stream opened on it.
@@ -670,7 +731,9 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
         return entry?._tag === "string" ? Option.some(entry.value) : Option.none()
       }),
 
-    keyCount: Effect.map(now, (at) => ks.sweep(at))
+    keyCount: Effect.map(now, (at) => ks.sweep(at)),
+
+    flushReports: PubSub.subscribe(flushReports)
   }
 
   // The sweeper sleeps until the earliest deadline (re-planned when an earlier one is
@@ -696,11 +759,12 @@ export const make: Effect.Effect<MemoryStore, never, LeaseholdConfig | Scope.Sco
 })
 
 /**
- * The embedded store and its control. Each build is a separate, empty store.
+ * The embedded store and its control. Each build is a separate store: empty, or loaded
+ * from `dataDir` when it is set.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Store | MemoryStoreControl, never, LeaseholdConfig> = Layer.scopedContext(
+export const layer: Layer.Layer<Store | MemoryStoreControl, DataDirError, LeaseholdConfig> = Layer.scopedContext(
   Effect.map(make, (memory) => Context.make(Store, memory).pipe(Context.add(MemoryStoreControl, memory.control)))
 )

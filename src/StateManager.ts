@@ -32,7 +32,7 @@ import * as RedisStore from "./RedisStore.js"
 import * as Signals from "./Signals.js"
 import { InvalidSliceValue, type LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
+import type { DataDirError, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
 import * as Supervisor from "./Supervisor.js"
 
 /**
@@ -333,7 +333,7 @@ export const layerWorker: Layer.Layer<
  */
 export const layerMemory: Layer.Layer<
   StateManager | Lease.Lease | Store | Health.Health | InstanceId.InstanceId,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError
 > = layerWorker.pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
 
 /**

@@ -89,6 +89,26 @@ export class LockLost extends Data.TaggedError("LockLost")<{
 }
 
 /**
+ * The embedded store's data directory (`dataDir`) could not be created, locked, listed or
+ * written when the store was built. The build fails rather than run without the
+ * persistence the configuration asked for.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class DataDirError extends Data.TaggedError("DataDirError")<{
+  readonly path: string
+  /** `lock`: another store, in this process or another, has the directory open. */
+  readonly operation: "create" | "lock" | "list" | "write"
+  readonly reason: string
+  readonly cause?: unknown
+}> {
+  override get message(): string {
+    return `data directory ${this.path} cannot be used: could not ${this.operation} it: ${this.reason}`
+  }
+}
+
+/**
  * Any failure of a store operation that talks to the store.
  *
  * @since 0.1.0

@@ -34,7 +34,7 @@ import * as RedisStore from "./RedisStore.js"
 import * as Signals from "./Signals.js"
 import * as StateManager from "./StateManager.js"
 import type { Store } from "./Store.js"
-import type { StoreUnavailable } from "./StoreError.js"
+import type { DataDirError, StoreUnavailable } from "./StoreError.js"
 import * as Supervisor from "./Supervisor.js"
 import * as TokenManager from "./TokenManager.js"
 
@@ -108,7 +108,7 @@ export const layer = <A, I, R>(
 
 /**
  * One worker on the embedded memory store, configured from the environment: one process,
- * no Redis.
+ * no Redis (with `LEASEHOLD_DATA_DIR`, its slices are kept on disk across restarts).
  *
  * @since 0.1.0
  * @category layers
@@ -117,7 +117,7 @@ export const layerMemory = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<
   Services | Store | MemoryStore.MemoryStoreControl | LeaseholdConfig.LeaseholdConfig,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError,
   R
 > => layer(options).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
 

@@ -34,6 +34,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.retryDelayMax), 30_000)
       assert.strictEqual(s.mailboxMaxLen, 10_000)
       assert.isTrue(Option.isNone(s.dataDir))
+      assert.strictEqual(millis(s.dataFlushInterval), 250)
     })
   )
 
@@ -53,6 +54,7 @@ describe("LeaseholdConfig", () => {
         LEASEHOLD_RETRY_DELAY_MAX_MS: "8000",
         LEASEHOLD_MAILBOX_MAXLEN: "50",
         LEASEHOLD_DATA_DIR: "/tmp/lh",
+        LEASEHOLD_DATA_FLUSH_INTERVAL_MS: "40",
         LEASEHOLD_COMMAND_TIMEOUT_MS: "700",
         LEASEHOLD_CONNECT_TIMEOUT_MS: "900"
       })
@@ -70,6 +72,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.retryDelayMax), 8000)
       assert.strictEqual(s.mailboxMaxLen, 50)
       deepStrictEqual(s.dataDir, Option.some("/tmp/lh"))
+      assert.strictEqual(millis(s.dataFlushInterval), 40)
       assert.strictEqual(millis(s.commandTimeout), 700)
       assert.strictEqual(millis(s.connectTimeout), 900)
     })
@@ -128,6 +131,17 @@ describe("LeaseholdConfig", () => {
     assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ leaseQuantum: 0 })))
     const quantum = LeaseholdConfig.resolve({ leaseQuantum: -1 })
     assert.isTrue(Either.isLeft(quantum) && quantum.left.knob === "leaseQuantum")
+    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ dataFlushInterval: 0 })))
+    const flush = LeaseholdConfig.resolve({ dataFlushInterval: -1 })
+    assert.isTrue(Either.isLeft(flush) && flush.left.knob === "dataFlushInterval")
+  })
+
+  it("an empty data directory is refused: it would mean the working directory", () => {
+    for (const dataDir of ["", "  "]) {
+      const result = LeaseholdConfig.resolve({ dataDir: Option.some(dataDir) })
+      assert.isTrue(Either.isLeft(result) && result.left.knob === "dataDir", JSON.stringify(dataDir))
+    }
+    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ dataDir: Option.some("state") })))
   })
 
   it("a key prefix with glob or hash-tag characters is refused", () => {

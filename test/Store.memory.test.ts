@@ -1,3 +1,6 @@
+import * as fs from "node:fs/promises"
+import * as os from "node:os"
+import * as path from "node:path"
 import { describe, it } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
@@ -18,18 +21,28 @@ const COMMAND_TIMEOUT_MS = 500
 
 let testCount = 0
 
-const memory: Backend = {
+/** `persisted`: the store keeps its tokens in a data directory, which must change none of its behaviour. */
+const memory = (persisted: boolean): Backend => ({
   name: "memory",
   canHang: false,
   test: (name, body) =>
     it.scoped(name, () =>
       Effect.gen(function* () {
         const keyPrefix = `mem${++testCount}`
+        const dataDir = persisted
+          ? Option.some(
+              yield* Effect.acquireRelease(
+                Effect.promise(() => fs.mkdtemp(path.join(os.tmpdir(), "leasehold-store-"))),
+                (dir) => Effect.promise(() => fs.rm(dir, { recursive: true, force: true }))
+              )
+            )
+          : Option.none()
         const config = LeaseholdConfig.layerWith({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
           lockWarningThreshold: 100,
-          commandTimeout: COMMAND_TIMEOUT_MS
+          commandTimeout: COMMAND_TIMEOUT_MS,
+          dataDir
         })
         const context = yield* Layer.build(MemoryStore.layer.pipe(Layer.provide(config))).pipe(Effect.orDie)
         const control = Context.get(context, MemoryStore.MemoryStoreControl)
@@ -57,8 +70,12 @@ const memory: Backend = {
         yield* body(fixture)
       })
     )
-}
+})
 
 describe("Store conformance: MemoryStore", () => {
-  storeSuite(memory)
+  storeSuite(memory(false))
+})
+
+describe("Store conformance: MemoryStore with a data directory", () => {
+  storeSuite(memory(true))
 })

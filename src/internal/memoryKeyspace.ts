@@ -69,6 +69,12 @@ export class Keyspace {
   private lastSweep: number
   /** Called when `wakeAt` moves earlier, so a sleeping sweeper re-plans. */
   onWakeAtLowered: (() => void) | undefined = undefined
+  /**
+   * Called after a key is set, gets a new deadline (`present` true) or is removed, also
+   * by expiry (`present` false): the disk copy of the embedded store follows every change
+   * through it, whichever operation made it.
+   */
+  onKeyChanged: ((key: string, present: boolean) => void) | undefined = undefined
 
   constructor(
     private readonly minSweepMs: number,
@@ -83,6 +89,7 @@ export class Keyspace {
     if (entry === undefined) return undefined
     if (isExpired(entry, now)) {
       this.entries.delete(key)
+      this.onKeyChanged?.(key, false)
       return undefined
     }
     return entry
@@ -110,25 +117,30 @@ export class Keyspace {
   setString(key: string, value: string, deadline: number | undefined): void {
     this.entries.set(key, { _tag: "string", value, deadline })
     if (deadline !== undefined) this.noteDeadline(deadline)
+    this.onKeyChanged?.(key, true)
   }
 
   /** Add an entry that has no deadline yet. */
   insert(key: string, entry: Entry): void {
     this.entries.set(key, entry)
+    this.onKeyChanged?.(key, true)
   }
 
   /** `PEXPIRE`: a deadline already reached deletes the key at once, as in Redis. */
   expire(key: string, entry: Entry, deadline: number, now: number): void {
     if (deadline <= now) {
-      this.entries.delete(key)
+      this.delete(key)
       return
     }
     entry.deadline = deadline
     this.noteDeadline(deadline)
+    this.onKeyChanged?.(key, true)
   }
 
   delete(key: string): boolean {
-    return this.entries.delete(key)
+    const deleted = this.entries.delete(key)
+    if (deleted) this.onKeyChanged?.(key, false)
+    return deleted
   }
 
   /** Delete every expired entry and plan the next sweep. Returns the number of live keys. */
@@ -137,7 +149,7 @@ export class Keyspace {
     let earliest = Number.POSITIVE_INFINITY
     for (const [key, entry] of this.entries) {
       if (entry.deadline === undefined) continue
-      if (entry.deadline <= now) this.entries.delete(key)
+      if (entry.deadline <= now) this.delete(key)
       else if (entry.deadline < earliest) earliest = entry.deadline
     }
     this.lastSweep = now

@@ -1,0 +1,391 @@
+/**
+ * The disk copy of the embedded store (`dataDir`). Each token with live slices has one file
+ * holding its slices and its fencing counter, each with its absolute expiry time, so a
+ * restarted process neither loses a token nor brings back one that expired meanwhile.
+ *
+ * A change is written one flush interval after the first change that made the token
+ * dirty, so a burst of modifications costs one write. A file is replaced atomically: the
+ * new content goes to a temp file in the same directory, is synced, then renamed over the
+ * old one; a crash leaves the old file or the new one, and at worst a temp file that the
+ * next load deletes unread.
+ *
+ * @internal
+ */
+import { createHash } from "node:crypto"
+import * as fs from "node:fs/promises"
+import * as path from "node:path"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as FiberId from "effect/FiberId"
+import * as Metric from "effect/Metric"
+import * as ParseResult from "effect/ParseResult"
+import * as PubSub from "effect/PubSub"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type { FlushReport } from "../MemoryStore.js"
+import { DataDirError } from "../StoreError.js"
+import { isExpired, type Keyspace } from "./memoryKeyspace.js"
+import { tokenProblem } from "./validate.js"
+
+/** @internal */
+export interface Options {
+  /** As configured; resolved to an absolute path once, so a later `chdir` does not move it. */
+  readonly dir: string
+  readonly keyPrefix: string
+  readonly flushInterval: Duration.Duration
+  readonly reports: PubSub.PubSub<FlushReport>
+}
+
+/** @internal */
+export const filesWritten = Metric.counter("leasehold_memory_files_written_total", { incremental: true })
+
+/** @internal */
+export const filesRemoved = Metric.counter("leasehold_memory_files_removed_total", { incremental: true })
+
+/** @internal */
+export const fileWriteFailures = Metric.counter("leasehold_memory_file_failures_total", { incremental: true })
+
+const format = "leasehold.token/1"
+
+/**
+ * Token files are named by the SHA-256 of the token: any valid token gives a safe name on
+ * every file system (no `:`, no `.` or `..`, no case collision on a case-insensitive disk,
+ * no reserved device name). The token itself is inside the file.
+ */
+const fileStem = (token: string): string => createHash("sha256").update(token).digest("hex")
+
+const tokenFile = /^[0-9a-f]{64}\.json$/
+const tempSuffix = ".tmp"
+const tempFile = /^[0-9a-f]{64}\.json\.tmp$/
+const lockFile = ".leasehold.lock"
+
+/** After a flush that failed, wait at least this long before the next try: a full disk is not retried in a tight loop. */
+const failureBackoff = Duration.seconds(1)
+
+const StoredValue = Schema.Struct({ value: Schema.String, expiresAt: Schema.NullOr(Schema.Number) })
+
+const TokenFile = Schema.Struct({
+  format: Schema.Literal(format),
+  token: Schema.String,
+  keys: Schema.Record({ key: Schema.String, value: StoredValue })
+})
+
+type TokenFile = typeof TokenFile.Type
+
+const decodeTokenFile = Schema.decodeUnknownEither(TokenFile)
+
+/** The file's content, or what is wrong with it, in a few words. */
+const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
+  Either.try({ try: (): unknown => JSON.parse(raw), catch: (error) => `not JSON (${reasonOf(error)})` }).pipe(
+    Either.flatMap((json) =>
+      Either.mapLeft(decodeTokenFile(json), (error) => {
+        const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
+        const at = issue === undefined || issue.path.length === 0 ? "" : ` at ${issue.path.join(".")}`
+        return `not a token file${at}: ${issue?.message ?? "invalid"}`
+      })
+    )
+  )
+
+const integerPattern = /^-?\d+$/
+
+/** Only the fencing counter and the slices outlive the process; see `docs/configuration.md` for why. */
+const persistedName = (name: string): boolean =>
+  name === "fence" || (name.startsWith("s:") && tokenProblem(name.slice(2)) === undefined)
+
+const reasonOf = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
+
+const errorCode = (error: unknown): unknown =>
+  typeof error === "object" && error !== null && "code" in error ? error.code : undefined
+
+const isAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return errorCode(error) === "EPERM"
+  }
+}
+
+/** Why the directory is in use by another store, if it is. */
+class InUse extends Error {}
+
+/**
+ * Two stores on one directory would overwrite each other's files, so the directory holds a
+ * lock file naming the process of its store. A lock whose process is gone was left by a
+ * crash and is taken over.
+ */
+const takeLock = async (file: string): Promise<void> => {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      await fs.writeFile(file, String(process.pid), { flag: "wx" })
+      return
+    } catch (error) {
+      if (errorCode(error) !== "EEXIST") throw error
+    }
+    const owner = Number(await fs.readFile(file, "utf8").catch(() => ""))
+    if (owner === process.pid) throw new InUse("another store of this process has it open")
+    if (Number.isSafeInteger(owner) && owner > 0 && isAlive(owner)) {
+      throw new InUse(`process ${owner} has it open (${file})`)
+    }
+    await fs.rm(file, { force: true })
+  }
+  throw new InUse(`${file} keeps coming back`)
+}
+
+/** Why a decoded file cannot be loaded as the file named `stem`; `undefined` when it can. */
+const fileProblem = (stem: string, file: TokenFile): string | undefined => {
+  const problem = tokenProblem(file.token)
+  if (problem !== undefined) return `its token is invalid (${problem})`
+  if (fileStem(file.token) !== stem) return "its name does not match the token it holds"
+  for (const [name, stored] of Object.entries(file.keys)) {
+    if (!persistedName(name)) return `unexpected key ${JSON.stringify(name)}`
+    if (name === "fence" && !integerPattern.test(stored.value)) return "its fencing counter is not an integer"
+  }
+  return undefined
+}
+
+interface Job {
+  readonly token: string
+  /** `undefined`: nothing of the token is left, its file goes. */
+  readonly content: string | undefined
+}
+
+type Outcome = Either.Either<Job, readonly [Job, string]>
+
+/**
+ * Load the directory into `ks`, then follow every change of a token's slices or fencing
+ * counter and write it back. The last flush runs when the scope closes.
+ *
+ * @internal
+ */
+export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, DataDirError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const dir = path.resolve(options.dir)
+    const head = `${options.keyPrefix}:{`
+    const fullKey = (token: string, name: string) => `${head}${token}}:${name}`
+    const fileOf = (token: string) => path.join(dir, `${fileStem(token)}.json`)
+
+    const prepare = <A>(operation: DataDirError["operation"], run: () => Promise<A>) =>
+      Effect.tryPromise({
+        try: run,
+        catch: (cause) =>
+          new DataDirError({
+            path: dir,
+            operation: cause instanceof InUse ? "lock" : operation,
+            reason: reasonOf(cause),
+            cause
+          })
+      })
+
+    yield* prepare("create", () => fs.mkdir(dir, { recursive: true }))
+    // Writing the lock file also refuses a read-only directory now, rather than at the first flush.
+    const lock = path.join(dir, lockFile)
+    yield* Effect.acquireRelease(
+      prepare("write", () => takeLock(lock)),
+      () => Effect.promise(() => fs.rm(lock, { force: true }).catch(() => undefined))
+    )
+    const names = yield* prepare("list", () => fs.readdir(dir))
+
+    /** Token → names (`fence`, `s:<slice>`) of its keys that may be live; pruned at each flush. */
+    const index = new Map<string, Set<string>>()
+    let dirty = new Set<string>()
+    let wake = Deferred.unsafeMake<void>(FiberId.none)
+    const markDirty = (token: string) => {
+      dirty.add(token)
+      Deferred.unsafeDone(wake, Effect.void)
+    }
+
+    // A temp file is a write that a crash cut short: the file it was to replace still holds
+    // the last complete state, so the temp file is removed unread.
+    yield* Effect.forEach(
+      names.filter((name) => tempFile.test(name)),
+      (name) => Effect.promise(() => fs.rm(path.join(dir, name), { force: true }).catch(() => undefined)),
+      { concurrency: 16, discard: true }
+    )
+
+    const read = (name: string) =>
+      Effect.gen(function* () {
+        const file = path.join(dir, name)
+        const raw = yield* Effect.either(Effect.tryPromise(() => fs.readFile(file, "utf8")))
+        if (Either.isLeft(raw)) {
+          yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.left.error)}`)
+          return undefined
+        }
+        const decoded = parseTokenFile(raw.right)
+        const problem = Either.isLeft(decoded)
+          ? decoded.left
+          : fileProblem(name.slice(0, -".json".length), decoded.right)
+        if (problem !== undefined || Either.isLeft(decoded)) {
+          yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
+          return undefined
+        }
+        return decoded.right
+      })
+    const files = yield* Effect.forEach(
+      names.filter((name) => tokenFile.test(name)),
+      read,
+      { concurrency: 16 }
+    )
+
+    const now = yield* Clock.currentTimeMillis
+    const expired: Array<string> = []
+    for (const file of files) {
+      if (file === undefined) continue
+      const live = new Set<string>()
+      for (const [name, stored] of Object.entries(file.keys)) {
+        if (stored.expiresAt !== null && stored.expiresAt <= now) continue
+        ks.setString(fullKey(file.token, name), stored.value, stored.expiresAt ?? undefined)
+        live.add(name)
+      }
+      if (live.size === 0) expired.push(file.token)
+      else {
+        index.set(file.token, live)
+        // Some keys expired while the process was down: rewrite the file without them.
+        if (live.size < Object.keys(file.keys).length) markDirty(file.token)
+      }
+    }
+    // Expired while the process was down: never loaded, and its file goes now.
+    yield* Effect.forEach(
+      expired,
+      (token) => Effect.promise(() => fs.rm(fileOf(token), { force: true }).catch(() => undefined)),
+      { concurrency: 16, discard: true }
+    )
+    if (expired.length > 0) yield* Metric.incrementBy(filesRemoved, expired.length)
+
+    // Installed after the load, so that loading does not mark every token dirty.
+    ks.onKeyChanged = (key, present) => {
+      if (!key.startsWith(head)) return
+      const close = key.indexOf("}:", head.length)
+      if (close < 0) return
+      const name = key.slice(close + 2)
+      if (name !== "fence" && !name.startsWith("s:")) return
+      const token = key.slice(head.length, close)
+      let live = index.get(token)
+      if (present) {
+        // Only keys a load would accept are written (a raw key planted by a test may not be).
+        if (live === undefined) {
+          if (tokenProblem(token) !== undefined || !persistedName(name)) return
+          live = new Set()
+          index.set(token, live)
+        } else if (!persistedName(name)) return
+        live.add(name)
+      } else if (live?.has(name) !== true) return
+      markDirty(token)
+    }
+
+    /** The token's file content now, in one synchronous step: never half of a commit. */
+    const snapshot = (token: string, at: number): Job => {
+      const live = index.get(token)
+      const keys: Record<string, { value: string; expiresAt: number | null }> = {}
+      for (const name of Array.from(live ?? []).sort()) {
+        const entry = ks.entries.get(fullKey(token, name))
+        if (entry === undefined || entry._tag !== "string" || isExpired(entry, at)) {
+          live?.delete(name)
+          continue
+        }
+        keys[name] = { value: entry.value, expiresAt: entry.deadline ?? null }
+      }
+      if (live === undefined || live.size === 0) {
+        index.delete(token)
+        return { token, content: undefined }
+      }
+      return { token, content: JSON.stringify({ format, token, keys } satisfies TokenFile) }
+    }
+
+    const writeFile = async (file: string, content: string) => {
+      const temp = `${file}${tempSuffix}`
+      try {
+        const handle = await fs.open(temp, "w")
+        try {
+          await handle.writeFile(content, "utf8")
+          // Synced before the rename: after a power loss the name never points at an empty file.
+          await handle.sync()
+        } finally {
+          await handle.close()
+        }
+        await fs.rename(temp, file)
+      } catch (error) {
+        await fs.rm(temp, { force: true }).catch(() => undefined)
+        throw error
+      }
+    }
+
+    const perform = (job: Job): Effect.Effect<Outcome> => {
+      const file = fileOf(job.token)
+      const { content } = job
+      return Effect.tryPromise(() =>
+        content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
+      ).pipe(
+        Effect.match({
+          onFailure: (error): Outcome => Either.left([job, `${file}: ${reasonOf(error.error)}`] as const),
+          onSuccess: (): Outcome => Either.right(job)
+        })
+      )
+    }
+
+    let failing = false
+
+    /** Write every dirty token; `false` when a write failed (the token stays dirty). */
+    const flush: Effect.Effect<boolean> = Effect.uninterruptible(
+      Effect.gen(function* () {
+        const at = yield* Clock.currentTimeMillis
+        const jobs = yield* Effect.sync(() => {
+          const batch = dirty
+          dirty = new Set()
+          wake = Deferred.unsafeMake<void>(FiberId.none)
+          return Array.from(batch, (token) => snapshot(token, at))
+        })
+        if (jobs.length === 0) return true
+        const outcomes = yield* Effect.forEach(jobs, perform, { concurrency: 8 })
+        const written: Array<string> = []
+        const removed: Array<string> = []
+        const failed: Array<readonly [Job, string]> = []
+        for (const outcome of outcomes) {
+          if (Either.isLeft(outcome)) failed.push(outcome.left)
+          else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
+        }
+        yield* Metric.incrementBy(filesWritten, written.length)
+        yield* Metric.incrementBy(filesRemoved, removed.length)
+        if (failed.length > 0) {
+          yield* Metric.incrementBy(fileWriteFailures, failed.length)
+          // A failed token is dirty again: its latest state is written by a later flush.
+          for (const [job] of failed) markDirty(job.token)
+          // One line per run of failures, not one per file and flush.
+          if (!failing) {
+            yield* Effect.logWarning(
+              `MemoryStore: could not write ${failed.length} of ${jobs.length} token files in ${dir}, retrying: ${failed[0]![1]}`
+            )
+          }
+          failing = true
+        } else if (failing) {
+          failing = false
+          yield* Effect.logInfo(`MemoryStore: writing token files in ${dir} works again`)
+        }
+        yield* PubSub.publish(options.reports, {
+          written,
+          removed,
+          failed: failed.map(([job]) => job.token)
+        })
+        return failed.length === 0
+      })
+    )
+
+    const step = Effect.gen(function* () {
+      yield* Effect.suspend(() => Deferred.await(wake))
+      yield* Effect.sleep(options.flushInterval)
+      if (!(yield* flush)) yield* Effect.sleep(failureBackoff)
+    })
+
+    // Added before the loop is forked, so it runs after the loop is interrupted (scope
+    // finalizers run in reverse): the loop's flush in progress completes, then this one
+    // writes whatever is still pending.
+    yield* Effect.addFinalizer(() =>
+      Effect.flatMap(flush, (ok) =>
+        ok ? Effect.void : Effect.logWarning(`MemoryStore: token files left unwritten in ${dir} at shutdown`)
+      )
+    )
+    yield* Effect.forkScoped(Effect.interruptible(Effect.forever(step)))
+  })
