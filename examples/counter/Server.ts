@@ -16,10 +16,12 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { InstanceId } from "../../src/InstanceId.js"
+import type { InvalidConfig } from "../../src/LeaseholdConfig.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import type { Store } from "../../src/Store.js"
+import type { StoreUnavailable } from "../../src/StoreError.js"
 import * as Worker from "../../src/Worker.js"
 import * as Api from "./Api.js"
 import type { AppSettings } from "./AppConfig.js"
@@ -40,9 +42,16 @@ export const router = HttpRouter.empty.pipe(
 /** leasehold's settings from the environment, with the app's default data directory. */
 export const configLayer = (settings: AppSettings) => LeaseholdConfig.layerConfig({ dataDir: settings.dataDir })
 
-const storeLayer: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig> = Layer.unwrapEffect(
-  Effect.map(LeaseholdConfig.LeaseholdConfig, (config) =>
-    Option.isSome(config.redisUrl) ? RedisStore.layer() : MemoryStore.layer
+const storeLayer = Layer.unwrapEffect(
+  Effect.map(
+    LeaseholdConfig.LeaseholdConfig,
+    (
+      config
+    ): Layer.Layer<
+      Store,
+      Layer.Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
+      LeaseholdConfig.LeaseholdConfig
+    > => (Option.isSome(config.redisUrl) ? RedisStore.layer() : MemoryStore.layer)
   )
 )
 
