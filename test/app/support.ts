@@ -162,7 +162,7 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
       exited: Effect.promise(() => exit)
     }
     const ready =
-      options.ready ?? (options.env?.WORKERS !== undefined ? /workers listening on port/ : /counter: listening on/)
+      options.ready ?? (Number(options.env?.WORKERS ?? "1") > 1 ? /workers listening on port/ : /counter: listening on/)
     if (ready !== false) {
       yield* Effect.raceFirst(
         waitFor(ready),
