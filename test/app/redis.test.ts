@@ -102,6 +102,29 @@ describe("counter app (Redis, several processes)", () => {
     60_000
   )
 
+  it.scopedLive(
+    "a cluster worker that dies is replaced; SIGTERM then stops them all",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const app = yield* startApp({ env: { LEASEHOLD_REDIS_URL: server.url, WORKERS: "2" } })
+        const health = yield* request("GET", `${app.url}/healthz`)
+        const victim = health.body.pid as number
+        process.kill(victim, "SIGKILL")
+        yield* app.waitFor(new RegExp(`worker pid ${victim} exited .*starting another`))
+        // the replacement listens, and the app serves on
+        yield* Effect.iterate(0, {
+          while: (listening) => listening < 3,
+          body: () =>
+            Effect.as(Effect.sleep(100), app.lines.filter((line) => /counter: listening on/.test(line)).length)
+        })
+        assert.strictEqual((yield* bump(app, "tab-r")).status, 200)
+        yield* app.kill("SIGTERM")
+        assert.strictEqual(yield* app.exited, 0)
+      }),
+    60_000
+  )
+
   it.scopedLive("WORKERS above 1 without Redis is refused with a clear message", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { WORKERS: "2" }, ready: false })
