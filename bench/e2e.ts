@@ -18,10 +18,11 @@
  *
  * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs"}]
  */
+import { spawn } from "node:child_process"
 import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import { bump, type Client, connect, request, startApp } from "../test/app/support.js"
+import { bump, type Client, connect, freePort, request, startApp } from "../test/app/support.js"
 import * as RedisServer from "../test/support/RedisServer.js"
 
 const args = process.argv.slice(2)
@@ -131,9 +132,45 @@ const cell = (workers: number) =>
     })
   )
 
+/**
+ * The machine's floor: the same fresh-connection POSTs, sequential, to a plain Node HTTP
+ * server in its own process that answers at once. No app can have a lower p99 here.
+ */
+const floor = Effect.scoped(
+  Effect.gen(function* () {
+    const port = yield* freePort
+    const script = `require("http").createServer((q, s) => { q.resume(); s.end("{}") }).listen(${port}, "127.0.0.1", () => console.log("up"))`
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() => spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })),
+      (child) => Effect.sync(() => child.kill("SIGKILL"))
+    )
+    yield* Effect.async<void>((resume) => {
+      child.stdout!.once("data", () => resume(Effect.void))
+    })
+    const times: Array<number> = []
+    for (let i = 0; i < 600; i++) {
+      const start = performance.now()
+      yield* request("POST", `http://127.0.0.1:${port}/`)
+      times.push(performance.now() - start)
+    }
+    times.sort((a, b) => a - b)
+    return { p50: round(percentile(times, 50)), p99: round(percentile(times, 99)) }
+  })
+)
+
+// On stderr in --json mode, so that stdout stays one JSON array.
+const note = (line: string) => (json ? console.error(line) : console.log(line))
+
+const reportFloor = (when: string) =>
+  Effect.map(floor, (base) =>
+    note(`floor (${when}): a plain Node HTTP server, fresh connections: p50 ${base.p50} ms, p99 ${base.p99} ms`)
+  )
+
 const program = Effect.gen(function* () {
+  yield* reportFloor("before")
   const rows = []
   for (const workers of workerCounts) rows.push(...(yield* cell(workers)))
+  yield* reportFloor("after")
   if (json) console.log(JSON.stringify(rows))
 })
 

@@ -2,6 +2,8 @@
  * The page in a real browser: Debian's chromium, headless, driven by playwright-core.
  */
 import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
@@ -86,6 +88,44 @@ describe("counter page in chromium", () => {
         assert.strictEqual(answer.body.n, 4)
         yield* shows(page, 4)
         yield* shows(second, 0)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "the page reconnects by itself after a restart, with its token and its count",
+    () =>
+      Effect.gen(function* () {
+        const dir = yield* Effect.acquireRelease(
+          Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "counter-data-"))),
+          (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+        )
+        const env = { LEASEHOLD_DATA_DIR: dir }
+        const first = yield* startApp({ env })
+        const chrome = yield* browser
+        const page = yield* newPage(yield* newContext(chrome))
+        yield* Effect.promise(() => page.goto(first.url))
+        yield* shows(page, 0)
+        for (let i = 0; i < 2; i++) yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 2)
+        const token = yield* textOf(page, "token")
+        const worker = yield* textOf(page, "worker")
+        yield* first.kill("SIGTERM")
+        assert.strictEqual(yield* first.exited, 0)
+        yield* Effect.promise(() => page.waitForSelector('#status[data-state="closed"]', { timeout: 10_000 }))
+        yield* startApp({ env, port: first.port })
+        // a new worker (a new instance id) serves the same tab, without a reload
+        yield* Effect.promise(() =>
+          page.waitForFunction(
+            `document.getElementById("worker")?.textContent !== ${JSON.stringify(worker)} && document.getElementById("status")?.dataset.state === "open"`,
+            undefined,
+            { timeout: 15_000 }
+          )
+        )
+        assert.strictEqual(yield* textOf(page, "token"), token)
+        yield* shows(page, 2)
+        yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 3)
       }),
     60_000
   )
