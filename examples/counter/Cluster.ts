@@ -34,6 +34,7 @@ type Event =
 /** How long the primary waits for its workers to finish shutting down before killing them. */
 const shutdownGrace = Duration.seconds(30)
 
+/** Run the primary: fork, watch and finally stop the workers. Ends only by interruption or a failed start. */
 export const primary = (settings: AppSettings) =>
   Effect.gen(function* () {
     const events = yield* Queue.unbounded<Event>()

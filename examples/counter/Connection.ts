@@ -42,6 +42,7 @@ const handleFrame = (connection: Connection, text: string) =>
     )
   )
 
+/** The route of `/ws`: upgrade, link, serve the socket until it closes, then unlink. */
 export const handler = Effect.gen(function* () {
   const request = yield* HttpServerRequest.HttpServerRequest
   const params = yield* HttpServerRequest.ParsedSearchParams

@@ -22,6 +22,7 @@ export const Count = Schema.Struct({
 })
 export type Count = typeof Count.Type
 
+/** The slice; a tab without one starts at zero, version 0. */
 export const Counter = State.slice("counter", Count, { n: 0, v: 0, epoch: 0 })
 
 /** The largest step a bump may take. */

@@ -44,4 +44,5 @@ export type ServerMessage =
   | { readonly type: "state" | "update"; readonly n: number; readonly v: number }
   | { readonly type: "error"; readonly message: string }
 
+/** A frame as its JSON text. */
 export const encode = (message: ServerMessage): string => JSON.stringify(message)

@@ -30,6 +30,7 @@ import { Count } from "./Counter.js"
 import { page } from "./Page.js"
 import * as Sockets from "./Sockets.js"
 
+/** Every route of the app. */
 export const router = HttpRouter.empty.pipe(
   HttpRouter.get("/", Effect.succeed(HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" }))),
   HttpRouter.get("/ws", Connection.handler),

@@ -37,6 +37,7 @@ export const overtaken = Metric.counter("counter_updates_overtaken_total", {
   incremental: true
 })
 
+/** This worker's sockets, by token. */
 export class Sockets extends Context.Tag("counter/Sockets")<
   Sockets,
   {
@@ -51,6 +52,7 @@ export class Sockets extends Context.Tag("counter/Sockets")<
   }
 >() {}
 
+/** An empty registry: built before the leasehold worker, whose `deliver` uses it, and closed after it. */
 export const layer = Layer.sync(Sockets, () => {
   const byToken = new Map<string, Connection>()
 
