@@ -54,6 +54,8 @@ import {
   type MailboxEntry,
   type Signal,
   type SliceEntry,
+  type SocketEvent,
+  type SocketEventsSetting,
   type SocketRecord,
   Store
 } from "./Store.js"
@@ -108,6 +110,11 @@ export declare namespace MemoryStoreControl {
      * published once its files are written or removed. Nothing arrives without `dataDir`.
      */
     readonly flushReports: Effect.Effect<Queue.Dequeue<FlushReport>, never, Scope.Scope>
+    /**
+     * `true`: behave like a managed Redis that refuses `CONFIG`: `enableSocketEvents`
+     * answers `Refused` and no socket events are published. `false` (the default): events.
+     */
+    readonly refuseSocketEvents: (refused: boolean) => Effect.Effect<void>
   }
 }
 
@@ -212,6 +219,8 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
   // One deferred per subscriber "connection": failing it fails every stream opened on it.
   let subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
   const channels = new Map<string, Channel>()
+  const socketChanges = yield* PubSub.unbounded<SocketEvent>()
+  let socketEventsRefused = false
   const mailboxWaiters = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
 
   const unavailable = (operation: string) =>
@@ -236,6 +245,26 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
 
   const publishNow = (token: string, signal: Signal): void => {
     channels.get(keys.signal(token))?.pubsub.unsafeOffer(signal)
+  }
+
+  /** The keyspace event Redis would publish for a socket key; other keys have no listener. */
+  const socketEvent = (key: string, event: SocketEvent["event"]): void => {
+    if (socketEventsRefused) return
+    const token = keys.socketToken(key)
+    if (token !== undefined && isValidToken(token)) socketChanges.unsafeOffer({ token, event })
+  }
+  ks.onExpired = (key) => socketEvent(key, "expired")
+
+  /** `SET NX` of a record; the record there when it is taken. */
+  const claimNow = (token: string, record: SocketRecord, now: number): Either.Either<ClaimResult, CorruptValue> => {
+    const key = keys.socket(token)
+    const existing = ks.getString(key, now)
+    if (existing === undefined) {
+      ks.setString(key, encodeSocketRecord(record), now + tokenMs)
+      socketEvent(key, "set")
+      return Either.right({ _tag: "Claimed" })
+    }
+    return Either.map(decodeSocketRecord(key, existing.value), (found) => ({ _tag: "Taken", record: found }))
   }
 
   const dropSubscriberConnection = (reason: string): void => {
@@ -514,18 +543,11 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     claimSocket: (token, record) =>
       Effect.zipRight(
         validateTokenAndInstance(token, record.instanceId),
-        op("claimSocket", (now): Effect.Effect<ClaimResult, CorruptValue> => {
-          const key = keys.socket(token)
-          const existing = ks.getString(key, now)
-          if (existing === undefined) {
-            ks.setString(key, encodeSocketRecord(record), now + tokenMs)
-            return Effect.succeed({ _tag: "Claimed" })
-          }
-          return Either.match(decodeSocketRecord(key, existing.value), {
-            onLeft: (error) => Effect.fail(error),
-            onRight: (found) => Effect.succeed({ _tag: "Taken", record: found })
-          })
-        })
+        op(
+          "claimSocket",
+          (now): Effect.Effect<ClaimResult, CorruptValue> =>
+            Either.match(claimNow(token, record, now), { onLeft: Effect.fail, onRight: Effect.succeed })
+        )
       ),
 
     readSocket: (token) =>
@@ -549,6 +571,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
           const key = keys.socket(token)
           if (isRecord(key, record, now) === undefined) return Effect.succeed(false)
           ks.delete(key)
+          socketEvent(key, "del")
           return Effect.succeed(true)
         })
       ),
@@ -572,7 +595,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
           for (const [key, entry] of ks.entries) {
             const token = keys.socketToken(key)
             if (token === undefined || entry._tag !== "string") continue
-            if (isExpired(entry, now)) ks.delete(key)
+            if (isExpired(entry, now)) ks.removeExpired(key)
             else found.push([key, token, entry.value])
           }
           return Effect.succeed(found)
@@ -591,6 +614,41 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
         return Stream.fromIterable(records)
       })
     ),
+
+    claimSockets: (claims) =>
+      Effect.gen(function* () {
+        for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
+        return yield* op("claimSockets", (now) =>
+          Effect.succeed(
+            claims.map(([token, record]): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
+              try {
+                return claimNow(token, record, now)
+              } catch (error) {
+                // One record's refusal is its own, as each claim is its own script on Redis.
+                if (error instanceof WrongTypeError) {
+                  return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+                }
+                throw error
+              }
+            })
+          )
+        )
+      }),
+
+    enableSocketEvents: Effect.suspend(() => {
+      if (!available) return Effect.fail(unavailable("enableSocketEvents"))
+      return Effect.succeed<SocketEventsSetting>(
+        socketEventsRefused
+          ? { _tag: "Refused", reply: "ERR unknown command 'CONFIG'" }
+          : { _tag: "Enabled", flags: "Kg$xe" }
+      )
+    }),
+
+    socketEvents: Effect.gen(function* () {
+      const lost = yield* op("socketEvents", () => Effect.succeed(subscriberLost))
+      const dequeue = yield* PubSub.subscribe(socketChanges)
+      return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+    }),
 
     mailboxAppend: (instanceId, payload, { maxLen, ttlMs }) =>
       Effect.zipRight(
@@ -721,8 +779,12 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
 
     setRaw: (key, value, ttlMs) =>
       Effect.map(now, (at) => {
-        if (ttlMs !== undefined && ttlMs <= 0) ks.delete(key)
-        else ks.setString(key, value, ttlMs === undefined ? undefined : at + ttlMs)
+        if (ttlMs !== undefined && ttlMs <= 0) {
+          if (ks.get(key, at) !== undefined && ks.delete(key)) socketEvent(key, "del")
+        } else {
+          ks.setString(key, value, ttlMs === undefined ? undefined : at + ttlMs)
+          socketEvent(key, "set")
+        }
       }),
 
     getRaw: (key) =>
@@ -733,7 +795,11 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
 
     keyCount: Effect.map(now, (at) => ks.sweep(at)),
 
-    flushReports: PubSub.subscribe(flushReports)
+    flushReports: PubSub.subscribe(flushReports),
+    refuseSocketEvents: (refused) =>
+      Effect.sync(() => {
+        socketEventsRefused = refused
+      })
   }
 
   // The sweeper sleeps until the earliest deadline (re-planned when an earlier one is

@@ -59,6 +59,8 @@ import {
   type ReleaseResult,
   type Signal,
   type SliceEntry,
+  type SocketEvent,
+  type SocketEventsSetting,
   type SocketRecord,
   Store,
   type WaiterOptions
@@ -85,6 +87,41 @@ interface Channel {
   readonly confirmed: Deferred.Deferred<void, StoreError>
   readonly subscribers: Set<Mailbox.Mailbox<Signal, StoreUnavailable>>
   refs: number
+}
+
+/** The one pattern subscription to socket-record changes, shared by every local listener. */
+interface SocketWatch {
+  readonly generation: number
+  readonly confirmed: Deferred.Deferred<void, StoreError>
+  readonly subscribers: Set<Mailbox.Mailbox<SocketEvent, StoreUnavailable>>
+}
+
+/** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
+const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
+
+/**
+ * Keyspace notification flags socket events need: `K` keyspace channels, `g` DEL, `$` SET,
+ * `x` expired, `e` evicted. `A` stands for `g$lshzxet`.
+ */
+const neededFlags = ["K", "g", "$", "x", "e"] as const
+
+/** The flags to add to `current` so that socket events are published; empty when none are missing. */
+const missingFlags = (current: string): string => {
+  const present = new Set(current.includes("A") ? `${current}g$lshzxet` : current)
+  return neededFlags.filter((flag) => !present.has(flag)).join("")
+}
+
+/** The keyspace channels of socket keys in the connection's database, and their decoding. */
+const socketKeyspace = (keys: ReturnType<typeof makeKeys>, db: number) => {
+  const head = `__keyspace@${db}__:`
+  return {
+    pattern: `${head}${keys.socketPattern}`,
+    event: (channel: string, message: string): SocketEvent | undefined => {
+      if (!channel.startsWith(head) || !socketEventNames.has(message)) return undefined
+      const token = keys.socketToken(channel.slice(head.length))
+      return token !== undefined && isValidToken(token) ? { token, event: message as SocketEvent["event"] } : undefined
+    }
+  }
 }
 
 /** The message of a release: it names the lock released, so a waiter can tell its own releases apart. */
@@ -162,6 +199,7 @@ export const make = (
     const connectTimeoutMs = millis(settings.connectTimeout)
     const timeouts = { commandTimeoutMs, connectTimeoutMs }
     const mapError = (operation: string) => toStoreError(endpoint, operation)
+    const keyspace = socketKeyspace(keys, endpoint.db)
 
     // --- connection health ----------------------------------------------------------
     // ioredis reports through events; they update this record synchronously, and a fiber
@@ -210,10 +248,11 @@ export const make = (
 
     // --- subscriptions --------------------------------------------------------------
     const channels = new Map<string, Channel>()
+    let socketWatch: SocketWatch | undefined
     let subscriberGeneration = 0
     const dropSubscriptions = () => {
       subscriberGeneration++
-      if (channels.size === 0) return
+      if (channels.size === 0 && socketWatch === undefined) return
       const error = new StoreUnavailable({
         operation: "subscribe",
         reason: `subscriber connection to ${endpoint.safeUrl} lost`
@@ -223,6 +262,11 @@ export const make = (
         for (const mailbox of channel.subscribers) mailbox.unsafeDone(Exit.fail(error))
       }
       channels.clear()
+      if (socketWatch !== undefined) {
+        Deferred.unsafeDone(socketWatch.confirmed, Effect.fail(error))
+        for (const mailbox of socketWatch.subscribers) mailbox.unsafeDone(Exit.fail(error))
+        socketWatch = undefined
+      }
     }
 
     // --- connections ----------------------------------------------------------------
@@ -257,6 +301,12 @@ export const make = (
         const connection = openConnection(endpoint, connectionOptions("subscriber", timeouts), onError)
         // the server forgets a lost connection's subscriptions: so do we
         track(connection, "subscriber", dropSubscriptions)
+        connection.on("pmessage", (pattern: string, name: string, message: string) => {
+          if (pattern !== keyspace.pattern || socketWatch === undefined) return
+          const event = keyspace.event(name, message)
+          if (event === undefined) return
+          for (const mailbox of socketWatch.subscribers) mailbox.unsafeOffer(event)
+        })
         connection.on("message", (name: string, message: string) => {
           const channel = channels.get(name)
           if (channel === undefined) return
@@ -697,6 +747,119 @@ export const make = (
     const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> =
       Stream.paginateChunkEffect("0", scanPage)
 
+    /** Each claim is its own script (one slot each); the pipeline makes them one round trip. */
+    const claimSockets = Effect.fnUntraced(function* (
+      claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
+    ) {
+      for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
+      if (claims.length === 0) return []
+      const replies = yield* run("claimSockets", (c) =>
+        c
+          .pipeline(
+            claims.map(([token, record]) => [
+              "leaseholdClaimSocket",
+              keys.socket(token),
+              encodeSocketRecord(record),
+              String(tokenMs)
+            ])
+          )
+          .exec()
+      )
+      const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
+      for (let i = 0; i < claims.length; i++) {
+        const key = keys.socket(claims[i]![0])
+        const [error, reply] = replies?.[i] ?? [null, null]
+        if (error !== null) {
+          const mapped = mapError("claimSockets")(error)
+          // A lost connection fails the whole batch; a refused step (a key of another
+          // type) is that record's own failure.
+          if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
+          results.push(Either.left(mapped))
+          continue
+        }
+        const list = asArray(reply)
+        if (list?.[0] === 1) results.push(Either.right({ _tag: "Claimed" }))
+        else if (list?.[0] === 0 && typeof list[1] === "string") {
+          results.push(Either.map(decodeSocketRecord(key, list[1]), (record) => ({ _tag: "Taken", record })))
+        } else results.push(Either.left(unexpectedReply("claimSockets", reply)))
+      }
+      return results
+    })
+
+    /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
+    const enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable> = Effect.gen(function* () {
+      const reply = yield* run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
+      const list = asArray(reply)
+      const current = typeof list?.[1] === "string" ? list[1] : ""
+      const missing = missingFlags(current)
+      if (missing === "") return { _tag: "Enabled", flags: current } as const
+      const flags = `${current}${missing}`
+      yield* run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
+      return { _tag: "Enabled", flags } as const
+    }).pipe(
+      Effect.catchTag("StoreRefused", (refused) =>
+        Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
+      )
+    )
+
+    /** The first listener sends PSUBSCRIBE; a refused one is not kept, so the next listener tries again. */
+    const joinSocketWatch = (mailbox: Mailbox.Mailbox<SocketEvent, StoreUnavailable>): SocketWatch => {
+      let watch = socketWatch
+      if (watch === undefined) {
+        const created: SocketWatch = {
+          generation: subscriberGeneration,
+          confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+          subscribers: new Set()
+        }
+        socketWatch = created
+        subscriber.psubscribe(keyspace.pattern).then(
+          () => Deferred.unsafeDone(created.confirmed, Effect.void),
+          (cause) => {
+            Deferred.unsafeDone(created.confirmed, Effect.fail(mapError("socketEvents")(cause)))
+            if (socketWatch === created) socketWatch = undefined
+          }
+        )
+        watch = created
+      }
+      watch.subscribers.add(mailbox)
+      return watch
+    }
+
+    const leaveSocketWatch = (
+      watch: SocketWatch,
+      mailbox: Mailbox.Mailbox<SocketEvent, StoreUnavailable>
+    ): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        watch.subscribers.delete(mailbox)
+        mailbox.unsafeDone(Exit.void)
+        if (watch.subscribers.size > 0 || socketWatch !== watch) return Effect.void
+        socketWatch = undefined
+        if (watch.generation !== subscriberGeneration || subscriber.status !== "ready") return Effect.void
+        return Effect.promise(() => subscriber.punsubscribe(keyspace.pattern).catch(() => undefined)).pipe(
+          Effect.timeoutOption(commandTimeoutMs),
+          withLiveClock,
+          Effect.asVoid
+        )
+      })
+
+    const socketEvents = Effect.gen(function* () {
+      yield* awaitReady(subscriber, commandTimeoutMs, notConnected("socketEvents", commandTimeoutMs))
+      const mailbox = yield* Mailbox.make<SocketEvent, StoreUnavailable>()
+      const watch = yield* Effect.acquireRelease(
+        Effect.sync(() => joinSocketWatch(mailbox)),
+        (watch) => leaveSocketWatch(watch, mailbox)
+      )
+      yield* Deferred.await(watch.confirmed).pipe(
+        Effect.timeoutFail({
+          duration: commandTimeoutMs,
+          onTimeout: () =>
+            new StoreUnavailable({ operation: "socketEvents", reason: "no confirmation within the command timeout" })
+        }),
+        withLiveClock
+      )
+      return Mailbox.toStream(mailbox)
+    })
+
     // --- mailboxes ------------------------------------------------------------------
     const mailboxAppend = Effect.fnUntraced(function* (
       instanceId: string,
@@ -802,6 +965,9 @@ export const make = (
       deleteSocketIfOwner,
       refreshSocket,
       scanSockets,
+      claimSockets,
+      enableSocketEvents,
+      socketEvents,
       mailboxAppend,
       mailboxRead,
       mailboxTrim,

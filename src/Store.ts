@@ -12,10 +12,11 @@
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreUnavailable } from "./StoreError.js"
+import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
 
 /**
  * The outcome of `tryAcquire`.
@@ -122,6 +123,34 @@ export interface SocketRecord {
  * @category models
  */
 export type ClaimResult = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly record: SocketRecord }
+
+/**
+ * A change to a socket record, as the store reports it: `set` (written), `del` (deleted),
+ * `expired` (its TTL ran out), `evicted` (dropped under memory pressure).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SocketEvent {
+  readonly token: string
+  readonly event: "set" | "del" | "expired" | "evicted"
+}
+
+/**
+ * Whether the store agreed to report socket-record changes. `Refused`: the server does not
+ * let us turn its notifications on (a managed Redis that disables `CONFIG`); a
+ * subscription still works but may stay silent unless an operator enabled the events.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SocketEventsSetting =
+  | {
+      readonly _tag: "Enabled"
+      /** The server's notification flags now in force (Redis `notify-keyspace-events`). */
+      readonly flags: string
+    }
+  | { readonly _tag: "Refused"; readonly reply: string }
 
 /**
  * One entry of an instance's mailbox stream.
@@ -286,6 +315,34 @@ export declare namespace Store {
      * itself. A record that does not decode is skipped with a warning.
      */
     readonly scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError>
+    /**
+     * `claimSocket` for many records in one round trip (each claim is its own atomic step,
+     * so tokens may live on different Cluster slots). Results come in the order asked; a
+     * record there that does not decode is a `CorruptValue` in its place, a claim the
+     * store refused (a key of another type, no memory left) a `StoreRefused`. A lost
+     * connection fails the whole batch with `StoreUnavailable`.
+     */
+    readonly claimSockets: (
+      claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
+    ) => Effect.Effect<
+      ReadonlyArray<Either.Either<ClaimResult, CorruptValue | StoreRefused>>,
+      InvalidToken | StoreError
+    >
+    /**
+     * Ask the store to report socket-record changes. Redis: `CONFIG SET
+     * notify-keyspace-events` with the flags already set plus `K`, `g`, `$`, `x`, `e`
+     * (nothing is sent when they are all there). A refused `CONFIG` is `Refused`, not an
+     * error. A restarted server forgets the setting: call it again after a reconnection.
+     */
+    readonly enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable>
+    /**
+     * Subscribe to changes of every socket record (Redis: a pattern subscription to the
+     * keyspace channels of socket keys, built by the store). The returned effect completes
+     * once the subscription is confirmed. The stream fails with `StoreUnavailable` when
+     * the subscriber connection is lost; events meanwhile are lost, so a caller re-checks
+     * after subscribing again. Events of keys that are not valid tokens are dropped.
+     */
+    readonly socketEvents: Effect.Effect<Stream.Stream<SocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
 
     // --- mailboxes --------------------------------------------------------------------
 

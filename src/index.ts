@@ -45,3 +45,6 @@ export * as StoreError from "./StoreError.js"
 
 /** @since 0.1.0 */
 export * as Supervisor from "./Supervisor.js"
+
+/** @since 0.1.0 */
+export * as TokenManager from "./TokenManager.js"

@@ -60,6 +60,7 @@ const memory = (persisted: boolean): Backend => ({
             Effect.map(TestClock.sleeps(), (sleeps) => Chunk.size(sleeps) > 0)
           ),
           putRaw: (key, value) => control.setRaw(key, value),
+          putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),
           keyCount: control.keyCount,
           commandsProcessed: Option.none(),
           channelSubscribers: Option.none(),

@@ -1,4 +1,5 @@
-import { describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -67,6 +68,7 @@ const redis: Backend = {
             Effect.map(Effect.orDie(server.info("clients")), (info) => Number(info.blocked_clients) > 0)
           ),
           putRaw: (key, value) => Effect.orDie(server.command("SET", key, value)),
+          putRawExpiring: (key, value, ttlMs) => Effect.orDie(server.command("SET", key, value, "PX", ttlMs)),
           keyCount: Effect.orDie(server.dbsize),
           commandsProcessed: Option.some(commandsProcessed(server)),
           channelSubscribers: Option.some((channel) => Effect.orDie(server.numsub(channel))),
@@ -85,4 +87,64 @@ const redis: Backend = {
 
 describe("Store conformance: RedisStore", () => {
   storeSuite(redis)
+})
+
+const buildStore = (server: RedisServer.RedisServer) =>
+  Layer.build(
+    RedisStore.layer({ url: server.url }).pipe(
+      Layer.provide(
+        LeaseholdConfig.layerWith({
+          keyPrefix: "flags",
+          commandTimeout: COMMAND_TIMEOUT_MS,
+          connectTimeout: COMMAND_TIMEOUT_MS
+        })
+      )
+    )
+  ).pipe(
+    Effect.orDie,
+    Effect.map((context) => Context.get(context, Store))
+  )
+
+describe("RedisStore: keyspace notification flags", () => {
+  it.scopedLive("adds only the missing flags and keeps those already set", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      yield* Effect.orDie(server.command("CONFIG", "SET", "notify-keyspace-events", "Elt"))
+      const store = yield* buildStore(server)
+      const setting = yield* store.enableSocketEvents
+      assert.strictEqual(setting._tag, "Enabled")
+      const [, flags] = (yield* Effect.orDie(server.command("CONFIG", "GET", "notify-keyspace-events"))) as [
+        string,
+        string
+      ]
+      for (const flag of ["K", "E", "g", "$", "l", "x", "e", "t"]) {
+        assert.include(flags, flag, `flag ${flag} in ${flags}`)
+      }
+    })
+  )
+
+  it.scopedLive("sends no CONFIG SET when every flag is already there", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      yield* Effect.orDie(server.command("CONFIG", "SET", "notify-keyspace-events", "KA"))
+      const store = yield* buildStore(server)
+      const before = yield* Effect.orDie(server.info("commandstats"))
+      deepStrictEqual(yield* store.enableSocketEvents, { _tag: "Enabled", flags: "AK" })
+      const after = yield* Effect.orDie(server.info("commandstats"))
+      const sets = (stats: Readonly<Record<string, string>>) =>
+        Number(/calls=(\d+)/.exec(stats["cmdstat_config|set"] ?? "")?.[1] ?? 0)
+      assert.strictEqual(sets(after), sets(before))
+    })
+  )
+
+  it.scopedLive("a server without CONFIG answers Refused, and a subscription still works", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start({ extraArgs: ["--rename-command", "CONFIG", ""] })
+      const store = yield* buildStore(server)
+      const setting = yield* store.enableSocketEvents
+      assert.strictEqual(setting._tag, "Refused")
+      assert.include(setting._tag === "Refused" ? setting.reply : "", "unknown command")
+      yield* store.socketEvents
+    })
+  )
 })

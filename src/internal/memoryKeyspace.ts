@@ -75,6 +75,8 @@ export class Keyspace {
    * through it, whichever operation made it.
    */
   onKeyChanged: ((key: string, present: boolean) => void) | undefined = undefined
+  /** Called for every key removed because its deadline passed (Redis' `expired` event). */
+  onExpired: ((key: string) => void) | undefined = undefined
 
   constructor(
     private readonly minSweepMs: number,
@@ -88,11 +90,17 @@ export class Keyspace {
     const entry = this.entries.get(key)
     if (entry === undefined) return undefined
     if (isExpired(entry, now)) {
-      this.entries.delete(key)
-      this.onKeyChanged?.(key, false)
+      this.removeExpired(key)
       return undefined
     }
     return entry
+  }
+
+  /** Remove a key whose deadline passed, and report it. */
+  removeExpired(key: string): void {
+    this.entries.delete(key)
+    this.onKeyChanged?.(key, false)
+    this.onExpired?.(key)
   }
 
   getString(key: string, now: number): StringEntry | undefined {
@@ -149,7 +157,7 @@ export class Keyspace {
     let earliest = Number.POSITIVE_INFINITY
     for (const [key, entry] of this.entries) {
       if (entry.deadline === undefined) continue
-      if (entry.deadline <= now) this.delete(key)
+      if (entry.deadline <= now) this.removeExpired(key)
       else if (entry.deadline < earliest) earliest = entry.deadline
     }
     this.lastSweep = now

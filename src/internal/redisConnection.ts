@@ -32,6 +32,8 @@ export interface Endpoint {
   readonly url: string
   readonly safeUrl: string
   readonly password: string | undefined
+  /** The database index the URL selects (its path, as ioredis reads it); 0 without one. */
+  readonly db: number
 }
 
 /**
@@ -51,7 +53,13 @@ export const parseEndpoint = (url: string): Endpoint | undefined => {
   if (parsed.hostname === "") return undefined
   const password = parsed.password === "" ? undefined : decodeURIComponent(parsed.password)
   const path = parsed.pathname === "/" ? "" : parsed.pathname
-  return { url, safeUrl: `${parsed.protocol}//${parsed.host}${path}`, password }
+  const db = Number.parseInt(path.slice(1), 10)
+  return {
+    url,
+    safeUrl: `${parsed.protocol}//${parsed.host}${path}`,
+    password,
+    db: Number.isSafeInteger(db) && db >= 0 ? db : 0
+  }
 }
 
 const userinfoPattern = /([a-z][a-z0-9+.-]*:\/\/)[^@/\s]*@/gi

@@ -34,6 +34,8 @@ export interface Fixture {
   readonly awaitBlockedRead: Effect.Effect<void>
   /** Store a raw string under a full key name (for corrupt values). */
   readonly putRaw: (key: string, value: string) => Effect.Effect<void>
+  /** Store a raw string that expires after `ttlMs`. */
+  readonly putRawExpiring: (key: string, value: string, ttlMs: number) => Effect.Effect<void>
   /** The number of keys in the store (the store is private to the test). */
   readonly keyCount: Effect.Effect<number>
   /**

@@ -6,13 +6,14 @@
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import { MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
+import { type ClaimResult, MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
 import type { CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import {
@@ -68,7 +69,8 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
   ["claimSocket", (t) => store.claimSocket(t, recordA)],
   ["readSocket", (t) => store.readSocket(t)],
   ["deleteSocketIfOwner", (t) => store.deleteSocketIfOwner(t, recordA)],
-  ["refreshSocket", (t) => store.refreshSocket(t, recordA)]
+  ["refreshSocket", (t) => store.refreshSocket(t, recordA)],
+  ["claimSockets", (t) => store.claimSockets([[t, recordA]])]
 ]
 
 /** Every operation that takes an instance id, applied to `instanceId`. */
@@ -866,6 +868,95 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.putRaw(fx.keys.socket("tok-bad"), "not json")
         const all = yield* Stream.runCollect(fx.store.scanSockets)
         deepStrictEqual([...all], [["tok-1", recordA]])
+      }))
+  })
+
+  describe("socket record batches and events", () => {
+    test("claimSockets: claimed, taken by the same record, taken by another, corrupt, in the order asked", (fx) =>
+      Effect.gen(function* () {
+        deepStrictEqual(yield* fx.store.claimSockets([]), [])
+        yield* fx.store.claimSocket("tok-mine", recordA)
+        yield* fx.store.claimSocket("tok-theirs", recordB)
+        yield* fx.putRaw(fx.keys.socket("tok-bad"), "not json")
+        const results = yield* fx.store.claimSockets([
+          ["tok-new", recordA],
+          ["tok-mine", recordA],
+          ["tok-theirs", recordA],
+          ["tok-bad", recordA]
+        ])
+        assert.strictEqual(results.length, 4)
+        const expected: ReadonlyArray<ClaimResult> = [
+          { _tag: "Claimed" },
+          { _tag: "Taken", record: recordA },
+          { _tag: "Taken", record: recordB }
+        ]
+        deepStrictEqual(results.slice(0, 3), expected.map(Either.right))
+        const corrupt = results[3]!
+        assert.isTrue(Either.isLeft(corrupt) && corrupt.left._tag === "CorruptValue")
+        deepStrictEqual(yield* fx.store.readSocket("tok-new"), Option.some(recordA))
+        deepStrictEqual(yield* fx.store.readSocket("tok-theirs"), Option.some(recordB))
+      }))
+
+    test("claimSockets validates every token and instance before any I/O", (fx) =>
+      Effect.gen(function* () {
+        yield* failsWith(
+          fx.store.claimSockets([
+            ["tok-1", recordA],
+            ["tok*", recordA]
+          ]),
+          "InvalidToken"
+        )
+        yield* failsWith(fx.store.claimSockets([["tok-1", { instanceId: "in st", connectionId: "c" }]]), "InvalidToken")
+        deepStrictEqual(yield* fx.store.readSocket("tok-1"), Option.none())
+      }))
+
+    test("enableSocketEvents is accepted by a store that allows it", (fx) =>
+      Effect.gen(function* () {
+        const setting = yield* fx.store.enableSocketEvents
+        assert.strictEqual(setting._tag, "Enabled")
+        // twice is harmless
+        assert.strictEqual((yield* fx.store.enableSocketEvents)._tag, "Enabled")
+      }))
+
+    test("socketEvents reports set, del and expired of socket records, and nothing of other keys", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.enableSocketEvents
+        const events = yield* fx.store.socketEvents
+        const received = yield* collectFirst(events, 5)
+        yield* expectAcquired(fx.store.tryAcquire("tok-1", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok-1", "lock-a", [["socket", "a slice, not a record"]])
+        yield* fx.store.claimSocket("tok-1", recordA)
+        yield* fx.store.claimSocket("tok-1", recordB)
+        assert.isFalse(yield* fx.store.deleteSocketIfOwner("tok-1", recordB))
+        assert.isTrue(yield* fx.store.deleteSocketIfOwner("tok-1", recordA))
+        yield* fx.store.claimSockets([["tok-2", recordB]])
+        yield* fx.putRawExpiring(fx.keys.socket("tok-3"), JSON.stringify(recordC), 50)
+        yield* fx.advance(1_100)
+        // Redis reports an expiry when it removes the key (its sampler, or a read like this one)
+        deepStrictEqual(yield* fx.store.readSocket("tok-3"), Option.none())
+        deepStrictEqual(yield* joinWithin("five socket events", 5_000, received), [
+          { token: "tok-1", event: "set" },
+          { token: "tok-1", event: "del" },
+          { token: "tok-2", event: "set" },
+          { token: "tok-3", event: "set" },
+          { token: "tok-3", event: "expired" }
+        ])
+      }))
+
+    test("a dropped subscriber connection fails the socketEvents stream; a new subscription works", (fx) =>
+      Effect.gen(function* () {
+        yield* fx.store.enableSocketEvents
+        const scope = yield* Scope.make()
+        const events = yield* fx.store.socketEvents.pipe(Scope.extend(scope))
+        const reader = yield* Effect.fork(Stream.runDrain(events))
+        assert.isTrue((yield* fx.dropSubscriptions) >= 1)
+        const error = yield* within("the stream to fail", 5_000, Effect.flip(Fiber.join(reader)))
+        assert.strictEqual(error._tag, "StoreUnavailable")
+        yield* Scope.close(scope, Exit.void)
+        const again = yield* eventually("subscribing again", 5_000, fx.store.socketEvents)
+        const received = yield* collectFirst(again, 1)
+        yield* fx.store.claimSocket("tok-1", recordA)
+        deepStrictEqual(yield* joinWithin("an event", 5_000, received), [{ token: "tok-1", event: "set" }])
       }))
   })
 

@@ -1,0 +1,70 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { memoryCluster } from "./tokens/cluster.js"
+import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
+
+const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+
+const memory: TokenBackend = {
+  name: "memory",
+  test: (name, input, options, body) =>
+    it.scoped(name, () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input, options)
+        yield* body(cluster, {
+          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          until: (label, check) =>
+            eventuallyTrue(
+              label,
+              5_000,
+              Effect.gen(function* () {
+                yield* settle
+                if (yield* check) return true
+                yield* TestClock.adjust(1)
+                return false
+              })
+            )
+        })
+      })
+    )
+}
+
+tokenSuite(memory)
+
+describe("TokenManager (memory): the restore", () => {
+  it.scoped("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const a = yield* cluster.worker()
+      for (const token of ["tab-1", "tab-2", "tab-3"]) yield* a.tokens.link(token, `c-${token}`)
+      yield* cluster.remove("tab-2")
+      yield* eventuallyTrue("tab-2 claimed again", 5_000, Effect.map(cluster.record("tab-2"), Option.isSome))
+      const before = yield* cluster.operations
+      yield* cluster.dropSubscriptions
+      yield* eventuallyTrue(
+        "the restore ran",
+        5_000,
+        Effect.zipRight(
+          settle,
+          Effect.map(cluster.operations, (n) => n > before)
+        )
+      )
+      yield* settle
+      // One batched claim per restore (the reconnection's new epoch may bring a second one),
+      // and no read of the records that were unchanged.
+      const calls = (yield* cluster.calls).slice(before)
+      assert.isTrue(calls.length >= 1 && calls.length <= 2, calls.join())
+      assert.isTrue(
+        calls.every((name) => name === "claimSockets"),
+        calls.join()
+      )
+      for (const token of ["tab-1", "tab-2", "tab-3"]) {
+        deepStrictEqual(yield* cluster.record(token), Option.some({ instanceId: a.id, connectionId: `c-${token}` }))
+      }
+    })
+  )
+})

@@ -1,0 +1,103 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as TokenManager from "../src/TokenManager.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
+import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
+
+const redis: TokenBackend = {
+  name: "redis",
+  test: (name, input, options, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster(input, options)
+        yield* body(cluster, {
+          advance: (ms) => Effect.sleep(ms),
+          until: (label, check) => eventuallyTrue(label, 8_000, check)
+        })
+      })
+    )
+}
+
+tokenSuite(redis)
+
+const socketsLoop = (w: TokenWorker) =>
+  Effect.map(w.health.loops, (loops) => loops.find((loop) => loop.name === TokenManager.loopName)?.state._tag)
+
+describe("TokenManager (redis): refused writes and restarts", () => {
+  it.scopedLive("a refused write (out of memory): linked locally; a refused restore is logged, the loop stays up", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      yield* a.tokens.link("tab-0", "c0")
+      yield* Effect.orDie(cluster.server.command("CONFIG", "SET", "maxmemory", "1"))
+      const refused = yield* Effect.flip(a.tokens.link("tab-1", "c1"))
+      assert.strictEqual(refused._tag, "RecordNotStored")
+      if (refused._tag === "RecordNotStored") assert.strictEqual(refused.cause._tag, "StoreRefused")
+      deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
+
+      // a resubscription restores: tab-0 is unchanged, tab-1's claim is refused and logged
+      yield* cluster.dropSubscriptions
+      yield* eventuallyTrue(
+        "the refused restore logged",
+        8_000,
+        Effect.sync(() =>
+          cluster.logs.some((line) => line.level === "WARN" && line.message.includes("cannot restore token tab-1"))
+        )
+      )
+      yield* eventuallyTrue(
+        "the sockets loop running",
+        8_000,
+        Effect.map(socketsLoop(a), (state) => state === "Running")
+      )
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
+
+      yield* Effect.orDie(cluster.server.command("CONFIG", "SET", "maxmemory", "0"))
+      yield* cluster.dropSubscriptions
+      yield* eventuallyTrue("tab-1 stored", 8_000, Effect.map(cluster.record("tab-1"), Option.isSome))
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some({ instanceId: a.id, connectionId: "c1" }))
+      deepStrictEqual(yield* cluster.record("tab-0"), Option.some({ instanceId: a.id, connectionId: "c0" }))
+    })
+  )
+
+  it.scopedLive("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      yield* a.tokens.link("tab-a", "ca")
+      yield* b.tokens.link("tab-b", "cb")
+      yield* cluster.server.restart
+      yield* eventuallyTrue(
+        "both records back",
+        8_000,
+        Effect.map(Effect.all([cluster.record("tab-a"), cluster.record("tab-b")]), (records) =>
+          records.every(Option.isSome)
+        )
+      )
+      const [, flags] = (yield* Effect.orDie(cluster.server.command("CONFIG", "GET", "notify-keyspace-events"))) as [
+        string,
+        string
+      ]
+      for (const flag of ["K", "g", "$", "x", "e"]) assert.include(flags, flag)
+      // the restarted server's events work: a deletion is claimed again at once
+      yield* cluster.remove("tab-a")
+      yield* eventuallyTrue("tab-a claimed again", 8_000, Effect.map(cluster.record("tab-a"), Option.isSome))
+      for (const w of [a, b]) {
+        yield* eventuallyTrue(
+          "the sockets loop running",
+          8_000,
+          Effect.map(socketsLoop(w), (state) => state === "Running")
+        )
+      }
+      assert.isTrue(
+        cluster.logs.some(
+          (line) => line.level === "ERROR" && line.message.startsWith("sockets: task error, retrying until it recovers")
+        )
+      )
+      assert.isTrue(cluster.logs.some((line) => line.level === "INFO" && line.message === "sockets: task recovered"))
+    })
+  )
+})
