@@ -2,15 +2,25 @@
  * The counter app as one real process on the embedded store: the HTTP API, the socket
  * protocol, health, metrics and graceful shutdown.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { assert, describe, it, layer } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import { bump, connect, request, startApp, updates } from "./support.js"
+import * as Layer from "effect/Layer"
+import { type App, bump, connect, request, startApp, updates } from "./support.js"
 
-describe("counter app (embedded store)", () => {
-  it.scopedLive("the API bumps and reads a counter and answers bad input with 400", () =>
+/** One app process shared by the tests below; each test uses tokens of its own. */
+class Shared extends Context.Tag("test/Shared")<Shared, App>() {}
+
+const metric = (text: string, series: string) => {
+  const line = text.split("\n").find((line) => line.startsWith(`${series} `))
+  return line === undefined ? 0 : Number(line.slice(series.length + 1))
+}
+
+layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter app (embedded store)", (it) => {
+  it.scoped("the API bumps and reads a counter and answers bad input with 400", () =>
     Effect.gen(function* () {
-      const app = yield* startApp()
+      const app = yield* Shared
       const first = yield* bump(app, "tab-1", 2)
       assert.strictEqual(first.status, 200)
       assert.strictEqual(first.body.n, 2)
@@ -30,12 +40,13 @@ describe("counter app (embedded store)", () => {
     })
   )
 
-  it.scopedLive("health and metrics", () =>
+  it.scoped("health and metrics", () =>
     Effect.gen(function* () {
-      const app = yield* startApp()
-      // no socket holds tab-1: its update is dropped, and counted
-      yield* bump(app, "tab-1")
-      yield* connect(app, "tab-2")
+      const app = yield* Shared
+      const before = (yield* request("GET", `${app.url}/metrics`)).body as string
+      // no socket holds tab-h1: its update is dropped, and counted
+      yield* bump(app, "tab-h1")
+      yield* connect(app, "tab-h2")
       const health = yield* request("GET", `${app.url}/healthz`)
       assert.strictEqual(health.status, 200)
       assert.strictEqual(health.body.store, "memory")
@@ -49,14 +60,15 @@ describe("counter app (embedded store)", () => {
       assert.strictEqual(metrics.status, 200)
       assert.match(metrics.body, /^# TYPE leasehold_loop_state gauge$/m)
       assert.match(metrics.body, /^leasehold_loop_state\{loop="mailbox"\} 0$/m)
-      assert.match(metrics.body, /^leasehold_mailbox_dropped_total\{reason="no-owner"\} 1$/m)
-      assert.match(metrics.body, /^counter_sockets_open 1$/m)
+      const noOwner = 'leasehold_mailbox_dropped_total{reason="no-owner"}'
+      assert.strictEqual(metric(metrics.body, noOwner) - metric(before, noOwner), 1)
+      assert.strictEqual(metric(metrics.body, "counter_sockets_open") - metric(before, "counter_sockets_open"), 1)
     })
   )
 
-  it.scopedLive("a socket gets a token, its state, and one update per bump in the order sent", () =>
+  it.scoped("a socket gets a token, its state, and one update per bump in the order sent", () =>
     Effect.gen(function* () {
-      const app = yield* startApp()
+      const app = yield* Shared
       const client = yield* connect(app)
       deepStrictEqual(
         client.frames.slice(0, 2).map((frame) => frame.type),
@@ -90,9 +102,9 @@ describe("counter app (embedded store)", () => {
     })
   )
 
-  it.scopedLive("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
+  it.scoped("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
     Effect.gen(function* () {
-      const app = yield* startApp()
+      const app = yield* Shared
       const first = yield* connect(app, "tab-a")
       assert.isFalse(first.frames.some((frame) => frame.type === "new_token"))
       assert.strictEqual(yield* first.token, "tab-a")
@@ -114,7 +126,9 @@ describe("counter app (embedded store)", () => {
       assert.strictEqual((yield* reloaded.waitFor((frame) => frame.type === "state")).n, 4)
     })
   )
+})
 
+describe("counter app (embedded store), shutdown", () => {
   it.scopedLive("SIGTERM closes the sockets and exits 0", () =>
     Effect.gen(function* () {
       const app = yield* startApp()

@@ -6,6 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as RedisServer from "../support/RedisServer.js"
 import { bump, connect, request, startApp, updates } from "./support.js"
 
@@ -22,59 +23,62 @@ const socketRecords = (server: RedisServer.RedisServer) =>
   })
 
 describe("counter app (Redis, several processes)", () => {
-  it.scopedLive("a socket on A receives every update of bumps made through B, in order", () =>
-    Effect.gen(function* () {
-      const server = yield* RedisServer.start()
-      const env = { LEASEHOLD_REDIS_URL: server.url }
-      const [a, b] = yield* Effect.all([startApp({ env }), startApp({ env })], { concurrency: 2 })
-      const client = yield* connect(a, "tab-1")
-      const hello = yield* client.waitFor((frame) => frame.type === "hello")
-      yield* client.waitFor((frame) => frame.type === "state")
-      const answers: Array<number> = []
-      for (let i = 0; i < 40; i++) {
-        const answer = yield* bump(b, "tab-1")
-        assert.strictEqual(answer.status, 200)
-        assert.notStrictEqual(answer.body.instanceId, hello.instanceId)
-        assert.strictEqual(answer.body.delivery, "sent")
-        answers.push(answer.body.n)
-      }
-      yield* client.waitFor((frame) => frame.type === "update" && frame.n === 40)
-      deepStrictEqual(
-        answers,
-        Array.from({ length: 40 }, (_, i) => i + 1)
-      )
-      deepStrictEqual(updates(client), answers)
-      // and a duplicate tab on B gets a token of its own
-      const duplicate = yield* connect(b, "tab-1")
-      assert.strictEqual(duplicate.frames[0]!.type, "new_token")
-      assert.notStrictEqual(duplicate.frames[0]!.token, "tab-1")
-    })
-  )
+  it.scopedLive(
+    "two processes: every update of bumps made through B reaches A's socket in order; SIGTERM of A leaves none of its records",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const env = { LEASEHOLD_REDIS_URL: server.url }
+        const [a, b] = yield* Effect.all([startApp({ env }), startApp({ env })], { concurrency: 2 })
+        const client = yield* connect(a, "tab-1")
+        const idA = (yield* client.waitFor((frame) => frame.type === "hello")).instanceId
+        yield* client.waitFor((frame) => frame.type === "state")
+        const answers: Array<number> = []
+        for (let i = 0; i < 40; i++) {
+          const answer = yield* bump(b, "tab-1")
+          assert.strictEqual(answer.status, 200)
+          assert.notStrictEqual(answer.body.instanceId, idA)
+          assert.strictEqual(answer.body.delivery, "sent")
+          answers.push(answer.body.n)
+        }
+        yield* client.waitFor((frame) => frame.type === "update" && frame.n === 40)
+        deepStrictEqual(
+          answers,
+          Array.from({ length: 40 }, (_, i) => i + 1)
+        )
+        deepStrictEqual(updates(client), answers)
 
-  it.scopedLive("SIGTERM leaves no socket record of that worker in Redis", () =>
-    Effect.gen(function* () {
-      const server = yield* RedisServer.start()
-      const env = { LEASEHOLD_REDIS_URL: server.url }
-      const [a, b] = yield* Effect.all([startApp({ env }), startApp({ env })], { concurrency: 2 })
-      const onA = yield* Effect.all([connect(a, "a-1"), connect(a, "a-2"), connect(a, "a-3")])
-      const onB = yield* connect(b, "b-1")
-      const idA = (yield* onA[0].waitFor((frame) => frame.type === "hello")).instanceId
-      const idB = (yield* onB.waitFor((frame) => frame.type === "hello")).instanceId
-      assert.strictEqual((yield* socketRecords(server)).filter(([, id]) => id === idA).length, 3)
-      yield* a.kill("SIGTERM")
-      assert.strictEqual(yield* a.exited, 0)
-      const records = yield* socketRecords(server)
-      deepStrictEqual(
-        records.filter(([, id]) => id === idA),
-        []
-      )
-      deepStrictEqual(records, [["leasehold:{b-1}:socket", idB]])
-      for (const client of onA) assert.isFalse(client.isOpen())
-    })
+        // a duplicate tab on B gets a token of its own
+        const duplicate = yield* connect(b, "tab-1")
+        assert.strictEqual(duplicate.frames[0]!.type, "new_token")
+        assert.notStrictEqual(duplicate.frames[0]!.token, "tab-1")
+
+        // SIGTERM of A: its records go, B's stay
+        const onA = [client, ...(yield* Effect.all([connect(a, "a-2"), connect(a, "a-3")]))]
+        const onB = yield* connect(b, "b-1")
+        const idB = (yield* onB.waitFor((frame) => frame.type === "hello")).instanceId
+        assert.strictEqual((yield* socketRecords(server)).filter(([, id]) => id === idA).length, 3)
+        yield* a.kill("SIGTERM")
+        assert.strictEqual(yield* a.exited, 0)
+        const records = yield* socketRecords(server)
+        deepStrictEqual(
+          records.filter(([, id]) => id === idA),
+          []
+        )
+        deepStrictEqual(
+          records.map(([key, id]) => [key, id === idB]).sort(),
+          [
+            [`leasehold:{${duplicate.frames[0]!.token}}:socket`, true],
+            ["leasehold:{b-1}:socket", true]
+          ].sort()
+        )
+        for (const socket of onA) assert.isFalse(socket.isOpen())
+      }),
+    60_000
   )
 
   it.scopedLive(
-    "WORKERS=4: 100 bumps on fresh connections; the socket's last update equals the successful bumps",
+    "WORKERS=4: 100 bumps on fresh connections; the socket's last update equals the successful bumps; a worker that dies is replaced",
     () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
@@ -95,32 +99,26 @@ describe("counter app (Redis, several processes)", () => {
         assert.strictEqual(updates(client).at(-1), ok.length)
         assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-c`)).body.n, ok.length)
         assert.strictEqual(ok.length, 100)
-        yield* app.kill("SIGTERM")
-        assert.strictEqual(yield* app.exited, 0)
-        deepStrictEqual(yield* socketRecords(server), [])
-      }),
-    60_000
-  )
 
-  it.scopedLive(
-    "a cluster worker that dies is replaced; SIGTERM then stops them all",
-    () =>
-      Effect.gen(function* () {
-        const server = yield* RedisServer.start()
-        const app = yield* startApp({ env: { LEASEHOLD_REDIS_URL: server.url, WORKERS: "2" } })
-        const health = yield* request("GET", `${app.url}/healthz`)
+        // a worker killed outright (not the one holding the socket) is replaced, and the app serves on
+        const owner = (yield* client.waitFor((frame) => frame.type === "hello")).instanceId
+        let health = yield* request("GET", `${app.url}/healthz`)
+        while (health.body.instanceId === owner) health = yield* request("GET", `${app.url}/healthz`)
         const victim = health.body.pid as number
         process.kill(victim, "SIGKILL")
         yield* app.waitFor(new RegExp(`worker pid ${victim} exited .*starting another`))
-        // the replacement listens, and the app serves on
         yield* Effect.iterate(0, {
-          while: (listening) => listening < 3,
+          while: (listening) => listening < 5,
           body: () =>
             Effect.as(Effect.sleep(100), app.lines.filter((line) => /counter: listening on/.test(line)).length)
         })
-        assert.strictEqual((yield* bump(app, "tab-r")).status, 200)
+        assert.strictEqual((yield* bump(app, "tab-c")).body.n, 101)
+        yield* client.waitFor((frame) => frame.type === "update" && frame.n === 101)
+
+        yield* client.close
         yield* app.kill("SIGTERM")
         assert.strictEqual(yield* app.exited, 0)
+        deepStrictEqual(yield* socketRecords(server), [])
       }),
     60_000
   )
@@ -148,15 +146,22 @@ describe("counter app (Redis, several processes)", () => {
         })
         assert.strictEqual((yield* bump(app, "tab-u")).status, 200)
         yield* server.pause
+        // health turns 503 once a loop notices; watched meanwhile
+        const unhealthy = yield* Effect.fork(
+          Effect.gen(function* () {
+            let health = yield* request("GET", `${app.url}/healthz`)
+            for (let i = 0; i < 100 && health.status !== 503; i++) {
+              yield* Effect.sleep(100)
+              health = yield* request("GET", `${app.url}/healthz`)
+            }
+            return health
+          })
+        )
         const answer = yield* bump(app, "tab-u")
         assert.strictEqual(answer.status, 503)
         assert.isString(answer.body.error)
         assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-u`)).status, 503)
-        let health = yield* request("GET", `${app.url}/healthz`)
-        for (let i = 0; i < 50 && health.status !== 503; i++) {
-          yield* Effect.sleep(100)
-          health = yield* request("GET", `${app.url}/healthz`)
-        }
+        const health = yield* Fiber.join(unhealthy)
         assert.strictEqual(health.status, 503)
         assert.isTrue(health.body.loops.some((loop: { state: string }) => loop.state === "retrying"))
         yield* server.resume
