@@ -144,6 +144,8 @@ export type KeepAlive = "events" | "refresh"
 export const loopName = "sockets"
 
 /**
+ * Sockets linked with a record of their own (fresh tokens included).
+ *
  * @since 0.1.0
  * @category metrics
  */
@@ -153,6 +155,8 @@ export const links = Metric.counter("leasehold_socket_links_total", {
 })
 
 /**
+ * Links of a token already held by another socket, answered with a fresh token.
+ *
  * @since 0.1.0
  * @category metrics
  */
@@ -162,6 +166,8 @@ export const duplicates = Metric.counter("leasehold_socket_duplicates_total", {
 })
 
 /**
+ * Records of live sockets written back (after a deletion, an expiry, or a store restart).
+ *
  * @since 0.1.0
  * @category metrics
  */
@@ -171,6 +177,8 @@ export const recordsRestored = Metric.counter("leasehold_socket_records_restored
 })
 
 /**
+ * Tokens of local sockets found held by another socket, whose record was adopted.
+ *
  * @since 0.1.0
  * @category metrics
  */
@@ -198,6 +206,12 @@ const restoreBatch = 1_000
 const concurrentWrites = 16
 
 /**
+ * Build the token manager of one worker and start its `sockets` loop in the
+ * supervisor's scope. It returns once the loop's first attempt is over (subscribed, or
+ * failed because the store is down: links then fail with `RecordNotStored` and are
+ * stored when the store returns). Its finalizer stops the loop, then disconnects every
+ * local socket.
+ *
  * @since 0.1.0
  * @category constructors
  */

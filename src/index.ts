@@ -20,6 +20,9 @@ export * as LeaseholdConfig from "./LeaseholdConfig.js"
 export * as Lock from "./Lock.js"
 
 /** @since 0.1.0 */
+export * as Mailbox from "./Mailbox.js"
+
+/** @since 0.1.0 */
 export * as MemoryStore from "./MemoryStore.js"
 
 /** @since 0.1.0 */
@@ -48,3 +51,6 @@ export * as Supervisor from "./Supervisor.js"
 
 /** @since 0.1.0 */
 export * as TokenManager from "./TokenManager.js"
+
+/** @since 0.1.0 */
+export * as Worker from "./Worker.js"

@@ -64,6 +64,50 @@ describe("delivery through Redis outages", () => {
   )
 
   it.scopedLive(
+    "after CLIENT KILL of its connections the reader logs one ERROR and one INFO, and the next update arrives",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url, fastRetries)
+        const a = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        // The sender is the store itself here, so that A's is the only mailbox loop logging.
+        const send = (n: number) =>
+          fx.store.mailboxAppend(
+            a.id,
+            JSON.stringify({ token: "token1", update: { n, at: update(n).at.toISOString(), tags: [`t${n}`] } }),
+            { maxLen: 100, ttlMs: 60_000 }
+          )
+        yield* send(1)
+        yield* until(
+          "A receives the first",
+          Effect.sync(() => a.received.length === 1)
+        )
+        assert.isAtLeast(yield* server.clientKill("normal"), 2)
+        yield* until(
+          "A's reader recovered",
+          Effect.sync(() => fx.logs.some((line) => line.message === "mailbox: task recovered"))
+        )
+        yield* until("the store takes the second", Effect.map(Effect.option(send(2)), Option.isSome))
+        yield* until(
+          "A receives the second",
+          Effect.sync(() => a.received.length === 2)
+        )
+        const lines = atLevels(fx.logs)
+          .filter((line) => line.message.startsWith("mailbox: task"))
+          .map((line) => `${line.level} ${line.message}`)
+        assert.strictEqual(lines.length, 2, lines.join("\n"))
+        assert.match(lines[0]!, /^ERROR mailbox: task error, retrying until it recovers: /)
+        assert.strictEqual(lines[1], "INFO mailbox: task recovered")
+        deepStrictEqual(
+          a.received.map(([, value]) => value.n),
+          [1, 2]
+        )
+      }),
+    20_000
+  )
+
+  it.scopedLive(
     "updates sent while the owner's connection is down for 10 s arrive after it returns, in order, once each",
     () =>
       Effect.gen(function* () {

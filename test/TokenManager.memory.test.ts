@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
@@ -65,6 +66,52 @@ describe("TokenManager (memory): the restore", () => {
       for (const token of ["tab-1", "tab-2", "tab-3"]) {
         deepStrictEqual(yield* cluster.record(token), Option.some({ instanceId: a.id, connectionId: `c-${token}` }))
       }
+    })
+  )
+})
+
+describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
+  it.scoped("a socket that disconnects while its record is being claimed again leaves no record behind", () =>
+    Effect.gen(function* () {
+      const gate = yield* Deferred.make<void>()
+      const held = yield* Deferred.make<void>()
+      let holding = false
+      const cluster = yield* memoryCluster(
+        {},
+        {
+          // Hold the loop's next claim of one record until the test opens the gate.
+          before: (operation) =>
+            operation === "claimSocket" && holding
+              ? Effect.zipRight(Deferred.succeed(held, undefined), Deferred.await(gate))
+              : Effect.void
+        }
+      )
+      const a = yield* cluster.worker()
+      yield* a.tokens.link("tab-1", "c1")
+      yield* a.tokens.link("tab-2", "c2")
+      holding = true
+      yield* cluster.remove("tab-1")
+      yield* Deferred.await(held)
+      holding = false
+      // the socket goes while the claim is in flight; the record is not there to delete yet
+      yield* a.tokens.disconnect("tab-1", "c1")
+      yield* Deferred.succeed(gate, undefined)
+      // A restore queues behind the held re-claim (they run one at a time): once it has
+      // called the store, the re-claim is over.
+      const before = (yield* cluster.calls).length
+      yield* cluster.dropSubscriptions
+      yield* eventuallyTrue(
+        "the restore after the re-claim",
+        5_000,
+        Effect.zipRight(
+          settle,
+          Effect.map(cluster.calls, (calls) => calls.slice(before).includes("claimSockets"))
+        )
+      )
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
+      deepStrictEqual(yield* cluster.record("tab-2"), Option.some({ instanceId: a.id, connectionId: "c2" }))
+      deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
+      deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.none())
     })
   )
 })

@@ -206,11 +206,13 @@ export const awaitReady = (
   Effect.suspend(() => {
     if (connection.status === "ready") return Effect.void
     if (connection.status === "end") return Effect.fail(onTimeout())
+    // Interruptible even inside an uninterruptible caller (a lease's flush, a release):
+    // the timeout works by interrupting the wait, and must end it there too.
     return Effect.async<void>((resume) => {
       const onReady = () => resume(Effect.void)
       connection.once("ready", onReady)
       return Effect.sync(() => {
         connection.off("ready", onReady)
       })
-    }).pipe(Effect.timeoutFail({ duration: timeoutMs, onTimeout }), withLiveClock)
+    }).pipe(Effect.interruptible, Effect.timeoutFail({ duration: timeoutMs, onTimeout }), withLiveClock)
   })

@@ -1275,6 +1275,12 @@ export const storeSuite = (backend: Backend): void => {
           3_000,
           Effect.map(fx.store.status, (s) => !s.ready)
         )
+        // Cleanup runs uninterruptibly (a lease's flush, a release): it must still time out.
+        yield* timed(
+          "an uninterruptible writeIfHolder",
+          Effect.uninterruptible(fx.store.writeIfHolder("tok", "lock-a", []))
+        )
+        yield* timed("an uninterruptible release", Effect.uninterruptible(fx.store.release("tok", "lock-a")))
 
         yield* fx.outage.end
         yield* eventually("operations after the outage", 10_000, fx.store.readSlices("tok", ["a"]))
@@ -1305,7 +1311,8 @@ export const storeSuite = (backend: Backend): void => {
           for (const [name, op] of [
             ["readSlices", fx.store.readSlices("tok", ["a"])],
             ["holder", fx.store.holder("tok")],
-            ["readSocket", fx.store.readSocket("tok")]
+            ["readSocket", fx.store.readSocket("tok")],
+            ["an uninterruptible writeIfHolder", Effect.uninterruptible(fx.store.writeIfHolder("tok", "lock-a", []))]
           ] as const) {
             const started = yield* liveNow
             yield* failsWith(op as Effect.Effect<unknown, InvalidToken | CorruptValue | StoreError>, "StoreUnavailable")

@@ -56,6 +56,11 @@ export interface TokenCluster {
 export interface ClusterOptions {
   /** Make the store refuse socket events (memory: `refuseSocketEvents`; Redis: CONFIG renamed away). */
   readonly refuseEvents?: boolean
+  /**
+   * Memory only: run before every call of a store operation, by name, so a test can hold
+   * an operation at a chosen point; the real operation runs after it.
+   */
+  readonly before?: (operation: string) => Effect.Effect<void>
 }
 
 const configWith = (input: LeaseholdConfig.Input) =>
@@ -105,7 +110,7 @@ const makeCluster = (
 }
 
 /** Records the name of every operation called on a store, delegating each call to it. */
-const counting = (store: Store.Service) => {
+const counting = (store: Store.Service, before?: (operation: string) => Effect.Effect<void>) => {
   const calls: Array<string> = []
   const wrapped = Object.fromEntries(
     Object.entries(store).map(([name, value]) => [
@@ -113,7 +118,13 @@ const counting = (store: Store.Service) => {
       typeof value === "function"
         ? (...args: Array<unknown>) => {
             calls.push(name)
-            return (value as (...args: Array<unknown>) => unknown)(...args)
+            const call = value as (...args: Array<unknown>) => Effect.Effect<unknown, unknown, unknown>
+            return before === undefined
+              ? call(...args)
+              : Effect.zipRight(
+                  before(name),
+                  Effect.suspend(() => call(...args))
+                )
           }
         : value
     ])
@@ -128,7 +139,7 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}, options: Cluste
     const config = yield* Layer.build(configWith(input)).pipe(Effect.orDie)
     const memory = yield* MemoryStore.make.pipe(Effect.provide(config), Effect.provide(logs.layer))
     if (options.refuseEvents === true) yield* memory.control.refuseSocketEvents(true)
-    const { wrapped, calls } = counting(memory)
+    const { wrapped, calls } = counting(memory, options.before)
     const shared = Context.add(config, Store, wrapped)
     const cluster = makeCluster(shared, logs, {
       get: memory.control.getRaw,

@@ -273,6 +273,18 @@ export const tokenSuite = (backend: TokenBackend) => {
         yield* within("closing the worker", 10_000, a.close)
       }))
 
+    test("a disconnect before the adoption still leaves another worker's record alone", (cluster) =>
+      Effect.gen(function* () {
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        yield* a.tokens.link("tab-1", "c1")
+        yield* cluster.overwrite("tab-1", mine(b, "cb"))
+        // a has not noticed: its local entry still names its own socket
+        deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
+        yield* a.tokens.disconnect("tab-1", "c1")
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
+      }))
+
     test("a deleted record of a live socket is claimed again; another worker's claim in between is adopted", (cluster, tools) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
