@@ -13,6 +13,7 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Socket from "@effect/platform/Socket"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import { isValidToken } from "../../src/internal/validate.js"
 import { Mailbox } from "../../src/Mailbox.js"
@@ -20,6 +21,13 @@ import { TokenManager } from "../../src/TokenManager.js"
 import * as Counter from "./Counter.js"
 import { parseClientMessage } from "./Protocol.js"
 import { type Connection, Sockets } from "./Sockets.js"
+
+/**
+ * The most frames of one socket waiting to be handled. A client that sends faster than
+ * its bumps can be stored gets an error frame for each frame beyond it, rather than
+ * growing this worker's memory without bound.
+ */
+export const maxPendingFrames = 10_000
 
 /** A token for a tab that brought none (or one that cannot be used). */
 export const freshToken = (): string => randomUUID()
@@ -82,6 +90,12 @@ export const handler = Effect.gen(function* () {
   yield* socket
     .runRaw((data) => {
       // Queued synchronously, in the order the frames arrived.
+      if (Option.getOrElse(incoming.unsafeSize(), () => 0) >= maxPendingFrames) {
+        return sockets.send(connection, {
+          type: "error",
+          message: `too many messages waiting (${maxPendingFrames}): message dropped`
+        })
+      }
       incoming.unsafeOffer(typeof data === "string" ? data : decoder.decode(data))
     })
     .pipe(
