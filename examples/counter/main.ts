@@ -5,6 +5,7 @@
 import cluster from "node:cluster"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Cause from "effect/Cause"
+import * as ConfigError from "effect/ConfigError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -27,13 +28,18 @@ const program = Effect.gen(function* () {
   return yield* Layer.launch(Server.layer(settings))
 })
 
+const messageOf = (error: unknown): string => {
+  if (ConfigError.isConfigError(error)) return String(error)
+  if (typeof error !== "object" || error === null) return String(error)
+  const message = "message" in error ? String(error.message) : ""
+  // A failed listen (EADDRINUSE) carries its reason in the cause.
+  if (message === "" && "cause" in error && error.cause !== undefined) return messageOf(error.cause)
+  return message === "" ? String(error) : message
+}
+
 /** The one line a failed start prints: the error's message, not a stack. */
 const reason = (cause: Cause.Cause<unknown>): string =>
-  Option.match(Cause.failureOption(cause), {
-    onNone: () => Cause.pretty(cause),
-    onSome: (error) =>
-      typeof error === "object" && error !== null && "message" in error ? String(error.message) : String(error)
-  })
+  Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
 
 NodeRuntime.runMain(
   program.pipe(
