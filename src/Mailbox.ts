@@ -162,7 +162,8 @@ export const forwarded = Metric.counter("leasehold_mailbox_forwarded_total", {
 
 /**
  * Updates dropped, by `reason`: `no-owner`, `not-owner` (already forwarded once), `overflow`,
- * `undecodable`, `deliver-failed`, `forward-failed` (the store refused the lookup or the append).
+ * `undecodable`, `deliver-failed`, `forward-failed` (the store refused the lookup or the append),
+ * `duplicate` (a copy of an update already delivered: its append was retried).
  *
  * @since 0.1.0
  * @category metrics
@@ -182,7 +183,14 @@ export const outboxSize = Metric.gauge("leasehold_mailbox_outbox_size", {
   description: "updates waiting for the store to return"
 })
 
-type DropReason = "no-owner" | "not-owner" | "overflow" | "undecodable" | "deliver-failed" | "forward-failed"
+type DropReason =
+  | "no-owner"
+  | "not-owner"
+  | "overflow"
+  | "undecodable"
+  | "deliver-failed"
+  | "forward-failed"
+  | "duplicate"
 
 const drop = (reason: DropReason) => Metric.increment(Metric.tagged(dropped, "reason", reason))
 
@@ -194,15 +202,53 @@ const envelopeOf = <A, I>(schema: Schema.Schema<A, I>) =>
     Schema.Struct({
       token: Schema.String.pipe(Schema.filter((token) => isValidToken(token) || "not a valid token")),
       update: schema,
-      forwarded: Schema.optionalWith(Schema.Boolean, { default: () => false })
+      forwarded: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+      // The sending instance and its number for this update: an append that reached the
+      // store although its caller saw it fail is sent again, and the reader drops the copy.
+      from: Schema.optional(Schema.String),
+      seq: Schema.optional(Schema.Number)
     })
   )
+
+/** How many update numbers per sender a reader remembers, to drop copies of an update. */
+const dedupeWindow = 10_000
+
+/** How many senders a reader remembers. */
+const dedupeSenders = 1_000
+
+/**
+ * The updates a reader has seen, per sender, within a window: a copy arrives shortly after
+ * the original (a retried append), so a bounded window catches every one.
+ */
+class Seen {
+  private readonly senders = new Map<string, { readonly set: Set<number>; readonly order: Array<number> }>()
+
+  /** `true` the first time `(from, seq)` is offered. */
+  offer(from: string, seq: number): boolean {
+    let sender = this.senders.get(from)
+    if (sender === undefined) {
+      if (this.senders.size >= dedupeSenders) {
+        const oldest = this.senders.keys().next().value
+        if (oldest !== undefined) this.senders.delete(oldest)
+      }
+      sender = { set: new Set(), order: [] }
+      this.senders.set(from, sender)
+    }
+    if (sender.set.has(seq)) return false
+    sender.set.add(seq)
+    sender.order.push(seq)
+    if (sender.order.length > dedupeWindow) sender.set.delete(sender.order.shift()!)
+    return true
+  }
+}
 
 const firstLine = (message: string) => message.split("\n")[0] ?? message
 
 interface Pending {
   readonly token: string
   readonly update: unknown
+  /** This sender's number for the update, fixed once so that a retry carries the same one. */
+  readonly seq: number
 }
 
 /**
@@ -246,6 +292,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     // Ordering rule: while anything waits in the outbox, every new update queues behind it;
     // the drainer removes an update only once it is appended, so nothing overtakes it.
     const outbox: Array<Pending> = []
+    let nextSeq = 0
     const wake = yield* Queue.sliding<void>(1)
     let overflowing = false
 
@@ -280,7 +327,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
         }
         const owner = yield* tokens.owner(token)
         if (Option.isNone(owner)) return "no-owner" as const
-        const payload = encode({ token, update: update as A, forwarded: false })
+        const payload = encode({ token, update: update as A, forwarded: false, from: instanceId, seq: pending.seq })
         if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: firstLine(payload.left.message) })
         yield* store.mailboxAppend(owner.value.instanceId, payload.right, append)
         yield* Metric.increment(sent)
@@ -292,7 +339,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
         yield* validateToken(token)
         const valid = encodeUpdate(update)
         if (Either.isLeft(valid)) return yield* new InvalidUpdate({ token, reason: firstLine(valid.left.message) })
-        const pending: Pending = { token, update }
+        const pending: Pending = { token, update, seq: nextSeq++ }
         if (outbox.length > 0) return yield* enqueue(pending)
         const outcome = yield* route(pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(pending)))
         if (outcome === "no-owner") yield* drop("no-owner")
@@ -342,6 +389,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
 
     // --- the reader -------------------------------------------------------------------
     let lastId = MailboxStart
+    const seen = new Seen()
     let expiresRefreshedAt = Number.NEGATIVE_INFINITY
 
     const handle = (entry: MailboxEntry) =>
@@ -351,12 +399,13 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
           yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${firstLine(decoded.left.message)}`)
           return yield* drop("undecodable")
         }
-        const { token, update } = decoded.right
+        const { token, update, from, seq } = decoded.right
+        if (from !== undefined && seq !== undefined && !seen.offer(from, seq)) return yield* drop("duplicate")
         if (Option.isSome(yield* tokens.local(token))) return yield* deliver(token, update)
         if (decoded.right.forwarded) return yield* drop("not-owner")
         const owner = yield* tokens.owner(token, { refresh: true })
         if (Option.isNone(owner) || owner.value.instanceId === instanceId) return yield* drop("no-owner")
-        const payload = encode({ token, update, forwarded: true })
+        const payload = encode({ token, update, forwarded: true, from, seq })
         if (Either.isLeft(payload)) return yield* drop("undecodable")
         yield* store.mailboxAppend(owner.value.instanceId, payload.right, append)
         yield* Metric.increment(forwarded)
@@ -387,6 +436,8 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
             yield* handle(entry)
             lastId = entry.id
           }
+          // Where this reader is, for operators (`leasehold inspect instance`).
+          if (entries.length > 0) yield* store.mailboxSetCursor(instanceId, lastId, ttlMs)
         }
       })
 

@@ -51,6 +51,7 @@ import {
   type AcquireResult,
   type ClaimResult,
   type ConnectionStatus,
+  type KeyInfo,
   type MailboxEntry,
   type Signal,
   type SliceEntry,
@@ -745,6 +746,50 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
       Effect.zipRight(
         validateToken(instanceId),
         op("mailboxLength", (now) => Effect.succeed(ks.getStream(keys.mailbox(instanceId), now)?.items.length ?? 0))
+      ),
+
+    mailboxSetCursor: (instanceId, id, ttlMs) =>
+      Effect.zipRight(
+        validateToken(instanceId),
+        op("mailboxSetCursor", (now) => {
+          ks.setString(keys.mailboxCursor(instanceId), id, now + Math.max(1, Math.ceil(ttlMs)))
+          return Effect.void
+        })
+      ),
+
+    mailboxCursor: (instanceId) =>
+      Effect.zipRight(
+        validateToken(instanceId),
+        op("mailboxCursor", (now) =>
+          Effect.succeed(
+            Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
+          )
+        )
+      ),
+
+    tokenKeys: (token) =>
+      Effect.zipRight(
+        validateToken(token),
+        op("tokenKeys", (now) => {
+          const head = keys.tokenHead(token)
+          const found: Array<KeyInfo> = []
+          for (const [key, entry] of ks.entries) {
+            if (!key.startsWith(head) || isExpired(entry, now)) continue
+            found.push({
+              name: key.slice(head.length),
+              kind: entry._tag === "stream" ? "other" : entry._tag,
+              size:
+                entry._tag === "string"
+                  ? Buffer.byteLength(entry.value, "utf8")
+                  : entry._tag === "set"
+                    ? entry.members.size
+                    : 0,
+              ttlMs: entry.deadline === undefined ? Option.none() : Option.some(entry.deadline - now)
+            })
+          }
+          found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+          return Effect.succeed(found)
+        })
       )
   }
 

@@ -54,6 +54,7 @@ import {
   type AcquireResult,
   type ClaimResult,
   type ConnectionStatus,
+  type KeyInfo,
   type LockHolder,
   type MailboxEntry,
   type ReleaseResult,
@@ -943,6 +944,50 @@ export const make = (
       return yield* run("mailboxLength", (c) => c.xlen(keys.mailbox(instanceId)))
     })
 
+    const mailboxSetCursor = Effect.fnUntraced(function* (instanceId: string, id: string, ttlMs: number) {
+      yield* validateToken(instanceId)
+      yield* run("mailboxSetCursor", (c) =>
+        c.set(keys.mailboxCursor(instanceId), id, "PX", Math.max(1, Math.ceil(ttlMs)))
+      )
+    })
+
+    const mailboxCursor = Effect.fnUntraced(function* (instanceId: string) {
+      yield* validateToken(instanceId)
+      const raw = yield* run("mailboxCursor", (c) => c.get(keys.mailboxCursor(instanceId)))
+      return Option.fromNullable(raw)
+    })
+
+    const tokenKeys = Effect.fnUntraced(function* (token: string) {
+      yield* validateToken(token)
+      const found = new Set<string>()
+      let cursor = "0"
+      do {
+        const [next, page] = yield* run("tokenKeys", (c) =>
+          c.scan(cursor, "MATCH", keys.tokenPattern(token), "COUNT", 1000)
+        )
+        for (const key of page) found.add(key)
+        cursor = next
+      } while (cursor !== "0")
+      if (found.size === 0) return []
+      const names = [...found].sort()
+      const reply = yield* run("tokenKeys", (c) => c.leaseholdDescribeKeys(names.length, ...names))
+      if (!Array.isArray(reply)) return yield* Effect.fail(unexpectedReply("tokenKeys", reply))
+      const head = keys.tokenHead(token)
+      const infos: Array<KeyInfo> = []
+      for (let i = 0; i < names.length; i++) {
+        const [kind, pttl, size] = (reply[i] ?? []) as [unknown, unknown, unknown]
+        // Expired or deleted between the scan and the script.
+        if (kind === "none") continue
+        infos.push({
+          name: names[i]!.slice(head.length),
+          kind: kind === "string" || kind === "set" ? kind : "other",
+          size: Number(size),
+          ttlMs: Number(pttl) >= 0 ? Option.some(Number(pttl)) : Option.none()
+        })
+      }
+      return infos
+    })
+
     const service: Store.Service = {
       kind: "redis",
       tryAcquire,
@@ -972,7 +1017,10 @@ export const make = (
       mailboxRead,
       mailboxTrim,
       mailboxExpire,
-      mailboxLength
+      mailboxLength,
+      mailboxSetCursor,
+      mailboxCursor,
+      tokenKeys
     }
     return service
   })

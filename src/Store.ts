@@ -178,6 +178,22 @@ export interface ConnectionStatus {
 }
 
 /**
+ * One key of a token, as `tokenKeys` describes it (for inspection).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface KeyInfo {
+  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `s:<slice>`, `socket`. */
+  readonly name: string
+  readonly kind: "string" | "set" | "other"
+  /** Bytes of a string, members of a set, 0 otherwise. */
+  readonly size: number
+  /** Milliseconds until it expires; `None` for a key without expiry. */
+  readonly ttlMs: Option.Option<number>
+}
+
+/**
  * A slice write: the slice name and its encoded value.
  *
  * @since 0.1.0
@@ -371,6 +387,19 @@ export declare namespace Store {
     readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidToken | StoreError>
     /** The number of entries in the mailbox. */
     readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    /** Record the id of the last entry the instance delivered (for inspection), expiring after `ttlMs`. */
+    readonly mailboxSetCursor: (
+      instanceId: string,
+      id: string,
+      ttlMs: number
+    ) => Effect.Effect<void, InvalidToken | StoreError>
+    /** The id of the last entry the instance delivered, as last recorded. */
+    readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidToken | StoreError>
+
+    // --- inspection -------------------------------------------------------------------
+
+    /** Every key of the token, with its kind, size and expiry; reads only (no TTL is refreshed). */
+    readonly tokenKeys: (token: string) => Effect.Effect<ReadonlyArray<KeyInfo>, InvalidToken | StoreError>
   }
 }
 

@@ -8,6 +8,9 @@
 export * as Health from "./Health.js"
 
 /** @since 0.1.0 */
+export * as Inspect from "./Inspect.js"
+
+/** @since 0.1.0 */
 export * as InstanceId from "./InstanceId.js"
 
 /** @since 0.1.0 */

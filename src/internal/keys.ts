@@ -14,6 +14,11 @@ export interface Keys {
   readonly socketPattern: string
   readonly socketToken: (key: string) => string | undefined
   readonly mailbox: (instanceId: string) => string
+  readonly mailboxCursor: (instanceId: string) => string
+  /** The SCAN pattern of every key of one (validated) token. */
+  readonly tokenPattern: (token: string) => string
+  /** The prefix every key of the token starts with. */
+  readonly tokenHead: (token: string) => string
 }
 
 /** @internal */
@@ -33,6 +38,10 @@ export const makeKeys = (prefix: string): Keys => {
       key.startsWith(socketHead) && key.endsWith(socketTail)
         ? key.slice(socketHead.length, key.length - socketTail.length)
         : undefined,
-    mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`
+    mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`,
+    mailboxCursor: (instanceId) => `${prefix}:cursor:${instanceId}`,
+    // A valid token has no glob character, so it is matched literally.
+    tokenPattern: (token) => `${base(token)}:*`,
+    tokenHead: (token) => `${base(token)}:`
   }
 }

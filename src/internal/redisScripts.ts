@@ -285,6 +285,27 @@ return id
 }
 
 /**
+ * KEYS: keys of one token. Returns `{type, pttl, size}` per key: the size is STRLEN of a
+ * string, SCARD of a set, 0 otherwise. Reads only.
+ */
+const describeKeys: ScriptDefinition = {
+  lua: `
+local out = {}
+for i, key in ipairs(KEYS) do
+  local kind = redis.call("TYPE", key)["ok"]
+  local size = 0
+  if kind == "string" then
+    size = redis.call("STRLEN", key)
+  elseif kind == "set" then
+    size = redis.call("SCARD", key)
+  end
+  out[i] = {kind, redis.call("PTTL", key), size}
+end
+return out
+`
+}
+
+/**
  * Every script, by the command name `defineCommand` gives it. The names carry a prefix so
  * they never shadow a built-in ioredis command.
  *
@@ -303,7 +324,8 @@ export const scripts = {
   leaseholdClaimSocket: claimSocket,
   leaseholdDeleteSocketIfOwner: deleteSocketIfOwner,
   leaseholdRefreshSocket: refreshSocket,
-  leaseholdMailboxAppend: mailboxAppend
+  leaseholdMailboxAppend: mailboxAppend,
+  leaseholdDescribeKeys: describeKeys
 } as const satisfies Record<string, ScriptDefinition>
 
 /** A reply whose shape the caller checks: scripts return nested arrays of strings, numbers and nils. @internal */
@@ -350,4 +372,5 @@ export interface ScriptCommands {
     tokenMs: string
   ): Promise<ScriptReply>
   leaseholdMailboxAppend(mailbox: string, maxLen: string, payload: string, ttlMs: string): Promise<ScriptReply>
+  leaseholdDescribeKeys(numberOfKeys: number, ...keys: Array<string>): Promise<ScriptReply>
 }

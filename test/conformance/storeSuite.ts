@@ -13,6 +13,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import { encodeSocketRecord } from "../../src/internal/codec.js"
 import { type ClaimResult, MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
 import type { CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
@@ -70,7 +71,8 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
   ["readSocket", (t) => store.readSocket(t)],
   ["deleteSocketIfOwner", (t) => store.deleteSocketIfOwner(t, recordA)],
   ["refreshSocket", (t) => store.refreshSocket(t, recordA)],
-  ["claimSockets", (t) => store.claimSockets([[t, recordA]])]
+  ["claimSockets", (t) => store.claimSockets([[t, recordA]])],
+  ["tokenKeys", (t) => store.tokenKeys(t)]
 ]
 
 /** Every operation that takes an instance id, applied to `instanceId`. */
@@ -91,6 +93,8 @@ const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [strin
   ["mailboxTrim", (i) => store.mailboxTrim(i, 10)],
   ["mailboxExpire", (i) => store.mailboxExpire(i, 1_000)],
   ["mailboxLength", (i) => store.mailboxLength(i)],
+  ["mailboxSetCursor", (i) => store.mailboxSetCursor(i, "1-0", 1_000)],
+  ["mailboxCursor", (i) => store.mailboxCursor(i)],
   ["publish (contended)", (i) => store.publish("tok", contended(i))],
   ["claimSocket (record)", (i) => store.claimSocket("tok", { instanceId: i, connectionId: "c" })],
   ["deleteSocketIfOwner (record)", (i) => store.deleteSocketIfOwner("tok", { instanceId: i, connectionId: "c" })],
@@ -1166,6 +1170,51 @@ export const storeSuite = (backend: Backend): void => {
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
         yield* fx.advance(300)
         deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
+      }))
+  })
+
+  describe("inspection", () => {
+    test("tokenKeys describes every key of one token, and refreshes none", (fx) =>
+      Effect.gen(function* () {
+        deepStrictEqual(yield* fx.store.tokenKeys("tok"), [])
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        yield* fx.store.writeIfHolder("tok", "lock-a", [["counter", "12345"]])
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.claimSocket("tok", recordA)
+        // a token whose name extends this one's is another token
+        yield* fx.store.claimSocket("tok2", recordA)
+        yield* fx.advance(100)
+        const keys = yield* fx.store.tokenKeys("tok")
+        deepStrictEqual(
+          keys.map((key) => [key.name, key.kind, key.size]),
+          [
+            ["fence", "string", 1],
+            ["lock", "string", "lock-a".length],
+            ["s:counter", "string", 5],
+            ["socket", "string", encodeSocketRecord(recordA).length],
+            ["waiters", "set", 1]
+          ]
+        )
+        const ttl = (name: string) => Option.getOrUndefined(keys.find((key) => key.name === name)!.ttlMs)
+        assert.isTrue(ttl("fence")! > 0)
+        assert.isTrue(ttl("lock")! <= fx.lockExpirationMs - 100 + 2 && ttl("lock")! > 0)
+        const sliceTtl = ttl("s:counter")!
+        // reading the keys again later shows time passing: nothing was refreshed
+        yield* fx.advance(100)
+        const later = yield* fx.store.tokenKeys("tok")
+        assert.isTrue(Option.getOrThrow(later.find((key) => key.name === "s:counter")!.ttlMs) <= sliceTtl - 100 + 2)
+      }))
+
+    test("the mailbox cursor is recorded, read back, and expires", (fx) =>
+      Effect.gen(function* () {
+        deepStrictEqual(yield* fx.store.mailboxCursor("inst-a"), Option.none())
+        yield* fx.store.mailboxSetCursor("inst-a", "1700000000000-3", 300)
+        deepStrictEqual(yield* fx.store.mailboxCursor("inst-a"), Option.some("1700000000000-3"))
+        deepStrictEqual(yield* fx.store.mailboxCursor("inst-b"), Option.none())
+        // a cursor is not a mailbox entry
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
+        yield* fx.advance(350)
+        deepStrictEqual(yield* fx.store.mailboxCursor("inst-a"), Option.none())
       }))
   })
 

@@ -149,6 +149,36 @@ export const deliverySuite = (backend: DeliveryBackend) =>
       })
     )
 
+    backend.test(
+      "a copy of an update (an append retried after a lost reply) is delivered once",
+      (fx, { until, settle }) =>
+        Effect.gen(function* () {
+          const a = yield* fx.worker()
+          yield* linked(a, "token1", "sid1")
+          const before = yield* dropped("duplicate")
+          const entry = (n: number, seq: number) =>
+            JSON.stringify({
+              token: "token1",
+              update: { n, at: update(n).at.toISOString(), tags: [`t${n}`] },
+              from: "sender-1",
+              seq
+            })
+          const append = { maxLen: 100, ttlMs: 60_000 }
+          yield* fx.store.mailboxAppend(a.id, entry(1, 0), append)
+          yield* fx.store.mailboxAppend(a.id, entry(1, 0), append)
+          yield* fx.store.mailboxAppend(a.id, entry(2, 1), append)
+          // the same number from another sender is another update
+          yield* fx.store.mailboxAppend(a.id, entry(3, 0).replace("sender-1", "sender-2"), append)
+          yield* until(
+            "A receives",
+            Effect.sync(() => a.received.length >= 3)
+          )
+          yield* settle
+          deepStrictEqual(ns(a.received), [1, 2, 3])
+          assert.strictEqual((yield* dropped("duplicate")) - before, 1)
+        })
+    )
+
     backend.test("an entry for a socket that moved is forwarded once to its new owner", (fx, { until, settle }) =>
       Effect.gen(function* () {
         const a = yield* fx.worker()

@@ -1,0 +1,117 @@
+#!/usr/bin/env node
+/**
+ * The `leasehold` command: `leasehold inspect token <token>` and
+ * `leasehold inspect instance <id>` against a Redis URL (`--url`, or
+ * `LEASEHOLD_REDIS_URL`), in text or, with `--json`, as one JSON object. It only reads.
+ *
+ * Exit codes: 0 on success, 1 when the store cannot be reached or refuses, 2 for bad
+ * input (a token that is not valid, such as a pattern).
+ *
+ * @since 0.1.0
+ */
+import * as Args from "@effect/cli/Args"
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import type * as Redacted from "effect/Redacted"
+import * as Inspect from "./Inspect.js"
+import { validateToken } from "./internal/validate.js"
+import * as LeaseholdConfig from "./LeaseholdConfig.js"
+import * as RedisStore from "./RedisStore.js"
+import type { Store } from "./Store.js"
+
+const url = Options.redacted("url").pipe(
+  Options.withDescription("Redis URL (default: LEASEHOLD_REDIS_URL)"),
+  Options.optional
+)
+const prefix = Options.text("prefix").pipe(
+  Options.withDescription("key prefix (default: LEASEHOLD_KEY_PREFIX, or leasehold)"),
+  Options.optional
+)
+const json = Options.boolean("json").pipe(Options.withDescription("print one JSON object"))
+
+const common = { url, prefix, json }
+
+/** The exit code of a failure: 2 for bad input, 1 for the store. */
+let exitCode = 0
+
+const withStore = <A>(
+  options: { readonly url: Option.Option<Redacted.Redacted>; readonly prefix: Option.Option<string> },
+  name: string,
+  effect: Effect.Effect<A, unknown, Store>
+) =>
+  Effect.gen(function* () {
+    // Before any connection: a pattern or other bad input never reaches the server.
+    yield* validateToken(name)
+    const fromEnv = yield* LeaseholdConfig.config
+    const redisUrl = Option.orElse(options.url, () => fromEnv.redisUrl ?? Option.none())
+    if (Option.isNone(redisUrl)) {
+      exitCode = 2
+      return yield* Console.error("leasehold inspect: no Redis URL: pass --url or set LEASEHOLD_REDIS_URL")
+    }
+    const config = LeaseholdConfig.layerWith({
+      redisUrl,
+      keyPrefix: Option.getOrElse(options.prefix, () => fromEnv.keyPrefix ?? "leasehold"),
+      commandTimeout: 5_000
+    })
+    return yield* effect.pipe(Effect.provide(RedisStore.layer().pipe(Layer.provide(config))))
+  }).pipe(
+    Effect.catchAll((error: unknown) => {
+      const tagged = error as { readonly _tag?: string; readonly message?: string }
+      exitCode = tagged._tag === "InvalidToken" || tagged._tag === "InvalidConfig" ? 2 : 1
+      return Console.error(`leasehold inspect: ${tagged.message ?? String(error)}`)
+    })
+  )
+
+const tokenCommand = Command.make(
+  "token",
+  { token: Args.text({ name: "token" }), ...common },
+  ({ token, json, ...options }) =>
+    withStore(
+      options,
+      token,
+      Effect.flatMap(Inspect.token(token), (report) =>
+        Console.log(json ? JSON.stringify(Inspect.tokenJson(report)) : Inspect.tokenText(report))
+      )
+    )
+).pipe(Command.withDescription("the lock, waiters, slices and socket record of one token"))
+
+const instanceCommand = Command.make(
+  "instance",
+  { instanceId: Args.text({ name: "instance-id" }), ...common },
+  ({ instanceId, json, ...options }) =>
+    withStore(
+      options,
+      instanceId,
+      Effect.flatMap(Inspect.instance(instanceId), (report) =>
+        Console.log(json ? JSON.stringify(Inspect.instanceJson(report)) : Inspect.instanceText(report))
+      )
+    )
+).pipe(Command.withDescription("the mailbox of one worker and where its reader is"))
+
+const inspect = Command.make("inspect").pipe(
+  Command.withDescription("read what leasehold keeps in Redis, without writing anything"),
+  Command.withSubcommands([tokenCommand, instanceCommand])
+)
+
+const leasehold = Command.make("leasehold").pipe(Command.withSubcommands([inspect]))
+
+const cli = Command.run(leasehold, { name: "leasehold", version: "0.1.0" })
+
+cli(process.argv).pipe(
+  Effect.tap(() =>
+    Effect.sync(() => {
+      process.exitCode = exitCode
+    })
+  ),
+  Effect.provide(NodeContext.layer),
+  Logger.withMinimumLogLevel(LogLevel.None),
+  NodeRuntime.runMain({ disableErrorReporting: false })
+)

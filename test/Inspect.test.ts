@@ -1,0 +1,143 @@
+import { execFile } from "node:child_process"
+import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import { Redis } from "ioredis"
+import * as Inspect from "../src/Inspect.js"
+import { Store } from "../src/Store.js"
+import { redisWorkers, update } from "./delivery/workers.js"
+import { Counter } from "./state/workers.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const root = path.resolve(import.meta.dirname, "..")
+
+/** Run the `leasehold` command as a process. */
+const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  Effect.promise(
+    () =>
+      new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
+          { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 30_000 },
+          (error, stdout, stderr) =>
+            resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })
+        )
+      })
+  )
+
+/** Every command the server runs while `effect` runs (scripts' own commands included). */
+const commandsDuring = <A, E, R>(server: RedisServer.RedisServer, effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function* () {
+    const client = new Redis(server.port, "127.0.0.1")
+    const seen: Array<string> = []
+    const feed = yield* Effect.promise(() => client.monitor())
+    feed.on("monitor", (_time: string, args: ReadonlyArray<string>) => seen.push(String(args[0]).toLowerCase()))
+    yield* Effect.sleep(50)
+    const result = yield* effect
+    yield* Effect.sleep(100)
+    feed.disconnect()
+    client.disconnect()
+    return [result, seen] as const
+  })
+
+const reads = new Set(["scan", "evalsha", "eval", "type", "strlen", "scard", "pttl", "get", "smembers", "xlen"])
+
+describe("inspect", () => {
+  it.scopedLive(
+    "a token: the holder with its fence and time left, the waiters, the slices and the socket record; nothing is written",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url)
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("tab-1", "sid-1")
+        // A holds tab-1's lock in a modification that waits for the gate; B waits for it.
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const holding = yield* Effect.fork(
+          a.states.modifyEffect("tab-1", Counter, (s) =>
+            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              null,
+              { n: s.n + 5 }
+            ] as const)
+          )
+        )
+        yield* Deferred.await(entered)
+        const waiting = yield* Effect.fork(b.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }]))
+        yield* Effect.sleep(50)
+        const [report, commands] = yield* commandsDuring(
+          server,
+          Effect.provideService(Inspect.token("tab-1"), Store, fx.store)
+        )
+        const lock = Option.getOrThrow(report.lock)
+        assert.isTrue(lock.fence >= 1)
+        assert.isTrue(lock.remainingMs > 0)
+        deepStrictEqual(
+          report.socket.pipe(Option.map((socket) => (socket._tag === "Record" ? socket.instanceId : "corrupt"))),
+          Option.some(a.id)
+        )
+        assert.includeMembers([...report.waiting], [b.id])
+        const unexpected = commands.filter((command) => !reads.has(command))
+        deepStrictEqual(unexpected, [], "inspection sends only reads")
+        yield* Deferred.succeed(gate, undefined)
+        yield* Fiber.join(holding)
+        yield* Fiber.join(waiting)
+        const after = yield* Effect.provideService(Inspect.token("tab-1"), Store, fx.store)
+        deepStrictEqual(
+          after.slices.map((slice) => slice.name),
+          ["counter"]
+        )
+        assert.strictEqual(after.slices[0]!.bytes, JSON.stringify({ n: 6 }).length)
+        assert.isTrue(Option.isSome(after.slices[0]!.ttlMs))
+      }),
+    30_000
+  )
+
+  it.scopedLive(
+    "the command prints JSON for a token and an instance, and refuses a pattern before connecting",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const fx = yield* redisWorkers(server.url)
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("tab-1", "sid-1")
+        yield* a.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }])
+        for (let i = 1; i <= 3; i++) yield* b.mailbox.send("tab-1", update(i))
+        yield* Effect.sleep(300)
+        assert.strictEqual(a.received.length, 3)
+
+        const token = yield* cli(["inspect", "token", "tab-1", "--url", server.url, "--json"])
+        assert.strictEqual(token.code, 0, token.stderr)
+        const parsed = JSON.parse(token.stdout) as ReturnType<typeof Inspect.tokenJson>
+        assert.isNull(parsed.lock)
+        deepStrictEqual(
+          parsed.slices.map((slice) => [slice.name, slice.bytes]),
+          [["counter", JSON.stringify({ n: 1 }).length]]
+        )
+        assert.deepInclude(parsed.socket ?? {}, { instance_id: a.id, connection_id: "sid-1" })
+
+        const instance = yield* cli(["inspect", "instance", a.id, "--json"], { LEASEHOLD_REDIS_URL: server.url })
+        assert.strictEqual(instance.code, 0, instance.stderr)
+        const mailbox = JSON.parse(instance.stdout) as ReturnType<typeof Inspect.instanceJson>
+        assert.strictEqual(mailbox.mailbox_length, 3)
+        const entries = yield* fx.store.mailboxRead(a.id, "0-0", { count: 10 })
+        assert.strictEqual(mailbox.last_delivered_id, entries[2]!.id)
+
+        const connectionsBefore = Number((yield* server.info("stats")).total_connections_received)
+        const pattern = yield* cli(["inspect", "token", "tab-*", "--url", server.url])
+        assert.strictEqual(pattern.code, 2)
+        assert.match(pattern.stderr, /invalid token "tab-\*"/)
+        const connectionsAfter = Number((yield* server.info("stats")).total_connections_received)
+        // (the info call itself is one connection)
+        assert.strictEqual(connectionsAfter, connectionsBefore + 1)
+      }),
+    60_000
+  )
+})

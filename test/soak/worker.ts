@@ -1,0 +1,148 @@
+/**
+ * One worker process of the chaos soak: a full `Worker.layerRedis` (configured from the
+ * environment) whose fibers modify random tokens and send updates to random tokens'
+ * sockets, and which holds the sockets of the tokens it is given. It reports every outcome
+ * on stdout, one JSON object per line, and stops when it reads `stop` on stdin.
+ *
+ *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
+ *
+ * Each modification appends its id to the token's log slice: a lost update is an id
+ * missing from the log, a doubled one an id that appears twice, an interleaving of two
+ * holders a lost id. An interruption lands only before the function decides (as in the
+ * fuzz tests): an interrupted modification must change nothing. A modification that
+ * fails after deciding (the store went away under it) may or may not have been written:
+ * it is reported as ambiguous.
+ */
+import * as readline from "node:readline"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as FiberId from "effect/FiberId"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
+import * as Random from "effect/Random"
+import * as Schema from "effect/Schema"
+import * as Health from "../../src/Health.js"
+import { InstanceId } from "../../src/InstanceId.js"
+import * as Mailbox from "../../src/Mailbox.js"
+import * as StateManager from "../../src/StateManager.js"
+import * as TokenManager from "../../src/TokenManager.js"
+import * as Worker from "../../src/Worker.js"
+
+export const Log = StateManager.slice("log", Schema.Struct({ n: Schema.Number, ops: Schema.Array(Schema.String) }), {
+  n: 0,
+  ops: []
+})
+
+export const Update = Schema.Struct({ from: Schema.Number, seq: Schema.Number })
+
+const index = Number(process.env.INDEX ?? "0")
+const tokens = (process.env.TOKENS ?? "t0").split(",")
+const sockets = (process.env.SOCKETS ?? "").split(",").filter((token) => token.length > 0)
+const fibers = Number(process.env.FIBERS ?? "4")
+const seed = Number(process.env.SEED ?? "1")
+
+const emit = (event: Record<string, unknown>) => Effect.sync(() => process.stdout.write(`${JSON.stringify(event)}\n`))
+
+const stopped = new Promise<void>((resolve) => {
+  const lines = readline.createInterface({ input: process.stdin })
+  lines.on("line", (line) => {
+    if (line.trim() === "stop") resolve()
+  })
+  lines.on("close", () => resolve())
+})
+
+let running = true
+
+/** One modification: appends `op` to the token's log. */
+const modifyOnce = (states: StateManager.StateManager.Service, token: string, op: string) =>
+  Effect.gen(function* () {
+    const state = { decided: false }
+    const fiber = yield* Effect.fork(
+      states.modifyEffect(
+        token,
+        Log,
+        (log) =>
+          Effect.gen(function* () {
+            yield* Effect.sleep(yield* Random.nextIntBetween(0, 2))
+            yield* Effect.sync(() => {
+              state.decided = true
+            })
+            return [null, { n: log.n + 1, ops: [...log.ops, op] }] as const
+          }),
+        { event: op }
+      )
+    )
+    if ((yield* Random.next) < 0.1) {
+      yield* Effect.sleep(yield* Random.nextIntBetween(0, 3))
+      // the look and the interruption in one step: never after the decision
+      yield* Effect.sync(() => {
+        if (!state.decided) fiber.unsafeInterruptAsFork(FiberId.none)
+      })
+    }
+    const exit = yield* Fiber.await(fiber)
+    if (Exit.isSuccess(exit)) return yield* emit({ t: "ok", token, op })
+    if (Exit.isInterrupted(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
+    const reason = Option.match(Cause.failureOption(exit.cause), {
+      onNone: () => "defect",
+      onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
+    })
+    return yield* emit({ t: state.decided ? "ambiguous" : "failed", token, op, reason })
+  })
+
+const program = Effect.gen(function* () {
+  const context = yield* Layer.build(
+    Worker.layerRedis({
+      schema: Update,
+      deliver: (token, update) => emit({ t: "dlv", token, from: update.from, seq: update.seq }),
+      readBlock: "500 millis",
+      restoreGrace: "10 seconds"
+    })
+  )
+  const states = Context.get(context, StateManager.StateManager)
+  const tokenManager = Context.get(context, TokenManager.TokenManager)
+  const mailbox = Context.get(context, Mailbox.Mailbox)
+  const health = Context.get(context, Health.Health)
+  const instanceId = Context.get(context, InstanceId)
+  for (const token of sockets) {
+    const linked = yield* Effect.either(tokenManager.link(token, `conn-${index}-${token}`))
+    yield* emit({ t: "linked", token, result: linked._tag === "Right" ? linked.right.token : linked.left._tag })
+  }
+  yield* emit({ t: "ready", instanceId })
+
+  let opCounter = 0
+  let sendCounter = 0
+  const loop = (fiberIndex: number) =>
+    Effect.gen(function* () {
+      while (running) {
+        const token = tokens[yield* Random.nextIntBetween(0, tokens.length)]!
+        if ((yield* Random.next) < 0.8) {
+          yield* modifyOnce(states, token, `${index}.${fiberIndex}.${opCounter++}`)
+        } else {
+          const seq = sendCounter++
+          const outcome = yield* Effect.either(mailbox.send(token, { from: index, seq }))
+          yield* emit({
+            t: "sent",
+            token,
+            seq,
+            outcome: outcome._tag === "Right" ? outcome.right : outcome.left._tag
+          })
+        }
+      }
+    })
+  const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.fork(loop(i)))
+  yield* Effect.promise(() => stopped)
+  running = false
+  yield* Fiber.joinAll(workers)
+  // Let the outbox drain before reporting (the store may just have come back).
+  for (let i = 0; i < 200 && (yield* mailbox.buffered) > 0; i++) yield* Effect.sleep(100)
+  yield* Effect.sleep(1_000)
+  yield* emit({ t: "health", buffered: yield* mailbox.buffered, loops: yield* health.loops })
+}).pipe(Effect.scoped, Effect.zipRight(emit({ t: "closed" })), Effect.withRandom(Random.make(seed * 100 + index)))
+
+NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.Warning)))
