@@ -39,9 +39,12 @@ export const Log = StateManager.slice("log", Schema.Struct({ n: Schema.Number, o
   ops: []
 })
 
-export const Update = Schema.Struct({ from: Schema.Number, seq: Schema.Number })
+export const Update = Schema.Struct({ sender: Schema.String, fiber: Schema.Number, seq: Schema.Number })
 
 const index = Number(process.env.INDEX ?? "0")
+const generation = Number(process.env.GENERATION ?? "0")
+/** How the soak names this process: the same in its events and in the updates it sends. */
+const name = `worker ${index}.${generation}`
 const tokens = (process.env.TOKENS ?? "t0").split(",")
 const sockets = (process.env.SOCKETS ?? "").split(",").filter((token) => token.length > 0)
 const fibers = Number(process.env.FIBERS ?? "4")
@@ -99,7 +102,8 @@ const program = Effect.gen(function* () {
   const context = yield* Layer.build(
     Worker.layerRedis({
       schema: Update,
-      deliver: (token, update) => emit({ t: "dlv", token, from: update.from, seq: update.seq }),
+      deliver: (token, update) =>
+        emit({ t: "dlv", token, sender: update.sender, fiber: update.fiber, seq: update.seq }),
       readBlock: "500 millis",
       restoreGrace: "10 seconds"
     })
@@ -115,23 +119,24 @@ const program = Effect.gen(function* () {
   }
   yield* emit({ t: "ready", instanceId })
 
-  let opCounter = 0
-  let sendCounter = 0
-  const loop = (fiberIndex: number) =>
+  const loop = (fiber: number) =>
     Effect.gen(function* () {
+      let ops = 0
+      let seq = 0
       while (running) {
         const token = tokens[yield* Random.nextIntBetween(0, tokens.length)]!
         if ((yield* Random.next) < 0.8) {
-          yield* modifyOnce(states, token, `${index}.${fiberIndex}.${opCounter++}`)
+          yield* modifyOnce(states, token, `${index}g${generation}.${fiber}.${ops++}`)
         } else {
-          const seq = sendCounter++
-          const outcome = yield* Effect.either(mailbox.send(token, { from: index, seq }))
+          const outcome = yield* Effect.either(mailbox.send(token, { sender: name, fiber, seq }))
           yield* emit({
             t: "sent",
             token,
+            fiber,
             seq,
             outcome: outcome._tag === "Right" ? outcome.right : outcome.left._tag
           })
+          seq++
         }
       }
     })
