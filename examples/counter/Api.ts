@@ -63,7 +63,10 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
       // An unreachable store fails each command after its timeout; this bounds the whole request.
       Effect.timeoutFail({
         duration: lockExpiration,
-        onTimeout: () => new Timeout({ message: "the store did not answer within the lock expiration" })
+        onTimeout: () =>
+          new Timeout({
+            message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
+          })
       }),
       Effect.catchAll((error: E | Timeout) => {
         const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)

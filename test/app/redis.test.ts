@@ -103,15 +103,14 @@ describe("counter app (Redis, several processes)", () => {
         // a worker killed outright (not the one holding the socket) is replaced, and the app serves on
         const owner = (yield* client.waitFor((frame) => frame.type === "hello")).instanceId
         let health = yield* request("GET", `${app.url}/healthz`)
-        while (health.body.instanceId === owner) health = yield* request("GET", `${app.url}/healthz`)
+        for (let i = 0; i < 50 && health.body.instanceId === owner; i++) {
+          health = yield* request("GET", `${app.url}/healthz`)
+        }
+        assert.notStrictEqual(health.body.instanceId, owner)
         const victim = health.body.pid as number
         process.kill(victim, "SIGKILL")
         yield* app.waitFor(new RegExp(`worker pid ${victim} exited .*starting another`))
-        yield* Effect.iterate(0, {
-          while: (listening) => listening < 5,
-          body: () =>
-            Effect.as(Effect.sleep(100), app.lines.filter((line) => /counter: listening on/.test(line)).length)
-        })
+        yield* app.waitForCount(/counter: listening on/, 5)
         assert.strictEqual((yield* bump(app, "tab-c")).body.n, 101)
         yield* client.waitFor((frame) => frame.type === "update" && frame.n === 101)
 
@@ -120,7 +119,8 @@ describe("counter app (Redis, several processes)", () => {
         assert.strictEqual(yield* app.exited, 0)
         deepStrictEqual(yield* socketRecords(server), [])
       }),
-    60_000
+    // five processes starting on a shared 2-core machine
+    120_000
   )
 
   it.scopedLive("WORKERS above 1 without Redis is refused with a clear message", () =>
@@ -166,14 +166,19 @@ describe("counter app (Redis, several processes)", () => {
         assert.isTrue(health.body.loops.some((loop: { state: string }) => loop.state === "retrying"))
         yield* server.resume
         // and it serves again once Redis is back
+        let attempts = 1
         let after = yield* bump(app, "tab-u")
-        for (let i = 0; i < 50 && after.status !== 200; i++) {
+        for (; attempts < 50 && after.status !== 200; attempts++) {
           yield* Effect.sleep(100)
           after = yield* bump(app, "tab-u")
         }
         assert.strictEqual(after.status, 200)
-        assert.strictEqual(after.body.n, 2)
+        // A bump answered 503 may still have been stored (its commands reached the server
+        // after their answer was given up on): the count is 2 plus at most those.
+        assert.isAtLeast(after.body.n, 2)
+        assert.isAtMost(after.body.n, 1 + attempts)
+        assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-u`)).body.n, after.body.n)
       }),
-    30_000
+    60_000
   )
 })

@@ -57,6 +57,8 @@ export interface App {
   /** Every line printed so far (stdout and stderr). */
   readonly lines: ReadonlyArray<string>
   readonly waitFor: (pattern: RegExp, ms?: number) => Effect.Effect<string>
+  /** Wait until `count` lines match `pattern`. */
+  readonly waitForCount: (pattern: RegExp, count: number, ms?: number) => Effect.Effect<void>
   readonly kill: (signal: NodeJS.Signals) => Effect.Effect<void>
   /** The exit code (`null` when killed by a signal). */
   readonly exited: Effect.Effect<number | null>
@@ -149,12 +151,21 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
         ms,
         () => `app ${child.pid}: no line matching ${pattern} within ${ms} ms; output:\n${lines.slice(-30).join("\n")}`
       )
+    const waitForCount = (pattern: RegExp, count: number, ms = 30_000) =>
+      waitUntil(
+        listeners,
+        () => (lines.filter((line) => pattern.test(line)).length >= count ? true : undefined),
+        ms,
+        () =>
+          `app ${child.pid}: fewer than ${count} lines matching ${pattern} within ${ms} ms; output:\n${lines.slice(-30).join("\n")}`
+      ).pipe(Effect.asVoid)
     const app: App = {
       pid: child.pid!,
       port,
       url: `http://127.0.0.1:${port}`,
       lines,
       waitFor,
+      waitForCount,
       kill: (signal) =>
         Effect.sync(() => {
           child.kill(signal)
