@@ -11,6 +11,7 @@ import { randomUUID } from "node:crypto"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Socket from "@effect/platform/Socket"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
@@ -31,6 +32,42 @@ export const maxPendingFrames = 10_000
 
 /** A token for a tab that brought none (or one that cannot be used). */
 export const freshToken = (): string => randomUUID()
+
+/**
+ * How long a socket whose token another socket holds waits for that one to go before it
+ * is taken for a duplicate tab. A reload opens the new socket while the server may still
+ * be closing the old one (its record goes when the close is handled); a duplicate tab's
+ * original socket stays open, so the wait ends with a fresh token.
+ */
+export const reloadGrace = Duration.seconds(1)
+
+const reloadPoll = Duration.millis(50)
+
+/** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
+const linkTab = (asked: string | undefined, id: string) =>
+  Effect.gen(function* () {
+    const tokens = yield* TokenManager
+    const link = (token: string) =>
+      tokens.link(token, id).pipe(
+        Effect.catchTag("RecordNotStored", (error) =>
+          // Linked here; the record is written once the store is back (see TokenManager).
+          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: false })
+        )
+      )
+    const linked = yield* link(asked ?? freshToken())
+    if (asked === undefined || !linked.fresh) return linked
+    const gone = tokens.owner(asked, { refresh: true }).pipe(
+      Effect.map(Option.isNone),
+      Effect.orElseSucceed(() => false),
+      Effect.delay(reloadPoll),
+      Effect.repeat({ until: (gone) => gone }),
+      Effect.timeoutOption(reloadGrace)
+    )
+    if (Option.isNone(yield* gone)) return linked
+    // The other socket went: this is its tab, reloaded. Give the fresh token back and take the tab's own.
+    yield* tokens.disconnect(linked.token, id)
+    return yield* link(asked)
+  })
 
 /** Handle one client frame: a bump, or an error frame back. */
 const handleFrame = (connection: Connection, text: string) =>
@@ -61,12 +98,7 @@ export const handler = Effect.gen(function* () {
   const write = yield* socket.writer
   const id = randomUUID()
 
-  const linked = yield* tokens.link(asked ?? freshToken(), id).pipe(
-    Effect.catchTag("RecordNotStored", (error) =>
-      // Linked here; the record is written once the store is back (see TokenManager).
-      Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: false })
-    )
-  )
+  const linked = yield* linkTab(asked, id)
   const connection = yield* Effect.acquireRelease(sockets.attach(id, linked.token), (connection) =>
     Effect.zipRight(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
   )

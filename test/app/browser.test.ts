@@ -47,9 +47,16 @@ const newPage = (context: BrowserContext) =>
   )
 
 /** Wait until the page shows `n` (playwright's own polling, bounded). */
-const shows = (page: Page, n: number) =>
-  Effect.promise(() =>
+const shows = (page: Page, n: number, step = "") =>
+  Effect.tryPromise(() =>
     page.waitForFunction(`document.getElementById("count")?.textContent === "${n}"`, undefined, { timeout: 10_000 })
+  ).pipe(
+    Effect.catchAll(() =>
+      Effect.flatMap(
+        Effect.promise(() => page.evaluate(`document.body.innerText`)),
+        (text) => Effect.dieMessage(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
+      )
+    )
   )
 
 const textOf = (page: Page, id: string) =>
@@ -67,14 +74,14 @@ describe("counter page in chromium", () => {
         yield* Effect.promise(() => page.waitForSelector('#status[data-state="open"]', { timeout: 10_000 }))
         yield* shows(page, 0)
         for (let i = 0; i < 3; i++) yield* Effect.promise(() => page.click("#bump"))
-        yield* shows(page, 3)
+        yield* shows(page, 3, "three clicks")
         const token = yield* textOf(page, "token")
         assert.match(token, /^[A-Za-z0-9_.:-]+$/)
         assert.isNotEmpty(yield* textOf(page, "worker"))
 
         // A reload keeps the tab's token (sessionStorage) and its count.
         yield* Effect.promise(() => page.reload())
-        yield* shows(page, 3)
+        yield* shows(page, 3, "after a reload")
         assert.strictEqual(yield* textOf(page, "token"), token)
 
         // Another tab, in a context of its own, gets its own token and counter.

@@ -6,6 +6,7 @@ import { assert, describe, it, layer } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import { type App, bump, connect, request, startApp, updates } from "./support.js"
 
@@ -124,6 +125,28 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
       const reloaded = yield* connect(app, "tab-a")
       assert.isFalse(reloaded.frames.some((frame) => frame.type === "new_token"))
       assert.strictEqual((yield* reloaded.waitFor((frame) => frame.type === "state")).n, 4)
+    })
+  )
+
+  it.scoped("a reload that reconnects before its old socket is closed keeps its token", () =>
+    Effect.gen(function* () {
+      const app = yield* Shared
+      for (let i = 0; i < 5; i++) {
+        const token = `tab-reload-${i}`
+        const before = yield* connect(app, token)
+        yield* bump(app, token, i + 1)
+        yield* before.waitFor((frame) => frame.type === "update")
+        // the new socket opens while the old one is still closing
+        const closing = yield* Effect.fork(before.close)
+        const after = yield* connect(app, token)
+        yield* Fiber.join(closing)
+        assert.isFalse(
+          after.frames.some((frame) => frame.type === "new_token"),
+          JSON.stringify(after.frames)
+        )
+        assert.strictEqual(yield* after.token, token)
+        assert.strictEqual((yield* after.waitFor((frame) => frame.type === "state")).n, i + 1)
+      }
     })
   )
 })
