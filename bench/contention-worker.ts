@@ -2,9 +2,11 @@
  * One worker process of `bench/contention.ts`: C concurrent fibers doing
  * "read the counter, add 1, write it" on one hot token with one implementation, until the
  * parent's deadline. Prints `ready`, waits for `go <duration_ms>` on stdin, then prints one
- * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …]}`.
+ * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …], "cpu_ms": <process CPU time>}`.
  *
- * IMPL: leasehold-oplock | leasehold | redis-semaphore | redlock | poll
+ * IMPL: leasehold-oplock | leasehold-oplock-memory | leasehold | redis-semaphore | redlock | poll
+ * (`leasehold-oplock-memory`: leases with `leaseDurability: "memory"`, acknowledged before
+ * they are written, as Reflex does; not crash-safe, shown for the analysis of the bound)
  */
 import { randomUUID } from "node:crypto"
 import { performance } from "node:perf_hooks"
@@ -13,6 +15,7 @@ import { setTimeout as sleep } from "node:timers/promises"
 import { Redlock } from "@sesamecare-oss/redlock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
@@ -40,13 +43,16 @@ const readIncrementWrite = async (client: Redis) => {
 }
 
 const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
-  if (impl === "leasehold" || impl === "leasehold-oplock") {
+  if (impl === "leasehold" || impl === "leasehold-oplock" || impl === "leasehold-oplock-memory") {
     process.env.LEASEHOLD_REDIS_URL = url
-    process.env.LEASEHOLD_OPLOCK = impl === "leasehold-oplock" ? "true" : "false"
-    const runtime = ManagedRuntime.make(StateManager.layerRedis())
+    process.env.LEASEHOLD_OPLOCK = impl === "leasehold" ? "false" : "true"
+    process.env.LEASEHOLD_LEASE_DURABILITY = impl === "leasehold-oplock-memory" ? "memory" : "batch"
+    // The log level is set once for the runtime: set per operation, it costs a change of the
+    // fiber's context every time, which is the harness's cost, not the library's.
+    const runtime = ManagedRuntime.make(Layer.merge(StateManager.layerRedis(), Logger.minimumLogLevel(LogLevel.Error)))
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
-    ).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+    )
     await runtime.runPromise(Effect.void)
     return {
       op: async () => {
@@ -114,6 +120,7 @@ const main = async () => {
   const go = await new Promise<string>((resolve) => lines.once("line", resolve))
   const durationMs = Number(go.split(" ")[1] ?? "3000")
   const deadline = performance.now() + durationMs
+  const cpuBefore = process.cpuUsage()
   const lat: Array<number> = []
   let ok = 0
   let failed = 0
@@ -131,7 +138,8 @@ const main = async () => {
       }
     })
   )
-  console.log(JSON.stringify({ ok, failed, lat }))
+  const cpu = process.cpuUsage(cpuBefore)
+  console.log(JSON.stringify({ ok, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
   lines.close()
   await close()
   process.exit(0)

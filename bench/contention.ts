@@ -1,16 +1,21 @@
 /**
  * One hot token, W worker processes × C fibers, each operation "read the counter, add 1,
- * write it", for leasehold (oplock on and off) and its peers side by side, on one
+ * write it", for leasehold (oplock on and off; with oplock, also with the non-default
+ * `leaseDurability: "memory"`, labelled `leasehold-oplock-memory`) and its peers side by side, on one
  * redis-server started for the run.
  *
  *   npm run bench:contention -- --json               one JSON array of rows
  *   npm run bench:contention -- --seconds 5          seconds per cell (default 3)
  *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
  *
- * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact"}
- * where the latencies are of whole operations (waiting for the lock included), `stalls`
- * counts operations over 500 ms, and `exact` says the stored counter equals the number of
- * operations that reported success. One more row: {"impl": "ping", "p50_ms"}, and one
+ * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact",
+ * "cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
+ * included), `stalls` counts operations over 500 ms, `exact` says the stored counter equals
+ * the number of operations that reported success, and `cpu_us_per_op` is the CPU time of all
+ * the cell's worker processes (Redis not included) divided by the operations done. More rows: {"impl": "ping", "p50_ms"};
+ * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
+ * (grant with read, then write with release) sent one after the other straight from ioredis,
+ * with nothing around them: what two round trips of this work cost on this machine; and
  * {"impl": "leasehold-uncontended", "p50_ms"} (W = 1, C = 1, oplock off: two round trips).
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -19,6 +24,9 @@ import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import { Redis } from "ioredis"
+import { encodeSignal } from "../src/internal/codec.js"
+import { makeKeys } from "../src/internal/keys.js"
+import { type ScriptCommands, scripts } from "../src/internal/redisScripts.js"
 import * as RedisServer from "../test/support/RedisServer.js"
 
 const args = process.argv.slice(2)
@@ -28,7 +36,9 @@ const flag = (name: string) => {
 }
 const json = args.includes("--json")
 const seconds = Number(flag("seconds") ?? "3")
-const impls = (flag("impls") ?? "leasehold-oplock,leasehold,redis-semaphore,redlock,poll").split(",")
+const impls = (
+  flag("impls") ?? "leasehold-oplock,leasehold-oplock-memory,leasehold,redis-semaphore,redlock,poll"
+).split(",")
 const cells = (flag("cells") ?? "1x1,1x4,2x1,2x4,4x1,4x4")
   .split(",")
   .map((cell) => cell.split("x").map(Number) as [number, number])
@@ -39,6 +49,7 @@ interface Report {
   readonly ok: number
   readonly failed: number
   readonly lat: ReadonlyArray<number>
+  readonly cpu_ms: number
 }
 
 const percentile = (sorted: ReadonlyArray<number>, p: number) =>
@@ -110,7 +121,8 @@ const runCell = (url: string, impl: string, workers: number, conc: number, token
       p99_ms: percentile(lat, 99),
       max_ms: lat.length === 0 ? 0 : lat[lat.length - 1]!,
       stalls: lat.filter((l) => l > 500).length,
-      exact: stored === ok && reports.every((r) => r.failed === 0)
+      exact: stored === ok && reports.every((r) => r.failed === 0),
+      cpu_us_per_op: Math.round((reports.reduce((sum, r) => sum + r.cpu_ms, 0) * 1000) / Math.max(1, ok))
     }
   })
 
@@ -129,11 +141,66 @@ const pingP50 = (url: string) =>
     return Math.round(percentile(lat, 50) * 1000) / 1000
   })
 
+/** The two scripts of an uncontended modification, back to back, with the arguments RedisStore passes. */
+const scriptsFloorP50 = (url: string) =>
+  Effect.promise(async () => {
+    const client = new Redis(url) as Redis & ScriptCommands
+    for (const [name, script] of Object.entries(scripts)) client.defineCommand(name, script)
+    const keys = makeKeys("leasehold")
+    const token = "floor"
+    const contended = encodeSignal({ _tag: "Contended", instanceId: "floor" })
+    const once = async (i: number) => {
+      const lockId = `floor:${i}`
+      const grant = (await client.leaseholdTryAcquire(
+        4,
+        keys.lock(token),
+        keys.fence(token),
+        keys.waiters(token),
+        keys.slice(token, "counter"),
+        lockId,
+        "10000",
+        "3600000",
+        "floor",
+        "0",
+        keys.signal(token),
+        contended
+      )) as Array<unknown>
+      const n = typeof grant[3] === "string" ? (JSON.parse(grant[3]) as { n: number }).n : 0
+      await client.leaseholdCommitAndRelease(
+        3,
+        keys.lock(token),
+        keys.waiters(token),
+        keys.slice(token, "counter"),
+        lockId,
+        "3600000",
+        keys.signal(token),
+        encodeSignal({ _tag: "Released", lockId }),
+        "floor",
+        "0",
+        contended,
+        "10000",
+        JSON.stringify({ n: n + 1 })
+      )
+    }
+    for (let i = 0; i < 200; i++) await once(i)
+    const lat: Array<number> = []
+    for (let i = 0; i < 2000; i++) {
+      const t = performance.now()
+      await once(i)
+      lat.push(performance.now() - t)
+    }
+    await client.quit()
+    lat.sort((a, b) => a - b)
+    return Math.round(percentile(lat, 50) * 1000) / 1000
+  })
+
 const program = Effect.gen(function* () {
   const server = yield* RedisServer.start()
   const rows: Array<Record<string, unknown>> = []
   const ping = yield* pingP50(server.url)
   rows.push({ impl: "ping", p50_ms: ping })
+  const floor = yield* scriptsFloorP50(server.url)
+  rows.push({ impl: "scripts-floor", p50_ms: floor })
   let n = 0
   for (const [workers, conc] of cells) {
     for (const impl of impls) {
@@ -149,6 +216,7 @@ const program = Effect.gen(function* () {
             `p99 ${row.p99_ms}`.padStart(10),
             `max ${row.max_ms}`.padStart(11),
             `stalls ${row.stalls}`.padStart(10),
+            `cpu/op ${row.cpu_us_per_op}us`.padStart(14),
             row.exact ? "exact" : "NOT EXACT"
           ].join("  ")
         )
@@ -158,10 +226,10 @@ const program = Effect.gen(function* () {
   if (impls.includes("leasehold")) {
     const uncontended = rows.find((r) => r.impl === "leasehold" && r.workers === 1 && r.conc === 1)
     if (uncontended !== undefined)
-      rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping })
+      rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping, floor_p50_ms: floor })
   }
   if (json) console.log(JSON.stringify(rows))
-  else console.log(`ping p50 ${ping} ms`)
+  else console.log(`ping p50 ${ping} ms, scripts-floor p50 ${floor} ms`)
 })
 
 NodeRuntime.runMain(Effect.scoped(program))

@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
@@ -25,7 +26,7 @@ import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { OneShot } from "./internal/oneShot.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import { type Grant, type LocalQueue, Lock } from "./Lock.js"
+import { type Grant, type LocalQueue, Lock, type Previous } from "./Lock.js"
 import { type SignalEvent, Signals } from "./Signals.js"
 import { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
@@ -84,6 +85,17 @@ export declare namespace Lease {
   export interface Service {
     /** Queue a modification on a token (the token is already validated). */
     readonly submit: (token: string, request: Request) => Effect.Effect<void>
+    /**
+     * Start a modification (the token is already validated). With nothing queued on the
+     * token here, the caller makes the uncontended attempt itself; when that grants a lock
+     * to be held for this one modification, the turn is returned and the caller decides in
+     * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
+     * is queued as by `submit`: the caller awaits its turn. Uninterruptible: a lock granted
+     * to a caller that left would stay taken until it expires.
+     */
+    readonly begin: (token: string, request: Request) => Effect.Effect<Option.Option<Turn>, InvalidToken | StoreError>
+    /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
+    readonly complete: (token: string, request: Request) => Effect.Effect<void>
     /** A request cancelled by its caller: the session skips it. */
     readonly cancel: (token: string, request: Request) => Effect.Effect<void>
     /** The encoded slice under this worker's lease, if it holds one on the token and has the slice. */
@@ -138,11 +150,14 @@ interface LeaseState {
 interface Session {
   readonly token: string
   readonly queue: Array<Request>
+  /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a poke. */
   changed: OneShot<void>
   /** Where the session's signal subscription lives; closed when the session ends. */
   scope: Scope.CloseableScope | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
+  /** The grant a caller holds in its own fiber (`begin`), with the time its turn began. */
+  own: { readonly grant: Grant; readonly since: number } | undefined
 }
 
 const notify = (session: Session) => {
@@ -176,6 +191,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const lockMs = Duration.toMillis(config.lockExpiration)
     const holdMs = Duration.toMillis(config.leaseHoldTime)
     const quantumMs = Duration.toMillis(config.leaseQuantum)
+    const yieldMs = Math.max(1, quantumMs)
     const warnMs = Duration.toMillis(config.lockWarningThreshold)
     const durable = config.leaseDurability === "batch"
 
@@ -218,7 +234,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const events = yield* Scope.extend(signals.subscribe(session.token), sessionScope)
           const queue = yield* Queue.unbounded<SignalEvent>()
           yield* events.pipe(
-            Stream.runForEach((event) => Queue.offer(queue, event)),
+            Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
             Effect.forkIn(sessionScope)
           )
           session.signals = queue
@@ -226,17 +242,27 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         })
       })
 
+    /** How a grant is held: for one modification, a quantum's worth, or as a lease. */
+    const modeOf = (grant: Grant): "single" | "quantum" | "lease" =>
+      !config.oplock ? "single" : grant.contenders === 0 ? "lease" : quantumMs === 0 ? "single" : "quantum"
+
+    const warnIfLong = (token: string, request: Request, started: number) =>
+      Effect.clockWith((clock) => {
+        const heldMs = clock.unsafeCurrentTimeMillis() - started
+        return heldMs > warnMs
+          ? Effect.logWarning(
+              `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
+                `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+                `the threshold is ${warnMs} ms. Move long work out of modifications.`
+            )
+          : Effect.void
+      })
+
     /** Hold a grant: serve turns (one, a quantum's worth, or a lease's), then commit and release. */
     const hold = (session: Session, grant: Grant) =>
       Effect.gen(function* () {
         const { token, lockId } = grant
-        const mode: "single" | "quantum" | "lease" = !config.oplock
-          ? "single"
-          : grant.contenders === 0
-            ? "lease"
-            : quantumMs === 0
-              ? "single"
-              : "quantum"
+        const mode = modeOf(grant)
         const cache = new Map(grant.values)
         const dirty = new Map<string, string>()
         let unacked: Array<Request> = []
@@ -246,12 +272,27 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         let contended = mode !== "lease"
         let failed: LockLost | StoreError | undefined
 
+        /** Wakes the serving loop at the deadline; armed again when the deadline moves. */
+        let timer: Fiber.RuntimeFiber<void> | undefined
+        const armTimer = Effect.gen(function* () {
+          if (timer !== undefined) yield* Fiber.interruptFork(timer)
+          const ms = deadline - (yield* Clock.currentTimeMillis)
+          timer = yield* Effect.fork(
+            Effect.interruptible(
+              Effect.zipRight(
+                Effect.sleep(Math.max(0, ms)),
+                Effect.sync(() => notify(session))
+              )
+            )
+          )
+        })
+
         const contend = Effect.flatMap(Clock.currentTimeMillis, (now) =>
           Effect.suspend(() => {
             if (contended) return Effect.void
             contended = true
             deadline = Math.min(deadline, now + quantumMs)
-            return Metric.increment(leasesBroken)
+            return Effect.zipRight(Metric.increment(leasesBroken), armTimer)
           })
         )
 
@@ -284,31 +325,17 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           })
         })
 
-        /** With nothing to serve: wait for a modification, contention, or the deadline. */
-        const waitInLease = (changed: OneShot<void>, ms: number) => {
-          const events = session.signals
-          const contention =
-            events === undefined
-              ? Effect.never
-              : Queue.take(events).pipe(
-                  Effect.repeat({ until: (event) => isOtherContender(event) || event._tag === "Resubscribed" }),
-                  Effect.flatMap((event) => (event._tag === "Resubscribed" ? recheckContenders : contend))
-                )
-          return Effect.raceAll([changed.await, contention, Effect.sleep(ms)])
-        }
-
         /**
-         * Await a leased modification while keeping the lock from expiring under it. The
-         * keep-alive is interruptible: it is raced from uninterruptible code too.
+         * Keeps the lock from expiring under a slow modification. Interruptible: it is raced
+         * from uninterruptible code too. A lease runs one for its whole hold (a lease is
+         * shorter than the lock expiration, so an idle lease extends at most twice).
          */
         const keepAlive = Effect.gen(function* () {
           const every = Math.max(1, Math.floor(lockMs / 3))
           while (yield* store.extend(token, lockId).pipe(Effect.delay(every))) {}
         }).pipe(Effect.ignore, Effect.zipRight(Effect.never), Effect.interruptible)
         const withKeepAlive = <A>(effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive)
-
-        const awaitDone = (request: Request) =>
-          mode === "lease" ? withKeepAlive(request.done.await) : request.done.await
+        const keeper = mode === "lease" ? yield* Effect.fork(keepAlive) : undefined
 
         const serveOne = (request: Request) =>
           Effect.gen(function* () {
@@ -332,16 +359,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             })
             if (!given) return
             const started = yield* Clock.currentTimeMillis
-            const outcome = yield* awaitDone(request)
+            const outcome = yield* request.done.await
             inProgress = undefined
-            const heldMs = (yield* Clock.currentTimeMillis) - started
-            if (heldMs > warnMs) {
-              yield* Effect.logWarning(
-                `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
-                  `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
-                  `the threshold is ${warnMs} ms. Move long work out of modifications.`
-              )
-            }
+            yield* warnIfLong(token, request, started)
             if (outcome._tag === "Abort") return
             for (const [name, value] of outcome.writes) {
               cache.set(name, Option.some(value))
@@ -353,7 +373,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
         /** Group commit: one write for every modification served since the last one. */
         const flush = Effect.gen(function* () {
-          if (unacked.length === 0) return
+          if (unacked.length === 0) return false
           const batch = unacked
           unacked = []
           const entries = [...dirty.entries()]
@@ -361,13 +381,15 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const result = yield* Effect.either(writeOrFail(store.writeIfHolder(token, lockId, entries)))
           if (result._tag === "Right") {
             yield* Metric.increment(flushes)
-            return yield* succeedAcks(batch)
+            yield* succeedAcks(batch)
+            return true
           }
           // The lock is lost or the store is away: this lease writes nothing more.
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
           failed = result.left
           yield* failAcks(batch, lockId, result.left)
+          return true
         })
 
         const nextRequest = () => {
@@ -381,13 +403,23 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             session.lease = { cache }
             yield* watchContention
           }
+          // when the serving last waited for the store (or for the event loop)
+          let ioAt = grant.grantedAt
           while (failed === undefined) {
             if (mode === "single" && served > 0) return
-            // A busy local queue never waits in `waitInLease`: contention is looked for here too.
+            // Looked for before every modification: a busy local queue never waits for a signal.
             if (mode === "lease") yield* checkSignals
             // Taken before the queue is read: an arrival after the read completes it.
             const changed = session.changed
             const now = yield* Clock.currentTimeMillis
+            // Served from memory alone, a busy local loop runs on microtasks and the event
+            // loop never turns: the socket that brings a contender's signal is not read, and
+            // timers do not fire. A turn of the event loop at least every quantum bounds that.
+            if (mode !== "single" && now - ioAt >= yieldMs) {
+              yield* Effect.sleep(0)
+              ioAt = yield* Clock.currentTimeMillis
+              continue
+            }
             // Past the deadline nothing more is served, however full the queue: a busy
             // local loop must not keep a remote waiter out. `finish` writes in one step.
             if (served > 0 && now >= deadline) return
@@ -398,24 +430,28 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               continue
             }
             if (now >= deadline) return
-            if (durable) yield* flush
+            if (durable && (yield* flush)) ioAt = yield* Clock.currentTimeMillis
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return
-            yield* waitInLease(changed, deadline - now)
+            // woken by a modification, a signal, or the deadline
+            if (timer === undefined) yield* armTimer
+            yield* changed.await
           }
         })
 
         /** Whatever ended the hold: finish the modification in progress, write, release. */
         const finish = Effect.gen(function* () {
           session.lease = undefined
+          if (timer !== undefined) yield* Fiber.interruptFork(timer)
           if (inProgress !== undefined) {
-            const outcome = yield* withKeepAlive(inProgress.done.await)
+            const outcome = yield* keeper === undefined ? withKeepAlive(inProgress.done.await) : inProgress.done.await
             if (outcome._tag === "Commit") {
               for (const [name, value] of outcome.writes) dirty.set(name, value)
               unacked.push(inProgress)
             }
             inProgress = undefined
           }
+          if (keeper !== undefined) yield* Fiber.interruptFork(keeper)
           if (failed !== undefined) {
             // The lock is lost or the store is away: nothing more is written; release what may remain.
             yield* failAcks(unacked, lockId, failed)
@@ -441,7 +477,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       })
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
-    const noTurn = { registered: false, yieldFirst: false } as const
+    const noTurn: Previous = { registered: false, yieldFirst: false }
 
     const localQueue = (session: Session): LocalQueue => ({
       look: Effect.sync(() => {
@@ -449,12 +485,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         prune(session)
         return { wanted: session.queue.length > 0, changed: changed.await }
       }),
-      signals: openSignals(session)
+      signals: openSignals(session),
+      poke: Effect.sync(() => notify(session))
     })
 
-    const run = (session: Session) =>
+    /** The session's fiber, from a grant already taken or from what the last release left. */
+    const run = (session: Session, start: Grant | Previous) =>
       Effect.gen(function* () {
-        let after: { readonly registered: boolean; readonly yieldFirst: boolean } = noTurn
+        let after = "lockId" in start ? yield* hold(session, start) : start
         while (true) {
           const next = yield* Effect.sync(() => {
             prune(session)
@@ -500,28 +538,107 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         )
       )
 
+    const start = (session: Session, from: Grant | Previous) =>
+      Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session, from)), scope))
+
+    const newSession = (token: string, queue: Array<Request>): Session => {
+      const session: Session = {
+        token,
+        queue,
+        changed: new OneShot<void>(),
+        scope: undefined,
+        signals: undefined,
+        lease: undefined,
+        own: undefined
+      }
+      sessions.set(token, session)
+      return session
+    }
+
+    /** Queued behind an existing session: `true`; the caller then awaits its turn. */
+    const join = (token: string, request: Request) => {
+      const existing = sessions.get(token)
+      if (existing === undefined) return false
+      existing.queue.push(request)
+      notify(existing)
+      return true
+    }
+
     const submit = (token: string, request: Request) =>
+      Effect.suspend(() => (join(token, request) ? Effect.void : start(newSession(token, [request]), noTurn)))
+
+    const noOwnTurn = Effect.succeed(Option.none<Turn>())
+
+    // A session in the map always has a fiber or a caller holding its grant (`own`): whoever
+    // holds it looks at the queue when it is done, so a request queued meanwhile is served.
+    const begin = (token: string, request: Request) =>
       Effect.suspend(() => {
-        const existing = sessions.get(token)
-        if (existing !== undefined) {
-          existing.queue.push(request)
-          notify(existing)
-          return Effect.void
+        if (join(token, request)) return noOwnTurn
+        const session = newSession(token, [])
+        return Effect.matchEffect(lock.attempt(token, request.slices), {
+          onFailure: (error) => {
+            // the requests queued meanwhile make their own attempts
+            if (session.queue.length > 0) return Effect.zipRight(start(session, noTurn), Effect.fail(error))
+            sessions.delete(token)
+            return Effect.fail(error)
+          },
+          onSuccess: (grant) => {
+            if (Option.isNone(grant)) {
+              session.queue.unshift(request)
+              return Effect.as(start(session, { registered: false, yieldFirst: false, attempted: true }), Option.none())
+            }
+            // a quantum or a lease serves the modifications that queue meanwhile: its fiber does
+            if (modeOf(grant.value) !== "single") {
+              session.queue.unshift(request)
+              return Effect.as(start(session, grant.value), Option.none())
+            }
+            session.own = { grant: grant.value, since: grant.value.grantedAt }
+            return Effect.succeed(Option.some<Turn>({ values: grant.value.values, fence: grant.value.fence }))
+          }
+        })
+      })
+
+    const complete = (token: string, request: Request) =>
+      Effect.gen(function* () {
+        const session = sessions.get(token)
+        const own = session?.own
+        if (session === undefined || own === undefined)
+          return yield* Effect.dieMessage("complete without a turn from begin")
+        session.own = undefined
+        const { lockId } = own.grant
+        const outcome = request.done.poll()
+        const writes =
+          outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit"
+            ? outcome.value.writes
+            : []
+        yield* warnIfLong(token, request, own.since)
+        prune(session)
+        const waiting = session.queue.length > 0
+        const result = yield* Effect.either(
+          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+        )
+        let after = noTurn
+        if (result._tag === "Right") {
+          request.ack.done(Exit.void)
+          after = { registered: waiting, yieldFirst: result.right > 0 }
+        } else {
+          yield* Metric.increment(flushFailures)
+          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+          yield* failAcks([request], lockId, result.left)
         }
-        const session: Session = {
-          token,
-          queue: [request],
-          changed: new OneShot<void>(),
-          scope: undefined,
-          signals: undefined,
-          lease: undefined
-        }
-        sessions.set(token, session)
-        return Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session)), scope))
+        prune(session)
+        if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
+        sessions.delete(token)
+        if (after.registered) yield* Effect.ignore(store.deregisterWaiter(token, instanceId))
+        // On the embedded store nothing above waited: without a yield, a loop of
+        // modifications would keep every other fiber (and timer) from running.
+        if (store.kind === "memory") yield* Effect.yieldNow()
       })
 
     return Lease.of({
       submit,
+      begin,
+      complete,
       cancel: (token, request) =>
         Effect.sync(() => {
           request.cancelled = true

@@ -61,6 +61,8 @@ export interface Settings {
   /** Add up to 10 % to each retry delay (never above the cap), so workers do not retry in step. */
   readonly retryJitter: boolean
   readonly mailboxMaxLen: number
+  /** The largest encoded slice value a modification may write, in bytes; a larger one is refused before any I/O. */
+  readonly maxValueBytes: number
   /** `Some`: the embedded store keeps each token's slices in files there and loads them when built. */
   readonly dataDir: Option.Option<string>
   /** How long a change waits before it is written to `dataDir`, so a burst costs one file write. */
@@ -97,6 +99,7 @@ const defaults = {
   retryDelayMaxMs: 30_000,
   retryJitter: true,
   mailboxMaxLen: 10_000,
+  maxValueBytes: 1_048_576,
   dataFlushIntervalMs: 250,
   commandTimeoutMs: 5_000,
   connectTimeoutMs: 5_000
@@ -155,6 +158,10 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDefault(defaults.mailboxMaxLen),
     Config.withDescription("approximate length cap of each mailbox stream")
   ),
+  maxValueBytes: Config.integer("LEASEHOLD_MAX_VALUE_BYTES").pipe(
+    Config.withDefault(defaults.maxValueBytes),
+    Config.withDescription("largest encoded slice value a modification may write, in bytes")
+  ),
   dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
     Config.withDescription("directory where the embedded store keeps state; unset keeps nothing on disk")
   ),
@@ -203,6 +210,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
     retryJitter: input.retryJitter ?? defaults.retryJitter,
     mailboxMaxLen: input.mailboxMaxLen ?? defaults.mailboxMaxLen,
+    maxValueBytes: input.maxValueBytes ?? defaults.maxValueBytes,
     dataDir: input.dataDir ?? Option.none(),
     dataFlushInterval: dur(input.dataFlushInterval, defaults.dataFlushIntervalMs),
     commandTimeout: dur(input.commandTimeout, defaults.commandTimeoutMs),
@@ -213,7 +221,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
 
   // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
   for (const [knob, value] of Object.entries(input)) {
-    if (typeof value === "number" && knob !== "mailboxMaxLen" && !(value >= 0)) {
+    if (typeof value === "number" && knob !== "mailboxMaxLen" && knob !== "maxValueBytes" && !(value >= 0)) {
       return fail(
         knob,
         `${value}ms`,
@@ -259,6 +267,9 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   }
   if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
     return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")
+  }
+  if (!Number.isInteger(settings.maxValueBytes) || settings.maxValueBytes < 1) {
+    return fail("maxValueBytes", String(settings.maxValueBytes), "must be a positive integer")
   }
   if (Option.isSome(settings.dataDir) && settings.dataDir.value.trim() === "") {
     // An empty path would resolve to the working directory and fill it with state files.

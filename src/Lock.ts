@@ -9,10 +9,12 @@
  *
  * @since 0.1.0
  */
+import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as MetricBoundaries from "effect/MetricBoundaries"
@@ -53,11 +55,14 @@ export interface Grant {
 export interface LocalQueue {
   /**
    * Whether any local waiter is left (`false`: the wait ends without a grant), with an
-   * effect that completes at the next change of the local queue after this look.
+   * effect that completes at the next change after this look: of the local queue, a signal
+   * received, or `poke`.
    */
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
   readonly signals: Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError>
+  /** Complete the current `changed` (a timer's way to end a wait). */
+  readonly poke: Effect.Effect<void>
 }
 
 /**
@@ -71,6 +76,8 @@ export interface LocalQueue {
 export interface Previous {
   readonly registered: boolean
   readonly yieldFirst: boolean
+  /** The caller has just made the uncontended attempt (`attempt`) and found the lock held. */
+  readonly attempted?: boolean
 }
 
 /**
@@ -102,6 +109,15 @@ export declare namespace Lock {
      * Returns `true` when a local waiter arrived meanwhile (it must still yield).
      */
     readonly linger: (token: string, local: LocalQueue) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /**
+     * One attempt to take the token's lock, reading `slices` with the grant: the first step
+     * of `acquire` on its own, for a caller with no local waiter before it. `None` when the
+     * lock is held; nothing is registered then.
+     */
+    readonly attempt: (
+      token: string,
+      slices: ReadonlyArray<string>
+    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
     readonly acquire: (
       token: string,
       slices: ReadonlyArray<string>,
@@ -141,6 +157,24 @@ export const make = Effect.gen(function* () {
   let counter = 0
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
 
+  const makeGrant = (
+    token: string,
+    lockId: string,
+    slices: ReadonlyArray<string>,
+    result: {
+      readonly fence: number
+      readonly values: ReadonlyArray<Option.Option<string>>
+      readonly contenders: number
+    },
+    grantedAt: number
+  ): Grant => ({
+    token,
+    lockId,
+    fence: result.fence,
+    values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
+    contenders: result.contenders,
+    grantedAt
+  })
   const toGrant =
     (token: string, lockId: string, slices: ReadonlyArray<string>) =>
     (result: {
@@ -148,37 +182,50 @@ export const make = Effect.gen(function* () {
       readonly values: ReadonlyArray<Option.Option<string>>
       readonly contenders: number
     }) =>
-      Effect.map(
-        Clock.currentTimeMillis,
-        (grantedAt): Grant => ({
-          token,
-          lockId,
-          fence: result.fence,
-          values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
-          contenders: result.contenders,
-          grantedAt
-        })
-      )
+      Effect.map(Clock.currentTimeMillis, (grantedAt) => makeGrant(token, lockId, slices, result, grantedAt))
 
   /** A release of this worker's own lock: it says nothing about another holder. */
   const isOwn = (event: SignalEvent) =>
     event._tag === "Released" && event.lockId !== undefined && event.lockId.startsWith(`${instanceId}:`)
 
-  /**
-   * The next release by another holder (or a resubscription: one may have been missed);
-   * `false` when `timeoutMs` passes first.
-   */
-  const nextRelease = (signals: Queue.Dequeue<SignalEvent>, timeoutMs: number) =>
-    Queue.take(signals).pipe(
-      Effect.repeat({
-        until: (event) => (event._tag === "Released" && !isOwn(event)) || event._tag === "Resubscribed"
-      }),
-      Effect.timeoutTo({ duration: timeoutMs, onSuccess: () => true, onTimeout: () => false })
-    )
+  /** A release by another holder, or a resubscription (one may have been missed). */
+  const isChance = (event: SignalEvent) => (event._tag === "Released" && !isOwn(event)) || event._tag === "Resubscribed"
 
-  /** Wait for a release or a resubscription, a local change, or the timeout. */
-  const waitForChance = (signals: Queue.Dequeue<SignalEvent>, changed: Effect.Effect<void>, timeoutMs: number) =>
-    Effect.raceFirst(Effect.asVoid(nextRelease(signals, timeoutMs)), changed)
+  /**
+   * Wait for a chance (`"released"`), for the local queue to say so (`stop(wanted)`:
+   * `"local"`), or for `timeoutMs` (`"timeout"`). Waiters wait often and signals are many:
+   * every source completes the one `changed` of the local queue (a timer fiber by `poke`),
+   * so a wait costs one fiber, not a race of several for each signal.
+   */
+  const waitFor = (local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
+    let timedOut = false
+    return Effect.acquireUseRelease(
+      Effect.fork(
+        Effect.interruptible(
+          Effect.zipRight(
+            Effect.sleep(timeoutMs),
+            Effect.suspend(() => {
+              timedOut = true
+              return local.poke
+            })
+          )
+        )
+      ),
+      () =>
+        Effect.gen(function* () {
+          const signals = yield* local.signals
+          while (true) {
+            // Looked at before the checks: a change after them completes it.
+            const { wanted, changed } = yield* local.look
+            if (stop(wanted)) return "local" as const
+            if (Chunk.some(yield* Queue.takeAll(signals), isChance)) return "released" as const
+            if (timedOut) return "timeout" as const
+            yield* changed
+          }
+        }),
+      (timer) => Fiber.interruptFork(timer)
+    )
+  }
 
   const acquire = (token: string, slices: ReadonlyArray<string>, local: LocalQueue, previous: Previous) => {
     const yieldFirst = previous.yieldFirst
@@ -186,7 +233,7 @@ export const make = Effect.gen(function* () {
     return Effect.gen(function* () {
       const lockId = nextLockId()
       const grant = toGrant(token, lockId, slices)
-      if (!yieldFirst) {
+      if (!yieldFirst && previous.attempted !== true) {
         const first = yield* store.tryAcquire(token, lockId, slices, { instanceId })
         if (first._tag === "Acquired") {
           // the grant removed the instance from the waiter set, had it been there
@@ -200,18 +247,17 @@ export const make = Effect.gen(function* () {
       // published after the attempt cannot be missed.
       const signals = yield* local.signals
       if (yieldFirst) {
-        const { changed } = yield* local.look
         // Registered, the next holder sees this worker waiting and keeps its hold short.
         if (!state.registered) {
           yield* store.registerWaiter(token, instanceId)
           state.registered = true
         }
         // Free now: the others had their chance (or none is coming), so nothing to wait for.
-        if (Option.isSome(yield* store.holder(token))) yield* waitForChance(signals, changed, recheckMs)
+        if (Option.isSome(yield* store.holder(token))) yield* waitFor(local, recheckMs, (wanted) => !wanted)
       }
       while (true) {
-        // Looked at before the attempt: a waiter leaving during it ends the wait at once.
-        const { wanted, changed } = yield* local.look
+        // A waiter leaving during the attempt ends the wait that follows at once.
+        const { wanted } = yield* local.look
         if (!wanted) return Option.none<Grant>()
         // Signals from before the attempt are answered by it.
         yield* Queue.takeAll(signals)
@@ -226,7 +272,7 @@ export const make = Effect.gen(function* () {
           return Option.some(yield* grant(result))
         }
         state.registered = true
-        yield* waitForChance(signals, changed, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)))
+        yield* waitFor(local, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)), (wanted) => !wanted)
       }
     }).pipe(
       // Leaving without a grant (every waiter gone, interrupted, or a store error): the
@@ -239,19 +285,25 @@ export const make = Effect.gen(function* () {
     )
   }
 
-  const linger = (token: string, local: LocalQueue) =>
-    Effect.gen(function* () {
-      const { changed } = yield* local.look
-      const signals = yield* local.signals
-      if (Option.isNone(yield* store.holder(token))) return false
-      const arrived = yield* Effect.raceFirst(
-        Effect.as(nextRelease(signals, recheckMs), false),
-        Effect.as(changed, true)
+  // on the path of every uncontended modification: as few steps as the grant needs
+  const attempt = (token: string, slices: ReadonlyArray<string>) =>
+    Effect.clockWith((clock) => {
+      const lockId = nextLockId()
+      return Effect.map(store.tryAcquire(token, lockId, slices, { instanceId }), (result) =>
+        result._tag === "Acquired"
+          ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
+          : Option.none()
       )
-      return arrived
     })
 
-  return Lock.of({ instanceId, acquire, linger })
+  const linger = (token: string, local: LocalQueue) =>
+    Effect.gen(function* () {
+      yield* local.signals
+      if (Option.isNone(yield* store.holder(token))) return false
+      return (yield* waitFor(local, recheckMs, (wanted) => wanted)) === "local"
+    })
+
+  return Lock.of({ instanceId, acquire, attempt, linger })
 })
 
 /**

@@ -46,3 +46,21 @@ export class InvalidSliceValue extends Data.TaggedError("InvalidSliceValue")<{
     return `slice ${this.slice} of token ${this.token} cannot be encoded: ${this.reason}`
   }
 }
+
+/**
+ * A modification produced a slice value larger than `maxValueBytes` once encoded. It was
+ * refused before any I/O: nothing was written.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ValueTooLarge extends Data.TaggedError("ValueTooLarge")<{
+  readonly token: string
+  readonly slice: string
+  readonly bytes: number
+  readonly maxBytes: number
+}> {
+  override get message(): string {
+    return `slice ${this.slice} of token ${this.token} is ${this.bytes} bytes encoded, over the maximum of ${this.maxBytes} (maxValueBytes)`
+  }
+}

@@ -30,7 +30,7 @@ import * as Lock from "./Lock.js"
 import * as MemoryStore from "./MemoryStore.js"
 import * as RedisStore from "./RedisStore.js"
 import * as Signals from "./Signals.js"
-import { InvalidSliceValue, type LockExpired } from "./StateError.js"
+import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
 import type { DataDirError, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
 import * as Supervisor from "./Supervisor.js"
@@ -83,7 +83,7 @@ const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
  * @since 0.1.0
  * @category errors
  */
-export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue
+export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue | ValueTooLarge
 
 /**
  * @since 0.1.0
@@ -158,6 +158,7 @@ export class StateManager extends Context.Tag("leasehold/StateManager")<StateMan
 export const make = Effect.gen(function* () {
   const store = yield* Store
   const lease = yield* Lease.Lease
+  const { maxValueBytes } = yield* LeaseholdConfig.LeaseholdConfig
 
   /** A stored value that does not decode gives the initial value, with one warning. */
   const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) =>
@@ -188,6 +189,70 @@ export const make = Effect.gen(function* () {
       return yield* decodeOr(token, s, raw)
     })
 
+  /** The decoded values of a turn; the warnings are logged only when a value did not decode. */
+  const decodeAll = (
+    token: string,
+    slices: ReadonlyArray<Slice<any, any>>,
+    current: ReadonlyArray<Option.Option<string>>
+  ) => {
+    const values: Array<unknown> = []
+    let warnings: Array<Effect.Effect<unknown>> | undefined
+    for (const [i, s] of slices.entries()) {
+      const raw = current[i]!
+      if (Option.isNone(raw)) {
+        values.push(s.initial)
+        continue
+      }
+      const decoded = s.decode(raw.value)
+      if (Either.isRight(decoded)) {
+        values.push(decoded.right)
+        continue
+      }
+      values.push(s.initial)
+      warnings ??= []
+      warnings.push(decodeOr(token, s, raw))
+    }
+    return warnings === undefined ? Effect.succeed(values) : Effect.as(Effect.all(warnings, { discard: true }), values)
+  }
+
+  /** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
+  const decide = <B, E, R>(
+    token: string,
+    slices: ReadonlyArray<Slice<any, any>>,
+    turn: Lease.Turn,
+    f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>
+  ): Effect.Effect<
+    { readonly value: B; readonly writes: ReadonlyArray<SliceEntry> },
+    E | InvalidSliceValue | ValueTooLarge,
+    R
+  > =>
+    Effect.gen(function* () {
+      const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
+      const decoded = yield* decodeAll(token, slices, current)
+      const [value, next] = yield* f(decoded)
+      const writes: Array<SliceEntry> = []
+      for (const [i, s] of slices.entries()) {
+        const encoded = s.encode(next[i])
+        if (Either.isLeft(encoded)) {
+          return yield* Effect.fail(
+            new InvalidSliceValue({
+              token,
+              slice: s.name,
+              reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
+            })
+          )
+        }
+        const bytes = Buffer.byteLength(encoded.right, "utf8")
+        if (bytes > maxValueBytes) {
+          return yield* Effect.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
+        }
+        // Nothing stored means the initial value: writing it would change nothing.
+        const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
+        if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+      }
+      return { value, writes }
+    })
+
   const run = <B, E, R>(
     token: string,
     slices: ReadonlyArray<Slice<any, any>>,
@@ -206,49 +271,31 @@ export const make = Effect.gen(function* () {
       }
       return yield* Effect.uninterruptibleMask((restore) =>
         Effect.gen(function* () {
-          yield* lease.submit(token, request)
-          const turnExit = yield* Effect.exit(restore(request.turn.await))
-          if (Exit.isFailure(turnExit)) {
-            yield* lease.cancel(token, request)
-            // The turn may have come at the moment the caller left: hand it back unused.
-            if (Exit.isExit(request.turn.poll()) && Exit.isSuccess(request.turn.poll()!)) request.done.done(abortExit)
-            return yield* Effect.failCause(turnExit.cause)
-          }
-          const turn = turnExit.value
-          const abort = Effect.sync(() => request.done.done(abortExit))
-          const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
-          const decoded = yield* Effect.forEach(slices, (s, i) => decodeOr(token, s, current[i]!))
-          const result = yield* Effect.exit(restore(f(decoded)))
-          if (Exit.isFailure(result)) {
-            yield* abort
-            return yield* Effect.failCause(result.cause)
-          }
-          const [value, next] = result.value
-          const writes: Array<SliceEntry> = []
-          for (const [i, s] of slices.entries()) {
-            const encoded = s.encode(next[i])
-            if (Either.isLeft(encoded)) {
-              yield* abort
-              return yield* Effect.fail(
-                new InvalidSliceValue({
-                  token,
-                  slice: s.name,
-                  reason: ParseResult.TreeFormatter.formatErrorSync(encoded.left)
-                })
-              )
+          const own = yield* lease.begin(token, request)
+          let turn: Lease.Turn
+          if (Option.isSome(own)) {
+            turn = own.value
+          } else {
+            const turnExit = yield* Effect.exit(restore(request.turn.await))
+            if (Exit.isFailure(turnExit)) {
+              yield* lease.cancel(token, request)
+              // The turn may have come at the moment the caller left: hand it back unused.
+              if (Exit.isExit(request.turn.poll()) && Exit.isSuccess(request.turn.poll()!)) request.done.done(abortExit)
+              return yield* Effect.failCause(turnExit.cause)
             }
-            // Nothing stored means the initial value: writing it would change nothing.
-            const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
-            if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+            turn = turnExit.value
           }
-          if (writes.length === 0) {
-            yield* abort
-            return value
-          }
-          request.done.done(Exit.succeed({ _tag: "Commit", writes }))
+          const decided = yield* Effect.exit(decide(token, slices, turn, (values) => restore(f(values))))
+          request.done.done(
+            Exit.isSuccess(decided) && decided.value.writes.length > 0
+              ? Exit.succeed({ _tag: "Commit", writes: decided.value.writes })
+              : abortExit
+          )
+          if (Option.isSome(own)) yield* lease.complete(token, request)
+          if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
           // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
-          yield* request.ack.await
-          return value
+          if (decided.value.writes.length > 0) yield* request.ack.await
+          return decided.value.value
         })
       )
     }).pipe(
@@ -296,7 +343,8 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store> = Layer.effect(StateManager, make)
+export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store | LeaseholdConfig.LeaseholdConfig> =
+  Layer.effect(StateManager, make)
 
 /**
  * One worker on a given store: a fresh `InstanceId` every time it is built, its own

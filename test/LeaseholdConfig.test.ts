@@ -33,6 +33,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.retryDelayInitial), 1_000)
       assert.strictEqual(millis(s.retryDelayMax), 30_000)
       assert.strictEqual(s.mailboxMaxLen, 10_000)
+      assert.strictEqual(s.maxValueBytes, 1_048_576)
       assert.isTrue(Option.isNone(s.dataDir))
       assert.strictEqual(millis(s.dataFlushInterval), 250)
     })
@@ -56,7 +57,8 @@ describe("LeaseholdConfig", () => {
         LEASEHOLD_DATA_DIR: "/tmp/lh",
         LEASEHOLD_DATA_FLUSH_INTERVAL_MS: "40",
         LEASEHOLD_COMMAND_TIMEOUT_MS: "700",
-        LEASEHOLD_CONNECT_TIMEOUT_MS: "900"
+        LEASEHOLD_CONNECT_TIMEOUT_MS: "900",
+        LEASEHOLD_MAX_VALUE_BYTES: "2048"
       })
       assert.strictEqual(Redacted.value(Option.getOrThrow(s.redisUrl)), "redis://:hunter2@127.0.0.1:6390/0")
       assert.isFalse(String(Option.getOrThrow(s.redisUrl)).includes("hunter2"))
@@ -71,6 +73,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.retryDelayInitial), 500)
       assert.strictEqual(millis(s.retryDelayMax), 8000)
       assert.strictEqual(s.mailboxMaxLen, 50)
+      assert.strictEqual(s.maxValueBytes, 2048)
       deepStrictEqual(s.dataDir, Option.some("/tmp/lh"))
       assert.strictEqual(millis(s.dataFlushInterval), 40)
       assert.strictEqual(millis(s.commandTimeout), 700)
@@ -134,6 +137,16 @@ describe("LeaseholdConfig", () => {
     assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ dataFlushInterval: 0 })))
     const flush = LeaseholdConfig.resolve({ dataFlushInterval: -1 })
     assert.isTrue(Either.isLeft(flush) && flush.left.knob === "dataFlushInterval")
+  })
+
+  it("counts must be positive integers", () => {
+    for (const knob of ["mailboxMaxLen", "maxValueBytes"] as const) {
+      for (const value of [0, -1, 1.5]) {
+        const result = LeaseholdConfig.resolve({ [knob]: value })
+        assert.isTrue(Either.isLeft(result) && result.left.knob === knob, `${knob} = ${value}`)
+      }
+      assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ [knob]: 1 })))
+    }
   })
 
   it("an empty data directory is refused: it would mean the working directory", () => {

@@ -85,3 +85,58 @@ describe("signals lost with the subscriber connection", () => {
     })
   )
 })
+
+describe("modifications that take the lock in their caller's fiber", () => {
+  it.scoped("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const w = yield* cluster.worker()
+      yield* cluster.control.setAvailable(false)
+      const error = yield* Effect.flip(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+      assert.strictEqual(error._tag, "StoreUnavailable")
+      assert.strictEqual(yield* w.lease.sessions, 0)
+      yield* cluster.control.setAvailable(true)
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+      assert.strictEqual(yield* w.lease.sessions, 0)
+    })
+  )
+
+  it.scoped("modifications queued behind one holding the lock in its own fiber run after it, in order", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const w = yield* cluster.worker()
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(
+        w.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            s.n,
+            { n: s.n * 10 + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      const second = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 2 }]))
+      const third = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
+      yield* settle
+      // both wait: the lock stays with the first one
+      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      assert.isTrue(Option.isNone(yield* Fiber.poll(third)))
+      yield* Deferred.succeed(gate, undefined)
+      assert.strictEqual(yield* Fiber.join(first), 0)
+      assert.strictEqual(yield* Fiber.join(second), 1)
+      assert.strictEqual(yield* Fiber.join(third), 12)
+      assert.strictEqual(yield* cluster.stored("t"), 123)
+      assert.strictEqual(yield* cluster.grants("t"), 3)
+      yield* eventuallyTrue(
+        "no local entry",
+        5_000,
+        Effect.zipRight(
+          settle,
+          Effect.map(w.lease.sessions, (n) => n === 0)
+        )
+      )
+    })
+  )
+})

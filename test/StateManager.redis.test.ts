@@ -1,6 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
 import { Redis } from "ioredis"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
@@ -60,5 +62,48 @@ describe("round trips", () => {
         deepStrictEqual(m.seen, ["evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha"])
         assert.strictEqual(yield* cluster.stored("t"), 3)
       })
+  )
+})
+
+describe("leases acknowledged from memory", () => {
+  it.scopedLive("a tight loop of callers on one worker lets a waiter on another in", () =>
+    Effect.gen(function* () {
+      // a lease would last 10 s: far longer than the waits below allow
+      const cluster = yield* redisCluster({
+        oplock: true,
+        leaseDurability: "memory",
+        lockExpiration: 20_000,
+        lockWarningThreshold: 10_000
+      })
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      let stop = false
+      let loops = 0
+      // Each modification its own caller, as request handlers are: served from memory, they
+      // follow each other on microtasks alone, with nothing that waits for the socket.
+      const looping = yield* Effect.fork(
+        Effect.promise(async () => {
+          while (!stop) {
+            await Effect.runPromise(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+            loops++
+          }
+        })
+      )
+      yield* eventuallyTrue(
+        "the loop runs",
+        5_000,
+        Effect.sync(() => loops >= 3)
+      )
+      const waiter = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
+      yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Fiber.poll(waiter), Option.isSome))
+      stop = true
+      yield* Fiber.join(looping)
+      yield* Fiber.join(waiter)
+      // closing the worker ends its lease: what it acknowledged is written
+      yield* a.close
+      const stored = yield* cluster.stored("t")
+      // every modification of both workers, once
+      assert.strictEqual(stored, loops + 1000)
+    })
   )
 })

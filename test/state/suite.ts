@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Lease from "../../src/Lease.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import { failsWith } from "../conformance/helpers.js"
 import { atLevels } from "../support/logs.js"
 import { type Cluster, Counter, Other, type Worker } from "./workers.js"
 
@@ -115,6 +116,33 @@ export const stateSuite = (backend: StateBackend) => {
         assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
         assert.strictEqual(yield* w.lease.sessions, 0)
       })
+    )
+
+    test(
+      "a value over maxValueBytes is refused before any I/O and nothing is written",
+      { maxValueBytes: 64 },
+      (cluster) =>
+        Effect.gen(function* () {
+          const w = yield* cluster.worker()
+          yield* w.states.modify("t", Other, () => [null, { s: "small" }])
+          const refused = yield* failsWith(
+            w.states.modifyAll("t", { counter: Counter, other: Other }, (v) =>
+              Effect.succeed([null, { counter: { n: v.counter.n + 1 }, other: { s: "x".repeat(100) } }] as const)
+            ),
+            "ValueTooLarge"
+          )
+          assert.strictEqual(refused.slice, "other")
+          assert.strictEqual(refused.maxBytes, 64)
+          assert.strictEqual(refused.bytes, JSON.stringify({ s: "x".repeat(100) }).length)
+          // neither slice changed: the counter's write was refused with the other's
+          assert.strictEqual(yield* cluster.stored("t"), 0)
+          deepStrictEqual(yield* cluster.store.readSlices("t", ["other"]), [
+            Option.some(JSON.stringify({ s: "small" }))
+          ])
+          // the lock is free again
+          yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+        })
     )
 
     test("a failing modification changes nothing", {}, (cluster, tools) =>
