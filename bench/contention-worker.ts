@@ -7,6 +7,7 @@
  * IMPL: leasehold-oplock | leasehold-oplock-memory | leasehold | redis-semaphore | redlock | poll
  * (`leasehold-oplock-memory`: leases with `leaseDurability: "memory"`, acknowledged before
  * they are written, as Reflex does; not crash-safe, shown for the analysis of the bound)
+ * CLUSTER: "1" when URL lists the seed nodes of a Redis Cluster.
  */
 import { randomUUID } from "node:crypto"
 import { performance } from "node:perf_hooks"
@@ -20,7 +21,7 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Schema from "effect/Schema"
-import { Redis } from "ioredis"
+import { Cluster, Redis } from "ioredis"
 import { Mutex } from "redis-semaphore"
 import * as StateManager from "../src/StateManager.js"
 
@@ -28,6 +29,7 @@ const impl = process.env.IMPL ?? "leasehold"
 const url = process.env.URL ?? "redis://127.0.0.1:6379"
 const token = process.env.TOKEN ?? "hot"
 const conc = Number(process.env.CONC ?? "1")
+const onCluster = process.env.CLUSTER === "1"
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 /** The peers keep the same state in the same key as leasehold does. */
@@ -36,7 +38,7 @@ const lockKey = `bench:{${token}}:lock`
 
 type Op = () => Promise<void>
 
-const readIncrementWrite = async (client: Redis) => {
+const readIncrementWrite = async (client: Redis | Cluster) => {
   const raw = await client.get(stateKey)
   const n = raw === null ? 0 : (JSON.parse(raw) as { n: number }).n
   await client.set(stateKey, JSON.stringify({ n: n + 1 }))
@@ -47,6 +49,7 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
     process.env.LEASEHOLD_REDIS_URL = url
     process.env.LEASEHOLD_OPLOCK = impl === "leasehold" ? "false" : "true"
     process.env.LEASEHOLD_LEASE_DURABILITY = impl === "leasehold-oplock-memory" ? "memory" : "batch"
+    process.env.LEASEHOLD_REDIS_CLUSTER = onCluster ? "true" : "false"
     // The log level is set once for the runtime: set per operation, it costs a change of the
     // fiber's context every time, which is the harness's cost, not the library's.
     const runtime = ManagedRuntime.make(Layer.merge(StateManager.layerRedis(), Logger.minimumLogLevel(LogLevel.Error)))
@@ -62,7 +65,12 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
       close: () => runtime.dispose()
     }
   }
-  const client = new Redis(url)
+  // The bench's cluster URL is `redis://host:port,host:port,...`, without credentials.
+  const seeds = url
+    .slice(url.indexOf("//") + 2)
+    .split(",")
+    .map((address) => ({ host: address.split(":")[0]!, port: Number(address.split(":")[1]) }))
+  const client = onCluster ? new Cluster(seeds) : new Redis(url)
   const close = async () => {
     await client.quit()
   }

@@ -48,6 +48,11 @@ export type LeaseDurability = "batch" | "memory"
 export interface Settings {
   /** `None`: the embedded memory store. */
   readonly redisUrl: Option.Option<Redacted.Redacted>
+  /**
+   * `true`: `redisUrl` names seed nodes of a Redis Cluster (`redis://host:port,host:port`);
+   * the store discovers the other masters itself.
+   */
+  readonly redisCluster: boolean
   readonly keyPrefix: string
   readonly lockExpiration: Duration.Duration
   readonly lockWarningThreshold: Duration.Duration
@@ -88,6 +93,7 @@ export type Input = {
 export class LeaseholdConfig extends Context.Tag("leasehold/LeaseholdConfig")<LeaseholdConfig, Settings>() {}
 
 const defaults = {
+  redisCluster: false,
   keyPrefix: "leasehold",
   lockExpirationMs: 10_000,
   lockWarningThresholdMs: 1_000,
@@ -117,6 +123,10 @@ const ms = (name: string, fallback: number, description: string) =>
 export const config: Config.Config<Input> = Config.all({
   redisUrl: Config.option(Config.redacted("LEASEHOLD_REDIS_URL")).pipe(
     Config.withDescription("Redis URL; unset for the embedded memory store")
+  ),
+  redisCluster: Config.boolean("LEASEHOLD_REDIS_CLUSTER").pipe(
+    Config.withDefault(defaults.redisCluster),
+    Config.withDescription("the Redis URL names seed nodes of a Redis Cluster (host:port list after the userinfo)")
   ),
   keyPrefix: Config.string("LEASEHOLD_KEY_PREFIX").pipe(
     Config.withDefault(defaults.keyPrefix),
@@ -195,6 +205,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
   const settings: Settings = {
     redisUrl: input.redisUrl ?? Option.none(),
+    redisCluster: input.redisCluster ?? defaults.redisCluster,
     keyPrefix: input.keyPrefix ?? defaults.keyPrefix,
     lockExpiration,
     lockWarningThreshold: dur(input.lockWarningThreshold, defaults.lockWarningThresholdMs),

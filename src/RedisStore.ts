@@ -4,6 +4,12 @@
  * connection for blocking reads. Keys follow DESIGN §3; every script touches the keys of
  * one token only, so the layout is Cluster-safe.
  *
+ * On a Redis Cluster (`cluster: true`, or `redisCluster` in `LeaseholdConfig`) the command
+ * connection is an ioredis `Cluster` client, and there is one subscriber connection per
+ * master: signals use sharded pub/sub (SSUBSCRIBE on the node owning the token's slot,
+ * SPUBLISH from the scripts), socket-record scans and keyspace notifications cover every
+ * master, and a blocking mailbox read runs on a connection to the node owning the mailbox.
+ *
  * The connections reconnect by themselves forever; an operation issued while Redis is
  * away fails with `StoreUnavailable` within the command timeout, and operations work
  * again as soon as Redis is back. Subscription streams fail when the subscriber
@@ -26,21 +32,31 @@ import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
-import type { Redis } from "ioredis"
+import type { Cluster, Redis, RedisCommander } from "ioredis"
 import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "./internal/codec.js"
 import { makeKeys } from "./internal/keys.js"
+import {
+  type ClusterEndpoint,
+  clusterOptions,
+  keySlot,
+  nodeKey,
+  parseClusterEndpoint,
+  settleEach,
+  slotMaster
+} from "./internal/redisCluster.js"
 import {
   awaitReady,
   closeConnection,
   connectionOptions,
   type Endpoint,
+  openCluster,
   openConnection,
   parseEndpoint,
   scrub,
   toStoreError,
   withLiveClock
 } from "./internal/redisConnection.js"
-import { type ScriptCommands, scripts } from "./internal/redisScripts.js"
+import { type ScriptCommands, scripts, shardedScripts } from "./internal/redisScripts.js"
 import {
   isValidToken,
   signalInstance,
@@ -76,25 +92,48 @@ import { type CorruptValue, LockLost, type StoreError, StoreRefused, StoreUnavai
  */
 export interface Options {
   readonly url?: string | Redacted.Redacted
+  /**
+   * The URL names seed nodes of a Redis Cluster: `redis://[user:password@]host:port[,host:port...]`.
+   * Without it, the `redisCluster` of `LeaseholdConfig` decides.
+   */
+  readonly cluster?: boolean
 }
 
-type CommandConnection = Redis & ScriptCommands
+/** The commands a single server's connection and a cluster client share, plus our scripts. */
+type CommandConnection = RedisCommander & ScriptCommands
+
+/** A subscriber connection: the only one on a single server, one per master on a cluster. */
+interface Subscriber {
+  /** The node's `host:port` on a cluster; "" on a single server. */
+  readonly node: string
+  readonly connection: Redis
+  ready: boolean
+  /** Counts the connection's drops: a channel subscribed in an earlier one is forgotten by the server. */
+  generation: number
+}
 
 /** One Redis channel, shared by every local subscriber of one token. */
 interface Channel {
   readonly name: string
-  /** The subscriber connection's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
+  readonly subscriber: Subscriber
+  /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
   readonly generation: number
   readonly confirmed: Deferred.Deferred<void, StoreError>
   readonly subscribers: Set<Mailbox.Mailbox<Signal, StoreUnavailable>>
   refs: number
 }
 
-/** The one pattern subscription to socket-record changes, shared by every local listener. */
+/** The pattern subscription to socket-record changes (on every master), shared by every local listener. */
 interface SocketWatch {
-  readonly generation: number
+  readonly parts: ReadonlyArray<{ readonly subscriber: Subscriber; readonly generation: number }>
   readonly confirmed: Deferred.Deferred<void, StoreError>
   readonly subscribers: Set<Mailbox.Mailbox<SocketEvent, StoreUnavailable>>
+}
+
+/** What a scan or a per-node command runs on: the only server, or one master of a cluster. */
+interface Node {
+  readonly name: string
+  readonly run: <A>(operation: string, f: (connection: Redis) => Promise<A>) => Effect.Effect<A, StoreError>
 }
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
@@ -130,7 +169,13 @@ const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
-const resolveEndpoint = (options: Options, settings: Settings): Effect.Effect<Endpoint, InvalidConfig> => {
+/** Where the store connects: one server, or a cluster through its seed nodes. */
+interface Target {
+  readonly endpoint: Endpoint
+  readonly cluster: ClusterEndpoint | undefined
+}
+
+const resolveTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> => {
   const url =
     options.url !== undefined
       ? Option.some(Redacted.isRedacted(options.url) ? String(Redacted.value(options.url)) : options.url)
@@ -139,6 +184,18 @@ const resolveEndpoint = (options: Options, settings: Settings): Effect.Effect<En
     return Effect.fail(
       new InvalidConfig({ knob: "redisUrl", value: "(unset)", reason: "must be set to use the Redis store" })
     )
+  }
+  if (options.cluster ?? settings.redisCluster) {
+    const cluster = parseClusterEndpoint(url.value)
+    return cluster === undefined
+      ? Effect.fail(
+          new InvalidConfig({
+            knob: "redisUrl",
+            value: "<redacted>",
+            reason: "must be a redis:// or rediss:// URL listing host:port seed nodes, without a database other than 0"
+          })
+        )
+      : Effect.succeed({ endpoint: cluster.endpoint, cluster })
   }
   const endpoint = parseEndpoint(url.value)
   return endpoint === undefined
@@ -149,7 +206,7 @@ const resolveEndpoint = (options: Options, settings: Settings): Effect.Effect<En
           reason: "must be a redis:// or rediss:// URL with a host"
         })
       )
-    : Effect.succeed(endpoint)
+    : Effect.succeed({ endpoint, cluster: undefined })
 }
 
 const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
@@ -192,7 +249,9 @@ export const make = (
 ): Effect.Effect<Store.Service, StoreUnavailable | InvalidConfig, Scope.Scope | LeaseholdConfig> =>
   Effect.gen(function* () {
     const settings = yield* LeaseholdConfig
-    const endpoint = yield* resolveEndpoint(options, settings)
+    const target = yield* resolveTarget(options, settings)
+    const endpoint = target.endpoint
+    const clustered = target.cluster
     const keys = makeKeys(settings.keyPrefix)
     const lockMs = millis(settings.lockExpiration)
     const tokenMs = millis(settings.tokenExpiration)
@@ -207,11 +266,16 @@ export const make = (
     // mirrors it into the SubscriptionRef (event listeners cannot run effects).
     const health = {
       command: false,
-      subscriber: false,
       epoch: 0,
       lastError: undefined as string | undefined
     }
-    const snapshot = (): ConnectionStatus => ({ ready: health.command && health.subscriber, epoch: health.epoch })
+    const subscribers = new Map<string, Subscriber>()
+    const subscribersReady = () => {
+      if (subscribers.size === 0) return false
+      for (const subscriber of subscribers.values()) if (!subscriber.ready) return false
+      return true
+    }
+    const snapshot = (): ConnectionStatus => ({ ready: health.command && subscribersReady(), epoch: health.epoch })
     const statusRef = yield* SubscriptionRef.make<ConnectionStatus>(snapshot())
     const statusEvents = yield* Queue.unbounded<void>()
     const syncStatus = Effect.gen(function* () {
@@ -250,117 +314,219 @@ export const make = (
     // --- subscriptions --------------------------------------------------------------
     const channels = new Map<string, Channel>()
     let socketWatch: SocketWatch | undefined
-    let subscriberGeneration = 0
-    const dropSubscriptions = () => {
-      subscriberGeneration++
-      if (channels.size === 0 && socketWatch === undefined) return
+    /** The server forgets a lost connection's subscriptions: so do we. */
+    const dropSubscriptions = (subscriber: Subscriber) => {
+      subscriber.generation++
       const error = new StoreUnavailable({
         operation: "subscribe",
-        reason: `subscriber connection to ${endpoint.safeUrl} lost`
+        reason: `subscriber connection to ${subscriber.node === "" ? endpoint.safeUrl : subscriber.node} lost`
       })
       for (const channel of channels.values()) {
+        if (channel.subscriber !== subscriber) continue
         Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
         for (const mailbox of channel.subscribers) mailbox.unsafeDone(Exit.fail(error))
+        channels.delete(channel.name)
       }
-      channels.clear()
-      if (socketWatch !== undefined) {
+      if (socketWatch?.parts.some((part) => part.subscriber === subscriber)) {
         Deferred.unsafeDone(socketWatch.confirmed, Effect.fail(error))
         for (const mailbox of socketWatch.subscribers) mailbox.unsafeDone(Exit.fail(error))
         socketWatch = undefined
       }
     }
-
-    // --- connections ----------------------------------------------------------------
-    /** Mirror a connection's readiness into the health record; each `ready` is a new epoch. */
-    const track = (connection: Redis, role: "command" | "subscriber", onDown?: () => void) => {
-      connection.on("ready", () => {
-        health[role] = true
-        health.epoch++
-        statusChanged()
-      })
-      const down = () => {
-        health[role] = false
-        onDown?.()
-        statusChanged()
-      }
-      connection.on("close", down)
-      connection.on("end", down)
+    const onSocketEvent = (pattern: string, name: string, message: string) => {
+      if (pattern !== keyspace.pattern || socketWatch === undefined) return
+      const event = keyspace.event(name, message)
+      if (event === undefined) return
+      for (const mailbox of socketWatch.subscribers) mailbox.unsafeOffer(event)
+    }
+    const onSignal = (name: string, message: string) => {
+      const channel = channels.get(name)
+      if (channel === undefined) return
+      const signal = decodeSignal(message)
+      if (signal === undefined) return
+      for (const mailbox of channel.subscribers) mailbox.unsafeOffer(signal)
     }
 
-    const command = yield* Effect.acquireRelease(
+    // --- connections ----------------------------------------------------------------
+    let closed = false
+    const command: Redis | Cluster = yield* Effect.acquireRelease(
       Effect.sync(() => {
-        const connection = openConnection(endpoint, connectionOptions("command", timeouts), onError)
-        for (const [name, script] of Object.entries(scripts)) connection.defineCommand(name, script)
-        track(connection, "command")
-        return connection as CommandConnection
-      }),
-      (connection) => closeConnection(connection, commandTimeoutMs)
-    )
-
-    const subscriber = yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        const connection = openConnection(endpoint, connectionOptions("subscriber", timeouts), onError)
-        // the server forgets a lost connection's subscriptions: so do we
-        track(connection, "subscriber", dropSubscriptions)
-        connection.on("pmessage", (pattern: string, name: string, message: string) => {
-          if (pattern !== keyspace.pattern || socketWatch === undefined) return
-          const event = keyspace.event(name, message)
-          if (event === undefined) return
-          for (const mailbox of socketWatch.subscribers) mailbox.unsafeOffer(event)
+        const connection =
+          clustered === undefined
+            ? openConnection(endpoint, connectionOptions("command", timeouts), onError)
+            : openCluster(clustered.seeds, clusterOptions(endpoint, "command", timeouts), onError)
+        for (const [name, script] of Object.entries(clustered === undefined ? scripts : shardedScripts)) {
+          connection.defineCommand(name, script)
+        }
+        // Each `ready` is a new epoch.
+        connection.on("ready", () => {
+          health.command = true
+          health.epoch++
+          statusChanged()
         })
-        connection.on("message", (name: string, message: string) => {
-          const channel = channels.get(name)
-          if (channel === undefined) return
-          const signal = decodeSignal(message)
-          if (signal === undefined) return
-          for (const mailbox of channel.subscribers) mailbox.unsafeOffer(signal)
+        const down = () => {
+          health.command = false
+          statusChanged()
+        }
+        connection.on("close", down)
+        connection.on("end", down)
+        // A cluster client opens a node's connection on its first command, and without an
+        // offline queue refuses the commands that arrive while it is still connecting:
+        // connect each node as soon as the client learns of it.
+        connection.on("+node", (node: Redis) => {
+          if (node.status === "wait") node.connect().catch(() => undefined)
         })
         return connection
       }),
       (connection) => closeConnection(connection, commandTimeoutMs)
     )
+    const commands = command as unknown as CommandConnection
 
-    // Blocking reads get their own connection, opened on first use: a blocked command
-    // would stall every command queued behind it on a shared connection.
-    let blocking: Redis | undefined
+    const openSubscriber = (node: string, nodeEndpoint: Endpoint): Subscriber => {
+      const connection = openConnection(nodeEndpoint, connectionOptions("subscriber", timeouts), onError)
+      const subscriber: Subscriber = { node, connection, ready: false, generation: 0 }
+      connection.on("ready", () => {
+        subscriber.ready = true
+        health.epoch++
+        statusChanged()
+      })
+      const down = () => {
+        subscriber.ready = false
+        dropSubscriptions(subscriber)
+        statusChanged()
+      }
+      connection.on("close", down)
+      connection.on("end", down)
+      connection.on("pmessage", onSocketEvent)
+      connection.on(clustered === undefined ? "message" : "smessage", onSignal)
+      subscribers.set(node, subscriber)
+      return subscriber
+    }
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        return Effect.forEach(subscribers.values(), (s) => closeConnection(s.connection, commandTimeoutMs), {
+          concurrency: "unbounded",
+          discard: true
+        })
+      })
+    )
+
+    /** The masters the cluster client knows of now; a cluster client that is not ready knows none. */
+    const masters = (): ReadonlyArray<Redis> => (clustered === undefined ? [] : (command as Cluster).nodes("master"))
+
+    /** The subscriber connection of a node (cluster), opened on first use. */
+    const nodeSubscriber = (node: string): Effect.Effect<Subscriber, StoreUnavailable> =>
+      Effect.suspend(() => {
+        const existing = subscribers.get(node)
+        if (existing !== undefined) return Effect.succeed(existing)
+        if (closed || clustered === undefined) {
+          return Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the store is closed" }))
+        }
+        const colon = node.lastIndexOf(":")
+        const address = { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) }
+        return Effect.succeed(openSubscriber(node, clustered.nodeEndpoint(address)))
+      })
+
+    /** The node serving a key's (or a shard channel's) slot, as `host:port`. */
+    const slotNode = (operation: string, key: string): Effect.Effect<string, StoreUnavailable> =>
+      Effect.suspend(() => {
+        const address = slotMaster(command as Cluster, keySlot(key))
+        return address === undefined
+          ? Effect.fail(new StoreUnavailable({ operation, reason: `no node of ${endpoint.safeUrl} serves ${key}` }))
+          : Effect.succeed(`${address.host}:${address.port}`)
+      })
+
+    /** The subscriber connection a channel is subscribed on. */
+    const subscriberFor = (name: string): Effect.Effect<Subscriber, StoreUnavailable> =>
+      clustered === undefined
+        ? Effect.sync(() => subscribers.get("")!)
+        : Effect.flatMap(slotNode("subscribe", name), nodeSubscriber)
+
+    /** Every subscriber connection keyspace notifications need: the only one, or one per master. */
+    const allSubscribers: Effect.Effect<ReadonlyArray<Subscriber>, StoreUnavailable> = Effect.suspend(() =>
+      clustered === undefined
+        ? Effect.succeed([subscribers.get("")!])
+        : Effect.forEach(masters(), (master) => nodeSubscriber(nodeKey(master)))
+    )
+
+    /** A cluster's MOVED reply on a connection of ours: the slot table is stale. */
+    const onClusterError = (cause: unknown) => {
+      if (clustered !== undefined && cause instanceof Error && /^(MOVED|ASK)\b/.test(cause.message)) {
+        ;(command as Cluster).refreshSlotsCache()
+      }
+    }
+
+    // Blocking reads get their own connection, opened on first use (on a cluster, to the
+    // node owning the mailbox): a blocked command would stall every command queued
+    // behind it on a shared connection.
+    let blocking: { readonly node: string; readonly connection: Redis } | undefined
     let blockingClientId: number | undefined
     const blockingPermit = yield* Effect.makeSemaphore(1)
-    let closed = false
-    const blockingConnection = (): Effect.Effect<Redis, StoreUnavailable> => {
-      if (blocking !== undefined) return Effect.succeed(blocking)
-      // A read after the store's scope closed must not open a connection nobody closes.
-      if (closed) return Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "the store is closed" }))
-      const connection = openConnection(endpoint, connectionOptions("blocking", timeouts), onError)
-      connection.on("ready", () => {
-        connection.client("ID").then(
-          (id) => {
-            blockingClientId = id
-          },
-          () => undefined
-        )
-      })
-      connection.on("close", () => {
+    const blockingConnection = (key: string): Effect.Effect<Redis, StoreUnavailable> =>
+      Effect.gen(function* () {
+        const node = clustered === undefined ? "" : yield* slotNode("mailboxRead", key)
+        if (blocking !== undefined && blocking.node === node) return blocking.connection
+        // The mailbox moved to another node: the old connection serves nothing now.
+        if (blocking !== undefined) blocking.connection.disconnect()
+        blocking = undefined
         blockingClientId = undefined
+        // A read after the store's scope closed must not open a connection nobody closes.
+        if (closed)
+          return yield* Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "the store is closed" }))
+        const colon = node.lastIndexOf(":")
+        const nodeEndpoint =
+          clustered === undefined
+            ? endpoint
+            : clustered.nodeEndpoint({ host: node.slice(0, colon), port: Number(node.slice(colon + 1)) })
+        const connection = openConnection(nodeEndpoint, connectionOptions("blocking", timeouts), onError)
+        connection.on("ready", () => {
+          connection.client("ID").then(
+            (id) => {
+              if (blocking?.connection === connection) blockingClientId = id
+            },
+            () => undefined
+          )
+        })
+        connection.on("close", () => {
+          if (blocking?.connection === connection) blockingClientId = undefined
+        })
+        blocking = { node, connection }
+        return connection
       })
-      blocking = connection
-      return Effect.succeed(connection)
-    }
     // No QUIT here: it would queue behind a blocked read. Nothing on this connection is
     // worth waiting for.
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
         closed = true
-        blocking?.disconnect()
+        blocking?.connection.disconnect()
       })
     )
 
-    yield* Effect.all(
-      [
-        awaitReady(command, connectTimeoutMs, notConnected("connect", connectTimeoutMs)),
-        awaitReady(subscriber, connectTimeoutMs, notConnected("connect", connectTimeoutMs))
-      ],
-      { concurrency: 2, discard: true }
-    )
+    if (clustered === undefined) {
+      openSubscriber("", endpoint)
+      yield* Effect.all(
+        [
+          awaitReady(command, connectTimeoutMs, notConnected("connect", connectTimeoutMs)),
+          awaitReady(subscribers.get("")!.connection, connectTimeoutMs, notConnected("connect", connectTimeoutMs))
+        ],
+        { concurrency: 2, discard: true }
+      )
+    } else {
+      // The masters are known once the cluster client is ready; each gets its subscriber.
+      yield* Effect.gen(function* () {
+        yield* awaitReady(command, connectTimeoutMs, notConnected("connect", connectTimeoutMs))
+        const all = yield* allSubscribers
+        yield* Effect.forEach(
+          [...masters(), ...all.map((s) => s.connection)],
+          (connection) => awaitReady(connection, connectTimeoutMs, notConnected("connect", connectTimeoutMs)),
+          { concurrency: "unbounded", discard: true }
+        )
+      }).pipe(
+        Effect.timeoutFail({ duration: connectTimeoutMs, onTimeout: notConnected("connect", connectTimeoutMs) }),
+        withLiveClock
+      )
+    }
     yield* syncStatus
 
     // --- command helper -------------------------------------------------------------
@@ -369,7 +535,13 @@ export const make = (
      * wait for it, but never longer than the command timeout in all.
      */
     const run = <A>(operation: string, f: (connection: CommandConnection) => Promise<A>) => {
-      const attempt = Effect.tryPromise({ try: () => f(command), catch: mapError(operation) })
+      const attempt = Effect.tryPromise({
+        try: () => f(commands),
+        catch: (cause) => {
+          onClusterError(cause)
+          return mapError(operation)(cause)
+        }
+      })
       return Effect.suspend(() =>
         command.status === "ready"
           ? attempt
@@ -380,6 +552,38 @@ export const make = (
             )
       )
     }
+
+    /**
+     * Single-key commands as one batch, each settled on its own: a pipeline on a single
+     * server; on a cluster, where a pipeline must not span nodes, each command routed alone.
+     */
+    const runBatch = (operation: string, batch: ReadonlyArray<readonly [name: string, ...args: Array<string>]>) =>
+      run(operation, (c): Promise<ReadonlyArray<[Error | null, unknown]> | null> => {
+        if (clustered === undefined) return (command as Redis).pipeline(batch.map((entry) => [...entry])).exec()
+        const byName = c as unknown as Record<string, (...args: Array<string>) => Promise<unknown>>
+        return settleEach(
+          batch.map(
+            ([name, ...args]) =>
+              () =>
+                byName[name]!(...args)
+          )
+        )
+      })
+
+    /** One command on one node, failing within the command timeout when the node is away. */
+    const runOn =
+      (connection: Redis) =>
+      <A>(operation: string, f: (connection: Redis) => Promise<A>): Effect.Effect<A, StoreError> =>
+        Effect.tryPromise({ try: () => f(connection), catch: mapError(operation) }).pipe(
+          Effect.timeoutFail({ duration: commandTimeoutMs, onTimeout: notConnected(operation, commandTimeoutMs) }),
+          withLiveClock
+        )
+
+    /** What scans and per-node settings run on: the only server, or every master of a cluster. */
+    const nodes = (): ReadonlyArray<Node> =>
+      clustered === undefined
+        ? [{ name: endpoint.safeUrl, run: (operation, f) => run(operation, () => f(command as Redis)) }]
+        : masters().map((master) => ({ name: nodeKey(master), run: runOn(master) }))
 
     const remaining = (pttl: unknown): number => {
       const value = Number(pttl)
@@ -598,25 +802,36 @@ export const make = (
     // --- signals --------------------------------------------------------------------
     const publish = Effect.fnUntraced(function* (token: string, signal: Signal) {
       yield* validateTokenAndInstance(token, signalInstance(signal))
-      yield* run("publish", (c) => c.publish(keys.signal(token), encodeSignal(signal)))
+      const channel = keys.signal(token)
+      yield* run("publish", (c) =>
+        clustered === undefined ? c.publish(channel, encodeSignal(signal)) : c.spublish(channel, encodeSignal(signal))
+      )
     })
 
-    /** Join the channel's local subscribers; the first one sends SUBSCRIBE. */
-    const join = (name: string, mailbox: Mailbox.Mailbox<Signal, StoreUnavailable>): Channel => {
+    /** Join the channel's local subscribers; the first one sends SUBSCRIBE (SSUBSCRIBE on a cluster). */
+    const join = (
+      name: string,
+      subscriber: Subscriber,
+      mailbox: Mailbox.Mailbox<Signal, StoreUnavailable>
+    ): Channel => {
       let channel = channels.get(name)
       if (channel === undefined) {
         const created: Channel = {
           name,
-          generation: subscriberGeneration,
+          subscriber,
+          generation: subscriber.generation,
           confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
           subscribers: new Set(),
           refs: 0
         }
         channels.set(name, created)
         // ioredis resolves SUBSCRIBE once the server confirmed it.
-        subscriber.subscribe(name).then(
+        const sent =
+          clustered === undefined ? subscriber.connection.subscribe(name) : subscriber.connection.ssubscribe(name)
+        sent.then(
           () => Deferred.unsafeDone(created.confirmed, Effect.void),
           (cause) => {
+            onClusterError(cause)
             Deferred.unsafeDone(created.confirmed, Effect.fail(mapError("subscribe")(cause)))
             // A refused SUBSCRIBE must not stay cached: the next subscriber tries again.
             if (channels.get(name) === created) channels.delete(name)
@@ -639,8 +854,11 @@ export const make = (
         if (channels.get(channel.name) === channel) channels.delete(channel.name)
         // A newer entry (this one's SUBSCRIBE failed) owns the server's subscription now.
         else if (channels.has(channel.name)) return Effect.void
-        if (channel.generation !== subscriberGeneration || subscriber.status !== "ready") return Effect.void
-        return Effect.promise(() => subscriber.unsubscribe(channel.name).catch(() => undefined)).pipe(
+        const { connection } = channel.subscriber
+        if (channel.generation !== channel.subscriber.generation || connection.status !== "ready") return Effect.void
+        const sent = () =>
+          clustered === undefined ? connection.unsubscribe(channel.name) : connection.sunsubscribe(channel.name)
+        return Effect.promise(() => sent().catch(() => undefined)).pipe(
           Effect.timeoutOption(commandTimeoutMs),
           withLiveClock,
           Effect.asVoid
@@ -649,10 +867,12 @@ export const make = (
 
     const subscribe = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
-      yield* awaitReady(subscriber, commandTimeoutMs, notConnected("subscribe", commandTimeoutMs))
+      const name = keys.signal(token)
+      const subscriber = yield* subscriberFor(name)
+      yield* awaitReady(subscriber.connection, commandTimeoutMs, notConnected("subscribe", commandTimeoutMs))
       const mailbox = yield* Mailbox.make<Signal, StoreUnavailable>()
       const channel = yield* Effect.acquireRelease(
-        Effect.sync(() => join(keys.signal(token), mailbox)),
+        Effect.sync(() => join(name, subscriber, mailbox)),
         (channel) => leave(channel, mailbox)
       )
       yield* Deferred.await(channel.confirmed).pipe(
@@ -712,10 +932,10 @@ export const make = (
       return reply === 1
     })
 
-    /** One SCAN page, then the records of its keys in one pipelined round trip. */
-    const scanPage = (cursor: string) =>
+    /** One SCAN page of one node, then the records of its keys in one batched round trip. */
+    const scanPage = (node: Node, cursor: string) =>
       Effect.gen(function* () {
-        const [next, found] = yield* run("scanSockets", (c) =>
+        const [next, found] = yield* node.run("scanSockets", (c) =>
           c.scan(cursor, "MATCH", keys.socketPattern, "COUNT", 500)
         )
         const candidates = found.flatMap((key) => {
@@ -724,7 +944,10 @@ export const make = (
         })
         const records: Array<readonly [token: string, record: SocketRecord]> = []
         if (candidates.length > 0) {
-          const replies = yield* run("scanSockets", (c) => c.pipeline(candidates.map(([key]) => ["get", key])).exec())
+          const replies = yield* runBatch(
+            "scanSockets",
+            candidates.map(([key]) => ["get", key] as const)
+          )
           for (let i = 0; i < candidates.length; i++) {
             const [key, token] = candidates[i]!
             const [error, raw] = replies?.[i] ?? [null, null]
@@ -742,29 +965,42 @@ export const make = (
             records.push([token, decoded.right])
           }
         }
-        return [Chunk.unsafeFromArray(records), next === "0" ? Option.none<string>() : Option.some(next)] as const
+        return [Chunk.unsafeFromArray(records), next] as const
       })
 
-    const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> =
-      Stream.paginateChunkEffect("0", scanPage)
+    /** Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts. */
+    const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> = Stream.suspend(
+      () => {
+        const all = nodes()
+        if (all.length === 0) {
+          return Stream.fail(
+            new StoreUnavailable({ operation: "scanSockets", reason: notConnected("scanSockets", 0)().reason })
+          )
+        }
+        return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ node, cursor }) =>
+          Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
+            if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
+            return [
+              records,
+              node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
+            ] as const
+          })
+        )
+      }
+    )
 
-    /** Each claim is its own script (one slot each); the pipeline makes them one round trip. */
+    /** Each claim is its own script (one slot each); batched, they cost one round trip (per node). */
     const claimSockets = Effect.fnUntraced(function* (
       claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
     ) {
       for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
       if (claims.length === 0) return []
-      const replies = yield* run("claimSockets", (c) =>
-        c
-          .pipeline(
-            claims.map(([token, record]) => [
-              "leaseholdClaimSocket",
-              keys.socket(token),
-              encodeSocketRecord(record),
-              String(tokenMs)
-            ])
-          )
-          .exec()
+      const replies = yield* runBatch(
+        "claimSockets",
+        claims.map(
+          ([token, record]) =>
+            ["leaseholdClaimSocket", keys.socket(token), encodeSocketRecord(record), String(tokenMs)] as const
+        )
       )
       const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
       for (let i = 0; i < claims.length; i++) {
@@ -788,32 +1024,50 @@ export const make = (
     })
 
     /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
-    const enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable> = Effect.gen(function* () {
-      const reply = yield* run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
-      const list = asArray(reply)
-      const current = typeof list?.[1] === "string" ? list[1] : ""
-      const missing = missingFlags(current)
-      if (missing === "") return { _tag: "Enabled", flags: current } as const
-      const flags = `${current}${missing}`
-      yield* run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
-      return { _tag: "Enabled", flags } as const
-    }).pipe(
-      Effect.catchTag("StoreRefused", (refused) =>
-        Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
+    const enableOn = (node: Node): Effect.Effect<SocketEventsSetting, StoreUnavailable> =>
+      Effect.gen(function* () {
+        const reply = yield* node.run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
+        const list = asArray(reply)
+        const current = typeof list?.[1] === "string" ? list[1] : ""
+        const missing = missingFlags(current)
+        if (missing === "") return { _tag: "Enabled", flags: current } as const
+        const flags = `${current}${missing}`
+        yield* node.run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
+        return { _tag: "Enabled", flags } as const
+      }).pipe(
+        Effect.catchTag("StoreRefused", (refused) =>
+          Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
+        )
       )
-    )
 
-    /** The first listener sends PSUBSCRIBE; a refused one is not kept, so the next listener tries again. */
-    const joinSocketWatch = (mailbox: Mailbox.Mailbox<SocketEvent, StoreUnavailable>): SocketWatch => {
+    /** Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses. */
+    const enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable> = Effect.suspend(() => {
+      const all = nodes()
+      if (all.length === 0) return Effect.fail(notConnected("enableSocketEvents", 0)())
+      return Effect.map(
+        Effect.forEach(all, enableOn, { concurrency: "unbounded" }),
+        (settings) => settings.find((setting) => setting._tag === "Refused") ?? settings[0]!
+      )
+    })
+
+    /**
+     * The first listener sends PSUBSCRIBE (on every master of a cluster: keyspace events are
+     * published on the node whose key changed); a refused one is not kept, so the next
+     * listener tries again.
+     */
+    const joinSocketWatch = (
+      on: ReadonlyArray<Subscriber>,
+      mailbox: Mailbox.Mailbox<SocketEvent, StoreUnavailable>
+    ): SocketWatch => {
       let watch = socketWatch
       if (watch === undefined) {
         const created: SocketWatch = {
-          generation: subscriberGeneration,
+          parts: on.map((subscriber) => ({ subscriber, generation: subscriber.generation })),
           confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
           subscribers: new Set()
         }
         socketWatch = created
-        subscriber.psubscribe(keyspace.pattern).then(
+        Promise.all(on.map((subscriber) => subscriber.connection.psubscribe(keyspace.pattern))).then(
           () => Deferred.unsafeDone(created.confirmed, Effect.void),
           (cause) => {
             Deferred.unsafeDone(created.confirmed, Effect.fail(mapError("socketEvents")(cause)))
@@ -835,19 +1089,32 @@ export const make = (
         mailbox.unsafeDone(Exit.void)
         if (watch.subscribers.size > 0 || socketWatch !== watch) return Effect.void
         socketWatch = undefined
-        if (watch.generation !== subscriberGeneration || subscriber.status !== "ready") return Effect.void
-        return Effect.promise(() => subscriber.punsubscribe(keyspace.pattern).catch(() => undefined)).pipe(
-          Effect.timeoutOption(commandTimeoutMs),
-          withLiveClock,
-          Effect.asVoid
+        const live = watch.parts.filter(
+          ({ subscriber, generation }) =>
+            subscriber.generation === generation && subscriber.connection.status === "ready"
+        )
+        return Effect.forEach(
+          live,
+          ({ subscriber }) =>
+            Effect.promise(() => subscriber.connection.punsubscribe(keyspace.pattern).catch(() => undefined)).pipe(
+              Effect.timeoutOption(commandTimeoutMs),
+              withLiveClock
+            ),
+          { concurrency: "unbounded", discard: true }
         )
       })
 
     const socketEvents = Effect.gen(function* () {
-      yield* awaitReady(subscriber, commandTimeoutMs, notConnected("socketEvents", commandTimeoutMs))
+      const on = yield* allSubscribers
+      if (on.length === 0) return yield* Effect.fail(notConnected("socketEvents", commandTimeoutMs)())
+      yield* Effect.forEach(
+        on,
+        (s) => awaitReady(s.connection, commandTimeoutMs, notConnected("socketEvents", commandTimeoutMs)),
+        { concurrency: "unbounded", discard: true }
+      )
       const mailbox = yield* Mailbox.make<SocketEvent, StoreUnavailable>()
       const watch = yield* Effect.acquireRelease(
-        Effect.sync(() => joinSocketWatch(mailbox)),
+        Effect.sync(() => joinSocketWatch(on, mailbox)),
         (watch) => leaveSocketWatch(watch, mailbox)
       )
       yield* Deferred.await(watch.confirmed).pipe(
@@ -878,15 +1145,17 @@ export const make = (
 
     /** Ask the server to end a blocking read whose caller went away, so the connection is free again. */
     const unblock = () => {
-      if (blockingClientId !== undefined && command.status === "ready") {
-        command.client("UNBLOCK", blockingClientId).catch(() => undefined)
-      }
+      if (blockingClientId === undefined || blocking === undefined) return
+      const node = blocking.node
+      // The UNBLOCK goes to the node the read blocks on.
+      const via = clustered === undefined ? (command as Redis) : masters().find((master) => nodeKey(master) === node)
+      if (via !== undefined && via.status === "ready") via.client("UNBLOCK", blockingClientId).catch(() => undefined)
     }
 
     const readBlocking = (key: string, afterId: string, count: number, blockMs: number) =>
       blockingPermit.withPermits(1)(
         Effect.gen(function* () {
-          const connection = yield* Effect.suspend(blockingConnection)
+          const connection = yield* blockingConnection(key)
           yield* awaitReady(connection, commandTimeoutMs, notConnected("mailboxRead", commandTimeoutMs))
           const reply = yield* Effect.tryPromise({
             try: () => connection.xread("COUNT", count, "BLOCK", blockMs, "STREAMS", key, afterId),
@@ -959,10 +1228,14 @@ export const make = (
 
     const tokenKeys = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
+      // Every key of the token shares its hash tag: on a cluster they all live on one master.
+      const owner = clustered === undefined ? "" : yield* slotNode("tokenKeys", keys.tokenHead(token))
+      const node = nodes().find((candidate) => clustered === undefined || candidate.name === owner)
+      if (node === undefined) return yield* Effect.fail(notConnected("tokenKeys", commandTimeoutMs)())
       const found = new Set<string>()
       let cursor = "0"
       do {
-        const [next, page] = yield* run("tokenKeys", (c) =>
+        const [next, page] = yield* node.run("tokenKeys", (c) =>
           c.scan(cursor, "MATCH", keys.tokenPattern(token), "COUNT", 1000)
         )
         for (const key of page) found.add(key)

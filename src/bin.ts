@@ -36,14 +36,21 @@ const prefix = Options.text("prefix").pipe(
   Options.optional
 )
 const json = Options.boolean("json").pipe(Options.withDescription("print one JSON object"))
+const cluster = Options.boolean("cluster").pipe(
+  Options.withDescription("the URL lists seed nodes of a Redis Cluster (default: LEASEHOLD_REDIS_CLUSTER)")
+)
 
-const common = { url, prefix, json }
+const common = { url, prefix, json, cluster }
 
 /** The exit code of a failure: 2 for bad input, 1 for the store. */
 let exitCode = 0
 
 const withStore = <A>(
-  options: { readonly url: Option.Option<Redacted.Redacted>; readonly prefix: Option.Option<string> },
+  options: {
+    readonly url: Option.Option<Redacted.Redacted>
+    readonly prefix: Option.Option<string>
+    readonly cluster: boolean
+  },
   name: string,
   effect: Effect.Effect<A, unknown, Store>
 ) =>
@@ -58,6 +65,7 @@ const withStore = <A>(
     }
     const config = LeaseholdConfig.layerWith({
       redisUrl,
+      redisCluster: options.cluster || (fromEnv.redisCluster ?? false),
       keyPrefix: Option.getOrElse(options.prefix, () => fromEnv.keyPrefix ?? "leasehold"),
       commandTimeout: 5_000
     })

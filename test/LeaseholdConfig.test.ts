@@ -22,6 +22,7 @@ describe("LeaseholdConfig", () => {
     Effect.gen(function* () {
       const s = yield* fromEnv({})
       assert.isTrue(Option.isNone(s.redisUrl))
+      assert.strictEqual(s.redisCluster, false)
       assert.strictEqual(s.keyPrefix, "leasehold")
       assert.strictEqual(millis(s.lockExpiration), 10_000)
       assert.strictEqual(millis(s.lockWarningThreshold), 1_000)
@@ -43,6 +44,7 @@ describe("LeaseholdConfig", () => {
     Effect.gen(function* () {
       const s = yield* fromEnv({
         LEASEHOLD_REDIS_URL: "redis://:hunter2@127.0.0.1:6390/0",
+        LEASEHOLD_REDIS_CLUSTER: "true",
         LEASEHOLD_KEY_PREFIX: "app:1",
         LEASEHOLD_LOCK_EXPIRATION_MS: "4000",
         LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "300",
@@ -62,6 +64,7 @@ describe("LeaseholdConfig", () => {
       })
       assert.strictEqual(Redacted.value(Option.getOrThrow(s.redisUrl)), "redis://:hunter2@127.0.0.1:6390/0")
       assert.isFalse(String(Option.getOrThrow(s.redisUrl)).includes("hunter2"))
+      assert.strictEqual(s.redisCluster, true)
       assert.strictEqual(s.keyPrefix, "app:1")
       assert.strictEqual(millis(s.lockExpiration), 4000)
       assert.strictEqual(millis(s.lockWarningThreshold), 300)

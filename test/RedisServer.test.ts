@@ -9,6 +9,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { Redis } from "ioredis"
 import { createRunDir, isAlive, reapRunDir, recordProcess, removeRunDir } from "./support/processes.js"
+import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const currentPid = (server: RedisServer.RedisServer) =>
@@ -207,5 +208,45 @@ describe("RedisServer harness", () => {
       deepStrictEqual(fs.readdirSync(dir).sort(), ["owner"])
       assert.isTrue(Option.isNone(yield* server.pid))
     })
+  )
+})
+
+describe("RedisCluster harness", () => {
+  it.live(
+    "start: three masters covering every slot, each recorded in the run directory; restart keeps the slots; scope close removes them",
+    () =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.make()
+        const cluster = yield* RedisCluster.start().pipe(Scope.extend(scope))
+        assert.strictEqual(cluster.nodes.length, 3)
+        assert.strictEqual(cluster.url, `redis://${cluster.nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`)
+        const pids = yield* Effect.forEach(cluster.nodes, currentPid)
+        for (const pid of pids) assert.isTrue(fs.existsSync(recordFile(pid)))
+        for (const node of cluster.nodes) {
+          const info = String(yield* node.command("CLUSTER", "INFO"))
+          assert.include(info, "cluster_state:ok")
+          assert.include(info, "cluster_slots_assigned:16384")
+          assert.include(info, "cluster_known_nodes:3")
+        }
+        const owner = yield* cluster.nodeFor("{tok}:a")
+        yield* owner.command("SET", "{tok}:a", "1")
+        assert.strictEqual(yield* cluster.dbsize, 1)
+
+        yield* cluster.kill
+        for (const pid of pids) assert.isFalse(isAlive(pid))
+        yield* cluster.restart
+        // the same cluster (its nodes.conf), without the data
+        assert.strictEqual((yield* cluster.nodeFor("{tok}:a")).port, owner.port)
+        assert.strictEqual(yield* cluster.dbsize, 0)
+
+        const restarted = yield* Effect.forEach(cluster.nodes, currentPid)
+        yield* Scope.close(scope, Exit.void)
+        for (const pid of restarted) {
+          assert.isFalse(isAlive(pid))
+          assert.isFalse(fs.existsSync(recordFile(pid)))
+        }
+        for (const node of cluster.nodes) assert.isFalse(fs.existsSync(node.dir))
+      }),
+    120_000
   )
 })

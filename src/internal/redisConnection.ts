@@ -6,8 +6,8 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import type { RedisOptions } from "ioredis"
-import { Redis } from "ioredis"
+import type { ClusterNode, ClusterOptions, RedisOptions } from "ioredis"
+import { Cluster, Redis } from "ioredis"
 import { StoreRefused, StoreUnavailable } from "../StoreError.js"
 
 /**
@@ -94,9 +94,11 @@ export const scrubbedCause = (endpoint: Endpoint, cause: unknown): Error => {
 
 /**
  * Error replies that mean "not now" rather than "never": the server is loading its data,
- * busy with a script, a replica without its primary, or read-only during a failover.
+ * busy with a script, a replica without its primary, or read-only during a failover; a
+ * cluster is down, migrating a slot (`TRYAGAIN`, `ASK`), or has moved it (`MOVED`, on a
+ * connection to one node that cannot follow it).
  */
-const transientReply = /^(LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|READONLY)\b/
+const transientReply = /^(LOADING|BUSY|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|READONLY|MOVED|ASK)\b/
 
 const isReplyError = (cause: unknown): cause is Error => cause instanceof Error && cause.name === "ReplyError"
 
@@ -109,6 +111,9 @@ const describeUnavailable = (message: string): string => {
   if (message === "Command timed out") return "no reply within the command timeout"
   if (message.includes("maxRetriesPerRequest") || message.includes("Reached the max retries per request limit")) {
     return "connection lost before the reply"
+  }
+  if (message.startsWith("Too many Cluster redirections")) {
+    return `the cluster kept redirecting or refusing the command (${message.slice(message.indexOf("Last error:"))})`
   }
   return message
 }
@@ -180,12 +185,29 @@ export const openConnection = (endpoint: Endpoint, options: RedisOptions, onErro
 }
 
 /**
+ * Open a cluster client on its seed nodes; as `openConnection`, errors go to `onError`
+ * (a cluster reports its nodes' errors apart).
+ *
+ * @internal
+ */
+export const openCluster = (
+  seeds: ReadonlyArray<ClusterNode>,
+  options: ClusterOptions,
+  onError: (error: Error) => void
+): Cluster => {
+  const cluster = new Cluster([...seeds], options)
+  cluster.on("error", onError)
+  cluster.on("node error", onError)
+  return cluster
+}
+
+/**
  * Close a connection: QUIT lets replies in flight arrive, `disconnect` then stops the
  * reconnect loop whatever QUIT did (it fails at once on a connection that is down).
  *
  * @internal
  */
-export const closeConnection = (connection: Redis, timeoutMs: number): Effect.Effect<void> =>
+export const closeConnection = (connection: Redis | Cluster, timeoutMs: number): Effect.Effect<void> =>
   Effect.promise(() => connection.quit().catch(() => undefined)).pipe(
     Effect.timeoutOption(timeoutMs),
     withLiveClock,
@@ -199,7 +221,7 @@ export const closeConnection = (connection: Redis, timeoutMs: number): Effect.Ef
  * @internal
  */
 export const awaitReady = (
-  connection: Redis,
+  connection: Redis | Cluster,
   timeoutMs: number,
   onTimeout: () => StoreUnavailable
 ): Effect.Effect<void, StoreUnavailable> =>

@@ -1,7 +1,9 @@
 /**
  * The Lua scripts of `RedisStore`. Each one is one atomic step of DESIGN §3 and touches
  * only keys of one token (all carry the `{<token>}` hash tag), so every script runs on
- * one Cluster slot. Channels are not keys: they travel in ARGV.
+ * one Cluster slot. Channels are not keys: they travel in ARGV. On a cluster the scripts
+ * publish with SPUBLISH (`shardedScripts`): a token's signal channel carries the token's
+ * hash tag, so it lives in the script's own slot.
  *
  * Redis does not roll back a script that fails half-way, so a script that writes before
  * a step that can fail (a GETEX on a key of the wrong type) undoes its write itself.
@@ -327,6 +329,20 @@ export const scripts = {
   leaseholdMailboxAppend: mailboxAppend,
   leaseholdDescribeKeys: describeKeys
 } as const satisfies Record<string, ScriptDefinition>
+
+/**
+ * `scripts` for a Redis Cluster: every PUBLISH becomes SPUBLISH (Redis 7), so a signal
+ * reaches the shard-channel subscribers of the token's own node instead of being
+ * broadcast through the whole cluster bus.
+ *
+ * @internal
+ */
+export const shardedScripts: typeof scripts = Object.fromEntries(
+  Object.entries(scripts).map(([name, script]) => [
+    name,
+    { ...script, lua: script.lua.replaceAll('redis.call("PUBLISH"', 'redis.call("SPUBLISH"') }
+  ])
+) as unknown as typeof scripts
 
 /** A reply whose shape the caller checks: scripts return nested arrays of strings, numbers and nils. @internal */
 export type ScriptReply = unknown

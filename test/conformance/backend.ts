@@ -71,7 +71,7 @@ export interface Fixture {
 
 /** A backend the suite runs against. */
 export interface Backend {
-  readonly name: "memory" | "redis"
+  readonly name: "memory" | "redis" | "redis-cluster"
   /** Whether `Fixture.hang` is available: the hung-store case is registered only then. */
   readonly canHang: boolean
   /**

@@ -41,7 +41,7 @@ const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
 
 export interface StateBackend {
-  readonly name: "memory" | "redis"
+  readonly name: "memory" | "redis" | "redis-cluster"
   readonly test: (
     name: string,
     input: LeaseholdConfig.Input,

@@ -123,3 +123,20 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
     )
     return { ...cluster, server }
   })
+
+/**
+ * Workers over one RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw` reads
+ * a key from the node that holds it.
+ */
+export const redisClusterWorkers = (
+  url: string,
+  raw: (key: string) => Effect.Effect<Option.Option<string>>,
+  input: LeaseholdConfig.Input = {}
+) => {
+  const layer = RedisStore.layer({ url, cluster: true }) as unknown as Layer.Layer<
+    Store,
+    never,
+    LeaseholdConfig.LeaseholdConfig
+  >
+  return makeCluster(layer, input, raw)
+}

@@ -135,7 +135,8 @@ interface Running {
 
 const MAX_LOG_LINES = 200
 
-const freePort = (): Promise<number> =>
+/** A free loopback port (never 6379), as the kernel hands them out. */
+export const freePort = (): Promise<number> =>
   new Promise((resolve, reject) => {
     const probe = net.createServer()
     probe.unref()

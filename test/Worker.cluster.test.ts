@@ -1,0 +1,148 @@
+/**
+ * The state manager's behaviour suite and the delivery suite (the end-to-end routing of
+ * updates to the worker holding the socket) on a 3-master Redis Cluster. Each worker has
+ * its own RedisStore, as separate processes would; one cluster serves the whole file and
+ * each test has its own key prefix.
+ *
+ * The fault cases of `Mailbox.redis.test.ts` and `Signals.test.ts` (a killed or paused
+ * single server, a proxy cut) are not repeated here: `Store.cluster.test.ts` covers a
+ * killed and a paused cluster at the store level.
+ */
+import { execFile } from "node:child_process"
+import * as path from "node:path"
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Inspect from "../src/Inspect.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
+import { redisWorkers, update } from "./delivery/workers.js"
+import { type StateBackend, stateSuite } from "./state/suite.js"
+import { Counter, redisClusterWorkers } from "./state/workers.js"
+import * as RedisCluster from "./support/RedisCluster.js"
+
+const clusters = RedisCluster.shared()
+afterAll(clusters.close, 60_000)
+
+let testCount = 0
+
+const state: StateBackend = {
+  name: "redis-cluster",
+  test: (name, input, body) =>
+    it.scopedLive(
+      name,
+      () =>
+        Effect.gen(function* () {
+          const cluster = yield* clusters.get
+          const raw = (key: string) =>
+            Effect.gen(function* () {
+              const node = yield* cluster.nodeFor(key)
+              const reply = yield* node.command("GET", key)
+              return typeof reply === "string" ? Option.some(reply) : Option.none<string>()
+            }).pipe(Effect.orDie)
+          const workers = yield* redisClusterWorkers(cluster.url, raw, {
+            commandTimeout: 1_000,
+            keyPrefix: `state${++testCount}`,
+            ...input
+          })
+          yield* body(workers, {
+            advance: (ms) => Effect.sleep(ms),
+            settle: Effect.sleep(30),
+            until: (label, check) => eventuallyTrue(label, 10_000, check)
+          })
+        }),
+      60_000
+    )
+}
+
+stateSuite(state)
+
+const delivery: DeliveryBackend = {
+  name: "redis-cluster",
+  test: (name, body) =>
+    it.scopedLive(
+      name,
+      () =>
+        Effect.gen(function* () {
+          const cluster = yield* clusters.get
+          const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix: `delivery${++testCount}` })
+          yield* body(fx, {
+            until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check)),
+            settle: Effect.sleep(200)
+          })
+        }),
+      60_000
+    )
+}
+
+deliverySuite(delivery)
+
+const root = path.resolve(import.meta.dirname, "..")
+
+/** Run the `leasehold` command as a process. */
+const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
+  Effect.promise(
+    () =>
+      new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
+          { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 60_000 },
+          (error, stdout, stderr) =>
+            resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })
+        )
+      })
+  )
+
+describe("inspect on a Redis Cluster", () => {
+  it.scopedLive(
+    "reports a token from its master and an instance's mailbox from its own",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* clusters.get
+        const keyPrefix = `inspect${++testCount}`
+        const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix })
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("tab-1", "sid-1")
+        yield* a.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }])
+        for (let i = 1; i <= 2; i++) yield* b.mailbox.send("tab-1", update(i))
+        yield* eventuallyTrue(
+          "A receives both updates",
+          10_000,
+          Effect.sync(() => a.received.length === 2)
+        )
+
+        const token = yield* cli([
+          "inspect",
+          "token",
+          "tab-1",
+          "--url",
+          cluster.url,
+          "--cluster",
+          "--prefix",
+          keyPrefix,
+          "--json"
+        ])
+        assert.strictEqual(token.code, 0, token.stderr)
+        const parsed = JSON.parse(token.stdout) as ReturnType<typeof Inspect.tokenJson>
+        assert.isNull(parsed.lock)
+        deepStrictEqual(
+          parsed.slices.map((slice) => [slice.name, slice.bytes]),
+          [["counter", JSON.stringify({ n: 1 }).length]]
+        )
+        assert.deepInclude(parsed.socket ?? {}, { instance_id: a.id, connection_id: "sid-1" })
+
+        const instance = yield* cli(["inspect", "instance", a.id, "--json"], {
+          LEASEHOLD_REDIS_URL: cluster.url,
+          LEASEHOLD_REDIS_CLUSTER: "true",
+          LEASEHOLD_KEY_PREFIX: keyPrefix
+        })
+        assert.strictEqual(instance.code, 0, instance.stderr)
+        const mailbox = JSON.parse(instance.stdout) as ReturnType<typeof Inspect.instanceJson>
+        assert.strictEqual(mailbox.mailbox_length, 2)
+      }),
+    90_000
+  )
+})
