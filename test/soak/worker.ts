@@ -151,7 +151,10 @@ const program = Effect.gen(function* () {
   const stuck = yield* Effect.fork(
     Effect.gen(function* () {
       yield* Effect.sleep("20 seconds")
-      yield* emit({ t: "stuck", fibers: [...current].map(([fiber, op]) => ({ fiber, ...op, ms: Date.now() - op.since })) })
+      yield* emit({
+        t: "stuck",
+        fibers: [...current].map(([fiber, op]) => ({ fiber, ...op, ms: Date.now() - op.since }))
+      })
     })
   )
   yield* Fiber.joinAll(workers)

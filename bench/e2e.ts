@@ -1,0 +1,177 @@
+/**
+ * End to end, the scenario of Reflex's published table: the counter app in production
+ * shape (cluster workers, Redis, oplock on, default knobs), one tab's WebSocket sending
+ * 300 pipelined `bump` events while 100 `POST /api/bump` calls for the same tab go out on
+ * fresh connections (so they spread over the workers), with 1, 2 and 4 concurrent API
+ * callers, for 2 and 4 workers.
+ *
+ * Per cell (workers × callers), over `--runs` runs (default 6):
+ * - `stalled_runs`: runs in which an API call took more than 500 ms;
+ * - `p99_ms`: the 99th percentile of the API calls' time (request sent to answer read);
+ * - `exact_runs`: runs whose final count is exactly 400 and whose socket's last update
+ *   equals it.
+ *
+ *   npm run bench:e2e -- --json            one JSON array of rows
+ *   npm run bench:e2e -- --runs 3          fewer runs per cell
+ *   --workers 2 --conc 1,4 --events 0      a subset, or the API calls alone (for diagnosis)
+ *   --oplock off                           the same without leases
+ *
+ * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs"}]
+ */
+import { spawn } from "node:child_process"
+import { performance } from "node:perf_hooks"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Effect from "effect/Effect"
+import { bump, type Client, connect, freePort, request, startApp } from "../test/app/support.js"
+import * as RedisServer from "../test/support/RedisServer.js"
+
+const args = process.argv.slice(2)
+const flag = (name: string) => {
+  const i = args.indexOf(`--${name}`)
+  return i >= 0 ? args[i + 1] : undefined
+}
+const json = args.includes("--json")
+const runs = Number(flag("runs") ?? "6")
+const workerCounts = (flag("workers") ?? "2,4").split(",").map(Number)
+const concurrencies = (flag("conc") ?? "1,2,4").split(",").map(Number)
+
+const events = Number(flag("events") ?? "300")
+const calls = Number(flag("calls") ?? "100")
+const oplock = flag("oplock") ?? "on"
+const stallMs = 500
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!
+
+const round = (ms: number) => Math.round(ms * 100) / 100
+
+const lastUpdate = (client: Client) => client.frames.filter((frame) => frame.type === "update").at(-1)?.n as number
+
+/** One run on a fresh token: the API calls' times and whether the counts came out exact. */
+const run = (app: { readonly url: string; readonly port: number }, conc: number, token: string) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const client = yield* connect(app, token)
+      yield* client.waitFor((frame) => frame.type === "state")
+      const times: Array<number> = []
+      const socketEvents = Effect.forEach(Array.from({ length: events }), () => client.send({ type: "bump", by: 1 }), {
+        discard: true
+      })
+      const apiCalls = Effect.forEach(
+        Array.from({ length: calls }),
+        () =>
+          Effect.gen(function* () {
+            const start = performance.now()
+            const answer = yield* bump(app, token)
+            times.push(performance.now() - start)
+            return answer.status === 200
+          }),
+        { concurrency: conc }
+      )
+      const [, oks] = yield* Effect.all([socketEvents, apiCalls], { concurrency: 2 })
+      const expected = events + calls
+      const arrived = yield* client
+        .waitFor((frame) => frame.type === "update" && frame.n === expected, 10_000)
+        .pipe(
+          Effect.as(true),
+          Effect.catchAllDefect(() => Effect.succeed(false))
+        )
+      // Anything still in flight would arrive now, and must not change the last update.
+      yield* Effect.sleep(200)
+      const final = (yield* request("GET", `${app.url}/api/state?token=${token}`)).body.n as number
+      const exact = arrived && oks.every(Boolean) && final === expected && lastUpdate(client) === final
+      return { times, exact }
+    })
+  )
+
+const cell = (workers: number) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      const app = yield* startApp({
+        env: {
+          LEASEHOLD_REDIS_URL: server.url,
+          LEASEHOLD_OPLOCK: String(oplock === "on"),
+          WORKERS: String(workers),
+          NODE_ENV: "production"
+        }
+      })
+      // Warm the workers (JIT, connections) on a token of its own.
+      yield* run(app, 4, "warmup")
+      const rows = []
+      for (const conc of concurrencies) {
+        const all: Array<number> = []
+        let stalled = 0
+        let exact = 0
+        for (let i = 0; i < runs; i++) {
+          const result = yield* run(app, conc, `bench-${workers}-${conc}-${i}`)
+          all.push(...result.times)
+          if (result.times.some((ms) => ms > stallMs)) stalled++
+          if (result.exact) exact++
+        }
+        all.sort((a, b) => a - b)
+        const row = {
+          workers,
+          conc,
+          runs,
+          stalled_runs: stalled,
+          p99_ms: round(percentile(all, 99)),
+          exact_runs: exact
+        }
+        if (!json) {
+          console.log(
+            `${workers} workers, ${conc} API callers: ${stalled}/${runs} runs stalled, p99 ${row.p99_ms} ms, ` +
+              `exact ${exact}/${runs} (p50 ${round(percentile(all, 50))} ms, max ${round(all.at(-1) ?? 0)} ms)`
+          )
+        }
+        rows.push(row)
+      }
+      yield* app.kill("SIGTERM")
+      yield* app.exited
+      return rows
+    })
+  )
+
+/**
+ * The machine's floor: the same fresh-connection POSTs, sequential, to a plain Node HTTP
+ * server in its own process that answers at once. No app can have a lower p99 here.
+ */
+const floor = Effect.scoped(
+  Effect.gen(function* () {
+    const port = yield* freePort
+    const script = `require("http").createServer((q, s) => { q.resume(); s.end("{}") }).listen(${port}, "127.0.0.1", () => console.log("up"))`
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() => spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })),
+      (child) => Effect.sync(() => child.kill("SIGKILL"))
+    )
+    yield* Effect.async<void>((resume) => {
+      child.stdout!.once("data", () => resume(Effect.void))
+    })
+    const times: Array<number> = []
+    for (let i = 0; i < 600; i++) {
+      const start = performance.now()
+      yield* request("POST", `http://127.0.0.1:${port}/`)
+      times.push(performance.now() - start)
+    }
+    times.sort((a, b) => a - b)
+    return { p50: round(percentile(times, 50)), p99: round(percentile(times, 99)) }
+  })
+)
+
+// On stderr in --json mode, so that stdout stays one JSON array.
+const note = (line: string) => (json ? console.error(line) : console.log(line))
+
+const reportFloor = (when: string) =>
+  Effect.map(floor, (base) =>
+    note(`floor (${when}): a plain Node HTTP server, fresh connections: p50 ${base.p50} ms, p99 ${base.p99} ms`)
+  )
+
+const program = Effect.gen(function* () {
+  yield* reportFloor("before")
+  const rows = []
+  for (const workers of workerCounts) rows.push(...(yield* cell(workers)))
+  yield* reportFloor("after")
+  if (json) console.log(JSON.stringify(rows))
+})
+
+NodeRuntime.runMain(program)

@@ -1,0 +1,140 @@
+/**
+ * The HTTP API: bump and read a tab's counter from any worker, health and metrics.
+ */
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import { Health, type LoopState } from "../../src/Health.js"
+import { InstanceId } from "../../src/InstanceId.js"
+import { tokenProblem } from "../../src/internal/validate.js"
+import { LeaseholdConfig } from "../../src/LeaseholdConfig.js"
+import { Mailbox } from "../../src/Mailbox.js"
+import * as Prometheus from "../../src/Prometheus.js"
+import * as Counter from "./Counter.js"
+import { problem, Step } from "./Protocol.js"
+
+/** A request the API cannot serve as asked: answered 400. */
+export class BadRequest extends Data.TaggedError("BadRequest")<{ readonly message: string }> {}
+
+/** No answer from the store within the lock expiration: answered 503. */
+export class Timeout extends Data.TaggedError("Timeout")<{ readonly message: string }> {}
+
+const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+
+const single = (params: Readonly<Record<string, string | ReadonlyArray<string>>>, name: string): string | undefined => {
+  const value = params[name]
+  return typeof value === "string" ? value : value?.[0]
+}
+
+const tokenParam = Effect.gen(function* () {
+  const token = single(yield* HttpServerRequest.ParsedSearchParams, "token")
+  if (token === undefined) return yield* new BadRequest({ message: "missing query parameter token" })
+  const problem = tokenProblem(token)
+  if (problem !== undefined) return yield* new BadRequest({ message: `invalid token: ${problem}` })
+  return token
+})
+
+const decodeStep = Schema.decodeUnknownEither(Schema.compose(Schema.NumberFromString, Step))
+
+const stepParam = Effect.gen(function* () {
+  const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")
+  if (by === undefined) return 1
+  const step = decodeStep(by.trim() === "" ? "x" : by)
+  if (Either.isLeft(step)) {
+    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.left)}` })
+  }
+  return step.right
+})
+
+/**
+ * Answer an API failure as JSON: 400 for bad input, 503 while the store cannot serve, 500
+ * for anything else (a defect of the app).
+ */
+const answerFailure = <A, E extends { readonly _tag: string; readonly message: string }, R>(
+  effect: Effect.Effect<A, E, R>
+) =>
+  Effect.gen(function* () {
+    const { lockExpiration } = yield* LeaseholdConfig
+    return yield* effect.pipe(
+      // An unreachable store fails each command after its timeout; this bounds the whole request.
+      Effect.timeoutFail({
+        duration: lockExpiration,
+        onTimeout: () =>
+          new Timeout({
+            message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
+          })
+      }),
+      Effect.catchAll((error: E | Timeout) => {
+        const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
+          ? 400
+          : ["StoreUnavailable", "StoreRefused", "LockExpired", "Timeout"].includes(error._tag)
+            ? 503
+            : 500
+        const log = status === 400 ? Effect.void : Effect.logWarning(`api: ${error.message}`)
+        return Effect.as(log, json({ error: error.message, code: error._tag }, status))
+      })
+    )
+  })
+
+/** `POST /api/bump?token=T&by=K` */
+export const bump = answerFailure(
+  Effect.gen(function* () {
+    const token = yield* tokenParam
+    const by = yield* stepParam
+    const instanceId = yield* InstanceId
+    const mailbox = yield* Mailbox
+    const count = yield* Counter.bump(token, by)
+    // The bump is stored: a delivery the store refuses costs the update, not the bump.
+    const delivery = yield* mailbox
+      .send(token, count)
+      .pipe(
+        Effect.catchAll((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
+      )
+    return json({ n: count.n, v: count.v, instanceId, delivery })
+  })
+)
+
+/** `GET /api/state?token=T` */
+export const state = answerFailure(
+  Effect.gen(function* () {
+    const count = yield* Counter.read(yield* tokenParam)
+    return json({ n: count.n, v: count.v })
+  })
+)
+
+const stateName = (state: LoopState) => state._tag.toLowerCase()
+
+/** `GET /healthz`: 200 when every loop runs, 503 with the same body otherwise. */
+export const healthz = Effect.gen(function* () {
+  const health = yield* Health
+  const config = yield* LeaseholdConfig
+  const loops = yield* health.loops
+  const healthy = yield* health.healthy
+  return json(
+    {
+      instanceId: yield* InstanceId,
+      pid: process.pid,
+      store: Option.isSome(config.redisUrl) ? "redis" : "memory",
+      loops: loops.map(({ name, state }) => ({
+        name,
+        state: stateName(state),
+        since: new Date(state.since).toISOString(),
+        ...(state._tag === "Retrying"
+          ? { error: state.lastError }
+          : state._tag === "Failed"
+            ? { error: state.error }
+            : {})
+      }))
+    },
+    healthy ? 200 : 503
+  )
+})
+
+/** `GET /metrics` */
+export const metrics = Effect.map(Prometheus.render, (body) =>
+  HttpServerResponse.text(body, { contentType: Prometheus.contentType })
+)

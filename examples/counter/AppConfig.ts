@@ -1,0 +1,56 @@
+/**
+ * The example's own settings, read with `Config` from the environment. leasehold's knobs
+ * (`LEASEHOLD_*`) are read by `LeaseholdConfig`; only the data directory gets a default
+ * here, so that `npm start` keeps every tab's counter across restarts.
+ */
+import * as Config from "effect/Config"
+import * as Data from "effect/Data"
+import * as Option from "effect/Option"
+
+/** Settings of one app process. */
+export interface AppSettings {
+  readonly port: number
+  /** Unset: every interface. */
+  readonly host: Option.Option<string>
+  /** Worker processes; more than one forks them with `node:cluster`. */
+  readonly workers: number
+  /** Whether `LEASEHOLD_REDIS_URL` is set (workers cannot share the embedded store). */
+  readonly redis: boolean
+  /** Where the embedded store keeps state: `.leasehold` unless set; set but empty keeps nothing on disk. */
+  readonly dataDir: Option.Option<string>
+}
+
+/** The data directory `npm start` uses when `LEASEHOLD_DATA_DIR` is not set. */
+export const defaultDataDir = ".leasehold"
+
+/** The settings, from the environment. */
+export const appConfig: Config.Config<AppSettings> = Config.all({
+  port: Config.port("PORT").pipe(Config.withDefault(3000), Config.withDescription("HTTP port")),
+  host: Config.option(Config.string("HOST")).pipe(Config.withDescription("interface to listen on; unset: all")),
+  workers: Config.integer("WORKERS").pipe(
+    Config.withDefault(1),
+    Config.validate({ message: "WORKERS must be between 1 and 64", validation: (n) => n >= 1 && n <= 64 }),
+    Config.withDescription("worker processes (node:cluster when more than 1)")
+  ),
+  redis: Config.option(Config.redacted("LEASEHOLD_REDIS_URL")).pipe(Config.map(Option.isSome)),
+  dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
+    Config.map((dir) =>
+      Option.match(dir, {
+        onNone: () => Option.some(defaultDataDir),
+        onSome: (value) => (value.trim() === "" ? Option.none() : Option.some(value))
+      })
+    ),
+    Config.withDescription("directory of the embedded store's files (default .leasehold; empty: none)")
+  )
+})
+
+/** `WORKERS` above 1 without Redis: the workers would each have their own embedded store. */
+export class ClusterNeedsRedis extends Data.TaggedError("ClusterNeedsRedis")<{ readonly workers: number }> {
+  override get message(): string {
+    return (
+      `WORKERS=${this.workers} needs LEASEHOLD_REDIS_URL: each worker process would have its own embedded ` +
+      "store, so a tab's state would depend on which worker served it. Set LEASEHOLD_REDIS_URL " +
+      "(e.g. redis://127.0.0.1:6379), or run one worker."
+    )
+  }
+}

@@ -1,0 +1,146 @@
+/**
+ * `GET /ws?token=T`: one tab's socket, from link to disconnect.
+ *
+ * The socket is linked to its token before anything is read from it. Frames from the
+ * client are queued as they arrive and handled one at a time by one fiber, so bumps run
+ * in the order sent; frames to the client go through the connection's queue (see
+ * `Sockets`). When the socket closes, or the server shuts down, the connection is
+ * detached and the token's record removed.
+ */
+import { randomUUID } from "node:crypto"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Socket from "@effect/platform/Socket"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import { isValidToken } from "../../src/internal/validate.js"
+import { Mailbox } from "../../src/Mailbox.js"
+import { TokenManager } from "../../src/TokenManager.js"
+import * as Counter from "./Counter.js"
+import { parseClientMessage } from "./Protocol.js"
+import { type Connection, Sockets } from "./Sockets.js"
+
+/**
+ * The most frames of one socket waiting to be handled. A client that sends faster than
+ * its bumps can be stored gets an error frame for each frame beyond it, rather than
+ * growing this worker's memory without bound.
+ */
+export const maxPendingFrames = 10_000
+
+/** A token for a tab that brought none (or one that cannot be used). */
+export const freshToken = (): string => randomUUID()
+
+/**
+ * How long a socket whose token another socket holds waits for that one to go before it
+ * is taken for a duplicate tab. A reload opens the new socket while the server may still
+ * be closing the old one (its record goes when the close is handled); a duplicate tab's
+ * original socket stays open, so the wait ends with a fresh token.
+ */
+export const reloadGrace = Duration.seconds(1)
+
+const reloadPoll = Duration.millis(50)
+
+/** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
+const linkTab = (asked: string | undefined, id: string) =>
+  Effect.gen(function* () {
+    const tokens = yield* TokenManager
+    const link = (token: string) =>
+      tokens.link(token, id).pipe(
+        Effect.catchTag("RecordNotStored", (error) =>
+          // Linked here; the record is written once the store is back (see TokenManager).
+          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: false })
+        )
+      )
+    const linked = yield* link(asked ?? freshToken())
+    if (asked === undefined || !linked.fresh) return linked
+    const gone = tokens.owner(asked, { refresh: true }).pipe(
+      Effect.map(Option.isNone),
+      Effect.orElseSucceed(() => false),
+      Effect.delay(reloadPoll),
+      Effect.repeat({ until: (gone) => gone }),
+      Effect.timeoutOption(reloadGrace)
+    )
+    if (Option.isNone(yield* gone)) return linked
+    // The other socket went: this is its tab, reloaded. Give the fresh token back and take the tab's own.
+    yield* tokens.disconnect(linked.token, id)
+    return yield* link(asked)
+  })
+
+/** Handle one client frame: a bump, or an error frame back. */
+const handleFrame = (connection: Connection, text: string) =>
+  Effect.gen(function* () {
+    const sockets = yield* Sockets
+    const mailbox = yield* Mailbox
+    const bump = parseClientMessage(text)
+    if (Either.isLeft(bump)) return yield* sockets.send(connection, { type: "error", message: bump.left })
+    const count = yield* Counter.bump(connection.token, bump.right.by)
+    yield* mailbox.send(connection.token, count)
+  }).pipe(
+    Effect.catchAll((error) =>
+      Effect.zipRight(
+        Effect.logWarning(`socket ${connection.id}: bump failed: ${error.message}`),
+        Effect.flatMap(Sockets, (sockets) => sockets.send(connection, { type: "error", message: error.message }))
+      )
+    )
+  )
+
+/** The route of `/ws`: upgrade, link, serve the socket until it closes, then unlink. */
+export const handler = Effect.gen(function* () {
+  const request = yield* HttpServerRequest.HttpServerRequest
+  const params = yield* HttpServerRequest.ParsedSearchParams
+  const tokens = yield* TokenManager
+  const sockets = yield* Sockets
+  const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
+  const socket = yield* request.upgrade
+  const write = yield* socket.writer
+  const id = randomUUID()
+
+  const linked = yield* linkTab(asked, id)
+  const connection = yield* Effect.acquireRelease(sockets.attach(id, linked.token), (connection) =>
+    Effect.zipRight(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
+  )
+  if (asked === undefined || linked.fresh) yield* sockets.send(connection, { type: "new_token", token: linked.token })
+  yield* sockets.send(connection, { type: "hello", token: linked.token, instanceId: tokens.instanceId })
+
+  const incoming = yield* Queue.unbounded<string>()
+  const decoder = new TextDecoder()
+  yield* Effect.forkScoped(
+    Effect.forever(Effect.flatMap(incoming.take, (text) => handleFrame(connection, text))).pipe(Effect.interruptible)
+  )
+  yield* Effect.forkScoped(
+    Effect.forever(Effect.flatMap(connection.outgoing.take, write)).pipe(Effect.ignore, Effect.interruptible)
+  )
+  yield* Effect.forkScoped(
+    Counter.read(connection.token).pipe(
+      Effect.flatMap((count) => sockets.sendCount(connection, "state", count)),
+      Effect.catchAll((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
+    )
+  )
+  yield* socket
+    .runRaw((data) => {
+      // Queued synchronously, in the order the frames arrived.
+      if (Option.getOrElse(incoming.unsafeSize(), () => 0) >= maxPendingFrames) {
+        return sockets.send(connection, {
+          type: "error",
+          message: `too many messages waiting (${maxPendingFrames}): message dropped`
+        })
+      }
+      incoming.unsafeOffer(typeof data === "string" ? data : decoder.decode(data))
+    })
+    .pipe(
+      Effect.catchIf(Socket.isSocketError, (error) =>
+        Effect.logDebug(`socket ${id} closed: ${error.reason}`).pipe(Effect.annotateLogs({ token: connection.token }))
+      )
+    )
+  return HttpServerResponse.empty()
+}).pipe(
+  Effect.catchTag("RequestError", (error) =>
+    Effect.succeed(
+      HttpServerResponse.unsafeJson({ error: `not a WebSocket request: ${error.message}` }, { status: 400 })
+    )
+  ),
+  Effect.scoped
+)

@@ -1,0 +1,65 @@
+/**
+ * The counter of a tab: one slice of its state, changed under the token's lock.
+ *
+ * Besides the value, the slice keeps a version `v` (one more on every change, assigned
+ * under the lock, so versions order a token's changes totally) and `epoch`, the time its
+ * first change was made: a counter whose slice expired starts again at version 1 with a
+ * later epoch. `(epoch, v)` is what the socket's owner compares to put updates that
+ * travelled through different workers back in order.
+ */
+import * as Clock from "effect/Clock"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
+import * as State from "../../src/StateManager.js"
+import { StateManager } from "../../src/StateManager.js"
+
+/** The stored counter, and the update sent to the tab's socket after each change. */
+export const Count = Schema.Struct({
+  n: Schema.Int,
+  v: Schema.Int.pipe(Schema.nonNegative()),
+  epoch: Schema.Number
+})
+export type Count = typeof Count.Type
+
+/** The slice; a tab without one starts at zero, version 0. */
+export const Counter = State.slice("counter", Count, { n: 0, v: 0, epoch: 0 })
+
+/** The largest step a bump may take. */
+export const maxStep = 1_000_000
+
+/** A bump that would take the counter out of the range of exact integers. */
+export class CounterOverflow extends Data.TaggedError("CounterOverflow")<{
+  readonly token: string
+  readonly n: number
+  readonly by: number
+}> {
+  override get message(): string {
+    return `counter of token ${this.token} is ${this.n}: adding ${this.by} leaves the range of exact integers`
+  }
+}
+
+/** Whether `a` is a later state of the same token than `b`. */
+export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epoch">): boolean =>
+  a.epoch > b.epoch || (a.epoch === b.epoch && a.v > b.v)
+
+/** Add `by` to the token's counter; the new count. */
+export const bump = (token: string, by: number) =>
+  Effect.gen(function* () {
+    const states = yield* StateManager
+    const now = yield* Clock.currentTimeMillis
+    return yield* states.modifyEffect(
+      token,
+      Counter,
+      (count) => {
+        const n = count.n + by
+        if (!Number.isSafeInteger(n)) return Effect.fail(new CounterOverflow({ token, n: count.n, by }))
+        const next: Count = { n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch }
+        return Effect.succeed([next, next] as const)
+      },
+      { event: "bump" }
+    )
+  })
+
+/** The token's counter now. */
+export const read = (token: string) => Effect.flatMap(StateManager, (states) => states.get(token, Counter))

@@ -1,0 +1,48 @@
+/**
+ * The messages of `/ws`, as JSON text frames.
+ *
+ * Server to client:
+ * - `{"type":"new_token","token":T}`: first, when the socket came without a usable token
+ *   (missing, malformed, or already linked by another tab); the client uses T from now on.
+ * - `{"type":"hello","token":T,"instanceId":I}`: the token in use and the worker serving it.
+ * - `{"type":"state","n":N,"v":V}`: the counter when the socket was linked.
+ * - `{"type":"update","n":N,"v":V}`: a change of the counter (`v` is its version).
+ * - `{"type":"error","message":M}`: a message that could not be handled; the socket stays open.
+ *
+ * Client to server: `{"type":"bump","by":K}` (K an integer, |K| ≤ 1,000,000).
+ */
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import { maxStep } from "./Counter.js"
+
+/** A step of a bump: an integer within ±`maxStep`. */
+export const Step = Schema.Int.pipe(
+  Schema.between(-maxStep, maxStep, { message: () => `must be an integer between -${maxStep} and ${maxStep}` })
+)
+
+/** The one event a client sends. */
+export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Step })
+export type Bump = typeof Bump.Type
+
+const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
+
+/** The innermost reason of a parse error, on one line. */
+export const problem = (error: ParseResult.ParseError): string =>
+  ParseResult.ArrayFormatter.formatErrorSync(error)
+    .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
+    .join("; ")
+
+/** A client frame as a bump, or the reason it is not one. */
+export const parseClientMessage = (text: string): Either.Either<Bump, string> =>
+  Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
+
+/** A frame the server sends. */
+export type ServerMessage =
+  | { readonly type: "new_token"; readonly token: string }
+  | { readonly type: "hello"; readonly token: string; readonly instanceId: string }
+  | { readonly type: "state" | "update"; readonly n: number; readonly v: number }
+  | { readonly type: "error"; readonly message: string }
+
+/** A frame as its JSON text. */
+export const encode = (message: ServerMessage): string => JSON.stringify(message)

@@ -1,0 +1,94 @@
+/**
+ * One worker of the app: leasehold's worker layer (on Redis when `LEASEHOLD_REDIS_URL` is
+ * set, else on the embedded store), the sockets it holds, and the HTTP server.
+ *
+ * Shutdown order follows from the layers: the HTTP server closes first (no new
+ * connection; every socket's fiber is interrupted, which closes the socket and removes
+ * its record), then the leasehold worker (loops stopped, leases flushed, remaining
+ * records removed, store connections closed).
+ */
+import { createServer } from "node:http"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { InstanceId } from "../../src/InstanceId.js"
+import type { InvalidConfig } from "../../src/LeaseholdConfig.js"
+import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as MemoryStore from "../../src/MemoryStore.js"
+import * as RedisStore from "../../src/RedisStore.js"
+import type { Store } from "../../src/Store.js"
+import type { StoreUnavailable } from "../../src/StoreError.js"
+import * as Worker from "../../src/Worker.js"
+import * as Api from "./Api.js"
+import type { AppSettings } from "./AppConfig.js"
+import * as Connection from "./Connection.js"
+import { Count } from "./Counter.js"
+import { page } from "./Page.js"
+import * as Sockets from "./Sockets.js"
+
+/** Every route of the app. */
+export const router = HttpRouter.empty.pipe(
+  HttpRouter.get("/", Effect.succeed(HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" }))),
+  HttpRouter.get("/ws", Connection.handler),
+  HttpRouter.post("/api/bump", Api.bump),
+  HttpRouter.get("/api/state", Api.state),
+  HttpRouter.get("/healthz", Api.healthz),
+  HttpRouter.get("/metrics", Api.metrics)
+)
+
+/** leasehold's settings from the environment, with the app's default data directory. */
+export const configLayer = (settings: AppSettings) => LeaseholdConfig.layerConfig({ dataDir: settings.dataDir })
+
+const storeLayer = Layer.unwrapEffect(
+  Effect.map(
+    LeaseholdConfig.LeaseholdConfig,
+    (
+      config
+    ): Layer.Layer<
+      Store,
+      Layer.Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
+      LeaseholdConfig.LeaseholdConfig
+    > => (Option.isSome(config.redisUrl) ? RedisStore.layer() : MemoryStore.layer)
+  )
+)
+
+/** The leasehold worker, delivering updates to this process's sockets. */
+export const workerLayer = (settings: AppSettings) =>
+  Worker.layer({
+    schema: Count,
+    deliver: (token, count) => Effect.flatMap(Sockets.Sockets, (sockets) => sockets.deliver(token, count))
+  }).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
+
+const announce = Layer.scopedDiscard(
+  Effect.gen(function* () {
+    const instanceId = yield* InstanceId
+    const config = yield* LeaseholdConfig.LeaseholdConfig
+    const address = yield* HttpServer.addressFormattedWith(Effect.succeed)
+    const store = Option.isSome(config.redisUrl)
+      ? "redis"
+      : `memory${Option.match(config.dataDir, { onNone: () => "", onSome: (dir) => `, data in ${dir}` })}`
+    yield* Effect.logInfo(
+      `counter: listening on ${address} (pid ${process.pid}, instance ${instanceId}, store ${store}, oplock ${config.oplock ? "on" : "off"})`
+    )
+    yield* Effect.addFinalizer(() => Effect.logInfo(`counter: pid ${process.pid} closing`))
+  })
+)
+
+/** The whole worker process: serve until interrupted. */
+export const layer = (settings: AppSettings) =>
+  Layer.mergeAll(HttpServer.serve(router), announce).pipe(
+    Layer.provide(
+      NodeHttpServer.layer(
+        createServer,
+        Option.match(settings.host, {
+          onNone: () => ({ port: settings.port }),
+          onSome: (host) => ({ port: settings.port, host })
+        })
+      )
+    ),
+    Layer.provide(workerLayer(settings))
+  )

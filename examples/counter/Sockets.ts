@@ -1,0 +1,97 @@
+/**
+ * The sockets this worker holds, and the delivery of updates to them.
+ *
+ * Updates of one token may reach its socket's owner out of order: bumps committed one
+ * after the other on two workers travel through two senders. The owner therefore sends a
+ * socket only updates newer than the last one it sent (by `(epoch, v)`, which the lock
+ * orders); an older one is dropped, since the newer state it was overtaken by is already
+ * on its way. The client's last update is thus always the token's latest state.
+ *
+ * Delivery never waits on a socket: frames go to the connection's own queue, which the
+ * connection's writer empties.
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Queue from "effect/Queue"
+import { type Count, isNewer } from "./Counter.js"
+import { encode, type ServerMessage } from "./Protocol.js"
+
+/** One socket held by this worker. */
+export interface Connection {
+  readonly id: string
+  readonly token: string
+  /** Frames to write, in order. */
+  readonly outgoing: Queue.Queue<string>
+  /** The version of the last state sent. */
+  last: Pick<Count, "v" | "epoch">
+}
+
+/** Sockets open on this worker. */
+export const open = Metric.gauge("counter_sockets_open", { description: "WebSockets open on this worker" })
+
+/** Updates not sent because a newer one had been sent already. */
+export const overtaken = Metric.counter("counter_updates_overtaken_total", {
+  description: "updates dropped because a newer state had already been sent to the socket",
+  incremental: true
+})
+
+/** This worker's sockets, by token. */
+export class Sockets extends Context.Tag("counter/Sockets")<
+  Sockets,
+  {
+    readonly attach: (id: string, token: string) => Effect.Effect<Connection>
+    readonly detach: (connection: Connection) => Effect.Effect<void>
+    /** Send a frame to a connection (never waits). */
+    readonly send: (connection: Connection, message: ServerMessage) => Effect.Effect<void>
+    /** Send a state of the counter, unless a newer one was sent already. */
+    readonly sendCount: (connection: Connection, type: "state" | "update", count: Count) => Effect.Effect<void>
+    /** The `deliver` of the worker's mailbox: the update to the token's socket on this worker. */
+    readonly deliver: (token: string, count: Count) => Effect.Effect<void>
+  }
+>() {}
+
+/** An empty registry: built before the leasehold worker, whose `deliver` uses it, and closed after it. */
+export const layer = Layer.sync(Sockets, () => {
+  const byToken = new Map<string, Connection>()
+
+  const send = (connection: Connection, message: ServerMessage) =>
+    Effect.asVoid(Queue.offer(connection.outgoing, encode(message)))
+
+  const sendCount = (connection: Connection, type: "state" | "update", count: Count) =>
+    Effect.suspend(() => {
+      if (!isNewer(count, connection.last)) return Metric.increment(overtaken)
+      connection.last = { v: count.v, epoch: count.epoch }
+      return send(connection, { type, n: count.n, v: count.v })
+    })
+
+  return Sockets.of({
+    attach: (id, token) =>
+      Effect.gen(function* () {
+        const connection: Connection = {
+          id,
+          token,
+          outgoing: yield* Queue.unbounded<string>(),
+          last: { v: -1, epoch: Number.NEGATIVE_INFINITY }
+        }
+        byToken.set(token, connection)
+        yield* Metric.increment(open)
+        return connection
+      }),
+    detach: (connection) =>
+      Effect.suspend(() => {
+        if (byToken.get(connection.token) !== connection) return Effect.void
+        byToken.delete(connection.token)
+        return Effect.zipRight(Metric.incrementBy(open, -1), Queue.shutdown(connection.outgoing))
+      }),
+    send,
+    sendCount,
+    deliver: (token, count) =>
+      Effect.suspend(() => {
+        const connection = byToken.get(token)
+        // The socket closed after the mailbox looked it up: nothing to tell it any more.
+        return connection === undefined ? Effect.void : sendCount(connection, "update", count)
+      })
+  })
+})

@@ -1,0 +1,51 @@
+/**
+ * The counter app: `npm start` (see README.md). One process serves on `PORT`; with
+ * `WORKERS=N` (and Redis) a primary forks N worker processes sharing the port.
+ */
+import cluster from "node:cluster"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Cause from "effect/Cause"
+import * as ConfigError from "effect/ConfigError"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { appConfig, ClusterNeedsRedis } from "./AppConfig.js"
+import * as Cluster from "./Cluster.js"
+import * as Server from "./Server.js"
+
+const program = Effect.gen(function* () {
+  const settings = yield* appConfig
+  if (settings.workers > 1 && !settings.redis) return yield* new ClusterNeedsRedis({ workers: settings.workers })
+  if (settings.workers > 1 && cluster.isPrimary) return yield* Cluster.primary(settings)
+  if (cluster.isWorker) {
+    // The primary forwards SIGTERM, and a terminal sends SIGINT to the whole group: the
+    // first signal starts the graceful shutdown, a second must not cut it short.
+    process.on("SIGINT", () => undefined)
+    process.on("SIGTERM", () => undefined)
+    // A primary that died without stopping us: shut down rather than linger.
+    process.once("disconnect", () => process.kill(process.pid, "SIGTERM"))
+  }
+  return yield* Layer.launch(Server.layer(settings))
+})
+
+const messageOf = (error: unknown): string => {
+  if (ConfigError.isConfigError(error)) return String(error)
+  if (typeof error !== "object" || error === null) return String(error)
+  const message = "message" in error ? String(error.message) : ""
+  // A failed listen (EADDRINUSE) carries its reason in the cause.
+  if (message === "" && "cause" in error && error.cause !== undefined) return messageOf(error.cause)
+  return message === "" ? String(error) : message
+}
+
+/** The one line a failed start prints: the error's message, not a stack. */
+const reason = (cause: Cause.Cause<unknown>): string =>
+  Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
+
+NodeRuntime.runMain(
+  program.pipe(
+    Effect.tapErrorCause((cause) =>
+      Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
+    )
+  ),
+  { disableErrorReporting: true }
+)

@@ -1,0 +1,139 @@
+/**
+ * The page in a real browser: Debian's chromium, headless, driven by playwright-core.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
+import { bump, startApp } from "./support.js"
+
+const executablePath = "/usr/bin/chromium"
+
+const args = [
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync"
+]
+
+/**
+ * A headless chromium; closed with the scope. Playwright starts it with a fresh temporary
+ * profile (`--user-data-dir`) of its own and removes it on close.
+ */
+const browser = Effect.acquireRelease(
+  Effect.suspend(() =>
+    fs.existsSync(executablePath)
+      ? Effect.promise(() => chromium.launch({ executablePath, headless: true, args }))
+      : Effect.dieMessage(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
+  ),
+  (browser) => Effect.promise(() => browser.close())
+)
+
+const newContext = (browser: Browser) =>
+  Effect.acquireRelease(
+    Effect.promise(() => browser.newContext()),
+    (context) => Effect.promise(() => context.close())
+  )
+
+const newPage = (context: BrowserContext) =>
+  Effect.acquireRelease(
+    Effect.promise(() => context.newPage()),
+    (page) => Effect.promise(() => page.close())
+  )
+
+/** Wait until the page shows `n` (playwright's own polling, bounded). */
+const shows = (page: Page, n: number, step = "") =>
+  Effect.tryPromise(() =>
+    page.waitForFunction(`document.getElementById("count")?.textContent === "${n}"`, undefined, { timeout: 10_000 })
+  ).pipe(
+    Effect.catchAll(() =>
+      Effect.flatMap(
+        Effect.promise(() => page.evaluate(`document.body.innerText`)),
+        (text) => Effect.dieMessage(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
+      )
+    )
+  )
+
+const textOf = (page: Page, id: string) =>
+  Effect.promise(async () => (await page.locator(`#${id}`).textContent()) ?? "")
+
+describe("counter page in chromium", () => {
+  it.scopedLive(
+    "+1 three times shows 3; another tab starts at 0; an API bump shows on the first page",
+    () =>
+      Effect.gen(function* () {
+        const app = yield* startApp()
+        const chrome = yield* browser
+        const page = yield* newPage(yield* newContext(chrome))
+        yield* Effect.promise(() => page.goto(app.url))
+        yield* Effect.promise(() => page.waitForSelector('#status[data-state="open"]', { timeout: 10_000 }))
+        yield* shows(page, 0)
+        for (let i = 0; i < 3; i++) yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 3, "three clicks")
+        const token = yield* textOf(page, "token")
+        assert.match(token, /^[A-Za-z0-9_.:-]+$/)
+        assert.isNotEmpty(yield* textOf(page, "worker"))
+
+        // A reload keeps the tab's token (sessionStorage) and its count.
+        yield* Effect.promise(() => page.reload())
+        yield* shows(page, 3, "after a reload")
+        assert.strictEqual(yield* textOf(page, "token"), token)
+
+        // Another tab, in a context of its own, gets its own token and counter.
+        const second = yield* newPage(yield* newContext(chrome))
+        yield* Effect.promise(() => second.goto(app.url))
+        yield* shows(second, 0)
+        assert.notStrictEqual(yield* textOf(second, "token"), token)
+
+        // A bump through the API for the first page's token appears on it, and only there.
+        const answer = yield* bump(app, token, 1)
+        assert.strictEqual(answer.body.n, 4)
+        yield* shows(page, 4)
+        yield* shows(second, 0)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "the page reconnects by itself after a restart, with its token and its count",
+    () =>
+      Effect.gen(function* () {
+        const dir = yield* Effect.acquireRelease(
+          Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "counter-data-"))),
+          (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+        )
+        const env = { LEASEHOLD_DATA_DIR: dir }
+        const first = yield* startApp({ env })
+        const chrome = yield* browser
+        const page = yield* newPage(yield* newContext(chrome))
+        yield* Effect.promise(() => page.goto(first.url))
+        yield* shows(page, 0)
+        for (let i = 0; i < 2; i++) yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 2)
+        const token = yield* textOf(page, "token")
+        const worker = yield* textOf(page, "worker")
+        yield* first.kill("SIGTERM")
+        assert.strictEqual(yield* first.exited, 0)
+        yield* Effect.promise(() => page.waitForSelector('#status[data-state="closed"]', { timeout: 10_000 }))
+        yield* startApp({ env, port: first.port })
+        // a new worker (a new instance id) serves the same tab, without a reload
+        yield* Effect.promise(() =>
+          page.waitForFunction(
+            `document.getElementById("worker")?.textContent !== ${JSON.stringify(worker)} && document.getElementById("status")?.dataset.state === "open"`,
+            undefined,
+            { timeout: 15_000 }
+          )
+        )
+        assert.strictEqual(yield* textOf(page, "token"), token)
+        yield* shows(page, 2)
+        yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 3)
+      }),
+    60_000
+  )
+})

@@ -1,0 +1,184 @@
+/**
+ * The counter app as real processes on one real redis-server: updates crossing processes,
+ * duplicate tabs across processes, shutdown, a cluster of four workers, and an
+ * unreachable Redis.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as RedisServer from "../support/RedisServer.js"
+import { bump, connect, request, startApp, updates } from "./support.js"
+
+/** Every socket record in the server, as `[token, instanceId]`. */
+const socketRecords = (server: RedisServer.RedisServer) =>
+  Effect.gen(function* () {
+    const keys = (yield* server.command("KEYS", "leasehold:{*}:socket")) as ReadonlyArray<string>
+    const records: Array<readonly [string, string]> = []
+    for (const key of keys) {
+      const raw = yield* server.command("GET", key)
+      if (typeof raw === "string") records.push([key, JSON.parse(raw).instanceId as string])
+    }
+    return records
+  })
+
+describe("counter app (Redis, several processes)", () => {
+  it.scopedLive(
+    "two processes: every update of bumps made through B reaches A's socket in order; SIGTERM of A leaves none of its records",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const env = { LEASEHOLD_REDIS_URL: server.url }
+        const [a, b] = yield* Effect.all([startApp({ env }), startApp({ env })], { concurrency: 2 })
+        const client = yield* connect(a, "tab-1")
+        const idA = (yield* client.waitFor((frame) => frame.type === "hello")).instanceId
+        yield* client.waitFor((frame) => frame.type === "state")
+        const answers: Array<number> = []
+        for (let i = 0; i < 40; i++) {
+          const answer = yield* bump(b, "tab-1")
+          assert.strictEqual(answer.status, 200)
+          assert.notStrictEqual(answer.body.instanceId, idA)
+          assert.strictEqual(answer.body.delivery, "sent")
+          answers.push(answer.body.n)
+        }
+        yield* client.waitFor((frame) => frame.type === "update" && frame.n === 40)
+        deepStrictEqual(
+          answers,
+          Array.from({ length: 40 }, (_, i) => i + 1)
+        )
+        deepStrictEqual(updates(client), answers)
+
+        // a duplicate tab on B gets a token of its own
+        const duplicate = yield* connect(b, "tab-1")
+        assert.strictEqual(duplicate.frames[0]!.type, "new_token")
+        assert.notStrictEqual(duplicate.frames[0]!.token, "tab-1")
+
+        // SIGTERM of A: its records go, B's stay
+        const onA = [client, ...(yield* Effect.all([connect(a, "a-2"), connect(a, "a-3")]))]
+        const onB = yield* connect(b, "b-1")
+        const idB = (yield* onB.waitFor((frame) => frame.type === "hello")).instanceId
+        assert.strictEqual((yield* socketRecords(server)).filter(([, id]) => id === idA).length, 3)
+        yield* a.kill("SIGTERM")
+        assert.strictEqual(yield* a.exited, 0)
+        const records = yield* socketRecords(server)
+        deepStrictEqual(
+          records.filter(([, id]) => id === idA),
+          []
+        )
+        deepStrictEqual(
+          records.map(([key, id]) => [key, id === idB]).sort(),
+          [
+            [`leasehold:{${duplicate.frames[0]!.token}}:socket`, true],
+            ["leasehold:{b-1}:socket", true]
+          ].sort()
+        )
+        for (const socket of onA) assert.isFalse(socket.isOpen())
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "WORKERS=4: 100 bumps on fresh connections; the socket's last update equals the successful bumps; a worker that dies is replaced",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const app = yield* startApp({
+          env: { LEASEHOLD_REDIS_URL: server.url, LEASEHOLD_OPLOCK: "true", WORKERS: "4" }
+        })
+        const client = yield* connect(app, "tab-c")
+        yield* client.waitFor((frame) => frame.type === "state")
+        const answers = yield* Effect.forEach(Array.from({ length: 100 }), () => bump(app, "tab-c"), {
+          concurrency: 4
+        })
+        const ok = answers.filter((answer) => answer.status === 200)
+        const servedBy = new Set(ok.map((answer) => answer.body.instanceId))
+        assert.isAbove(servedBy.size, 1, "requests spread over the workers")
+        yield* client.waitFor((frame) => frame.type === "update" && frame.n === ok.length)
+        // Let any straggler arrive: none may follow the final state.
+        yield* Effect.sleep(300)
+        assert.strictEqual(updates(client).at(-1), ok.length)
+        assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-c`)).body.n, ok.length)
+        assert.strictEqual(ok.length, 100)
+
+        // a worker killed outright (not the one holding the socket) is replaced, and the app serves on
+        const owner = (yield* client.waitFor((frame) => frame.type === "hello")).instanceId
+        let health = yield* request("GET", `${app.url}/healthz`)
+        for (let i = 0; i < 50 && health.body.instanceId === owner; i++) {
+          health = yield* request("GET", `${app.url}/healthz`)
+        }
+        assert.notStrictEqual(health.body.instanceId, owner)
+        const victim = health.body.pid as number
+        process.kill(victim, "SIGKILL")
+        yield* app.waitFor(new RegExp(`worker pid ${victim} exited .*starting another`))
+        yield* app.waitForCount(/counter: listening on/, 5)
+        assert.strictEqual((yield* bump(app, "tab-c")).body.n, 101)
+        yield* client.waitFor((frame) => frame.type === "update" && frame.n === 101)
+
+        yield* client.close
+        yield* app.kill("SIGTERM")
+        assert.strictEqual(yield* app.exited, 0)
+        deepStrictEqual(yield* socketRecords(server), [])
+      }),
+    // five processes starting on a shared 2-core machine
+    120_000
+  )
+
+  it.scopedLive("WORKERS above 1 without Redis is refused with a clear message", () =>
+    Effect.gen(function* () {
+      const app = yield* startApp({ env: { WORKERS: "2" }, ready: false })
+      assert.strictEqual(yield* app.exited, 1)
+      assert.isTrue(app.lines.some((line) => /WORKERS=2 needs LEASEHOLD_REDIS_URL/.test(line)))
+    })
+  )
+
+  it.scopedLive(
+    "an unreachable Redis: 503 with a JSON error, not a hang; health says so",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const app = yield* startApp({
+          env: {
+            LEASEHOLD_REDIS_URL: server.url,
+            LEASEHOLD_LOCK_EXPIRATION_MS: "2000",
+            LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "500",
+            LEASEHOLD_COMMAND_TIMEOUT_MS: "500"
+          }
+        })
+        assert.strictEqual((yield* bump(app, "tab-u")).status, 200)
+        yield* server.pause
+        // health turns 503 once a loop notices; watched meanwhile
+        const unhealthy = yield* Effect.fork(
+          Effect.gen(function* () {
+            let health = yield* request("GET", `${app.url}/healthz`)
+            for (let i = 0; i < 100 && health.status !== 503; i++) {
+              yield* Effect.sleep(100)
+              health = yield* request("GET", `${app.url}/healthz`)
+            }
+            return health
+          })
+        )
+        const answer = yield* bump(app, "tab-u")
+        assert.strictEqual(answer.status, 503)
+        assert.isString(answer.body.error)
+        assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-u`)).status, 503)
+        const health = yield* Fiber.join(unhealthy)
+        assert.strictEqual(health.status, 503)
+        assert.isTrue(health.body.loops.some((loop: { state: string }) => loop.state === "retrying"))
+        yield* server.resume
+        // and it serves again once Redis is back
+        let attempts = 1
+        let after = yield* bump(app, "tab-u")
+        for (; attempts < 50 && after.status !== 200; attempts++) {
+          yield* Effect.sleep(100)
+          after = yield* bump(app, "tab-u")
+        }
+        assert.strictEqual(after.status, 200)
+        // A bump answered 503 may still have been stored (its commands reached the server
+        // after their answer was given up on): the count is 2 plus at most those.
+        assert.isAtLeast(after.body.n, 2)
+        assert.isAtMost(after.body.n, 1 + attempts)
+        assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-u`)).body.n, after.body.n)
+      }),
+    60_000
+  )
+})
