@@ -578,12 +578,15 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       Effect.suspend(() => {
         if (join(token, request)) return noOwnTurn
         const session = newSession(token, [])
-        return Effect.matchEffect(lock.attempt(token, request.slices), {
-          onFailure: (error) => {
+        return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
+          // Whatever ended the attempt (an error, a defect, an interruption), the session must
+          // not stay in the map with nobody serving it: the requests queued meanwhile would
+          // wait for ever.
+          onFailure: (cause) => {
             // the requests queued meanwhile make their own attempts
-            if (session.queue.length > 0) return Effect.zipRight(start(session, noTurn), Effect.fail(error))
-            sessions.delete(token)
-            return Effect.fail(error)
+            if (session.queue.length > 0) return Effect.zipRight(start(session, noTurn), Effect.failCause(cause))
+            if (sessions.get(token) === session) sessions.delete(token)
+            return Effect.failCause(cause)
           },
           onSuccess: (grant) => {
             if (Option.isNone(grant)) {

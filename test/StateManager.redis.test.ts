@@ -4,7 +4,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { Redis } from "ioredis"
-import { eventuallyTrue } from "./conformance/helpers.js"
+import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisCluster } from "./state/workers.js"
 import type * as RedisServer from "./support/RedisServer.js"
@@ -105,5 +105,41 @@ describe("leases acknowledged from memory", () => {
       // every modification of both workers, once
       assert.strictEqual(stored, loops + 1000)
     })
+  )
+})
+
+describe("interruptions while the store is away", () => {
+  it.scopedLive(
+    "a caller interrupted while its first attempt waits for the connection leaves nothing that blocks the token",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster({ commandTimeout: 1_000 })
+        const w = yield* cluster.worker()
+        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+        yield* cluster.server.kill
+        yield* eventuallyTrue(
+          "the connection knows",
+          5_000,
+          Effect.map(cluster.store.status, (status) => !status.ready)
+        )
+        // the first attempt waits (up to the command timeout) for the connection to return
+        const caller = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+        yield* Effect.sleep(100)
+        yield* Fiber.interrupt(caller)
+        yield* cluster.server.restart
+        // the same worker, the same token: nothing is left waiting for a session nobody serves
+        const next = yield* within(
+          "the next modification",
+          10_000,
+          eventually(
+            "a modification after the restart",
+            10_000,
+            w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+          )
+        )
+        assert.strictEqual(next, 1)
+        assert.strictEqual(yield* w.lease.sessions, 0)
+      }),
+    30_000
   )
 })

@@ -181,6 +181,9 @@ export const connectionOptions = (
 export const openConnection = (endpoint: Endpoint, options: RedisOptions, onError: (error: Error) => void): Redis => {
   const connection = new Redis(endpoint.url, options)
   connection.on("error", onError)
+  // Every command waiting for the connection to be ready listens for "ready": during an
+  // outage there are many, and that is not a leak.
+  connection.setMaxListeners(0)
   return connection
 }
 
@@ -196,6 +199,7 @@ export const openCluster = (
   onError: (error: Error) => void
 ): Cluster => {
   const cluster = new Cluster([...seeds], options)
+  cluster.setMaxListeners(0)
   cluster.on("error", onError)
   cluster.on("node error", onError)
   return cluster
@@ -228,13 +232,23 @@ export const awaitReady = (
   Effect.suspend(() => {
     if (connection.status === "ready") return Effect.void
     if (connection.status === "end") return Effect.fail(onTimeout())
-    // Interruptible even inside an uninterruptible caller (a lease's flush, a release):
-    // the timeout works by interrupting the wait, and must end it there too.
-    return Effect.async<void>((resume) => {
-      const onReady = () => resume(Effect.void)
+    // The deadline is a timer inside the wait, not an interruption: it ends the wait inside
+    // an uninterruptible caller too (a lease's flush, a release), and an interruption sent to
+    // such a caller still never cuts its cleanup short. (Network deadlines run on live time,
+    // as everywhere in this store.)
+    return Effect.async<void, StoreUnavailable>((resume) => {
+      const onReady = () => {
+        clearTimeout(timer)
+        resume(Effect.void)
+      }
+      const timer = setTimeout(() => {
+        connection.off("ready", onReady)
+        resume(Effect.fail(onTimeout()))
+      }, timeoutMs)
       connection.once("ready", onReady)
       return Effect.sync(() => {
+        clearTimeout(timer)
         connection.off("ready", onReady)
       })
-    }).pipe(Effect.interruptible, Effect.timeoutFail({ duration: timeoutMs, onTimeout }), withLiveClock)
+    })
   })

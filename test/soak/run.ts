@@ -192,7 +192,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       let faults = 0
       const fault = async (name: string, action: () => Promise<unknown>) => {
         faults++
-        log(`fault ${faults}: ${name}`)
+        log(`fault ${faults} at ${Date.now()}: ${name}`)
         await action()
       }
       const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(Effect.orDie(effect))
@@ -245,7 +245,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           details.push(`${proc.name}: health ${JSON.stringify(health)}`)
         }
         const stuck = proc.events.find((event) => event.t === "stuck")
-        if (stuck !== undefined) details.push(`${proc.name}: slow to stop: ${JSON.stringify(stuck.fibers)}`)
+        if (stuck !== undefined)
+          details.push(`${proc.name}: slow to stop: ${JSON.stringify(stuck.fibers)} ${JSON.stringify(stuck.state)}`)
       }
 
       // --- modifications --------------------------------------------------------------

@@ -29,8 +29,10 @@ import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
+import * as Lease from "../../src/Lease.js"
 import * as Mailbox from "../../src/Mailbox.js"
 import * as StateManager from "../../src/StateManager.js"
+import { Store } from "../../src/Store.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import * as Worker from "../../src/Worker.js"
 
@@ -116,6 +118,8 @@ const program = Effect.gen(function* () {
   const mailbox = Context.get(context, Mailbox.Mailbox)
   const health = Context.get(context, Health.Health)
   const instanceId = Context.get(context, InstanceId)
+  const store = Context.get(context, Store)
+  const lease = Context.get(context, Lease.Lease)
   for (const token of sockets) {
     const linked = yield* Effect.either(tokenManager.link(token, `conn-${index}-${token}`))
     yield* emit({ t: "linked", token, result: linked._tag === "Right" ? linked.right.token : linked.left._tag })
@@ -151,8 +155,24 @@ const program = Effect.gen(function* () {
   const stuck = yield* Effect.fork(
     Effect.gen(function* () {
       yield* Effect.sleep("20 seconds")
+      const tokensStuck = [...new Set([...current.values()].map((op) => op.what.split(" ")[1]!))]
+      const state = yield* Effect.forEach(tokensStuck, (token) =>
+        Effect.gen(function* () {
+          const holder = yield* Effect.either(store.holder(token))
+          const waiters = yield* Effect.either(store.waiters(token))
+          return {
+            token,
+            holder: holder._tag === "Right" ? Option.getOrNull(holder.right) : holder.left._tag,
+            waiters: waiters._tag === "Right" ? waiters.right : waiters.left._tag,
+            leased: lease.isLeased(token),
+            sessions: yield* lease.sessions
+          }
+        })
+      )
       yield* emit({
         t: "stuck",
+        instanceId,
+        state,
         fibers: [...current].map(([fiber, op]) => ({ fiber, ...op, ms: Date.now() - op.since }))
       })
     })
