@@ -1,49 +1,28 @@
-import { execFile } from "node:child_process"
-import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import { Redis } from "ioredis"
 import * as Inspect from "../src/Inspect.js"
 import { Store } from "../src/Store.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { Counter } from "./state/workers.js"
+import { leasehold } from "./support/cli.js"
+import * as Monitor from "./support/monitor.js"
 import * as RedisServer from "./support/RedisServer.js"
-
-const root = path.resolve(import.meta.dirname, "..")
-
-/** Run the `leasehold` command as a process. */
-const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
-  Effect.promise(
-    () =>
-      new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
-        execFile(
-          process.execPath,
-          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
-          { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 30_000 },
-          (error, stdout, stderr) =>
-            resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })
-        )
-      })
-  )
 
 /** Every command the server runs while `effect` runs (scripts' own commands included). */
 const commandsDuring = <A, E, R>(server: RedisServer.RedisServer, effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function* () {
-    const client = new Redis(server.port, "127.0.0.1")
-    const seen: Array<string> = []
-    const feed = yield* Effect.promise(() => client.monitor())
-    feed.on("monitor", (_time: string, args: ReadonlyArray<string>) => seen.push(String(args[0]).toLowerCase()))
-    yield* Effect.sleep(50)
-    const result = yield* effect
-    yield* Effect.sleep(100)
-    feed.disconnect()
-    client.disconnect()
-    return [result, seen] as const
-  })
+  Effect.scoped(
+    Effect.gen(function* () {
+      const m = yield* Monitor.monitor(server)
+      yield* Effect.sleep(50)
+      const result = yield* effect
+      yield* Effect.sleep(100)
+      return [result, m.commands.map((command) => command.args[0]!)] as const
+    })
+  )
 
 const reads = new Set(["scan", "evalsha", "eval", "type", "strlen", "scard", "pttl", "get", "smembers", "xlen"])
 
@@ -113,7 +92,7 @@ describe("inspect", () => {
         yield* Effect.sleep(300)
         assert.strictEqual(a.received.length, 3)
 
-        const token = yield* cli(["inspect", "token", "tab-1", "--url", server.url, "--json"])
+        const token = yield* leasehold(["inspect", "token", "tab-1", "--url", server.url, "--json"])
         assert.strictEqual(token.code, 0, token.stderr)
         const parsed = JSON.parse(token.stdout) as ReturnType<typeof Inspect.tokenJson>
         assert.isNull(parsed.lock)
@@ -123,7 +102,7 @@ describe("inspect", () => {
         )
         assert.deepInclude(parsed.socket ?? {}, { instance_id: a.id, connection_id: "sid-1" })
 
-        const instance = yield* cli(["inspect", "instance", a.id, "--json"], { LEASEHOLD_REDIS_URL: server.url })
+        const instance = yield* leasehold(["inspect", "instance", a.id, "--json"], { LEASEHOLD_REDIS_URL: server.url })
         assert.strictEqual(instance.code, 0, instance.stderr)
         const mailbox = JSON.parse(instance.stdout) as ReturnType<typeof Inspect.instanceJson>
         assert.strictEqual(mailbox.mailbox_length, 3)
@@ -131,7 +110,7 @@ describe("inspect", () => {
         assert.strictEqual(mailbox.last_delivered_id, entries[2]!.id)
 
         const connectionsBefore = Number((yield* server.info("stats")).total_connections_received)
-        const pattern = yield* cli(["inspect", "token", "tab-*", "--url", server.url])
+        const pattern = yield* leasehold(["inspect", "token", "tab-*", "--url", server.url])
         assert.strictEqual(pattern.code, 2)
         assert.match(pattern.stderr, /invalid token "tab-\*"/)
         const connectionsAfter = Number((yield* server.info("stats")).total_connections_received)

@@ -3,11 +3,10 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import { Redis } from "ioredis"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisCluster } from "./state/workers.js"
-import type * as RedisServer from "./support/RedisServer.js"
+import * as Monitor from "./support/monitor.js"
 
 const redis: StateBackend = {
   name: "redis",
@@ -26,27 +25,6 @@ const redis: StateBackend = {
 
 stateSuite(redis)
 
-/** Every command clients send to the server, seen through MONITOR (commands run by scripts excluded). */
-const monitor = (server: RedisServer.RedisServer) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const client = new Redis(server.port, "127.0.0.1")
-      const seen: Array<string> = []
-      const feed = await client.monitor()
-      feed.on("monitor", (_time: string, args: ReadonlyArray<string>, source: string) => {
-        if (source !== "lua") seen.push(String(args[0]).toLowerCase())
-      })
-      return {
-        seen,
-        close: () => {
-          feed.disconnect()
-          client.disconnect()
-        }
-      }
-    }),
-    (m) => Effect.sync(() => m.close())
-  )
-
 describe("round trips", () => {
   it.scopedLive(
     "an uncontended modification is two commands: the grant with the reads, the commit with the release",
@@ -55,11 +33,13 @@ describe("round trips", () => {
         const cluster = yield* redisCluster()
         const w = yield* cluster.worker()
         yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
-        const m = yield* monitor(cluster.server)
+        const m = yield* Monitor.monitor(cluster.server)
         yield* Effect.sleep(50)
         for (let i = 1; i <= 3; i++) yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         yield* Effect.sleep(50)
-        deepStrictEqual(m.seen, ["evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha"])
+        // (commands run by the scripts themselves left out)
+        const sent = m.commands.filter((command) => !command.fromScript).map((command) => command.args[0])
+        deepStrictEqual(sent, ["evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha"])
         assert.strictEqual(yield* cluster.stored("t"), 3)
       })
   )

@@ -8,8 +8,6 @@
  * single server, a proxy cut) are not repeated here: `Store.cluster.test.ts` covers a
  * killed and a paused cluster at the store level.
  */
-import { execFile } from "node:child_process"
-import * as path from "node:path"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
@@ -20,6 +18,7 @@ import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisClusterWorkers } from "./state/workers.js"
+import { leasehold } from "./support/cli.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 
 const clusters = RedisCluster.shared()
@@ -78,23 +77,6 @@ const delivery: DeliveryBackend = {
 
 deliverySuite(delivery)
 
-const root = path.resolve(import.meta.dirname, "..")
-
-/** Run the `leasehold` command as a process. */
-const cli = (args: ReadonlyArray<string>, env: Record<string, string> = {}) =>
-  Effect.promise(
-    () =>
-      new Promise<{ readonly code: number; readonly stdout: string; readonly stderr: string }>((resolve) => {
-        execFile(
-          process.execPath,
-          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
-          { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 60_000 },
-          (error, stdout, stderr) =>
-            resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })
-        )
-      })
-  )
-
 describe("inspect on a Redis Cluster", () => {
   it.scopedLive(
     "reports a token from its master and an instance's mailbox from its own",
@@ -114,7 +96,7 @@ describe("inspect on a Redis Cluster", () => {
           Effect.sync(() => a.received.length === 2)
         )
 
-        const token = yield* cli([
+        const token = yield* leasehold([
           "inspect",
           "token",
           "tab-1",
@@ -134,7 +116,7 @@ describe("inspect on a Redis Cluster", () => {
         )
         assert.deepInclude(parsed.socket ?? {}, { instance_id: a.id, connection_id: "sid-1" })
 
-        const instance = yield* cli(["inspect", "instance", a.id, "--json"], {
+        const instance = yield* leasehold(["inspect", "instance", a.id, "--json"], {
           LEASEHOLD_REDIS_URL: cluster.url,
           LEASEHOLD_REDIS_CLUSTER: "true",
           LEASEHOLD_KEY_PREFIX: keyPrefix

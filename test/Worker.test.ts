@@ -1,31 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import { Redis } from "ioredis"
 import { memoryWorkers, redisWorkers } from "./delivery/workers.js"
 import { Counter } from "./state/workers.js"
-import type * as RedisServer from "./support/RedisServer.js"
+import * as Monitor from "./support/monitor.js"
 import * as Server from "./support/RedisServer.js"
-
-/** Every command the server runs (scripts' own commands included), through MONITOR. */
-const monitor = (server: RedisServer.RedisServer) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const client = new Redis(server.port, "127.0.0.1")
-      const seen: Array<ReadonlyArray<string>> = []
-      const feed = await client.monitor()
-      feed.on("monitor", (_time: string, args: ReadonlyArray<string>) => {
-        seen.push(args.map((arg, i) => (i === 0 ? String(arg).toLowerCase() : String(arg))))
-      })
-      return {
-        seen,
-        close: () => {
-          feed.disconnect()
-          client.disconnect()
-        }
-      }
-    }),
-    (m) => Effect.sync(() => m.close())
-  )
 
 describe("Worker", () => {
   it.scoped("two builds of the layer are two workers with distinct instance ids", () =>
@@ -53,17 +31,18 @@ describe("Worker", () => {
         // Under a lease with acknowledge-from-memory, the value is written only by the flush.
         for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         assert.isNull(yield* server.command("GET", "leasehold:{t}:s:counter"))
-        const m = yield* monitor(server)
+        const m = yield* Monitor.monitor(server)
         yield* Effect.sleep(100)
         yield* a.close
         yield* Effect.sleep(100)
-        const index = (match: (args: ReadonlyArray<string>) => boolean) => m.seen.findIndex(match)
+        const seen = m.commands.map((command) => command.args)
+        const index = (match: (args: ReadonlyArray<string>) => boolean) => seen.findIndex(match)
         const flushed = index((args) => args[0] === "set" && args[1] === "leasehold:{t}:s:counter")
         const removed = index((args) => args[0] === "del" && args[1] === "leasehold:{sock1}:socket")
         assert.isAtLeast(flushed, 0, "the lease was flushed")
         assert.isAtLeast(removed, 0, "the record was removed")
         assert.isBelow(flushed, removed)
-        const reads = m.seen.flatMap((args, i) => (args[0] === "xread" ? [i] : []))
+        const reads = seen.flatMap((args, i) => (args[0] === "xread" ? [i] : []))
         const lastRead = reads.length === 0 ? -1 : reads[reads.length - 1]!
         assert.isBelow(lastRead, flushed, "no mailbox read after the loops were stopped")
         assert.strictEqual(yield* server.command("GET", "leasehold:{t}:s:counter"), JSON.stringify({ n: 3 }))

@@ -17,7 +17,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import * as TestClock from "effect/TestClock"
-import { Redis } from "ioredis"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { type Keys, makeKeys } from "../../src/internal/keys.js"
@@ -32,6 +31,7 @@ import * as Worker from "../../src/Worker.js"
 import { eventuallyTrue } from "../conformance/helpers.js"
 import { type DeliveryWorker, redisWorkers, Update, type WorkerOptions } from "../delivery/workers.js"
 import { capture, type LogLine } from "../support/logs.js"
+import * as Monitor from "../support/monitor.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export interface HostileFixture {
@@ -141,30 +141,11 @@ const memoryFixture = (input: LeaseholdConfig.Input) =>
     } satisfies HostileFixture
   })
 
-/** Every command the server runs, through MONITOR, as `<command> <args…>`. */
-export const monitor = (server: RedisServer.RedisServer) =>
-  Effect.acquireRelease(
-    Effect.promise(async () => {
-      const client = new Redis(server.port, "127.0.0.1", { lazyConnect: true })
-      const seen: Array<string> = []
-      const feed = await client.monitor()
-      feed.on("monitor", (_time: string, args: ReadonlyArray<string>) => {
-        seen.push(args.map(String).join(" "))
-      })
-      return {
-        seen,
-        close: () => {
-          feed.disconnect()
-          client.disconnect()
-        }
-      }
-    }),
-    (m) => Effect.sync(() => m.close())
-  )
-
 export const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
-    const m = yield* monitor(server)
+    const m = yield* Monitor.monitor(server)
+    // each command as `<command> <args…>` (the case of its name as sent does not matter here)
+    const lines = () => m.commands.map((command) => command.args.join(" "))
     const fx = yield* redisWorkers(server.url, { keyPrefix: "red", commandTimeout: 10_000, ...input })
     return {
       store: fx.store,
@@ -176,12 +157,12 @@ export const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdCo
         Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
           typeof reply === "string" ? Option.some(reply) : Option.none()
         ),
-      seen: Effect.sync(() => [...m.seen]),
+      seen: Effect.sync(lines),
       sawText: (text) =>
         eventuallyTrue(
           `the server saw ${text}`,
           5_000,
-          Effect.sync(() => m.seen.some((line) => line.includes(text)))
+          Effect.sync(() => lines().some((line) => line.includes(text)))
         ),
       until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
     } satisfies HostileFixture
