@@ -2,23 +2,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as TestClock from "effect/TestClock"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { memoryWorkers, update } from "./delivery/workers.js"
+import { untilOnTestClock } from "./support/testClock.js"
 
 const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
 
-const until = (label: string, check: Effect.Effect<boolean>) =>
-  eventuallyTrue(
-    label,
-    5_000,
-    Effect.gen(function* () {
-      yield* yields
-      if (yield* check) return true
-      yield* TestClock.adjust(1)
-      return false
-    })
-  )
+const until = untilOnTestClock
 
 const settle = Effect.zipRight(TestClock.adjust(2_000), yields)
 

@@ -9,8 +9,7 @@ import * as TestClock from "effect/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, memoryCluster } from "./state/workers.js"
-
-const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+import { settle, untilOnTestClock } from "./support/testClock.js"
 
 const memory: StateBackend = {
   name: "memory",
@@ -21,17 +20,7 @@ const memory: StateBackend = {
         yield* body(cluster, {
           advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
           settle,
-          until: (label, check) =>
-            eventuallyTrue(
-              label,
-              5_000,
-              Effect.gen(function* () {
-                yield* settle
-                if (yield* check) return true
-                yield* TestClock.adjust(1)
-                return false
-              })
-            )
+          until: untilOnTestClock
         })
       })
     )

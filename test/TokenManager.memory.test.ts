@@ -5,10 +5,9 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import { settle, untilOnTestClock } from "./support/testClock.js"
 import { memoryCluster } from "./tokens/cluster.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
-
-const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
 
 const memory: TokenBackend = {
   name: "memory",
@@ -18,17 +17,7 @@ const memory: TokenBackend = {
         const cluster = yield* memoryCluster(input, options)
         yield* body(cluster, {
           advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
-          until: (label, check) =>
-            eventuallyTrue(
-              label,
-              5_000,
-              Effect.gen(function* () {
-                yield* settle
-                if (yield* check) return true
-                yield* TestClock.adjust(1)
-                return false
-              })
-            )
+          until: untilOnTestClock
         })
       })
     )

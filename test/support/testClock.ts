@@ -1,0 +1,23 @@
+/**
+ * Waiting for a condition in a test that runs on the TestClock: let the fibers run, look,
+ * and move the clock one millisecond at a time until it holds (or the real-time limit).
+ */
+import * as Effect from "effect/Effect"
+import * as TestClock from "effect/TestClock"
+import { eventuallyTrue } from "../conformance/helpers.js"
+
+/** Let every fiber that can run, run. */
+export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+
+/** Until `check` holds, within 5 s of real time. */
+export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean, E>) =>
+  eventuallyTrue(
+    label,
+    5_000,
+    Effect.gen(function* () {
+      yield* settle
+      if (yield* check) return true
+      yield* TestClock.adjust(1)
+      return false
+    })
+  )
