@@ -16,6 +16,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
+import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as ParseResult from "effect/ParseResult"
@@ -152,6 +153,19 @@ export declare namespace StateManager {
  */
 export class StateManager extends Context.Tag("leasehold/StateManager")<StateManager, StateManager.Service>() {}
 
+const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
+
+/**
+ * Inside a modification's function: the fencing number of the lock grant it runs under
+ * (modifications served by one lease share their grant's number); outside one: `None`.
+ * Numbers only grow from grant to grant of a token, so a history of writes that records
+ * them shows that no two holders ever interleaved.
+ *
+ * @since 0.1.0
+ * @category accessors
+ */
+export const fence: Effect.Effect<Option.Option<number>> = FiberRef.get(currentFence)
+
 /**
  * @since 0.1.0
  * @category constructors
@@ -228,7 +242,7 @@ export const make = Effect.gen(function* () {
     Effect.gen(function* () {
       const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
       const decoded = yield* decodeAll(token, slices, current)
-      const [value, next] = yield* f(decoded)
+      const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
       const writes: Array<SliceEntry> = []
       for (const [i, s] of slices.entries()) {
         const encoded = s.encode(next[i])

@@ -40,6 +40,8 @@ export interface Report {
   readonly lost_updates: number
   /** Log entries of modifications that reported failure or interruption, or that appear twice. */
   readonly phantom_or_doubled: number
+  /** Writes whose grant's fencing number is below that of the write they read (interleaved holders). */
+  readonly fence_regressions: number
   readonly lost_deliveries: number
   readonly duplicate_deliveries: number
   readonly out_of_order_deliveries: number
@@ -265,12 +267,25 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const keys = makeKeys("leasehold")
       let lost = 0
       let phantom = 0
+      let fenceRegressions = 0
       for (const token of tokens) {
         const raw = await run(server.command("GET", keys.slice(token, "log")))
         const value =
           typeof raw === "string" ? (JSON.parse(raw) as { n: number; ops: Array<string> }) : { n: 0, ops: [] }
         const inLog = new Map<string, number>()
-        for (const op of value.ops) inLog.set(op, (inLog.get(op) ?? 0) + 1)
+        let lastFence = Number.NEGATIVE_INFINITY
+        for (const entry of value.ops) {
+          const at = entry.lastIndexOf("@")
+          const op = entry.slice(0, at)
+          const fence = Number(entry.slice(at + 1))
+          inLog.set(op, (inLog.get(op) ?? 0) + 1)
+          // Each write read the one before it: its grant must be that one's or a later one.
+          if (!(fence >= lastFence) || fence < 1) {
+            fenceRegressions++
+            details.push(`${token}: ${op} written under fence ${fence} after a write under fence ${lastFence}`)
+          }
+          lastFence = fence
+        }
         if (value.n !== value.ops.length) {
           phantom++
           details.push(`${token}: n ${value.n} but ${value.ops.length} entries`)
@@ -363,7 +378,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const operations = all.filter((e) =>
         ["ok", "ambiguous", "failed", "interrupted", "sent"].includes(e.event.t)
       ).length
-      const violations = lost + phantom + lostDeliveries + duplicates + outOfOrder + staleOrUnhealthy
+      const violations = lost + phantom + fenceRegressions + lostDeliveries + duplicates + outOfOrder + staleOrUnhealthy
       return {
         seconds: Math.round(seconds),
         faults,
@@ -374,6 +389,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         deliveries,
         lost_updates: lost,
         phantom_or_doubled: phantom,
+        fence_regressions: fenceRegressions,
         lost_deliveries: lostDeliveries,
         duplicate_deliveries: duplicates,
         out_of_order_deliveries: outOfOrder,

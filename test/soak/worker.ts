@@ -6,9 +6,10 @@
  *
  *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
  *
- * Each modification appends its id to the token's log slice: a lost update is an id
- * missing from the log, a doubled one an id that appears twice, an interleaving of two
- * holders a lost id. An interruption lands only before the function decides (as in the
+ * Each modification appends its id and its grant's fencing number to the token's log slice:
+ * a lost update is an id missing from the log, a doubled one an id that appears twice, and
+ * a fencing number smaller than the one before it a write by a holder older than the one
+ * whose write it read. An interruption lands only before the function decides (as in the
  * fuzz tests): an interrupted modification must change nothing. A modification that
  * fails after deciding (the store went away under it) may or may not have been written:
  * it is reported as ambiguous.
@@ -78,10 +79,12 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
         (log) =>
           Effect.gen(function* () {
             yield* Effect.sleep(yield* Random.nextIntBetween(0, 2))
+            // the fencing number of the grant this modification runs under, kept with its id
+            const fence = Option.getOrElse(yield* StateManager.fence, () => -1)
             yield* Effect.sync(() => {
               state.decided = true
             })
-            return [null, { n: log.n + 1, ops: [...log.ops, op] }] as const
+            return [null, { n: log.n + 1, ops: [...log.ops, `${op}@${fence}`] }] as const
           }),
         { event: op }
       )

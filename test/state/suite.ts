@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Lease from "../../src/Lease.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as StateManager from "../../src/StateManager.js"
 import { failsWith } from "../conformance/helpers.js"
 import { atLevels } from "../support/logs.js"
 import { type Cluster, Counter, Other, type Worker } from "./workers.js"
@@ -143,6 +144,23 @@ export const stateSuite = (backend: StateBackend) => {
           yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
           assert.strictEqual(yield* cluster.stored("t"), 1)
         })
+    )
+
+    test("a modification sees its grant's fencing number, one more at every grant; outside one, None", {}, (cluster) =>
+      Effect.gen(function* () {
+        const w = yield* cluster.worker()
+        deepStrictEqual(yield* StateManager.fence, Option.none())
+        const seen: Array<Option.Option<number>> = []
+        for (let i = 0; i < 3; i++) {
+          seen.push(
+            yield* w.states.modifyEffect("t", Counter, (s) =>
+              Effect.map(StateManager.fence, (fence) => [fence, { n: s.n + 1 }] as const)
+            )
+          )
+        }
+        deepStrictEqual(seen, [Option.some(1), Option.some(2), Option.some(3)])
+        assert.strictEqual(yield* cluster.grants("t"), 3)
+      })
     )
 
     test("a failing modification changes nothing", {}, (cluster, tools) =>
