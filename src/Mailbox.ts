@@ -246,8 +246,11 @@ class Seen {
 interface Pending {
   readonly token: string
   readonly update: unknown
-  /** This sender's number for the update, fixed once so that a retry carries the same one. */
-  readonly seq: number
+  /**
+   * The envelope, encoded once when the update is sent: it carries this sender's number for
+   * the update, so that a retry appends exactly the same entry.
+   */
+  readonly payload: string
 }
 
 /**
@@ -265,7 +268,6 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const envelope = envelopeOf(options.schema)
     const encode = parseSafely(envelope, Schema.encodeEither(envelope))
     const decode = parseSafely(envelope, Schema.decodeEither(envelope))
-    const encodeUpdate = parseSafely(options.schema, Schema.encodeUnknownEither(options.schema))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
     const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
@@ -326,9 +328,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
         }
         const owner = yield* tokens.owner(token)
         if (Option.isNone(owner)) return "no-owner" as const
-        const payload = encode({ token, update: update as A, forwarded: false, from: instanceId, seq: pending.seq })
-        if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: describeParseError(payload.left) })
-        yield* store.mailboxAppend(owner.value.instanceId, payload.right, append)
+        yield* store.mailboxAppend(owner.value.instanceId, pending.payload, append)
         yield* Metric.increment(sent)
         return "sent" as const
       })
@@ -336,9 +336,11 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const send: Mailbox.Service["send"] = (token, update) =>
       Effect.gen(function* () {
         yield* validateToken(token)
-        const valid = encodeUpdate(update)
-        if (Either.isLeft(valid)) return yield* new InvalidUpdate({ token, reason: describeParseError(valid.left) })
-        const pending: Pending = { token, update, seq: nextSeq++ }
+        // Encoding the envelope checks the update against the schema, once for every route.
+        const payload = encode({ token, update: update as A, forwarded: false, from: instanceId, seq: nextSeq })
+        if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: describeParseError(payload.left) })
+        const pending: Pending = { token, update, payload: payload.right }
+        nextSeq++
         if (outbox.length > 0) return yield* enqueue(pending)
         const outcome = yield* route(pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(pending)))
         if (outcome === "no-owner") yield* drop("no-owner")
