@@ -423,18 +423,16 @@ export const make = (
         if (closed || clustered === undefined) {
           return Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the store is closed" }))
         }
-        const colon = node.lastIndexOf(":")
-        const address = { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) }
-        return Effect.succeed(openSubscriber(node, clustered.nodeEndpoint(address)))
+        return Effect.succeed(openSubscriber(node, clustered.nodeEndpoint(node)))
       })
 
     /** The node serving a key's (or a shard channel's) slot, as `host:port`. */
     const slotNode = (operation: string, key: string): Effect.Effect<string, StoreUnavailable> =>
       Effect.suspend(() => {
-        const address = slotMaster(command as Cluster, keySlot(key))
-        return address === undefined
+        const node = slotMaster(command as Cluster, keySlot(key))
+        return node === undefined
           ? Effect.fail(new StoreUnavailable({ operation, reason: `no node of ${endpoint.safeUrl} serves ${key}` }))
-          : Effect.succeed(`${address.host}:${address.port}`)
+          : Effect.succeed(node)
       })
 
     /** The subscriber connection a channel is subscribed on. */
@@ -474,11 +472,7 @@ export const make = (
         // A read after the store's scope closed must not open a connection nobody closes.
         if (closed)
           return yield* Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "the store is closed" }))
-        const colon = node.lastIndexOf(":")
-        const nodeEndpoint =
-          clustered === undefined
-            ? endpoint
-            : clustered.nodeEndpoint({ host: node.slice(0, colon), port: Number(node.slice(colon + 1)) })
+        const nodeEndpoint = clustered === undefined ? endpoint : clustered.nodeEndpoint(node)
         const connection = openConnection(nodeEndpoint, connectionOptions("blocking", timeouts), onError)
         connection.on("ready", () => {
           connection.client("ID").then(
