@@ -881,8 +881,19 @@ export const make = (
     })
 
     // --- socket records -------------------------------------------------------------
-    const decodeRecord = (key: string, raw: string): Effect.Effect<SocketRecord, CorruptValue> =>
-      Either.match(decodeSocketRecord(key, raw), { onLeft: Effect.fail, onRight: Effect.succeed })
+    /** A claim script's reply: `{1}` claimed, `{0, record}` taken by that record. */
+    const claimResult = (
+      operation: string,
+      key: string,
+      reply: unknown
+    ): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
+      const list = asArray(reply)
+      if (list?.[0] === 1) return Either.right({ _tag: "Claimed" })
+      if (list?.[0] === 0 && typeof list[1] === "string") {
+        return Either.map(decodeSocketRecord(key, list[1]), (record): ClaimResult => ({ _tag: "Taken", record }))
+      }
+      return Either.left(unexpectedReply(operation, reply))
+    }
 
     const claimSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
@@ -890,16 +901,7 @@ export const make = (
       const reply = yield* run("claimSocket", (c) =>
         c.leaseholdClaimSocket(key, encodeSocketRecord(record), String(tokenMs))
       )
-      const list = asArray(reply)
-      let result: ClaimResult
-      if (list?.[0] === 1) {
-        result = { _tag: "Claimed" }
-      } else if (list?.[0] === 0 && typeof list[1] === "string") {
-        result = { _tag: "Taken", record: yield* decodeRecord(key, list[1]) }
-      } else {
-        return yield* Effect.fail(unexpectedReply("claimSocket", reply))
-      }
-      return result
+      return yield* claimResult("claimSocket", key, reply)
     })
 
     const readSocket = Effect.fnUntraced(function* (token: string) {
@@ -907,7 +909,7 @@ export const make = (
       const key = keys.socket(token)
       const raw = yield* run("readSocket", (c) => c.get(key))
       if (raw === null) return Option.none<SocketRecord>()
-      return Option.some(yield* decodeRecord(key, raw))
+      return Option.some(yield* decodeSocketRecord(key, raw))
     })
 
     const deleteSocketIfOwner = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
@@ -998,7 +1000,6 @@ export const make = (
       )
       const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
       for (let i = 0; i < claims.length; i++) {
-        const key = keys.socket(claims[i]![0])
         const [error, reply] = replies?.[i] ?? [null, null]
         if (error !== null) {
           const mapped = mapError("claimSockets")(error)
@@ -1008,11 +1009,7 @@ export const make = (
           results.push(Either.left(mapped))
           continue
         }
-        const list = asArray(reply)
-        if (list?.[0] === 1) results.push(Either.right({ _tag: "Claimed" }))
-        else if (list?.[0] === 0 && typeof list[1] === "string") {
-          results.push(Either.map(decodeSocketRecord(key, list[1]), (record) => ({ _tag: "Taken", record })))
-        } else results.push(Either.left(unexpectedReply("claimSockets", reply)))
+        results.push(claimResult("claimSockets", keys.socket(claims[i]![0]), reply))
       }
       return results
     })
