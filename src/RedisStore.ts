@@ -968,11 +968,7 @@ export const make = (
     const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> = Stream.suspend(
       () => {
         const all = nodes()
-        if (all.length === 0) {
-          return Stream.fail(
-            new StoreUnavailable({ operation: "scanSockets", reason: notConnected("scanSockets", 0)().reason })
-          )
-        }
+        if (all.length === 0) return Stream.fail(notConnected("scanSockets", 0)())
         return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ node, cursor }) =>
           Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
             if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
