@@ -210,7 +210,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
   if (Option.isSome(settings.dataDir)) {
     yield* MemoryDisk.attach(ks, {
       dir: settings.dataDir.value,
-      keyPrefix: settings.keyPrefix,
+      keys,
       flushInterval: settings.dataFlushInterval,
       reports: flushReports
     })

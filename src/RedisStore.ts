@@ -423,18 +423,16 @@ export const make = (
         if (closed || clustered === undefined) {
           return Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the store is closed" }))
         }
-        const colon = node.lastIndexOf(":")
-        const address = { host: node.slice(0, colon), port: Number(node.slice(colon + 1)) }
-        return Effect.succeed(openSubscriber(node, clustered.nodeEndpoint(address)))
+        return Effect.succeed(openSubscriber(node, clustered.nodeEndpoint(node)))
       })
 
     /** The node serving a key's (or a shard channel's) slot, as `host:port`. */
     const slotNode = (operation: string, key: string): Effect.Effect<string, StoreUnavailable> =>
       Effect.suspend(() => {
-        const address = slotMaster(command as Cluster, keySlot(key))
-        return address === undefined
+        const node = slotMaster(command as Cluster, keySlot(key))
+        return node === undefined
           ? Effect.fail(new StoreUnavailable({ operation, reason: `no node of ${endpoint.safeUrl} serves ${key}` }))
-          : Effect.succeed(`${address.host}:${address.port}`)
+          : Effect.succeed(node)
       })
 
     /** The subscriber connection a channel is subscribed on. */
@@ -474,11 +472,7 @@ export const make = (
         // A read after the store's scope closed must not open a connection nobody closes.
         if (closed)
           return yield* Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "the store is closed" }))
-        const colon = node.lastIndexOf(":")
-        const nodeEndpoint =
-          clustered === undefined
-            ? endpoint
-            : clustered.nodeEndpoint({ host: node.slice(0, colon), port: Number(node.slice(colon + 1)) })
+        const nodeEndpoint = clustered === undefined ? endpoint : clustered.nodeEndpoint(node)
         const connection = openConnection(nodeEndpoint, connectionOptions("blocking", timeouts), onError)
         connection.on("ready", () => {
           connection.client("ID").then(
@@ -887,8 +881,19 @@ export const make = (
     })
 
     // --- socket records -------------------------------------------------------------
-    const decodeRecord = (key: string, raw: string): Effect.Effect<SocketRecord, CorruptValue> =>
-      Either.match(decodeSocketRecord(key, raw), { onLeft: Effect.fail, onRight: Effect.succeed })
+    /** A claim script's reply: `{1}` claimed, `{0, record}` taken by that record. */
+    const claimResult = (
+      operation: string,
+      key: string,
+      reply: unknown
+    ): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
+      const list = asArray(reply)
+      if (list?.[0] === 1) return Either.right({ _tag: "Claimed" })
+      if (list?.[0] === 0 && typeof list[1] === "string") {
+        return Either.map(decodeSocketRecord(key, list[1]), (record): ClaimResult => ({ _tag: "Taken", record }))
+      }
+      return Either.left(unexpectedReply(operation, reply))
+    }
 
     const claimSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
@@ -896,16 +901,7 @@ export const make = (
       const reply = yield* run("claimSocket", (c) =>
         c.leaseholdClaimSocket(key, encodeSocketRecord(record), String(tokenMs))
       )
-      const list = asArray(reply)
-      let result: ClaimResult
-      if (list?.[0] === 1) {
-        result = { _tag: "Claimed" }
-      } else if (list?.[0] === 0 && typeof list[1] === "string") {
-        result = { _tag: "Taken", record: yield* decodeRecord(key, list[1]) }
-      } else {
-        return yield* Effect.fail(unexpectedReply("claimSocket", reply))
-      }
-      return result
+      return yield* claimResult("claimSocket", key, reply)
     })
 
     const readSocket = Effect.fnUntraced(function* (token: string) {
@@ -913,7 +909,7 @@ export const make = (
       const key = keys.socket(token)
       const raw = yield* run("readSocket", (c) => c.get(key))
       if (raw === null) return Option.none<SocketRecord>()
-      return Option.some(yield* decodeRecord(key, raw))
+      return Option.some(yield* decodeSocketRecord(key, raw))
     })
 
     const deleteSocketIfOwner = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
@@ -972,11 +968,7 @@ export const make = (
     const scanSockets: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError> = Stream.suspend(
       () => {
         const all = nodes()
-        if (all.length === 0) {
-          return Stream.fail(
-            new StoreUnavailable({ operation: "scanSockets", reason: notConnected("scanSockets", 0)().reason })
-          )
-        }
+        if (all.length === 0) return Stream.fail(notConnected("scanSockets", 0)())
         return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ node, cursor }) =>
           Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
             if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
@@ -1004,7 +996,6 @@ export const make = (
       )
       const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
       for (let i = 0; i < claims.length; i++) {
-        const key = keys.socket(claims[i]![0])
         const [error, reply] = replies?.[i] ?? [null, null]
         if (error !== null) {
           const mapped = mapError("claimSockets")(error)
@@ -1014,11 +1005,7 @@ export const make = (
           results.push(Either.left(mapped))
           continue
         }
-        const list = asArray(reply)
-        if (list?.[0] === 1) results.push(Either.right({ _tag: "Claimed" }))
-        else if (list?.[0] === 0 && typeof list[1] === "string") {
-          results.push(Either.map(decodeSocketRecord(key, list[1]), (record) => ({ _tag: "Taken", record })))
-        } else results.push(Either.left(unexpectedReply("claimSockets", reply)))
+        results.push(claimResult("claimSockets", keys.socket(claims[i]![0]), reply))
       }
       return results
     })

@@ -19,12 +19,14 @@ export interface Keys {
   readonly tokenPattern: (token: string) => string
   /** The prefix every key of the token starts with. */
   readonly tokenHead: (token: string) => string
+  /** The token of a token's key and the name after it (`fence`, `s:<slice>`...); `undefined` for any other key. */
+  readonly tokenKey: (key: string) => readonly [token: string, name: string] | undefined
 }
 
 /** @internal */
 export const makeKeys = (prefix: string): Keys => {
   const base = (token: string) => `${prefix}:{${token}}`
-  const socketHead = `${prefix}:{`
+  const open = `${prefix}:{`
   const socketTail = "}:socket"
   return {
     lock: (token) => `${base(token)}:lock`,
@@ -35,13 +37,19 @@ export const makeKeys = (prefix: string): Keys => {
     socket: (token) => `${base(token)}:socket`,
     socketPattern: `${prefix}:{*}:socket`,
     socketToken: (key) =>
-      key.startsWith(socketHead) && key.endsWith(socketTail)
-        ? key.slice(socketHead.length, key.length - socketTail.length)
+      key.startsWith(open) && key.endsWith(socketTail)
+        ? key.slice(open.length, key.length - socketTail.length)
         : undefined,
     mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`,
     mailboxCursor: (instanceId) => `${prefix}:cursor:${instanceId}`,
     // A valid token has no glob character, so it is matched literally.
     tokenPattern: (token) => `${base(token)}:*`,
-    tokenHead: (token) => `${base(token)}:`
+    tokenHead: (token) => `${base(token)}:`,
+    tokenKey: (key) => {
+      if (!key.startsWith(open)) return undefined
+      // A token has no `}`: the first `}:` closes the hash tag.
+      const close = key.indexOf("}:", open.length)
+      return close < 0 ? undefined : [key.slice(open.length, close), key.slice(close + 2)]
+    }
   }
 }

@@ -27,6 +27,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type { FlushReport } from "../MemoryStore.js"
 import { DataDirError } from "../StoreError.js"
+import type { Keys } from "./keys.js"
 import { isExpired, type Keyspace } from "./memoryKeyspace.js"
 import { tokenProblem } from "./validate.js"
 
@@ -34,7 +35,7 @@ import { tokenProblem } from "./validate.js"
 export interface Options {
   /** As configured; resolved to an absolute path once, so a later `chdir` does not move it. */
   readonly dir: string
-  readonly keyPrefix: string
+  readonly keys: Keys
   readonly flushInterval: Duration.Duration
   readonly reports: PubSub.PubSub<FlushReport>
 }
@@ -179,8 +180,7 @@ type Outcome = Either.Either<Job, readonly [Job, string]>
 export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, DataDirError, Scope.Scope> =>
   Effect.gen(function* () {
     const dir = path.resolve(options.dir)
-    const head = `${options.keyPrefix}:{`
-    const fullKey = (token: string, name: string) => `${head}${token}}:${name}`
+    const fullKey = (token: string, name: string) => `${options.keys.tokenHead(token)}${name}`
     const fileOf = (token: string) => path.join(dir, `${fileStem(token)}.json`)
 
     const prepare = <A>(operation: DataDirError["operation"], run: () => Promise<A>) =>
@@ -272,12 +272,10 @@ export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, Data
 
     // Installed after the load, so that loading does not mark every token dirty.
     ks.onKeyChanged = (key, present) => {
-      if (!key.startsWith(head)) return
-      const close = key.indexOf("}:", head.length)
-      if (close < 0) return
-      const name = key.slice(close + 2)
+      const parts = options.keys.tokenKey(key)
+      if (parts === undefined) return
+      const [token, name] = parts
       if (name !== "fence" && !name.startsWith("s:")) return
-      const token = key.slice(head.length, close)
       let live = index.get(token)
       if (present) {
         // Only keys a load would accept are written (a raw key planted by a test may not be).

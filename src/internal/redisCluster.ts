@@ -56,8 +56,8 @@ export interface NodeAddress {
 export interface ClusterEndpoint {
   readonly endpoint: Endpoint
   readonly seeds: ReadonlyArray<NodeAddress>
-  /** The URL of one node, with the seed URL's scheme and credentials. */
-  readonly nodeEndpoint: (address: NodeAddress) => Endpoint
+  /** The URL of one node, named `host:port` as ioredis names it, with the seed URL's scheme and credentials. */
+  readonly nodeEndpoint: (node: string) => Endpoint
 }
 
 const seedUrlPattern = /^(rediss?:)\/\/(?:([^@/?#]*)@)?([^/?#]*)(\/[^?#]*)?$/i
@@ -94,10 +94,11 @@ export const parseClusterEndpoint = (url: string): ClusterEndpoint | undefined =
       db: 0
     },
     seeds,
-    nodeEndpoint: (address) => {
+    nodeEndpoint: (node) => {
+      const colon = node.lastIndexOf(":")
+      const host = node.slice(0, colon)
       // An IPv6 address needs its brackets back in a URL.
-      const host = address.host.includes(":") ? `[${address.host}]` : address.host
-      return parseEndpoint(`${prefix}${host}:${address.port}`) ?? first
+      return parseEndpoint(`${prefix}${host.includes(":") ? `[${host}]` : host}${node.slice(colon)}`) ?? first
     }
   }
 }
@@ -149,17 +150,12 @@ export const clusterOptions = (
 export const nodeKey = (connection: Redis): string => `${connection.options.host}:${connection.options.port}`
 
 /**
- * The master serving a slot, from the client's slot table; `undefined` before the table
- * is known or when no node serves the slot.
+ * The master serving a slot (`host:port`, as `nodeKey` names it), from the client's slot
+ * table; `undefined` before the table is known or when no node serves the slot.
  *
  * @internal
  */
-export const slotMaster = (cluster: Cluster, slot: number): NodeAddress | undefined => {
-  const key = cluster.slots[slot]?.[0]
-  if (key === undefined) return undefined
-  const colon = key.lastIndexOf(":")
-  return { host: key.slice(0, colon), port: Number(key.slice(colon + 1)) }
-}
+export const slotMaster = (cluster: Cluster, slot: number): string | undefined => cluster.slots[slot]?.[0]
 
 /**
  * Run single-key commands as one batch and settle each on its own, in the shape of a
