@@ -51,7 +51,8 @@ const linkTab = (asked: string | undefined, id: string) =>
       tokens.link(token, id).pipe(
         Effect.catchTag("RecordNotStored", (error) =>
           // Linked here; the record is written once the store is back (see TokenManager).
-          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: false })
+          // A fresh token must still reach the tab, or its socket and its reloads part ways.
+          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: error.fresh === true })
         )
       )
     const linked = yield* link(asked ?? freshToken())
