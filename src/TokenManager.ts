@@ -199,7 +199,7 @@ const sameRecord = (a: SocketRecord, b: SocketRecord): boolean =>
 /** Tries at a fresh token: a random UUID is never taken, a store that says otherwise is broken. */
 const freshAttempts = 3
 
-/** Records restored per round trip: bounds one pipeline, not the number of records. */
+/** Records claimed again per round trip: bounds one pipeline, not the number of records. */
 const restoreBatch = 1_000
 
 /** How many record deletions or refreshes are in flight at once. */
@@ -286,45 +286,41 @@ export const make = Effect.gen(function* () {
 
   const ownEntries = () => [...entries].filter(([, entry]) => isOurs(entry))
 
-  /** Write every record of ours back with SET NX and read it in the same round trip. */
-  const restore = maintenance.withPermits(1)(
+  /** Claim records again (SET NX, read back in the same round trip) and apply each outcome. */
+  const reclaim = (lost: ReadonlyArray<readonly [string, Entry]>) =>
     Effect.gen(function* () {
-      const ours = ownEntries()
-      for (let start = 0; start < ours.length; start += restoreBatch) {
-        const batch = ours.slice(start, start + restoreBatch)
+      for (let start = 0; start < lost.length; start += restoreBatch) {
+        const batch = lost.slice(start, start + restoreBatch)
         const results = yield* store.claimSockets(batch.map(([token, entry]) => [token, entry.record] as const))
-        for (let i = 0; i < batch.length; i++) {
-          const [token, entry] = batch[i]!
-          yield* applyClaim(token, entry, results[i]!)
-        }
+        for (let i = 0; i < batch.length; i++) yield* applyClaim(batch[i]![0], batch[i]![1], results[i]!)
       }
-      yield* storeWorked
-    }).pipe(
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.catchAll((error) => storeFailed("restoring records", error))
+    })
+
+  /** One maintenance pass over the map: alone, and its store failure logged once per episode. */
+  const maintain = (what: string, pass: Effect.Effect<void, StoreError | InvalidToken>) =>
+    maintenance.withPermits(1)(
+      Effect.zipRight(pass, storeWorked).pipe(
+        Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
+        Effect.catchAll((error) => storeFailed(what, error))
+      )
     )
+
+  /** Write every record of ours back with SET NX and read it in the same round trip. */
+  const restore = maintain(
+    "restoring records",
+    Effect.suspend(() => reclaim(ownEntries()))
   )
 
   /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
-  const refresh = maintenance.withPermits(1)(
+  const refresh = maintain(
+    "refreshing records",
     Effect.gen(function* () {
       const ours = ownEntries()
       const refreshed = yield* Effect.forEach(ours, ([token, entry]) => store.refreshSocket(token, entry.record), {
         concurrency: concurrentWrites
       })
-      const lost = ours.filter((_, i) => !refreshed[i])
-      if (lost.length > 0) {
-        const results = yield* store.claimSockets(lost.map(([token, entry]) => [token, entry.record] as const))
-        for (let i = 0; i < lost.length; i++) {
-          const [token, entry] = lost[i]!
-          yield* applyClaim(token, entry, results[i]!)
-        }
-      }
-      yield* storeWorked
-    }).pipe(
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.catchAll((error) => storeFailed("refreshing records", error))
-    )
+      yield* reclaim(ours.filter((_, i) => !refreshed[i]))
+    })
   )
 
   /** A record was deleted, expired or evicted: claim it again while its socket lives here. */
