@@ -78,7 +78,10 @@ const handleFrame = (connection: Connection, text: string) =>
     const bump = parseClientMessage(text)
     if (Either.isLeft(bump)) return yield* sockets.send(connection, { type: "error", message: bump.left })
     const count = yield* Counter.bump(connection.token, bump.right.by)
-    yield* mailbox.send(connection.token, count)
+    // The bump is stored: a delivery the store refuses costs the update, not the bump.
+    yield* mailbox
+      .send(connection.token, count)
+      .pipe(Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`)))
   }).pipe(
     Effect.catchAll((error) =>
       Effect.zipRight(
