@@ -88,6 +88,7 @@ export declare namespace TokenManager {
      * Otherwise claim the token's record atomically; when any other record exists (another
      * instance's, or this instance's with another connection), mint a fresh token, claim
      * that, and return it. A store failure links locally and fails with `RecordNotStored`.
+     * An interrupted link leaves no record behind.
      */
     readonly link: (token: string, connectionId: string) => Effect.Effect<Linked, InvalidToken | RecordNotStored>
     /**
@@ -342,26 +343,29 @@ export const make = Effect.gen(function* () {
     )
 
   /**
-   * Unlink an entry: the map first, so our own deletion event finds nothing to re-claim.
-   * Once the entry is gone the deletion is attempted whatever happens to the caller (a
-   * record left behind would make the tab's next connect a duplicate). It runs in a fiber
-   * of its own that stays interruptible, because the store's timeouts work by
-   * interruption: in an uninterruptible region a store that is down would never time out.
+   * Delete our record of `token` whatever happens to the caller (a record left behind
+   * would make the tab's next connect a duplicate). It runs in a fiber of its own that
+   * stays interruptible, because the store's timeouts work by interruption: in an
+   * uninterruptible region a store that is down would never time out.
    */
+  const forget = (token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
+    store.deleteSocketIfOwner(token, record).pipe(
+      Effect.zipRight(storeWorked),
+      Effect.catchTag("InvalidToken", () => Effect.void),
+      Effect.catchAll((error) => storeFailed(what, error)),
+      Effect.interruptible,
+      Effect.fork,
+      Effect.flatMap(Fiber.join)
+    )
+
+  /** Unlink an entry: the map first, so our own deletion event finds nothing to re-claim. */
   const unlink = (token: string, entry: Entry): Effect.Effect<void> =>
     Effect.uninterruptible(
       Effect.suspend(() => {
         if (entries.get(token) !== entry) return Effect.void
         entries.delete(token)
         if (!isOurs(entry)) return Effect.void
-        return store.deleteSocketIfOwner(token, entry.record).pipe(
-          Effect.zipRight(storeWorked),
-          Effect.catchTag("InvalidToken", () => Effect.void),
-          Effect.catchAll((error) => storeFailed(`deleting the record of token ${token}`, error)),
-          Effect.interruptible,
-          Effect.fork,
-          Effect.flatMap(Fiber.join)
-        )
+        return forget(token, entry.record, `deleting the record of token ${token}`)
       })
     )
 
@@ -399,17 +403,35 @@ export const make = Effect.gen(function* () {
       )
     )
 
-  const linkFresh = (connectionId: string, record: SocketRecord) =>
+  /**
+   * Claim `token` and, when it is ours, link it locally in the same step: `None` when it is
+   * taken. A claim interrupted in flight may have been applied all the same, so its record
+   * is deleted again; once the claim answered, the local link is made without a gap.
+   */
+  const claimAndLink = (token: string, connectionId: string, fresh: boolean) => {
+    const record: SocketRecord = { instanceId, connectionId }
+    return Effect.uninterruptibleMask((restore) =>
+      restore(claim(token, record)).pipe(
+        Effect.onInterrupt(() => forget(token, record, `deleting the record of interrupted link ${token}`)),
+        Effect.catchAll(notStored(token, connectionId, fresh)),
+        Effect.flatMap((outcome) =>
+          outcome === "taken"
+            ? Effect.succeedNone
+            : Effect.zipRight(
+                Effect.zipRight(Metric.increment(links), storeWorked),
+                linkAs(token, connectionId, fresh)
+              ).pipe(Effect.map(Option.some))
+        )
+      )
+    )
+  }
+
+  const linkFresh = (connectionId: string) =>
     Effect.gen(function* () {
       yield* Metric.increment(duplicates)
       for (let attempt = 0; attempt < freshAttempts; attempt++) {
-        const token = randomUUID()
-        const outcome = yield* claim(token, record).pipe(Effect.catchAll(notStored(token, connectionId, true)))
-        if (outcome === "ours") {
-          yield* Metric.increment(links)
-          yield* storeWorked
-          return yield* linkAs(token, connectionId, true)
-        }
+        const linked = yield* claimAndLink(randomUUID(), connectionId, true)
+        if (Option.isSome(linked)) return linked.value
       }
       return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
     })
@@ -421,14 +443,10 @@ export const make = Effect.gen(function* () {
       if (current !== undefined && current.connectionId === connectionId && isOurs(current)) {
         return { token, fresh: false } satisfies Linked
       }
-      const record: SocketRecord = { instanceId, connectionId }
       // Another live socket of ours holds the token: a duplicate, known without asking the store.
-      if (current !== undefined && isOurs(current)) return yield* linkFresh(connectionId, record)
-      const outcome = yield* claim(token, record).pipe(Effect.catchAll(notStored(token, connectionId, false)))
-      if (outcome === "taken") return yield* linkFresh(connectionId, record)
-      yield* Metric.increment(links)
-      yield* storeWorked
-      return yield* linkAs(token, connectionId, false)
+      if (current !== undefined && isOurs(current)) return yield* linkFresh(connectionId)
+      const linked = yield* claimAndLink(token, connectionId, false)
+      return Option.isSome(linked) ? linked.value : yield* linkFresh(connectionId)
     }).pipe(Effect.withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId, token }))
 
   const disconnect = (token: string, connectionId: string) =>
