@@ -88,6 +88,7 @@ export declare namespace TokenManager {
      * Otherwise claim the token's record atomically; when any other record exists (another
      * instance's, or this instance's with another connection), mint a fresh token, claim
      * that, and return it. A store failure links locally and fails with `RecordNotStored`.
+     * An interrupted link leaves no record behind.
      */
     readonly link: (token: string, connectionId: string) => Effect.Effect<Linked, InvalidToken | RecordNotStored>
     /**
@@ -199,7 +200,7 @@ const sameRecord = (a: SocketRecord, b: SocketRecord): boolean =>
 /** Tries at a fresh token: a random UUID is never taken, a store that says otherwise is broken. */
 const freshAttempts = 3
 
-/** Records restored per round trip: bounds one pipeline, not the number of records. */
+/** Records claimed again per round trip: bounds one pipeline, not the number of records. */
 const restoreBatch = 1_000
 
 /** How many record deletions or refreshes are in flight at once. */
@@ -286,45 +287,41 @@ export const make = Effect.gen(function* () {
 
   const ownEntries = () => [...entries].filter(([, entry]) => isOurs(entry))
 
-  /** Write every record of ours back with SET NX and read it in the same round trip. */
-  const restore = maintenance.withPermits(1)(
+  /** Claim records again (SET NX, read back in the same round trip) and apply each outcome. */
+  const reclaim = (lost: ReadonlyArray<readonly [string, Entry]>) =>
     Effect.gen(function* () {
-      const ours = ownEntries()
-      for (let start = 0; start < ours.length; start += restoreBatch) {
-        const batch = ours.slice(start, start + restoreBatch)
+      for (let start = 0; start < lost.length; start += restoreBatch) {
+        const batch = lost.slice(start, start + restoreBatch)
         const results = yield* store.claimSockets(batch.map(([token, entry]) => [token, entry.record] as const))
-        for (let i = 0; i < batch.length; i++) {
-          const [token, entry] = batch[i]!
-          yield* applyClaim(token, entry, results[i]!)
-        }
+        for (let i = 0; i < batch.length; i++) yield* applyClaim(batch[i]![0], batch[i]![1], results[i]!)
       }
-      yield* storeWorked
-    }).pipe(
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.catchAll((error) => storeFailed("restoring records", error))
+    })
+
+  /** One maintenance pass over the map: alone, and its store failure logged once per episode. */
+  const maintain = (what: string, pass: Effect.Effect<void, StoreError | InvalidToken>) =>
+    maintenance.withPermits(1)(
+      Effect.zipRight(pass, storeWorked).pipe(
+        Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
+        Effect.catchAll((error) => storeFailed(what, error))
+      )
     )
+
+  /** Write every record of ours back with SET NX and read it in the same round trip. */
+  const restore = maintain(
+    "restoring records",
+    Effect.suspend(() => reclaim(ownEntries()))
   )
 
   /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
-  const refresh = maintenance.withPermits(1)(
+  const refresh = maintain(
+    "refreshing records",
     Effect.gen(function* () {
       const ours = ownEntries()
       const refreshed = yield* Effect.forEach(ours, ([token, entry]) => store.refreshSocket(token, entry.record), {
         concurrency: concurrentWrites
       })
-      const lost = ours.filter((_, i) => !refreshed[i])
-      if (lost.length > 0) {
-        const results = yield* store.claimSockets(lost.map(([token, entry]) => [token, entry.record] as const))
-        for (let i = 0; i < lost.length; i++) {
-          const [token, entry] = lost[i]!
-          yield* applyClaim(token, entry, results[i]!)
-        }
-      }
-      yield* storeWorked
-    }).pipe(
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.catchAll((error) => storeFailed("refreshing records", error))
-    )
+      yield* reclaim(ours.filter((_, i) => !refreshed[i]))
+    })
   )
 
   /** A record was deleted, expired or evicted: claim it again while its socket lives here. */
@@ -346,26 +343,29 @@ export const make = Effect.gen(function* () {
     )
 
   /**
-   * Unlink an entry: the map first, so our own deletion event finds nothing to re-claim.
-   * Once the entry is gone the deletion is attempted whatever happens to the caller (a
-   * record left behind would make the tab's next connect a duplicate). It runs in a fiber
-   * of its own that stays interruptible, because the store's timeouts work by
-   * interruption: in an uninterruptible region a store that is down would never time out.
+   * Delete our record of `token` whatever happens to the caller (a record left behind
+   * would make the tab's next connect a duplicate). It runs in a fiber of its own that
+   * stays interruptible, because the store's timeouts work by interruption: in an
+   * uninterruptible region a store that is down would never time out.
    */
+  const forget = (token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
+    store.deleteSocketIfOwner(token, record).pipe(
+      Effect.zipRight(storeWorked),
+      Effect.catchTag("InvalidToken", () => Effect.void),
+      Effect.catchAll((error) => storeFailed(what, error)),
+      Effect.interruptible,
+      Effect.fork,
+      Effect.flatMap(Fiber.join)
+    )
+
+  /** Unlink an entry: the map first, so our own deletion event finds nothing to re-claim. */
   const unlink = (token: string, entry: Entry): Effect.Effect<void> =>
     Effect.uninterruptible(
       Effect.suspend(() => {
         if (entries.get(token) !== entry) return Effect.void
         entries.delete(token)
         if (!isOurs(entry)) return Effect.void
-        return store.deleteSocketIfOwner(token, entry.record).pipe(
-          Effect.zipRight(storeWorked),
-          Effect.catchTag("InvalidToken", () => Effect.void),
-          Effect.catchAll((error) => storeFailed(`deleting the record of token ${token}`, error)),
-          Effect.interruptible,
-          Effect.fork,
-          Effect.flatMap(Fiber.join)
-        )
+        return forget(token, entry.record, `deleting the record of token ${token}`)
       })
     )
 
@@ -403,17 +403,35 @@ export const make = Effect.gen(function* () {
       )
     )
 
-  const linkFresh = (connectionId: string, record: SocketRecord) =>
+  /**
+   * Claim `token` and, when it is ours, link it locally in the same step: `None` when it is
+   * taken. A claim interrupted in flight may have been applied all the same, so its record
+   * is deleted again; once the claim answered, the local link is made without a gap.
+   */
+  const claimAndLink = (token: string, connectionId: string, fresh: boolean) => {
+    const record: SocketRecord = { instanceId, connectionId }
+    return Effect.uninterruptibleMask((restore) =>
+      restore(claim(token, record)).pipe(
+        Effect.onInterrupt(() => forget(token, record, `deleting the record of interrupted link ${token}`)),
+        Effect.catchAll(notStored(token, connectionId, fresh)),
+        Effect.flatMap((outcome) =>
+          outcome === "taken"
+            ? Effect.succeedNone
+            : Effect.zipRight(
+                Effect.zipRight(Metric.increment(links), storeWorked),
+                linkAs(token, connectionId, fresh)
+              ).pipe(Effect.map(Option.some))
+        )
+      )
+    )
+  }
+
+  const linkFresh = (connectionId: string) =>
     Effect.gen(function* () {
       yield* Metric.increment(duplicates)
       for (let attempt = 0; attempt < freshAttempts; attempt++) {
-        const token = randomUUID()
-        const outcome = yield* claim(token, record).pipe(Effect.catchAll(notStored(token, connectionId, true)))
-        if (outcome === "ours") {
-          yield* Metric.increment(links)
-          yield* storeWorked
-          return yield* linkAs(token, connectionId, true)
-        }
+        const linked = yield* claimAndLink(randomUUID(), connectionId, true)
+        if (Option.isSome(linked)) return linked.value
       }
       return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
     })
@@ -425,14 +443,10 @@ export const make = Effect.gen(function* () {
       if (current !== undefined && current.connectionId === connectionId && isOurs(current)) {
         return { token, fresh: false } satisfies Linked
       }
-      const record: SocketRecord = { instanceId, connectionId }
       // Another live socket of ours holds the token: a duplicate, known without asking the store.
-      if (current !== undefined && isOurs(current)) return yield* linkFresh(connectionId, record)
-      const outcome = yield* claim(token, record).pipe(Effect.catchAll(notStored(token, connectionId, false)))
-      if (outcome === "taken") return yield* linkFresh(connectionId, record)
-      yield* Metric.increment(links)
-      yield* storeWorked
-      return yield* linkAs(token, connectionId, false)
+      if (current !== undefined && isOurs(current)) return yield* linkFresh(connectionId)
+      const linked = yield* claimAndLink(token, connectionId, false)
+      return Option.isSome(linked) ? linked.value : yield* linkFresh(connectionId)
     }).pipe(Effect.withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId, token }))
 
   const disconnect = (token: string, connectionId: string) =>

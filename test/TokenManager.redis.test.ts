@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as TokenManager from "../src/TokenManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
@@ -98,6 +99,22 @@ describe("TokenManager (redis): refused writes and restarts", () => {
         )
       )
       assert.isTrue(cluster.logs.some((line) => line.level === "INFO" && line.message === "sockets: task recovered"))
+    })
+  )
+
+  it.scopedLive("a link interrupted while its claim is in flight leaves no record behind", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      yield* cluster.server.pause
+      const linking = yield* Effect.fork(a.tokens.link("tab-cut", "c1"))
+      // The claim is sent to the paused server, which applies it once it runs again.
+      yield* Effect.sleep(100)
+      yield* Fiber.interruptFork(linking)
+      yield* cluster.server.resume
+      yield* Fiber.await(linking)
+      deepStrictEqual(yield* a.tokens.local("tab-cut"), Option.none())
+      deepStrictEqual(yield* cluster.record("tab-cut"), Option.none())
     })
   )
 })

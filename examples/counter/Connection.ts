@@ -51,7 +51,8 @@ const linkTab = (asked: string | undefined, id: string) =>
       tokens.link(token, id).pipe(
         Effect.catchTag("RecordNotStored", (error) =>
           // Linked here; the record is written once the store is back (see TokenManager).
-          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: false })
+          // A fresh token must still reach the tab, or its socket and its reloads part ways.
+          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: error.fresh === true })
         )
       )
     const linked = yield* link(asked ?? freshToken())
@@ -77,7 +78,10 @@ const handleFrame = (connection: Connection, text: string) =>
     const bump = parseClientMessage(text)
     if (Either.isLeft(bump)) return yield* sockets.send(connection, { type: "error", message: bump.left })
     const count = yield* Counter.bump(connection.token, bump.right.by)
-    yield* mailbox.send(connection.token, count)
+    // The bump is stored: a delivery the store refuses costs the update, not the bump.
+    yield* mailbox
+      .send(connection.token, count)
+      .pipe(Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`)))
   }).pipe(
     Effect.catchAll((error) =>
       Effect.zipRight(
