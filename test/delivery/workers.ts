@@ -59,7 +59,7 @@ export interface WorkerOptions {
   readonly url?: string
 }
 
-export const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
+const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
 
 const build = (
   layer: Layer.Layer<Worker.Services, unknown, never>,
@@ -91,6 +91,20 @@ const recorder = (options: WorkerOptions) => {
   return { received, workerOptions }
 }
 
+/** A fresh worker over a store shared by every worker of the test. */
+export const workerOver = (
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  logs: { readonly layer: Layer.Layer<never> },
+  options: WorkerOptions = {}
+) => {
+  const { received, workerOptions } = recorder(options)
+  return build(
+    Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
+    received,
+    logs
+  )
+}
+
 /** Workers over one MemoryStore (time on the TestClock under it.effect/it.scoped). */
 export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
@@ -99,19 +113,11 @@ export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
       Effect.provide(logs.layer),
       Effect.orDie
     )
-    const worker = (options: WorkerOptions = {}) => {
-      const { received, workerOptions } = recorder(options)
-      return build(
-        Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
-        received,
-        logs
-      )
-    }
     return {
       logs: logs.lines,
       store: Context.get(shared, Store),
       control: Context.get(shared, MemoryStore.MemoryStoreControl),
-      worker
+      worker: (options: WorkerOptions = {}) => workerOver(shared, logs, options)
     }
   })
 
