@@ -47,16 +47,7 @@ const uncounted = (name: string) =>
 
 const commandsProcessed = (cluster: RedisCluster.RedisCluster) =>
   Effect.forEach(cluster.nodes, (node) => node.info("commandstats")).pipe(
-    Effect.map((all) => {
-      let total = 0
-      for (const stats of all) {
-        for (const [name, value] of Object.entries(stats)) {
-          if (!name.startsWith("cmdstat_") || uncounted(name)) continue
-          total += Number(/(?:^|,)calls=(\d+)/.exec(value)?.[1] ?? 0)
-        }
-      }
-      return total
-    }),
+    Effect.map((all) => all.reduce((total, stats) => total + RedisServerModule.commandCalls(stats, uncounted), 0)),
     Effect.orDie
   )
 

@@ -12,7 +12,7 @@ import { it } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
+import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import { type Keys, makeKeys } from "../../src/internal/keys.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
@@ -105,10 +105,7 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
       logs: fx.logs,
       worker: fx.worker,
       putRaw: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
-      getRaw: (key) =>
-        Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-          typeof reply === "string" ? Option.some(reply) : Option.none()
-        ),
+      getRaw: (key) => RedisServer.getRaw(server, key),
       seen: Effect.sync(lines),
       sawText: (text) =>
         eventuallyTrue(

@@ -116,11 +116,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
       never,
       LeaseholdConfig.LeaseholdConfig
     >
-    const cluster = yield* makeCluster(layer, input, (key) =>
-      Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-        typeof reply === "string" ? Option.some(reply) : Option.none()
-      )
-    )
+    const cluster = yield* makeCluster(layer, input, (key) => RedisServer.getRaw(server, key))
     return { ...cluster, server }
   })
 

@@ -166,14 +166,7 @@ const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_client|kill"
 
 const commandsProcessed = (server: RedisServer.RedisServer) =>
   server.info("commandstats").pipe(
-    Effect.map((stats) => {
-      let total = 0
-      for (const [name, value] of Object.entries(stats)) {
-        if (!name.startsWith("cmdstat_") || uncounted.has(name)) continue
-        total += Number(/(?:^|,)calls=(\d+)/.exec(value)?.[1] ?? 0)
-      }
-      return total
-    }),
+    Effect.map((stats) => RedisServer.commandCalls(stats, (name) => uncounted.has(name))),
     Effect.orDie
   )
 
@@ -190,10 +183,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
       )
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
     const cluster = makeCluster(shared, logs, {
-      get: (key) =>
-        Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-          typeof reply === "string" ? Option.some(reply) : Option.none()
-        ),
+      get: (key) => RedisServer.getRaw(server, key),
       set: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
       del: (key) => Effect.asVoid(Effect.orDie(server.command("DEL", key)))
     })
