@@ -32,14 +32,9 @@ import { makeKeys } from "../src/internal/keys.js"
 import { type ScriptCommands, scripts } from "../src/internal/redisScripts.js"
 import * as RedisCluster from "../test/support/RedisCluster.js"
 import * as RedisServer from "../test/support/RedisServer.js"
+import { flag, has, json, percentile } from "./args.js"
 
-const args = process.argv.slice(2)
-const flag = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
-const json = args.includes("--json")
-const onCluster = args.includes("--cluster")
+const onCluster = has("cluster")
 const seconds = Number(flag("seconds") ?? "3")
 const impls = (
   flag("impls") ?? "leasehold-oplock,leasehold-oplock-memory,leasehold,redis-semaphore,redlock,poll"
@@ -56,9 +51,6 @@ interface Report {
   readonly lat: ReadonlyArray<number>
   readonly cpu_ms: number
 }
-
-const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
 
 const startWorker = (env: Record<string, string>) => {
   const child: ChildProcess = spawn(
