@@ -26,6 +26,7 @@ import * as path from "node:path"
 import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { Redis } from "ioredis"
 import { encodeSignal } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
@@ -98,12 +99,7 @@ const single = Effect.map(
   (server): Target => ({
     url: server.url,
     pingUrl: server.url,
-    read: async (key) => {
-      const client = new Redis(server.url)
-      const raw = await client.get(key)
-      await client.quit()
-      return raw
-    }
+    read: (key) => Effect.runPromise(Effect.map(RedisServer.getRaw(server, key), Option.getOrNull))
   })
 )
 
@@ -115,10 +111,8 @@ const cluster = Effect.gen(function* () {
     pingUrl: hotMaster.url,
     read: (key) =>
       Effect.runPromise(
-        Effect.orDie(
-          Effect.flatMap(cluster.nodeFor(key), (node) => node.command("GET", key)).pipe(
-            Effect.map((reply) => (typeof reply === "string" ? reply : null))
-          )
+        Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) =>
+          Effect.map(RedisServer.getRaw(node, key), Option.getOrNull)
         )
       )
   } satisfies Target
