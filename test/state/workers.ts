@@ -4,12 +4,10 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { makeKeys } from "../../src/internal/keys.js"
@@ -20,6 +18,7 @@ import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
 import { capture, type LogLine } from "../support/logs.js"
+import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
@@ -66,18 +65,16 @@ const makeCluster = <R, E>(
     const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
     const worker = () =>
       Effect.gen(function* () {
-        // Its own scope inside the test's: a test can close one worker and keep the others.
-        const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-        const built = yield* Layer.buildWithScope(
+        const { built, close } = yield* buildOwn(
           Layer.fresh(StateManager.layerWorker).pipe(Layer.provide(Layer.succeedContext(shared))),
-          own
-        ).pipe(Effect.provide(logs.layer))
+          logs
+        )
         return {
           id: Context.get(built, InstanceId),
           states: Context.get(built, StateManager.StateManager),
           lease: Context.get(built, Lease.Lease),
           health: Context.get(built, Health.Health),
-          close: Scope.close(own, Exit.void)
+          close
         } satisfies Worker
       })
     return {

@@ -4,11 +4,9 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import * as InstanceId from "../../src/InstanceId.js"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
@@ -20,6 +18,7 @@ import { type SocketRecord, Store } from "../../src/Store.js"
 import * as Supervisor from "../../src/Supervisor.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import { capture, type LogLine } from "../support/logs.js"
+import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export interface TokenWorker {
@@ -83,16 +82,15 @@ const makeCluster = (
   const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
   const worker = () =>
     Effect.gen(function* () {
-      const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-      const built = yield* Layer.buildWithScope(
+      const { built, close } = yield* buildOwn(
         Layer.fresh(workerLayer).pipe(Layer.provide(Layer.succeedContext(shared))),
-        own
-      ).pipe(Effect.provide(logs.layer))
+        logs
+      )
       return {
         id: Context.get(built, InstanceId.InstanceId),
         tokens: Context.get(built, TokenManager.TokenManager),
         health: Context.get(built, Health.Health),
-        close: Scope.close(own, Exit.void)
+        close
       } satisfies TokenWorker
     })
   return {
