@@ -26,20 +26,16 @@ import * as path from "node:path"
 import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import { Redis } from "ioredis"
 import { encodeSignal } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { type ScriptCommands, scripts } from "../src/internal/redisScripts.js"
 import * as RedisCluster from "../test/support/RedisCluster.js"
 import * as RedisServer from "../test/support/RedisServer.js"
+import { flag, has, json, percentile } from "./args.js"
 
-const args = process.argv.slice(2)
-const flag = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
-const json = args.includes("--json")
-const onCluster = args.includes("--cluster")
+const onCluster = has("cluster")
 const seconds = Number(flag("seconds") ?? "3")
 const impls = (
   flag("impls") ?? "leasehold-oplock,leasehold-oplock-memory,leasehold,redis-semaphore,redlock,poll"
@@ -56,9 +52,6 @@ interface Report {
   readonly lat: ReadonlyArray<number>
   readonly cpu_ms: number
 }
-
-const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
 
 const startWorker = (env: Record<string, string>) => {
   const child: ChildProcess = spawn(
@@ -106,12 +99,7 @@ const single = Effect.map(
   (server): Target => ({
     url: server.url,
     pingUrl: server.url,
-    read: async (key) => {
-      const client = new Redis(server.url)
-      const raw = await client.get(key)
-      await client.quit()
-      return raw
-    }
+    read: (key) => Effect.runPromise(Effect.map(RedisServer.getRaw(server, key), Option.getOrNull))
   })
 )
 
@@ -123,10 +111,8 @@ const cluster = Effect.gen(function* () {
     pingUrl: hotMaster.url,
     read: (key) =>
       Effect.runPromise(
-        Effect.orDie(
-          Effect.flatMap(cluster.nodeFor(key), (node) => node.command("GET", key)).pipe(
-            Effect.map((reply) => (typeof reply === "string" ? reply : null))
-          )
+        Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) =>
+          Effect.map(RedisServer.getRaw(node, key), Option.getOrNull)
         )
       )
   } satisfies Target

@@ -34,21 +34,13 @@ import * as RedisStore from "../src/RedisStore.js"
 import * as TokenManager from "../src/TokenManager.js"
 import * as Worker from "../src/Worker.js"
 import * as RedisServer from "../test/support/RedisServer.js"
+import { flag, json, percentile } from "./args.js"
 
-const args = process.argv.slice(2)
-const flag = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
-const json = args.includes("--json")
 const count = Number(flag("count") ?? "2000")
 const outages = (flag("outages") ?? "5,20,60").split(",").map(Number)
 
 const Probe = Schema.Struct({ seq: Schema.Number, sentAt: Schema.Number })
 type Probe = typeof Probe.Type
-
-const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
 
 const round = (ms: number) => Math.round(ms * 1000) / 1000
 

@@ -20,13 +20,8 @@ import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
+import { flag, json } from "./args.js"
 
-const args = process.argv.slice(2)
-const flag = (name: string) => {
-  const i = args.indexOf(`--${name}`)
-  return i >= 0 ? args[i + 1] : undefined
-}
-const json = args.includes("--json")
 const count = Number(flag("count") ?? "20000")
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })

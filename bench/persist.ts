@@ -27,11 +27,9 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as StateManager from "../src/StateManager.js"
+import { flag, json } from "./args.js"
 
-const args = process.argv.slice(2)
-const json = args.includes("--json")
-const tokensArg = args[args.indexOf("--tokens") + 1]
-const tokens = args.includes("--tokens") && tokensArg ? Number(tokensArg) : 10_000
+const tokens = Number(flag("tokens") ?? 10_000)
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 

@@ -26,11 +26,9 @@ import * as RedisStore from "../src/RedisStore.js"
 import * as Signals from "../src/Signals.js"
 import * as Supervisor from "../src/Supervisor.js"
 import * as RedisServer from "../test/support/RedisServer.js"
+import { flag, json } from "./args.js"
 
-const args = process.argv.slice(2)
-const json = args.includes("--json")
-const outagesArg = args[args.indexOf("--outages") + 1]
-const outages = args.includes("--outages") && outagesArg ? outagesArg.split(",").map(Number) : [5, 20, 60]
+const outages = (flag("outages") ?? "5,20,60").split(",").map(Number)
 
 const measure = (outageS: number) =>
   Effect.scoped(

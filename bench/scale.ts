@@ -41,18 +41,12 @@ import * as StateManager from "../src/StateManager.js"
 import type { Store } from "../src/Store.js"
 import * as Worker from "../src/Worker.js"
 import * as RedisServer from "../test/support/RedisServer.js"
+import { flag, json, percentile } from "./args.js"
 
-const args = process.argv.slice(2)
-const json = args.includes("--json")
-const arg = (name: string, fallback: number) => {
-  const value = args[args.indexOf(name) + 1]
-  return args.includes(name) && value !== undefined ? Number(value) : fallback
-}
-const tokens = arg("--tokens", 100_000)
-const leases = arg("--leases", 10_000)
-const expirationS = arg("--expiration-s", 5)
-const onlyArg = args[args.indexOf("--only") + 1]
-const only = new Set(args.includes("--only") && onlyArg ? onlyArg.split(",") : ["idle", "leases", "traffic"])
+const tokens = Number(flag("tokens") ?? 100_000)
+const leases = Number(flag("leases") ?? 10_000)
+const expirationS = Number(flag("expiration-s") ?? 5)
+const only = new Set((flag("only") ?? "idle,leases,traffic").split(","))
 
 const gc: () => void =
   (globalThis as { gc?: () => void }).gc ??
@@ -107,9 +101,6 @@ const modifyEach = (states: StateManager.StateManager.Service, names: ReadonlyAr
   Effect.forEach(names, (token) => states.modify(token, Counter, bump), { concurrency, discard: true })
 
 const names = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}-${i}`)
-
-const percentile = (sorted: ReadonlyArray<number>, p: number) =>
-  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
 
 // --- 1. idle ------------------------------------------------------------------------
 

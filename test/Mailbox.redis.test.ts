@@ -5,12 +5,22 @@ import * as Option from "effect/Option"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
-import { atLevels } from "./support/logs.js"
+import { atLevels, type LogLine } from "./support/logs.js"
 import * as TcpProxy from "./support/proxy.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
   eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+
+/** The reader's failure as logged: one ERROR when it starts, one INFO when it recovers. */
+const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {
+  const lines = atLevels(logs)
+    .filter((line) => line.message.startsWith("mailbox: task"))
+    .map((line) => `${line.level} ${line.message}`)
+  assert.strictEqual(lines.length, 2, lines.join("\n"))
+  assert.match(lines[0]!, /^ERROR mailbox: task error, retrying until it recovers: /)
+  assert.strictEqual(lines[1], "INFO mailbox: task recovered")
+}
 
 const redis: DeliveryBackend = {
   name: "redis",
@@ -53,12 +63,7 @@ describe("delivery through Redis outages", () => {
           "A receives",
           Effect.sync(() => a.received.length === 1)
         )
-        const lines = atLevels(fx.logs)
-          .filter((line) => line.message.startsWith("mailbox: task"))
-          .map((line) => `${line.level} ${line.message}`)
-        assert.strictEqual(lines.length, 2, lines.join("\n"))
-        assert.match(lines[0]!, /^ERROR mailbox: task error, retrying until it recovers: /)
-        assert.strictEqual(lines[1], "INFO mailbox: task recovered")
+        assertOneFailureLogged(fx.logs)
       }),
     30_000
   )
@@ -93,12 +98,7 @@ describe("delivery through Redis outages", () => {
           "A receives the second",
           Effect.sync(() => a.received.length === 2)
         )
-        const lines = atLevels(fx.logs)
-          .filter((line) => line.message.startsWith("mailbox: task"))
-          .map((line) => `${line.level} ${line.message}`)
-        assert.strictEqual(lines.length, 2, lines.join("\n"))
-        assert.match(lines[0]!, /^ERROR mailbox: task error, retrying until it recovers: /)
-        assert.strictEqual(lines[1], "INFO mailbox: task recovered")
+        assertOneFailureLogged(fx.logs)
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           [1, 2]

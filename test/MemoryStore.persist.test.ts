@@ -4,13 +4,11 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
@@ -22,7 +20,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
 import { Store } from "../src/Store.js"
-import { eventuallyTrue, expectAcquired, within } from "./conformance/helpers.js"
+import { eventuallyTrue, expectAcquired, failsWith, within } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
 
 const INTERVAL_MS = 100
@@ -461,10 +459,11 @@ describe("MemoryStore with a data directory", () => {
       const file = path.join(dir, "a-file")
       yield* Effect.promise(() => fs.writeFile(file, ""))
       for (const target of [file, path.join(file, "below")]) {
-        const exit = yield* Effect.exit(session(target, () => Effect.void))
-        const error = Option.getOrThrow(Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none())
+        const error = yield* failsWith(
+          session(target, () => Effect.void),
+          "DataDirError"
+        )
         assert.strictEqual(error._tag, "DataDirError")
-        if (error._tag !== "DataDirError") continue
         assert.strictEqual(error.path, target)
         assert.strictEqual(error.operation, "create")
         assert.include(error.message, `data directory ${target} cannot be used: could not create it`)
@@ -477,10 +476,11 @@ describe("MemoryStore with a data directory", () => {
       const dir = yield* tempDir
       yield* session(dir, () =>
         Effect.gen(function* () {
-          const exit = yield* Effect.exit(session(dir, () => Effect.void))
-          const error = Option.getOrThrow(Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none())
+          const error = yield* failsWith(
+            session(dir, () => Effect.void),
+            "DataDirError"
+          )
           assert.strictEqual(error._tag, "DataDirError")
-          if (error._tag !== "DataDirError") return
           assert.strictEqual(error.operation, "lock")
           assert.strictEqual(
             error.message,

@@ -27,8 +27,7 @@ import type { Backend, Fixture } from "./conformance/backend.js"
 import { collectFirst, eventually, eventuallyTrue, failsWith, joinWithin } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 import * as RedisCluster from "./support/RedisCluster.js"
-import type * as RedisServer from "./support/RedisServer.js"
-import * as RedisServerModule from "./support/RedisServer.js"
+import * as RedisServer from "./support/RedisServer.js"
 
 const LOCK_EXPIRATION_MS = 300
 const COMMAND_TIMEOUT_MS = 1_000
@@ -47,16 +46,7 @@ const uncounted = (name: string) =>
 
 const commandsProcessed = (cluster: RedisCluster.RedisCluster) =>
   Effect.forEach(cluster.nodes, (node) => node.info("commandstats")).pipe(
-    Effect.map((all) => {
-      let total = 0
-      for (const stats of all) {
-        for (const [name, value] of Object.entries(stats)) {
-          if (!name.startsWith("cmdstat_") || uncounted(name)) continue
-          total += Number(/(?:^|,)calls=(\d+)/.exec(value)?.[1] ?? 0)
-        }
-      }
-      return total
-    }),
+    Effect.map((all) => all.reduce((total, stats) => total + RedisServer.commandCalls(stats, uncounted), 0)),
     Effect.orDie
   )
 
@@ -450,10 +440,7 @@ describe("RedisStore cluster configuration", () => {
 
   it.scopedLive("an unreachable cluster fails with StoreUnavailable, and its password appears nowhere", () =>
     Effect.gen(function* () {
-      const ports = [
-        yield* Effect.promise(RedisServerModule.freePort),
-        yield* Effect.promise(RedisServerModule.freePort)
-      ]
+      const ports = [yield* Effect.promise(RedisServer.freePort), yield* Effect.promise(RedisServer.freePort)]
       const error = yield* failsWith(
         Layer.build(
           RedisStore.layer({

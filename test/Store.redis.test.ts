@@ -21,15 +21,7 @@ const uncounted = new Set(["cmdstat_ping", "cmdstat_info"])
 
 const commandsProcessed = (server: RedisServer.RedisServer) =>
   server.info("commandstats").pipe(
-    Effect.map((stats) => {
-      let total = 0
-      for (const [name, value] of Object.entries(stats)) {
-        if (!name.startsWith("cmdstat_") || uncounted.has(name)) continue
-        const calls = /(?:^|,)calls=(\d+)/.exec(value)
-        total += Number(calls?.[1] ?? 0)
-      }
-      return total
-    }),
+    Effect.map((stats) => RedisServer.commandCalls(stats, (name) => uncounted.has(name))),
     Effect.orDie
   )
 

@@ -11,7 +11,6 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import type * as Inspect from "../src/Inspect.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
@@ -20,6 +19,7 @@ import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisClusterWorkers } from "./state/workers.js"
 import { leasehold } from "./support/cli.js"
 import * as RedisCluster from "./support/RedisCluster.js"
+import * as RedisServer from "./support/RedisServer.js"
 
 const clusters = RedisCluster.shared()
 afterAll(clusters.close, 60_000)
@@ -35,11 +35,7 @@ const state: StateBackend = {
         Effect.gen(function* () {
           const cluster = yield* clusters.get
           const raw = (key: string) =>
-            Effect.gen(function* () {
-              const node = yield* cluster.nodeFor(key)
-              const reply = yield* node.command("GET", key)
-              return typeof reply === "string" ? Option.some(reply) : Option.none<string>()
-            }).pipe(Effect.orDie)
+            Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key))
           const workers = yield* redisClusterWorkers(cluster.url, raw, {
             commandTimeout: 1_000,
             keyPrefix: `state${++testCount}`,

@@ -5,50 +5,17 @@
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as http from "node:http"
-import * as net from "node:net"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import WebSocket from "ws"
+import * as RedisServer from "../support/RedisServer.js"
+import { waitUntil } from "../support/waitUntil.js"
 
 export const root = path.resolve(import.meta.dirname, "../..")
 
 /** A free loopback port (the OS picks it; it is released before the app binds it). */
-export const freePort: Effect.Effect<number> = Effect.async<number>((resume) => {
-  const server = net.createServer()
-  server.listen(0, "127.0.0.1", () => {
-    const port = (server.address() as net.AddressInfo).port
-    server.close(() => resume(Effect.succeed(port)))
-  })
-})
-
-/** Wait until `check` returns a value, re-checking on every `notify`; dies after `ms`. */
-const waitUntil = <A>(
-  listeners: Set<() => void>,
-  check: () => A | undefined,
-  ms: number,
-  describe: () => string
-): Effect.Effect<A> =>
-  Effect.async<A>((resume) => {
-    const attempt = () => {
-      const found = check()
-      if (found !== undefined) {
-        listeners.delete(attempt)
-        clearTimeout(timer)
-        resume(Effect.succeed(found))
-      }
-    }
-    const timer = setTimeout(() => {
-      listeners.delete(attempt)
-      resume(Effect.dieMessage(describe()))
-    }, ms)
-    listeners.add(attempt)
-    attempt()
-    return Effect.sync(() => {
-      listeners.delete(attempt)
-      clearTimeout(timer)
-    })
-  })
+export const freePort: Effect.Effect<number> = Effect.promise(RedisServer.freePort)
 
 export interface App {
   readonly pid: number

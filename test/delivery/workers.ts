@@ -7,11 +7,8 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
@@ -23,6 +20,7 @@ import { Store } from "../../src/Store.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import * as Worker from "../../src/Worker.js"
 import { capture } from "../support/logs.js"
+import { buildOwn } from "../support/ownScope.js"
 
 /** A structured update: a number, a date, a list and an optional nested record. */
 export const Update = Schema.Struct({
@@ -59,7 +57,7 @@ export interface WorkerOptions {
   readonly url?: string
 }
 
-export const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
+const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
 
 const build = (
   layer: Layer.Layer<Worker.Services, unknown, never>,
@@ -67,8 +65,7 @@ const build = (
   logs: { readonly layer: Layer.Layer<never> }
 ) =>
   Effect.gen(function* () {
-    const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-    const built = yield* Layer.buildWithScope(layer, own).pipe(Effect.provide(logs.layer), Effect.orDie)
+    const { built, close } = yield* Effect.orDie(buildOwn(layer, logs))
     return {
       id: Context.get(built, InstanceId),
       tokens: Context.get(built, TokenManager.TokenManager),
@@ -76,7 +73,7 @@ const build = (
       states: Context.get(built, StateManager.StateManager),
       health: Context.get(built, Health.Health),
       received,
-      close: Scope.close(own, Exit.void)
+      close
     } satisfies DeliveryWorker
   })
 
@@ -91,6 +88,20 @@ const recorder = (options: WorkerOptions) => {
   return { received, workerOptions }
 }
 
+/** A fresh worker over a store shared by every worker of the test. */
+export const workerOver = (
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  logs: { readonly layer: Layer.Layer<never> },
+  options: WorkerOptions = {}
+) => {
+  const { received, workerOptions } = recorder(options)
+  return build(
+    Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
+    received,
+    logs
+  )
+}
+
 /** Workers over one MemoryStore (time on the TestClock under it.effect/it.scoped). */
 export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
@@ -99,19 +110,11 @@ export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
       Effect.provide(logs.layer),
       Effect.orDie
     )
-    const worker = (options: WorkerOptions = {}) => {
-      const { received, workerOptions } = recorder(options)
-      return build(
-        Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
-        received,
-        logs
-      )
-    }
     return {
       logs: logs.lines,
       store: Context.get(shared, Store),
       control: Context.get(shared, MemoryStore.MemoryStoreControl),
-      worker
+      worker: (options: WorkerOptions = {}) => workerOver(shared, logs, options)
     }
   })
 

@@ -11,28 +11,19 @@
 import { it } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
-import * as Scope from "effect/Scope"
-import * as TestClock from "effect/TestClock"
-import * as Health from "../../src/Health.js"
-import { InstanceId } from "../../src/InstanceId.js"
+import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import { type Keys, makeKeys } from "../../src/internal/keys.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
-import * as Mailbox from "../../src/Mailbox.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
-import * as RedisStore from "../../src/RedisStore.js"
-import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
-import * as TokenManager from "../../src/TokenManager.js"
-import * as Worker from "../../src/Worker.js"
 import { eventuallyTrue } from "../conformance/helpers.js"
-import { type DeliveryWorker, redisWorkers, Update, type WorkerOptions } from "../delivery/workers.js"
+import { type DeliveryWorker, redisWorkers, type WorkerOptions, workerOver } from "../delivery/workers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import * as RedisServer from "../support/RedisServer.js"
+import { untilOnTestClock } from "../support/testClock.js"
 
 export interface HostileFixture {
   readonly store: Store.Service
@@ -77,35 +68,6 @@ const recording = (store: Store.Service, seen: Array<string>): Store.Service =>
     ])
   ) as unknown as Store.Service
 
-/** A fresh worker over a shared store context, recording what reaches its sockets. */
-const workerOver = (
-  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
-  logs: { readonly layer: Layer.Layer<never> },
-  options: WorkerOptions = {}
-) =>
-  Effect.gen(function* () {
-    const received: Array<readonly [string, Update]> = []
-    const layer = Layer.fresh(
-      Worker.layer({
-        schema: Update,
-        deliver: (token, value: Update) => Effect.sync(() => received.push([token, value])),
-        readBlock: "1 second",
-        ...(options.outboxCapacity === undefined ? {} : { outboxCapacity: options.outboxCapacity })
-      })
-    ).pipe(Layer.provide(Layer.succeedContext(shared)))
-    const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-    const built = yield* Layer.buildWithScope(layer, own).pipe(Effect.provide(logs.layer))
-    return {
-      id: Context.get(built, InstanceId),
-      tokens: Context.get(built, TokenManager.TokenManager),
-      mailbox: Context.get(built, Mailbox.Mailbox),
-      states: Context.get(built, StateManager.StateManager),
-      health: Context.get(built, Health.Health),
-      received,
-      close: Scope.close(own, Exit.void)
-    } satisfies DeliveryWorker
-  })
-
 const memoryFixture = (input: LeaseholdConfig.Input) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -127,21 +89,11 @@ const memoryFixture = (input: LeaseholdConfig.Input) =>
           5_000,
           Effect.sync(() => seen.some((line) => line.includes(text)))
         ),
-      until: (label, check) =>
-        eventuallyTrue(
-          label,
-          10_000,
-          Effect.gen(function* () {
-            yield* Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
-            if (yield* check) return true
-            yield* TestClock.adjust(1)
-            return false
-          })
-        )
+      until: (label, check) => untilOnTestClock(label, check, 10_000)
     } satisfies HostileFixture
   })
 
-export const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
+const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const m = yield* Monitor.monitor(server)
     // each command as `<command> <args…>` (the case of its name as sent does not matter here)
@@ -153,10 +105,7 @@ export const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdCo
       logs: fx.logs,
       worker: fx.worker,
       putRaw: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
-      getRaw: (key) =>
-        Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-          typeof reply === "string" ? Option.some(reply) : Option.none()
-        ),
+      getRaw: (key) => RedisServer.getRaw(server, key),
       seen: Effect.sync(lines),
       sawText: (text) =>
         eventuallyTrue(
@@ -183,7 +132,3 @@ export const redis = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
       })
     )
 })
-
-/** The Redis store as a `Store` context (for a worker built by hand). */
-export const redisStore = (url: string, input: LeaseholdConfig.Input = {}) =>
-  RedisStore.layer({ url }).pipe(Layer.provideMerge(config("red", input)))

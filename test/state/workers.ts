@@ -4,12 +4,10 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { makeKeys } from "../../src/internal/keys.js"
@@ -20,6 +18,7 @@ import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
 import { capture, type LogLine } from "../support/logs.js"
+import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
@@ -48,10 +47,11 @@ export interface Cluster {
 const configWith = (input: LeaseholdConfig.Input) =>
   LeaseholdConfig.layerWith({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
 
-const makeCluster = (
-  storeLayer: Layer.Layer<Store, never, LeaseholdConfig.LeaseholdConfig>,
+/** `raw` reads a key past the store, from the store's own services. */
+const makeCluster = <R, E>(
+  storeLayer: Layer.Layer<Store | R, E, LeaseholdConfig.LeaseholdConfig>,
   input: LeaseholdConfig.Input,
-  raw: (key: string) => Effect.Effect<Option.Option<string>>
+  raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>
 ) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -61,65 +61,56 @@ const makeCluster = (
       Effect.orDie
     )
     const store = Context.get(shared, Store)
+    const read = raw(shared)
     const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
     const worker = () =>
       Effect.gen(function* () {
-        // Its own scope inside the test's: a test can close one worker and keep the others.
-        const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-        const built = yield* Layer.buildWithScope(
+        const { built, close } = yield* buildOwn(
           Layer.fresh(StateManager.layerWorker).pipe(Layer.provide(Layer.succeedContext(shared))),
-          own
-        ).pipe(Effect.provide(logs.layer))
+          logs
+        )
         return {
           id: Context.get(built, InstanceId),
           states: Context.get(built, StateManager.StateManager),
           lease: Context.get(built, Lease.Lease),
           health: Context.get(built, Health.Health),
-          close: Scope.close(own, Exit.void)
+          close
         } satisfies Worker
       })
     return {
+      shared,
       store,
       logs: logs.lines,
       keys,
       worker,
       grants: (token: string) =>
-        Effect.map(raw(keys.fence(token)), (value) => Option.match(value, { onNone: () => 0, onSome: Number })),
+        Effect.map(read(keys.fence(token)), (value) => Option.match(value, { onNone: () => 0, onSome: Number })),
       stored: (token: string) =>
-        Effect.map(raw(keys.slice(token, "counter")), (value) =>
+        Effect.map(read(keys.slice(token, "counter")), (value) =>
           Option.match(value, { onNone: () => 0, onSome: (text) => (JSON.parse(text) as { n: number }).n })
         )
-    } satisfies Cluster
+    } satisfies Cluster & { readonly shared: Context.Context<Store | R> }
   })
 
 /** Workers over one MemoryStore (time on the TestClock when run under it.effect). */
 export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
-    let control: MemoryStore.MemoryStoreControl.Service | undefined
-    const layer = Layer.effectContext(
-      Effect.gen(function* () {
-        const context = yield* Layer.build(MemoryStore.layer)
-        control = Context.get(context, MemoryStore.MemoryStoreControl)
-        return context
-      })
-    ) as unknown as Layer.Layer<Store, never, LeaseholdConfig.LeaseholdConfig>
-    const cluster = yield* makeCluster(layer, input, (key) => Effect.suspend(() => control!.getRaw(key)))
-    return { ...cluster, control: control! }
+    const cluster = yield* makeCluster(
+      MemoryStore.layer,
+      input,
+      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).getRaw
+    )
+    return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
 
 /** Workers over one RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
-    const layer = RedisStore.layer({ url: server.url }) as unknown as Layer.Layer<
-      Store,
-      never,
-      LeaseholdConfig.LeaseholdConfig
-    >
-    const cluster = yield* makeCluster(layer, input, (key) =>
-      Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-        typeof reply === "string" ? Option.some(reply) : Option.none()
-      )
+    const cluster = yield* makeCluster(
+      RedisStore.layer({ url: server.url }),
+      input,
+      () => (key) => RedisServer.getRaw(server, key)
     )
     return { ...cluster, server }
   })
@@ -132,11 +123,4 @@ export const redisClusterWorkers = (
   url: string,
   raw: (key: string) => Effect.Effect<Option.Option<string>>,
   input: LeaseholdConfig.Input = {}
-) => {
-  const layer = RedisStore.layer({ url, cluster: true }) as unknown as Layer.Layer<
-    Store,
-    never,
-    LeaseholdConfig.LeaseholdConfig
-  >
-  return makeCluster(layer, input, raw)
-}
+) => makeCluster(RedisStore.layer({ url, cluster: true }), input, () => raw)

@@ -439,3 +439,22 @@ export const start = (options?: StartOptions): Effect.Effect<RedisServer, never,
     Effect.promise(() => launch(options)),
     (server) => Effect.promise(() => disposers.get(server)?.() ?? Promise.resolve())
   )
+
+/** The string stored under `key`, read raw (none when the key is missing). */
+export const getRaw = (server: RedisServer, key: string): Effect.Effect<Option.Option<string>> =>
+  Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
+    typeof reply === "string" ? Option.some(reply) : Option.none()
+  )
+
+/**
+ * The calls an `INFO commandstats` reply counts, leaving out the commands `skip` names
+ * (as INFO does: `cmdstat_<command>`), such as the harness's own PING and INFO.
+ */
+export const commandCalls = (stats: Readonly<Record<string, string>>, skip: (name: string) => boolean): number => {
+  let total = 0
+  for (const [name, value] of Object.entries(stats)) {
+    if (!name.startsWith("cmdstat_") || skip(name)) continue
+    total += Number(/(?:^|,)calls=(\d+)/.exec(value)?.[1] ?? 0)
+  }
+  return total
+}

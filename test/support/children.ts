@@ -6,6 +6,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import { waitUntil } from "./waitUntil.js"
 
 export interface Child {
   readonly pid: number
@@ -47,30 +48,12 @@ export const spawnChild = (script: string, env: Record<string, string>): Effect.
       })
       const exit = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
       const waitFor = (pattern: RegExp, ms = 20_000) =>
-        Effect.async<string>((resume) => {
-          const check = () => {
-            const found = lines.find((line) => pattern.test(line))
-            if (found !== undefined) {
-              listeners.delete(check)
-              clearTimeout(timer)
-              resume(Effect.succeed(found))
-            }
-          }
-          const timer = setTimeout(() => {
-            listeners.delete(check)
-            resume(
-              Effect.dieMessage(
-                `child ${child.pid}: no line matching ${pattern} within ${ms} ms; stderr: ${stderr.slice(-2000)}`
-              )
-            )
-          }, ms)
-          listeners.add(check)
-          check()
-          return Effect.sync(() => {
-            listeners.delete(check)
-            clearTimeout(timer)
-          })
-        })
+        waitUntil(
+          listeners,
+          () => lines.find((line) => pattern.test(line)),
+          ms,
+          () => `child ${child.pid}: no line matching ${pattern} within ${ms} ms; stderr: ${stderr.slice(-2000)}`
+        )
       return {
         pid: child.pid!,
         lines,

@@ -21,7 +21,7 @@ export const capture = (): { readonly lines: Array<LogLine>; readonly layer: Lay
   return { lines, layer: Layer.merge(Logger.remove(Logger.defaultLogger), Logger.add(logger)) }
 }
 
-/** The lines at WARN level or above, or of the given levels. */
+/** The lines at INFO level or above, or of the given levels. */
 export const atLevels = (lines: ReadonlyArray<LogLine>, levels: ReadonlyArray<string> = ["ERROR", "WARN", "INFO"]) =>
   lines.filter((line) => levels.includes(line.level))
 

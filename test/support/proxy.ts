@@ -14,8 +14,6 @@ export interface Proxy {
   /** Destroy every proxied connection and refuse new ones until `restore`. */
   readonly cut: Effect.Effect<void>
   readonly restore: Effect.Effect<void>
-  /** Connections accepted so far. */
-  readonly accepted: () => number
 }
 
 export const start = (targetPort: number): Effect.Effect<Proxy, never, Scope.Scope> =>
@@ -23,13 +21,11 @@ export const start = (targetPort: number): Effect.Effect<Proxy, never, Scope.Sco
     Effect.promise(async () => {
       const sockets = new Set<net.Socket>()
       let open = true
-      let accepted = 0
       const server = net.createServer((client) => {
         if (!open) {
           client.destroy()
           return
         }
-        accepted++
         const upstream = net.connect(targetPort, "127.0.0.1")
         sockets.add(client)
         sockets.add(upstream)
@@ -58,7 +54,6 @@ export const start = (targetPort: number): Effect.Effect<Proxy, never, Scope.Sco
         restore: Effect.sync(() => {
           open = true
         }),
-        accepted: () => accepted,
         close: () =>
           new Promise<void>((resolve) => {
             for (const socket of sockets) socket.destroy()

@@ -9,11 +9,11 @@ import { eventuallyTrue } from "../conformance/helpers.js"
 /** Let every fiber that can run, run. */
 export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
 
-/** Until `check` holds, within 5 s of real time. */
-export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean, E>) =>
+/** Until `check` holds, within `ms` of real time. */
+export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean, E>, ms = 5_000) =>
   eventuallyTrue(
     label,
-    5_000,
+    ms,
     Effect.gen(function* () {
       yield* settle
       if (yield* check) return true

@@ -4,11 +4,9 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Scope from "effect/Scope"
+import type * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import * as InstanceId from "../../src/InstanceId.js"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
@@ -20,6 +18,7 @@ import { type SocketRecord, Store } from "../../src/Store.js"
 import * as Supervisor from "../../src/Supervisor.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import { capture, type LogLine } from "../support/logs.js"
+import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export interface TokenWorker {
@@ -83,16 +82,15 @@ const makeCluster = (
   const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
   const worker = () =>
     Effect.gen(function* () {
-      const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-      const built = yield* Layer.buildWithScope(
+      const { built, close } = yield* buildOwn(
         Layer.fresh(workerLayer).pipe(Layer.provide(Layer.succeedContext(shared))),
-        own
-      ).pipe(Effect.provide(logs.layer))
+        logs
+      )
       return {
         id: Context.get(built, InstanceId.InstanceId),
         tokens: Context.get(built, TokenManager.TokenManager),
         health: Context.get(built, Health.Health),
-        close: Scope.close(own, Exit.void)
+        close
       } satisfies TokenWorker
     })
   return {
@@ -166,14 +164,7 @@ const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_client|kill"
 
 const commandsProcessed = (server: RedisServer.RedisServer) =>
   server.info("commandstats").pipe(
-    Effect.map((stats) => {
-      let total = 0
-      for (const [name, value] of Object.entries(stats)) {
-        if (!name.startsWith("cmdstat_") || uncounted.has(name)) continue
-        total += Number(/(?:^|,)calls=(\d+)/.exec(value)?.[1] ?? 0)
-      }
-      return total
-    }),
+    Effect.map((stats) => RedisServer.commandCalls(stats, (name) => uncounted.has(name))),
     Effect.orDie
   )
 
@@ -190,10 +181,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
       )
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
     const cluster = makeCluster(shared, logs, {
-      get: (key) =>
-        Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
-          typeof reply === "string" ? Option.some(reply) : Option.none()
-        ),
+      get: (key) => RedisServer.getRaw(server, key),
       set: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
       del: (key) => Effect.asVoid(Effect.orDie(server.command("DEL", key)))
     })
