@@ -204,24 +204,19 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         lockExpirationMs: lockMs
       })
 
-    const failAcks = (requests: ReadonlyArray<Request>, lockId: string, error: LockLost | StoreError) =>
-      Effect.forEach(
-        requests,
-        (request) =>
-          Effect.sync(() =>
-            request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(request, lockId, error) : error))
-          ),
-        { discard: true }
-      )
+    const failAcks = (requests: ReadonlyArray<Request>, lockId: string, error: LockLost | StoreError) => {
+      for (const request of requests) {
+        request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(request, lockId, error) : error))
+      }
+    }
 
     /** Tokens are validated before a session exists: an InvalidToken here is a defect. */
     const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | StoreError>) =>
       Effect.catchTag(effect, "InvalidToken", (error) => Effect.die(error))
 
-    const succeedAcks = (requests: ReadonlyArray<Request>) =>
-      Effect.sync(() => {
-        for (const request of requests) request.ack.done(Exit.void)
-      })
+    const succeedAcks = (requests: ReadonlyArray<Request>) => {
+      for (const request of requests) request.ack.done(Exit.void)
+    }
 
     /** The token's signals, subscribed once per session and kept until the session ends. */
     const openSignals = (session: Session): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
@@ -381,14 +376,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const result = yield* Effect.either(writeOrFail(store.writeIfHolder(token, lockId, entries)))
           if (result._tag === "Right") {
             yield* Metric.increment(flushes)
-            yield* succeedAcks(batch)
+            succeedAcks(batch)
             return true
           }
           // The lock is lost or the store is away: this lease writes nothing more.
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
           failed = result.left
-          yield* failAcks(batch, lockId, result.left)
+          failAcks(batch, lockId, result.left)
           return true
         })
 
@@ -454,26 +449,11 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           if (keeper !== undefined) yield* Fiber.interruptFork(keeper)
           if (failed !== undefined) {
             // The lock is lost or the store is away: nothing more is written; release what may remain.
-            yield* failAcks(unacked, lockId, failed)
+            failAcks(unacked, lockId, failed)
             yield* Effect.ignore(store.release(token, lockId, { instanceId }))
             return noTurn
           }
-          prune(session)
-          const waiting = session.queue.length > 0
-          const result = yield* Effect.either(
-            writeOrFail(store.commitAndRelease(token, lockId, [...dirty.entries()], { instanceId, register: waiting }))
-          )
-          if (result._tag === "Right") {
-            yield* succeedAcks(unacked)
-            return { registered: waiting, yieldFirst: result.right > 0 }
-          }
-          yield* Metric.increment(flushFailures)
-          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
-          yield* failAcks(unacked, lockId, result.left)
-          // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
-          // would block every worker on this token until it expires.
-          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
-          return noTurn
+          return yield* commitAndRelease(session, lockId, [...dirty.entries()], unacked)
         })
 
         return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
@@ -481,6 +461,33 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
     const noTurn: Previous = { registered: false, yieldFirst: false }
+
+    /** The last write of a grant, with its release; registers this worker if requests wait here. */
+    const commitAndRelease = (
+      session: Session,
+      lockId: string,
+      writes: ReadonlyArray<SliceEntry>,
+      requests: ReadonlyArray<Request>
+    ): Effect.Effect<Previous> =>
+      Effect.gen(function* () {
+        const { token } = session
+        prune(session)
+        const waiting = session.queue.length > 0
+        const result = yield* Effect.either(
+          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+        )
+        if (result._tag === "Right") {
+          succeedAcks(requests)
+          return { registered: waiting, yieldFirst: result.right > 0 }
+        }
+        yield* Metric.increment(flushFailures)
+        yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+        failAcks(requests, lockId, result.left)
+        // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
+        // would block every worker on this token until it expires.
+        if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
+        return noTurn
+      })
 
     const localQueue = (session: Session): LocalQueue => ({
       look: Effect.sync(() => {
@@ -618,22 +625,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             ? outcome.value.writes
             : []
         yield* warnIfLong(token, request, own.since)
-        prune(session)
-        const waiting = session.queue.length > 0
-        const result = yield* Effect.either(
-          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
-        )
-        let after = noTurn
-        if (result._tag === "Right") {
-          request.ack.done(Exit.void)
-          after = { registered: waiting, yieldFirst: result.right > 0 }
-        } else {
-          yield* Metric.increment(flushFailures)
-          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
-          yield* failAcks([request], lockId, result.left)
-          // As after a lease: a refused commit wrote nothing and kept the lock.
-          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
-        }
+        const after = yield* commitAndRelease(session, lockId, writes, [request])
         prune(session)
         if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
         sessions.delete(token)
