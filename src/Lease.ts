@@ -83,14 +83,12 @@ export declare namespace Lease {
    * @category models
    */
   export interface Service {
-    /** Queue a modification on a token (the token is already validated). */
-    readonly submit: (token: string, request: Request) => Effect.Effect<void>
     /**
      * Start a modification (the token is already validated). With nothing queued on the
      * token here, the caller makes the uncontended attempt itself; when that grants a lock
      * to be held for this one modification, the turn is returned and the caller decides in
      * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
-     * is queued as by `submit`: the caller awaits its turn. Uninterruptible: a lock granted
+     * is queued: the caller awaits its turn. Uninterruptible: a lock granted
      * to a caller that left would stay taken until it expires.
      */
     readonly begin: (token: string, request: Request) => Effect.Effect<Option.Option<Turn>, InvalidToken | StoreError>
@@ -551,10 +549,10 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const start = (session: Session, from: Grant | Previous) =>
       Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session, from)), scope))
 
-    const newSession = (token: string, queue: Array<Request>): Session => {
+    const newSession = (token: string): Session => {
       const session: Session = {
         token,
-        queue,
+        queue: [],
         changed: new OneShot<void>(),
         scope: undefined,
         signals: undefined,
@@ -574,9 +572,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       return true
     }
 
-    const submit = (token: string, request: Request) =>
-      Effect.suspend(() => (join(token, request) ? Effect.void : start(newSession(token, [request]), noTurn)))
-
     const noOwnTurn = Effect.succeed(Option.none<Turn>())
 
     // A session in the map always has a fiber or a caller holding its grant (`own`): whoever
@@ -584,7 +579,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const begin = (token: string, request: Request) =>
       Effect.suspend(() => {
         if (join(token, request)) return noOwnTurn
-        const session = newSession(token, [])
+        const session = newSession(token)
         return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
           // Whatever ended the attempt (an error, a defect, an interruption), the session must
           // not stay in the map with nobody serving it: the requests queued meanwhile would
@@ -636,7 +631,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       })
 
     return Lease.of({
-      submit,
       begin,
       complete,
       cancel: (token, request) =>
