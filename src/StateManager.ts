@@ -292,7 +292,8 @@ export const make = Effect.gen(function* () {
             if (Exit.isFailure(turnExit)) {
               yield* lease.cancel(token, request)
               // The turn may have come at the moment the caller left: hand it back unused.
-              if (Exit.isExit(request.turn.poll()) && Exit.isSuccess(request.turn.poll()!)) request.done.done(abortExit)
+              const given = request.turn.poll()
+              if (given !== undefined && Exit.isSuccess(given)) request.done.done(abortExit)
               return yield* Effect.failCause(turnExit.cause)
             }
             turn = turnExit.value
