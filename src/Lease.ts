@@ -339,6 +339,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
             }
             const given = yield* Effect.sync(() => {
+              // Taken off the queue only now: after a failed read it waits for the next grant,
+              // or fails with the store's error, instead of waiting for a turn nobody gives.
+              if (session.queue[0] === request) session.queue.shift()
               if (request.cancelled) return false
               inProgress = request
               served++
@@ -418,7 +421,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (served > 0 && now >= deadline) return
             const request = nextRequest()
             if (request !== undefined) {
-              session.queue.shift()
               yield* serveOne(request)
               continue
             }
