@@ -228,6 +228,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const queue = yield* Queue.unbounded<SignalEvent>()
           yield* events.pipe(
             Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
+            Effect.interruptible,
             Effect.forkIn(sessionScope)
           )
           session.signals = queue
@@ -456,7 +457,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           return yield* commitAndRelease(session, lockId, [...dirty.entries()], unacked)
         })
 
-        return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
+        // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
+        return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve)), finish)
       })
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
@@ -519,12 +521,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             return
           }
           if (next === "linger") {
-            const arrived = yield* lock.linger(session.token, localQueue(session))
+            const arrived = yield* Effect.interruptible(lock.linger(session.token, localQueue(session)))
             if (!arrived) after = { registered: after.registered, yieldFirst: false }
             continue
           }
           const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
-          const grant: Option.Option<Grant> = yield* lock.acquire(session.token, slices, localQueue(session), after)
+          const grant: Option.Option<Grant> = yield* Effect.interruptible(
+            lock.acquire(session.token, slices, localQueue(session), after)
+          )
           after = Option.isSome(grant) ? yield* hold(session, grant.value) : noTurn
         }
       }).pipe(
@@ -548,8 +552,12 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         )
       )
 
+    // Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
+    // between a grant and its hold, even before the fiber's first step, would leave the
+    // lock taken until it expires. Its callers are uninterruptible too, and the fiber
+    // inherits that.
     const start = (session: Session, from: Grant | Previous) =>
-      Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session, from)), scope))
+      Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(session, from)), scope))
 
     const newSession = (token: string): Session => {
       const session: Session = {
