@@ -83,14 +83,12 @@ export declare namespace Lease {
    * @category models
    */
   export interface Service {
-    /** Queue a modification on a token (the token is already validated). */
-    readonly submit: (token: string, request: Request) => Effect.Effect<void>
     /**
      * Start a modification (the token is already validated). With nothing queued on the
      * token here, the caller makes the uncontended attempt itself; when that grants a lock
      * to be held for this one modification, the turn is returned and the caller decides in
      * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
-     * is queued as by `submit`: the caller awaits its turn. Uninterruptible: a lock granted
+     * is queued: the caller awaits its turn. Uninterruptible: a lock granted
      * to a caller that left would stay taken until it expires.
      */
     readonly begin: (token: string, request: Request) => Effect.Effect<Option.Option<Turn>, InvalidToken | StoreError>
@@ -204,24 +202,19 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         lockExpirationMs: lockMs
       })
 
-    const failAcks = (requests: ReadonlyArray<Request>, lockId: string, error: LockLost | StoreError) =>
-      Effect.forEach(
-        requests,
-        (request) =>
-          Effect.sync(() =>
-            request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(request, lockId, error) : error))
-          ),
-        { discard: true }
-      )
+    const failAcks = (requests: ReadonlyArray<Request>, lockId: string, error: LockLost | StoreError) => {
+      for (const request of requests) {
+        request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(request, lockId, error) : error))
+      }
+    }
 
     /** Tokens are validated before a session exists: an InvalidToken here is a defect. */
     const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | StoreError>) =>
       Effect.catchTag(effect, "InvalidToken", (error) => Effect.die(error))
 
-    const succeedAcks = (requests: ReadonlyArray<Request>) =>
-      Effect.sync(() => {
-        for (const request of requests) request.ack.done(Exit.void)
-      })
+    const succeedAcks = (requests: ReadonlyArray<Request>) => {
+      for (const request of requests) request.ack.done(Exit.void)
+    }
 
     /** The token's signals, subscribed once per session and kept until the session ends. */
     const openSignals = (session: Session): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
@@ -235,6 +228,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const queue = yield* Queue.unbounded<SignalEvent>()
           yield* events.pipe(
             Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
+            Effect.interruptible,
             Effect.forkIn(sessionScope)
           )
           session.signals = queue
@@ -346,6 +340,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
             }
             const given = yield* Effect.sync(() => {
+              // Taken off the queue only now: after a failed read it waits for the next grant,
+              // or fails with the store's error, instead of waiting for a turn nobody gives.
+              if (session.queue[0] === request) session.queue.shift()
               if (request.cancelled) return false
               inProgress = request
               served++
@@ -381,14 +378,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const result = yield* Effect.either(writeOrFail(store.writeIfHolder(token, lockId, entries)))
           if (result._tag === "Right") {
             yield* Metric.increment(flushes)
-            yield* succeedAcks(batch)
+            succeedAcks(batch)
             return true
           }
           // The lock is lost or the store is away: this lease writes nothing more.
           yield* Metric.increment(flushFailures)
           yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
           failed = result.left
-          yield* failAcks(batch, lockId, result.left)
+          failAcks(batch, lockId, result.left)
           return true
         })
 
@@ -425,7 +422,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (served > 0 && now >= deadline) return
             const request = nextRequest()
             if (request !== undefined) {
-              session.queue.shift()
               yield* serveOne(request)
               continue
             }
@@ -454,33 +450,46 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           if (keeper !== undefined) yield* Fiber.interruptFork(keeper)
           if (failed !== undefined) {
             // The lock is lost or the store is away: nothing more is written; release what may remain.
-            yield* failAcks(unacked, lockId, failed)
+            failAcks(unacked, lockId, failed)
             yield* Effect.ignore(store.release(token, lockId, { instanceId }))
             return noTurn
           }
-          prune(session)
-          const waiting = session.queue.length > 0
-          const result = yield* Effect.either(
-            writeOrFail(store.commitAndRelease(token, lockId, [...dirty.entries()], { instanceId, register: waiting }))
-          )
-          if (result._tag === "Right") {
-            yield* succeedAcks(unacked)
-            return { registered: waiting, yieldFirst: result.right > 0 }
-          }
-          yield* Metric.increment(flushFailures)
-          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
-          yield* failAcks(unacked, lockId, result.left)
-          // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
-          // would block every worker on this token until it expires.
-          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
-          return noTurn
+          return yield* commitAndRelease(session, lockId, [...dirty.entries()], unacked)
         })
 
-        return yield* Effect.uninterruptibleMask((restore) => Effect.zipRight(Effect.exit(restore(serve)), finish))
+        // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
+        return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve)), finish)
       })
 
     /** After a hold: whether the release registered this worker, and whether it owes others a turn. */
     const noTurn: Previous = { registered: false, yieldFirst: false }
+
+    /** The last write of a grant, with its release; registers this worker if requests wait here. */
+    const commitAndRelease = (
+      session: Session,
+      lockId: string,
+      writes: ReadonlyArray<SliceEntry>,
+      requests: ReadonlyArray<Request>
+    ): Effect.Effect<Previous> =>
+      Effect.gen(function* () {
+        const { token } = session
+        prune(session)
+        const waiting = session.queue.length > 0
+        const result = yield* Effect.either(
+          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+        )
+        if (result._tag === "Right") {
+          succeedAcks(requests)
+          return { registered: waiting, yieldFirst: result.right > 0 }
+        }
+        yield* Metric.increment(flushFailures)
+        yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+        failAcks(requests, lockId, result.left)
+        // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
+        // would block every worker on this token until it expires.
+        if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
+        return noTurn
+      })
 
     const localQueue = (session: Session): LocalQueue => ({
       look: Effect.sync(() => {
@@ -512,12 +521,14 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             return
           }
           if (next === "linger") {
-            const arrived = yield* lock.linger(session.token, localQueue(session))
+            const arrived = yield* Effect.interruptible(lock.linger(session.token, localQueue(session)))
             if (!arrived) after = { registered: after.registered, yieldFirst: false }
             continue
           }
           const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
-          const grant: Option.Option<Grant> = yield* lock.acquire(session.token, slices, localQueue(session), after)
+          const grant: Option.Option<Grant> = yield* Effect.interruptible(
+            lock.acquire(session.token, slices, localQueue(session), after)
+          )
           after = Option.isSome(grant) ? yield* hold(session, grant.value) : noTurn
         }
       }).pipe(
@@ -541,13 +552,17 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         )
       )
 
+    // Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
+    // between a grant and its hold, even before the fiber's first step, would leave the
+    // lock taken until it expires. Its callers are uninterruptible too, and the fiber
+    // inherits that.
     const start = (session: Session, from: Grant | Previous) =>
-      Effect.asVoid(Effect.forkIn(Effect.interruptible(run(session, from)), scope))
+      Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(session, from)), scope))
 
-    const newSession = (token: string, queue: Array<Request>): Session => {
+    const newSession = (token: string): Session => {
       const session: Session = {
         token,
-        queue,
+        queue: [],
         changed: new OneShot<void>(),
         scope: undefined,
         signals: undefined,
@@ -567,9 +582,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       return true
     }
 
-    const submit = (token: string, request: Request) =>
-      Effect.suspend(() => (join(token, request) ? Effect.void : start(newSession(token, [request]), noTurn)))
-
     const noOwnTurn = Effect.succeed(Option.none<Turn>())
 
     // A session in the map always has a fiber or a caller holding its grant (`own`): whoever
@@ -577,7 +589,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const begin = (token: string, request: Request) =>
       Effect.suspend(() => {
         if (join(token, request)) return noOwnTurn
-        const session = newSession(token, [])
+        const session = newSession(token)
         return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
           // Whatever ended the attempt (an error, a defect, an interruption), the session must
           // not stay in the map with nobody serving it: the requests queued meanwhile would
@@ -618,22 +630,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             ? outcome.value.writes
             : []
         yield* warnIfLong(token, request, own.since)
-        prune(session)
-        const waiting = session.queue.length > 0
-        const result = yield* Effect.either(
-          writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
-        )
-        let after = noTurn
-        if (result._tag === "Right") {
-          request.ack.done(Exit.void)
-          after = { registered: waiting, yieldFirst: result.right > 0 }
-        } else {
-          yield* Metric.increment(flushFailures)
-          yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
-          yield* failAcks([request], lockId, result.left)
-          // As after a lease: a refused commit wrote nothing and kept the lock.
-          if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
-        }
+        const after = yield* commitAndRelease(session, lockId, writes, [request])
         prune(session)
         if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
         sessions.delete(token)
@@ -644,7 +641,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       })
 
     return Lease.of({
-      submit,
       begin,
       complete,
       cancel: (token, request) =>

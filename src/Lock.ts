@@ -23,7 +23,7 @@ import * as Queue from "effect/Queue"
 import { InstanceId } from "./InstanceId.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { SignalEvent } from "./Signals.js"
-import { Store } from "./Store.js"
+import { type AcquireResult, Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
 
 /**
@@ -92,17 +92,6 @@ export declare namespace Lock {
   export interface Service {
     readonly instanceId: string
     /**
-     * Take the token's lock, reading `slices` with the grant. Without contention this is
-     * one store round trip and no subscription. When the lock is held, the instance
-     * registers as a waiter, subscribes first and then tries again, and waits for a
-     * release, a resubscription, or `min(remaining + 5 ms, lockExpiration / 10)`.
-     * With `previous.yieldFirst` (this worker just released a lock that others waited
-     * for) it registers and waits for the next release, or a re-check interval, before
-     * its first attempt: a busy worker does not take the lock back before a remote waiter
-     * had its chance.
-     * `None` when every local waiter left meanwhile (the instance is deregistered).
-     */
-    /**
      * After a release that others waited for, with no local waiter left: wait until another
      * holder released the lock (or a re-check interval passed, or `None` once the lock is
      * seen free), so that a modification arriving meanwhile does not take the lock back first.
@@ -118,6 +107,17 @@ export declare namespace Lock {
       token: string,
       slices: ReadonlyArray<string>
     ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
+    /**
+     * Take the token's lock, reading `slices` with the grant. Without contention this is
+     * one store round trip and no subscription. When the lock is held, the instance
+     * registers as a waiter, subscribes first and then tries again, and waits for a
+     * release, a resubscription, or `min(remaining + 5 ms, lockExpiration / 10)`.
+     * With `previous.yieldFirst` (this worker just released a lock that others waited
+     * for) it registers and waits for the next release, or a re-check interval, before
+     * its first attempt: a busy worker does not take the lock back before a remote waiter
+     * had its chance.
+     * `None` when every local waiter left meanwhile (the instance is deregistered).
+     */
     readonly acquire: (
       token: string,
       slices: ReadonlyArray<string>,
@@ -161,11 +161,7 @@ export const make = Effect.gen(function* () {
     token: string,
     lockId: string,
     slices: ReadonlyArray<string>,
-    result: {
-      readonly fence: number
-      readonly values: ReadonlyArray<Option.Option<string>>
-      readonly contenders: number
-    },
+    result: Extract<AcquireResult, { readonly _tag: "Acquired" }>,
     grantedAt: number
   ): Grant => ({
     token,
@@ -175,14 +171,6 @@ export const make = Effect.gen(function* () {
     contenders: result.contenders,
     grantedAt
   })
-  const toGrant =
-    (token: string, lockId: string, slices: ReadonlyArray<string>) =>
-    (result: {
-      readonly fence: number
-      readonly values: ReadonlyArray<Option.Option<string>>
-      readonly contenders: number
-    }) =>
-      Effect.map(Clock.currentTimeMillis, (grantedAt) => makeGrant(token, lockId, slices, result, grantedAt))
 
   /** A release of this worker's own lock: it says nothing about another holder. */
   const isOwn = (event: SignalEvent) =>
@@ -231,17 +219,16 @@ export const make = Effect.gen(function* () {
     const yieldFirst = previous.yieldFirst
     const state = { registered: previous.registered, granted: false }
     return Effect.gen(function* () {
-      const lockId = nextLockId()
-      const grant = toGrant(token, lockId, slices)
       if (!yieldFirst && previous.attempted !== true) {
-        const first = yield* store.tryAcquire(token, lockId, slices, { instanceId })
-        if (first._tag === "Acquired") {
+        const first = yield* attempt(token, slices)
+        if (Option.isSome(first)) {
           // the grant removed the instance from the waiter set, had it been there
           state.registered = false
           state.granted = true
-          return Option.some(yield* grant(first))
+          return first
         }
       }
+      const lockId = nextLockId()
       const started = yield* Clock.currentTimeMillis
       // Subscribed (and confirmed) before the attempt that precedes each wait: a release
       // published after the attempt cannot be missed.
@@ -268,8 +255,9 @@ export const make = Effect.gen(function* () {
           // the grant removed the instance from the waiter set
           state.registered = false
           state.granted = true
-          yield* Metric.update(lockWait, (yield* Clock.currentTimeMillis) - started)
-          return Option.some(yield* grant(result))
+          const grantedAt = yield* Clock.currentTimeMillis
+          yield* Metric.update(lockWait, grantedAt - started)
+          return Option.some(makeGrant(token, lockId, slices, result, grantedAt))
         }
         state.registered = true
         yield* waitFor(local, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)), (wanted) => !wanted)

@@ -175,6 +175,11 @@ export const make = Effect.gen(function* () {
   const lease = yield* Lease.Lease
   const { maxValueBytes } = yield* LeaseholdConfig.LeaseholdConfig
 
+  const undecodable = <A, I>(token: string, s: Slice<A, I>, error: ParseResult.ParseError) =>
+    Effect.logWarning(
+      `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
+    )
+
   /** A stored value that does not decode gives the initial value, with one warning. */
   const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) =>
     Option.match(raw, {
@@ -182,13 +187,7 @@ export const make = Effect.gen(function* () {
       onSome: (text) =>
         Either.match(s.decode(text), {
           onRight: Effect.succeed,
-          onLeft: (error) =>
-            Effect.as(
-              Effect.logWarning(
-                `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
-              ),
-              s.initial
-            )
+          onLeft: (error) => Effect.as(undecodable(token, s, error), s.initial)
         })
     })
 
@@ -223,7 +222,7 @@ export const make = Effect.gen(function* () {
       }
       values.push(s.initial)
       warnings ??= []
-      warnings.push(decodeOr(token, s, raw))
+      warnings.push(undecodable(token, s, decoded.left))
     }
     return warnings === undefined ? Effect.succeed(values) : Effect.as(Effect.all(warnings, { discard: true }), values)
   }
@@ -293,7 +292,8 @@ export const make = Effect.gen(function* () {
             if (Exit.isFailure(turnExit)) {
               yield* lease.cancel(token, request)
               // The turn may have come at the moment the caller left: hand it back unused.
-              if (Exit.isExit(request.turn.poll()) && Exit.isSuccess(request.turn.poll()!)) request.done.done(abortExit)
+              const given = request.turn.poll()
+              if (given !== undefined && Exit.isSuccess(given)) request.done.done(abortExit)
               return yield* Effect.failCause(turnExit.cause)
             }
             turn = turnExit.value

@@ -129,3 +129,23 @@ describe("modifications that take the lock in their caller's fiber", () => {
     })
   )
 })
+
+describe("a worker closed as a lease is granted", () => {
+  // The session's fiber is forked with the grant; closing the worker before it reaches
+  // its hold (0 or 1 turns of the scheduler after the modification begins) must still
+  // release the lock, not leave it taken until it expires.
+  for (const turns of [0, 1, 2]) {
+    it.scoped(`leaves the lock free (${turns} scheduler turns after the modification begins)`, () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 20_000, lockWarningThreshold: 10_000 })
+        const w = yield* cluster.worker()
+        const modification = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+        for (let i = 0; i < turns; i++) yield* Effect.yieldNow()
+        yield* w.close
+        yield* settle
+        assert.isTrue(Option.isSome(yield* Fiber.poll(modification)))
+        assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+      })
+    )
+  }
+})

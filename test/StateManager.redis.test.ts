@@ -5,7 +5,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
-import { Counter, redisCluster } from "./state/workers.js"
+import { Counter, Other, redisCluster } from "./state/workers.js"
 import * as Monitor from "./support/monitor.js"
 
 const redis: StateBackend = {
@@ -119,6 +119,33 @@ describe("interruptions while the store is away", () => {
         )
         assert.strictEqual(next, 1)
         assert.strictEqual(yield* w.lease.sessions, 0)
+      }),
+    30_000
+  )
+
+  it.scopedLive(
+    "a leased token's modification whose slice cannot be read fails instead of waiting for ever",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster({
+          commandTimeout: 1_000,
+          oplock: true,
+          leaseDurability: "memory",
+          leaseHoldTime: 20_000,
+          lockExpiration: 30_000,
+          lockWarningThreshold: 20_000
+        })
+        const w = yield* cluster.worker()
+        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+        assert.isTrue(w.lease.isLeased("t"))
+        yield* cluster.server.kill
+        // the lease has the counter in memory, not the other slice: it must read it
+        const result = yield* within(
+          "the modification",
+          10_000,
+          Effect.either(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
+        )
+        assert.strictEqual(result._tag === "Left" ? result.left._tag : "written", "StoreUnavailable")
       }),
     30_000
   )

@@ -26,18 +26,13 @@ export class OneShot<A, E = never> {
     return this.exit
   }
 
-  isDone(): boolean {
-    return this.exit !== undefined
-  }
-
   /** Wait for it (interruptible: the waiter is removed). */
   readonly await: Effect.Effect<A, E> = Effect.async<A, E>((resume) => {
     if (this.exit !== undefined) return resume(this.exit)
-    const waiter = (exit: Exit.Exit<A, E>) => resume(exit)
     if (this.waiters === undefined) this.waiters = []
-    this.waiters.push(waiter)
+    this.waiters.push(resume)
     return Effect.sync(() => {
-      const index = this.waiters?.indexOf(waiter) ?? -1
+      const index = this.waiters?.indexOf(resume) ?? -1
       if (index >= 0) this.waiters!.splice(index, 1)
     })
   })
