@@ -953,10 +953,20 @@ export const storeSuite = (backend: Backend): void => {
         const scope = yield* Scope.make()
         const events = yield* fx.store.socketEvents.pipe(Scope.extend(scope))
         const reader = yield* Effect.fork(Stream.runDrain(events))
-        assert.isTrue((yield* fx.dropSubscriptions) >= 1)
+        const before = (yield* fx.store.status).epoch
+        const cut = yield* fx.dropSubscriptions
+        assert.isTrue(cut >= 1)
         const error = yield* within("the stream to fail", 5_000, Effect.flip(Fiber.join(reader)))
         assert.strictEqual(error._tag, "StoreUnavailable")
         yield* Scope.close(scope, Exit.void)
+        // On a cluster each master's connection reports its loss in its own time, and a
+        // subscription made before the last report would fail with it: wait until every cut
+        // connection is back (each return is a new epoch).
+        yield* eventuallyTrue(
+          "every cut connection back",
+          5_000,
+          Effect.map(fx.store.status, (status) => status.ready && status.epoch >= before + cut)
+        )
         const again = yield* eventually("subscribing again", 5_000, fx.store.socketEvents)
         const received = yield* collectFirst(again, 1)
         yield* fx.store.claimSocket("tok-1", recordA)
