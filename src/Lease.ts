@@ -266,19 +266,24 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         let contended = mode !== "lease"
         let failed: LockLost | StoreError | undefined
 
-        /** Wakes the serving loop at the deadline; armed again when the deadline moves. */
+        /**
+         * Wakes the serving loop once the clock reads the deadline; armed again when the
+         * deadline moves earlier. It sleeps again while the clock reads less: a timer may
+         * fire before the wall clock has reached its time (Node's timers run on a clock of
+         * their own), and a loop woken early with no timer left would wait for the next
+         * signal or request, however late.
+         */
         let timer: Fiber.RuntimeFiber<void> | undefined
+        const untilDeadline = Effect.gen(function* () {
+          while (true) {
+            const ms = deadline - (yield* Clock.currentTimeMillis)
+            if (ms <= 0) return notify(session)
+            yield* Effect.sleep(ms)
+          }
+        })
         const armTimer = Effect.gen(function* () {
           if (timer !== undefined) yield* Fiber.interruptFork(timer)
-          const ms = deadline - (yield* Clock.currentTimeMillis)
-          timer = yield* Effect.fork(
-            Effect.interruptible(
-              Effect.zipRight(
-                Effect.sleep(Math.max(0, ms)),
-                Effect.sync(() => notify(session))
-              )
-            )
-          )
+          timer = yield* Effect.fork(Effect.interruptible(untilDeadline))
         })
 
         const contend = Effect.flatMap(Clock.currentTimeMillis, (now) =>

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
@@ -148,4 +149,44 @@ describe("a worker closed as a lease is granted", () => {
       })
     )
   }
+})
+
+describe("a lease's timer", () => {
+  // Node's timers run on a monotonic clock of their own: a timer can fire a little before
+  // the wall clock reads its time. This clock's sleeps end 1 ms early.
+  const earlyTimers = (clock: Clock.Clock): Clock.Clock => ({
+    [Clock.ClockTypeId]: Clock.ClockTypeId,
+    unsafeCurrentTimeMillis: () => clock.unsafeCurrentTimeMillis(),
+    currentTimeMillis: clock.currentTimeMillis,
+    unsafeCurrentTimeNanos: () => clock.unsafeCurrentTimeNanos(),
+    currentTimeNanos: clock.currentTimeNanos,
+    sleep: (duration) => {
+      const ms = Duration.toMillis(duration)
+      return clock.sleep(Duration.millis(ms > 1 ? ms - 1 : ms))
+    }
+  })
+
+  it.scoped("that fires before the clock reads the hold time still ends the lease on time", () =>
+    Effect.gen(function* () {
+      const clock = (yield* Effect.clock) as TestClock.TestClock
+      yield* Effect.withClock(
+        Effect.gen(function* () {
+          const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
+          const worker = yield* cluster.worker()
+          yield* worker.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+          assert.isTrue(worker.lease.isLeased("t"))
+          yield* clock.adjust(Duration.millis(99))
+          yield* settle
+          // the timer has fired: the clock reads 99, one short of the hold time
+          assert.isTrue(worker.lease.isLeased("t"))
+          yield* clock.adjust(Duration.millis(1))
+          yield* settle
+          assert.isFalse(worker.lease.isLeased("t"))
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+        }),
+        earlyTimers(clock)
+      )
+    })
+  )
 })
