@@ -431,6 +431,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               continue
             }
             if (now >= deadline) return
+            // Another instance waits and nothing is queued here: the quantum is for the
+            // modifications this worker has queued, not for ones that might still come.
+            if (contended) return
             if (durable && (yield* flush)) ioAt = yield* Clock.currentTimeMillis
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return

@@ -190,3 +190,21 @@ describe("a lease's timer", () => {
     })
   )
 })
+
+describe("a contended lease with nothing queued", () => {
+  it.scoped("releases at once: the waiter does not wait out the quantum", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50 })
+      const holder = yield* cluster.worker()
+      const waiter = yield* cluster.worker()
+      yield* holder.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(holder.lease.isLeased("t"))
+      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      yield* untilOnTestClock("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      // no time passed: the lease ended when the waiter registered, not 50 ms later
+      assert.strictEqual(yield* Clock.currentTimeMillis, 0)
+      assert.isFalse(holder.lease.isLeased("t"))
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
+  )
+})
