@@ -611,7 +611,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           onSuccess: (grant) => {
             if (Option.isNone(grant)) {
               session.queue.unshift(request)
-              return Effect.as(start(session, { registered: false, yieldFirst: false, attempted: true }), Option.none())
+              // the refused attempt registered this worker
+              return Effect.as(start(session, { registered: true, yieldFirst: false, attempted: true }), Option.none())
             }
             // a quantum or a lease serves the modifications that queue meanwhile: its fiber does
             if (modeOf(grant.value) !== "single") {

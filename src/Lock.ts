@@ -101,7 +101,9 @@ export declare namespace Lock {
     /**
      * One attempt to take the token's lock, reading `slices` with the grant: the first step
      * of `acquire` on its own, for a caller with no local waiter before it. `None` when the
-     * lock is held; nothing is registered then.
+     * lock is held; the instance is then registered as a waiter in the same step, so the
+     * holder hears of it while the caller subscribes (pass `registered: true` to `acquire`,
+     * which deregisters it if it leaves without a grant).
      */
     readonly attempt: (
       token: string,
@@ -227,6 +229,7 @@ export const make = Effect.gen(function* () {
           state.granted = true
           return first
         }
+        state.registered = true
       }
       const lockId = nextLockId()
       const started = yield* Clock.currentTimeMillis
@@ -277,7 +280,7 @@ export const make = Effect.gen(function* () {
   const attempt = (token: string, slices: ReadonlyArray<string>) =>
     Effect.clockWith((clock) => {
       const lockId = nextLockId()
-      return Effect.map(store.tryAcquire(token, lockId, slices, { instanceId }), (result) =>
+      return Effect.map(store.tryAcquire(token, lockId, slices, { instanceId, register: true }), (result) =>
         result._tag === "Acquired"
           ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
           : Option.none()
