@@ -295,8 +295,17 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           })
         )
 
-        /** A lease is told of contention by signals; one that began before them re-checks once. */
+        /**
+         * A lease is told of contention by signals. Subscribed before the attempt that
+         * granted it, it needs nothing more: the grant counted the contenders registered
+         * before it, and every later registration is a signal on that subscription. A lease
+         * granted first subscribes now and then asks the store once, for the registrations
+         * in between; it does so once the requests queued at its grant are served, or
+         * before a second one, so that the first is not kept waiting for it.
+         */
+        let watching = session.signals !== undefined
         const watchContention = Effect.gen(function* () {
+          watching = true
           const events = yield* openSignals(session)
           // what came before the check is covered by it
           yield* Queue.takeAll(events)
@@ -403,7 +412,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           if (mode === "lease") {
             yield* Metric.increment(leasesStarted)
             session.lease = { cache }
-            yield* watchContention
           }
           // when the serving last waited for the store (or for the event loop)
           let ioAt = grant.grantedAt
@@ -426,6 +434,10 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             // local loop must not keep a remote waiter out. `finish` writes in one step.
             if (served > 0 && now >= deadline) return
             const request = nextRequest()
+            if (request !== undefined && mode === "lease" && !watching && served > 0) {
+              yield* watchContention
+              continue
+            }
             if (request !== undefined) {
               yield* serveOne(request)
               continue
@@ -437,6 +449,10 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (durable && (yield* flush)) ioAt = yield* Clock.currentTimeMillis
             // a failed write ends the lease at once: it can write nothing more
             if (failed !== undefined) return
+            if (mode === "lease" && !watching) {
+              yield* watchContention
+              continue
+            }
             // woken by a modification, a signal, or the deadline
             if (timer === undefined) yield* armTimer
             yield* changed.await

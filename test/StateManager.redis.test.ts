@@ -45,6 +45,26 @@ describe("round trips", () => {
   )
 })
 
+describe("round trips of a lease", () => {
+  it.scopedLive("a token's first leased modification is written before the lease subscribes to its signals", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster({ oplock: true })
+      const w = yield* cluster.worker()
+      yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
+      const m = yield* Monitor.monitor(cluster.server)
+      yield* Effect.sleep(50)
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(w.lease.isLeased("t"))
+      yield* Effect.sleep(50)
+      const sent = m.commands.filter((command) => !command.fromScript).map((command) => command.args[0])
+      // the grant with the read, the write (the acknowledgement), and only then the lease's
+      // subscription and its one look at the waiters
+      deepStrictEqual(sent, ["evalsha", "evalsha", "subscribe", "evalsha"])
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+    })
+  )
+})
+
 describe("leases acknowledged from memory", () => {
   it.scopedLive("a tight loop of callers on one worker lets a waiter on another in", () =>
     Effect.gen(function* () {
