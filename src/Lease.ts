@@ -158,6 +158,16 @@ interface Session {
   own: { readonly grant: Grant; readonly since: number } | undefined
 }
 
+/**
+ * Let the event loop turn once: the I/O that arrived meanwhile (a contender's signal) is
+ * read before this resumes. `Effect.sleep(0)` would do it too, but as a timer it waits at
+ * least 1 ms, and a hold that was idle pays it on its first step after waking.
+ */
+const turnEventLoop: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
 const notify = (session: Session) => {
   const current = session.changed
   session.changed = new OneShot<void>()
@@ -426,7 +436,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             // loop never turns: the socket that brings a contender's signal is not read, and
             // timers do not fire. A turn of the event loop at least every quantum bounds that.
             if (mode !== "single" && now - ioAt >= yieldMs) {
-              yield* Effect.sleep(0)
+              yield* turnEventLoop
               ioAt = yield* Clock.currentTimeMillis
               continue
             }
