@@ -346,12 +346,20 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         /**
          * Keeps the lock from expiring under a slow modification. Interruptible: it is raced
          * from uninterruptible code too. A lease runs one for its whole hold (a lease is
-         * shorter than the lock expiration, so an idle lease extends at most twice).
+         * shorter than the lock expiration, so an idle lease extends at most twice). An
+         * extension that fails (the store away for a moment) is tried again sooner, until
+         * one succeeds: only the store saying the lock is no longer ours ends it.
          */
         const keepAlive = Effect.gen(function* () {
           const every = Math.max(1, Math.floor(lockMs / 3))
-          while (yield* store.extend(token, lockId).pipe(Effect.delay(every))) {}
-        }).pipe(Effect.ignore, Effect.zipRight(Effect.never), Effect.interruptible)
+          const again = Math.max(1, Math.floor(every / 4))
+          let delay = every
+          while (true) {
+            const extended = yield* Effect.either(Effect.delay(store.extend(token, lockId), delay))
+            if (extended._tag === "Right" && !extended.right) return
+            delay = extended._tag === "Right" ? every : again
+          }
+        }).pipe(Effect.zipRight(Effect.never), Effect.interruptible)
         const withKeepAlive = <A>(effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive)
         const keeper = mode === "lease" ? yield* Effect.fork(keepAlive) : undefined
 
