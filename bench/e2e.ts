@@ -16,7 +16,9 @@
  *   --workers 2 --conc 1,4 --events 0      a subset, or the API calls alone (for diagnosis)
  *   --oplock off                           the same without leases
  *
- * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs"}]
+ * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs"}]; on stderr (with
+ * --json), the machine's floor (a plain Node server) and the app's floor per worker count
+ * (`GET /healthz` under the same socket load).
  */
 import { spawn } from "node:child_process"
 import { performance } from "node:perf_hooks"
@@ -84,6 +86,37 @@ const run = (app: { readonly url: string; readonly port: number }, conc: number,
     })
   )
 
+/**
+ * The app's own floor under the same load: the tab's socket sends its events while the
+ * same number of calls, one at a time on fresh connections, ask `GET /healthz`, which
+ * touches no token. What the cluster, the HTTP server and the busy workers cost a call
+ * before leasehold does anything.
+ */
+const appFloor = (app: { readonly url: string; readonly port: number }, token: string) =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const client = yield* connect(app, token)
+      yield* client.waitFor((frame) => frame.type === "state")
+      const times: Array<number> = []
+      const socketEvents = Effect.forEach(Array.from({ length: events }), () => client.send({ type: "bump", by: 1 }), {
+        discard: true
+      })
+      const calls_ = Effect.forEach(
+        Array.from({ length: calls }),
+        () =>
+          Effect.gen(function* () {
+            const start = performance.now()
+            yield* request("GET", `${app.url}/healthz`)
+            times.push(performance.now() - start)
+          }),
+        { discard: true }
+      )
+      yield* Effect.all([socketEvents, calls_], { concurrency: 2 })
+      yield* client.waitFor((frame) => frame.type === "update" && frame.n === events, 10_000).pipe(Effect.ignore)
+      return times
+    })
+  )
+
 const cell = (workers: number) =>
   Effect.scoped(
     Effect.gen(function* () {
@@ -98,6 +131,13 @@ const cell = (workers: number) =>
       })
       // Warm the workers (JIT, connections) on a token of its own.
       yield* run(app, 4, "warmup")
+      const floorTimes: Array<number> = []
+      for (let i = 0; i < runs; i++) floorTimes.push(...(yield* appFloor(app, `floor-${workers}-${i}`)))
+      floorTimes.sort((a, b) => a - b)
+      note(
+        `app floor (${workers} workers): GET /healthz during the socket's events, one at a time: ` +
+          `p50 ${round(percentile(floorTimes, 50))} ms, p99 ${round(percentile(floorTimes, 99))} ms`
+      )
       const rows = []
       for (const conc of concurrencies) {
         const all: Array<number> = []
