@@ -210,43 +210,45 @@ describe("a contended lease with nothing queued", () => {
 })
 
 describe("a lease's keep-alive", () => {
-  it.scoped("tries a failed extension again: a modification that outlives the lock across an outage still commits", () =>
-    Effect.gen(function* () {
-      const cluster = yield* memoryCluster({
-        oplock: true,
-        lockExpiration: 300,
-        lockWarningThreshold: 200,
-        leaseHoldTime: 250
-      })
-      const w = yield* cluster.worker()
-      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      assert.isTrue(w.lease.isLeased("t"))
-      const gate = yield* Deferred.make<void>()
-      const entered = yield* Deferred.make<void>()
-      const slow = yield* Effect.fork(
-        w.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-            null,
-            { n: s.n + 1 }
-          ] as const)
+  it.scoped(
+    "tries a failed extension again: a modification that outlives the lock across an outage still commits",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({
+          oplock: true,
+          lockExpiration: 300,
+          lockWarningThreshold: 200,
+          leaseHoldTime: 250
+        })
+        const w = yield* cluster.worker()
+        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+        assert.isTrue(w.lease.isLeased("t"))
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const slow = yield* Effect.fork(
+          w.states.modifyEffect("t", Counter, (s) =>
+            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              null,
+              { n: s.n + 1 }
+            ] as const)
+          )
         )
-      )
-      yield* untilOnTestClock("the slow modification entered", Deferred.isDone(entered))
-      // the store is away when the first extension is due (a third of the lock expiration)
-      yield* cluster.control.setAvailable(false)
-      yield* TestClock.adjust(100)
-      yield* settle
-      yield* cluster.control.setAvailable(true)
-      // far past the expiration of the lock as granted
-      for (let i = 0; i < 10; i++) {
-        yield* TestClock.adjust(50)
+        yield* untilOnTestClock("the slow modification entered", Deferred.isDone(entered))
+        // the store is away when the first extension is due (a third of the lock expiration)
+        yield* cluster.control.setAvailable(false)
+        yield* TestClock.adjust(100)
         yield* settle
-      }
-      yield* Deferred.succeed(gate, undefined)
-      yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
-      const exit = yield* Fiber.await(slow)
-      assert.isTrue(Exit.isSuccess(exit), String(exit))
-      assert.strictEqual(yield* cluster.stored("t"), 2)
-    })
+        yield* cluster.control.setAvailable(true)
+        // far past the expiration of the lock as granted
+        for (let i = 0; i < 10; i++) {
+          yield* TestClock.adjust(50)
+          yield* settle
+        }
+        yield* Deferred.succeed(gate, undefined)
+        yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
+        const exit = yield* Fiber.await(slow)
+        assert.isTrue(Exit.isSuccess(exit), String(exit))
+        assert.strictEqual(yield* cluster.stored("t"), 2)
+      })
   )
 })
