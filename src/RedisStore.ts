@@ -314,6 +314,18 @@ export const make = (
     // --- subscriptions --------------------------------------------------------------
     const channels = new Map<string, Channel>()
     let socketWatch: SocketWatch | undefined
+    /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
+    const failChannel = (channel: Channel, error: StoreUnavailable) => {
+      Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
+      for (const mailbox of channel.subscribers) mailbox.unsafeDone(Exit.fail(error))
+      if (channels.get(channel.name) === channel) channels.delete(channel.name)
+    }
+    const failSocketWatch = (watch: SocketWatch, error: StoreUnavailable) => {
+      Deferred.unsafeDone(watch.confirmed, Effect.fail(error))
+      for (const mailbox of watch.subscribers) mailbox.unsafeDone(Exit.fail(error))
+      if (socketWatch === watch) socketWatch = undefined
+    }
+
     /** The server forgets a lost connection's subscriptions: so do we. */
     const dropSubscriptions = (subscriber: Subscriber) => {
       subscriber.generation++
@@ -321,17 +333,50 @@ export const make = (
         operation: "subscribe",
         reason: `subscriber connection to ${subscriber.node === "" ? endpoint.safeUrl : subscriber.node} lost`
       })
-      for (const channel of channels.values()) {
-        if (channel.subscriber !== subscriber) continue
-        Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
-        for (const mailbox of channel.subscribers) mailbox.unsafeDone(Exit.fail(error))
-        channels.delete(channel.name)
+      for (const channel of [...channels.values()]) if (channel.subscriber === subscriber) failChannel(channel, error)
+      if (socketWatch?.parts.some((part) => part.subscriber === subscriber)) failSocketWatch(socketWatch, error)
+    }
+
+    /**
+     * After the cluster client re-read its slot table. A shard channel whose slot moved to
+     * another master is lost: the server unsubscribes it when the slot leaves, and what is
+     * published now goes to the new master. The socket watch must cover the masters as
+     * they are now. A subscriber to a node that is no longer a master is closed: it would
+     * try to reconnect for ever, and the store would never be ready again. Whatever was
+     * lost fails its listeners with `StoreUnavailable` and counts as a new epoch, so that
+     * their loops subscribe again at once, on the right nodes.
+     */
+    const onTopology = () => {
+      if (clustered === undefined || closed) return
+      const current = new Set(masters().map(nodeKey))
+      // a table being rebuilt (no master known) says nothing yet
+      if (current.size === 0) return
+      const error = new StoreUnavailable({ operation: "subscribe", reason: `the cluster's slots moved` })
+      let changed = false
+      for (const channel of [...channels.values()]) {
+        const owner = slotMaster(command as Cluster, keySlot(channel.name))
+        if (owner === undefined || owner === channel.subscriber.node) continue
+        failChannel(channel, error)
+        changed = true
       }
-      if (socketWatch?.parts.some((part) => part.subscriber === subscriber)) {
-        Deferred.unsafeDone(socketWatch.confirmed, Effect.fail(error))
-        for (const mailbox of socketWatch.subscribers) mailbox.unsafeDone(Exit.fail(error))
-        socketWatch = undefined
+      const watch = socketWatch
+      if (
+        watch !== undefined &&
+        (watch.parts.length !== current.size || watch.parts.some((part) => !current.has(part.subscriber.node)))
+      ) {
+        failSocketWatch(watch, error)
+        changed = true
       }
+      for (const [node, subscriber] of [...subscribers]) {
+        if (current.has(node)) continue
+        subscribers.delete(node)
+        dropSubscriptions(subscriber)
+        subscriber.connection.disconnect()
+        changed = true
+      }
+      if (!changed) return
+      health.epoch++
+      statusChanged()
     }
     const onSocketEvent = (pattern: string, name: string, message: string) => {
       if (pattern !== keyspace.pattern || socketWatch === undefined) return
@@ -376,6 +421,7 @@ export const make = (
         connection.on("+node", (node: Redis) => {
           if (node.status === "wait") node.connect().catch(() => undefined)
         })
+        if (clustered !== undefined) connection.on("refresh", () => onTopology())
         return connection
       }),
       (connection) => closeConnection(connection, commandTimeoutMs)

@@ -24,7 +24,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { collectFirst, eventually, eventuallyTrue, failsWith, joinWithin } from "./conformance/helpers.js"
+import { collectFirst, eventually, eventuallyTrue, failsWith, joinWithin, within } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
@@ -454,5 +454,69 @@ describe("RedisStore cluster configuration", () => {
       assert.notInclude(error.message, "s3cret-pw")
       assert.include(error.message, `127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}`)
     })
+  )
+})
+
+describe("RedisStore when a master leaves the cluster", () => {
+  it.scopedLive(
+    "its slots move to another master: signals follow them, keys stay readable, and the store is ready again",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* RedisCluster.start()
+        const keyPrefix = `cl${++testCount}`
+        const keys = makeKeys(keyPrefix)
+        const store = yield* buildStore(cluster, keyPrefix)
+        const [into, leaving] = [cluster.nodes[0]!, cluster.nodes[2]!]
+        let token = ""
+        for (const candidate of tokens(40)) {
+          const node = yield* Effect.orDie(cluster.nodeFor(keys.signal(candidate)))
+          if (node.port === leaving.port) {
+            token = candidate
+            break
+          }
+        }
+        yield* store.tryAcquire(token, "lock-1", ["a"])
+        yield* store.commitAndRelease(token, "lock-1", [["a", "kept"]])
+        yield* store.enableSocketEvents
+        const watch = yield* Effect.fork(Stream.runDrain(yield* store.socketEvents))
+        const before = yield* Effect.fork(Stream.runDrain(yield* store.subscribe(token)))
+        const epoch = (yield* store.status).epoch
+
+        // The slots move; the emptied master still runs. What publishes to the token now
+        // goes to its new master: the old subscription fails, so that its owner subscribes again.
+        yield* cluster.moveSlots(leaving, into)
+        const lost = yield* within("the old subscription to fail", 15_000, Effect.flip(Fiber.join(before)))
+        assert.strictEqual(lost._tag, "StoreUnavailable")
+        const moved = yield* eventually("subscribing on the new master", 15_000, store.subscribe(token))
+        const first = yield* collectFirst(moved, 1)
+        yield* store.tryAcquire(token, "lock-moved", [])
+        yield* store.release(token, "lock-moved")
+        deepStrictEqual(yield* joinWithin("a signal after the move", 5_000, first), [
+          { _tag: "Released", lockId: "lock-moved" }
+        ])
+
+        // then the master leaves the cluster and stops
+        yield* cluster.removeMaster(leaving, into)
+        const watchLost = yield* within("the socket watch to fail", 15_000, Effect.flip(Fiber.join(watch)))
+        assert.strictEqual(watchLost._tag, "StoreUnavailable")
+        yield* eventuallyTrue(
+          "the store ready, in a new epoch",
+          15_000,
+          Effect.map(store.status, (status) => status.ready && status.epoch > epoch)
+        )
+        // a new subscription lives on the token's new master and hears what is published
+        const signals = yield* eventually("subscribing again", 15_000, store.subscribe(token))
+        const received = yield* collectFirst(signals, 1)
+        assert.strictEqual(yield* shardSubscribers(cluster, keys.signal(token)), 1)
+        yield* store.tryAcquire(token, "lock-2", [])
+        yield* store.release(token, "lock-2")
+        deepStrictEqual(yield* joinWithin("the released signal", 5_000, received), [
+          { _tag: "Released", lockId: "lock-2" }
+        ])
+        deepStrictEqual(yield* store.readSlices(token, ["a"]), [Option.some("kept")])
+        // the socket watch covers the two masters left
+        yield* eventually("watching socket records again", 15_000, store.socketEvents)
+      }),
+    120_000
   )
 })

@@ -41,6 +41,14 @@ export interface RedisCluster {
   readonly dbsize: Effect.Effect<number, RedisServer.RedisServerError>
   /** Wait until every node reports `cluster_state:ok`. */
   readonly awaitOk: Effect.Effect<void>
+  /**
+   * Take a master whose slots have moved (`moveSlots`) out of the cluster for good: remove
+   * it (`--cluster del-node`, asked of `via`), then SIGKILL it. `nodes` and `awaitOk` then
+   * cover the remaining masters.
+   */
+  readonly removeMaster: (node: RedisServer.RedisServer, via: RedisServer.RedisServer) => Effect.Effect<void>
+  /** Move every slot (and key) of a master to `into`; the emptied master stays in the cluster. */
+  readonly moveSlots: (node: RedisServer.RedisServer, into: RedisServer.RedisServer) => Effect.Effect<void>
 }
 
 const MASTERS = 3
@@ -120,6 +128,8 @@ export const start = (): Effect.Effect<RedisCluster, never, Scope.Scope> =>
     yield* awaitOk(nodes)
 
     const byPort = new Map(nodes.map((node) => [node.port, node]))
+    /** The masters still in the cluster (`removeMaster` takes one out). */
+    const live = [...nodes]
     const nodeFor = (key: string) =>
       Effect.gen(function* () {
         const slot = yield* nodes[0]!.command("CLUSTER", "KEYSLOT", key)
@@ -134,24 +144,45 @@ export const start = (): Effect.Effect<RedisCluster, never, Scope.Scope> =>
         return yield* new RedisServer.RedisServerError({ operation: "nodeFor", message: `no node serves slot ${slot}` })
       })
     const each = (f: (node: RedisServer.RedisServer) => Effect.Effect<void>) =>
-      Effect.forEach(nodes, f, { concurrency: "unbounded", discard: true })
+      Effect.suspend(() => Effect.forEach(live, f, { concurrency: "unbounded", discard: true }))
     const sum = (f: (node: RedisServer.RedisServer) => Effect.Effect<number, RedisServer.RedisServerError>) =>
-      Effect.map(Effect.forEach(nodes, f, { concurrency: "unbounded" }), (counts) => counts.reduce((a, b) => a + b, 0))
+      Effect.suspend(() =>
+        Effect.map(Effect.forEach(live, f, { concurrency: "unbounded" }), (counts) => counts.reduce((a, b) => a + b, 0))
+      )
+
+    const nodeId = (node: RedisServer.RedisServer) => Effect.map(Effect.orDie(node.command("CLUSTER", "MYID")), String)
+    const moveSlots = (node: RedisServer.RedisServer, into: RedisServer.RedisServer) =>
+      Effect.gen(function* () {
+        const [from, to] = [yield* nodeId(node), yield* nodeId(into)]
+        const args = ["--cluster", "reshard", `127.0.0.1:${into.port}`, "--cluster-from", from, "--cluster-to", to]
+        yield* Effect.promise(() => run("redis-cli", [...args, "--cluster-slots", "16384", "--cluster-yes"], 60_000))
+        yield* awaitOk(live)
+      })
+    const removeMaster = (node: RedisServer.RedisServer, via: RedisServer.RedisServer) =>
+      Effect.gen(function* () {
+        const id = yield* nodeId(node)
+        yield* Effect.promise(() => run("redis-cli", ["--cluster", "del-node", `127.0.0.1:${via.port}`, id], 60_000))
+        yield* node.kill
+        live.splice(live.indexOf(node), 1)
+        yield* awaitOk(live)
+      })
 
     const cluster: RedisCluster = {
-      nodes,
+      nodes: live,
       url: `redis://${addresses.join(",")}`,
       nodeFor,
       kill: each((node) => node.kill),
       restart: Effect.zipRight(
         each((node) => Effect.flatMap(node.pid, (pid) => (pid._tag === "None" ? node.restart : Effect.void))),
-        awaitOk(nodes)
+        Effect.suspend(() => awaitOk(live))
       ),
       pause: each((node) => node.pause),
       resume: each((node) => node.resume),
       clientKill: (type) => sum((node) => node.clientKill(type)),
       dbsize: sum((node) => node.dbsize),
-      awaitOk: awaitOk(nodes)
+      awaitOk: Effect.suspend(() => awaitOk(live)),
+      removeMaster,
+      moveSlots
     }
     return cluster
   })
