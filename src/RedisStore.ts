@@ -353,9 +353,15 @@ export const make = (
       if (current.size === 0) return
       const error = new StoreUnavailable({ operation: "subscribe", reason: `the cluster's slots moved` })
       let changed = false
+      // Nodes that serve a live channel's slot keep their subscriber, even when the table
+      // does not list them as masters (ioredis keeps the last owner of a slot nobody serves).
+      const owners = new Set<string>()
       for (const channel of [...channels.values()]) {
         const owner = slotMaster(command as Cluster, keySlot(channel.name))
-        if (owner === undefined || owner === channel.subscriber.node) continue
+        if (owner === undefined) continue
+        owners.add(owner)
+        // an owner that is not a master of the table is no better than the one we have
+        if (owner === channel.subscriber.node || !current.has(owner)) continue
         failChannel(channel, error)
         changed = true
       }
@@ -368,13 +374,15 @@ export const make = (
         changed = true
       }
       for (const [node, subscriber] of [...subscribers]) {
-        if (current.has(node)) continue
+        if (current.has(node) || owners.has(node)) continue
         subscribers.delete(node)
         dropSubscriptions(subscriber)
         subscriber.connection.disconnect()
         changed = true
       }
       if (!changed) return
+      // as at the start, every master has its subscriber: the store is ready once they are
+      for (const node of current) if (!subscribers.has(node)) openSubscriber(node, clustered.nodeEndpoint(node))
       health.epoch++
       statusChanged()
     }
@@ -568,6 +576,23 @@ export const make = (
       )
     }
     yield* syncStatus
+
+    // The cluster client re-reads its slot table on a MOVED reply; this re-reads it every
+    // 5 s too, so that slots that moved with no command of ours touching them are noticed
+    // (`onTopology`). Not ioredis' `slotsRefreshInterval`: its timer can outlive the client.
+    if (clustered !== undefined) {
+      yield* Effect.sleep(Duration.seconds(5)).pipe(
+        Effect.zipRight(
+          Effect.async<void>((resume) => {
+            ;(command as Cluster).refreshSlotsCache(() => resume(Effect.void))
+          })
+        ),
+        Effect.forever,
+        withLiveClock,
+        Effect.interruptible,
+        Effect.forkScoped
+      )
+    }
 
     // --- command helper -------------------------------------------------------------
     /**

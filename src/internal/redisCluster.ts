@@ -138,8 +138,6 @@ export const clusterOptions = (
     retryDelayOnTryAgain: 100,
     maxRedirections: Math.max(2, Math.min(16, Math.ceil(settings.commandTimeoutMs / 100))),
     slotsRefreshTimeout: settings.connectTimeoutMs,
-    // Slots that move with no command of ours touching them are noticed within this.
-    slotsRefreshInterval: 5_000,
     clusterRetryStrategy: (attempt) => retryStrategy?.(attempt) ?? 250
   }
 }
