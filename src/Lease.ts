@@ -568,6 +568,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             continue
           }
           const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
+          // What was signalled before this acquisition is answered by it (the grant counts
+          // the contenders): left queued, an old `contended` would break the next lease.
+          if (session.signals !== undefined) yield* Queue.takeAll(session.signals)
           const grant: Option.Option<Grant> = yield* Effect.interruptible(
             lock.acquire(session.token, slices, localQueue(session), after)
           )
@@ -637,8 +640,12 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           // not stay in the map with nobody serving it: the requests queued meanwhile would
           // wait for ever.
           onFailure: (cause) => {
-            // the requests queued meanwhile make their own attempts
-            if (session.queue.length > 0) return Effect.zipRight(start(session, noTurn), Effect.failCause(cause))
+            // The requests queued meanwhile make their own attempts. A failed attempt may
+            // still have registered this worker: the session deregisters it if it ends
+            // without a grant (the waiter set's TTL covers the rest).
+            if (session.queue.length > 0) {
+              return Effect.zipRight(start(session, { registered: true, yieldFirst: false }), Effect.failCause(cause))
+            }
             if (sessions.get(token) === session) sessions.delete(token)
             return Effect.failCause(cause)
           },

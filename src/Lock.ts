@@ -222,7 +222,12 @@ export const make = Effect.gen(function* () {
     const state = { registered: previous.registered, granted: false }
     return Effect.gen(function* () {
       if (!yieldFirst && previous.attempted !== true) {
-        const first = yield* attempt(token, slices)
+        // a failed attempt may have registered the worker all the same: deregister on leaving
+        const first = yield* Effect.tapError(attempt(token, slices), () =>
+          Effect.sync(() => {
+            state.registered = true
+          })
+        )
         if (Option.isSome(first)) {
           // the grant removed the instance from the waiter set, had it been there
           state.registered = false
