@@ -252,3 +252,64 @@ describe("a lease's keep-alive", () => {
       })
   )
 })
+
+describe("a lease's contention signals", () => {
+  it.scoped("one that arrived before the lease's grant, from a worker that left since, does not end the lease", () =>
+    Effect.gen(function* () {
+      // quantum 0: a grant made while another worker waits serves one modification
+      const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 0 })
+      const [b, x, y] = [yield* cluster.worker(), yield* cluster.worker(), yield* cluster.worker()]
+      const gated = (w: typeof b) =>
+        Effect.gen(function* () {
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const fiber = yield* Effect.fork(
+            w.states.modifyEffect("t", Counter, (s) =>
+              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                null,
+                { n: s.n + 1 }
+              ] as const)
+            )
+          )
+          return { fiber, entered, open: Deferred.succeed(gate, undefined) }
+        })
+      const registered = (w: typeof b) => Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(w.id))
+      const held = yield* gated(b)
+      yield* untilOnTestClock("b holds the lock", Deferred.isDone(held.entered))
+      // two workers wait for it, registered
+      const fromX = yield* gated(x)
+      const fromY = yield* gated(y)
+      yield* untilOnTestClock(
+        "x and y wait",
+        Effect.zipWith(registered(x), registered(y), (p, q) => p && q)
+      )
+      yield* held.open
+      yield* untilOnTestClock(
+        "x or y holds the lock",
+        Effect.zipWith(Deferred.isDone(fromX.entered), Deferred.isDone(fromY.entered), (p, q) => p || q)
+      )
+      // `a` got the lock while `c` waited: a grant for one modification, with one more queued
+      const xFirst = yield* Deferred.isDone(fromX.entered)
+      const [a, c] = xFirst ? [x, y] : [y, x]
+      const [first, waiting] = xFirst ? [fromX, fromY] : [fromY, fromX]
+      const second = yield* Effect.fork(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+      yield* settle
+      assert.isFalse(a.lease.isLeased("t"))
+      // c tries again after its re-check interval: its `contended` reaches a during that grant
+      yield* TestClock.adjust(1_000)
+      yield* settle
+      // then c leaves: nobody but a wants the token now
+      yield* Fiber.interrupt(waiting.fiber)
+      yield* untilOnTestClock(
+        "c deregistered",
+        Effect.map(registered(c), (r) => !r)
+      )
+      yield* first.open
+      yield* untilOnTestClock("a's modifications done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* settle
+      // a's next grant found no contender: a lease, which c's old signal must not end
+      assert.isTrue(a.lease.isLeased("t"))
+      assert.strictEqual(yield* cluster.stored("t"), 3)
+    })
+  )
+})
