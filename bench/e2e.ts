@@ -21,8 +21,8 @@
  * (`GET /healthz` under the same socket load).
  */
 import { spawn } from "node:child_process"
-import { performance } from "node:perf_hooks"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import { bump, type Client, connect, freePort, request, startApp } from "../test/app/support.js"
 import * as RedisServer from "../test/support/RedisServer.js"
@@ -49,39 +49,58 @@ const round = (ms: number) => Math.round(ms * 100) / 100
 
 const lastUpdate = (client: Client) => client.frames.filter((frame) => frame.type === "update").at(-1)?.n as number
 
+type App = { readonly url: string; readonly port: number }
+
+/**
+ * A fresh tab's socket sends its events at once while `calls` requests go out on fresh
+ * connections, `conc` at a time, each timed from sent to answer read.
+ */
+const underLoad = <A>(app: App, token: string, conc: number, call: Effect.Effect<A>) =>
+  Effect.gen(function* () {
+    const client = yield* connect(app, token)
+    yield* client.waitFor((frame) => frame.type === "state")
+    const times: Array<number> = []
+    const socketEvents = Effect.forEach(Array.from({ length: events }), () => client.send({ type: "bump", by: 1 }), {
+      discard: true
+    })
+    const timed = Effect.forEach(
+      Array.from({ length: calls }),
+      () =>
+        Effect.map(Effect.timed(call), ([elapsed, result]) => {
+          times.push(Duration.toMillis(elapsed))
+          return result
+        }),
+      { concurrency: conc }
+    )
+    const [, results] = yield* Effect.all([socketEvents, timed], { concurrency: 2 })
+    return { client, times, results }
+  })
+
+/** Until the socket's last update says `n`; `false` after 10 s. */
+const updated = (client: Client, n: number) =>
+  client
+    .waitFor((frame) => frame.type === "update" && frame.n === n, 10_000)
+    .pipe(
+      Effect.as(true),
+      Effect.catchAllDefect(() => Effect.succeed(false))
+    )
+
 /** One run on a fresh token: the API calls' times and whether the counts came out exact. */
-const run = (app: { readonly url: string; readonly port: number }, conc: number, token: string) =>
+const run = (app: App, conc: number, token: string) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const client = yield* connect(app, token)
-      yield* client.waitFor((frame) => frame.type === "state")
-      const times: Array<number> = []
-      const socketEvents = Effect.forEach(Array.from({ length: events }), () => client.send({ type: "bump", by: 1 }), {
-        discard: true
-      })
-      const apiCalls = Effect.forEach(
-        Array.from({ length: calls }),
-        () =>
-          Effect.gen(function* () {
-            const start = performance.now()
-            const answer = yield* bump(app, token)
-            times.push(performance.now() - start)
-            return answer.status === 200
-          }),
-        { concurrency: conc }
+      const { client, times, results } = yield* underLoad(
+        app,
+        token,
+        conc,
+        Effect.map(bump(app, token), (answer) => answer.status === 200)
       )
-      const [, oks] = yield* Effect.all([socketEvents, apiCalls], { concurrency: 2 })
       const expected = events + calls
-      const arrived = yield* client
-        .waitFor((frame) => frame.type === "update" && frame.n === expected, 10_000)
-        .pipe(
-          Effect.as(true),
-          Effect.catchAllDefect(() => Effect.succeed(false))
-        )
+      const arrived = yield* updated(client, expected)
       // Anything still in flight would arrive now, and must not change the last update.
       yield* Effect.sleep(200)
       const final = (yield* request("GET", `${app.url}/api/state?token=${token}`)).body.n as number
-      const exact = arrived && oks.every(Boolean) && final === expected && lastUpdate(client) === final
+      const exact = arrived && results.every(Boolean) && final === expected && lastUpdate(client) === final
       return { times, exact }
     })
   )
@@ -92,31 +111,11 @@ const run = (app: { readonly url: string; readonly port: number }, conc: number,
  * touches no token. What the cluster, the HTTP server and the busy workers cost a call
  * before leasehold does anything.
  */
-const appFloor = (app: { readonly url: string; readonly port: number }, token: string) =>
+const appFloor = (app: App, token: string) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const client = yield* connect(app, token)
-      yield* client.waitFor((frame) => frame.type === "state")
-      const times: Array<number> = []
-      const socketEvents = Effect.forEach(Array.from({ length: events }), () => client.send({ type: "bump", by: 1 }), {
-        discard: true
-      })
-      const calls_ = Effect.forEach(
-        Array.from({ length: calls }),
-        () =>
-          Effect.gen(function* () {
-            const start = performance.now()
-            yield* request("GET", `${app.url}/healthz`)
-            times.push(performance.now() - start)
-          }),
-        { discard: true }
-      )
-      yield* Effect.all([socketEvents, calls_], { concurrency: 2 })
-      if (events > 0) {
-        yield* client
-          .waitFor((frame) => frame.type === "update" && frame.n === events, 10_000)
-          .pipe(Effect.catchAllDefect(() => Effect.void))
-      }
+      const { client, times } = yield* underLoad(app, token, 1, request("GET", `${app.url}/healthz`))
+      if (events > 0) yield* updated(client, events)
       return times
     })
   )
@@ -193,9 +192,8 @@ const floor = Effect.scoped(
     })
     const times: Array<number> = []
     for (let i = 0; i < 600; i++) {
-      const start = performance.now()
-      yield* request("POST", `http://127.0.0.1:${port}/`)
-      times.push(performance.now() - start)
+      const [elapsed] = yield* Effect.timed(request("POST", `http://127.0.0.1:${port}/`))
+      times.push(Duration.toMillis(elapsed))
     }
     times.sort((a, b) => a - b)
     return { p50: round(percentile(times, 50)), p99: round(percentile(times, 99)) }
