@@ -21,7 +21,6 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as FiberId from "effect/FiberId"
 import * as Metric from "effect/Metric"
-import * as ParseResult from "effect/ParseResult"
 import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
@@ -29,6 +28,7 @@ import type { FlushReport } from "../MemoryStore.js"
 import { DataDirError } from "../StoreError.js"
 import type { Keys } from "./keys.js"
 import { isExpired, type Keyspace } from "./memoryKeyspace.js"
+import { describeParseError, parseSafely } from "./parse.js"
 import { tokenProblem } from "./validate.js"
 
 /** @internal */
@@ -76,33 +76,11 @@ const TokenFile = Schema.Struct({
 
 type TokenFile = typeof TokenFile.Type
 
-const decodeTokenFile = Schema.decodeUnknownEither(TokenFile)
-
-/** An issue's message quotes the value: a large one must not make a large log line. */
-const shorten = (message: string): string => (message.length > 200 ? `${message.slice(0, 200)}…` : message)
-
-/** The file's content, or what is wrong with it, in a few words. */
-const parseTokenFile = (raw: string): Either.Either<TokenFile, string> => {
-  try {
-    return parseTokenFileUnsafe(raw)
-  } catch (error) {
-    // A valid but deeply nested file overflows the stack of the decoder or of the
-    // formatter describing the value: still just a file that is not a token file.
-    return Either.left(
-      `not a token file: ${error instanceof RangeError ? "nested too deeply to decode" : reasonOf(error)}`
-    )
-  }
-}
-
-const parseTokenFileUnsafe = (raw: string): Either.Either<TokenFile, string> =>
-  Either.try({ try: (): unknown => JSON.parse(raw), catch: (error) => `not JSON (${reasonOf(error)})` }).pipe(
-    Either.flatMap((json) =>
-      Either.mapLeft(decodeTokenFile(json), (error) => {
-        const issue = ParseResult.ArrayFormatter.formatErrorSync(error)[0]
-        const at = issue === undefined || issue.path.length === 0 ? "" : ` at ${issue.path.join(".")}`
-        return `not a token file${at}: ${shorten(issue?.message ?? "invalid")}`
-      })
-    )
+/** The file's content, or what is wrong with it (a file nested too deeply included), in a few words. */
+const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
+  Either.mapLeft(
+    parseSafely(TokenFile, Schema.decodeUnknownEither(Schema.parseJson(TokenFile)))(raw),
+    (error) => `not a token file: ${describeParseError(error)}`
   )
 
 const integerPattern = /^-?\d+$/
