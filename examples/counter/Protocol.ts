@@ -14,6 +14,7 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import { describeParseError, parseSafely } from "../../src/internal/parse.js"
 import { maxStep } from "./Counter.js"
 
 /** A step of a bump: an integer within ±`maxStep`. */
@@ -25,13 +26,23 @@ export const Step = Schema.Int.pipe(
 export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Step })
 export type Bump = typeof Bump.Type
 
-const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
+// A frame nested too deeply (`[[[[…]]]]`) is a parse failure like any other, not a thrown
+// stack overflow that would end the socket's frame handler.
+const decodeBump = parseSafely(
+  Schema.parseJson(Bump),
+  Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
+)
 
-/** The innermost reason of a parse error, on one line. */
-export const problem = (error: ParseResult.ParseError): string =>
-  ParseResult.ArrayFormatter.formatErrorSync(error)
-    .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
-    .join("; ")
+/** The innermost reason of a parse error, on one line (a value too deep to describe, in short). */
+export const problem = (error: ParseResult.ParseError): string => {
+  try {
+    return ParseResult.ArrayFormatter.formatErrorSync(error)
+      .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
+      .join("; ")
+  } catch {
+    return describeParseError(error)
+  }
+}
 
 /** A client frame as a bump, or the reason it is not one. */
 export const parseClientMessage = (text: string): Either.Either<Bump, string> =>

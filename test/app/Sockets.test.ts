@@ -48,7 +48,10 @@ describe("counter sockets", () => {
       JSON.stringify({ type: "bump" }),
       JSON.stringify({ type: "bump", by: 1.5 }),
       JSON.stringify({ type: "bump", by: 1e7 }),
-      JSON.stringify({ type: "reset", by: 1 })
+      JSON.stringify({ type: "reset", by: 1 }),
+      // nested too deeply for the decoder's stack: refused, not thrown
+      `{"type":"bump","by":${"[".repeat(200_000)}${"]".repeat(200_000)}}`,
+      `${"[".repeat(200_000)}${"]".repeat(200_000)}`
     ]) {
       const parsed = parseClientMessage(frame)
       assert.isTrue(Either.isLeft(parsed), frame)
