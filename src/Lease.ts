@@ -540,6 +540,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         return { wanted: session.queue.length > 0, changed: changed.await }
       }),
       signals: openSignals(session),
+      drain: Effect.suspend(() =>
+        session.signals === undefined ? Effect.void : Effect.asVoid(Queue.takeAll(session.signals))
+      ),
       poke: Effect.sync(() => notify(session))
     })
 
@@ -568,9 +571,6 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             continue
           }
           const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
-          // What was signalled before this acquisition is answered by it (the grant counts
-          // the contenders): left queued, an old `contended` would break the next lease.
-          if (session.signals !== undefined) yield* Queue.takeAll(session.signals)
           const grant: Option.Option<Grant> = yield* Effect.interruptible(
             lock.acquire(session.token, slices, localQueue(session), after)
           )

@@ -61,6 +61,8 @@ export interface LocalQueue {
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
   readonly signals: Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError>
+  /** Drop the signals received so far, without subscribing when the caller has not yet. */
+  readonly drain: Effect.Effect<void>
   /** Complete the current `changed` (a timer's way to end a wait). */
   readonly poke: Effect.Effect<void>
 }
@@ -222,6 +224,9 @@ export const make = Effect.gen(function* () {
     const state = { registered: previous.registered, granted: false }
     return Effect.gen(function* () {
       if (!yieldFirst && previous.attempted !== true) {
+        // What was signalled before the attempt is answered by it (a grant counts the
+        // contenders): left queued, an old `contended` would end the lease it grants.
+        yield* local.drain
         // a failed attempt may have registered the worker all the same: deregister on leaving
         const first = yield* Effect.tapError(attempt(token, slices), () =>
           Effect.sync(() => {
