@@ -14,6 +14,7 @@ import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
@@ -221,14 +222,20 @@ export const make = Effect.gen(function* () {
 
   const acquire = (token: string, slices: ReadonlyArray<string>, local: LocalQueue, previous: Previous) => {
     const yieldFirst = previous.yieldFirst
-    const state = { registered: previous.registered, granted: false }
+    // `attempting`: the lock id of the last attempt, until it is known refused. An exit
+    // other than success with it set (an interruption between the grant and the return,
+    // or an attempt whose reply was lost) releases it: lock ids are unique, so releasing
+    // one this worker was not granted deletes nothing.
+    const state = { registered: previous.registered, granted: false, attempting: undefined as string | undefined }
     return Effect.gen(function* () {
       if (!yieldFirst && previous.attempted !== true) {
         // What was signalled before the attempt is answered by it (a grant counts the
         // contenders): left queued, an old `contended` would end the lease it grants.
         yield* local.drain
+        const firstId = nextLockId()
+        state.attempting = firstId
         // a failed attempt may have registered the worker all the same: deregister on leaving
-        const first = yield* Effect.tapError(attempt(token, slices), () =>
+        const first = yield* Effect.tapError(attemptWith(token, firstId, slices), () =>
           Effect.sync(() => {
             state.registered = true
           })
@@ -239,6 +246,7 @@ export const make = Effect.gen(function* () {
           state.granted = true
           return first
         }
+        state.attempting = undefined
         state.registered = true
       }
       const lockId = nextLockId()
@@ -263,6 +271,7 @@ export const make = Effect.gen(function* () {
         yield* Queue.takeAll(signals)
         // Each attempt re-registers: it refreshes the waiter set's TTL and tells a lease
         // that started since the last attempt that this instance waits.
+        state.attempting = lockId
         const result = yield* store.tryAcquire(token, lockId, slices, { instanceId, register: true })
         if (result._tag === "Acquired") {
           // the grant removed the instance from the waiter set
@@ -272,30 +281,37 @@ export const make = Effect.gen(function* () {
           yield* Metric.update(lockWait, grantedAt - started)
           return Option.some(makeGrant(token, lockId, slices, result, grantedAt))
         }
+        state.attempting = undefined
         state.registered = true
         yield* waitFor(local, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)), (wanted) => !wanted)
       }
     }).pipe(
-      // Leaving without a grant (every waiter gone, interrupted, or a store error): the
-      // instance must not stay registered. The waiter set's TTL covers a store that is away.
-      Effect.ensuring(
-        Effect.suspend(() =>
-          state.registered && !state.granted ? Effect.ignore(store.deregisterWaiter(token, instanceId)) : Effect.void
-        )
+      // Leaving without a grant handed out (every waiter gone, interrupted, or a store
+      // error): no lock of this attempt stays taken and the instance does not stay
+      // registered. The lock's and the waiter set's TTLs cover a store that is away.
+      Effect.onExit((exit) =>
+        Effect.suspend(() => {
+          const lockId = state.attempting
+          const release =
+            Exit.isFailure(exit) && lockId !== undefined ? Effect.ignore(store.release(token, lockId)) : Effect.void
+          const deregister =
+            state.registered && !state.granted ? Effect.ignore(store.deregisterWaiter(token, instanceId)) : Effect.void
+          return Effect.zipRight(release, deregister)
+        })
       )
     )
   }
 
   // on the path of every uncontended modification: as few steps as the grant needs
-  const attempt = (token: string, slices: ReadonlyArray<string>) =>
-    Effect.clockWith((clock) => {
-      const lockId = nextLockId()
-      return Effect.map(store.tryAcquire(token, lockId, slices, { instanceId, register: true }), (result) =>
+  const attemptWith = (token: string, lockId: string, slices: ReadonlyArray<string>) =>
+    Effect.clockWith((clock) =>
+      Effect.map(store.tryAcquire(token, lockId, slices, { instanceId, register: true }), (result) =>
         result._tag === "Acquired"
           ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
           : Option.none()
       )
-    })
+    )
+  const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(token, nextLockId(), slices)
 
   const linger = (token: string, local: LocalQueue) =>
     Effect.gen(function* () {
