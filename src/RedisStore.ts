@@ -115,6 +115,8 @@ interface Subscriber {
 /** One Redis channel, shared by every local subscriber of one token. */
 interface Channel {
   readonly name: string
+  /** Its cluster slot (0 on a single server). */
+  readonly slot: number
   readonly subscriber: Subscriber
   /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
   readonly generation: number
@@ -357,7 +359,7 @@ export const make = (
       // does not list them as masters (ioredis keeps the last owner of a slot nobody serves).
       const owners = new Set<string>()
       for (const channel of [...channels.values()]) {
-        const owner = slotMaster(command as Cluster, keySlot(channel.name))
+        const owner = slotMaster(command as Cluster, channel.slot)
         if (owner === undefined) continue
         owners.add(owner)
         // an owner that is not a master of the table is no better than the one we have
@@ -401,6 +403,20 @@ export const make = (
     }
 
     // --- connections ----------------------------------------------------------------
+    /** Follow a connection's state: each `ready` is a new epoch; `close` and `end` are down. */
+    const track = (connection: Redis | Cluster, set: (ready: boolean) => void) => {
+      connection.on("ready", () => {
+        set(true)
+        health.epoch++
+        statusChanged()
+      })
+      const down = () => {
+        set(false)
+        statusChanged()
+      }
+      connection.on("close", down)
+      connection.on("end", down)
+    }
     let closed = false
     const command: Redis | Cluster = yield* Effect.acquireRelease(
       Effect.sync(() => {
@@ -411,18 +427,9 @@ export const make = (
         for (const [name, script] of Object.entries(clustered === undefined ? scripts : shardedScripts)) {
           connection.defineCommand(name, script)
         }
-        // Each `ready` is a new epoch.
-        connection.on("ready", () => {
-          health.command = true
-          health.epoch++
-          statusChanged()
+        track(connection, (ready) => {
+          health.command = ready
         })
-        const down = () => {
-          health.command = false
-          statusChanged()
-        }
-        connection.on("close", down)
-        connection.on("end", down)
         // A cluster client opens a node's connection on its first command, and without an
         // offline queue refuses the commands that arrive while it is still connecting:
         // connect each node as soon as the client learns of it.
@@ -439,18 +446,10 @@ export const make = (
     const openSubscriber = (node: string, nodeEndpoint: Endpoint): Subscriber => {
       const connection = openConnection(nodeEndpoint, connectionOptions("subscriber", timeouts), onError)
       const subscriber: Subscriber = { node, connection, ready: false, generation: 0 }
-      connection.on("ready", () => {
-        subscriber.ready = true
-        health.epoch++
-        statusChanged()
+      track(connection, (ready) => {
+        subscriber.ready = ready
+        if (!ready) dropSubscriptions(subscriber)
       })
-      const down = () => {
-        subscriber.ready = false
-        dropSubscriptions(subscriber)
-        statusChanged()
-      }
-      connection.on("close", down)
-      connection.on("end", down)
       connection.on("pmessage", onSocketEvent)
       connection.on(clustered === undefined ? "message" : "smessage", onSignal)
       subscribers.set(node, subscriber)
@@ -883,6 +882,7 @@ export const make = (
       if (channel === undefined) {
         const created: Channel = {
           name,
+          slot: clustered === undefined ? 0 : keySlot(name),
           subscriber,
           generation: subscriber.generation,
           confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
