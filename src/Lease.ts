@@ -154,8 +154,8 @@ interface Session {
   scope: Scope.CloseableScope | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
-  /** The grant a caller holds in its own fiber (`begin`), with the time its turn began. */
-  own: { readonly grant: Grant; readonly since: number } | undefined
+  /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
+  own: Grant | undefined
 }
 
 /**
@@ -660,7 +660,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               session.queue.unshift(request)
               return Effect.as(start(session, grant.value), Option.none())
             }
-            session.own = { grant: grant.value, since: grant.value.grantedAt }
+            session.own = grant.value
             return Effect.succeed(Option.some<Turn>({ values: grant.value.values, fence: grant.value.fence }))
           }
         })
@@ -673,13 +673,13 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         if (session === undefined || own === undefined)
           return yield* Effect.dieMessage("complete without a turn from begin")
         session.own = undefined
-        const { lockId } = own.grant
+        const { lockId } = own
         const outcome = request.done.poll()
         const writes =
           outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit"
             ? outcome.value.writes
             : []
-        yield* warnIfLong(token, request, own.since)
+        yield* warnIfLong(token, request, own.grantedAt)
         const after = yield* commitAndRelease(session, lockId, writes, [request])
         prune(session)
         if (session.queue.length > 0 || after.yieldFirst) return yield* start(session, after)
