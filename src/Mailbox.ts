@@ -222,25 +222,27 @@ const dedupeSenders = 1_000
  * the original (a retried append), so a bounded window catches every one.
  */
 class Seen {
-  private readonly senders = new Map<string, { readonly set: Set<number>; readonly order: Array<number> }>()
+  // A Set iterates in insertion order: its first entry is the oldest.
+  private readonly senders = new Map<string, Set<number>>()
 
   /** `true` the first time `(from, seq)` is offered. */
   offer(from: string, seq: number): boolean {
-    let sender = this.senders.get(from)
-    if (sender === undefined) {
-      if (this.senders.size >= dedupeSenders) {
-        const oldest = this.senders.keys().next().value
-        if (oldest !== undefined) this.senders.delete(oldest)
-      }
-      sender = { set: new Set(), order: [] }
-      this.senders.set(from, sender)
+    let seen = this.senders.get(from)
+    if (seen === undefined) {
+      if (this.senders.size >= dedupeSenders) dropOldest(this.senders)
+      seen = new Set()
+      this.senders.set(from, seen)
     }
-    if (sender.set.has(seq)) return false
-    sender.set.add(seq)
-    sender.order.push(seq)
-    if (sender.order.length > dedupeWindow) sender.set.delete(sender.order.shift()!)
+    if (seen.has(seq)) return false
+    seen.add(seq)
+    if (seen.size > dedupeWindow) dropOldest(seen)
     return true
   }
+}
+
+const dropOldest = <K>(entries: { keys(): Iterator<K>; delete(key: K): boolean }) => {
+  const oldest = entries.keys().next()
+  if (oldest.done !== true) entries.delete(oldest.value)
 }
 
 interface Pending {
