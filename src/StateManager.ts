@@ -180,16 +180,27 @@ export const make = Effect.gen(function* () {
       `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
     )
 
+  /** A slice's stored value decoded: the initial value when nothing is stored or it does not decode (`onError`). */
+  const decodeStored = <A, I>(
+    s: Slice<A, I>,
+    raw: Option.Option<string>,
+    onError: (error: ParseResult.ParseError) => void
+  ): A => {
+    if (Option.isNone(raw)) return s.initial
+    const decoded = s.decode(raw.value)
+    if (Either.isRight(decoded)) return decoded.right
+    onError(decoded.left)
+    return s.initial
+  }
+
   /** A stored value that does not decode gives the initial value, with one warning. */
-  const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) =>
-    Option.match(raw, {
-      onNone: () => Effect.succeed(s.initial),
-      onSome: (text) =>
-        Either.match(s.decode(text), {
-          onRight: Effect.succeed,
-          onLeft: (error) => Effect.as(undecodable(token, s, error), s.initial)
-        })
+  const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) => {
+    let warning: Effect.Effect<void> | undefined
+    const value = decodeStored(s, raw, (error) => {
+      warning = undecodable(token, s, error)
     })
+    return warning === undefined ? Effect.succeed(value) : Effect.as(warning, value)
+  }
 
   const get = <A, I>(token: string, s: Slice<A, I>) =>
     Effect.gen(function* () {
@@ -207,23 +218,13 @@ export const make = Effect.gen(function* () {
     slices: ReadonlyArray<Slice<any, any>>,
     current: ReadonlyArray<Option.Option<string>>
   ) => {
-    const values: Array<unknown> = []
-    let warnings: Array<Effect.Effect<unknown>> | undefined
-    for (const [i, s] of slices.entries()) {
-      const raw = current[i]!
-      if (Option.isNone(raw)) {
-        values.push(s.initial)
-        continue
-      }
-      const decoded = s.decode(raw.value)
-      if (Either.isRight(decoded)) {
-        values.push(decoded.right)
-        continue
-      }
-      values.push(s.initial)
-      warnings ??= []
-      warnings.push(undecodable(token, s, decoded.left))
-    }
+    let warnings: Array<Effect.Effect<void>> | undefined
+    const values = slices.map((s, i) =>
+      decodeStored(s, current[i]!, (error) => {
+        warnings ??= []
+        warnings.push(undecodable(token, s, error))
+      })
+    )
     return warnings === undefined ? Effect.succeed(values) : Effect.as(Effect.all(warnings, { discard: true }), values)
   }
 
