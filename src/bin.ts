@@ -57,24 +57,20 @@ const withStore = <A>(
   Effect.gen(function* () {
     // Before any connection: a pattern or other bad input never reaches the server.
     yield* validateToken(name)
-    const fromEnv = yield* LeaseholdConfig.config
-    const redisUrl = Option.orElse(options.url, () => fromEnv.redisUrl ?? Option.none())
-    if (Option.isNone(redisUrl)) {
-      exitCode = 2
-      return yield* Console.error("leasehold inspect: no Redis URL: pass --url or set LEASEHOLD_REDIS_URL")
-    }
-    const config = LeaseholdConfig.layerWith({
-      redisUrl,
-      redisCluster: options.cluster || (fromEnv.redisCluster ?? false),
-      keyPrefix: Option.getOrElse(options.prefix, () => fromEnv.keyPrefix ?? "leasehold"),
-      commandTimeout: 5_000
+    // The environment's knobs, with the options given on the command line over them; a
+    // missing Redis URL is the store's InvalidConfig.
+    const config = LeaseholdConfig.layerConfig({
+      ...(Option.isSome(options.url) ? { redisUrl: options.url } : {}),
+      ...(Option.isSome(options.prefix) ? { keyPrefix: options.prefix.value } : {}),
+      ...(options.cluster ? { redisCluster: true } : {})
     })
     return yield* effect.pipe(Effect.provide(RedisStore.layer().pipe(Layer.provide(config))))
   }).pipe(
     Effect.catchAll((error: unknown) => {
-      const tagged = error as { readonly _tag?: string; readonly message?: string }
+      const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
       exitCode = tagged._tag === "InvalidToken" || tagged._tag === "InvalidConfig" ? 2 : 1
-      return Console.error(`leasehold inspect: ${tagged.message ?? String(error)}`)
+      const hint = tagged.knob === "redisUrl" ? " (pass --url or set LEASEHOLD_REDIS_URL)" : ""
+      return Console.error(`leasehold inspect: ${tagged.message ?? String(error)}${hint}`)
     })
   )
 
