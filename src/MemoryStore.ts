@@ -312,34 +312,44 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     for (const [name, value] of entries) ks.setString(keys.slice(token, name), value, now + tokenMs)
   }
 
-  /** SADD + PEXPIRE lockExpiration, then publish `Contended`: also when already a member, so no re-registration is silent. */
+  /**
+   * ZREMRANGEBYSCORE (the expired members) + ZADD with the instance's own deadline, one
+   * lock expiration from now + PEXPIRE of the set to that deadline, then publish
+   * `Contended`: also when already a member, so no re-registration is silent.
+   */
   const registerNow = (token: string, instanceId: string, now: number): void => {
     const key = keys.waiters(token)
     let set = ks.getSet(key, now)
     if (set === undefined) {
-      set = { _tag: "set", members: new Set(), deadline: undefined }
+      set = { _tag: "set", members: new Map(), deadline: undefined }
       ks.insert(key, set)
     }
-    set.members.add(instanceId)
+    for (const [member, deadline] of set.members) if (deadline <= now) set.members.delete(member)
+    set.members.set(instanceId, now + lockMs)
     ks.expire(key, set, now + lockMs, now)
     publishNow(token, { _tag: "Contended", instanceId })
   }
 
-  /** SREM. */
+  /** ZREM. */
   const deregisterNow = (token: string, instanceId: string, now: number): void => {
     const key = keys.waiters(token)
     const set = ks.getSet(key, now)
     if (set === undefined) return
     set.members.delete(instanceId)
-    // Redis deletes a set when its last member goes.
+    // Redis deletes a sorted set when its last member goes.
     if (set.members.size === 0) ks.delete(key)
   }
 
-  /** SCARD − SISMEMBER(self). */
-  const otherWaiters = (token: string, instanceId: string, now: number): number => {
+  /** The members whose deadline has not passed (ZRANGEBYSCORE (now +inf). */
+  const liveWaiters = (token: string, now: number): Array<string> => {
     const set = ks.getSet(keys.waiters(token), now)
-    return set === undefined ? 0 : set.members.size - (set.members.has(instanceId) ? 1 : 0)
+    if (set === undefined) return []
+    return [...set.members].filter(([, deadline]) => deadline > now).map(([member]) => member)
   }
+
+  /** ZCOUNT (now +inf, less the caller if it counts. */
+  const otherWaiters = (token: string, instanceId: string, now: number): number =>
+    liveWaiters(token, now).filter((member) => member !== instanceId).length
 
   /** Read the record under `key` for a compare: a corrupt record matches nothing. */
   const isRecord = (key: string, record: SocketRecord, now: number): StringEntry | undefined => {
@@ -480,7 +490,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     waiters: (token) =>
       Effect.zipRight(
         validateToken(token),
-        op("waiters", (now) => Effect.succeed(Array.from(ks.getSet(keys.waiters(token), now)?.members ?? [])))
+        op("waiters", (now) => Effect.succeed(liveWaiters(token, now)))
       ),
 
     readSlices: (token, names) =>

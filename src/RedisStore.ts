@@ -836,7 +836,7 @@ export const make = (
 
     const deregisterWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
-      yield* run("deregisterWaiter", (c) => c.srem(keys.waiters(token), instanceId))
+      yield* run("deregisterWaiter", (c) => c.zrem(keys.waiters(token), instanceId))
     })
 
     const otherContenders = Effect.fnUntraced(function* (token: string, instanceId: string) {
@@ -847,8 +847,9 @@ export const make = (
 
     const waiters = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
-      const members: ReadonlyArray<string> = yield* run("waiters", (c) => c.smembers(keys.waiters(token)))
-      return members
+      const reply = yield* run("waiters", (c) => c.leaseholdWaiters(keys.waiters(token)))
+      if (!Array.isArray(reply)) return yield* Effect.fail(unexpectedReply("waiters", reply))
+      return reply.map(String)
     })
 
     // --- slices ---------------------------------------------------------------------
@@ -1311,7 +1312,7 @@ export const make = (
         if (kind === "none") continue
         infos.push({
           name: names[i]!.slice(head.length),
-          kind: kind === "string" || kind === "set" ? kind : "other",
+          kind: kind === "string" ? kind : kind === "zset" ? "set" : "other",
           size: Number(size),
           ttlMs: Number(pttl) >= 0 ? Option.some(Number(pttl)) : Option.none()
         })

@@ -55,7 +55,7 @@ export interface WaiterOptions {
   readonly instanceId: string
   /**
    * tryAcquire: when the lock is held, register the instance as a waiter in the same step
-   * (SADD, PEXPIRE lockExpiration, PUBLISH contended:<instanceId>).
+   * (its own deadline a lock expiration from now, PUBLISH contended:<instanceId>).
    * release / commitAndRelease: after releasing, register the instance the same way (it
    * still has local waiters and must be seen by the next holder).
    */
@@ -187,7 +187,7 @@ export interface KeyInfo {
   /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `s:<slice>`, `socket`. */
   readonly name: string
   readonly kind: "string" | "set" | "other"
-  /** Bytes of a string, members of a set, 0 otherwise. */
+  /** Bytes of a string, members of a set (the waiter set, a sorted set on Redis), 0 otherwise. */
   readonly size: number
   /** Milliseconds until it expires; `None` for a key without expiry. */
   readonly ttlMs: Option.Option<number>
@@ -267,13 +267,18 @@ export declare namespace Store {
 
     // --- waiters ----------------------------------------------------------------------
 
-    /** Add the instance to the token's waiter set, refresh the set's TTL and publish `Contended`. */
+    /**
+     * Add the instance to the token's waiter set with a deadline of its own, one lock
+     * expiration from now (a registration refreshes only the caller's deadline: an instance
+     * that stops registering leaves the set after one lock expiration, however often others
+     * register), and publish `Contended`.
+     */
     readonly registerWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
     /** Remove the instance from the token's waiter set. */
     readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
-    /** The number of registered instances other than `instanceId`, in one step. */
+    /** The number of registered instances other than `instanceId` whose deadline has not passed, in one step. */
     readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
-    /** Every registered instance (for inspection and tests). */
+    /** Every registered instance whose deadline has not passed (for inspection and tests). */
     readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
 
     // --- slices -----------------------------------------------------------------------

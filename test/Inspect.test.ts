@@ -24,7 +24,19 @@ const commandsDuring = <A, E, R>(server: RedisServer.RedisServer, effect: Effect
     })
   )
 
-const reads = new Set(["scan", "evalsha", "eval", "type", "strlen", "scard", "pttl", "get", "smembers", "xlen"])
+const reads = new Set([
+  "scan",
+  "evalsha",
+  "eval",
+  "type",
+  "strlen",
+  "zcard",
+  "time",
+  "pttl",
+  "get",
+  "zrangebyscore",
+  "xlen"
+])
 
 describe("inspect", () => {
   it.scopedLive(

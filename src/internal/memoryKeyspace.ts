@@ -16,10 +16,15 @@ export interface StringEntry {
   deadline: number | undefined
 }
 
-/** @internal */
+/**
+ * A set whose members each have a deadline of their own (a Redis sorted set scored by
+ * deadline, as the waiter set is): a member whose deadline has passed no longer counts.
+ *
+ * @internal
+ */
 export interface SetEntry {
   readonly _tag: "set"
-  readonly members: Set<string>
+  readonly members: Map<string, number>
   deadline: number | undefined
 }
 

@@ -19,10 +19,15 @@ export interface ScriptDefinition {
 
 /**
  * The waiter part shared by the lock scripts, as Lua text over the given KEYS/ARGV slots.
- * `count` reads SCARD − SISMEMBER(self) into `contenders`; it runs before the script writes
- * anything, so a waiter key of the wrong type fails the whole script with nothing changed
- * (and the later SADD/SREM on that key cannot fail). `register` is `registerWaiter`'s
- * SADD + PEXPIRE + PUBLISH contended.
+ * The waiter set is a sorted set: each instance id scored with its own deadline (the
+ * server's clock, in ms, `lockMs` after its last registration), so an instance that stops
+ * registering (a worker that died) leaves the count after one lock expiration, however
+ * often the others register. `count` reads the server's clock into `now` and the members
+ * whose deadline has not passed, other than the caller, into `contenders`; it runs before
+ * the script writes anything, so a waiter key of the wrong type fails the whole script with
+ * nothing changed (and the later writes on that key cannot fail). `register` is
+ * `registerWaiter`'s ZREMRANGEBYSCORE (the expired members) + ZADD + PEXPIRE + PUBLISH
+ * contended.
  */
 const waiterLua = (slots: {
   readonly waiters: string
@@ -32,20 +37,42 @@ const waiterLua = (slots: {
   readonly channel: string
   readonly contended: string
 }) => ({
-  count: `
+  count: `${serverNow}
 local contenders = 0
 if ${slots.instanceId} ~= "" then
-  contenders = redis.call("SCARD", ${slots.waiters}) - redis.call("SISMEMBER", ${slots.waiters}, ${slots.instanceId})
+  contenders = redis.call("ZCOUNT", ${slots.waiters}, "(" .. now, "+inf")
+  local own = redis.call("ZSCORE", ${slots.waiters}, ${slots.instanceId})
+  if own and tonumber(own) > now then
+    contenders = contenders - 1
+  end
 end
 `,
   register: `
 if ${slots.register} == "1" then
-  redis.call("SADD", ${slots.waiters}, ${slots.instanceId})
-  redis.call("PEXPIRE", ${slots.waiters}, ${slots.lockMs})
-  redis.call("PUBLISH", ${slots.channel}, ${slots.contended})
+${registerLua(slots)}
 end
 `
 })
+
+/** The server's clock in ms, as `now`: every waiter deadline is written and read on it. */
+const serverNow = `
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+`
+
+/** Drop the expired members, (re)score the instance `lockMs` from `now`, keep the key as long as its newest member, say so. */
+const registerLua = (slots: {
+  readonly waiters: string
+  readonly instanceId: string
+  readonly lockMs: string
+  readonly channel: string
+  readonly contended: string
+}) => `
+  redis.call("ZREMRANGEBYSCORE", ${slots.waiters}, "-inf", now)
+  redis.call("ZADD", ${slots.waiters}, now + tonumber(${slots.lockMs}), ${slots.instanceId})
+  redis.call("PEXPIRE", ${slots.waiters}, ${slots.lockMs})
+  redis.call("PUBLISH", ${slots.channel}, ${slots.contended})
+`
 
 /**
  * KEYS: lock, fence, waiters, slice... ARGV: lockId, lockMs, tokenMs, instanceId (or "" for
@@ -86,7 +113,7 @@ end
 redis.call("PEXPIRE", KEYS[2], ARGV[3])
 result[2] = fence
 if ARGV[4] ~= "" then
-  redis.call("SREM", KEYS[3], ARGV[4])
+  redis.call("ZREM", KEYS[3], ARGV[4])
 end
 result[3] = contenders
 return result
@@ -196,19 +223,25 @@ return {id, redis.call("GET", KEYS[2]), redis.call("PTTL", KEYS[1])}
 /** KEYS: waiters. ARGV: instanceId, lockMs, channel, contended message. Always publishes. */
 const registerWaiter: ScriptDefinition = {
   numberOfKeys: 1,
-  lua: `
-redis.call("SADD", KEYS[1], ARGV[1])
-redis.call("PEXPIRE", KEYS[1], ARGV[2])
-redis.call("PUBLISH", ARGV[3], ARGV[4])
+  lua: `${serverNow}
+${registerLua({ waiters: "KEYS[1]", instanceId: "ARGV[1]", lockMs: "ARGV[2]", channel: "ARGV[3]", contended: "ARGV[4]" })}
 return 1
 `
 }
 
-/** KEYS: waiters. ARGV: instanceId. */
+/** KEYS: waiters. ARGV: instanceId. The members whose deadline has not passed, other than the instance. */
 const otherContenders: ScriptDefinition = {
   numberOfKeys: 1,
-  lua: `
-return redis.call("SCARD", KEYS[1]) - redis.call("SISMEMBER", KEYS[1], ARGV[1])
+  lua: `${waiterLua({ waiters: "KEYS[1]", instanceId: "ARGV[1]", register: "", lockMs: "", channel: "", contended: "" }).count}
+return contenders
+`
+}
+
+/** KEYS: waiters. The members whose deadline has not passed. Reads only. */
+const waiters: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `${serverNow}
+return redis.call("ZRANGEBYSCORE", KEYS[1], "(" .. now, "+inf")
 `
 }
 
@@ -288,7 +321,7 @@ return id
 
 /**
  * KEYS: keys of one token. Returns `{type, pttl, size}` per key: the size is STRLEN of a
- * string, SCARD of a set, 0 otherwise. Reads only.
+ * string, ZCARD of a sorted set (the waiter set), 0 otherwise. Reads only.
  */
 const describeKeys: ScriptDefinition = {
   lua: `
@@ -298,8 +331,8 @@ for i, key in ipairs(KEYS) do
   local size = 0
   if kind == "string" then
     size = redis.call("STRLEN", key)
-  elseif kind == "set" then
-    size = redis.call("SCARD", key)
+  elseif kind == "zset" then
+    size = redis.call("ZCARD", key)
   end
   out[i] = {kind, redis.call("PTTL", key), size}
 end
@@ -322,6 +355,7 @@ export const scripts = {
   leaseholdHolder: holder,
   leaseholdRegisterWaiter: registerWaiter,
   leaseholdOtherContenders: otherContenders,
+  leaseholdWaiters: waiters,
   leaseholdReadSlices: readSlices,
   leaseholdClaimSocket: claimSocket,
   leaseholdDeleteSocketIfOwner: deleteSocketIfOwner,
@@ -378,6 +412,7 @@ export interface ScriptCommands {
     message: string
   ): Promise<ScriptReply>
   leaseholdOtherContenders(waiters: string, instanceId: string): Promise<ScriptReply>
+  leaseholdWaiters(waiters: string): Promise<ScriptReply>
   leaseholdReadSlices(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>
   leaseholdClaimSocket(socket: string, record: string, tokenMs: string): Promise<ScriptReply>
   leaseholdDeleteSocketIfOwner(socket: string, instanceId: string, connectionId: string): Promise<ScriptReply>

@@ -144,13 +144,14 @@ const sortedWaiters = (fx: Fixture, token: string) =>
 
 /** Register the conformance cases for `backend`. */
 /**
- * The waiter set was just given a full lock expiration: `step` later it still holds
- * `members`; a lock expiration after the refresh it is gone.
+ * `refreshed` were just registered, the other members `step` earlier: `step` later only
+ * `refreshed` remain (each member has a deadline of its own, and the others' have passed);
+ * a lock expiration after the registration nobody is left.
  */
-const waitersLastOneLockExpiration = (fx: Fixture, members: ReadonlyArray<string>, step: number) =>
+const onlyRefreshedRemain = (fx: Fixture, refreshed: ReadonlyArray<string>, step: number) =>
   Effect.gen(function* () {
     yield* fx.advance(step)
-    deepStrictEqual(yield* sortedWaiters(fx, "tok"), members)
+    deepStrictEqual(yield* sortedWaiters(fx, "tok"), refreshed)
     yield* fx.advance(fx.lockExpirationMs - step + 50)
     deepStrictEqual(yield* fx.store.waiters("tok"), [])
   })
@@ -439,20 +440,50 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.waiters("tok"), [])
       }))
 
-    test("the waiter set expires lockExpiration after its last registration", (fx) =>
+    test("each member expires lockExpiration after its own last registration", (fx) =>
       Effect.gen(function* () {
         const lockMs = fx.lockExpirationMs
         // two steps outlast one lockExpiration, one step is well within it
         const step = Math.floor(lockMs / 2) + 10
         yield* fx.store.registerWaiter("tok", "inst-a")
         yield* fx.advance(step)
-        // a registration refreshes the TTL of the whole set
+        // a registration refreshes the registering member only
         yield* fx.store.registerWaiter("tok", "inst-b")
+        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
         yield* fx.advance(step)
-        deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 1)
         yield* fx.advance(lockMs - step + 50)
         deepStrictEqual(yield* fx.store.waiters("tok"), [])
         assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 0)
+        assert.strictEqual(yield* fx.keyCount, 0)
+      }))
+
+    test("a worker that stopped registering is not kept waiting by the registrations of others", (fx) =>
+      Effect.gen(function* () {
+        // The chaos soak's leftover: a worker killed while registered, on a token that a
+        // live worker keeps contending for. Its registration must not live on through theirs.
+        const lockMs = fx.lockExpirationMs
+        const step = Math.floor(lockMs / 3)
+        yield* fx.store.registerWaiter("tok", "killed")
+        for (let i = 0; i < 7; i++) {
+          yield* fx.advance(step)
+          // the live worker's re-checks: attempts refused while another holds the lock
+          yield* expectAcquired(fx.store.tryAcquire("tok", `lock-${i}`, []))
+          yield* expectHeld(fx.store.tryAcquire("tok", `other-${i}`, [], { instanceId: "live", register: true }))
+          assert.isTrue((yield* fx.store.release("tok", `lock-${i}`)).released)
+        }
+        // more than two lock expirations later, only the live worker waits
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["live"])
+        assert.strictEqual(yield* fx.store.otherContenders("tok", "live"), 0)
+        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-live", [], { instanceId: "live" }))
+        // a lone worker is not contended: it may take a lease
+        assert.strictEqual(grant.contenders, 0)
+        assert.isTrue((yield* fx.store.release("tok", "lock-live")).released)
+        // and when it is done, nothing of the token's lock is left
+        deepStrictEqual(yield* fx.store.waiters("tok"), [])
+        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+        assert.strictEqual(yield* fx.keyCount, 1) // the fence alone
       }))
 
     test("otherContenders counts other instances only", (fx) =>
@@ -546,8 +577,8 @@ export const storeSuite = (backend: Backend): void => {
         assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
 
-        // the registration gave the whole set a fresh lockExpiration: inst-b's alone has run out
-        yield* waitersLastOneLockExpiration(fx, ["inst-b", "inst-c"], step)
+        // the registration gave inst-c a lockExpiration of its own: inst-b's runs out first
+        yield* onlyRefreshedRemain(fx, ["inst-c"], step)
       }))
 
     test("Held without register changes nothing: no registration, no removal, no TTL refresh, no signal", (fx) =>
@@ -607,8 +638,8 @@ export const storeSuite = (backend: Backend): void => {
         assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
 
-        // the registration refreshed the set's TTL to a full lockExpiration
-        yield* waitersLastOneLockExpiration(fx, ["inst-a", "inst-b", "self"], step)
+        // the registration gave self a full lockExpiration, and the others none
+        yield* onlyRefreshedRemain(fx, ["self"], step)
       }))
 
     test("release with register by a non-holder registers, publishes only Contended, reports released: false", (fx) =>
@@ -628,8 +659,8 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-c"])
         deepStrictEqual(yield* signalsSeen(fx, seen, 1), [contended("inst-c")])
 
-        // registered the same way: the set lives a full lockExpiration from then
-        yield* waitersLastOneLockExpiration(fx, ["inst-a", "inst-c"], step)
+        // registered the same way: inst-c for a full lockExpiration from then
+        yield* onlyRefreshedRemain(fx, ["inst-c"], step)
 
         // with nobody holding the lock at all
         deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-d", register: true }), {
@@ -671,8 +702,8 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("3")])
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
 
-        // the registration refreshed the set's TTL to a full lockExpiration
-        yield* waitersLastOneLockExpiration(fx, ["inst-a", "self"], step)
+        // the registration gave self a full lockExpiration, and inst-a none
+        yield* onlyRefreshedRemain(fx, ["self"], step)
       }))
 
     test("commitAndRelease with register by a non-holder: LockLost, nothing registered, written or published", (fx) =>
