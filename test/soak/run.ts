@@ -1,14 +1,17 @@
 /**
  * The chaos soak: W worker processes (`test/soak/worker.ts`) on one redis-server, oplock on,
- * modifying and sending to a set of tokens while faults are injected on a seeded schedule:
- * SIGKILL and restart of the server, SIGSTOP/SIGCONT of it for longer than the lock
+ * modifying and sending to a set of tokens while faults are injected in an order drawn from
+ * the seed: SIGKILL and restart of the server, SIGSTOP/SIGCONT of it for longer than the lock
  * expiration, CLIENT KILL of the command and of the subscriber connections, SIGKILL of one
- * worker while it holds leases (restarted after), and random interruptions of modifications
- * inside the workers. Then every outcome is checked against what the store holds.
+ * worker while it holds leases (restarted after, three times), SIGSTOP of a worker that holds
+ * sockets and leases for longer than the lock expiration (a long GC pause, a frozen VM), then
+ * SIGCONT, and random interruptions of modifications inside the workers. Then every outcome
+ * is checked against what the store holds: only the operations in flight in a killed
+ * incarnation (never reported) may have gone either way.
  *
  * The server runs with `appendonly yes` and `appendfsync always`, so that a SIGKILLed server
  * keeps every write it acknowledged (without persistence a restart empties it, and no count
- * can survive that). Sockets are held by the workers that are never killed.
+ * can survive that). Sockets are held by the workers that are never killed (they may be paused).
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
@@ -30,6 +33,8 @@ export interface Options {
 export interface Report {
   readonly seconds: number
   readonly faults: number
+  /** The faults by kind. */
+  readonly fault_counts: Readonly<Record<string, number>>
   /** Modifications and sends that reported an outcome. */
   readonly operations: number
   readonly successes: number
@@ -191,43 +196,74 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         const wait = time - Date.now()
         if (wait > 0) await sleep(wait)
       }
+      const faultCounts: Record<string, number> = {}
       let faults = 0
-      const fault = async (name: string, action: () => Promise<unknown>) => {
+      const fault = async (kind: string, name: string, action: () => Promise<unknown>) => {
         faults++
-        log(`fault ${faults} at ${Date.now()}: ${name}`)
+        faultCounts[kind] = (faultCounts[kind] ?? 0) + 1
+        log(`fault ${faults} at ${Date.now() - started} ms: ${name}`)
         await action()
       }
       const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(Effect.orDie(effect))
-      const firstKill = random() < 0.5 ? "normal" : "pubsub"
-      const secondKill = firstKill === "normal" ? "pubsub" : "normal"
       const victim = workerCount - 1
+      const generations = new Map<number, number>()
+      const pauseMs = lockMs + 1_000
 
-      await until(at(0.1))
-      await fault(`CLIENT KILL TYPE ${firstKill}`, () => run(server.clientKill(firstKill)))
-      await until(at(0.18))
-      await fault(`CLIENT KILL TYPE ${secondKill}`, () => run(server.clientKill(secondKill)))
-      await until(at(0.28))
-      await fault("SIGKILL redis-server, restart after 1 s", async () => {
-        await run(server.kill)
-        await sleep(1_000)
-        await run(server.restart)
-      })
-      await until(at(0.42))
-      await fault(`SIGSTOP redis-server for ${lockMs + 1_000} ms (longer than the lock expiration)`, async () => {
-        await run(server.pause)
-        await sleep(lockMs + 1_000)
-        await run(server.resume)
-      })
-      await until(at(0.56))
-      await fault(`SIGKILL worker ${victim} (holding leases), restart after 2 s`, async () => {
-        live.get(victim)!.child.kill("SIGKILL")
-        await live.get(victim)!.exited
-        live.delete(victim)
-        await sleep(2_000)
-        await launch(victim, 1).waitFor("ready", 60_000)
-      })
-      await until(at(0.7))
-      await fault("CLIENT KILL TYPE normal", () => run(server.clientKill("normal")))
+      /** Every kind of fault, each run as often as the schedule names it. */
+      const kinds: Record<string, () => Promise<void>> = {
+        "client-kill-normal": () =>
+          fault("client-kill-normal", "CLIENT KILL TYPE normal", () => run(server.clientKill("normal"))),
+        "client-kill-pubsub": () =>
+          fault("client-kill-pubsub", "CLIENT KILL TYPE pubsub", () => run(server.clientKill("pubsub"))),
+        "server-kill": () =>
+          fault("server-kill", "SIGKILL redis-server, restart after 1 s", async () => {
+            await run(server.kill)
+            await sleep(1_000)
+            await run(server.restart)
+          }),
+        "server-pause": () =>
+          fault(
+            "server-pause",
+            `SIGSTOP redis-server for ${pauseMs} ms (longer than the lock expiration)`,
+            async () => {
+              await run(server.pause)
+              await sleep(pauseMs)
+              await run(server.resume)
+            }
+          ),
+        "worker-kill": () => {
+          const proc = live.get(victim)!
+          return fault("worker-kill", `SIGKILL ${proc.name} (holding leases), restart after 2 s`, async () => {
+            proc.child.kill("SIGKILL")
+            await proc.exited
+            live.delete(victim)
+            await sleep(2_000)
+            const generation = (generations.get(victim) ?? 0) + 1
+            generations.set(victim, generation)
+            await launch(victim, generation).waitFor("ready", 60_000)
+          })
+        },
+        "worker-pause": () => {
+          // a worker that holds sockets and leases freezes (a long GC pause, a frozen VM)
+          const proc = live.get(Math.floor(random() * (workerCount - 1)))!
+          return fault("worker-pause", `SIGSTOP ${proc.name} for ${pauseMs} ms, then SIGCONT`, async () => {
+            proc.child.kill("SIGSTOP")
+            await sleep(pauseMs)
+            proc.child.kill("SIGCONT")
+          })
+        }
+      }
+      // Twelve faults, every kind at least twice (the worker SIGKILL three times), in an
+      // order drawn from the seed, spread over 5 %-76 % of the run.
+      const schedule = [...Object.keys(kinds), ...Object.keys(kinds), "worker-kill"]
+      for (let i = schedule.length - 1; i > 0; i--) {
+        const j = Math.floor(random() * (i + 1))
+        ;[schedule[i], schedule[j]] = [schedule[j]!, schedule[i]!]
+      }
+      for (const [i, kind] of schedule.entries()) {
+        await until(at(0.05 + (0.71 * i) / (schedule.length - 1)))
+        await kinds[kind]!()
+      }
       await until(started + 0.85 * options.seconds * 1_000)
 
       log("stopping the workers")
@@ -262,9 +298,44 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         else if (event.t === "ambiguous") ambiguous.add(op)
         else if (event.t === "failed" || event.t === "interrupted") clean.add(op)
       }
-      // Ops of the killed incarnation that never reported (in flight when it died) may be either way.
-      const killedPrefix = `${victim}g0.`
+      // Ops of a killed incarnation that never reported (in flight when it died) may be either way.
+      const killedPrefixes = Array.from({ length: generations.get(victim) ?? 0 }, (_, g) => `${victim}g${g}.`)
+      const killed = (op: string) => killedPrefixes.some((prefix) => op.startsWith(prefix))
       const keys = makeKeys("leasehold")
+      // Who an instance id was: every incarnation reports its id when ready.
+      const nameOf = (instanceId: string) =>
+        procs.find((proc) => proc.events.some((event) => event.t === "ready" && event.instanceId === instanceId))
+          ?.name ?? "an unknown worker"
+      const closedAt = Math.max(
+        ...[...live.values()].map((proc) => Number(proc.events.find((event) => event.t === "closed")?.at ?? 0))
+      )
+      /** The lock or waiter set left of a token: the key, its TTL, and whose id it holds. */
+      const leftOver = async (token: string) => {
+        const found: Array<string> = []
+        const since = `${Date.now() - closedAt} ms after the last worker closed`
+        const lockKey = keys.lock(token)
+        const lockId = await run(server.command("GET", lockKey))
+        if (typeof lockId === "string") {
+          const ttl = await run(server.command("PTTL", lockKey))
+          const owner = nameOf(lockId.slice(0, lockId.lastIndexOf(":")))
+          found.push(`lock left: ${lockKey} = ${lockId} (${owner}), PTTL ${String(ttl)} ms, ${since}`)
+        }
+        const waitersKey = keys.waiters(token)
+        // members with the deadline of each, against the server's clock
+        const scored = await run(server.command("ZRANGE", waitersKey, 0, -1, "WITHSCORES"))
+        if (Array.isArray(scored) && scored.length > 0) {
+          const [seconds, micros] = (await run(server.command("TIME"))) as [string, string]
+          const now = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000)
+          const ttl = await run(server.command("PTTL", waitersKey))
+          const who: Array<string> = []
+          for (let i = 0; i < scored.length; i += 2) {
+            const id = String(scored[i])
+            who.push(`${id} (${nameOf(id)}, deadline in ${Number(scored[i + 1]) - now} ms)`)
+          }
+          found.push(`waiter set left: ${waitersKey} = {${who.join(", ")}}, PTTL ${String(ttl)} ms, ${since}`)
+        }
+        return found
+      }
       let lost = 0
       let phantom = 0
       let fenceRegressions = 0
@@ -297,7 +368,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           } else if (clean.has(op)) {
             phantom++
             details.push(`${token}: ${op} reported failure but was applied`)
-          } else if (!ok.has(op) && !ambiguous.has(op) && !op.startsWith(killedPrefix)) {
+          } else if (!ok.has(op) && !ambiguous.has(op) && !killed(op)) {
             phantom++
             details.push(`${token}: ${op} applied but never reported`)
           }
@@ -309,10 +380,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           }
         }
         // nothing stale: no lock, no waiter set
-        const lock = await run(server.command("EXISTS", keys.lock(token), keys.waiters(token)))
-        if (lock !== 0) {
+        for (const left of await leftOver(token)) {
           staleOrUnhealthy++
-          details.push(`${token}: a lock or waiter set is left`)
+          details.push(`${token}: ${left}`)
         }
       }
 
@@ -382,6 +452,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       return {
         seconds: Math.round(seconds),
         faults,
+        fault_counts: faultCounts,
         operations,
         successes: ok.size,
         ambiguous: ambiguous.size,

@@ -186,6 +186,10 @@ const program = Effect.gen(function* () {
   for (let i = 0; i < 200 && (yield* mailbox.buffered) > 0; i++) yield* Effect.sleep(100)
   yield* Effect.sleep(1_000)
   yield* emit({ t: "health", buffered: yield* mailbox.buffered, loops: yield* health.loops })
-}).pipe(Effect.scoped, Effect.zipRight(emit({ t: "closed" })), Effect.withRandom(Random.make(seed * 100 + index)))
+}).pipe(
+  Effect.scoped,
+  Effect.zipRight(Effect.suspend(() => emit({ t: "closed", at: Date.now() }))),
+  Effect.withRandom(Random.make(seed * 100 + index))
+)
 
 NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.Warning)))
