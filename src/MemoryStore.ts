@@ -34,6 +34,7 @@ import {
   Keyspace,
   nextStreamId,
   parseStreamId,
+  type SetEntry,
   type StreamEntry,
   type StringEntry,
   WrongTypeError
@@ -312,6 +313,11 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     for (const [name, value] of entries) ks.setString(keys.slice(token, name), value, now + tokenMs)
   }
 
+  /** ZREMRANGEBYSCORE -inf now: the members whose deadline has passed. */
+  const dropExpired = (set: SetEntry, now: number): void => {
+    for (const [member, deadline] of set.members) if (deadline <= now) set.members.delete(member)
+  }
+
   /**
    * ZREMRANGEBYSCORE (the expired members) + ZADD with the instance's own deadline, one
    * lock expiration from now + PEXPIRE of the set to that deadline, then publish
@@ -324,17 +330,18 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
       set = { _tag: "set", members: new Map(), deadline: undefined }
       ks.insert(key, set)
     }
-    for (const [member, deadline] of set.members) if (deadline <= now) set.members.delete(member)
+    dropExpired(set, now)
     set.members.set(instanceId, now + lockMs)
     ks.expire(key, set, now + lockMs, now)
     publishNow(token, { _tag: "Contended", instanceId })
   }
 
-  /** ZREM. */
+  /** ZREMRANGEBYSCORE (the expired members) + ZREM. */
   const deregisterNow = (token: string, instanceId: string, now: number): void => {
     const key = keys.waiters(token)
     const set = ks.getSet(key, now)
     if (set === undefined) return
+    dropExpired(set, now)
     set.members.delete(instanceId)
     // Redis deletes a sorted set when its last member goes.
     if (set.members.size === 0) ks.delete(key)

@@ -836,7 +836,7 @@ export const make = (
 
     const deregisterWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
-      yield* run("deregisterWaiter", (c) => c.zrem(keys.waiters(token), instanceId))
+      yield* run("deregisterWaiter", (c) => c.leaseholdDeregisterWaiter(keys.waiters(token), instanceId))
     })
 
     const otherContenders = Effect.fnUntraced(function* (token: string, instanceId: string) {

@@ -60,6 +60,15 @@ local time = redis.call("TIME")
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 `
 
+/**
+ * The instance leaves, and the expired members with it: when the last live member leaves,
+ * the set is empty and Redis deletes it (nothing of a token's lock outlives its waiters).
+ */
+const leaveLua = (slots: { readonly waiters: string; readonly instanceId: string }) => `
+  redis.call("ZREMRANGEBYSCORE", ${slots.waiters}, "-inf", now)
+  redis.call("ZREM", ${slots.waiters}, ${slots.instanceId})
+`
+
 /** Drop the expired members, (re)score the instance `lockMs` from `now`, keep the key as long as its newest member, say so. */
 const registerLua = (slots: {
   readonly waiters: string
@@ -113,7 +122,7 @@ end
 redis.call("PEXPIRE", KEYS[2], ARGV[3])
 result[2] = fence
 if ARGV[4] ~= "" then
-  redis.call("ZREM", KEYS[3], ARGV[4])
+${leaveLua({ waiters: "KEYS[3]", instanceId: "ARGV[4]" })}
 end
 result[3] = contenders
 return result
@@ -225,6 +234,15 @@ const registerWaiter: ScriptDefinition = {
   numberOfKeys: 1,
   lua: `${serverNow}
 ${registerLua({ waiters: "KEYS[1]", instanceId: "ARGV[1]", lockMs: "ARGV[2]", channel: "ARGV[3]", contended: "ARGV[4]" })}
+return 1
+`
+}
+
+/** KEYS: waiters. ARGV: instanceId. */
+const deregisterWaiter: ScriptDefinition = {
+  numberOfKeys: 1,
+  lua: `${serverNow}
+${leaveLua({ waiters: "KEYS[1]", instanceId: "ARGV[1]" })}
 return 1
 `
 }
@@ -354,6 +372,7 @@ export const scripts = {
   leaseholdExtend: extend,
   leaseholdHolder: holder,
   leaseholdRegisterWaiter: registerWaiter,
+  leaseholdDeregisterWaiter: deregisterWaiter,
   leaseholdOtherContenders: otherContenders,
   leaseholdWaiters: waiters,
   leaseholdReadSlices: readSlices,
@@ -411,6 +430,7 @@ export interface ScriptCommands {
     channel: string,
     message: string
   ): Promise<ScriptReply>
+  leaseholdDeregisterWaiter(waiters: string, instanceId: string): Promise<ScriptReply>
   leaseholdOtherContenders(waiters: string, instanceId: string): Promise<ScriptReply>
   leaseholdWaiters(waiters: string): Promise<ScriptReply>
   leaseholdReadSlices(numberOfKeys: number, ...keysAndArgs: Array<string>): Promise<ScriptReply>

@@ -459,6 +459,30 @@ export const storeSuite = (backend: Backend): void => {
         assert.strictEqual(yield* fx.keyCount, 0)
       }))
 
+    test("the last live member leaving removes the set, with the expired members in it", (fx) =>
+      Effect.gen(function* () {
+        const step = Math.floor(fx.lockExpirationMs / 2) + 10
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.advance(step)
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.advance(step)
+        // inst-a's deadline has passed, inst-b's has not: the set lives on for inst-b
+        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
+        yield* fx.store.deregisterWaiter("tok", "inst-b")
+        assert.strictEqual(yield* fx.keyCount, 0)
+
+        // the same when the leaving member leaves by its grant
+        yield* fx.store.registerWaiter("tok", "inst-a")
+        yield* fx.advance(step)
+        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.advance(step)
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", [], { instanceId: "inst-b" }))
+        deepStrictEqual(
+          (yield* fx.store.tokenKeys("tok")).map((key) => key.name),
+          ["fence", "lock"]
+        )
+      }))
+
     test("a worker that stopped registering is not kept waiting by the registrations of others", (fx) =>
       Effect.gen(function* () {
         // The chaos soak's leftover: a worker killed while registered, on a token that a
