@@ -54,6 +54,10 @@ export interface Report {
   readonly stale_or_unhealthy: number
   readonly violations: number
   readonly details: ReadonlyArray<string>
+  /** When each fault began and ended, and when each worker was told to stop and closed (ms into the run). */
+  readonly fault_timeline: ReadonlyArray<string>
+  /** What is left but allowed: waiter sets whose every member has passed its deadline. */
+  readonly notes: ReadonlyArray<string>
 }
 
 const root = path.resolve(import.meta.dirname, "../..")
@@ -197,12 +201,15 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         if (wait > 0) await sleep(wait)
       }
       const faultCounts: Record<string, number> = {}
+      const timeline: Array<string> = []
       let faults = 0
       const fault = async (kind: string, name: string, action: () => Promise<unknown>) => {
         faults++
         faultCounts[kind] = (faultCounts[kind] ?? 0) + 1
-        log(`fault ${faults} at ${Date.now() - started} ms: ${name}`)
+        const begun = Date.now() - started
+        log(`fault ${faults} at ${begun} ms: ${name}`)
         await action()
+        timeline.push(`${begun}-${Date.now() - started} ms: ${name}`)
       }
       const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(Effect.orDie(effect))
       const victim = workerCount - 1
@@ -264,11 +271,18 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         await until(at(0.05 + (0.71 * i) / (schedule.length - 1)))
         await kinds[kind]!()
       }
-      await until(started + 0.85 * options.seconds * 1_000)
+      // What a fault leaves behind by design (a registration whose reply was lost) expires
+      // within a lock expiration: the workers stop once that has passed after the last one.
+      await until(Math.max(started + 0.85 * options.seconds * 1_000, Date.now() + 2 * lockMs))
+      timeline.push(`${Date.now() - started} ms: the workers are told to stop`)
 
       log("stopping the workers")
       for (const proc of live.values()) proc.child.stdin!.write("stop\n")
       const closing = await Promise.allSettled([...live.values()].map((proc) => proc.waitFor("closed", 90_000)))
+      for (const proc of live.values()) {
+        const at = proc.events.find((event) => event.t === "closed")?.at
+        if (at !== undefined) timeline.push(`${Number(at) - started} ms: ${proc.name} closed`)
+      }
       const seconds = (Date.now() - started) / 1_000
       const details: Array<string> = []
       let staleOrUnhealthy = closing.filter((result) => result.status === "rejected").length
@@ -309,6 +323,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const closedAt = Math.max(
         ...[...live.values()].map((proc) => Number(proc.events.find((event) => event.t === "closed")?.at ?? 0))
       )
+      /** Waiter sets left whose members have all passed their deadline (not a violation: reported). */
+      const expiredLeft: Array<string> = []
       /** The lock or waiter set left of a token: the key, its TTL, and whose id it holds. */
       const leftOver = async (token: string) => {
         const found: Array<string> = []
@@ -321,18 +337,26 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           found.push(`lock left: ${lockKey} = ${lockId} (${owner}), PTTL ${String(ttl)} ms, ${since}`)
         }
         const waitersKey = keys.waiters(token)
-        // members with the deadline of each, against the server's clock
+        // Each member has a deadline of its own (the server's clock): one past it no longer
+        // waits, and counts for nobody. A live one is a registration left behind.
         const scored = await run(server.command("ZRANGE", waitersKey, 0, -1, "WITHSCORES"))
         if (Array.isArray(scored) && scored.length > 0) {
           const [seconds, micros] = (await run(server.command("TIME"))) as [string, string]
           const now = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000)
           const ttl = await run(server.command("PTTL", waitersKey))
           const who: Array<string> = []
+          let live = 0
           for (let i = 0; i < scored.length; i += 2) {
             const id = String(scored[i])
-            who.push(`${id} (${nameOf(id)}, deadline in ${Number(scored[i + 1]) - now} ms)`)
+            const deadline = Number(scored[i + 1])
+            if (deadline > now) live++
+            who.push(
+              `${id} (${nameOf(id)}, registered ${deadline - lockMs - started} ms into the run, deadline in ${deadline - now} ms)`
+            )
           }
-          found.push(`waiter set left: ${waitersKey} = {${who.join(", ")}}, PTTL ${String(ttl)} ms, ${since}`)
+          const what = `${waitersKey} = {${who.join(", ")}}, PTTL ${String(ttl)} ms, ${since}`
+          if (live > 0) found.push(`waiter set left: ${what}`)
+          else expiredLeft.push(`${token}: only expired members: ${what}`)
         }
         return found
       }
@@ -466,7 +490,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         out_of_order_deliveries: outOfOrder,
         stale_or_unhealthy: staleOrUnhealthy,
         violations,
-        details: details.slice(0, 50)
+        details: details.slice(0, 50),
+        fault_timeline: timeline,
+        notes: expiredLeft
       } satisfies Report
     })
     return report
