@@ -29,6 +29,9 @@ export * as Mailbox from "./Mailbox.js"
 export * as MemoryStore from "./MemoryStore.js"
 
 /** @since 0.1.0 */
+export * as NodeMain from "./NodeMain.js"
+
+/** @since 0.1.0 */
 export * as Prometheus from "./Prometheus.js"
 
 /** @since 0.1.0 */

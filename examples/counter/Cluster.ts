@@ -6,7 +6,8 @@
  * The primary waits until every worker listens. A worker that dies before listening
  * fails the start (a bad setting or an unreachable Redis would fail every try); one that
  * dies later is replaced. On SIGTERM or SIGINT the primary asks every worker to shut down
- * gracefully (SIGTERM) and exits once all have exited.
+ * gracefully (SIGTERM) and exits once all have exited; a worker still running after the
+ * shutdown deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s) is killed.
  */
 import cluster, { type Worker } from "node:cluster"
 import * as Data from "effect/Data"
@@ -14,6 +15,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
+import * as NodeMain from "../../src/NodeMain.js"
 import type { AppSettings } from "./AppConfig.js"
 
 /** A worker exited before it listened: the app cannot start. */
@@ -30,9 +32,6 @@ export class WorkerStartFailed extends Data.TaggedError("WorkerStartFailed")<{
 type Event =
   | { readonly _tag: "listening"; readonly worker: Worker }
   | { readonly _tag: "exit"; readonly worker: Worker; readonly code: number | null; readonly signal: string | null }
-
-/** How long the primary waits for its workers to finish shutting down before killing them. */
-const shutdownGrace = Duration.seconds(30)
 
 /** Run the primary: fork, watch and finally stop the workers. Ends only by interruption or a failed start. */
 export const primary = (settings: AppSettings) =>
@@ -68,9 +67,13 @@ export const primary = (settings: AppSettings) =>
         if (workers.length === 0) return
         yield* Effect.logInfo(`counter: stopping ${workers.length} workers`)
         for (const worker of workers) worker.process.kill("SIGTERM")
-        const done = yield* Deferred.await(allExited).pipe(Effect.timeout(shutdownGrace), Effect.option)
+        // Each worker ends its own shutdown within this deadline from its first signal (and
+        // so does the primary, whose runMain applies it too): whichever comes first, no
+        // process outlives it by much.
+        const grace = yield* Effect.orElseSucceed(NodeMain.shutdownTimeout(), () => NodeMain.defaultShutdownTimeout)
+        const done = yield* Deferred.await(allExited).pipe(Effect.timeout(grace), Effect.option)
         if (done._tag === "None") {
-          yield* Effect.logWarning("counter: workers still running after 30 s: killing them")
+          yield* Effect.logWarning(`counter: workers still running after ${Duration.format(grace)}: killing them`)
           for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill("SIGKILL")
         }
       })

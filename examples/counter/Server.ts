@@ -4,14 +4,17 @@
  *
  * Shutdown order follows from the layers: the HTTP server closes first (no new
  * connection; every socket's fiber is interrupted, which closes the socket and removes
- * its record), then the leasehold worker (loops stopped, leases flushed, remaining
+ * its record; a connection still open after `connectionCloseGrace` is cut), then the
+ * leasehold worker (loops stopped, leases flushed, remaining
  * records removed, store connections closed).
  */
 import { createServer } from "node:http"
+import type { Socket as NetSocket } from "node:net"
 import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -78,12 +81,46 @@ const announce = Layer.scopedDiscard(
   })
 )
 
+/**
+ * How long a closing server waits for its connections to end by themselves (a WebSocket's
+ * close handshake, a request under way) before it cuts them: a peer that is frozen or gone
+ * never completes a close handshake, and the server's close would wait for it, keeping the
+ * leases and records behind it from their last write.
+ */
+export const connectionCloseGrace = Duration.seconds(2)
+
+/** An HTTP server that remembers its open connections, and can cut them once it closes. */
+const trackedServer = () => {
+  const server = createServer()
+  const open = new Set<NetSocket>()
+  server.on("connection", (socket) => {
+    open.add(socket)
+    socket.once("close", () => open.delete(socket))
+  })
+  return {
+    server,
+    /** From now on, cut whatever is still open after the grace. */
+    cutLingering: Effect.sync(() => {
+      // A timer outside the scope being closed: it must fire while the server's close waits.
+      const timer = setTimeout(() => {
+        for (const socket of open) socket.destroy()
+      }, Duration.toMillis(connectionCloseGrace))
+      timer.unref()
+      server.once("close", () => clearTimeout(timer))
+    })
+  }
+}
+
 /** The whole worker process: serve until interrupted. */
-export const layer = (settings: AppSettings) =>
-  Layer.mergeAll(HttpServer.serve(router), announce).pipe(
+export const layer = (settings: AppSettings) => {
+  const tracked = trackedServer()
+  // Released before the HTTP server (which it needs), so the grace starts as closing does.
+  const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
+  return Layer.mergeAll(HttpServer.serve(router), announce).pipe(
+    Layer.provide(cutOnClose),
     Layer.provide(
       NodeHttpServer.layer(
-        createServer,
+        () => tracked.server,
         Option.match(settings.host, {
           onNone: () => ({ port: settings.port }),
           onSome: (host) => ({ port: settings.port, host })
@@ -92,3 +129,4 @@ export const layer = (settings: AppSettings) =>
     ),
     Layer.provide(workerLayer(settings))
   )
+}

@@ -3,12 +3,12 @@
  * `WORKERS=N` (and Redis) a primary forks N worker processes sharing the port.
  */
 import cluster from "node:cluster"
-import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Cause from "effect/Cause"
 import * as ConfigError from "effect/ConfigError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import { runMain } from "../../src/NodeMain.js"
 import { appConfig, ClusterNeedsRedis } from "./AppConfig.js"
 import * as Cluster from "./Cluster.js"
 import * as Server from "./Server.js"
@@ -18,10 +18,6 @@ const program = Effect.gen(function* () {
   if (settings.workers > 1 && !settings.redis) return yield* new ClusterNeedsRedis({ workers: settings.workers })
   if (settings.workers > 1 && cluster.isPrimary) return yield* Cluster.primary(settings)
   if (cluster.isWorker) {
-    // The primary forwards SIGTERM, and a terminal sends SIGINT to the whole group: the
-    // first signal starts the graceful shutdown, a second must not cut it short.
-    process.on("SIGINT", () => undefined)
-    process.on("SIGTERM", () => undefined)
     // A primary that died without stopping us: shut down rather than linger.
     process.once("disconnect", () => process.kill(process.pid, "SIGTERM"))
   }
@@ -41,7 +37,11 @@ const messageOf = (error: unknown): string => {
 const reason = (cause: Cause.Cause<unknown>): string =>
   Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
 
-NodeRuntime.runMain(
+// The first SIGINT or SIGTERM starts the graceful shutdown (sockets closed, leases written,
+// records removed); later ones (npm forwarding a Ctrl-C, a signal to the whole group) do
+// not cut it short, and LEASEHOLD_SHUTDOWN_TIMEOUT_MS (10 s) bounds it. The same holds in
+// every mode: one process, a cluster primary, a cluster worker.
+runMain(
   program.pipe(
     Effect.tapErrorCause((cause) =>
       Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)

@@ -27,6 +27,11 @@ export interface App {
   /** Wait until `count` lines match `pattern`. */
   readonly waitForCount: (pattern: RegExp, count: number, ms?: number) => Effect.Effect<void>
   readonly kill: (signal: NodeJS.Signals) => Effect.Effect<void>
+  /**
+   * Signal the app's whole process group, as a terminal's Ctrl-C (npm and node together),
+   * systemd (`KillMode=control-group`) or a container runtime does.
+   */
+  readonly signalGroup: (signal: NodeJS.Signals) => Effect.Effect<void>
   /** The exit code (`null` when killed by a signal). */
   readonly exited: Effect.Effect<number | null>
 }
@@ -136,6 +141,10 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
       kill: (signal) =>
         Effect.sync(() => {
           child.kill(signal)
+        }),
+      signalGroup: (signal) =>
+        Effect.sync(() => {
+          process.kill(-child.pid!, signal)
         }),
       exited: Effect.promise(() => exit)
     }

@@ -1,0 +1,166 @@
+/**
+ * Running a leasehold app as a Node process: `runMain`, to call instead of
+ * `NodeRuntime.runMain`.
+ *
+ * A leasehold app shuts down gracefully: its sockets close, its leases write what they
+ * hold, its socket records are removed. `NodeRuntime.runMain` starts that on the first
+ * SIGINT or SIGTERM and then removes its listeners, so a second signal meets Node's
+ * default handler and ends the process in the middle of its shutdown. Second signals are
+ * the rule, not the exception: Ctrl-C in a terminal signals npm and node together, and npm
+ * forwards the same signal to its child; systemd, Docker and Kubernetes signal every
+ * process of a group or container. `runMain` keeps listening until the program has ended:
+ * the first signal interrupts the program, every later one is ignored, and a deadline
+ * (`shutdownTimeout`, 10 s unless set) ends a shutdown that hangs, well before a process
+ * manager's SIGKILL would.
+ *
+ * @since 0.1.0
+ */
+import type { RunMain, Teardown } from "@effect/platform/Runtime"
+import { defaultTeardown, makeRunMain } from "@effect/platform/Runtime"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import { dual } from "effect/Function"
+import { InvalidConfig } from "./LeaseholdConfig.js"
+
+/**
+ * The deadline when neither the option nor `LEASEHOLD_SHUTDOWN_TIMEOUT_MS` sets one: below
+ * what process managers wait before SIGKILL (systemd 90 s, Docker 10 s after its SIGTERM,
+ * Kubernetes 30 s), with room for a lease's last write.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const defaultShutdownTimeout: Duration.Duration = Duration.seconds(10)
+
+/**
+ * The environment variable that sets the deadline, in milliseconds (`shutdownTimeout`, when
+ * given, wins).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const shutdownTimeoutVariable = "LEASEHOLD_SHUTDOWN_TIMEOUT_MS"
+
+/**
+ * The exit code of a process whose shutdown did not finish within the deadline.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const timedOutExitCode = 124
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface RunMainOptions {
+  /** As `NodeRuntime.runMain`: do not log the program's failure. */
+  readonly disableErrorReporting?: boolean | undefined
+  /** As `NodeRuntime.runMain`: keep the default logger instead of the pretty one. */
+  readonly disablePrettyLogger?: boolean | undefined
+  /** As `NodeRuntime.runMain`: how the exit code follows from the program's exit. */
+  readonly teardown?: Teardown | undefined
+  /**
+   * How long the shutdown may take from the first signal before the process exits anyway
+   * (code 124, with one line on stderr). Default: `LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, else
+   * 10 seconds.
+   */
+  readonly shutdownTimeout?: Duration.DurationInput | undefined
+}
+
+/**
+ * The deadline `runMain` applies: the option, else `LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, else
+ * 10 s. A variable that is not a positive whole number of milliseconds is an
+ * `InvalidConfig`: `runMain` then starts nothing, prints the error on stderr and exits 1.
+ *
+ * @since 0.1.0
+ * @category accessors
+ */
+export const shutdownTimeout = (
+  options?: Pick<RunMainOptions, "shutdownTimeout">
+): Effect.Effect<Duration.Duration, InvalidConfig> =>
+  Effect.suspend(() => {
+    if (options?.shutdownTimeout !== undefined) return Effect.succeed(Duration.decode(options.shutdownTimeout))
+    const raw = process.env[shutdownTimeoutVariable]
+    if (raw === undefined || raw.trim() === "") return Effect.succeed(defaultShutdownTimeout)
+    const ms = Number(raw)
+    return Number.isInteger(ms) && ms > 0
+      ? Effect.succeed(Duration.millis(ms))
+      : Effect.fail(
+          new InvalidConfig({
+            knob: shutdownTimeoutVariable,
+            value: raw,
+            reason: "must be a whole number of ms above 0"
+          })
+        )
+  })
+
+const signals: ReadonlyArray<NodeJS.Signals> = ["SIGINT", "SIGTERM"]
+
+const runWithDeadline = (timeout: Duration.Duration): RunMain =>
+  makeRunMain(({ fiber, teardown }) => {
+    // Node exits when nothing is left to wait for; the program may be waiting on a fiber only.
+    const keepAlive = setInterval(() => undefined, 2 ** 31 - 1)
+    let signalled: NodeJS.Signals | undefined
+    let deadline: ReturnType<typeof setTimeout> | undefined
+    const onSignal = (signal: NodeJS.Signals) => {
+      // Later signals (npm forwarding the same Ctrl-C, a group-wide SIGTERM) only find the
+      // listener still there: the shutdown under way goes on.
+      if (signalled !== undefined) return
+      signalled = signal
+      // A timer outside the runtime: it must fire even when the program's shutdown is stuck.
+      deadline = setTimeout(() => {
+        process.stderr.write(
+          `leasehold: the shutdown after ${signal} did not finish within ${Duration.format(timeout)}: exiting\n`
+        )
+        process.exit(timedOutExitCode)
+      }, Duration.toMillis(timeout))
+      deadline.unref()
+      fiber.unsafeInterruptAsFork(fiber.id())
+    }
+    for (const signal of signals) process.on(signal, onSignal)
+    fiber.addObserver((exit) => {
+      for (const signal of signals) process.off(signal, onSignal)
+      clearInterval(keepAlive)
+      if (deadline !== undefined) clearTimeout(deadline)
+      teardown(exit, (code) => {
+        if (signalled !== undefined || code !== 0) process.exit(code)
+      })
+    })
+  })
+
+/**
+ * Run a program as the process's main: as `NodeRuntime.runMain`, except that the graceful
+ * shutdown the first SIGINT or SIGTERM starts is never cut short by a later signal, and is
+ * bounded by `shutdownTimeout` (after which the process exits with code 124).
+ *
+ * @example
+ * ```ts
+ * import * as Layer from "effect/Layer"
+ * import { runMain } from "leasehold/NodeMain"
+ *
+ * runMain(Layer.launch(AppLayer))
+ * ```
+ *
+ * @since 0.1.0
+ * @category running
+ */
+export const runMain: {
+  (options?: RunMainOptions): <E, A>(effect: Effect.Effect<A, E>) => void
+  <E, A>(effect: Effect.Effect<A, E>, options?: RunMainOptions): void
+} = dual(
+  (args) => Effect.isEffect(args[0]),
+  <E, A>(effect: Effect.Effect<A, E>, options?: RunMainOptions): void => {
+    const { shutdownTimeout: _, ...runOptions } = options ?? {}
+    const timeout = Effect.runSync(Effect.either(shutdownTimeout(options)))
+    if (Either.isLeft(timeout)) {
+      // The program does not start: said on stderr whatever the program's own error
+      // reporting (it may be off), as a failed start.
+      process.stderr.write(`leasehold: ${timeout.left.message}\n`)
+      process.exitCode = 1
+      return
+    }
+    runWithDeadline(timeout.right)(effect, { ...runOptions, teardown: runOptions.teardown ?? defaultTeardown })
+  }
+)
