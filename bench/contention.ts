@@ -30,7 +30,8 @@ import * as Option from "effect/Option"
 import { Redis } from "ioredis"
 import { encodeSignal } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
-import { type ScriptCommands, scripts } from "../src/internal/redisScripts.js"
+import { defineAll, invoke, singleServer } from "../src/internal/redis/script.js"
+import * as Scripts from "../src/internal/redis/scripts/index.js"
 import * as RedisCluster from "../test/support/RedisCluster.js"
 import * as RedisServer from "../test/support/RedisServer.js"
 import { flag, has, json, percentile } from "./args.js"
@@ -171,43 +172,39 @@ const pingP50 = (url: string) =>
 /** The two scripts of an uncontended modification, back to back, with the arguments RedisStore passes. */
 const scriptsFloorP50 = (url: string) =>
   Effect.promise(async () => {
-    const client = new Redis(url) as Redis & ScriptCommands
-    for (const [name, script] of Object.entries(scripts)) client.defineCommand(name, script)
+    const client = new Redis(url)
+    defineAll(client, Scripts.all, singleServer)
     const keys = makeKeys("leasehold")
     const token = "floor"
-    const contended = encodeSignal({ _tag: "Contended", instanceId: "floor" })
+    const waiter = {
+      instanceId: "floor",
+      register: "0",
+      contended: encodeSignal({ _tag: "Contended", instanceId: "floor" })
+    }
     const once = async (i: number) => {
       const lockId = `floor:${i}`
-      const grant = (await client.leaseholdTryAcquire(
-        4,
-        keys.lock(token),
-        keys.fence(token),
-        keys.waiters(token),
-        keys.slice(token, "counter"),
-        lockId,
-        "10000",
-        "3600000",
-        "floor",
-        "0",
-        keys.signal(token),
-        contended
-      )) as Array<unknown>
-      const n = typeof grant[3] === "string" ? (JSON.parse(grant[3]) as { n: number }).n : 0
-      await client.leaseholdCommitAndRelease(
-        3,
-        keys.lock(token),
-        keys.waiters(token),
-        keys.slice(token, "counter"),
-        lockId,
-        "3600000",
-        keys.signal(token),
-        encodeSignal({ _tag: "Released", lockId }),
-        "floor",
-        "0",
-        contended,
-        "10000",
-        JSON.stringify({ n: n + 1 })
+      const grant = Scripts.tryAcquire.decode(
+        await invoke(client, Scripts.tryAcquire, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          restKeys: [keys.slice(token, "counter")],
+          args: { lockId, lockMs: 10_000, tokenMs: 3_600_000, channel: keys.signal(token), ...waiter }
+        })
       )
+      const value = grant?._tag === "Acquired" ? grant.values[0] : null
+      const n = typeof value === "string" ? (JSON.parse(value) as { n: number }).n : 0
+      await invoke(client, Scripts.commitAndRelease, {
+        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        restKeys: [keys.slice(token, "counter")],
+        args: {
+          lockId,
+          tokenMs: 3_600_000,
+          channel: keys.signal(token),
+          releasedMessage: encodeSignal({ _tag: "Released", lockId }),
+          lockMs: 10_000,
+          ...waiter
+        },
+        restArgs: [JSON.stringify({ n: n + 1 })]
+      })
     }
     for (let i = 0; i < 200; i++) await once(i)
     const lat: Array<number> = []

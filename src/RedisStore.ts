@@ -36,6 +36,16 @@ import type { Cluster, Redis, RedisCommander } from "ioredis"
 import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "./internal/codec.js"
 import { makeKeys } from "./internal/keys.js"
 import {
+  cluster as clusterDialect,
+  commandLine,
+  defineAll,
+  type Input,
+  invoke,
+  type Script,
+  singleServer
+} from "./internal/redis/script.js"
+import * as Scripts from "./internal/redis/scripts/index.js"
+import {
   type ClusterEndpoint,
   clusterOptions,
   keySlot,
@@ -56,7 +66,6 @@ import {
   toStoreError,
   withLiveClock
 } from "./internal/redisConnection.js"
-import { type ScriptCommands, scripts, shardedScripts } from "./internal/redisScripts.js"
 import {
   isValidToken,
   signalInstance,
@@ -100,7 +109,7 @@ export interface Options {
 }
 
 /** The commands a single server's connection and a cluster client share, plus our scripts. */
-type CommandConnection = RedisCommander & ScriptCommands
+type CommandConnection = RedisCommander
 
 /** A subscriber connection: the only one on a single server, one per master on a cluster. */
 interface Subscriber {
@@ -215,9 +224,6 @@ const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
   new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
 
 const asArray = (reply: unknown): ReadonlyArray<unknown> | undefined => (Array.isArray(reply) ? reply : undefined)
-
-const asOptionalString = (value: unknown): Option.Option<string> =>
-  typeof value === "string" ? Option.some(value) : Option.none()
 
 const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   const entries: Array<MailboxEntry> = []
@@ -424,9 +430,7 @@ export const make = (
           clustered === undefined
             ? openConnection(endpoint, connectionOptions("command", timeouts), onError)
             : openCluster(clustered.seeds, clusterOptions(endpoint, "command", timeouts), onError)
-        for (const [name, script] of Object.entries(clustered === undefined ? scripts : shardedScripts)) {
-          connection.defineCommand(name, script)
-        }
+        defineAll(connection, Scripts.all, clustered === undefined ? singleServer : clusterDialect)
         track(connection, (ready) => {
           health.command = ready
         })
@@ -617,6 +621,20 @@ export const make = (
       )
     }
 
+    /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
+    const runScript = <K extends string, A extends string, R>(
+      operation: string,
+      script: Script<K, A, R>,
+      input: Input<K, A>
+    ): Effect.Effect<R, StoreError> =>
+      Effect.flatMap(
+        run(operation, (c) => invoke(c, script, input)),
+        (reply) => {
+          const decoded = script.decode(reply)
+          return decoded === undefined ? Effect.fail(unexpectedReply(operation, reply)) : Effect.succeed(decoded)
+        }
+      )
+
     /**
      * Single-key commands as one batch, each settled on its own: a pipeline on a single
      * server; on a cluster, where a pipeline must not span nodes, each command routed alone.
@@ -658,16 +676,14 @@ export const make = (
 
     // --- lock -----------------------------------------------------------------------
     /** The ARGV of a lock script's waiter part: instance id ("" for none), register flag, contended message. */
-    const waiterArgs = (
-      options: WaiterOptions | undefined
-    ): [instanceId: string, register: string, contended: string] =>
+    const waiterArgs = (options: WaiterOptions | undefined) =>
       options === undefined
-        ? ["", "0", ""]
-        : [
-            options.instanceId,
-            options.register === true ? "1" : "0",
-            encodeSignal({ _tag: "Contended", instanceId: options.instanceId })
-          ]
+        ? { instanceId: "", register: "0", contended: "" }
+        : {
+            instanceId: options.instanceId,
+            register: options.register === true ? "1" : "0",
+            contended: encodeSignal({ _tag: "Contended", instanceId: options.instanceId })
+          }
 
     const tryAcquire = Effect.fnUntraced(function* (
       token: string,
@@ -677,64 +693,27 @@ export const make = (
     ) {
       yield* validateTokenAndInstance(token, options?.instanceId)
       yield* validateSliceNames(slices)
-      const keyList = [
-        keys.lock(token),
-        keys.fence(token),
-        keys.waiters(token),
-        ...slices.map((name) => keys.slice(token, name))
-      ]
-      const [instanceId, register, contended] = waiterArgs(options)
-      const reply = yield* run("tryAcquire", (c) =>
-        c.leaseholdTryAcquire(
-          keyList.length,
-          ...keyList,
-          lockId,
-          String(lockMs),
-          String(tokenMs),
-          instanceId,
-          register,
-          keys.signal(token),
-          contended
-        )
-      )
-      const list = asArray(reply)
-      let result: AcquireResult
-      if (list?.[0] === 1) {
-        result = {
-          _tag: "Acquired",
-          fence: Number(list[1]),
-          values: slices.map((_, i) => asOptionalString(list[i + 3])),
-          contenders: Number(list[2])
-        }
-      } else if (list?.[0] === 0) {
-        result = { _tag: "Held", remainingMs: remaining(list[1]) }
-      } else {
-        return yield* Effect.fail(unexpectedReply("tryAcquire", reply))
-      }
-      return result
+      const reply = yield* runScript("tryAcquire", Scripts.tryAcquire, {
+        keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+        restKeys: slices.map((name) => keys.slice(token, name)),
+        args: { lockId, lockMs, tokenMs, channel: keys.signal(token), ...waiterArgs(options) }
+      })
+      if (reply._tag === "Held") return { _tag: "Held", remainingMs: remaining(reply.pttl) } satisfies AcquireResult
+      if (reply.values.length !== slices.length) return yield* Effect.fail(unexpectedReply("tryAcquire", reply))
+      return {
+        _tag: "Acquired",
+        fence: reply.fence,
+        values: reply.values.map(Option.fromNullable),
+        contenders: reply.contenders
+      } satisfies AcquireResult
     })
 
     const release = Effect.fnUntraced(function* (token: string, lockId: string, options?: WaiterOptions) {
       yield* validateTokenAndInstance(token, options?.instanceId)
-      const [instanceId, register, contended] = waiterArgs(options)
-      const reply = yield* run("release", (c) =>
-        c.leaseholdRelease(
-          keys.lock(token),
-          keys.waiters(token),
-          lockId,
-          keys.signal(token),
-          released(lockId),
-          instanceId,
-          register,
-          contended,
-          String(lockMs)
-        )
-      )
-      const [deleted, contenders] = asArray(reply) ?? []
-      if (typeof deleted !== "number" || typeof contenders !== "number") {
-        return yield* Effect.fail(unexpectedReply("release", reply))
-      }
-      return { released: deleted === 1, contenders } satisfies ReleaseResult
+      return yield* runScript("release", Scripts.release, {
+        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        args: { lockId, channel: keys.signal(token), releasedMessage: released(lockId), lockMs, ...waiterArgs(options) }
+      }) satisfies Effect.Effect<ReleaseResult, StoreError>
     })
 
     const writeIfHolder = Effect.fnUntraced(function* (
@@ -744,22 +723,15 @@ export const make = (
     ) {
       yield* validateToken(token)
       yield* validateSliceNames(entries.map(([name]) => name))
-      const keyList = [keys.lock(token), ...entries.map(([name]) => keys.slice(token, name))]
-      const reply = yield* run("writeIfHolder", (c) =>
-        c.leaseholdWriteIfHolder(
-          keyList.length,
-          ...keyList,
-          lockId,
-          String(tokenMs),
-          ...entries.map(([, value]) => value)
-        )
-      )
-      const list = asArray(reply)
-      if (list?.[0] === 1) return
-      if (list?.[0] === 0) {
-        return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
+      const reply = yield* runScript("writeIfHolder", Scripts.writeIfHolder, {
+        keys: { lock: keys.lock(token) },
+        restKeys: entries.map(([name]) => keys.slice(token, name)),
+        args: { lockId, tokenMs },
+        restArgs: entries.map(([, value]) => value)
+      })
+      if (reply._tag === "Lost") {
+        return yield* Effect.fail(new LockLost({ token, lockId, holder: Option.fromNullable(reply.holder) }))
       }
-      return yield* Effect.fail(unexpectedReply("writeIfHolder", reply))
     })
 
     const commitAndRelease = Effect.fnUntraced(function* (
@@ -770,86 +742,83 @@ export const make = (
     ) {
       yield* validateTokenAndInstance(token, options?.instanceId)
       yield* validateSliceNames(entries.map(([name]) => name))
-      const keyList = [keys.lock(token), keys.waiters(token), ...entries.map(([name]) => keys.slice(token, name))]
-      const [instanceId, register, contended] = waiterArgs(options)
-      const reply = yield* run("commitAndRelease", (c) =>
-        c.leaseholdCommitAndRelease(
-          keyList.length,
-          ...keyList,
+      const reply = yield* runScript("commitAndRelease", Scripts.commitAndRelease, {
+        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        restKeys: entries.map(([name]) => keys.slice(token, name)),
+        args: {
           lockId,
-          String(tokenMs),
-          keys.signal(token),
-          released(lockId),
-          instanceId,
-          register,
-          contended,
-          String(lockMs),
-          ...entries.map(([, value]) => value)
-        )
-      )
-      const list = asArray(reply)
-      if (list?.[0] === 1 && typeof list[1] === "number") return list[1]
-      if (list?.[0] === 0) {
-        return yield* Effect.fail(new LockLost({ token, lockId, holder: asOptionalString(list[1]) }))
+          tokenMs,
+          channel: keys.signal(token),
+          releasedMessage: released(lockId),
+          lockMs,
+          ...waiterArgs(options)
+        },
+        restArgs: entries.map(([, value]) => value)
+      })
+      if (reply._tag === "Lost") {
+        return yield* Effect.fail(new LockLost({ token, lockId, holder: Option.fromNullable(reply.holder) }))
       }
-      return yield* Effect.fail(unexpectedReply("commitAndRelease", reply))
+      return reply.contenders
     })
 
     const extend = Effect.fnUntraced(function* (token: string, lockId: string) {
       yield* validateToken(token)
-      const reply = yield* run("extend", (c) => c.leaseholdExtend(keys.lock(token), lockId, String(lockMs)))
-      return reply === 1
+      return yield* runScript("extend", Scripts.extend, { keys: { lock: keys.lock(token) }, args: { lockId, lockMs } })
     })
 
     const holder = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
-      const reply = yield* run("holder", (c) => c.leaseholdHolder(keys.lock(token), keys.fence(token)))
-      if (reply === null) return Option.none<LockHolder>()
-      const [lockId, fence, pttl] = asArray(reply) ?? []
-      if (typeof lockId !== "string") return yield* Effect.fail(unexpectedReply("holder", reply))
-      if (fence !== null && fence !== undefined && !Number.isSafeInteger(Number(fence))) {
+      const reply = yield* runScript("holder", Scripts.holder, {
+        keys: { lock: keys.lock(token), fence: keys.fence(token) },
+        args: {}
+      })
+      if (reply._tag === "Free") return Option.none<LockHolder>()
+      if (reply.fence !== null && !Number.isSafeInteger(Number(reply.fence))) {
         return yield* Effect.fail(
           new StoreRefused({ operation: "holder", reply: "ERR value is not an integer or out of range" })
         )
       }
       return Option.some<LockHolder>({
-        lockId,
+        lockId: reply.lockId,
         // The fence lives as long as the slices; a lock outliving it reports 0.
-        fence: fence === null || fence === undefined ? 0 : Number(fence),
-        remainingMs: remaining(pttl)
+        fence: reply.fence === null ? 0 : Number(reply.fence),
+        remainingMs: remaining(reply.pttl)
       })
     })
 
     // --- waiters --------------------------------------------------------------------
     const registerWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
-      yield* run("registerWaiter", (c) =>
-        c.leaseholdRegisterWaiter(
-          keys.waiters(token),
+      yield* runScript("registerWaiter", Scripts.registerWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: {
           instanceId,
-          String(lockMs),
-          keys.signal(token),
-          encodeSignal({ _tag: "Contended", instanceId })
-        )
-      )
+          lockMs,
+          channel: keys.signal(token),
+          contended: encodeSignal({ _tag: "Contended", instanceId })
+        }
+      })
     })
 
     const deregisterWaiter = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
-      yield* run("deregisterWaiter", (c) => c.leaseholdDeregisterWaiter(keys.waiters(token), instanceId))
+      yield* runScript("deregisterWaiter", Scripts.deregisterWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      })
     })
 
     const otherContenders = Effect.fnUntraced(function* (token: string, instanceId: string) {
       yield* validateTokens(token, instanceId)
-      const reply = yield* run("otherContenders", (c) => c.leaseholdOtherContenders(keys.waiters(token), instanceId))
-      return Number(reply)
+      return yield* runScript("otherContenders", Scripts.otherContenders, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      })
     })
 
     const waiters = Effect.fnUntraced(function* (token: string) {
       yield* validateToken(token)
-      const reply = yield* run("waiters", (c) => c.leaseholdWaiters(keys.waiters(token)))
-      if (!Array.isArray(reply)) return yield* Effect.fail(unexpectedReply("waiters", reply))
-      return reply.map(String)
+      return yield* runScript("waiters", Scripts.waiters, { keys: { waiters: keys.waiters(token) }, args: {} })
     })
 
     // --- slices ---------------------------------------------------------------------
@@ -857,11 +826,12 @@ export const make = (
       yield* validateToken(token)
       yield* validateSliceNames(names)
       if (names.length === 0) return []
-      const keyList = names.map((name) => keys.slice(token, name))
-      const reply = yield* run("readSlices", (c) => c.leaseholdReadSlices(keyList.length, ...keyList, String(tokenMs)))
-      const list = asArray(reply)
-      if (list === undefined) return yield* Effect.fail(unexpectedReply("readSlices", reply))
-      return names.map((_, i) => asOptionalString(list[i]))
+      const values = yield* runScript("readSlices", Scripts.readSlices, {
+        keys: {},
+        restKeys: names.map((name) => keys.slice(token, name)),
+        args: { tokenMs }
+      })
+      return names.map((_, i) => Option.fromNullable(values[i]))
     })
 
     // --- signals --------------------------------------------------------------------
@@ -953,27 +923,16 @@ export const make = (
     })
 
     // --- socket records -------------------------------------------------------------
-    /** A claim script's reply: `{1}` claimed, `{0, record}` taken by that record. */
-    const claimResult = (
-      operation: string,
-      key: string,
-      reply: unknown
-    ): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
-      const list = asArray(reply)
-      if (list?.[0] === 1) return Either.right({ _tag: "Claimed" })
-      if (list?.[0] === 0 && typeof list[1] === "string") {
-        return Either.map(decodeSocketRecord(key, list[1]), (record): ClaimResult => ({ _tag: "Taken", record }))
-      }
-      return Either.left(unexpectedReply(operation, reply))
-    }
-
     const claimSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
       const key = keys.socket(token)
-      const reply = yield* run("claimSocket", (c) =>
-        c.leaseholdClaimSocket(key, encodeSocketRecord(record), String(tokenMs))
-      )
-      return yield* claimResult("claimSocket", key, reply)
+      const reply = yield* runScript("claimSocket", Scripts.claimSocket, {
+        keys: { socket: key },
+        args: { record: encodeSocketRecord(record), tokenMs }
+      })
+      if (reply._tag === "Claimed") return reply satisfies ClaimResult
+      const taken = yield* decodeSocketRecord(key, reply.raw)
+      return { _tag: "Taken", record: taken } satisfies ClaimResult
     })
 
     const readSocket = Effect.fnUntraced(function* (token: string) {
@@ -986,18 +945,18 @@ export const make = (
 
     const deleteSocketIfOwner = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
-      const reply = yield* run("deleteSocketIfOwner", (c) =>
-        c.leaseholdDeleteSocketIfOwner(keys.socket(token), record.instanceId, record.connectionId)
-      )
-      return reply === 1
+      return yield* runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
+        keys: { socket: keys.socket(token) },
+        args: { instanceId: record.instanceId, connectionId: record.connectionId }
+      })
     })
 
     const refreshSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
-      const reply = yield* run("refreshSocket", (c) =>
-        c.leaseholdRefreshSocket(keys.socket(token), record.instanceId, record.connectionId, String(tokenMs))
-      )
-      return reply === 1
+      return yield* runScript("refreshSocket", Scripts.refreshSocket, {
+        keys: { socket: keys.socket(token) },
+        args: { instanceId: record.instanceId, connectionId: record.connectionId, tokenMs }
+      })
     })
 
     /** One SCAN page of one node, then the records of its keys in one batched round trip. */
@@ -1061,9 +1020,11 @@ export const make = (
       if (claims.length === 0) return []
       const replies = yield* runBatch(
         "claimSockets",
-        claims.map(
-          ([token, record]) =>
-            ["leaseholdClaimSocket", keys.socket(token), encodeSocketRecord(record), String(tokenMs)] as const
+        claims.map(([token, record]) =>
+          commandLine(Scripts.claimSocket, {
+            keys: { socket: keys.socket(token) },
+            args: { record: encodeSocketRecord(record), tokenMs }
+          })
         )
       )
       const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
@@ -1077,7 +1038,17 @@ export const make = (
           results.push(Either.left(mapped))
           continue
         }
-        results.push(claimResult("claimSockets", keys.socket(claims[i]![0]), reply))
+        const claimed = Scripts.claimSocket.decode(reply)
+        results.push(
+          claimed === undefined
+            ? Either.left(unexpectedReply("claimSockets", reply))
+            : claimed._tag === "Claimed"
+              ? Either.right(claimed)
+              : Either.map(
+                  decodeSocketRecord(keys.socket(claims[i]![0]), claimed.raw),
+                  (record): ClaimResult => ({ _tag: "Taken", record })
+                )
+        )
       }
       return results
     })
@@ -1194,12 +1165,11 @@ export const make = (
       options: { readonly maxLen: number; readonly ttlMs: number }
     ) {
       yield* validateToken(instanceId)
-      const ttlMs = String(Math.max(1, Math.ceil(options.ttlMs)))
-      const id = yield* run("mailboxAppend", (c) =>
-        c.leaseholdMailboxAppend(keys.mailbox(instanceId), String(options.maxLen), payload, ttlMs)
-      )
-      if (typeof id !== "string") return yield* Effect.fail(unexpectedReply("mailboxAppend", id))
-      return id
+      const ttlMs = Math.max(1, Math.ceil(options.ttlMs))
+      return yield* runScript("mailboxAppend", Scripts.mailboxAppend, {
+        keys: { mailbox: keys.mailbox(instanceId) },
+        args: { maxLen: options.maxLen, payload, ttlMs }
+      })
     })
 
     /** Ask the server to end a blocking read whose caller went away, so the connection is free again. */
@@ -1302,19 +1272,17 @@ export const make = (
       } while (cursor !== "0")
       if (found.size === 0) return []
       const names = [...found].sort()
-      const reply = yield* run("tokenKeys", (c) => c.leaseholdDescribeKeys(names.length, ...names))
-      if (!Array.isArray(reply)) return yield* Effect.fail(unexpectedReply("tokenKeys", reply))
+      const described = yield* runScript("tokenKeys", Scripts.describeKeys, { keys: {}, restKeys: names, args: {} })
       const head = keys.tokenHead(token)
       const infos: Array<KeyInfo> = []
-      for (let i = 0; i < names.length; i++) {
-        const [kind, pttl, size] = (reply[i] ?? []) as [unknown, unknown, unknown]
+      for (const [i, { pttl, size, type }] of described.entries()) {
         // Expired or deleted between the scan and the script.
-        if (kind === "none") continue
+        if (type === "none") continue
         infos.push({
           name: names[i]!.slice(head.length),
-          kind: kind === "string" ? kind : kind === "zset" ? "set" : "other",
-          size: Number(size),
-          ttlMs: Number(pttl) >= 0 ? Option.some(Number(pttl)) : Option.none()
+          kind: type === "string" ? type : type === "zset" ? "set" : "other",
+          size,
+          ttlMs: pttl >= 0 ? Option.some(pttl) : Option.none()
         })
       }
       return infos

@@ -1,0 +1,71 @@
+/**
+ * Every Lua script of `RedisStore`, one module each (`define` in `../script.ts` gives each its
+ * named keys, named arguments and reply decoder). `all` is what `defineCommand` runs over.
+ *
+ * @internal
+ */
+import type { AnyScript } from "../script.js"
+import * as CommitAndRelease from "./commitAndRelease.js"
+import * as DescribeKeys from "./describeKeys.js"
+import * as Extend from "./extend.js"
+import * as Holder from "./holder.js"
+import * as MailboxAppend from "./mailboxAppend.js"
+import * as ReadSlices from "./readSlices.js"
+import * as Release from "./release.js"
+import * as Sockets from "./sockets.js"
+import * as TryAcquire from "./tryAcquire.js"
+import * as Waiters from "./waiters.js"
+import * as WriteIfHolder from "./writeIfHolder.js"
+
+/** @internal */
+export const tryAcquire = TryAcquire.script
+/** @internal */
+export const release = Release.script
+/** @internal */
+export const writeIfHolder = WriteIfHolder.script
+/** @internal */
+export const commitAndRelease = CommitAndRelease.script
+/** @internal */
+export const extend = Extend.script
+/** @internal */
+export const holder = Holder.script
+/** @internal */
+export const registerWaiter = Waiters.register
+/** @internal */
+export const deregisterWaiter = Waiters.deregister
+/** @internal */
+export const otherContenders = Waiters.otherContenders
+/** @internal */
+export const waiters = Waiters.live
+/** @internal */
+export const readSlices = ReadSlices.script
+/** @internal */
+export const claimSocket = Sockets.claim
+/** @internal */
+export const deleteSocketIfOwner = Sockets.deleteIfOwner
+/** @internal */
+export const refreshSocket = Sockets.refresh
+/** @internal */
+export const mailboxAppend = MailboxAppend.script
+/** @internal */
+export const describeKeys = DescribeKeys.script
+
+/** @internal */
+export const all: ReadonlyArray<AnyScript> = [
+  tryAcquire,
+  release,
+  writeIfHolder,
+  commitAndRelease,
+  extend,
+  holder,
+  registerWaiter,
+  deregisterWaiter,
+  otherContenders,
+  waiters,
+  readSlices,
+  claimSocket,
+  deleteSocketIfOwner,
+  refreshSocket,
+  mailboxAppend,
+  describeKeys
+]

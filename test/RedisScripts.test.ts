@@ -1,0 +1,91 @@
+/**
+ * The typed scripts of `RedisStore`: a call names its keys and arguments, so their order
+ * on the wire is the script's own, and a reply of another shape is refused by the decoder.
+ * (What each script does is the conformance suite's business, on a real server.)
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import { cluster, commandLine, singleServer } from "../src/internal/redis/script.js"
+import * as Scripts from "../src/internal/redis/scripts/index.js"
+
+describe("Redis scripts", () => {
+  it("the command line follows the script's declared order, whatever the order of the call's fields", () => {
+    const input = {
+      keys: { waiters: "w", lock: "l", fence: "f" },
+      restKeys: ["s1", "s2"],
+      args: { contended: "c", channel: "ch", register: "1", instanceId: "i", tokenMs: 2, lockMs: 1, lockId: "id" }
+    }
+    deepStrictEqual(commandLine(Scripts.tryAcquire, input), [
+      "leaseholdTryAcquire",
+      "5",
+      "l",
+      "f",
+      "w",
+      "s1",
+      "s2",
+      "id",
+      "1",
+      "2",
+      "i",
+      "1",
+      "ch",
+      "c"
+    ])
+  })
+
+  it("the Lua opens with one named local per key and argument, in the same order", () => {
+    const lua = Scripts.release.lua(singleServer)
+    const header = lua.split("\n").slice(0, 9)
+    deepStrictEqual(header, [
+      "local lock = KEYS[1]",
+      "local waiters = KEYS[2]",
+      "local lockId = ARGV[1]",
+      "local channel = ARGV[2]",
+      "local releasedMessage = ARGV[3]",
+      "local instanceId = ARGV[4]",
+      "local register = ARGV[5]",
+      "local contended = ARGV[6]",
+      "local lockMs = ARGV[7]"
+    ])
+  })
+
+  it("the dialect chooses the publish command; no other text differs", () => {
+    for (const script of Scripts.all) {
+      const single = script.lua(singleServer)
+      const sharded = script.lua(cluster)
+      assert.notInclude(single, "SPUBLISH", script.name)
+      assert.strictEqual(sharded, single.replaceAll('"PUBLISH"', '"SPUBLISH"'), script.name)
+    }
+  })
+
+  it("a reply of another shape decodes to nothing", () => {
+    assert.isUndefined(Scripts.tryAcquire.decode([1, "7", 0]))
+    assert.isUndefined(Scripts.tryAcquire.decode([1, 7, 0, 3]))
+    assert.isUndefined(Scripts.tryAcquire.decode("OK"))
+    deepStrictEqual(Scripts.tryAcquire.decode([1, 7, 2, "v", null]), {
+      _tag: "Acquired",
+      fence: 7,
+      contenders: 2,
+      values: ["v", null]
+    })
+    deepStrictEqual(Scripts.tryAcquire.decode([0, 120]), { _tag: "Held", pttl: 120 })
+    assert.isUndefined(Scripts.release.decode([1]))
+    assert.isUndefined(Scripts.holder.decode(["id", 3, 10]))
+    assert.isUndefined(Scripts.waiters.decode(["a", 1]))
+    assert.isUndefined(Scripts.describeKeys.decode([["string", 10]]))
+  })
+
+  it("a call that misnames a key or an argument does not compile", () => {
+    const line = () =>
+      commandLine(Scripts.extend, {
+        keys: { lock: "l" },
+        // @ts-expect-error: the argument is `lockId`
+        args: { lockID: "id", lockMs: 1 }
+      })
+    const missing = () =>
+      // @ts-expect-error: `lockMs` is missing
+      commandLine(Scripts.extend, { keys: { lock: "l" }, args: { lockId: "id" } })
+    assert.isFunction(line)
+    assert.isFunction(missing)
+  })
+})
