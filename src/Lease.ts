@@ -642,7 +642,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           onFailure: (cause) => {
             // The requests queued meanwhile make their own attempts. A failed attempt may
             // still have registered this worker: the session deregisters it if it ends
-            // without a grant (the waiter set's TTL covers the rest).
+            // without a grant (the registration's own deadline covers the rest).
             if (session.queue.length > 0) {
               return Effect.zipRight(start(session, { registered: true, yieldFirst: false }), Effect.failCause(cause))
             }

@@ -269,7 +269,7 @@ export const make = Effect.gen(function* () {
         if (!wanted) return Option.none<Grant>()
         // Signals from before the attempt are answered by it.
         yield* Queue.takeAll(signals)
-        // Each attempt re-registers: it refreshes the waiter set's TTL and tells a lease
+        // Each attempt re-registers: it refreshes this worker's deadline in the waiter set and tells a lease
         // that started since the last attempt that this instance waits.
         state.attempting = lockId
         const result = yield* store.tryAcquire(token, lockId, slices, { instanceId, register: true })
@@ -288,7 +288,7 @@ export const make = Effect.gen(function* () {
     }).pipe(
       // Leaving without a grant handed out (every waiter gone, interrupted, or a store
       // error): no lock of this attempt stays taken and the instance does not stay
-      // registered. The lock's and the waiter set's TTLs cover a store that is away.
+      // registered. The lock's TTL and the registration's deadline cover a store that is away.
       Effect.onExit((exit) =>
         Effect.suspend(() => {
           const lockId = state.attempting

@@ -7,8 +7,8 @@
  * SIGINT or SIGTERM and then removes its listeners, so a second signal meets Node's
  * default handler and ends the process in the middle of its shutdown. Second signals are
  * the rule, not the exception: Ctrl-C in a terminal signals npm and node together, and npm
- * forwards the same signal to its child; systemd, Docker and Kubernetes signal every
- * process of a group or container. `runMain` keeps listening until the program has ended:
+ * forwards the same signal to its child; systemd signals every process of the service's
+ * group, and a cluster primary forwards the signal its workers already had. `runMain` keeps listening until the program has ended:
  * the first signal interrupts the program, every later one is ignored, and a deadline
  * (`shutdownTimeout`, 10 s unless set) ends a shutdown that hangs, well before a process
  * manager's SIGKILL would.
@@ -25,8 +25,9 @@ import { InvalidConfig } from "./LeaseholdConfig.js"
 
 /**
  * The deadline when neither the option nor `LEASEHOLD_SHUTDOWN_TIMEOUT_MS` sets one: below
- * what process managers wait before SIGKILL (systemd 90 s, Docker 10 s after its SIGTERM,
- * Kubernetes 30 s), with room for a lease's last write.
+ * what systemd (90 s) and Kubernetes (30 s) wait before SIGKILL, with room for a lease's
+ * last write. Docker's default stop timeout is the same 10 s: raise it (`--stop-timeout`)
+ * or lower this.
  *
  * @since 0.1.0
  * @category constants
@@ -50,6 +51,9 @@ export const shutdownTimeoutVariable = "LEASEHOLD_SHUTDOWN_TIMEOUT_MS"
  */
 export const timedOutExitCode = 124
 
+/** The longest delay a Node timer keeps (a longer one fires at once). */
+const maxTimerMs = 2 ** 31 - 1
+
 /**
  * @since 0.1.0
  * @category models
@@ -64,7 +68,8 @@ export interface RunMainOptions {
   /**
    * How long the shutdown may take from the first signal before the process exits anyway
    * (code 124, with one line on stderr). Default: `LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, else
-   * 10 seconds.
+   * 10 seconds. `Duration.infinity`: no deadline. Above 0 and at most 2^31-1 ms (what a
+   * Node timer can wait).
    */
   readonly shutdownTimeout?: Duration.DurationInput | undefined
 }
@@ -81,17 +86,29 @@ export const shutdownTimeout = (
   options?: Pick<RunMainOptions, "shutdownTimeout">
 ): Effect.Effect<Duration.Duration, InvalidConfig> =>
   Effect.suspend(() => {
-    if (options?.shutdownTimeout !== undefined) return Effect.succeed(Duration.decode(options.shutdownTimeout))
+    if (options?.shutdownTimeout !== undefined) {
+      const timeout = Duration.decode(options.shutdownTimeout)
+      const ms = Duration.toMillis(timeout)
+      return ms === Number.POSITIVE_INFINITY || (ms > 0 && ms <= maxTimerMs)
+        ? Effect.succeed(timeout)
+        : Effect.fail(
+            new InvalidConfig({
+              knob: "shutdownTimeout",
+              value: Duration.format(timeout),
+              reason: `must be above 0 and at most ${maxTimerMs} ms, or infinite`
+            })
+          )
+    }
     const raw = process.env[shutdownTimeoutVariable]
     if (raw === undefined || raw.trim() === "") return Effect.succeed(defaultShutdownTimeout)
     const ms = Number(raw)
-    return Number.isInteger(ms) && ms > 0
+    return Number.isInteger(ms) && ms > 0 && ms <= maxTimerMs
       ? Effect.succeed(Duration.millis(ms))
       : Effect.fail(
           new InvalidConfig({
             knob: shutdownTimeoutVariable,
             value: raw,
-            reason: "must be a whole number of ms above 0"
+            reason: `must be a whole number of ms above 0 and at most ${maxTimerMs}`
           })
         )
   })
@@ -109,6 +126,8 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
       // listener still there: the shutdown under way goes on.
       if (signalled !== undefined) return
       signalled = signal
+      fiber.unsafeInterruptAsFork(fiber.id())
+      if (!Duration.isFinite(timeout)) return
       // A timer outside the runtime: it must fire even when the program's shutdown is stuck.
       deadline = setTimeout(() => {
         process.stderr.write(
@@ -117,7 +136,6 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
         process.exit(timedOutExitCode)
       }, Duration.toMillis(timeout))
       deadline.unref()
-      fiber.unsafeInterruptAsFork(fiber.id())
     }
     for (const signal of signals) process.on(signal, onSignal)
     fiber.addObserver((exit) => {

@@ -6,8 +6,9 @@
  * The primary waits until every worker listens. A worker that dies before listening
  * fails the start (a bad setting or an unreachable Redis would fail every try); one that
  * dies later is replaced. On SIGTERM or SIGINT the primary asks every worker to shut down
- * gracefully (SIGTERM) and exits once all have exited; a worker still running after the
- * shutdown deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s) is killed.
+ * gracefully (SIGTERM) and exits once all have exited; a worker still running 1 s after its
+ * own shutdown deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s) is killed, and the primary's
+ * deadline is 2 s after the workers'.
  */
 import cluster, { type Worker } from "node:cluster"
 import * as Data from "effect/Data"
@@ -28,6 +29,24 @@ export class WorkerStartFailed extends Data.TaggedError("WorkerStartFailed")<{
     return `a worker (pid ${this.pid}) exited before listening (code ${this.code}, signal ${this.signal}); its log above says why`
   }
 }
+
+/** The deadline each worker applies to its shutdown (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s). */
+const workerDeadline = (): Duration.Duration =>
+  Effect.runSync(Effect.orElseSucceed(NodeMain.shutdownTimeout(), () => NodeMain.defaultShutdownTimeout))
+
+/**
+ * The primary's `runMain` options: its deadline is its workers' plus 2 s, so that it waits
+ * for them (and kills the ones still running 1 s after theirs) before it exits. With a bad
+ * `LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, nothing: `runMain` reports it.
+ */
+export const primaryDeadline: NodeMain.RunMainOptions = Effect.runSync(
+  Effect.match(NodeMain.shutdownTimeout(), {
+    onFailure: () => ({}),
+    onSuccess: (timeout) => ({
+      shutdownTimeout: Duration.millis(Math.min(Duration.toMillis(timeout) + 2_000, 2 ** 31 - 1))
+    })
+  })
+)
 
 type Event =
   | { readonly _tag: "listening"; readonly worker: Worker }
@@ -67,10 +86,9 @@ export const primary = (settings: AppSettings) =>
         if (workers.length === 0) return
         yield* Effect.logInfo(`counter: stopping ${workers.length} workers`)
         for (const worker of workers) worker.process.kill("SIGTERM")
-        // Each worker ends its own shutdown within this deadline from its first signal (and
-        // so does the primary, whose runMain applies it too): whichever comes first, no
-        // process outlives it by much.
-        const grace = yield* Effect.orElseSucceed(NodeMain.shutdownTimeout(), () => NodeMain.defaultShutdownTimeout)
+        // Each worker ends its own shutdown within its deadline from its first signal; one
+        // that has not a second later (frozen) is killed, before the primary's own deadline.
+        const grace = Duration.sum(workerDeadline(), Duration.seconds(1))
         const done = yield* Deferred.await(allExited).pipe(Effect.timeout(grace), Effect.option)
         if (done._tag === "None") {
           yield* Effect.logWarning(`counter: workers still running after ${Duration.format(grace)}: killing them`)

@@ -112,8 +112,11 @@ const trackedServer = () => {
 }
 
 /** The whole worker process: serve until interrupted. */
-export const layer = (settings: AppSettings) => {
-  const tracked = trackedServer()
+export const layer = (settings: AppSettings) =>
+  Layer.unwrapEffect(Effect.sync(() => serving(settings, trackedServer())))
+
+/** One server per build of `layer`. */
+const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer>) => {
   // Released before the HTTP server (which it needs), so the grace starts as closing does.
   const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
   return Layer.mergeAll(HttpServer.serve(router), announce).pipe(

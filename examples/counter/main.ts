@@ -18,8 +18,14 @@ const program = Effect.gen(function* () {
   if (settings.workers > 1 && !settings.redis) return yield* new ClusterNeedsRedis({ workers: settings.workers })
   if (settings.workers > 1 && cluster.isPrimary) return yield* Cluster.primary(settings)
   if (cluster.isWorker) {
-    // A primary that died without stopping us: shut down rather than linger.
-    process.once("disconnect", () => process.kill(process.pid, "SIGTERM"))
+    // A primary that died without stopping us: shut down gracefully rather than linger.
+    // Node ends a worker at once on a disconnect it did not expect, after this listener:
+    // marked as expected, the worker runs its shutdown (leases written, records removed).
+    const self = cluster.worker!
+    self.once("disconnect", () => {
+      self.exitedAfterDisconnect = true
+      process.kill(process.pid, "SIGTERM")
+    })
   }
   return yield* Layer.launch(Server.layer(settings))
 })
@@ -40,12 +46,14 @@ const reason = (cause: Cause.Cause<unknown>): string =>
 // The first SIGINT or SIGTERM starts the graceful shutdown (sockets closed, leases written,
 // records removed); later ones (npm forwarding a Ctrl-C, a signal to the whole group) do
 // not cut it short, and LEASEHOLD_SHUTDOWN_TIMEOUT_MS (10 s) bounds it. The same holds in
-// every mode: one process, a cluster primary, a cluster worker.
+// every mode: one process, a cluster primary, a cluster worker. A primary of workers waits
+// for theirs: its own deadline comes after.
+const forksWorkers = cluster.isPrimary && Number(process.env.WORKERS ?? "1") > 1
 runMain(
   program.pipe(
     Effect.tapErrorCause((cause) =>
       Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
     )
   ),
-  { disableErrorReporting: true }
+  { disableErrorReporting: true, ...(forksWorkers ? Cluster.primaryDeadline : {}) }
 )

@@ -562,7 +562,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
         assert.isTrue((yield* fx.store.release("tok", "lock-c")).released)
 
-        // the last member leaving removes the set, as SREM does
+        // the last member leaving removes the set, as ZREM does
         yield* fx.store.deregisterWaiter("tok", "inst-a")
         yield* fx.store.deregisterWaiter("tok", "inst-b")
         yield* fx.store.registerWaiter("tok", "self")

@@ -260,7 +260,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           })
         }
       }
-      // Twelve faults, every kind at least twice (the worker SIGKILL three times), in an
+      // Thirteen faults, every kind twice (the worker SIGKILL three times), in an
       // order drawn from the seed, spread over 5 %-76 % of the run.
       const schedule = [...Object.keys(kinds), ...Object.keys(kinds), "worker-kill"]
       for (let i = schedule.length - 1; i > 0; i--) {
