@@ -34,13 +34,25 @@ describe("NodeMain.shutdownTimeout", () => {
 
   it.effect("a variable that is not a whole number of ms above 0 is InvalidConfig naming it", () =>
     Effect.gen(function* () {
-      for (const value of ["soon", "0", "-5", "1.5", "10s"]) {
+      for (const value of ["soon", "0", "-5", "1.5", "10s", "2147483648"]) {
         const exit = yield* withVariable(value, Effect.exit(NodeMain.shutdownTimeout()))
         assert.isTrue(Exit.isFailure(exit), value)
         const error = yield* Effect.flip(withVariable(value, NodeMain.shutdownTimeout()))
         assert.strictEqual(error._tag, "InvalidConfig")
         assert.strictEqual(error.knob, "LEASEHOLD_SHUTDOWN_TIMEOUT_MS")
         assert.include(error.message, value)
+      }
+    })
+  )
+
+  it.effect("the option: infinite is no deadline; zero or beyond a Node timer's range is InvalidConfig", () =>
+    Effect.gen(function* () {
+      const infinite = yield* NodeMain.shutdownTimeout({ shutdownTimeout: Duration.infinity })
+      assert.isFalse(Duration.isFinite(infinite))
+      for (const shutdownTimeout of [Duration.zero, Duration.millis(2 ** 31)]) {
+        const error = yield* Effect.flip(NodeMain.shutdownTimeout({ shutdownTimeout }))
+        assert.strictEqual(error._tag, "InvalidConfig")
+        assert.strictEqual(error.knob, "shutdownTimeout")
       }
     })
   )
