@@ -108,6 +108,11 @@ export declare namespace MemoryStoreControl {
     /** Number of live keys of every kind (locks, fences, waiter sets, slices, records, mailboxes). */
     readonly keyCount: Effect.Effect<number>
     /**
+     * How many operations have reached the key space so far (past their validation), as
+     * Redis counts the commands it processed: a test proves with it that a call did no work.
+     */
+    readonly operations: Effect.Effect<number>
+    /**
      * Reports of the flushes to `dataDir` made from now on while the scope is open, each
      * published once its files are written or removed. Nothing arrives without `dataDir`.
      */
@@ -229,12 +234,14 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     new StoreUnavailable({ operation, reason: "the memory store is set unavailable" })
 
   /** One atomic step: availability check, clock read and state change in one synchronous block. */
+  let operations = 0
   const op = <A, E>(
     operation: string,
     body: (now: number) => Effect.Effect<A, E>
   ): Effect.Effect<A, E | StoreUnavailable | StoreRefused> =>
     Effect.clockWith((clock) =>
       Effect.suspend((): Effect.Effect<A, E | StoreUnavailable | StoreRefused> => {
+        operations++
         if (!available) return Effect.fail(unavailable(operation))
         try {
           return body(clock.unsafeCurrentTimeMillis())
@@ -813,6 +820,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
   const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
 
   const control: MemoryStoreControl.Service = {
+    operations: Effect.sync(() => operations),
     setAvailable: (next) =>
       Effect.uninterruptible(
         Effect.suspend(() => {

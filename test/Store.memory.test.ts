@@ -62,7 +62,7 @@ const memory = (persisted: boolean): Backend => ({
           putRaw: (key, value) => control.setRaw(key, value),
           putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),
           keyCount: control.keyCount,
-          commandsProcessed: Option.none(),
+          commandsProcessed: Option.some(control.operations),
           channelSubscribers: Option.none(),
           outage: { begin: control.setAvailable(false), end: control.setAvailable(true) },
           hang: Option.none(),

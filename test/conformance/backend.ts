@@ -39,8 +39,9 @@ export interface Fixture {
   /** The number of keys in the store (the store is private to the test). */
   readonly keyCount: Effect.Effect<number>
   /**
-   * Redis: the number of data commands the server has processed so far (PING and INFO
-   * excluded), to prove an operation did no I/O. `None` on memory.
+   * The number of operations the store has processed so far, to prove an operation did no
+   * work: Redis, its data commands (PING and INFO excluded); memory, the operations that
+   * reached its key space (`MemoryStoreControl.operations`).
    */
   readonly commandsProcessed: Option.Option<Effect.Effect<number>>
   /** Redis: `PUBSUB NUMSUB` of a channel. `None` on memory. */
