@@ -193,7 +193,7 @@ const scriptsFloorP50 = (url: string) =>
       const value = grant?._tag === "Acquired" ? grant.values[0] : null
       const n = typeof value === "string" ? (JSON.parse(value) as { n: number }).n : 0
       await invoke(client, Scripts.commitAndRelease, {
-        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
         restKeys: [keys.slice(token, "counter")],
         args: {
           lockId,

@@ -355,7 +355,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           const again = Math.max(1, Math.floor(every / 4))
           let delay = every
           while (true) {
-            const extended = yield* Effect.either(Effect.delay(store.extend(token, lockId), delay))
+            // the slices read under this lock, and the fence, live as long as it is held
+            const extended = yield* Effect.either(Effect.delay(store.extend(token, lockId, [...cache.keys()]), delay))
             if (extended._tag === "Right" && !extended.right) return
             delay = extended._tag === "Right" ? every : again
           }

@@ -301,7 +301,19 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
   }
 
   /** GETEX … EX tokenExpiration over every name, in order. Reads all before touching any TTL. */
+  /**
+   * PEXPIRE fence tokenExpiration: the fence lives as long as the slices it protects, so
+   * every step that gives a slice a new TTL gives the fence the same (a fence that expired
+   * before its slices would start again at 1 under a newer holder).
+   */
+  const refreshFence = (token: string, now: number): void => {
+    const key = keys.fence(token)
+    const entry = ks.get(key, now)
+    if (entry !== undefined) ks.expire(key, entry, now + tokenMs, now)
+  }
+
   const readAndRefresh = (token: string, names: ReadonlyArray<string>, now: number) => {
+    refreshFence(token, now)
     const found = names.map((name) => {
       const key = keys.slice(token, name)
       return [key, ks.getString(key, now)] as const
@@ -317,6 +329,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     new LockLost({ token, lockId, holder: Option.map(Option.fromNullable(lock), (entry) => entry.value) })
 
   const writeSlices = (token: string, entries: ReadonlyArray<SliceEntry>, now: number): void => {
+    refreshFence(token, now)
     for (const [name, value] of entries) ks.setString(keys.slice(token, name), value, now + tokenMs)
   }
 
@@ -453,14 +466,20 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
         })
       ),
 
-    extend: (token, lockId) =>
+    extend: (token, lockId, slices = []) =>
       Effect.zipRight(
-        validateToken(token),
+        Effect.zipRight(validateToken(token), validateSliceNames(slices)),
         op("extend", (now) => {
           const lockKey = keys.lock(token)
           const lock = ks.getString(lockKey, now)
           if (lock?.value !== lockId) return Effect.succeed(false)
           ks.expire(lockKey, lock, now + lockMs, now)
+          refreshFence(token, now)
+          for (const name of slices) {
+            const key = keys.slice(token, name)
+            const entry = ks.get(key, now)
+            if (entry !== undefined) ks.expire(key, entry, now + tokenMs, now)
+          }
           return Effect.succeed(true)
         })
       ),

@@ -724,7 +724,7 @@ export const make = (
       yield* validateToken(token)
       yield* validateSliceNames(entries.map(([name]) => name))
       const reply = yield* runScript("writeIfHolder", Scripts.writeIfHolder, {
-        keys: { lock: keys.lock(token) },
+        keys: { lock: keys.lock(token), fence: keys.fence(token) },
         restKeys: entries.map(([name]) => keys.slice(token, name)),
         args: { lockId, tokenMs },
         restArgs: entries.map(([, value]) => value)
@@ -743,7 +743,7 @@ export const make = (
       yield* validateTokenAndInstance(token, options?.instanceId)
       yield* validateSliceNames(entries.map(([name]) => name))
       const reply = yield* runScript("commitAndRelease", Scripts.commitAndRelease, {
-        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
         restKeys: entries.map(([name]) => keys.slice(token, name)),
         args: {
           lockId,
@@ -761,9 +761,14 @@ export const make = (
       return reply.contenders
     })
 
-    const extend = Effect.fnUntraced(function* (token: string, lockId: string) {
+    const extend = Effect.fnUntraced(function* (token: string, lockId: string, slices: ReadonlyArray<string> = []) {
       yield* validateToken(token)
-      return yield* runScript("extend", Scripts.extend, { keys: { lock: keys.lock(token) }, args: { lockId, lockMs } })
+      yield* validateSliceNames(slices)
+      return yield* runScript("extend", Scripts.extend, {
+        keys: { lock: keys.lock(token), fence: keys.fence(token) },
+        restKeys: slices.map((name) => keys.slice(token, name)),
+        args: { lockId, lockMs, tokenMs }
+      })
     })
 
     const holder = Effect.fnUntraced(function* (token: string) {
@@ -827,7 +832,7 @@ export const make = (
       yield* validateSliceNames(names)
       if (names.length === 0) return []
       const values = yield* runScript("readSlices", Scripts.readSlices, {
-        keys: {},
+        keys: { fence: keys.fence(token) },
         restKeys: names.map((name) => keys.slice(token, name)),
         args: { tokenMs }
       })

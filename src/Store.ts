@@ -260,8 +260,16 @@ export declare namespace Store {
       entries: ReadonlyArray<SliceEntry>,
       options?: WaiterOptions
     ) => Effect.Effect<number, InvalidToken | LockLost | StoreError>
-    /** Compare-and-extend to a full lock expiration; `false` when no longer the holder. */
-    readonly extend: (token: string, lockId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /**
+     * Compare-and-extend to a full lock expiration, with the fence and the named slices to a
+     * full token expiration (a lock held past the token expiration of its grant's reads keeps
+     * what it read, and the fence that protects it); `false` when no longer the holder.
+     */
+    readonly extend: (
+      token: string,
+      lockId: string,
+      slices?: ReadonlyArray<string>
+    ) => Effect.Effect<boolean, InvalidToken | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
 

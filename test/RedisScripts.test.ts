@@ -78,13 +78,13 @@ describe("Redis scripts", () => {
   it("a call that misnames a key or an argument does not compile", () => {
     const line = () =>
       commandLine(Scripts.extend, {
-        keys: { lock: "l" },
+        keys: { lock: "l", fence: "f" },
         // @ts-expect-error: the argument is `lockId`
-        args: { lockID: "id", lockMs: 1 }
+        args: { lockID: "id", lockMs: 1, tokenMs: 2 }
       })
     const missing = () =>
       // @ts-expect-error: `lockMs` is missing
-      commandLine(Scripts.extend, { keys: { lock: "l" }, args: { lockId: "id" } })
+      commandLine(Scripts.extend, { keys: { lock: "l", fence: "f" }, args: { lockId: "id", tokenMs: 2 } })
     assert.isFunction(line)
     assert.isFunction(missing)
   })

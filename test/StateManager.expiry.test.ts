@@ -71,4 +71,42 @@ describe("memory store expiry (TestClock)", () => {
       assert.strictEqual(yield* cluster.stored("t"), 2)
     })
   )
+
+  it.scoped(
+    "M7: a lock held past tokenExpiration from its grant keeps the slices it read and the fence (a lease kept alive under a slow modification)",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({ ...input, oplock: true })
+        const w = yield* cluster.worker()
+        const reader = yield* cluster.worker()
+        yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
+        const fenceBefore = yield* cluster.grants("t")
+        // the lease of those two has ended and written them (TTL: 2 s from then)
+        yield* advance(1_000)
+        const gate = yield* Deferred.make<void>()
+        const entered = yield* Deferred.make<void>()
+        const fiber = yield* Effect.fork(
+          w.states.modifyEffect("t", Counter, (s) =>
+            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              s.n,
+              { n: s.n + 1 }
+            ] as const)
+          )
+        )
+        while (!(yield* Deferred.isDone(entered))) yield* advance(10)
+        yield* Effect.gen(function* () {
+          // 2.9 s under the lock, kept alive: past tokenExpiration (2 s) from the grant's reads
+          for (let i = 0; i < 29; i++) yield* advance(100)
+          // the slice it read is still there
+          assert.strictEqual(yield* cluster.stored("t"), 1)
+        }).pipe(Effect.ensuring(Deferred.succeed(gate, undefined)))
+        assert.strictEqual(yield* Fiber.join(fiber), 1)
+        assert.strictEqual(yield* cluster.stored("t"), 2)
+        // the fence lived on with them: the next grant's number is above every earlier one
+        const next = yield* Effect.fork(reader.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+        // (the worker's lease ends when its hold does: let the TestClock reach it)
+        while ((yield* Fiber.poll(next))._tag === "None") yield* advance(50)
+        assert.strictEqual(yield* cluster.grants("t"), fenceBefore + 2)
+      })
+  )
 })

@@ -159,6 +159,49 @@ const onlyRefreshedRemain = (fx: Fixture, refreshed: ReadonlyArray<string>, step
 export const storeSuite = (backend: Backend): void => {
   const test = backend.test
 
+  describe("the fence lives as long as the slices", () => {
+    /** The TTL of one key of `tok`, as `tokenKeys` reports it. */
+    const ttlOf = (fx: Fixture, name: string) =>
+      Effect.map(fx.store.tokenKeys("tok"), (infos) =>
+        Option.getOrElse(
+          Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+          () => -1
+        )
+      )
+
+    /** After `step`, run 100 ms after the fence's last refresh (within the lock expiration), the fence's TTL is a fresh one again. */
+    const refreshesFence = (fx: Fixture, label: string, step: Effect.Effect<unknown, unknown>) =>
+      Effect.gen(function* () {
+        yield* fx.advance(100)
+        const before = yield* ttlOf(fx, "fence")
+        yield* step
+        const after = yield* ttlOf(fx, "fence")
+        assert.isAbove(after, before + 50, `${label}: fence TTL ${before} ms before, ${after} ms after`)
+        // and no shorter than the slice's
+        assert.isAtLeast(after + 50, yield* ttlOf(fx, "s:a"), label)
+      })
+
+    test("a write, a commit, a read and an extension give the fence the slices' TTL", (fx) =>
+      Effect.gen(function* () {
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-1", ["a"]))
+        yield* refreshesFence(fx, "writeIfHolder", fx.store.writeIfHolder("tok", "lock-1", [["a", "1"]]))
+        yield* refreshesFence(fx, "extend", fx.store.extend("tok", "lock-1", ["a"]))
+        yield* refreshesFence(fx, "commitAndRelease", fx.store.commitAndRelease("tok", "lock-1", [["a", "2"]]))
+        yield* refreshesFence(fx, "readSlices", fx.store.readSlices("tok", ["a"]))
+        // an extension refreshes the named slices
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-2", []))
+        yield* fx.advance(100)
+        const slice = yield* ttlOf(fx, "s:a")
+        assert.isTrue(yield* fx.store.extend("tok", "lock-2", ["a"]))
+        assert.isAbove(yield* ttlOf(fx, "s:a"), slice + 50)
+        // not by a caller that no longer holds the lock
+        yield* fx.advance(100)
+        const unchanged = yield* ttlOf(fx, "fence")
+        assert.isFalse(yield* fx.store.extend("tok", "lock-1", ["a"]))
+        assert.isAtMost(yield* ttlOf(fx, "fence"), unchanged)
+      }))
+  })
+
   describe("lock", () => {
     test("acquire when free: Acquired with a positive integer fence and no values", (fx) =>
       Effect.gen(function* () {

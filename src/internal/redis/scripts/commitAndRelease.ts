@@ -18,7 +18,7 @@ export type Reply =
 /** @internal */
 export const script = define({
   name: "leaseholdCommitAndRelease",
-  keys: ["lock", "waiters"],
+  keys: ["lock", "fence", "waiters"],
   restKeys: "slices",
   args: ["lockId", "tokenMs", "channel", "releasedMessage", "instanceId", "register", "contended", "lockMs"],
   restArgs: "values",
@@ -28,6 +28,7 @@ if holder ~= lockId then
   return {0, holder}
 end
 ${serverNow}${countOthers}
+redis.call("PEXPIRE", fence, tokenMs)
 for i, key in ipairs(slices) do
   redis.call("SET", key, values[i], "PX", tokenMs)
 end

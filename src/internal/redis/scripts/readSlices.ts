@@ -1,13 +1,19 @@
-/** `readSlices`: GETEX each slice, refreshing its TTL; values in order, nil where missing. @internal */
+/**
+ * `readSlices`: GETEX each slice, refreshing its TTL, and the fence's with them (it lives as
+ * long as the slices it protects); values in order, nil where missing.
+ *
+ * @internal
+ */
 import { asArray, asNullableString, define } from "../script.js"
 
 /** @internal */
 export const script = define({
   name: "leaseholdReadSlices",
-  keys: [],
+  keys: ["fence"],
   restKeys: "slices",
   args: ["tokenMs"],
   body: () => `
+redis.call("PEXPIRE", fence, tokenMs)
 local result = {}
 for i, key in ipairs(slices) do
   result[i] = redis.call("GETEX", key, "PX", tokenMs)

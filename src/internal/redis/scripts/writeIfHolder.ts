@@ -1,6 +1,7 @@
 /**
- * `writeIfHolder`: write every slice (with its TTL) only while `lockId` holds the lock. SET
- * overwrites a key of any type, so no write can fail half-way.
+ * `writeIfHolder`: write every slice (with its TTL, and the fence's TTL with them) only while
+ * `lockId` holds the lock. SET and PEXPIRE take a key of any type, so no write can fail
+ * half-way.
  *
  * @internal
  */
@@ -12,7 +13,7 @@ export type Reply = { readonly _tag: "Written" } | { readonly _tag: "Lost"; read
 /** @internal */
 export const script = define({
   name: "leaseholdWriteIfHolder",
-  keys: ["lock"],
+  keys: ["lock", "fence"],
   restKeys: "slices",
   args: ["lockId", "tokenMs"],
   restArgs: "values",
@@ -21,6 +22,7 @@ local holder = redis.call("GET", lock)
 if holder ~= lockId then
   return {0, holder}
 end
+redis.call("PEXPIRE", fence, tokenMs)
 for i, key in ipairs(slices) do
   redis.call("SET", key, values[i], "PX", tokenMs)
 end
