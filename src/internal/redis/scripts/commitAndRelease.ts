@@ -28,10 +28,11 @@ if holder ~= lockId then
   return {0, holder}
 end
 ${serverNow}${countOthers}
-redis.call("PEXPIRE", fence, tokenMs)
+-- the writes first (see writeIfHolder): an out-of-memory refusal comes before any write
 for i, key in ipairs(slices) do
   redis.call("SET", key, values[i], "PX", tokenMs)
 end
+redis.call("PEXPIRE", fence, tokenMs)
 redis.call("DEL", lock)
 redis.call("${dialect.publish}", channel, releasedMessage)
 if register == "1" then

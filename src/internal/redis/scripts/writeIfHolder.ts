@@ -22,10 +22,12 @@ local holder = redis.call("GET", lock)
 if holder ~= lockId then
   return {0, holder}
 end
-redis.call("PEXPIRE", fence, tokenMs)
+-- the writes first: once a script has written, Redis lets it write past maxmemory, and an
+-- out-of-memory refusal must come before anything is written
 for i, key in ipairs(slices) do
   redis.call("SET", key, values[i], "PX", tokenMs)
 end
+redis.call("PEXPIRE", fence, tokenMs)
 return {1}
 `,
   decode: (reply): Reply | undefined => decodeHolderCheck(reply)
