@@ -160,7 +160,7 @@ export const storeSuite = (backend: Backend): void => {
   const test = backend.test
 
   describe("the fence lives as long as the slices", () => {
-    /** The TTL of one key of `tok`, as `tokenKeys` reports it. */
+    /** The TTL of one key of `tok`, as `tokenKeys` reports it (-1: none). */
     const ttlOf = (fx: Fixture, name: string) =>
       Effect.map(fx.store.tokenKeys("tok"), (infos) =>
         Option.getOrElse(
@@ -169,36 +169,47 @@ export const storeSuite = (backend: Backend): void => {
         )
       )
 
-    /** After `step`, run 100 ms after the fence's last refresh (within the lock expiration), the fence's TTL is a fresh one again. */
-    const refreshesFence = (fx: Fixture, label: string, step: Effect.Effect<unknown, unknown>) =>
+    /**
+     * `step` runs 100 ms after the fence was last refreshed, and refreshes slice `a`: the
+     * fence's TTL must be the slice's again (one left alone would be 100 ms shorter).
+     */
+    const fenceFollows = (fx: Fixture, label: string, step: Effect.Effect<unknown, unknown>) =>
       Effect.gen(function* () {
         yield* fx.advance(100)
-        const before = yield* ttlOf(fx, "fence")
         yield* step
-        const after = yield* ttlOf(fx, "fence")
-        assert.isAbove(after, before + 50, `${label}: fence TTL ${before} ms before, ${after} ms after`)
-        // and no shorter than the slice's
-        assert.isAtLeast(after + 50, yield* ttlOf(fx, "s:a"), label)
+        const fence = yield* ttlOf(fx, "fence")
+        const slice = yield* ttlOf(fx, "s:a")
+        assert.isAtLeast(fence, slice - 50, `${label}: fence TTL ${fence} ms, slice TTL ${slice} ms`)
       })
 
     test("a write, a commit, a read and an extension give the fence the slices' TTL", (fx) =>
       Effect.gen(function* () {
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-1", ["a"]))
-        yield* refreshesFence(fx, "writeIfHolder", fx.store.writeIfHolder("tok", "lock-1", [["a", "1"]]))
-        yield* refreshesFence(fx, "extend", fx.store.extend("tok", "lock-1", ["a"]))
-        yield* refreshesFence(fx, "commitAndRelease", fx.store.commitAndRelease("tok", "lock-1", [["a", "2"]]))
-        yield* refreshesFence(fx, "readSlices", fx.store.readSlices("tok", ["a"]))
-        // an extension refreshes the named slices
+        // each step that needs the lock runs well within the lock expiration of its grant
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-1", []))
+        yield* fenceFollows(fx, "writeIfHolder", fx.store.writeIfHolder("tok", "lock-1", [["a", "1"]]))
+        assert.isTrue((yield* fx.store.release("tok", "lock-1")).released)
+
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-2", []))
+        yield* fenceFollows(fx, "commitAndRelease", fx.store.commitAndRelease("tok", "lock-2", [["a", "2"]]))
+
+        yield* fenceFollows(fx, "readSlices", fx.store.readSlices("tok", ["a"]))
+
+        // an extension refreshes the named slices, and the fence with them
         yield* fx.advance(100)
-        const slice = yield* ttlOf(fx, "s:a")
-        assert.isTrue(yield* fx.store.extend("tok", "lock-2", ["a"]))
-        assert.isAbove(yield* ttlOf(fx, "s:a"), slice + 50)
+        const sliceBefore = yield* ttlOf(fx, "s:a")
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-3", []))
+        yield* fenceFollows(
+          fx,
+          "extend",
+          Effect.map(fx.store.extend("tok", "lock-3", ["a"]), (extended) => assert.isTrue(extended))
+        )
+        assert.isAbove(yield* ttlOf(fx, "s:a"), sliceBefore + 50)
         // not by a caller that no longer holds the lock
+        assert.isTrue((yield* fx.store.release("tok", "lock-3")).released)
         yield* fx.advance(100)
-        const unchanged = yield* ttlOf(fx, "fence")
-        assert.isFalse(yield* fx.store.extend("tok", "lock-1", ["a"]))
-        assert.isAtMost(yield* ttlOf(fx, "fence"), unchanged)
+        const unchanged = yield* ttlOf(fx, "s:a")
+        assert.isFalse(yield* fx.store.extend("tok", "lock-3", ["a"]))
+        assert.isAtMost(yield* ttlOf(fx, "s:a"), unchanged)
       }))
   })
 
