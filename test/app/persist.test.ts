@@ -3,7 +3,6 @@
  * counter, and a corrupt file is skipped with a warning.
  */
 import * as fs from "node:fs"
-import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
@@ -11,15 +10,7 @@ import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { appConfig } from "../../examples/counter/AppConfig.js"
-import { bump, request, startApp } from "./support.js"
-
-const tempDir = Effect.acquireRelease(
-  Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "counter-data-"))),
-  (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
-)
-
-const state = (app: { readonly url: string }, token: string) =>
-  Effect.map(request("GET", `${app.url}/api/state?token=${token}`), (answer) => answer.body.n as number)
+import { bump, startApp, state, tempDir } from "./support.js"
 
 describe("counter app (embedded store on disk)", () => {
   it.effect("the data directory defaults to .leasehold; set but empty keeps nothing on disk", () =>

@@ -8,19 +8,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as RedisServer from "../support/RedisServer.js"
-import { bump, connect, request, startApp, updates } from "./support.js"
-
-/** Every socket record in the server, as `[token, instanceId]`. */
-const socketRecords = (server: RedisServer.RedisServer) =>
-  Effect.gen(function* () {
-    const keys = (yield* server.command("KEYS", "leasehold:{*}:socket")) as ReadonlyArray<string>
-    const records: Array<readonly [string, string]> = []
-    for (const key of keys) {
-      const raw = yield* server.command("GET", key)
-      if (typeof raw === "string") records.push([key, JSON.parse(raw).instanceId as string])
-    }
-    return records
-  })
+import { bump, connect, request, socketRecords, startApp, updates } from "./support.js"
 
 describe("counter app (Redis, several processes)", () => {
   it.scopedLive(

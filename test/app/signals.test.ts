@@ -6,34 +6,11 @@
  * cuts it short, and the deadline ends one that hangs.
  */
 import { type ChildProcess, spawn } from "node:child_process"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as RedisServer from "../support/RedisServer.js"
-import { bump, connect, request, root, startApp } from "./support.js"
-
-const tempDir = Effect.acquireRelease(
-  Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "counter-signals-"))),
-  (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
-)
-
-const state = (app: { readonly url: string }, token: string) =>
-  Effect.map(request("GET", `${app.url}/api/state?token=${token}`), (answer) => answer.body.n as number)
-
-/** Every socket record in the server, as `[key, instanceId]`. */
-const socketRecords = (server: RedisServer.RedisServer) =>
-  Effect.gen(function* () {
-    const keys = (yield* server.command("KEYS", "leasehold:{*}:socket")) as ReadonlyArray<string>
-    const records: Array<readonly [string, string]> = []
-    for (const key of keys) {
-      const raw = yield* server.command("GET", key)
-      if (typeof raw === "string") records.push([key, JSON.parse(raw).instanceId as string])
-    }
-    return records
-  })
+import { bump, connect, root, socketRecords, startApp, state, tempDir } from "./support.js"
 
 /**
  * A WebSocket client in a process of its own, connected with `token` and then frozen with

@@ -4,7 +4,9 @@
  * clients that record every frame. Processes are killed when the test's scope closes.
  */
 import { type ChildProcess, spawn } from "node:child_process"
+import * as fs from "node:fs"
 import * as http from "node:http"
+import * as os from "node:os"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -262,3 +264,25 @@ export const connect = (app: { readonly port: number }, token?: string): Effect.
 /** The `n` of every `update` frame, in arrival order. */
 export const updates = (client: Client): ReadonlyArray<number> =>
   client.frames.filter((frame) => frame.type === "update").map((frame) => frame.n as number)
+
+/** A fresh temporary directory, removed with the scope. */
+export const tempDir = Effect.acquireRelease(
+  Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "counter-data-"))),
+  (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+)
+
+/** The counter of `token`, read through the app's API. */
+export const state = (app: { readonly url: string }, token: string) =>
+  Effect.map(request("GET", `${app.url}/api/state?token=${token}`), (answer) => answer.body.n as number)
+
+/** Every socket record in the server, as `[key, instanceId]`. */
+export const socketRecords = (server: RedisServer.RedisServer) =>
+  Effect.gen(function* () {
+    const keys = (yield* server.command("KEYS", "leasehold:{*}:socket")) as ReadonlyArray<string>
+    const records: Array<readonly [string, string]> = []
+    for (const key of keys) {
+      const raw = yield* server.command("GET", key)
+      if (typeof raw === "string") records.push([key, JSON.parse(raw).instanceId as string])
+    }
+    return records
+  })
