@@ -116,10 +116,15 @@ export const layer = <A, I, R>(
 export const layerMemory = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<
-  Services | Store | MemoryStore.MemoryStoreControl | LeaseholdConfig.LeaseholdConfig,
+  Services | Store | LeaseholdConfig.LeaseholdConfig,
   LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError,
   R
-> => layer(options).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
+> =>
+  layer(options).pipe(
+    // the store's control (outages, raw keys) is for tests: an app's worker does not expose it
+    Layer.provideMerge(Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))),
+    Layer.provideMerge(LeaseholdConfig.layer)
+  )
 
 /**
  * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
