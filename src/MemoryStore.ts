@@ -70,11 +70,7 @@ import { type CorruptValue, type DataDirError, LockLost, StoreRefused, StoreUnav
  * @since 0.1.0
  * @category models
  */
-export interface FlushReport {
-  readonly written: ReadonlyArray<string>
-  readonly removed: ReadonlyArray<string>
-  readonly failed: ReadonlyArray<string>
-}
+export type FlushReport = MemoryDisk.FlushReport
 
 /**
  * Fault injection and inspection for the embedded store, used by tests. Its own

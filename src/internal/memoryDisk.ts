@@ -24,8 +24,21 @@ import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import type { FlushReport } from "../MemoryStore.js"
 import { DataDirError } from "../StoreError.js"
+
+/**
+ * What one flush of the data directory did, by token: files written, files removed (the
+ * token expired), and writes that failed (retried by a later flush). `MemoryStore`
+ * re-exports it.
+ *
+ * @internal
+ */
+export interface FlushReport {
+  readonly written: ReadonlyArray<string>
+  readonly removed: ReadonlyArray<string>
+  readonly failed: ReadonlyArray<string>
+}
+
 import type { Keys } from "./keys.js"
 import { isExpired, type Keyspace } from "./memoryKeyspace.js"
 import { describeParseError, parseSafely } from "./parse.js"
