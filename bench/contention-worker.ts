@@ -24,6 +24,7 @@ import * as Schema from "effect/Schema"
 import { Cluster, Redis } from "ioredis"
 import { Mutex } from "redis-semaphore"
 import * as StateManager from "../src/StateManager.js"
+import * as Worker from "../src/Worker.js"
 
 const impl = process.env.IMPL ?? "leasehold"
 const url = process.env.URL ?? "redis://127.0.0.1:6379"
@@ -52,7 +53,7 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
     process.env.LEASEHOLD_REDIS_CLUSTER = onCluster ? "true" : "false"
     // The log level is set once for the runtime: set per operation, it costs a change of the
     // fiber's context every time, which is the harness's cost, not the library's.
-    const runtime = ManagedRuntime.make(Layer.merge(StateManager.layerRedis(), Logger.minimumLogLevel(LogLevel.Error)))
+    const runtime = ManagedRuntime.make(Layer.merge(Worker.layerStateRedis(), Logger.minimumLogLevel(LogLevel.Error)))
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
     )

@@ -20,6 +20,7 @@ import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
+import * as Worker from "../src/Worker.js"
 import { flag, json } from "./args.js"
 
 const count = Number(flag("count") ?? "20000")
@@ -28,7 +29,7 @@ const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }
 
 const measure = async (oplock: boolean) => {
   const runtime = ManagedRuntime.make(
-    StateManager.layerWorker.pipe(
+    Worker.layerState.pipe(
       Layer.provideMerge(MemoryStore.layer),
       Layer.provideMerge(LeaseholdConfig.layerWith({ oplock })),
       Layer.merge(Logger.minimumLogLevel(LogLevel.Error))

@@ -1,7 +1,7 @@
 /**
  * What keeping the embedded store on disk (`dataDir`) costs.
  *
- * One worker (`StateManager.layerMemory`) modifies `--tokens` distinct tokens once each,
+ * One worker (`Worker.layerStateMemory`) modifies `--tokens` distinct tokens once each,
  * one after the other, first without a data directory (after one unmeasured pass that
  * warms the JIT up), then with one in a fresh temp directory. Then the worker is shut down (which writes every token's file) and built
  * again on the same directory (which loads them all).
@@ -27,6 +27,7 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as StateManager from "../src/StateManager.js"
+import * as Worker from "../src/Worker.js"
 import { flag, json } from "./args.js"
 
 const tokens = Number(flag("tokens") ?? 10_000)
@@ -40,7 +41,7 @@ const withEnv = (env: Record<string, string>) =>
 const buildWorker = (env: Record<string, string>) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
-    const context = yield* Layer.buildWithScope(StateManager.layerMemory, scope).pipe(withEnv(env))
+    const context = yield* Layer.buildWithScope(Worker.layerStateMemory, scope).pipe(withEnv(env))
     return { scope, context }
   })
 

@@ -87,10 +87,8 @@ const stateWorker = (kind: "memory" | "redis", url: string, shared: Shared, inpu
   Effect.map(
     Layer.build(
       kind === "memory"
-        ? Layer.fresh(StateManager.layerWorker).pipe(
-            Layer.provide(Layer.merge(Layer.succeedContext(shared), config(input)))
-          )
-        : StateManager.layerWorker.pipe(Layer.provide(RedisStore.layer({ url })), Layer.provide(config(input)))
+        ? Layer.fresh(Worker.layerState).pipe(Layer.provide(Layer.merge(Layer.succeedContext(shared), config(input))))
+        : Worker.layerState.pipe(Layer.provide(RedisStore.layer({ url })), Layer.provide(config(input)))
     ),
     (context) => Context.get(context, StateManager.StateManager)
   )

@@ -11,7 +11,6 @@
  *
  * @since 0.1.0
  */
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -21,21 +20,14 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import * as Health from "./Health.js"
-import * as InstanceId from "./InstanceId.js"
 import { OneShot } from "./internal/oneShot.js"
 import { describeParseError, formatParseError, parseSafely } from "./internal/parse.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import * as Lock from "./Lock.js"
-import * as MemoryStore from "./MemoryStore.js"
-import * as RedisStore from "./RedisStore.js"
-import * as Signals from "./Signals.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { DataDirError, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
-import * as Supervisor from "./Supervisor.js"
+import type { InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * One named, Schema-typed part of a token's state, with the value a token starts with.
@@ -359,55 +351,3 @@ export const make = Effect.gen(function* () {
  */
 export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store | LeaseholdConfig.LeaseholdConfig> =
   Layer.effect(StateManager, make)
-
-/**
- * One worker on a given store: a fresh `InstanceId` every time it is built, its own
- * supervisor, signals, lock and leases. Build it once per worker (`Layer.fresh`) over a
- * shared store to run several workers in one process.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerWorker: Layer.Layer<
-  | StateManager
-  | Lease.Lease
-  | Lock.Lock
-  | Signals.Signals
-  | Supervisor.Supervisor
-  | Health.Health
-  | InstanceId.InstanceId,
-  never,
-  Store | LeaseholdConfig.LeaseholdConfig
-> = layer.pipe(
-  Layer.provideMerge(Lease.layer),
-  Layer.provideMerge(Lock.layer),
-  Layer.provideMerge(Signals.layer),
-  Layer.provideMerge(Supervisor.layer),
-  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
-)
-
-/**
- * One worker on the embedded memory store, configured from the environment: one process,
- * no Redis, the same protocol.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerMemory: Layer.Layer<
-  StateManager | Lease.Lease | Store | Health.Health | InstanceId.InstanceId,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError
-> = layerWorker.pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer))
-
-/**
- * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
- * environment.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerRedis = (
-  options: RedisStore.Options = {}
-): Layer.Layer<
-  StateManager | Lease.Lease | Store | Health.Health | InstanceId.InstanceId,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable
-> => layerWorker.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer))

@@ -74,6 +74,63 @@ const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
 const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
 
 /**
+ * What a worker's state alone provides (`layerState*`): no sockets, no mailbox.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StateServices =
+  | StateManager.StateManager
+  | Lease.Lease
+  | Lock.Lock
+  | Signals.Signals
+  | Supervisor.Supervisor
+  | Health.Health
+  | InstanceId.InstanceId
+
+/**
+ * A worker's state alone, on a given store: a fresh `InstanceId` every time it is built,
+ * its own supervisor, signals, lock and leases, and the state manager; no token manager or
+ * mailbox (for modifications without sockets: jobs, tests, benchmarks). Build it once per
+ * worker (`Layer.fresh`) over a shared store to run several workers in one process.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> = stateLayer.pipe(
+  Layer.provideMerge(Signals.layer),
+  Layer.provideMerge(Supervisor.layer),
+  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
+)
+
+/**
+ * `layerState` on the embedded memory store, configured from the environment (with
+ * `LEASEHOLD_DATA_DIR`, its slices survive a restart).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerStateMemory: Layer.Layer<
+  StateServices | Store,
+  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError
+> = layerState.pipe(
+  Layer.provideMerge(Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))),
+  Layer.provideMerge(LeaseholdConfig.layer)
+)
+
+/**
+ * `layerState` on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
+ * environment.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerStateRedis = (
+  options: RedisStore.Options = {}
+): Layer.Layer<StateServices | Store, LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable> =>
+  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer))
+
+/**
  * A worker over a given store and configuration.
  *
  * @since 0.1.0

@@ -20,6 +20,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
 import { Store } from "../src/Store.js"
+import * as Worker from "../src/Worker.js"
 import { eventuallyTrue, expectAcquired, failsWith, within } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
 
@@ -527,7 +528,7 @@ describe("StateManager over a persisted MemoryStore", () => {
   )
 
   const run = (env: Record<string, string>) =>
-    Effect.provide(bump, StateManager.layerMemory).pipe(
+    Effect.provide(bump, Worker.layerStateMemory).pipe(
       Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
     )
 
@@ -552,7 +553,7 @@ describe("StateManager over a persisted MemoryStore", () => {
         ])
         return n
       })
-      const runLeased = Effect.provide(bumpUnflushed, StateManager.layerMemory).pipe(
+      const runLeased = Effect.provide(bumpUnflushed, Worker.layerStateMemory).pipe(
         Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
       )
       assert.strictEqual(yield* runLeased, 1)

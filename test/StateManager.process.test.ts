@@ -5,7 +5,7 @@ import * as Layer from "effect/Layer"
 import { InstanceId } from "../src/InstanceId.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
-import * as StateManager from "../src/StateManager.js"
+import * as Worker from "../src/Worker.js"
 import { Counter, redisCluster } from "./state/workers.js"
 import { spawnChild } from "./support/children.js"
 import * as RedisServer from "./support/RedisServer.js"
@@ -17,7 +17,7 @@ describe("worker identity", () => {
     Effect.gen(function* () {
       const store = MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layerWith({})))
       const ids = yield* Effect.forEach([1, 2, 3, 4], () =>
-        InstanceId.pipe(Effect.provide(Layer.fresh(StateManager.layerWorker).pipe(Layer.provide(store))))
+        InstanceId.pipe(Effect.provide(Layer.fresh(Worker.layerState).pipe(Layer.provide(store))))
       )
       assert.strictEqual(new Set(ids).size, 4)
     })

@@ -13,6 +13,7 @@ import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import { InstanceId } from "../../src/InstanceId.js"
 import * as StateManager from "../../src/StateManager.js"
+import * as Worker from "../../src/Worker.js"
 import { Counter } from "./workers.js"
 
 const token = process.env.TOKEN ?? "t"
@@ -28,6 +29,6 @@ const program = Effect.gen(function* () {
   }
   console.log("done")
   if (stay) yield* Effect.never
-}).pipe(Effect.provide(StateManager.layerRedis()), Logger.withMinimumLogLevel(LogLevel.Warning))
+}).pipe(Effect.provide(Worker.layerStateRedis()), Logger.withMinimumLogLevel(LogLevel.Warning))
 
 NodeRuntime.runMain(program)

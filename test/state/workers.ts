@@ -17,6 +17,7 @@ import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
+import * as WorkerLayers from "../../src/Worker.js"
 import { capture, type LogLine } from "../support/logs.js"
 import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
@@ -66,7 +67,7 @@ const makeCluster = <R, E>(
     const worker = () =>
       Effect.gen(function* () {
         const { built, close } = yield* buildOwn(
-          Layer.fresh(StateManager.layerWorker).pipe(Layer.provide(Layer.succeedContext(shared))),
+          Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared))),
           logs
         )
         return {
