@@ -27,7 +27,7 @@ import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import { decodeSocketRecord, encodeSocketRecord } from "./internal/codec.js"
 import { makeKeys } from "./internal/keys.js"
-import * as MemoryDisk from "./internal/memoryDisk.js"
+import * as MemoryDisk from "./internal/memory/disk.js"
 import {
   firstAfter,
   isExpired,
@@ -38,7 +38,7 @@ import {
   type StreamEntry,
   type StringEntry,
   WrongTypeError
-} from "./internal/memoryKeyspace.js"
+} from "./internal/memory/keyspace.js"
 import {
   isValidToken,
   signalInstance,

@@ -36,16 +36,6 @@ import type { Cluster, Redis, RedisCommander } from "ioredis"
 import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "./internal/codec.js"
 import { makeKeys } from "./internal/keys.js"
 import {
-  cluster as clusterDialect,
-  commandLine,
-  defineAll,
-  type Input,
-  invoke,
-  type Script,
-  singleServer
-} from "./internal/redis/script.js"
-import * as Scripts from "./internal/redis/scripts/index.js"
-import {
   type ClusterEndpoint,
   clusterOptions,
   keySlot,
@@ -53,7 +43,7 @@ import {
   parseClusterEndpoint,
   settleEach,
   slotMaster
-} from "./internal/redisCluster.js"
+} from "./internal/redis/cluster.js"
 import {
   awaitReady,
   closeConnection,
@@ -65,7 +55,17 @@ import {
   scrub,
   toStoreError,
   withLiveClock
-} from "./internal/redisConnection.js"
+} from "./internal/redis/connection.js"
+import {
+  cluster as clusterDialect,
+  commandLine,
+  defineAll,
+  type Input,
+  invoke,
+  type Script,
+  singleServer
+} from "./internal/redis/script.js"
+import * as Scripts from "./internal/redis/scripts/index.js"
 import {
   isValidToken,
   signalInstance,

@@ -8,7 +8,7 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import type { ClusterNode, ClusterOptions, RedisOptions } from "ioredis"
 import { Cluster, Redis } from "ioredis"
-import { StoreRefused, StoreUnavailable } from "../StoreError.js"
+import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 
 /**
  * Deadlines on network replies are measured in real time, as the server's TTLs are: a

@@ -5,7 +5,7 @@
  * @internal
  */
 import type { Cluster, ClusterOptions, Redis } from "ioredis"
-import { type ConnectionRole, connectionOptions, type Endpoint, parseEndpoint } from "./redisConnection.js"
+import { type ConnectionRole, connectionOptions, type Endpoint, parseEndpoint } from "./connection.js"
 
 /** The number of hash slots of a Redis Cluster. */
 const SLOTS = 16384

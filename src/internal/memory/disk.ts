@@ -24,7 +24,7 @@ import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import { DataDirError } from "../StoreError.js"
+import { DataDirError } from "../../StoreError.js"
 
 /**
  * What one flush of the data directory did, by token: files written, files removed (the
@@ -39,10 +39,10 @@ export interface FlushReport {
   readonly failed: ReadonlyArray<string>
 }
 
-import type { Keys } from "./keys.js"
-import { isExpired, type Keyspace } from "./memoryKeyspace.js"
-import { describeParseError, parseSafely } from "./parse.js"
-import { tokenProblem } from "./validate.js"
+import type { Keys } from "../keys.js"
+import { describeParseError, parseSafely } from "../parse.js"
+import { tokenProblem } from "../validate.js"
+import { isExpired, type Keyspace } from "./keyspace.js"
 
 /** @internal */
 export interface Options {
