@@ -39,12 +39,12 @@ import * as Supervisor from "./Supervisor.js"
 import * as TokenManager from "./TokenManager.js"
 
 /**
- * What a worker layer provides.
+ * What a worker's state alone provides (`layerState*`): no sockets, no mailbox.
  *
  * @since 0.1.0
  * @category models
  */
-export type Services =
+export type StateServices =
   | StateManager.StateManager
   | Lease.Lease
   | Lock.Lock
@@ -52,8 +52,14 @@ export type Services =
   | Supervisor.Supervisor
   | Health.Health
   | InstanceId.InstanceId
-  | TokenManager.TokenManager
-  | Mailbox.Mailbox
+
+/**
+ * What a worker layer provides.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Services = StateServices | TokenManager.TokenManager | Mailbox.Mailbox
 
 /**
  * The app's part of a worker: how updates are typed and how they reach a socket.
@@ -72,21 +78,6 @@ const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
   )
 
 const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
-
-/**
- * What a worker's state alone provides (`layerState*`): no sockets, no mailbox.
- *
- * @since 0.1.0
- * @category models
- */
-export type StateServices =
-  | StateManager.StateManager
-  | Lease.Lease
-  | Lock.Lock
-  | Signals.Signals
-  | Supervisor.Supervisor
-  | Health.Health
-  | InstanceId.InstanceId
 
 /**
  * A worker's state alone, on a given store: a fresh `InstanceId` every time it is built,
