@@ -229,8 +229,9 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
   const unavailable = (operation: string) =>
     new StoreUnavailable({ operation, reason: "the memory store is set unavailable" })
 
-  /** One atomic step: availability check, clock read and state change in one synchronous block. */
+  /** How many operations have reached the key space (`MemoryStoreControl.operations`). */
   let operations = 0
+  /** One atomic step: availability check, clock read and state change in one synchronous block. */
   const op = <A, E>(
     operation: string,
     body: (now: number) => Effect.Effect<A, E>
@@ -296,18 +297,20 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     return entry === undefined ? 0 : parseInteger(entry.value)
   }
 
-  /** GETEX … EX tokenExpiration over every name, in order. Reads all before touching any TTL. */
-  /**
-   * PEXPIRE fence tokenExpiration: the fence lives as long as the slices it protects, so
-   * every step that gives a slice a new TTL gives the fence the same (a fence that expired
-   * before its slices would start again at 1 under a newer holder).
-   */
-  const refreshFence = (token: string, now: number): void => {
-    const key = keys.fence(token)
+  /** PEXPIRE key tokenExpiration, on a key of any kind; nothing when it is absent. */
+  const refreshTokenKey = (key: string, now: number): void => {
     const entry = ks.get(key, now)
     if (entry !== undefined) ks.expire(key, entry, now + tokenMs, now)
   }
 
+  /**
+   * The fence lives as long as the slices it protects, so every step that gives a slice a
+   * new TTL gives the fence the same (a fence that expired before its slices would start
+   * again at 1 under a newer holder).
+   */
+  const refreshFence = (token: string, now: number): void => refreshTokenKey(keys.fence(token), now)
+
+  /** GETEX … EX tokenExpiration over every name, in order. Reads all before touching any TTL. */
   const readAndRefresh = (token: string, names: ReadonlyArray<string>, now: number) => {
     refreshFence(token, now)
     const found = names.map((name) => {
@@ -370,9 +373,14 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
     return [...set.members].filter(([, deadline]) => deadline > now).map(([member]) => member)
   }
 
-  /** ZCOUNT (now +inf, less the caller if it counts. */
-  const otherWaiters = (token: string, instanceId: string, now: number): number =>
-    liveWaiters(token, now).filter((member) => member !== instanceId).length
+  /** ZCOUNT (now +inf, less the caller if it counts: on the path of every attempt, so a count, not a list. */
+  const otherWaiters = (token: string, instanceId: string, now: number): number => {
+    const set = ks.getSet(keys.waiters(token), now)
+    if (set === undefined) return 0
+    let others = 0
+    for (const [member, deadline] of set.members) if (deadline > now && member !== instanceId) others++
+    return others
+  }
 
   /** Read the record under `key` for a compare: a corrupt record matches nothing. */
   const isRecord = (key: string, record: SocketRecord, now: number): StringEntry | undefined => {
@@ -471,11 +479,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
           if (lock?.value !== lockId) return Effect.succeed(false)
           ks.expire(lockKey, lock, now + lockMs, now)
           refreshFence(token, now)
-          for (const name of slices) {
-            const key = keys.slice(token, name)
-            const entry = ks.get(key, now)
-            if (entry !== undefined) ks.expire(key, entry, now + tokenMs, now)
-          }
+          for (const name of slices) refreshTokenKey(keys.slice(token, name), now)
           return Effect.succeed(true)
         })
       ),

@@ -25,6 +25,10 @@ import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { DataDirError } from "../../StoreError.js"
+import type { Keys } from "../keys.js"
+import { describeParseError, parseSafely } from "../parse.js"
+import { tokenProblem } from "../validate.js"
+import { isExpired, type Keyspace } from "./keyspace.js"
 
 /**
  * What one flush of the data directory did, by token: files written, files removed (the
@@ -38,11 +42,6 @@ export interface FlushReport {
   readonly removed: ReadonlyArray<string>
   readonly failed: ReadonlyArray<string>
 }
-
-import type { Keys } from "../keys.js"
-import { describeParseError, parseSafely } from "../parse.js"
-import { tokenProblem } from "../validate.js"
-import { isExpired, type Keyspace } from "./keyspace.js"
 
 /** @internal */
 export interface Options {
