@@ -57,6 +57,7 @@ import {
   withLiveClock
 } from "./internal/redis/connection.js"
 import {
+  asArray,
   cluster as clusterDialect,
   commandLine,
   defineAll,
@@ -82,7 +83,6 @@ import {
   type KeyInfo,
   type LockHolder,
   type MailboxEntry,
-  type ReleaseResult,
   type Signal,
   type SliceEntry,
   type SocketEvent,
@@ -222,8 +222,6 @@ const resolveTarget = (options: Options, settings: Settings): Effect.Effect<Targ
 
 const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
   new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
-
-const asArray = (reply: unknown): ReadonlyArray<unknown> | undefined => (Array.isArray(reply) ? reply : undefined)
 
 const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   const entries: Array<MailboxEntry> = []
@@ -713,7 +711,7 @@ export const make = (
       return yield* runScript("release", Scripts.release, {
         keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
         args: { lockId, channel: keys.signal(token), releasedMessage: released(lockId), lockMs, ...waiterArgs(options) }
-      }) satisfies Effect.Effect<ReleaseResult, StoreError>
+      })
     })
 
     const writeIfHolder = Effect.fnUntraced(function* (
@@ -928,16 +926,31 @@ export const make = (
     })
 
     // --- socket records -------------------------------------------------------------
+    /** A claim's keys and arguments, alone or in a batch. */
+    const claimInput = (token: string, record: SocketRecord) => ({
+      keys: { socket: keys.socket(token) },
+      args: { record: encodeSocketRecord(record), tokenMs }
+    })
+
+    /** A claim's reply: claimed, or taken by the record there (which may be corrupt). */
+    const claimResult = (
+      operation: string,
+      token: string,
+      reply: unknown
+    ): Either.Either<ClaimResult, CorruptValue | StoreRefused> => {
+      const claimed = Scripts.claimSocket.decode(reply)
+      if (claimed === undefined) return Either.left(unexpectedReply(operation, reply))
+      if (claimed._tag === "Claimed") return Either.right(claimed)
+      return Either.map(
+        decodeSocketRecord(keys.socket(token), claimed.raw),
+        (record): ClaimResult => ({ _tag: "Taken", record })
+      )
+    }
+
     const claimSocket = Effect.fnUntraced(function* (token: string, record: SocketRecord) {
       yield* validateTokenAndInstance(token, record.instanceId)
-      const key = keys.socket(token)
-      const reply = yield* runScript("claimSocket", Scripts.claimSocket, {
-        keys: { socket: key },
-        args: { record: encodeSocketRecord(record), tokenMs }
-      })
-      if (reply._tag === "Claimed") return reply satisfies ClaimResult
-      const taken = yield* decodeSocketRecord(key, reply.raw)
-      return { _tag: "Taken", record: taken } satisfies ClaimResult
+      const reply = yield* run("claimSocket", (c) => invoke(c, Scripts.claimSocket, claimInput(token, record)))
+      return yield* claimResult("claimSocket", token, reply)
     })
 
     const readSocket = Effect.fnUntraced(function* (token: string) {
@@ -1025,12 +1038,7 @@ export const make = (
       if (claims.length === 0) return []
       const replies = yield* runBatch(
         "claimSockets",
-        claims.map(([token, record]) =>
-          commandLine(Scripts.claimSocket, {
-            keys: { socket: keys.socket(token) },
-            args: { record: encodeSocketRecord(record), tokenMs }
-          })
-        )
+        claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
       )
       const results: Array<Either.Either<ClaimResult, CorruptValue | StoreRefused>> = []
       for (let i = 0; i < claims.length; i++) {
@@ -1043,17 +1051,7 @@ export const make = (
           results.push(Either.left(mapped))
           continue
         }
-        const claimed = Scripts.claimSocket.decode(reply)
-        results.push(
-          claimed === undefined
-            ? Either.left(unexpectedReply("claimSockets", reply))
-            : claimed._tag === "Claimed"
-              ? Either.right(claimed)
-              : Either.map(
-                  decodeSocketRecord(keys.socket(claims[i]![0]), claimed.raw),
-                  (record): ClaimResult => ({ _tag: "Taken", record })
-                )
-        )
+        results.push(claimResult("claimSockets", claims[i]![0], reply))
       }
       return results
     })
