@@ -69,13 +69,17 @@ export type Services = StateServices | TokenManager.TokenManager | Mailbox.Mailb
  */
 export type Options<A, I, R> = Mailbox.Options<A, I, R>
 
+/** What every worker runs on: its identity, health, supervisor and signals. */
+const runtimeLayer = Signals.layer.pipe(
+  Layer.provideMerge(Supervisor.layer),
+  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
+)
+
 const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
-  Mailbox.layer(options).pipe(
-    Layer.provideMerge(TokenManager.layer),
-    Layer.provideMerge(Signals.layer),
-    Layer.provideMerge(Supervisor.layer),
-    Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
-  )
+  Mailbox.layer(options).pipe(Layer.provideMerge(TokenManager.layer), Layer.provideMerge(runtimeLayer))
+
+/** The embedded store as a worker gets it: its control (outages, raw keys) is for tests alone. */
+const memoryStore = Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))
 
 const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
 
@@ -89,9 +93,7 @@ const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Laye
  * @category layers
  */
 export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> = stateLayer.pipe(
-  Layer.provideMerge(Signals.layer),
-  Layer.provideMerge(Supervisor.layer),
-  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
+  Layer.provideMerge(runtimeLayer)
 )
 
 /**
@@ -104,10 +106,7 @@ export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConf
 export const layerStateMemory: Layer.Layer<
   StateServices | Store,
   LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError
-> = layerState.pipe(
-  Layer.provideMerge(Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))),
-  Layer.provideMerge(LeaseholdConfig.layer)
-)
+> = layerState.pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer))
 
 /**
  * `layerState` on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
@@ -167,12 +166,7 @@ export const layerMemory = <A, I, R>(
   Services | Store | LeaseholdConfig.LeaseholdConfig,
   LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError,
   R
-> =>
-  layer(options).pipe(
-    // the store's control (outages, raw keys) is for tests: an app's worker does not expose it
-    Layer.provideMerge(Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))),
-    Layer.provideMerge(LeaseholdConfig.layer)
-  )
+> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer))
 
 /**
  * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
