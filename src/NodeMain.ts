@@ -16,7 +16,7 @@
  * @since 0.1.0
  */
 import type { RunMain, Teardown } from "@effect/platform/Runtime"
-import { defaultTeardown, makeRunMain } from "@effect/platform/Runtime"
+import { makeRunMain } from "@effect/platform/Runtime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -86,29 +86,22 @@ export const shutdownTimeout = (
   options?: Pick<RunMainOptions, "shutdownTimeout">
 ): Effect.Effect<Duration.Duration, InvalidConfig> =>
   Effect.suspend(() => {
-    if (options?.shutdownTimeout !== undefined) {
-      const timeout = Duration.decode(options.shutdownTimeout)
-      const ms = Duration.toMillis(timeout)
-      return ms === Number.POSITIVE_INFINITY || (ms > 0 && ms <= maxTimerMs)
-        ? Effect.succeed(timeout)
-        : Effect.fail(
-            new InvalidConfig({
-              knob: "shutdownTimeout",
-              value: Duration.format(timeout),
-              reason: `must be above 0 and at most ${maxTimerMs} ms, or infinite`
-            })
-          )
-    }
+    const given = options?.shutdownTimeout === undefined ? undefined : Duration.decode(options.shutdownTimeout)
     const raw = process.env[shutdownTimeoutVariable]
-    if (raw === undefined || raw.trim() === "") return Effect.succeed(defaultShutdownTimeout)
-    const ms = Number(raw)
-    return Number.isInteger(ms) && ms > 0 && ms <= maxTimerMs
-      ? Effect.succeed(Duration.millis(ms))
+    if (given === undefined && (raw === undefined || raw.trim() === "")) return Effect.succeed(defaultShutdownTimeout)
+    const [knob, value, timeout] =
+      given !== undefined
+        ? ["shutdownTimeout", Duration.format(given), given]
+        : [shutdownTimeoutVariable, raw!, Number.isInteger(Number(raw)) ? Duration.millis(Number(raw)) : undefined]
+    const ms = timeout === undefined ? Number.NaN : Duration.toMillis(timeout)
+    // infinite: no deadline (only the option can say so: the variable is a whole number)
+    return timeout !== undefined && ms > 0 && (ms <= maxTimerMs || !Duration.isFinite(timeout))
+      ? Effect.succeed(timeout)
       : Effect.fail(
           new InvalidConfig({
-            knob: shutdownTimeoutVariable,
-            value: raw,
-            reason: `must be a whole number of ms above 0 and at most ${maxTimerMs}`
+            knob,
+            value,
+            reason: `must be a whole number of ms above 0 and at most ${maxTimerMs}, or (the option) infinite`
           })
         )
   })
@@ -179,6 +172,6 @@ export const runMain: {
       process.exitCode = 1
       return
     }
-    runWithDeadline(timeout.right)(effect, { ...runOptions, teardown: runOptions.teardown ?? defaultTeardown })
+    runWithDeadline(timeout.right)(effect, runOptions)
   }
 )
