@@ -39,14 +39,13 @@ const workerDeadline = (): Duration.Duration =>
  * for them (and kills the ones still running 1 s after theirs) before it exits. With a bad
  * `LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, nothing: `runMain` reports it.
  */
-export const primaryDeadline: NodeMain.RunMainOptions = Effect.runSync(
-  Effect.match(NodeMain.shutdownTimeout(), {
-    onFailure: () => ({}),
-    onSuccess: (timeout) => ({
-      shutdownTimeout: Duration.millis(Math.min(Duration.toMillis(timeout) + 2_000, 2 ** 31 - 1))
+export const primaryOptions = (): NodeMain.RunMainOptions =>
+  Effect.runSync(
+    Effect.match(NodeMain.shutdownTimeout(), {
+      onFailure: () => ({}),
+      onSuccess: (timeout) => ({ shutdownTimeout: Duration.sum(timeout, Duration.seconds(2)) })
     })
-  })
-)
+  )
 
 type Event =
   | { readonly _tag: "listening"; readonly worker: Worker }

@@ -48,12 +48,13 @@ const reason = (cause: Cause.Cause<unknown>): string =>
 // not cut it short, and LEASEHOLD_SHUTDOWN_TIMEOUT_MS (10 s) bounds it. The same holds in
 // every mode: one process, a cluster primary, a cluster worker. A primary of workers waits
 // for theirs: its own deadline comes after.
-const forksWorkers = cluster.isPrimary && Number(process.env.WORKERS ?? "1") > 1
+const forksWorkers =
+  cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(appConfig)), (settings) => settings.workers > 1)
 runMain(
   program.pipe(
     Effect.tapErrorCause((cause) =>
       Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
     )
   ),
-  { disableErrorReporting: true, ...(forksWorkers ? Cluster.primaryDeadline : {}) }
+  { disableErrorReporting: true, ...(forksWorkers ? Cluster.primaryOptions() : {}) }
 )
