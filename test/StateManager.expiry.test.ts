@@ -4,13 +4,32 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as TestClock from "effect/TestClock"
-import { Counter, memoryCluster } from "./state/workers.js"
+import { Counter, memoryCluster, type Worker } from "./state/workers.js"
 
 const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
 const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
 
 // tokenExpiration 2 s, lockExpiration 1.5 s
 const input = { tokenExpiration: 2_000, lockExpiration: 1_500, lockWarningThreshold: 1_400 } as const
+
+/**
+ * A modification of `t` that increments the counter once `gate` opens, forked: `entered`
+ * completes when it holds the lock and runs; `fiber` gives the value it read.
+ */
+const slowIncrement = (w: Worker) =>
+  Effect.gen(function* () {
+    const gate = yield* Deferred.make<void>()
+    const entered = yield* Deferred.make<void>()
+    const fiber = yield* Effect.fork(
+      w.states.modifyEffect("t", Counter, (s) =>
+        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          s.n,
+          { n: s.n + 1 }
+        ] as const)
+      )
+    )
+    return { entered, gate, fiber }
+  })
 
 describe("memory store expiry (TestClock)", () => {
   it.scoped("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
@@ -53,16 +72,7 @@ describe("memory store expiry (TestClock)", () => {
       const w = yield* cluster.worker()
       yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
       yield* advance(1_000)
-      const gate = yield* Deferred.make<void>()
-      const entered = yield* Deferred.make<void>()
-      const fiber = yield* Effect.fork(
-        w.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-            s.n,
-            { n: s.n + 1 }
-          ] as const)
-        )
-      )
+      const { entered, gate, fiber } = yield* slowIncrement(w)
       yield* Deferred.await(entered)
       // past the first write's expiry (2 s), the lock still held
       yield* advance(1_400)
@@ -83,16 +93,7 @@ describe("memory store expiry (TestClock)", () => {
         const fenceBefore = yield* cluster.grants("t")
         // the lease of those two has ended and written them (TTL: 2 s from then)
         yield* advance(1_000)
-        const gate = yield* Deferred.make<void>()
-        const entered = yield* Deferred.make<void>()
-        const fiber = yield* Effect.fork(
-          w.states.modifyEffect("t", Counter, (s) =>
-            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-              s.n,
-              { n: s.n + 1 }
-            ] as const)
-          )
-        )
+        const { entered, gate, fiber } = yield* slowIncrement(w)
         while (!(yield* Deferred.isDone(entered))) yield* advance(10)
         yield* Effect.gen(function* () {
           // 2.9 s under the lock, kept alive: past tokenExpiration (2 s) from the grant's reads
