@@ -1,0 +1,339 @@
+/**
+ * The memory backend's `Driver`: each operation is one step (`op`): the availability check,
+ * a read of `Clock` and the script's twin (`./scripts.ts`) or a plain command, in one
+ * synchronous block, atomic on a single-threaded runtime. Also here: the channels of
+ * pub/sub (one `PubSub` per token channel, reference-counted through `RcMap`), blocked
+ * mailbox reads, and the connection status that the control layer (`./control.ts`) moves.
+ *
+ * @internal
+ */
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as FiberId from "effect/FiberId"
+import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
+import * as RcMap from "effect/RcMap"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
+import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
+import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
+import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
+import type { Keys } from "../keys.js"
+import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
+import { acquireResult, lockHolder } from "../store/replies.js"
+import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
+import * as Scripts from "./scripts.js"
+
+/** The driver's mutable state, which the control layer also moves. @internal */
+export interface State {
+  readonly ks: Keyspace
+  readonly keys: Keys
+  readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
+  available: boolean
+  /** One deferred per subscriber "connection": failing it fails every stream opened on it. */
+  subscriberLost: Deferred.Deferred<never, StoreUnavailable>
+  /** `true`: behave like a managed Redis that refuses `CONFIG` (no socket events). */
+  socketEventsRefused: boolean
+  /** Operations that reached the key space (past the front's validation). */
+  operations: number
+  /** Emits the keyspace event Redis would publish for a change of a socket key. */
+  readonly keyEvent: (key: string, event: string) => void
+  /** Makes the channels of the lost connection unreachable, and (`mailboxReaders`) fails blocked mailbox reads. */
+  readonly dropConnection: (reason: string, mailboxReaders: boolean) => Effect.Effect<void>
+}
+
+/** @internal */
+export const unavailable = (operation: string) =>
+  new StoreUnavailable({ operation, reason: "the memory store is set unavailable" })
+
+/**
+ * Build the driver over a key space, and the state its control layer needs. The channels
+ * live in the current scope.
+ *
+ * @internal
+ */
+export const make = (
+  ks: Keyspace,
+  keys: Keys,
+  settings: LeaseholdConfig["Type"]
+): Effect.Effect<{ readonly driver: Driver; readonly state: State }, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const lockMs = Duration.toMillis(settings.lockExpiration)
+    const tokenMs = Duration.toMillis(settings.tokenExpiration)
+    const socketChanges = yield* PubSub.unbounded<RawSocketEvent>()
+    const mailboxReaders = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
+    /** The channel each token's subscribers share now: published to while anyone holds it. */
+    const delivered = new Map<string, PubSub.PubSub<string>>()
+    // One PubSub per channel, made by the first subscriber and shut down after the last.
+    const channels = yield* RcMap.make({
+      lookup: (name: string) =>
+        Effect.acquireRelease(
+          Effect.tap(PubSub.unbounded<string>(), (pubsub) => Effect.sync(() => delivered.set(name, pubsub))),
+          (pubsub) =>
+            Effect.suspend(() => {
+              if (delivered.get(name) === pubsub) delivered.delete(name)
+              return PubSub.shutdown(pubsub)
+            })
+        )
+    })
+
+    const wakeReaders = (key: string, outcome: Effect.Effect<void, StoreUnavailable>): void => {
+      const waiting = mailboxReaders.get(key)
+      if (waiting === undefined) return
+      mailboxReaders.delete(key)
+      for (const deferred of waiting) Deferred.unsafeDone(deferred, outcome)
+    }
+
+    const state: State = {
+      ks,
+      keys,
+      status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
+      available: true,
+      subscriberLost: Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none),
+      socketEventsRefused: false,
+      operations: 0,
+      keyEvent: (key, event) => {
+        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
+      },
+      dropConnection: (reason, failReaders) =>
+        Effect.suspend(() => {
+          const lost = state.subscriberLost
+          state.subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
+          // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
+          delivered.clear()
+          Deferred.unsafeDone(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
+          if (failReaders) {
+            for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
+          }
+          return Effect.flatMap(RcMap.keys(channels), (names) =>
+            Effect.forEach(names, (name) => RcMap.invalidate(channels, name), { discard: true })
+          )
+        })
+    }
+    ks.onExpired = (key) => state.keyEvent(key, "expired")
+
+    const space: Scripts.Space = {
+      ks,
+      keys,
+      lockMs,
+      tokenMs,
+      publish: (channel, message) => {
+        delivered.get(channel)?.unsafeOffer(message)
+      },
+      keyEvent: state.keyEvent,
+      appended: (key) => wakeReaders(key, Effect.void)
+    }
+
+    /** One atomic step: availability check, clock read and state change in one synchronous block. */
+    const op = <A>(operation: string, body: (now: number) => A): Effect.Effect<A, StoreUnavailable | StoreRefused> =>
+      Effect.clockWith((clock) =>
+        Effect.suspend((): Effect.Effect<A, StoreUnavailable | StoreRefused> => {
+          state.operations++
+          if (!state.available) return Effect.fail(unavailable(operation))
+          try {
+            return Effect.succeed(body(clock.unsafeCurrentTimeMillis()))
+          } catch (error) {
+            if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
+              return Effect.fail(new StoreRefused({ operation, reply: error.message }))
+            }
+            throw error
+          }
+        })
+      )
+
+    const readMailbox = (
+      key: string,
+      after: { readonly ms: number; readonly seq: number },
+      count: number,
+      now: number
+    ) => {
+      const stream = ks.getStream(key, now)
+      if (stream === undefined) return []
+      const start = firstAfter(stream.items, after.ms, after.seq)
+      const end = Math.min(stream.items.length, start + count)
+      return stream.items.slice(start, end).map(({ id, payload }): MailboxEntry => ({ id, payload }))
+    }
+
+    /** Read, or register for the next append in the same step (an append in between cannot be missed), then wait. */
+    const readBlocking = (
+      key: string,
+      after: { readonly ms: number; readonly seq: number },
+      count: number,
+      blockMs: number
+    ) =>
+      Effect.flatMap(Deferred.make<void, StoreUnavailable>(), (wake) =>
+        Effect.acquireUseRelease(
+          op("mailboxRead", (now) => {
+            const entries = readMailbox(key, after, count, now)
+            if (entries.length > 0) return entries
+            let waiting = mailboxReaders.get(key)
+            if (waiting === undefined) {
+              waiting = new Set()
+              mailboxReaders.set(key, waiting)
+            }
+            waiting.add(wake)
+            return undefined
+          }),
+          (ready) =>
+            ready !== undefined
+              ? Effect.succeed(ready)
+              : Effect.zipRight(
+                  Effect.timeoutOption(Deferred.await(wake), Duration.millis(blockMs)),
+                  op("mailboxRead", (now) => readMailbox(key, after, count, now))
+                ),
+          () =>
+            Effect.sync(() => {
+              const waiting = mailboxReaders.get(key)
+              if (waiting === undefined) return
+              waiting.delete(wake)
+              if (waiting.size === 0) mailboxReaders.delete(key)
+            })
+        )
+      )
+
+    const driver: Driver = {
+      kind: "memory",
+      name: "MemoryStore",
+      keys,
+
+      tryAcquire: (token, lockId, slices, waiter) =>
+        Effect.map(
+          op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices, waiter)),
+          (reply) => acquireResult(reply, lockMs)
+        ),
+      release: (token, lockId, released, waiter) =>
+        op("release", (now) => Scripts.release(space, now, token, lockId, released, waiter)),
+      commitAndRelease: (token, lockId, entries, released, waiter) =>
+        op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released, waiter)),
+      extend: (token, lockId, slices) => op("extend", (now) => Scripts.extend(space, now, token, lockId, slices)),
+      holder: (token) =>
+        Effect.flatMap(
+          op("holder", (now) => Scripts.holder(space, now, token)),
+          (reply) => lockHolder(reply, lockMs)
+        ),
+
+      registerWaiter: (token, instanceId, contended) =>
+        op("registerWaiter", (now) => Scripts.registerWaiter(space, now, token, instanceId, contended)),
+      deregisterWaiter: (token, instanceId) =>
+        op("deregisterWaiter", (now) => Scripts.deregisterWaiter(space, now, token, instanceId)),
+      otherContenders: (token, instanceId) =>
+        op("otherContenders", (now) => Scripts.otherContenders(space, now, token, instanceId)),
+      waiters: (token) => op("waiters", (now) => Scripts.waiters(space, now, token)),
+
+      readSlices: (token, names) =>
+        Effect.map(
+          op("readSlices", (now) => Scripts.readSlices(space, now, token, names)),
+          (values) => values.map(Option.fromNullable)
+        ),
+      writeIfHolder: (token, lockId, entries) =>
+        op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries)),
+
+      publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
+      subscribe: (token) =>
+        Effect.gen(function* () {
+          const lost = yield* op("subscribe", () => state.subscriberLost)
+          const pubsub = yield* RcMap.get(channels, keys.signal(token))
+          const dequeue = yield* PubSub.subscribe(pubsub)
+          return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+        }),
+      status: SubscriptionRef.get(state.status),
+      statusChanges: state.status.changes,
+
+      claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
+      readSocket: (token) =>
+        op("readSocket", (now) =>
+          Option.map(Option.fromNullable(ks.getString(keys.socket(token), now)), (e) => e.value)
+        ),
+      deleteSocketIfOwner: (token, instanceId, connectionId) =>
+        op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
+      refreshSocket: (token, instanceId, connectionId) =>
+        op("refreshSocket", (now) => Scripts.refreshSocket(space, now, token, instanceId, connectionId)),
+      scanSockets: Stream.unwrap(
+        Effect.map(
+          op("scanSockets", (now) => {
+            const found: Array<ScannedRecord> = []
+            for (const [key, entry] of ks.entries) {
+              const token = keys.socketToken(key)
+              if (token === undefined || entry._tag !== "string") continue
+              if (isExpired(entry, now)) ks.removeExpired(key)
+              else found.push({ key, token, raw: entry.value })
+            }
+            return found
+          }),
+          Stream.fromIterable
+        )
+      ),
+      claimSockets: (claims) =>
+        op("claimSockets", (now) =>
+          claims.map(([token, record]) => {
+            try {
+              return Either.right(Scripts.claimSocket(space, now, token, record))
+            } catch (error) {
+              // One record's refusal is its own, as each claim is its own script on Redis.
+              if (error instanceof WrongTypeError) {
+                return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+              }
+              throw error
+            }
+          })
+        ),
+      enableSocketEvents: Effect.suspend(() => {
+        if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
+        return Effect.succeed(
+          state.socketEventsRefused
+            ? ({ _tag: "Refused", reply: "ERR unknown command 'CONFIG'" } as const)
+            : ({ _tag: "Enabled", flags: "Kg$xe" } as const)
+        )
+      }),
+      socketEvents: Effect.gen(function* () {
+        const lost = yield* op("socketEvents", () => state.subscriberLost)
+        const dequeue = yield* PubSub.subscribe(socketChanges)
+        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+      }),
+
+      mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
+        op("mailboxAppend", (now) => Scripts.mailboxAppend(space, now, instanceId, payload, maxLen, ttlMs)),
+      mailboxRead: (instanceId, afterId, count, blockMs) =>
+        Effect.suspend(() => {
+          const after = parseStreamId(afterId)
+          if (after === undefined) {
+            return Effect.fail(
+              new StoreRefused({
+                operation: "mailboxRead",
+                reply: "ERR Invalid stream ID specified as stream command argument"
+              })
+            )
+          }
+          const key = keys.mailbox(instanceId)
+          if (blockMs === 0) return op("mailboxRead", (now) => readMailbox(key, after, count, now))
+          return readBlocking(key, after, count, blockMs)
+        }),
+      mailboxTrim: (instanceId, maxLen) =>
+        op("mailboxTrim", (now) => {
+          const stream = ks.getStream(keys.mailbox(instanceId), now)
+          if (stream !== undefined) Scripts.trimStream(stream, maxLen)
+        }),
+      mailboxExpire: (instanceId, ttlMs) =>
+        op("mailboxExpire", (now) => {
+          const key = keys.mailbox(instanceId)
+          const stream = ks.getStream(key, now)
+          if (stream !== undefined) ks.expire(key, stream, now + ttlMs, now)
+        }),
+      mailboxLength: (instanceId) =>
+        op("mailboxLength", (now) => ks.getStream(keys.mailbox(instanceId), now)?.items.length ?? 0),
+      mailboxSetCursor: (instanceId, id, ttlMs) =>
+        op("mailboxSetCursor", (now) => {
+          ks.setString(keys.mailboxCursor(instanceId), id, now + ttlMs)
+        }),
+      mailboxCursor: (instanceId) =>
+        op("mailboxCursor", (now) =>
+          Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
+        ),
+
+      tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token))
+    }
+    return { driver, state }
+  })

@@ -1,0 +1,384 @@
+/**
+ * The twins of the Lua scripts (`../redis/scripts/`): one function per script, with the same
+ * name, in the same order as `Scripts.all`, taking the script's named arguments and
+ * returning what its decoder returns. A reader holds a script and its twin side by side.
+ *
+ * Each twin is synchronous and runs inside one step of the memory driver, which makes it
+ * atomic. Like Redis, a twin reads before it writes where a wrong-typed key would refuse
+ * the step (the typed accessors throw `WrongTypeError`), so a refusal leaves nothing half
+ * done.
+ *
+ * @internal
+ */
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import type { KeyInfo } from "../../Store.js"
+import { decodeSocketRecord } from "../codec.js"
+import type { Keys } from "../keys.js"
+import type * as Holder from "../redis/scripts/holder.js"
+import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
+import type { Guarded, RawClaim, Waiter } from "../store/driver.js"
+import {
+  isExpired,
+  type Keyspace,
+  nextStreamId,
+  type SetEntry,
+  type StreamEntry,
+  type StringEntry
+} from "./keyspace.js"
+
+/** What a twin works on: the key space, the key layout, the store's expirations, and its outlets. */
+export interface Space {
+  readonly ks: Keyspace
+  readonly keys: Keys
+  readonly lockMs: number
+  readonly tokenMs: number
+  /** PUBLISH: deliver a message to the channel's subscribers. */
+  readonly publish: (channel: string, message: string) => void
+  /** The keyspace event Redis would publish for a change of `key`. */
+  readonly keyEvent: (key: string, event: string) => void
+  /** A stream got an entry: wake its blocked readers. */
+  readonly appended: (key: string) => void
+}
+
+// --- shared parts (the `waiterLua` fragments) ---------------------------------------------
+
+/** ZREMRANGEBYSCORE -inf now: the members whose deadline has passed. */
+const dropExpired = (set: SetEntry, now: number): void => {
+  for (const [member, deadline] of set.members) if (deadline <= now) set.members.delete(member)
+}
+
+/** ZCOUNT (now +inf, less the caller if it counts. */
+const countOthers = (s: Space, token: string, instanceId: string, now: number): number => {
+  const set = s.ks.getSet(s.keys.waiters(token), now)
+  if (set === undefined) return 0
+  let others = 0
+  for (const [member, deadline] of set.members) if (deadline > now && member !== instanceId) others++
+  return others
+}
+
+/**
+ * ZREMRANGEBYSCORE (the expired members) + ZADD with the instance's own deadline, one lock
+ * expiration from now + PEXPIRE of the set to that deadline, then PUBLISH `contended`: also
+ * when already a member, so no re-registration is silent.
+ */
+const register = (s: Space, token: string, instanceId: string, contended: string, now: number): void => {
+  const key = s.keys.waiters(token)
+  let set = s.ks.getSet(key, now)
+  if (set === undefined) {
+    set = { _tag: "set", members: new Map(), deadline: undefined }
+    s.ks.insert(key, set)
+  }
+  dropExpired(set, now)
+  set.members.set(instanceId, now + s.lockMs)
+  s.ks.expire(key, set, now + s.lockMs, now)
+  s.publish(s.keys.signal(token), contended)
+}
+
+/** ZREMRANGEBYSCORE (the expired members) + ZREM; Redis deletes a sorted set with its last member. */
+const leave = (s: Space, token: string, instanceId: string, now: number): void => {
+  const key = s.keys.waiters(token)
+  const set = s.ks.getSet(key, now)
+  if (set === undefined) return
+  dropExpired(set, now)
+  set.members.delete(instanceId)
+  if (set.members.size === 0) s.ks.delete(key)
+}
+
+const integerPattern = /^-?\d+$/
+
+/** The fence as INCR reads it: 0 when absent, `undefined` when not an integer. */
+const readFence = (s: Space, token: string, now: number): number | undefined => {
+  const entry = s.ks.getString(s.keys.fence(token), now)
+  if (entry === undefined) return 0
+  if (!integerPattern.test(entry.value)) return undefined
+  const n = Number(entry.value)
+  return Number.isSafeInteger(n) ? n : undefined
+}
+
+/** PEXPIRE key tokenExpiration, on a key of any kind; nothing when it is absent. */
+const refreshTokenKey = (s: Space, key: string, now: number): void => {
+  const entry = s.ks.get(key, now)
+  if (entry !== undefined) s.ks.expire(key, entry, now + s.tokenMs, now)
+}
+
+/** GETEX … PX tokenExpiration over every name, in order; reads all before touching any TTL. */
+const readAndRefresh = (s: Space, token: string, names: ReadonlyArray<string>, now: number) => {
+  const found = names.map((name) => {
+    const key = s.keys.slice(token, name)
+    return [key, s.ks.getString(key, now)] as const
+  })
+  return found.map(([key, entry]) => {
+    if (entry === undefined) return null
+    s.ks.expire(key, entry, now + s.tokenMs, now)
+    return entry.value
+  })
+}
+
+/** SET each slice PX tokenExpiration, then PEXPIRE the fence: it lives as long as the slices. */
+const writeSlices = (s: Space, token: string, entries: ReadonlyArray<readonly [string, string]>, now: number) => {
+  for (const [name, value] of entries) s.ks.setString(s.keys.slice(token, name), value, now + s.tokenMs)
+  refreshTokenKey(s, s.keys.fence(token), now)
+}
+
+/** PTTL of a lock; -1 (no TTL) exists only through a raw write. */
+const pttl = (lock: StringEntry, now: number): number =>
+  lock.deadline === undefined ? -1 : Math.max(0, lock.deadline - now)
+
+const lost = (lock: StringEntry | undefined): Guarded<never> => ({
+  _tag: "Lost",
+  holder: Option.map(Option.fromNullable(lock), (entry) => entry.value)
+})
+
+/** Thrown when INCR meets a fence that is not an integer: the step is refused. */
+export class NotAnInteger extends Error {
+  constructor() {
+    super("ERR value is not an integer or out of range")
+  }
+}
+
+// --- the twins, in the order of `Scripts.all` ---------------------------------------------
+
+/** @internal */
+export const tryAcquire = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  slices: ReadonlyArray<string>,
+  waiter: Waiter | undefined
+): TryAcquire.Reply => {
+  const lockKey = s.keys.lock(token)
+  const lock = s.ks.getString(lockKey, now)
+  // Read before anything is written: a waiter key of the wrong type refuses the whole step.
+  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
+  if (lock !== undefined) {
+    if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
+    return { _tag: "Held", pttl: pttl(lock, now) }
+  }
+  const fence = readFence(s, token, now)
+  if (fence === undefined) throw new NotAnInteger()
+  const values = readAndRefresh(s, token, slices, now)
+  s.ks.setString(lockKey, lockId, now + s.lockMs)
+  s.ks.setString(s.keys.fence(token), String(fence + 1), now + s.tokenMs)
+  // The new holder no longer waits; the others counted above are still in the set.
+  if (waiter !== undefined) leave(s, token, waiter.instanceId, now)
+  return { _tag: "Acquired", fence: fence + 1, contenders, values }
+}
+
+/** @internal */
+export const release = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  released: string,
+  waiter: Waiter | undefined
+): { readonly released: boolean; readonly contenders: number } => {
+  const lockKey = s.keys.lock(token)
+  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
+  const deleted = s.ks.getString(lockKey, now)?.value === lockId
+  if (deleted) {
+    s.ks.delete(lockKey)
+    s.publish(s.keys.signal(token), released)
+  }
+  if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
+  return { released: deleted, contenders }
+}
+
+/** @internal */
+export const writeIfHolder = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  entries: ReadonlyArray<readonly [string, string]>
+): Guarded<void> => {
+  const lock = s.ks.getString(s.keys.lock(token), now)
+  if (lock?.value !== lockId) return lost(lock)
+  writeSlices(s, token, entries, now)
+  return { _tag: "Done", value: undefined }
+}
+
+/** @internal */
+export const commitAndRelease = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  entries: ReadonlyArray<readonly [string, string]>,
+  released: string,
+  waiter: Waiter | undefined
+): Guarded<number> => {
+  const lockKey = s.keys.lock(token)
+  const lock = s.ks.getString(lockKey, now)
+  if (lock?.value !== lockId) return lost(lock)
+  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
+  writeSlices(s, token, entries, now)
+  s.ks.delete(lockKey)
+  s.publish(s.keys.signal(token), released)
+  if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
+  return { _tag: "Done", value: contenders }
+}
+
+/** @internal */
+export const extend = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  slices: ReadonlyArray<string>
+): boolean => {
+  const lockKey = s.keys.lock(token)
+  const lock = s.ks.getString(lockKey, now)
+  if (lock?.value !== lockId) return false
+  s.ks.expire(lockKey, lock, now + s.lockMs, now)
+  refreshTokenKey(s, s.keys.fence(token), now)
+  for (const name of slices) refreshTokenKey(s, s.keys.slice(token, name), now)
+  return true
+}
+
+/** @internal */
+export const holder = (s: Space, now: number, token: string): Holder.Reply => {
+  const lock = s.ks.getString(s.keys.lock(token), now)
+  if (lock === undefined) return { _tag: "Free" }
+  const fence = s.ks.getString(s.keys.fence(token), now)
+  return { _tag: "Held", lockId: lock.value, fence: fence?.value ?? null, pttl: pttl(lock, now) }
+}
+
+/** @internal */
+export const registerWaiter = (s: Space, now: number, token: string, instanceId: string, contended: string): void =>
+  register(s, token, instanceId, contended, now)
+
+/** @internal */
+export const deregisterWaiter = (s: Space, now: number, token: string, instanceId: string): void =>
+  leave(s, token, instanceId, now)
+
+/** @internal */
+export const otherContenders = (s: Space, now: number, token: string, instanceId: string): number =>
+  countOthers(s, token, instanceId, now)
+
+/** ZRANGEBYSCORE (now +inf: the members whose deadline has not passed. @internal */
+export const waiters = (s: Space, now: number, token: string): ReadonlyArray<string> => {
+  const set = s.ks.getSet(s.keys.waiters(token), now)
+  if (set === undefined) return []
+  return [...set.members].filter(([, deadline]) => deadline > now).map(([member]) => member)
+}
+
+/** @internal */
+export const readSlices = (
+  s: Space,
+  now: number,
+  token: string,
+  names: ReadonlyArray<string>
+): ReadonlyArray<string | null> => {
+  refreshTokenKey(s, s.keys.fence(token), now)
+  return readAndRefresh(s, token, names, now)
+}
+
+/** `SET NX` of a record; the record there when it is taken. @internal */
+export const claimSocket = (s: Space, now: number, token: string, record: string): RawClaim => {
+  const key = s.keys.socket(token)
+  const existing = s.ks.getString(key, now)
+  if (existing !== undefined) return { _tag: "Taken", raw: existing.value }
+  s.ks.setString(key, record, now + s.tokenMs)
+  s.keyEvent(key, "set")
+  return { _tag: "Claimed" }
+}
+
+/** The record under `key` when it decodes to exactly this instance and connection: a corrupt record matches nothing. */
+const ownRecord = (s: Space, now: number, key: string, instanceId: string, connectionId: string) => {
+  const entry = s.ks.getString(key, now)
+  if (entry === undefined) return undefined
+  const decoded = decodeSocketRecord(key, entry.value)
+  return Either.isRight(decoded) &&
+    decoded.right.instanceId === instanceId &&
+    decoded.right.connectionId === connectionId
+    ? entry
+    : undefined
+}
+
+/** @internal */
+export const deleteSocketIfOwner = (
+  s: Space,
+  now: number,
+  token: string,
+  instanceId: string,
+  connectionId: string
+): boolean => {
+  const key = s.keys.socket(token)
+  if (ownRecord(s, now, key, instanceId, connectionId) === undefined) return false
+  s.ks.delete(key)
+  s.keyEvent(key, "del")
+  return true
+}
+
+/** @internal */
+export const refreshSocket = (
+  s: Space,
+  now: number,
+  token: string,
+  instanceId: string,
+  connectionId: string
+): boolean => {
+  const key = s.keys.socket(token)
+  const entry = ownRecord(s, now, key, instanceId, connectionId)
+  if (entry === undefined) return false
+  s.ks.expire(key, entry, now + s.tokenMs, now)
+  return true
+}
+
+/** XTRIM MAXLEN ~: keep the newest `maxLen` entries. */
+export const trimStream = (stream: StreamEntry, maxLen: number): void => {
+  if (!Number.isFinite(maxLen)) return
+  const keep = Math.max(0, Math.floor(maxLen))
+  if (stream.items.length > keep) stream.items.splice(0, stream.items.length - keep)
+}
+
+/** XADD (trimmed), and PEXPIRE only on a mailbox without an expiry. @internal */
+export const mailboxAppend = (
+  s: Space,
+  now: number,
+  instanceId: string,
+  payload: string,
+  maxLen: number,
+  ttlMs: number
+): string => {
+  const key = s.keys.mailbox(instanceId)
+  let stream = s.ks.getStream(key, now)
+  if (stream === undefined) {
+    stream = { _tag: "stream", items: [], lastMs: 0, lastSeq: 0, deadline: undefined }
+    s.ks.insert(key, stream)
+  }
+  if (stream.deadline === undefined) s.ks.expire(key, stream, now + ttlMs, now)
+  const { ms, seq } = nextStreamId(stream, now)
+  const id = `${ms}-${seq}`
+  stream.items.push({ ms, seq, id, payload })
+  stream.lastMs = ms
+  stream.lastSeq = seq
+  trimStream(stream, maxLen)
+  s.appended(key)
+  return id
+}
+
+/** Every live key of the token (the SCAN the Redis driver makes first, then the script's description). @internal */
+export const describeKeys = (s: Space, now: number, token: string): ReadonlyArray<KeyInfo> => {
+  const head = s.keys.tokenHead(token)
+  const found: Array<KeyInfo> = []
+  for (const [key, entry] of s.ks.entries) {
+    if (!key.startsWith(head) || isExpired(entry, now)) continue
+    found.push({
+      name: key.slice(head.length),
+      kind: entry._tag === "stream" ? "other" : entry._tag,
+      size:
+        entry._tag === "string"
+          ? Buffer.byteLength(entry.value, "utf8")
+          : entry._tag === "set"
+            ? entry.members.size
+            : 0,
+      ttlMs: entry.deadline === undefined ? Option.none() : Option.some(entry.deadline - now)
+    })
+  }
+  found.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+  return found
+}

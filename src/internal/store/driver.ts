@@ -1,0 +1,160 @@
+/**
+ * The narrow interface a backend implements: one atomic step per operation, on inputs the
+ * front (`front.ts`) has already validated and encoded. A driver never sees a `Signal` or
+ * a `SocketRecord`, only their wire strings; it never decides what a corrupt record or a
+ * lost lock means to a caller. Both backends provide one: `internal/memory/driver.ts`
+ * (the Lua scripts' twins on an in-process key space) and `internal/redis/driver.ts`
+ * (keys, then a script, then its decoded reply).
+ *
+ * Numbers reach a driver normalized: counts are whole and at least 1, durations whole
+ * milliseconds and at least 1.
+ *
+ * @internal
+ */
+import type * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
+import type * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import type * as Stream from "effect/Stream"
+import type {
+  AcquireResult,
+  ConnectionStatus,
+  KeyInfo,
+  LockHolder,
+  MailboxEntry,
+  ReleaseResult,
+  SliceEntry,
+  SocketEventsSetting
+} from "../../Store.js"
+import type { StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
+import type { Keys } from "../keys.js"
+
+/** The caller's part in the token's waiter set, with its `Contended` message already encoded. */
+export interface Waiter {
+  readonly instanceId: string
+  readonly register: boolean
+  /** The wire form of `Contended` for this instance, published when it registers. */
+  readonly contended: string
+}
+
+/** A step that runs only while the caller holds the lock: done, or the holder found instead. */
+export type Guarded<A> =
+  | { readonly _tag: "Done"; readonly value: A }
+  | { readonly _tag: "Lost"; readonly holder: Option.Option<string> }
+
+/** A socket claim as stored: ours now, or the raw record there (which may not decode). */
+export type RawClaim = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly raw: string }
+
+/** A socket key found by a scan, with its raw value; the token may not be a valid one. */
+export interface ScannedRecord {
+  readonly key: string
+  readonly token: string
+  readonly raw: string
+}
+
+/** A change the store reported for a key that looks like a socket key; `event` is the store's name for it. */
+export interface RawSocketEvent {
+  readonly key: string
+  readonly event: string
+}
+
+/** @internal */
+export interface Driver {
+  readonly kind: "memory" | "redis"
+  /** The backend's module name, which starts its log lines (`RedisStore`, `MemoryStore`). */
+  readonly name: string
+  readonly keys: Keys
+
+  // --- lock ---------------------------------------------------------------------------
+  readonly tryAcquire: (
+    token: string,
+    lockId: string,
+    slices: ReadonlyArray<string>,
+    waiter: Waiter | undefined
+  ) => Effect.Effect<AcquireResult, StoreError>
+  /** `released` is the wire form of the `Released` signal the step publishes when it deletes. */
+  readonly release: (
+    token: string,
+    lockId: string,
+    released: string,
+    waiter: Waiter | undefined
+  ) => Effect.Effect<ReleaseResult, StoreError>
+  /** The other registered instances, counted before the caller's registration. */
+  readonly commitAndRelease: (
+    token: string,
+    lockId: string,
+    entries: ReadonlyArray<SliceEntry>,
+    released: string,
+    waiter: Waiter | undefined
+  ) => Effect.Effect<Guarded<number>, StoreError>
+  readonly extend: (token: string, lockId: string, slices: ReadonlyArray<string>) => Effect.Effect<boolean, StoreError>
+  readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
+
+  // --- waiters ------------------------------------------------------------------------
+  readonly registerWaiter: (token: string, instanceId: string, contended: string) => Effect.Effect<void, StoreError>
+  readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, StoreError>
+  readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
+  readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
+
+  // --- slices -------------------------------------------------------------------------
+  readonly readSlices: (
+    token: string,
+    names: ReadonlyArray<string>
+  ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, StoreError>
+  readonly writeIfHolder: (
+    token: string,
+    lockId: string,
+    entries: ReadonlyArray<SliceEntry>
+  ) => Effect.Effect<Guarded<void>, StoreError>
+
+  // --- signals ------------------------------------------------------------------------
+  readonly publish: (token: string, message: string) => Effect.Effect<void, StoreError>
+  /** Raw messages of the token's channel, from the confirmed subscription on. */
+  readonly subscribe: (token: string) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
+  readonly status: Effect.Effect<ConnectionStatus>
+  readonly statusChanges: Stream.Stream<ConnectionStatus>
+
+  // --- socket records -----------------------------------------------------------------
+  readonly claimSocket: (token: string, record: string) => Effect.Effect<RawClaim, StoreError>
+  readonly readSocket: (token: string) => Effect.Effect<Option.Option<string>, StoreError>
+  readonly deleteSocketIfOwner: (
+    token: string,
+    instanceId: string,
+    connectionId: string
+  ) => Effect.Effect<boolean, StoreError>
+  readonly refreshSocket: (
+    token: string,
+    instanceId: string,
+    connectionId: string
+  ) => Effect.Effect<boolean, StoreError>
+  readonly scanSockets: Stream.Stream<ScannedRecord, StoreError>
+  /** One result per claim, in order; a claim the store refused is that claim's own failure. */
+  readonly claimSockets: (
+    claims: ReadonlyArray<readonly [token: string, record: string]>
+  ) => Effect.Effect<ReadonlyArray<Either.Either<RawClaim, StoreRefused>>, StoreError>
+  readonly enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable>
+  readonly socketEvents: Effect.Effect<Stream.Stream<RawSocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
+
+  // --- mailboxes ----------------------------------------------------------------------
+  readonly mailboxAppend: (
+    instanceId: string,
+    payload: string,
+    maxLen: number,
+    ttlMs: number
+  ) => Effect.Effect<string, StoreError>
+  /** `blockMs` 0: do not wait. */
+  readonly mailboxRead: (
+    instanceId: string,
+    afterId: string,
+    count: number,
+    blockMs: number
+  ) => Effect.Effect<ReadonlyArray<MailboxEntry>, StoreError>
+  readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, StoreError>
+  readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, StoreError>
+  readonly mailboxLength: (instanceId: string) => Effect.Effect<number, StoreError>
+  readonly mailboxSetCursor: (instanceId: string, id: string, ttlMs: number) => Effect.Effect<void, StoreError>
+  readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, StoreError>
+
+  // --- inspection ---------------------------------------------------------------------
+  readonly tokenKeys: (token: string) => Effect.Effect<ReadonlyArray<KeyInfo>, StoreError>
+}

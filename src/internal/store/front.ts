@@ -1,0 +1,244 @@
+/**
+ * The checked front of every store: turns a backend's `Driver` into the `Store` service.
+ * Everything a backend would otherwise repeat lives here, once:
+ *
+ * - validation, before any I/O: tokens, slice names, instance ids (also those inside a
+ *   socket record or a `Contended` signal), so user input never becomes part of a key;
+ * - encoding: signals and socket records to their wire strings, and back, with messages
+ *   that are not signals ignored and corrupt records reported as `CorruptValue`;
+ * - a lost lock as `LockLost`, naming the holder found;
+ * - normalized numbers (whole milliseconds, whole counts);
+ * - the scan's warnings for records it skips, and the filter on socket events.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store, WaiterOptions } from "../../Store.js"
+import { type CorruptValue, LockLost, type StoreRefused } from "../../StoreError.js"
+import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "../codec.js"
+import {
+  isValidToken,
+  signalInstance,
+  validateSliceNames,
+  validateToken,
+  validateTokenAndInstance,
+  validateTokens
+} from "../validate.js"
+import type { Driver, Guarded, RawClaim, Waiter } from "./driver.js"
+
+/** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
+const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
+
+/** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
+const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
+
+const waiter = (options: WaiterOptions | undefined): Waiter | undefined =>
+  options === undefined
+    ? undefined
+    : {
+        instanceId: options.instanceId,
+        register: options.register === true,
+        contended: encodeSignal({ _tag: "Contended", instanceId: options.instanceId })
+      }
+
+/** The message of a release: it names the lock released, so a waiter can tell its own releases apart. */
+const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
+
+const sliceNames = (entries: ReadonlyArray<readonly [name: string, value: string]>) => entries.map(([name]) => name)
+
+/**
+ * The `Store` service over `driver`.
+ *
+ * @internal
+ */
+export const make = (driver: Driver): Store.Service => {
+  const { keys } = driver
+
+  const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.Effect<A, LockLost> =>
+    outcome._tag === "Done"
+      ? Effect.succeed(outcome.value)
+      : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
+
+  const claimResult = (token: string, claim: RawClaim): Either.Either<ClaimResult, CorruptValue> =>
+    claim._tag === "Claimed"
+      ? Either.right(claim)
+      : Either.map(
+          decodeSocketRecord(keys.socket(token), claim.raw),
+          (record): ClaimResult => ({ _tag: "Taken", record })
+        )
+
+  const decodeRecords = (
+    found: ReadonlyArray<{ readonly key: string; readonly token: string; readonly raw: string }>
+  ) =>
+    Effect.gen(function* () {
+      const records: Array<readonly [token: string, record: SocketRecord]> = []
+      for (const { key, raw, token } of found) {
+        if (!isValidToken(token)) {
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${key}: not a valid token`)
+          continue
+        }
+        const decoded = decodeSocketRecord(key, raw)
+        if (Either.isLeft(decoded)) {
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
+          continue
+        }
+        records.push([token, decoded.right])
+      }
+      return records
+    })
+
+  const toSocketEvent = (raw: { readonly key: string; readonly event: string }): Option.Option<SocketEvent> => {
+    if (!socketEventNames.has(raw.event)) return Option.none()
+    const token = keys.socketToken(raw.key)
+    return token !== undefined && isValidToken(token)
+      ? Option.some({ token, event: raw.event as SocketEvent["event"] })
+      : Option.none()
+  }
+
+  return {
+    kind: driver.kind,
+
+    // --- lock ---------------------------------------------------------------------------
+    tryAcquire: (token, lockId, slices, options) =>
+      Effect.zipRight(
+        Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(slices)),
+        driver.tryAcquire(token, lockId, slices, waiter(options))
+      ),
+    release: (token, lockId, options) =>
+      Effect.zipRight(
+        validateTokenAndInstance(token, options?.instanceId),
+        driver.release(token, lockId, released(lockId), waiter(options))
+      ),
+    commitAndRelease: (token, lockId, entries, options) =>
+      Effect.zipRight(
+        Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(sliceNames(entries))),
+        Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId), waiter(options)), (outcome) =>
+          guarded(token, lockId, outcome)
+        )
+      ),
+    extend: (token, lockId, slices = []) =>
+      Effect.zipRight(
+        Effect.zipRight(validateToken(token), validateSliceNames(slices)),
+        driver.extend(token, lockId, slices)
+      ),
+    holder: (token) => Effect.zipRight(validateToken(token), driver.holder(token)),
+
+    // --- waiters ------------------------------------------------------------------------
+    registerWaiter: (token, instanceId) =>
+      Effect.zipRight(
+        validateTokens(token, instanceId),
+        driver.registerWaiter(token, instanceId, encodeSignal({ _tag: "Contended", instanceId }))
+      ),
+    deregisterWaiter: (token, instanceId) =>
+      Effect.zipRight(validateTokens(token, instanceId), driver.deregisterWaiter(token, instanceId)),
+    otherContenders: (token, instanceId) =>
+      Effect.zipRight(validateTokens(token, instanceId), driver.otherContenders(token, instanceId)),
+    waiters: (token) => Effect.zipRight(validateToken(token), driver.waiters(token)),
+
+    // --- slices -------------------------------------------------------------------------
+    readSlices: (token, names) =>
+      Effect.zipRight(
+        Effect.zipRight(validateToken(token), validateSliceNames(names)),
+        driver.readSlices(token, names)
+      ),
+    writeIfHolder: (token, lockId, entries) =>
+      Effect.zipRight(
+        Effect.zipRight(validateToken(token), validateSliceNames(sliceNames(entries))),
+        Effect.flatMap(driver.writeIfHolder(token, lockId, entries), (outcome) => guarded(token, lockId, outcome))
+      ),
+
+    // --- signals ------------------------------------------------------------------------
+    publish: (token, signal: Signal) =>
+      Effect.zipRight(
+        validateTokenAndInstance(token, signalInstance(signal)),
+        driver.publish(token, encodeSignal(signal))
+      ),
+    subscribe: (token) =>
+      Effect.zipRight(
+        validateToken(token),
+        Effect.map(driver.subscribe(token), (messages) =>
+          // A message that is not a signal (published by someone else) is ignored.
+          Stream.filterMap(messages, (message) => Option.fromNullable(decodeSignal(message)))
+        )
+      ),
+    status: driver.status,
+    statusChanges: driver.statusChanges,
+
+    // --- socket records -----------------------------------------------------------------
+    claimSocket: (token, record) =>
+      Effect.zipRight(
+        validateTokenAndInstance(token, record.instanceId),
+        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) => claimResult(token, claim))
+      ),
+    readSocket: (token) =>
+      Effect.zipRight(
+        validateToken(token),
+        Effect.flatMap(driver.readSocket(token), (raw) =>
+          Option.isNone(raw)
+            ? Effect.succeed(Option.none<SocketRecord>())
+            : Effect.map(decodeSocketRecord(keys.socket(token), raw.value), Option.some)
+        )
+      ),
+    deleteSocketIfOwner: (token, record) =>
+      Effect.zipRight(
+        validateTokenAndInstance(token, record.instanceId),
+        driver.deleteSocketIfOwner(token, record.instanceId, record.connectionId)
+      ),
+    refreshSocket: (token, record) =>
+      Effect.zipRight(
+        validateTokenAndInstance(token, record.instanceId),
+        driver.refreshSocket(token, record.instanceId, record.connectionId)
+      ),
+    scanSockets: driver.scanSockets.pipe(
+      Stream.chunks,
+      Stream.mapEffect((chunk) => decodeRecords([...chunk])),
+      Stream.flattenIterables
+    ),
+    claimSockets: (claims) =>
+      Effect.gen(function* () {
+        for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
+        if (claims.length === 0) return []
+        const outcomes = yield* driver.claimSockets(
+          claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
+        )
+        return outcomes.map(
+          (outcome, i): Either.Either<ClaimResult, CorruptValue | StoreRefused> =>
+            Either.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
+        )
+      }),
+    enableSocketEvents: driver.enableSocketEvents,
+    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent)),
+
+    // --- mailboxes ----------------------------------------------------------------------
+    mailboxAppend: (instanceId, payload, options) =>
+      Effect.zipRight(
+        validateToken(instanceId),
+        driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
+      ),
+    mailboxRead: (instanceId, afterId, options) =>
+      Effect.zipRight(
+        validateToken(instanceId),
+        Effect.suspend(() => {
+          const count = Math.floor(options.count)
+          if (!(count >= 1)) return Effect.succeed([])
+          // Whole milliseconds, as XREAD BLOCK takes them; under 1 ms means no wait.
+          const blockMs = options.blockMs === undefined ? 0 : Math.ceil(options.blockMs)
+          return driver.mailboxRead(instanceId, afterId, count, blockMs >= 1 ? blockMs : 0)
+        })
+      ),
+    mailboxTrim: (instanceId, maxLen) =>
+      Effect.zipRight(validateToken(instanceId), driver.mailboxTrim(instanceId, maxLen)),
+    mailboxExpire: (instanceId, ttlMs) =>
+      Effect.zipRight(validateToken(instanceId), driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
+    mailboxLength: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxLength(instanceId)),
+    mailboxSetCursor: (instanceId, id, ttlMs) =>
+      Effect.zipRight(validateToken(instanceId), driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
+    mailboxCursor: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxCursor(instanceId)),
+
+    // --- inspection ---------------------------------------------------------------------
+    tokenKeys: (token) => Effect.zipRight(validateToken(token), driver.tokenKeys(token))
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * What both drivers make of a lock script's reply (the Lua's, or its memory twin's): the
+ * time left on a lock, and the holder with its fence. One reading for both backends, so
+ * they cannot drift apart.
+ *
+ * @internal
+ */
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import type { AcquireResult, LockHolder } from "../../Store.js"
+import { StoreRefused } from "../../StoreError.js"
+import type * as Holder from "../redis/scripts/holder.js"
+import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
+
+/**
+ * Milliseconds left from a PTTL reply. -1 is a lock without TTL (written by someone else):
+ * waiters re-check within a lock expiration.
+ *
+ * @internal
+ */
+export const remainingMs = (pttl: number, lockMs: number): number => (pttl >= 0 ? pttl : pttl === -1 ? lockMs : 0)
+
+const integerPattern = /^-?\d+$/
+
+/** The reply INCR would give to a fence that is not an integer. @internal */
+export const notAnInteger = "ERR value is not an integer or out of range"
+
+/** @internal */
+export const acquireResult = (reply: TryAcquire.Reply, lockMs: number): AcquireResult =>
+  reply._tag === "Held"
+    ? { _tag: "Held", remainingMs: remainingMs(reply.pttl, lockMs) }
+    : {
+        _tag: "Acquired",
+        fence: reply.fence,
+        values: reply.values.map(Option.fromNullable),
+        contenders: reply.contenders
+      }
+
+/**
+ * The holder named by a reply. The fence lives as long as the slices; a lock outliving it
+ * reports 0. A fence that is not an integer is refused, as INCR would refuse it.
+ *
+ * @internal
+ */
+export const lockHolder = (
+  reply: Holder.Reply,
+  lockMs: number
+): Either.Either<Option.Option<LockHolder>, StoreRefused> => {
+  if (reply._tag === "Free") return Either.right(Option.none())
+  const fence = reply.fence === null ? 0 : integerPattern.test(reply.fence) ? Number(reply.fence) : Number.NaN
+  if (!Number.isSafeInteger(fence)) return Either.left(new StoreRefused({ operation: "holder", reply: notAnInteger }))
+  return Either.right(Option.some({ lockId: reply.lockId, fence, remainingMs: remainingMs(reply.pttl, lockMs) }))
+}
