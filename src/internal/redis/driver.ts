@@ -1,0 +1,398 @@
+/**
+ * The Redis backend's `Driver`: each operation is its keys, then one script (or one plain
+ * command) through the topology, then the script's decoded reply; a reply of another shape
+ * is `StoreRefused`. Subscriptions go to `pubsub`, blocking reads to `blocking`.
+ *
+ * @internal
+ */
+import * as Chunk from "effect/Chunk"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
+import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
+import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
+import { type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
+import type { Keys } from "../keys.js"
+import type { Driver, RawClaim, ScannedRecord, Waiter } from "../store/driver.js"
+import { acquireResult, lockHolder } from "../store/replies.js"
+import type { Blocking } from "./blocking.js"
+import { type Endpoint, scrub, toStoreError } from "./connection.js"
+import type { Health } from "./health.js"
+import type { PubSub } from "./pubsub.js"
+import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
+import * as Scripts from "./scripts/index.js"
+import type { Node, Topology } from "./topology.js"
+
+/**
+ * Keyspace notification flags socket events need: `K` keyspace channels, `g` DEL, `$` SET,
+ * `x` expired, `e` evicted. `A` stands for `g$lshzxet`.
+ */
+const neededFlags = ["K", "g", "$", "x", "e"] as const
+
+/** The flags to add to `current` so that socket events are published; empty when none are missing. */
+const missingFlags = (current: string): string => {
+  const present = new Set(current.includes("A") ? `${current}g$lshzxet` : current)
+  return neededFlags.filter((flag) => !present.has(flag)).join("")
+}
+
+const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
+  new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
+
+const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
+  const entries: Array<MailboxEntry> = []
+  for (const entry of asArray(reply) ?? []) {
+    const [id, fields] = asArray(entry) ?? []
+    if (typeof id !== "string") continue
+    const list = asArray(fields) ?? []
+    // An entry without our field (written by someone else) is still returned, with an
+    // empty payload: skipping it would leave a reader's position stuck before it.
+    let payload = ""
+    for (let i = 0; i + 1 < list.length; i += 2) {
+      if (list[i] === "payload") {
+        payload = String(list[i + 1])
+        break
+      }
+    }
+    entries.push({ id, payload })
+  }
+  return entries
+}
+
+const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
+
+/** The ARGV of a lock script's waiter part: instance id ("" for none), register flag, contended message. */
+const waiterArgs = (waiter: Waiter | undefined) =>
+  waiter === undefined
+    ? { instanceId: "", register: "0", contended: "" }
+    : { instanceId: waiter.instanceId, register: waiter.register ? "1" : "0", contended: waiter.contended }
+
+/** @internal */
+export interface Parts {
+  readonly endpoint: Endpoint
+  readonly keys: Keys
+  readonly health: Health
+  readonly topology: Topology
+  readonly pubsub: PubSub
+  readonly blocking: Blocking
+}
+
+/** @internal */
+export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver => {
+  const { blocking, endpoint, health, keys, pubsub, topology } = parts
+  const lockMs = millis(settings.lockExpiration)
+  const tokenMs = millis(settings.tokenExpiration)
+  const commandTimeoutMs = millis(settings.commandTimeout)
+  const { run } = topology
+
+  /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
+  const runScript = <K extends string, A extends string, R>(
+    operation: string,
+    script: Script<K, A, R>,
+    input: Input<K, A>
+  ): Effect.Effect<R, StoreError> =>
+    Effect.flatMap(
+      run(operation, (c) => invoke(c, script, input)),
+      (reply) => {
+        const decoded = script.decode(reply)
+        return decoded === undefined ? Effect.fail(unexpectedReply(operation, reply)) : Effect.succeed(decoded)
+      }
+    )
+
+  const claimInput = (token: string, record: string) => ({
+    keys: { socket: keys.socket(token) },
+    args: { record, tokenMs }
+  })
+
+  /** One SCAN page of one node, then the records of its keys in one batched round trip. */
+  const scanPage = (node: Node, cursor: string) =>
+    Effect.gen(function* () {
+      const [next, found] = yield* node.run("scanSockets", (c) =>
+        c.scan(cursor, "MATCH", keys.socketPattern, "COUNT", 500)
+      )
+      const candidates = found.flatMap((key) => {
+        const token = keys.socketToken(key)
+        return token === undefined ? [] : [[key, token] as const]
+      })
+      const records: Array<ScannedRecord> = []
+      if (candidates.length > 0) {
+        const replies = yield* topology.runBatch(
+          "scanSockets",
+          candidates.map(([key]) => ["get", key] as const)
+        )
+        for (let i = 0; i < candidates.length; i++) {
+          const [key, token] = candidates[i]!
+          const [error, raw] = replies?.[i] ?? [null, null]
+          if (error !== null) {
+            yield* Effect.logWarning(`RedisStore.scanSockets: skipping ${key}: ${scrub(endpoint, error.message)}`)
+            continue
+          }
+          // Gone between SCAN and GET: the socket disconnected or its record expired.
+          if (typeof raw === "string") records.push({ key, token, raw })
+        }
+      }
+      return [Chunk.unsafeFromArray(records), next] as const
+    })
+
+  /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
+  const enableOn = (node: Node): Effect.Effect<SocketEventsSetting, StoreUnavailable> =>
+    Effect.gen(function* () {
+      const reply = yield* node.run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
+      const list = asArray(reply)
+      const current = typeof list?.[1] === "string" ? list[1] : ""
+      const missing = missingFlags(current)
+      if (missing === "") return { _tag: "Enabled", flags: current } as const
+      const flags = `${current}${missing}`
+      yield* node.run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
+      return { _tag: "Enabled", flags } as const
+    }).pipe(
+      Effect.catchTag("StoreRefused", (refused) =>
+        Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
+      )
+    )
+
+  return {
+    kind: "redis",
+    name: "RedisStore",
+    keys,
+
+    // --- lock -------------------------------------------------------------------------
+    tryAcquire: (token, lockId, slices, waiter) =>
+      Effect.flatMap(
+        runScript("tryAcquire", Scripts.tryAcquire, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          restKeys: slices.map((name) => keys.slice(token, name)),
+          args: { lockId, lockMs, tokenMs, channel: keys.signal(token), ...waiterArgs(waiter) }
+        }),
+        (reply) =>
+          reply._tag === "Acquired" && reply.values.length !== slices.length
+            ? Effect.fail(unexpectedReply("tryAcquire", reply))
+            : Effect.succeed(acquireResult(reply, lockMs))
+      ),
+    release: (token, lockId, released, waiter) =>
+      runScript("release", Scripts.release, {
+        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        args: { lockId, channel: keys.signal(token), releasedMessage: released, lockMs, ...waiterArgs(waiter) }
+      }),
+    commitAndRelease: (token, lockId, entries, released, waiter) =>
+      Effect.map(
+        runScript("commitAndRelease", Scripts.commitAndRelease, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          restKeys: entries.map(([name]) => keys.slice(token, name)),
+          args: {
+            lockId,
+            tokenMs,
+            channel: keys.signal(token),
+            releasedMessage: released,
+            lockMs,
+            ...waiterArgs(waiter)
+          },
+          restArgs: entries.map(([, value]) => value)
+        }),
+        (reply) =>
+          reply._tag === "Lost"
+            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+            : { _tag: "Done", value: reply.contenders }
+      ),
+    extend: (token, lockId, slices) =>
+      runScript("extend", Scripts.extend, {
+        keys: { lock: keys.lock(token), fence: keys.fence(token) },
+        restKeys: slices.map((name) => keys.slice(token, name)),
+        args: { lockId, lockMs, tokenMs }
+      }),
+    holder: (token) =>
+      Effect.flatMap(
+        runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
+        (reply) => lockHolder(reply, lockMs)
+      ),
+
+    // --- waiters ----------------------------------------------------------------------
+    registerWaiter: (token, instanceId, contended) =>
+      runScript("registerWaiter", Scripts.registerWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId, lockMs, channel: keys.signal(token), contended }
+      }),
+    deregisterWaiter: (token, instanceId) =>
+      runScript("deregisterWaiter", Scripts.deregisterWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      }),
+    otherContenders: (token, instanceId) =>
+      runScript("otherContenders", Scripts.otherContenders, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      }),
+    waiters: (token) => runScript("waiters", Scripts.waiters, { keys: { waiters: keys.waiters(token) }, args: {} }),
+
+    // --- slices -----------------------------------------------------------------------
+    readSlices: (token, names) =>
+      names.length === 0
+        ? Effect.succeed([])
+        : Effect.map(
+            runScript("readSlices", Scripts.readSlices, {
+              keys: { fence: keys.fence(token) },
+              restKeys: names.map((name) => keys.slice(token, name)),
+              args: { tokenMs }
+            }),
+            (values) => names.map((_, i) => Option.fromNullable(values[i]))
+          ),
+    writeIfHolder: (token, lockId, entries) =>
+      Effect.map(
+        runScript("writeIfHolder", Scripts.writeIfHolder, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token) },
+          restKeys: entries.map(([name]) => keys.slice(token, name)),
+          args: { lockId, tokenMs },
+          restArgs: entries.map(([, value]) => value)
+        }),
+        (reply) =>
+          reply._tag === "Lost"
+            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+            : { _tag: "Done", value: undefined }
+      ),
+
+    // --- signals ----------------------------------------------------------------------
+    publish: (token, message) =>
+      run("publish", (c) =>
+        topology.dialect.publish === "PUBLISH"
+          ? c.publish(keys.signal(token), message)
+          : c.spublish(keys.signal(token), message)
+      ),
+    subscribe: (token) => pubsub.subscribe(keys.signal(token)),
+    status: SubscriptionRef.get(health.status),
+    statusChanges: health.status.changes,
+
+    // --- socket records ---------------------------------------------------------------
+    claimSocket: (token, record) => runScript("claimSocket", Scripts.claimSocket, claimInput(token, record)),
+    readSocket: (token) =>
+      Effect.map(
+        run("readSocket", (c) => c.get(keys.socket(token))),
+        Option.fromNullable
+      ),
+    deleteSocketIfOwner: (token, instanceId, connectionId) =>
+      runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
+        keys: { socket: keys.socket(token) },
+        args: { instanceId, connectionId }
+      }),
+    refreshSocket: (token, instanceId, connectionId) =>
+      runScript("refreshSocket", Scripts.refreshSocket, {
+        keys: { socket: keys.socket(token) },
+        args: { instanceId, connectionId, tokenMs }
+      }),
+    // Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts.
+    scanSockets: Stream.suspend(() => {
+      const all = topology.nodes()
+      if (all.length === 0) return Stream.fail(health.notConnected("scanSockets", 0)())
+      return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ cursor, node }) =>
+        Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
+          if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
+          return [
+            records,
+            node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
+          ] as const
+        })
+      )
+    }),
+    // Each claim is its own script (one slot each); batched, they cost one round trip (per node).
+    claimSockets: (claims) =>
+      Effect.gen(function* () {
+        const replies = yield* topology.runBatch(
+          "claimSockets",
+          claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
+        )
+        const results: Array<Either.Either<RawClaim, StoreRefused>> = []
+        for (let i = 0; i < claims.length; i++) {
+          const [error, reply] = replies?.[i] ?? [null, null]
+          if (error !== null) {
+            const mapped = toStoreError(endpoint, "claimSockets")(error)
+            // A lost connection fails the whole batch; a refused step (a key of another
+            // type) is that record's own failure.
+            if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
+            results.push(Either.left(mapped))
+            continue
+          }
+          const claim = Scripts.claimSocket.decode(reply)
+          results.push(claim === undefined ? Either.left(unexpectedReply("claimSockets", reply)) : Either.right(claim))
+        }
+        return results
+      }),
+    // Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses.
+    enableSocketEvents: Effect.suspend(() => {
+      const all = topology.nodes()
+      if (all.length === 0) return Effect.fail(health.notConnected("enableSocketEvents", 0)())
+      return Effect.map(
+        Effect.forEach(all, enableOn, { concurrency: "unbounded" }),
+        (found) => found.find((setting) => setting._tag === "Refused") ?? found[0]!
+      )
+    }),
+    socketEvents: pubsub.socketEvents,
+
+    // --- mailboxes --------------------------------------------------------------------
+    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
+      runScript("mailboxAppend", Scripts.mailboxAppend, {
+        keys: { mailbox: keys.mailbox(instanceId) },
+        args: { maxLen, payload, ttlMs }
+      }),
+    mailboxRead: (instanceId, afterId, count, blockMs) =>
+      Effect.gen(function* () {
+        const key = keys.mailbox(instanceId)
+        // `(` makes the start exclusive (Redis 6.2+); "(0-0" reads from the very start.
+        const entries = decodeEntries(
+          yield* run("mailboxRead", (c) => c.xrange(key, `(${afterId}`, "+", "COUNT", count))
+        )
+        if (entries.length > 0 || blockMs === 0) return entries
+        // XREAD from the same id cannot miss an entry appended since the XRANGE.
+        const reply = yield* blocking.read(key, afterId, count, blockMs)
+        const [stream] = (asArray(reply) ?? []) as ReadonlyArray<unknown>
+        return decodeEntries(asArray(stream)?.[1])
+      }),
+    mailboxTrim: (instanceId, maxLen) =>
+      Effect.asVoid(run("mailboxTrim", (c) => c.xtrim(keys.mailbox(instanceId), "MAXLEN", maxLen))),
+    mailboxExpire: (instanceId, ttlMs) =>
+      Effect.asVoid(run("mailboxExpire", (c) => c.pexpire(keys.mailbox(instanceId), ttlMs))),
+    mailboxLength: (instanceId) => run("mailboxLength", (c) => c.xlen(keys.mailbox(instanceId))),
+    mailboxSetCursor: (instanceId, id, ttlMs) =>
+      Effect.asVoid(run("mailboxSetCursor", (c) => c.set(keys.mailboxCursor(instanceId), id, "PX", ttlMs))),
+    mailboxCursor: (instanceId) =>
+      Effect.map(
+        run("mailboxCursor", (c) => c.get(keys.mailboxCursor(instanceId))),
+        Option.fromNullable
+      ),
+
+    // --- inspection -------------------------------------------------------------------
+    tokenKeys: (token) =>
+      Effect.gen(function* () {
+        // Every key of the token shares its hash tag: on a cluster they all live on one master.
+        const owner = yield* topology.nodeOf("tokenKeys", keys.tokenHead(token))
+        const nodes = topology.nodes()
+        const node = nodes.length === 1 ? nodes[0] : nodes.find((candidate) => candidate.name === owner)
+        if (node === undefined) return yield* Effect.fail(health.notConnected("tokenKeys", commandTimeoutMs)())
+        const found = new Set<string>()
+        let cursor = "0"
+        do {
+          const [next, page] = yield* node.run("tokenKeys", (c) =>
+            c.scan(cursor, "MATCH", keys.tokenPattern(token), "COUNT", 1000)
+          )
+          for (const key of page) found.add(key)
+          cursor = next
+        } while (cursor !== "0")
+        if (found.size === 0) return []
+        const names = [...found].sort()
+        const described = yield* runScript("tokenKeys", Scripts.describeKeys, { keys: {}, restKeys: names, args: {} })
+        const head = keys.tokenHead(token)
+        const infos: Array<KeyInfo> = []
+        for (const [i, { pttl, size, type }] of described.entries()) {
+          // Expired or deleted between the scan and the script.
+          if (type === "none") continue
+          infos.push({
+            name: names[i]!.slice(head.length),
+            kind: type === "string" ? type : type === "zset" ? "set" : "other",
+            size,
+            ttlMs: pttl >= 0 ? Option.some(pttl) : Option.none()
+          })
+        }
+        return infos
+      })
+  }
+}
