@@ -7,6 +7,8 @@
  *   arguments.
  * - Redis: a fresh redis-server; every command it runs (scripts' commands included) is
  *   recorded through `MONITOR`.
+ * - Redis Cluster: a real cluster of several redis-server nodes, shared by the tests of a
+ *   file; every command any master runs is recorded through a `MONITOR` on each master.
  */
 import { it } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -22,6 +24,7 @@ import { eventuallyTrue } from "../conformance/helpers.js"
 import { type DeliveryWorker, redisWorkers, type WorkerOptions, workerOver } from "../delivery/workers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
+import type * as RedisCluster from "../support/RedisCluster.js"
 import * as RedisServer from "../support/RedisServer.js"
 import { untilOnTestClock } from "../support/testClock.js"
 
@@ -47,7 +50,7 @@ export interface HostileFixture {
 }
 
 export interface HostileBackend {
-  readonly name: "memory" | "redis"
+  readonly name: "memory" | "redis" | "redis-cluster"
   readonly test: (name: string, body: (fx: HostileFixture) => Effect.Effect<void, unknown, Scope.Scope>) => void
 }
 
@@ -117,6 +120,44 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
     } satisfies HostileFixture
   })
 
+/** Run `args` on every master of the cluster. */
+const onEveryMaster = (nodes: RedisCluster.RedisCluster, ...args: ReadonlyArray<string>) =>
+  Effect.forEach(nodes.nodes, (node) => Effect.orDie(node.command(...args)), {
+    concurrency: "unbounded",
+    discard: true
+  })
+
+/**
+ * The cluster is shared by the tests of a file: it is emptied first, and `keyPrefix` is the
+ * test's own. Raw reads and writes go to the master of the key's slot.
+ */
+const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string, input: LeaseholdConfig.Input) =>
+  Effect.gen(function* () {
+    yield* onEveryMaster(nodes, "FLUSHALL")
+    // A hostile token could hash to any slot: watch every master, not only one.
+    const monitors = yield* Effect.forEach(nodes.nodes, Monitor.monitor)
+    const lines = () => monitors.flatMap((m) => m.commands.map((command) => command.args.join(" ")))
+    const fx = yield* redisWorkers(nodes.url, { redisCluster: true, keyPrefix, commandTimeout: 10_000, ...input })
+    const masterOf = (key: string) => Effect.orDie(nodes.nodeFor(key))
+    return {
+      store: fx.store,
+      keys: makeKeys(keyPrefix),
+      logs: fx.logs,
+      worker: fx.worker,
+      putRaw: (key, value) =>
+        Effect.flatMap(masterOf(key), (node) => Effect.asVoid(Effect.orDie(node.command("SET", key, value)))),
+      getRaw: (key) => Effect.flatMap(masterOf(key), (node) => RedisServer.getRaw(node, key)),
+      seen: Effect.sync(lines),
+      sawText: (text) =>
+        eventuallyTrue(
+          `a master saw ${text}`,
+          5_000,
+          Effect.sync(() => lines().some((line) => line.includes(text)))
+        ),
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+    } satisfies HostileFixture
+  })
+
 export const memory = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
   name: "memory",
   test: (name, body) => it.scoped(name, () => Effect.flatMap(memoryFixture(input), body))
@@ -132,3 +173,27 @@ export const redis = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
       })
     )
 })
+
+/**
+ * On a real Redis Cluster: `cluster` hands out the file's shared cluster (see
+ * `RedisCluster.shared`), which each test empties first; each test has its own key prefix.
+ */
+export const redisCluster = (
+  cluster: Effect.Effect<RedisCluster.RedisCluster>,
+  input: LeaseholdConfig.Input = {}
+): HostileBackend => {
+  let testCount = 0
+  return {
+    name: "redis-cluster",
+    test: (name, body) =>
+      it.scopedLive(
+        name,
+        () =>
+          Effect.gen(function* () {
+            const nodes = yield* cluster
+            yield* body(yield* redisClusterFixture(nodes, `hostile${++testCount}`, input))
+          }),
+        60_000
+      )
+  }
+}

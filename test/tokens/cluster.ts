@@ -1,6 +1,7 @@
 /**
  * Workers for token-manager tests: several workers (each its own InstanceId, supervisor
- * and token manager) over one shared store, memory or a real redis-server.
+ * and token manager) over one shared store: memory, a real redis-server, or a real Redis
+ * Cluster of several redis-server nodes.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -19,6 +20,7 @@ import * as Supervisor from "../../src/Supervisor.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import { capture, type LogLine } from "../support/logs.js"
 import { buildOwn } from "../support/ownScope.js"
+import type * as RedisCluster from "../support/RedisCluster.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export interface TokenWorker {
@@ -53,7 +55,10 @@ export interface TokenCluster {
 }
 
 export interface ClusterOptions {
-  /** Make the store refuse socket events (memory: `refuseSocketEvents`; Redis: CONFIG renamed away). */
+  /**
+   * Make the store refuse socket events (memory: `refuseSocketEvents`; Redis: CONFIG renamed
+   * away; Redis Cluster: CONFIG denied by an ACL on every master).
+   */
   readonly refuseEvents?: boolean
   /**
    * Memory only: run before every call of a store operation, by name, so a test can hold
@@ -168,7 +173,10 @@ const commandsProcessed = (server: RedisServer.RedisServer) =>
     Effect.orDie
   )
 
-/** Workers over one RedisStore against a fresh redis-server. */
+/**
+ * Workers over one RedisStore against a fresh redis-server (a "cluster" of workers, on a
+ * single server; see `onRedisCluster` for a Redis Cluster).
+ */
 export const redisCluster = (input: LeaseholdConfig.Input = {}, options: ClusterOptions = {}) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -196,4 +204,88 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
       dropSubscriptions: Effect.asVoid(Effect.orDie(server.clientKill("pubsub"))),
       operations: commandsProcessed(server)
     } satisfies TokenCluster & { readonly server: RedisServer.RedisServer }
+  })
+
+/**
+ * Commands that do not touch data on a Redis Cluster: the harness's own, and the cluster
+ * client's topology reads (`CLUSTER SLOTS` at connection and every few seconds after).
+ */
+const uncountedOnCluster = (name: string) => uncounted.has(name) || name.startsWith("cmdstat_cluster|")
+
+/** The commands processed by every master of a Redis Cluster, summed. */
+const clusterCommandsProcessed = (nodes: RedisCluster.RedisCluster) =>
+  Effect.forEach(nodes.nodes, (node) => node.info("commandstats"), { concurrency: "unbounded" }).pipe(
+    Effect.map((all) => all.reduce((total, stats) => total + RedisServer.commandCalls(stats, uncountedOnCluster), 0)),
+    Effect.orDie
+  )
+
+/** Run `args` on every master of the cluster. */
+const onEveryMaster = (nodes: RedisCluster.RedisCluster, ...args: ReadonlyArray<string | number>) =>
+  Effect.forEach(nodes.nodes, (node) => Effect.orDie(node.command(...args)), {
+    concurrency: "unbounded",
+    discard: true
+  })
+
+/**
+ * Workers over one RedisStore in cluster mode against a real Redis Cluster (several
+ * redis-server cluster nodes, `support/RedisCluster.ts`): each token's record lives on the
+ * master of its slot, and every raw read, write, kill and count goes to the master(s) it
+ * concerns.
+ *
+ * The cluster may be shared by the tests of a file: the fixture first lets the default
+ * user run every command again, empties every master and turns keyspace notifications off,
+ * as a fresh server would be; give each test a `keyPrefix` of its own as well.
+ *
+ * `refuseEvents`: CONFIG cannot be renamed away on a running node, so an ACL forbids it
+ * (`ACL SETUSER default -config`) on every master, until the test ends. The store's CONFIG
+ * GET is refused with a NOPERM error reply, as a server without CONFIG refuses it.
+ */
+export const onRedisCluster = (
+  nodes: RedisCluster.RedisCluster,
+  input: LeaseholdConfig.Input = {},
+  options: ClusterOptions = {}
+) =>
+  Effect.gen(function* () {
+    const logs = capture()
+    yield* onEveryMaster(nodes, "ACL", "SETUSER", "default", "+@all")
+    yield* onEveryMaster(nodes, "FLUSHALL")
+    yield* onEveryMaster(nodes, "CONFIG", "SET", "notify-keyspace-events", "")
+    if (options.refuseEvents === true) {
+      // Registered before the store is built, so it runs after the store is closed. A node
+      // restarted in the meantime has forgotten the ACL anyway.
+      yield* Effect.acquireRelease(onEveryMaster(nodes, "ACL", "SETUSER", "default", "-config"), () =>
+        Effect.forEach(nodes.nodes, (node) => Effect.ignore(node.command("ACL", "SETUSER", "default", "+@all")), {
+          concurrency: "unbounded",
+          discard: true
+        })
+      )
+    }
+    const shared = yield* Layer.build(
+      RedisStore.layer({ url: nodes.url, cluster: true }).pipe(
+        Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input }))
+      )
+    ).pipe(Effect.provide(logs.layer), Effect.orDie)
+    /** Run a raw command on the master that holds `key`. */
+    const onMasterOf = (key: string, ...args: ReadonlyArray<string>) =>
+      Effect.orDie(Effect.flatMap(nodes.nodeFor(key), (node) => node.command(...args)))
+    const cluster = makeCluster(shared, logs, {
+      get: (key) => Effect.flatMap(Effect.orDie(nodes.nodeFor(key)), (node) => RedisServer.getRaw(node, key)),
+      set: (key, value) => Effect.asVoid(onMasterOf(key, "SET", key, value)),
+      del: (key) => Effect.asVoid(onMasterOf(key, "DEL", key))
+    })
+    return {
+      ...cluster,
+      nodes,
+      // every master restarts empty: nothing is left to delete
+      removeDuringOutage: () => Effect.void,
+      outage: {
+        // every master SIGKILLed: the whole cluster is down
+        begin: nodes.kill,
+        // restarts only the stopped masters (the suite also runs it as a finalizer), then
+        // waits for cluster_state:ok everywhere
+        end: nodes.restart
+      },
+      dropSubscriptions: Effect.asVoid(Effect.orDie(nodes.clientKill("pubsub"))),
+      operations: clusterCommandsProcessed(nodes)
+    } satisfies TokenCluster & { readonly nodes: RedisCluster.RedisCluster }
   })

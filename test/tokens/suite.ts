@@ -1,7 +1,8 @@
 /**
  * The token manager's behaviour, once, for both stores: `TokenManager.memory.test.ts`
  * runs it on MemoryStore under TestClock, `TokenManager.redis.test.ts` on RedisStore
- * against a real redis-server. Several workers share one store.
+ * against a real redis-server, `TokenManager.cluster.test.ts` on RedisStore against a
+ * real Redis Cluster. Several workers share one store.
  */
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
@@ -27,7 +28,7 @@ export interface Tools {
 }
 
 export interface TokenBackend {
-  readonly name: "memory" | "redis"
+  readonly name: "memory" | "redis" | "redis-cluster"
   readonly test: (
     name: string,
     input: LeaseholdConfig.Input,

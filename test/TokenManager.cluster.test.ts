@@ -1,0 +1,39 @@
+/**
+ * The token-manager suite on a 3-master Redis Cluster: each worker's records live on the
+ * masters of their tokens' slots, keyspace notifications come from every master, and an
+ * outage is the whole cluster SIGKILLed and restarted empty.
+ *
+ * One cluster serves the whole file (starting one takes seconds): the fixture empties it
+ * before each test, and each test has its own key prefix.
+ */
+import { afterAll, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import * as RedisCluster from "./support/RedisCluster.js"
+import { onRedisCluster } from "./tokens/cluster.js"
+import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
+
+const clusters = RedisCluster.shared()
+afterAll(clusters.close, 60_000)
+
+let testCount = 0
+
+const redisCluster: TokenBackend = {
+  name: "redis-cluster",
+  test: (name, input, options, body) =>
+    it.scopedLive(
+      name,
+      () =>
+        Effect.gen(function* () {
+          const nodes = yield* clusters.get
+          const cluster = yield* onRedisCluster(nodes, { keyPrefix: `tokens${++testCount}`, ...input }, options)
+          yield* body(cluster, {
+            advance: (ms) => Effect.sleep(ms),
+            until: (label, check) => eventuallyTrue(label, 15_000, check)
+          })
+        }),
+      60_000
+    )
+}
+
+tokenSuite(redisCluster)
