@@ -4,9 +4,15 @@
  * `Store` holds no protocol logic: each operation is one atomic step (one Lua script or
  * one transaction on Redis, one synchronous block on the embedded store). Two
  * implementations exist: `MemoryStore` (embedded, time on Effect's `Clock`) and
- * `RedisStore` (ioredis). Every operation that takes a token, a slice name or an instance
- * id (also inside a socket record or a `Contended` signal) validates it before any I/O, so
- * user input never becomes part of a key or a Redis pattern.
+ * `RedisStore` (ioredis). The service is grouped by concern (`Store.Locking`,
+ * `Store.Waiting`, `Store.Slices`, `Store.Signaling`, `Store.Sockets`, `Store.Mailboxes`,
+ * `Store.Inspection`).
+ *
+ * Both backends share one checked front (`internal/store/front.ts`) over a narrow driver
+ * of their own: every operation that takes a token, a slice name or an instance id (also
+ * inside a socket record or a `Contended` signal) is validated there before any I/O, so
+ * user input never becomes part of a key or a Redis pattern; signals and socket records
+ * are encoded and decoded there too, once for both backends.
  *
  * @since 0.1.0
  */
@@ -215,15 +221,12 @@ export const MailboxStart = "0-0"
  */
 export declare namespace Store {
   /**
-   * @since 0.1.0
+   * The lock of a token: take, release, commit, extend, inspect.
+   *
+   * @since 0.2.0
    * @category models
    */
-  export interface Service {
-    /** Which backend this is. */
-    readonly kind: "memory" | "redis"
-
-    // --- lock -------------------------------------------------------------------------
-
+  export interface Locking {
     /**
      * Take the lock with `lockId` (unique per acquisition) if it is free. When granted,
      * the fence is incremented and the named slices are read in the same step; with
@@ -272,9 +275,15 @@ export declare namespace Store {
     ) => Effect.Effect<boolean, InvalidToken | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
+  }
 
-    // --- waiters ----------------------------------------------------------------------
-
+  /**
+   * The waiter set: which instances wait for a token's lock.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Waiting {
     /**
      * Add the instance to the token's waiter set with a deadline of its own, one lock
      * expiration from now (a registration refreshes only the caller's deadline: an instance
@@ -288,9 +297,15 @@ export declare namespace Store {
     readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
     /** Every registered instance whose deadline has not passed (for inspection and tests). */
     readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
+  }
 
-    // --- slices -----------------------------------------------------------------------
-
+  /**
+   * The slices of a token, read and written under its lock.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Slices {
     /** Read slices (refreshing their TTL), in the order asked. */
     readonly readSlices: (
       token: string,
@@ -302,9 +317,15 @@ export declare namespace Store {
       lockId: string,
       entries: ReadonlyArray<SliceEntry>
     ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+  }
 
-    // --- signals ----------------------------------------------------------------------
-
+  /**
+   * Signals on a token's channel, and the health of the connections that carry them.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Signaling {
     /** Publish a signal on the token's channel. */
     readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
     /**
@@ -320,9 +341,15 @@ export declare namespace Store {
     readonly status: Effect.Effect<ConnectionStatus>
     /** The connection status, now and at every change. */
     readonly statusChanges: Stream.Stream<ConnectionStatus>
+  }
 
-    // --- socket records ---------------------------------------------------------------
-
+  /**
+   * Socket records: which worker holds a client's socket.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Sockets {
     /** Claim the token's socket record if none exists; otherwise return the record there. */
     readonly claimSocket: (
       token: string,
@@ -372,9 +399,15 @@ export declare namespace Store {
      * after subscribing again. Events of keys that are not valid tokens are dropped.
      */
     readonly socketEvents: Effect.Effect<Stream.Stream<SocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
+  }
 
-    // --- mailboxes --------------------------------------------------------------------
-
+  /**
+   * Mailboxes: each instance's stream of deliveries.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Mailboxes {
     /**
      * Append to an instance's mailbox (trimmed to about `maxLen` entries); returns the entry
      * id. A mailbox without an expiry gets `ttlMs`, so one whose instance is gone does not
@@ -408,11 +441,28 @@ export declare namespace Store {
     ) => Effect.Effect<void, InvalidToken | StoreError>
     /** The id of the last entry the instance delivered, as last recorded. */
     readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidToken | StoreError>
+  }
 
-    // --- inspection -------------------------------------------------------------------
-
+  /**
+   * Inspection of a token's keys.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Inspection {
     /** Every key of the token, with its kind, size and expiry; reads only (no TTL is refreshed). */
     readonly tokenKeys: (token: string) => Effect.Effect<ReadonlyArray<KeyInfo>, InvalidToken | StoreError>
+  }
+
+  /**
+   * The whole service, grouped by concern.
+   *
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service extends Locking, Waiting, Slices, Signaling, Sockets, Mailboxes, Inspection {
+    /** Which backend this is. */
+    readonly kind: "memory" | "redis"
   }
 }
 

@@ -27,7 +27,7 @@ import {
   validateTokenAndInstance,
   validateTokens
 } from "../validate.js"
-import type { Driver, Guarded, RawClaim, Waiter } from "./driver.js"
+import type { Driver, Guarded, RawClaim, RawSocketEvent, ScannedRecord, Waiter } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -49,59 +49,14 @@ const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
 
 const sliceNames = (entries: ReadonlyArray<readonly [name: string, value: string]>) => entries.map(([name]) => name)
 
-/**
- * The `Store` service over `driver`.
- *
- * @internal
- */
-export const make = (driver: Driver): Store.Service => {
-  const { keys } = driver
+const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.Effect<A, LockLost> =>
+  outcome._tag === "Done"
+    ? Effect.succeed(outcome.value)
+    : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
 
-  const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.Effect<A, LockLost> =>
-    outcome._tag === "Done"
-      ? Effect.succeed(outcome.value)
-      : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
-
-  const claimResult = (token: string, claim: RawClaim): Either.Either<ClaimResult, CorruptValue> =>
-    claim._tag === "Claimed"
-      ? Either.right(claim)
-      : Either.map(
-          decodeSocketRecord(keys.socket(token), claim.raw),
-          (record): ClaimResult => ({ _tag: "Taken", record })
-        )
-
-  const decodeRecords = (
-    found: ReadonlyArray<{ readonly key: string; readonly token: string; readonly raw: string }>
-  ) =>
-    Effect.gen(function* () {
-      const records: Array<readonly [token: string, record: SocketRecord]> = []
-      for (const { key, raw, token } of found) {
-        if (!isValidToken(token)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${key}: not a valid token`)
-          continue
-        }
-        const decoded = decodeSocketRecord(key, raw)
-        if (Either.isLeft(decoded)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
-          continue
-        }
-        records.push([token, decoded.right])
-      }
-      return records
-    })
-
-  const toSocketEvent = (raw: { readonly key: string; readonly event: string }): Option.Option<SocketEvent> => {
-    if (!socketEventNames.has(raw.event)) return Option.none()
-    const token = keys.socketToken(raw.key)
-    return token !== undefined && isValidToken(token)
-      ? Option.some({ token, event: raw.event as SocketEvent["event"] })
-      : Option.none()
-  }
-
-  return {
-    kind: driver.kind,
-
-    // --- lock ---------------------------------------------------------------------------
+/** The lock, its waiters and the slices written under it. */
+const lockPart = (driver: Driver) =>
+  ({
     tryAcquire: (token, lockId, slices, options) =>
       Effect.zipRight(
         Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(slices)),
@@ -126,7 +81,6 @@ export const make = (driver: Driver): Store.Service => {
       ),
     holder: (token) => Effect.zipRight(validateToken(token), driver.holder(token)),
 
-    // --- waiters ------------------------------------------------------------------------
     registerWaiter: (token, instanceId) =>
       Effect.zipRight(
         validateTokens(token, instanceId),
@@ -138,7 +92,6 @@ export const make = (driver: Driver): Store.Service => {
       Effect.zipRight(validateTokens(token, instanceId), driver.otherContenders(token, instanceId)),
     waiters: (token) => Effect.zipRight(validateToken(token), driver.waiters(token)),
 
-    // --- slices -------------------------------------------------------------------------
     readSlices: (token, names) =>
       Effect.zipRight(
         Effect.zipRight(validateToken(token), validateSliceNames(names)),
@@ -148,9 +101,12 @@ export const make = (driver: Driver): Store.Service => {
       Effect.zipRight(
         Effect.zipRight(validateToken(token), validateSliceNames(sliceNames(entries))),
         Effect.flatMap(driver.writeIfHolder(token, lockId, entries), (outcome) => guarded(token, lockId, outcome))
-      ),
+      )
+  }) satisfies Partial<Store.Service>
 
-    // --- signals ------------------------------------------------------------------------
+/** Signals on a token's channel, and the connection status. */
+const signalPart = (driver: Driver) =>
+  ({
     publish: (token, signal: Signal) =>
       Effect.zipRight(
         validateTokenAndInstance(token, signalInstance(signal)),
@@ -165,9 +121,47 @@ export const make = (driver: Driver): Store.Service => {
         )
       ),
     status: driver.status,
-    statusChanges: driver.statusChanges,
+    statusChanges: driver.statusChanges
+  }) satisfies Partial<Store.Service>
 
-    // --- socket records -----------------------------------------------------------------
+/** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
+const socketPart = (driver: Driver) => {
+  const { keys } = driver
+  const claimResult = (token: string, claim: RawClaim): Either.Either<ClaimResult, CorruptValue> =>
+    claim._tag === "Claimed"
+      ? Either.right(claim)
+      : Either.map(
+          decodeSocketRecord(keys.socket(token), claim.raw),
+          (record): ClaimResult => ({ _tag: "Taken", record })
+        )
+
+  const decodeRecords = (found: ReadonlyArray<ScannedRecord>) =>
+    Effect.gen(function* () {
+      const records: Array<readonly [token: string, record: SocketRecord]> = []
+      for (const { key, raw, token } of found) {
+        if (!isValidToken(token)) {
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${key}: not a valid token`)
+          continue
+        }
+        const decoded = decodeSocketRecord(key, raw)
+        if (Either.isLeft(decoded)) {
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
+          continue
+        }
+        records.push([token, decoded.right])
+      }
+      return records
+    })
+
+  const toSocketEvent = (raw: RawSocketEvent): Option.Option<SocketEvent> => {
+    if (!socketEventNames.has(raw.event)) return Option.none()
+    const token = keys.socketToken(raw.key)
+    return token !== undefined && isValidToken(token)
+      ? Option.some({ token, event: raw.event as SocketEvent["event"] })
+      : Option.none()
+  }
+
+  return {
     claimSocket: (token, record) =>
       Effect.zipRight(
         validateTokenAndInstance(token, record.instanceId),
@@ -210,9 +204,13 @@ export const make = (driver: Driver): Store.Service => {
         )
       }),
     enableSocketEvents: driver.enableSocketEvents,
-    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent)),
+    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent))
+  } satisfies Partial<Store.Service>
+}
 
-    // --- mailboxes ----------------------------------------------------------------------
+/** Mailboxes: append, read (blocking or not), trim, expire, and the reader's cursor. */
+const mailboxPart = (driver: Driver) =>
+  ({
     mailboxAppend: (instanceId, payload, options) =>
       Effect.zipRight(
         validateToken(instanceId),
@@ -236,9 +234,19 @@ export const make = (driver: Driver): Store.Service => {
     mailboxLength: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxLength(instanceId)),
     mailboxSetCursor: (instanceId, id, ttlMs) =>
       Effect.zipRight(validateToken(instanceId), driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
-    mailboxCursor: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxCursor(instanceId)),
+    mailboxCursor: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxCursor(instanceId))
+  }) satisfies Partial<Store.Service>
 
-    // --- inspection ---------------------------------------------------------------------
-    tokenKeys: (token) => Effect.zipRight(validateToken(token), driver.tokenKeys(token))
-  }
-}
+/**
+ * The `Store` service over `driver`.
+ *
+ * @internal
+ */
+export const make = (driver: Driver): Store.Service => ({
+  kind: driver.kind,
+  ...lockPart(driver),
+  ...signalPart(driver),
+  ...socketPart(driver),
+  ...mailboxPart(driver),
+  tokenKeys: (token) => Effect.zipRight(validateToken(token), driver.tokenKeys(token))
+})
