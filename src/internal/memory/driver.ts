@@ -127,213 +127,250 @@ export const make = (
       appended: (key) => wakeReaders(key, Effect.void)
     }
 
-    /** One atomic step: availability check, clock read and state change in one synchronous block. */
-    const op = <A>(operation: string, body: (now: number) => A): Effect.Effect<A, StoreUnavailable | StoreRefused> =>
-      Effect.clockWith((clock) =>
-        Effect.suspend((): Effect.Effect<A, StoreUnavailable | StoreRefused> => {
-          state.operations++
-          if (!state.available) return Effect.fail(unavailable(operation))
-          try {
-            return Effect.succeed(body(clock.unsafeCurrentTimeMillis()))
-          } catch (error) {
-            if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
-              return Effect.fail(new StoreRefused({ operation, reply: error.message }))
-            }
-            throw error
-          }
-        })
-      )
-
-    const readMailbox = (
-      key: string,
-      after: { readonly ms: number; readonly seq: number },
-      count: number,
-      now: number
-    ) => {
-      const stream = ks.getStream(key, now)
-      if (stream === undefined) return []
-      const start = firstAfter(stream.items, after.ms, after.seq)
-      const end = Math.min(stream.items.length, start + count)
-      return stream.items.slice(start, end).map(({ id, payload }): MailboxEntry => ({ id, payload }))
-    }
-
-    /** Read, or register for the next append in the same step (an append in between cannot be missed), then wait. */
-    const readBlocking = (
-      key: string,
-      after: { readonly ms: number; readonly seq: number },
-      count: number,
-      blockMs: number
-    ) =>
-      Effect.flatMap(Deferred.make<void, StoreUnavailable>(), (wake) =>
-        Effect.acquireUseRelease(
-          op("mailboxRead", (now) => {
-            const entries = readMailbox(key, after, count, now)
-            if (entries.length > 0) return entries
-            let waiting = mailboxReaders.get(key)
-            if (waiting === undefined) {
-              waiting = new Set()
-              mailboxReaders.set(key, waiting)
-            }
-            waiting.add(wake)
-            return undefined
-          }),
-          (ready) =>
-            ready !== undefined
-              ? Effect.succeed(ready)
-              : Effect.zipRight(
-                  Effect.timeoutOption(Deferred.await(wake), Duration.millis(blockMs)),
-                  op("mailboxRead", (now) => readMailbox(key, after, count, now))
-                ),
-          () =>
-            Effect.sync(() => {
-              const waiting = mailboxReaders.get(key)
-              if (waiting === undefined) return
-              waiting.delete(wake)
-              if (waiting.size === 0) mailboxReaders.delete(key)
-            })
-        )
-      )
-
+    const op = makeOp(state)
     const driver: Driver = {
       kind: "memory",
       name: "MemoryStore",
       keys,
-
-      tryAcquire: (token, lockId, slices, waiter) =>
-        Effect.map(
-          op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices, waiter)),
-          (reply) => acquireResult(reply, lockMs)
-        ),
-      release: (token, lockId, released, waiter) =>
-        op("release", (now) => Scripts.release(space, now, token, lockId, released, waiter)),
-      commitAndRelease: (token, lockId, entries, released, waiter) =>
-        op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released, waiter)),
-      extend: (token, lockId, slices) => op("extend", (now) => Scripts.extend(space, now, token, lockId, slices)),
-      holder: (token) =>
-        Effect.flatMap(
-          op("holder", (now) => Scripts.holder(space, now, token)),
-          (reply) => lockHolder(reply, lockMs)
-        ),
-
-      registerWaiter: (token, instanceId, contended) =>
-        op("registerWaiter", (now) => Scripts.registerWaiter(space, now, token, instanceId, contended)),
-      deregisterWaiter: (token, instanceId) =>
-        op("deregisterWaiter", (now) => Scripts.deregisterWaiter(space, now, token, instanceId)),
-      otherContenders: (token, instanceId) =>
-        op("otherContenders", (now) => Scripts.otherContenders(space, now, token, instanceId)),
-      waiters: (token) => op("waiters", (now) => Scripts.waiters(space, now, token)),
-
-      readSlices: (token, names) =>
-        Effect.map(
-          op("readSlices", (now) => Scripts.readSlices(space, now, token, names)),
-          (values) => values.map(Option.fromNullable)
-        ),
-      writeIfHolder: (token, lockId, entries) =>
-        op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries)),
-
-      publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
-      subscribe: (token) =>
-        Effect.gen(function* () {
-          const lost = yield* op("subscribe", () => state.subscriberLost)
-          const pubsub = yield* RcMap.get(channels, keys.signal(token))
-          const dequeue = yield* PubSub.subscribe(pubsub)
-          return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
-        }),
-      status: SubscriptionRef.get(state.status),
-      statusChanges: state.status.changes,
-
-      claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
-      readSocket: (token) =>
-        op("readSocket", (now) =>
-          Option.map(Option.fromNullable(ks.getString(keys.socket(token), now)), (e) => e.value)
-        ),
-      deleteSocketIfOwner: (token, instanceId, connectionId) =>
-        op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
-      refreshSocket: (token, instanceId, connectionId) =>
-        op("refreshSocket", (now) => Scripts.refreshSocket(space, now, token, instanceId, connectionId)),
-      scanSockets: Stream.unwrap(
-        Effect.map(
-          op("scanSockets", (now) => {
-            const found: Array<ScannedRecord> = []
-            for (const [key, entry] of ks.entries) {
-              const token = keys.socketToken(key)
-              if (token === undefined || entry._tag !== "string") continue
-              if (isExpired(entry, now)) ks.removeExpired(key)
-              else found.push({ key, token, raw: entry.value })
-            }
-            return found
-          }),
-          Stream.fromIterable
-        )
-      ),
-      claimSockets: (claims) =>
-        op("claimSockets", (now) =>
-          claims.map(([token, record]) => {
-            try {
-              return Either.right(Scripts.claimSocket(space, now, token, record))
-            } catch (error) {
-              // One record's refusal is its own, as each claim is its own script on Redis.
-              if (error instanceof WrongTypeError) {
-                return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
-              }
-              throw error
-            }
-          })
-        ),
-      enableSocketEvents: Effect.suspend(() => {
-        if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
-        return Effect.succeed(
-          state.socketEventsRefused
-            ? ({ _tag: "Refused", reply: "ERR unknown command 'CONFIG'" } as const)
-            : ({ _tag: "Enabled", flags: "Kg$xe" } as const)
-        )
-      }),
-      socketEvents: Effect.gen(function* () {
-        const lost = yield* op("socketEvents", () => state.subscriberLost)
-        const dequeue = yield* PubSub.subscribe(socketChanges)
-        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
-      }),
-
-      mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-        op("mailboxAppend", (now) => Scripts.mailboxAppend(space, now, instanceId, payload, maxLen, ttlMs)),
-      mailboxRead: (instanceId, afterId, count, blockMs) =>
-        Effect.suspend(() => {
-          const after = parseStreamId(afterId)
-          if (after === undefined) {
-            return Effect.fail(
-              new StoreRefused({
-                operation: "mailboxRead",
-                reply: "ERR Invalid stream ID specified as stream command argument"
-              })
-            )
-          }
-          const key = keys.mailbox(instanceId)
-          if (blockMs === 0) return op("mailboxRead", (now) => readMailbox(key, after, count, now))
-          return readBlocking(key, after, count, blockMs)
-        }),
-      mailboxTrim: (instanceId, maxLen) =>
-        op("mailboxTrim", (now) => {
-          const stream = ks.getStream(keys.mailbox(instanceId), now)
-          if (stream !== undefined) Scripts.trimStream(stream, maxLen)
-        }),
-      mailboxExpire: (instanceId, ttlMs) =>
-        op("mailboxExpire", (now) => {
-          const key = keys.mailbox(instanceId)
-          const stream = ks.getStream(key, now)
-          if (stream !== undefined) ks.expire(key, stream, now + ttlMs, now)
-        }),
-      mailboxLength: (instanceId) =>
-        op("mailboxLength", (now) => ks.getStream(keys.mailbox(instanceId), now)?.items.length ?? 0),
-      mailboxSetCursor: (instanceId, id, ttlMs) =>
-        op("mailboxSetCursor", (now) => {
-          ks.setString(keys.mailboxCursor(instanceId), id, now + ttlMs)
-        }),
-      mailboxCursor: (instanceId) =>
-        op("mailboxCursor", (now) =>
-          Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
-        ),
-
+      ...lockPart(space, op),
+      ...signalPart(state, space, op, channels),
+      ...socketPart(state, space, op, socketChanges),
+      ...mailboxPart(space, op, mailboxReaders),
       tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token))
     }
     return { driver, state }
   })
+
+type Op = <A>(operation: string, body: (now: number) => A) => Effect.Effect<A, StoreUnavailable | StoreRefused>
+
+/** One atomic step: availability check, clock read and state change in one synchronous block. */
+const makeOp =
+  (state: State): Op =>
+  (operation, body) =>
+    Effect.clockWith((clock) =>
+      Effect.suspend((): Effect.Effect<ReturnType<typeof body>, StoreUnavailable | StoreRefused> => {
+        state.operations++
+        if (!state.available) return Effect.fail(unavailable(operation))
+        try {
+          return Effect.succeed(body(clock.unsafeCurrentTimeMillis()))
+        } catch (error) {
+          if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
+            return Effect.fail(new StoreRefused({ operation, reply: error.message }))
+          }
+          throw error
+        }
+      })
+    )
+
+/** The lock, its waiters and its slices: each a script's twin in one step. */
+const lockPart = (space: Scripts.Space, op: Op) => {
+  const { lockMs } = space
+  return {
+    tryAcquire: (token, lockId, slices, waiter) =>
+      Effect.map(
+        op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices, waiter)),
+        (reply) => acquireResult(reply, lockMs)
+      ),
+    release: (token, lockId, released, waiter) =>
+      op("release", (now) => Scripts.release(space, now, token, lockId, released, waiter)),
+    commitAndRelease: (token, lockId, entries, released, waiter) =>
+      op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released, waiter)),
+    extend: (token, lockId, slices) => op("extend", (now) => Scripts.extend(space, now, token, lockId, slices)),
+    holder: (token) =>
+      Effect.flatMap(
+        op("holder", (now) => Scripts.holder(space, now, token)),
+        (reply) => lockHolder(reply, lockMs)
+      ),
+
+    registerWaiter: (token, instanceId, contended) =>
+      op("registerWaiter", (now) => Scripts.registerWaiter(space, now, token, instanceId, contended)),
+    deregisterWaiter: (token, instanceId) =>
+      op("deregisterWaiter", (now) => Scripts.deregisterWaiter(space, now, token, instanceId)),
+    otherContenders: (token, instanceId) =>
+      op("otherContenders", (now) => Scripts.otherContenders(space, now, token, instanceId)),
+    waiters: (token) => op("waiters", (now) => Scripts.waiters(space, now, token)),
+
+    readSlices: (token, names) =>
+      Effect.map(
+        op("readSlices", (now) => Scripts.readSlices(space, now, token, names)),
+        (values) => values.map(Option.fromNullable)
+      ),
+    writeIfHolder: (token, lockId, entries) =>
+      op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries))
+  } satisfies Partial<Driver>
+}
+
+/** Publishing, subscribing (one PubSub per channel, shared through `channels`) and the status. */
+const signalPart = (
+  state: State,
+  space: Scripts.Space,
+  op: Op,
+  channels: RcMap.RcMap<string, PubSub.PubSub<string>>
+) => {
+  const { keys } = space
+  return {
+    publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
+    subscribe: (token) =>
+      Effect.gen(function* () {
+        const lost = yield* op("subscribe", () => state.subscriberLost)
+        const pubsub = yield* RcMap.get(channels, keys.signal(token))
+        const dequeue = yield* PubSub.subscribe(pubsub)
+        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+      }),
+    status: SubscriptionRef.get(state.status),
+    statusChanges: state.status.changes
+  } satisfies Partial<Driver>
+}
+
+/** Socket records: the claim scripts' twins, plain reads, the scan and the keyspace events. */
+const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: PubSub.PubSub<RawSocketEvent>) => {
+  const { keys, ks } = space
+  return {
+    claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
+    readSocket: (token) =>
+      op("readSocket", (now) => Option.map(Option.fromNullable(ks.getString(keys.socket(token), now)), (e) => e.value)),
+    deleteSocketIfOwner: (token, instanceId, connectionId) =>
+      op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
+    refreshSocket: (token, instanceId, connectionId) =>
+      op("refreshSocket", (now) => Scripts.refreshSocket(space, now, token, instanceId, connectionId)),
+    scanSockets: Stream.unwrap(
+      Effect.map(
+        op("scanSockets", (now) => {
+          const found: Array<ScannedRecord> = []
+          for (const [key, entry] of ks.entries) {
+            const token = keys.socketToken(key)
+            if (token === undefined || entry._tag !== "string") continue
+            if (isExpired(entry, now)) ks.removeExpired(key)
+            else found.push({ key, token, raw: entry.value })
+          }
+          return found
+        }),
+        Stream.fromIterable
+      )
+    ),
+    claimSockets: (claims) =>
+      op("claimSockets", (now) =>
+        claims.map(([token, record]) => {
+          try {
+            return Either.right(Scripts.claimSocket(space, now, token, record))
+          } catch (error) {
+            // One record's refusal is its own, as each claim is its own script on Redis.
+            if (error instanceof WrongTypeError) {
+              return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+            }
+            throw error
+          }
+        })
+      ),
+    enableSocketEvents: Effect.suspend(() => {
+      if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
+      return Effect.succeed(
+        state.socketEventsRefused
+          ? ({ _tag: "Refused", reply: "ERR unknown command 'CONFIG'" } as const)
+          : ({ _tag: "Enabled", flags: "Kg$xe" } as const)
+      )
+    }),
+    socketEvents: Effect.gen(function* () {
+      const lost = yield* op("socketEvents", () => state.subscriberLost)
+      const dequeue = yield* PubSub.subscribe(socketChanges)
+      return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+    })
+  } satisfies Partial<Driver>
+}
+
+type Readers = Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>
+
+/** Mailboxes: XADD's twin, reads (a blocked read waits for the next append), trim, expiry, the cursor. */
+const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
+  const { keys, ks } = space
+  const readMailbox = (
+    key: string,
+    after: { readonly ms: number; readonly seq: number },
+    count: number,
+    now: number
+  ) => {
+    const stream = ks.getStream(key, now)
+    if (stream === undefined) return []
+    const start = firstAfter(stream.items, after.ms, after.seq)
+    const end = Math.min(stream.items.length, start + count)
+    return stream.items.slice(start, end).map(({ id, payload }): MailboxEntry => ({ id, payload }))
+  }
+
+  /** Read, or register for the next append in the same step (an append in between cannot be missed), then wait. */
+  const readBlocking = (
+    key: string,
+    after: { readonly ms: number; readonly seq: number },
+    count: number,
+    blockMs: number
+  ) =>
+    Effect.flatMap(Deferred.make<void, StoreUnavailable>(), (wake) =>
+      Effect.acquireUseRelease(
+        op("mailboxRead", (now) => {
+          const entries = readMailbox(key, after, count, now)
+          if (entries.length > 0) return entries
+          let waiting = mailboxReaders.get(key)
+          if (waiting === undefined) {
+            waiting = new Set()
+            mailboxReaders.set(key, waiting)
+          }
+          waiting.add(wake)
+          return undefined
+        }),
+        (ready) =>
+          ready !== undefined
+            ? Effect.succeed(ready)
+            : Effect.zipRight(
+                Effect.timeoutOption(Deferred.await(wake), Duration.millis(blockMs)),
+                op("mailboxRead", (now) => readMailbox(key, after, count, now))
+              ),
+        () =>
+          Effect.sync(() => {
+            const waiting = mailboxReaders.get(key)
+            if (waiting === undefined) return
+            waiting.delete(wake)
+            if (waiting.size === 0) mailboxReaders.delete(key)
+          })
+      )
+    )
+
+  return {
+    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
+      op("mailboxAppend", (now) => Scripts.mailboxAppend(space, now, instanceId, payload, maxLen, ttlMs)),
+    mailboxRead: (instanceId, afterId, count, blockMs) =>
+      Effect.suspend(() => {
+        const after = parseStreamId(afterId)
+        if (after === undefined) {
+          return Effect.fail(
+            new StoreRefused({
+              operation: "mailboxRead",
+              reply: "ERR Invalid stream ID specified as stream command argument"
+            })
+          )
+        }
+        const key = keys.mailbox(instanceId)
+        if (blockMs === 0) return op("mailboxRead", (now) => readMailbox(key, after, count, now))
+        return readBlocking(key, after, count, blockMs)
+      }),
+    mailboxTrim: (instanceId, maxLen) =>
+      op("mailboxTrim", (now) => {
+        const stream = ks.getStream(keys.mailbox(instanceId), now)
+        if (stream !== undefined) Scripts.trimStream(stream, maxLen)
+      }),
+    mailboxExpire: (instanceId, ttlMs) =>
+      op("mailboxExpire", (now) => {
+        const key = keys.mailbox(instanceId)
+        const stream = ks.getStream(key, now)
+        if (stream !== undefined) ks.expire(key, stream, now + ttlMs, now)
+      }),
+    mailboxLength: (instanceId) =>
+      op("mailboxLength", (now) => ks.getStream(keys.mailbox(instanceId), now)?.items.length ?? 0),
+    mailboxSetCursor: (instanceId, id, ttlMs) =>
+      op("mailboxSetCursor", (now) => {
+        ks.setString(keys.mailboxCursor(instanceId), id, now + ttlMs)
+      }),
+    mailboxCursor: (instanceId) =>
+      op("mailboxCursor", (now) =>
+        Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
+      )
+  } satisfies Partial<Driver>
+}
