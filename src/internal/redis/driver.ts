@@ -79,28 +79,131 @@ export interface Parts {
   readonly blocking: Blocking
 }
 
-/** @internal */
-export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver => {
-  const { blocking, endpoint, health, keys, pubsub, topology } = parts
-  const lockMs = millis(settings.lockExpiration)
-  const tokenMs = millis(settings.tokenExpiration)
-  const commandTimeoutMs = millis(settings.commandTimeout)
-  const { run } = topology
-
+/** What every part of the driver works with. */
+interface Context extends Parts {
+  readonly lockMs: number
+  readonly tokenMs: number
+  readonly commandTimeoutMs: number
+  readonly run: Topology["run"]
   /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
-  const runScript = <K extends string, A extends string, R>(
+  readonly runScript: <K extends string, A extends string, R>(
     operation: string,
     script: Script<K, A, R>,
     input: Input<K, A>
-  ): Effect.Effect<R, StoreError> =>
-    Effect.flatMap(
-      run(operation, (c) => invoke(c, script, input)),
-      (reply) => {
-        const decoded = script.decode(reply)
-        return decoded === undefined ? Effect.fail(unexpectedReply(operation, reply)) : Effect.succeed(decoded)
-      }
-    )
+  ) => Effect.Effect<R, StoreError>
+}
 
+/** The lock, its waiters and its slices: each operation one script. */
+const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
+  ({
+    tryAcquire: (token, lockId, slices, waiter) =>
+      Effect.flatMap(
+        runScript("tryAcquire", Scripts.tryAcquire, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          restKeys: slices.map((name) => keys.slice(token, name)),
+          args: { lockId, lockMs, tokenMs, channel: keys.signal(token), ...waiterArgs(waiter) }
+        }),
+        (reply) =>
+          reply._tag === "Acquired" && reply.values.length !== slices.length
+            ? Effect.fail(unexpectedReply("tryAcquire", reply))
+            : Effect.succeed(acquireResult(reply, lockMs))
+      ),
+    release: (token, lockId, released, waiter) =>
+      runScript("release", Scripts.release, {
+        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
+        args: { lockId, channel: keys.signal(token), releasedMessage: released, lockMs, ...waiterArgs(waiter) }
+      }),
+    commitAndRelease: (token, lockId, entries, released, waiter) =>
+      Effect.map(
+        runScript("commitAndRelease", Scripts.commitAndRelease, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          restKeys: entries.map(([name]) => keys.slice(token, name)),
+          args: {
+            lockId,
+            tokenMs,
+            channel: keys.signal(token),
+            releasedMessage: released,
+            lockMs,
+            ...waiterArgs(waiter)
+          },
+          restArgs: entries.map(([, value]) => value)
+        }),
+        (reply) =>
+          reply._tag === "Lost"
+            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+            : { _tag: "Done", value: reply.contenders }
+      ),
+    extend: (token, lockId, slices) =>
+      runScript("extend", Scripts.extend, {
+        keys: { lock: keys.lock(token), fence: keys.fence(token) },
+        restKeys: slices.map((name) => keys.slice(token, name)),
+        args: { lockId, lockMs, tokenMs }
+      }),
+    holder: (token) =>
+      Effect.flatMap(
+        runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
+        (reply) => lockHolder(reply, lockMs)
+      ),
+
+    registerWaiter: (token, instanceId, contended) =>
+      runScript("registerWaiter", Scripts.registerWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId, lockMs, channel: keys.signal(token), contended }
+      }),
+    deregisterWaiter: (token, instanceId) =>
+      runScript("deregisterWaiter", Scripts.deregisterWaiter, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      }),
+    otherContenders: (token, instanceId) =>
+      runScript("otherContenders", Scripts.otherContenders, {
+        keys: { waiters: keys.waiters(token) },
+        args: { instanceId }
+      }),
+    waiters: (token) => runScript("waiters", Scripts.waiters, { keys: { waiters: keys.waiters(token) }, args: {} }),
+
+    readSlices: (token, names) =>
+      names.length === 0
+        ? Effect.succeed([])
+        : Effect.map(
+            runScript("readSlices", Scripts.readSlices, {
+              keys: { fence: keys.fence(token) },
+              restKeys: names.map((name) => keys.slice(token, name)),
+              args: { tokenMs }
+            }),
+            (values) => names.map((_, i) => Option.fromNullable(values[i]))
+          ),
+    writeIfHolder: (token, lockId, entries) =>
+      Effect.map(
+        runScript("writeIfHolder", Scripts.writeIfHolder, {
+          keys: { lock: keys.lock(token), fence: keys.fence(token) },
+          restKeys: entries.map(([name]) => keys.slice(token, name)),
+          args: { lockId, tokenMs },
+          restArgs: entries.map(([, value]) => value)
+        }),
+        (reply) =>
+          reply._tag === "Lost"
+            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+            : { _tag: "Done", value: undefined }
+      )
+  }) satisfies Partial<Driver>
+
+/** Publishing from the command connection; subscriptions and the status from their own parts. */
+const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
+  ({
+    publish: (token, message) =>
+      run("publish", (c) =>
+        topology.dialect.publish === "PUBLISH"
+          ? c.publish(keys.signal(token), message)
+          : c.spublish(keys.signal(token), message)
+      ),
+    subscribe: (token) => pubsub.subscribe(keys.signal(token)),
+    status: SubscriptionRef.get(health.status),
+    statusChanges: health.status.changes
+  }) satisfies Partial<Driver>
+
+/** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
+const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, topology }: Context) => {
   const claimInput = (token: string, record: string) => ({
     keys: { socket: keys.socket(token) },
     args: { record, tokenMs }
@@ -154,116 +257,6 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
     )
 
   return {
-    kind: "redis",
-    name: "RedisStore",
-    keys,
-
-    // --- lock -------------------------------------------------------------------------
-    tryAcquire: (token, lockId, slices, waiter) =>
-      Effect.flatMap(
-        runScript("tryAcquire", Scripts.tryAcquire, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
-          restKeys: slices.map((name) => keys.slice(token, name)),
-          args: { lockId, lockMs, tokenMs, channel: keys.signal(token), ...waiterArgs(waiter) }
-        }),
-        (reply) =>
-          reply._tag === "Acquired" && reply.values.length !== slices.length
-            ? Effect.fail(unexpectedReply("tryAcquire", reply))
-            : Effect.succeed(acquireResult(reply, lockMs))
-      ),
-    release: (token, lockId, released, waiter) =>
-      runScript("release", Scripts.release, {
-        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
-        args: { lockId, channel: keys.signal(token), releasedMessage: released, lockMs, ...waiterArgs(waiter) }
-      }),
-    commitAndRelease: (token, lockId, entries, released, waiter) =>
-      Effect.map(
-        runScript("commitAndRelease", Scripts.commitAndRelease, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
-          restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: {
-            lockId,
-            tokenMs,
-            channel: keys.signal(token),
-            releasedMessage: released,
-            lockMs,
-            ...waiterArgs(waiter)
-          },
-          restArgs: entries.map(([, value]) => value)
-        }),
-        (reply) =>
-          reply._tag === "Lost"
-            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
-            : { _tag: "Done", value: reply.contenders }
-      ),
-    extend: (token, lockId, slices) =>
-      runScript("extend", Scripts.extend, {
-        keys: { lock: keys.lock(token), fence: keys.fence(token) },
-        restKeys: slices.map((name) => keys.slice(token, name)),
-        args: { lockId, lockMs, tokenMs }
-      }),
-    holder: (token) =>
-      Effect.flatMap(
-        runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
-        (reply) => lockHolder(reply, lockMs)
-      ),
-
-    // --- waiters ----------------------------------------------------------------------
-    registerWaiter: (token, instanceId, contended) =>
-      runScript("registerWaiter", Scripts.registerWaiter, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId, lockMs, channel: keys.signal(token), contended }
-      }),
-    deregisterWaiter: (token, instanceId) =>
-      runScript("deregisterWaiter", Scripts.deregisterWaiter, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId }
-      }),
-    otherContenders: (token, instanceId) =>
-      runScript("otherContenders", Scripts.otherContenders, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId }
-      }),
-    waiters: (token) => runScript("waiters", Scripts.waiters, { keys: { waiters: keys.waiters(token) }, args: {} }),
-
-    // --- slices -----------------------------------------------------------------------
-    readSlices: (token, names) =>
-      names.length === 0
-        ? Effect.succeed([])
-        : Effect.map(
-            runScript("readSlices", Scripts.readSlices, {
-              keys: { fence: keys.fence(token) },
-              restKeys: names.map((name) => keys.slice(token, name)),
-              args: { tokenMs }
-            }),
-            (values) => names.map((_, i) => Option.fromNullable(values[i]))
-          ),
-    writeIfHolder: (token, lockId, entries) =>
-      Effect.map(
-        runScript("writeIfHolder", Scripts.writeIfHolder, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token) },
-          restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: { lockId, tokenMs },
-          restArgs: entries.map(([, value]) => value)
-        }),
-        (reply) =>
-          reply._tag === "Lost"
-            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
-            : { _tag: "Done", value: undefined }
-      ),
-
-    // --- signals ----------------------------------------------------------------------
-    publish: (token, message) =>
-      run("publish", (c) =>
-        topology.dialect.publish === "PUBLISH"
-          ? c.publish(keys.signal(token), message)
-          : c.spublish(keys.signal(token), message)
-      ),
-    subscribe: (token) => pubsub.subscribe(keys.signal(token)),
-    status: SubscriptionRef.get(health.status),
-    statusChanges: health.status.changes,
-
-    // --- socket records ---------------------------------------------------------------
     claimSocket: (token, record) => runScript("claimSocket", Scripts.claimSocket, claimInput(token, record)),
     readSocket: (token) =>
       Effect.map(
@@ -326,9 +319,13 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
         (found) => found.find((setting) => setting._tag === "Refused") ?? found[0]!
       )
     }),
-    socketEvents: pubsub.socketEvents,
+    socketEvents: pubsub.socketEvents
+  } satisfies Partial<Driver>
+}
 
-    // --- mailboxes --------------------------------------------------------------------
+/** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
+const mailboxPart = ({ blocking, keys, run, runScript }: Context) =>
+  ({
     mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
       runScript("mailboxAppend", Scripts.mailboxAppend, {
         keys: { mailbox: keys.mailbox(instanceId) },
@@ -358,9 +355,12 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
       Effect.map(
         run("mailboxCursor", (c) => c.get(keys.mailboxCursor(instanceId))),
         Option.fromNullable
-      ),
+      )
+  }) satisfies Partial<Driver>
 
-    // --- inspection -------------------------------------------------------------------
+/** Every key of a token, found by a scan on its node and described by one script. */
+const inspectPart = ({ commandTimeoutMs, health, keys, runScript, topology }: Context) =>
+  ({
     tokenKeys: (token) =>
       Effect.gen(function* () {
         // Every key of the token shares its hash tag: on a cluster they all live on one master.
@@ -394,5 +394,41 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
         }
         return infos
       })
+  }) satisfies Partial<Driver>
+
+/** @internal */
+export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver => {
+  const { run } = parts.topology
+  /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
+  const runScript = <K extends string, A extends string, R>(
+    operation: string,
+    script: Script<K, A, R>,
+    input: Input<K, A>
+  ): Effect.Effect<R, StoreError> =>
+    Effect.flatMap(
+      run(operation, (c) => invoke(c, script, input)),
+      (reply) => {
+        const decoded = script.decode(reply)
+        return decoded === undefined ? Effect.fail(unexpectedReply(operation, reply)) : Effect.succeed(decoded)
+      }
+    )
+
+  const context: Context = {
+    ...parts,
+    lockMs: millis(settings.lockExpiration),
+    tokenMs: millis(settings.tokenExpiration),
+    commandTimeoutMs: millis(settings.commandTimeout),
+    run,
+    runScript
+  }
+  return {
+    kind: "redis",
+    name: "RedisStore",
+    keys: parts.keys,
+    ...lockPart(context),
+    ...signalPart(context),
+    ...socketPart(context),
+    ...mailboxPart(context),
+    ...inspectPart(context)
   }
 }

@@ -1,0 +1,184 @@
+/**
+ * The token channels of a Redis store's pub/sub. A channel is one confirmed subscription
+ * shared by every local listener of it: an entry of an `RcMap`, whose first `get` sends
+ * SUBSCRIBE (SSUBSCRIBE on a Cluster) on the subscriber connection of the channel's node and
+ * whose last release sends UNSUBSCRIBE. A listener's stream starts once the server
+ * confirmed the subscription. A channel that fails (its connection dropped, its slot moved,
+ * SUBSCRIBE refused) fails its listeners with `StoreUnavailable` and is never handed out
+ * again: the next subscribe gets a new entry, under a new key of the map.
+ *
+ * @internal
+ */
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
+import * as Mailbox from "effect/Mailbox"
+import * as RcMap from "effect/RcMap"
+import type * as Scope from "effect/Scope"
+import type * as Stream from "effect/Stream"
+import type { StoreError, StoreUnavailable } from "../../StoreError.js"
+import { awaitReady, withLiveClock } from "./connection.js"
+import type { Health } from "./health.js"
+import type { Subscriber } from "./pubsub.js"
+import type { Topology } from "./topology.js"
+
+/** One channel, shared by every local listener of one token. */
+interface Channel {
+  readonly name: string
+  readonly slot: number
+  readonly subscriber: Subscriber
+  /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
+  readonly generation: number
+  readonly confirmed: Deferred.Deferred<void, StoreError>
+  readonly listeners: Set<Mailbox.Mailbox<string, StoreUnavailable>>
+}
+
+/** @internal */
+export interface Channels {
+  /** Raw messages of a channel from the confirmation on; the stream fails when the subscription is lost. */
+  readonly subscribe: (name: string) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
+  /** A message arrived on a subscriber connection. */
+  readonly deliver: (name: string, message: string) => void
+  /** Fail every channel on this subscriber (its connection dropped). */
+  readonly failOn: (subscriber: Subscriber, error: StoreUnavailable) => void
+  /**
+   * After the slot table changed: fail the channels whose slot a master of `masters` other
+   * than their subscriber's node serves now. Returns the nodes still serving a live
+   * channel's slot (they keep their subscriber), and whether anything failed.
+   */
+  readonly moved: (
+    masters: ReadonlySet<string>,
+    error: StoreUnavailable
+  ) => { readonly owners: ReadonlySet<string>; readonly changed: boolean }
+}
+
+/** @internal */
+export interface Environment {
+  readonly topology: Topology
+  readonly health: Health
+  readonly commandTimeoutMs: number
+  readonly mapError: (operation: string) => (cause: unknown) => StoreError
+  /** The subscriber connection of the node serving a channel. */
+  readonly subscriberFor: (name: string) => Effect.Effect<Subscriber, StoreUnavailable>
+  /** Wait for a confirmation, at most the command timeout. */
+  readonly awaitConfirmed: (
+    confirmed: Deferred.Deferred<void, StoreError>,
+    operation: string
+  ) => Effect.Effect<void, StoreError>
+}
+
+/** @internal */
+export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const { commandTimeoutMs, health, topology } = env
+    /** The channel now in force for each name (an `RcMap` entry may be a failed one, until released). */
+    const live = new Map<string, Channel>()
+    /** The `RcMap` key of each name's channel now: `<incarnation>:<name>`. */
+    const keyOf = new Map<string, string>()
+    let incarnation = 0
+    const retire = (channel: Channel) => {
+      if (live.get(channel.name) !== channel) return
+      live.delete(channel.name)
+      keyOf.delete(channel.name)
+    }
+
+    /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
+    const fail = (channel: Channel, error: StoreUnavailable) => {
+      Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
+      for (const mailbox of channel.listeners) mailbox.unsafeDone(Exit.fail(error))
+      retire(channel)
+    }
+
+    /** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */
+    const open = (name: string): Effect.Effect<Channel, StoreUnavailable> =>
+      Effect.map(env.subscriberFor(name), (subscriber) => {
+        const channel: Channel = {
+          name,
+          slot: topology.slotOf(name),
+          subscriber,
+          generation: subscriber.generation,
+          confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+          listeners: new Set()
+        }
+        live.set(name, channel)
+        topology.channels.subscribe(subscriber.connection, name).then(
+          () => Deferred.unsafeDone(channel.confirmed, Effect.void),
+          (cause) => {
+            topology.onReplyError(cause)
+            Deferred.unsafeDone(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
+            // A refused SUBSCRIBE must not stay in force: the next subscriber tries again.
+            retire(channel)
+          }
+        )
+        return channel
+      })
+
+    /** The last listener out sends UNSUBSCRIBE, unless the server already forgot the channel. */
+    const close = (channel: Channel): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (live.get(channel.name) === channel) retire(channel)
+        // A newer channel (this one's SUBSCRIBE failed) owns the server's subscription now.
+        else if (live.has(channel.name)) return Effect.void
+        const { connection } = channel.subscriber
+        if (channel.generation !== channel.subscriber.generation || connection.status !== "ready") return Effect.void
+        return Effect.promise(() =>
+          topology.channels.unsubscribe(connection, channel.name).catch(() => undefined)
+        ).pipe(Effect.timeoutOption(commandTimeoutMs), withLiveClock, Effect.asVoid)
+      })
+
+    const channels = yield* RcMap.make({
+      lookup: (key: string) => Effect.acquireRelease(open(key.slice(key.indexOf(":") + 1)), close)
+    })
+    const channelFor = (name: string): Effect.Effect<Channel, StoreUnavailable, Scope.Scope> =>
+      Effect.suspend(() => {
+        let key = keyOf.get(name)
+        if (key === undefined) {
+          key = `${incarnation++}:${name}`
+          keyOf.set(name, key)
+        }
+        return RcMap.get(channels, key)
+      })
+
+    return {
+      subscribe: (name) =>
+        Effect.gen(function* () {
+          const subscriber = yield* env.subscriberFor(name)
+          yield* awaitReady(subscriber.connection, commandTimeoutMs, health.notConnected("subscribe", commandTimeoutMs))
+          const channel = yield* channelFor(name)
+          const mailbox = yield* Mailbox.make<string, StoreUnavailable>()
+          yield* Effect.acquireRelease(
+            Effect.sync(() => channel.listeners.add(mailbox)),
+            () =>
+              Effect.sync(() => {
+                channel.listeners.delete(mailbox)
+                mailbox.unsafeDone(Exit.void)
+              })
+          )
+          yield* env.awaitConfirmed(channel.confirmed, "subscribe")
+          return Mailbox.toStream(mailbox)
+        }),
+      deliver: (name, message) => {
+        const channel = live.get(name)
+        if (channel === undefined) return
+        for (const mailbox of channel.listeners) mailbox.unsafeOffer(message)
+      },
+      failOn: (subscriber, error) => {
+        for (const channel of [...live.values()]) if (channel.subscriber === subscriber) fail(channel, error)
+      },
+      moved: (masters, error) => {
+        let changed = false
+        const owners = new Set<string>()
+        for (const channel of [...live.values()]) {
+          const owner = topology.slotOwner(channel.slot)
+          if (owner === undefined) continue
+          owners.add(owner)
+          // an owner that is not a master of the table is no better than the one we have
+          if (owner === channel.subscriber.node || !masters.has(owner)) continue
+          fail(channel, error)
+          changed = true
+        }
+        return { owners, changed }
+      }
+    }
+  })
