@@ -1,0 +1,114 @@
+/**
+ * Ending a turn: how a grant is held (`modeOf`), the warning for a modification that held
+ * the lock too long, acknowledging requests once their outcome is durable (or failing
+ * them), and the last write of a grant with its release.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import type { Request } from "../../Lease.js"
+import type { Grant, Previous } from "../../Lock.js"
+import { LockExpired } from "../../StateError.js"
+import type { SliceEntry } from "../../Store.js"
+import type { InvalidToken, LockLost, StoreError } from "../../StoreError.js"
+import { flushFailures } from "./metrics.js"
+import { prune, type Session, type SessionEnv } from "./session.js"
+
+/** @internal */
+export const lockExpired = (env: SessionEnv, request: Request, lockId: string, error: LockLost) =>
+  new LockExpired({
+    token: error.token,
+    event: request.event,
+    expected: lockId,
+    current: error.holder,
+    lockExpirationMs: env.lockMs
+  })
+
+/** @internal */
+export const failAcks = (
+  env: SessionEnv,
+  requests: ReadonlyArray<Request>,
+  lockId: string,
+  error: LockLost | StoreError
+) => {
+  for (const request of requests) {
+    request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(env, request, lockId, error) : error))
+  }
+}
+
+/**
+ * Tokens are validated before a session exists: an InvalidToken here is a defect.
+ *
+ * @internal
+ */
+export const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | StoreError>) =>
+  Effect.catchTag(effect, "InvalidToken", (error) => Effect.die(error))
+
+/** @internal */
+export const succeedAcks = (requests: ReadonlyArray<Request>) => {
+  for (const request of requests) request.ack.done(Exit.void)
+}
+
+/**
+ * How a grant is held: for one modification, a quantum's worth, or as a lease.
+ *
+ * @internal
+ */
+export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" =>
+  !env.oplock ? "single" : grant.contenders === 0 ? "lease" : env.quantumMs === 0 ? "single" : "quantum"
+
+/** @internal */
+export const warnIfLong = (env: SessionEnv, token: string, request: Request, started: number) =>
+  Effect.clockWith((clock) => {
+    const heldMs = clock.unsafeCurrentTimeMillis() - started
+    return heldMs > env.warnMs
+      ? Effect.logWarning(
+          `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
+            `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+            `the threshold is ${env.warnMs} ms. Move long work out of modifications.`
+        )
+      : Effect.void
+  })
+
+/**
+ * After a hold: whether the release registered this worker, and whether it owes others a turn.
+ *
+ * @internal
+ */
+export const noTurn: Previous = { registered: false, yieldFirst: false }
+
+/**
+ * The last write of a grant, with its release; registers this worker if requests wait here.
+ *
+ * @internal
+ */
+export const commitAndRelease = (
+  env: SessionEnv,
+  session: Session,
+  lockId: string,
+  writes: ReadonlyArray<SliceEntry>,
+  requests: ReadonlyArray<Request>
+): Effect.Effect<Previous> =>
+  Effect.gen(function* () {
+    const { store, instanceId } = env
+    const { token } = session
+    prune(session)
+    const waiting = session.queue.length > 0
+    const result = yield* Effect.either(
+      writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+    )
+    if (result._tag === "Right") {
+      succeedAcks(requests)
+      return { registered: waiting, yieldFirst: result.right > 0 }
+    }
+    yield* Metric.increment(flushFailures)
+    yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
+    failAcks(env, requests, lockId, result.left)
+    // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
+    // would block every worker on this token until it expires.
+    if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
+    return noTurn
+  })

@@ -1,0 +1,325 @@
+/**
+ * Holding a grant: serving the session's turns under it (one, a quantum's worth, or a
+ * lease's), watching for another instance's contention, keeping the lock from expiring,
+ * writing the modifications served (group commits), then the last write and the release.
+ *
+ * @internal
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import type { Request } from "../../Lease.js"
+import type { Grant, Previous } from "../../Lock.js"
+import type { SignalEvent } from "../../Signals.js"
+import type { LockLost, StoreError } from "../../StoreError.js"
+import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
+import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
+import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoop } from "./session.js"
+
+/** One hold of a grant: what it read and wrote, and where its serving stands. */
+interface HoldState {
+  readonly env: SessionEnv
+  readonly session: Session
+  readonly grant: Grant
+  readonly token: string
+  readonly lockId: string
+  readonly mode: "single" | "quantum" | "lease"
+  readonly cache: Map<string, Option.Option<string>>
+  readonly dirty: Map<string, string>
+  unacked: Array<Request>
+  inProgress: Request | undefined
+  served: number
+  deadline: number
+  contended: boolean
+  failed: LockLost | StoreError | undefined
+  /** Wakes the serving loop at the deadline (`untilDeadline`). */
+  timer: Fiber.RuntimeFiber<void> | undefined
+  /** Whether contention is watched already (`watchContention`). */
+  watching: boolean
+  /** A lease's `keepAlive`, for its whole hold. */
+  keeper: Fiber.RuntimeFiber<never> | undefined
+}
+
+/**
+ * Hold a grant: serve turns (one, a quantum's worth, or a lease's), then commit and release.
+ *
+ * @internal
+ */
+export const hold = (env: SessionEnv, session: Session, grant: Grant): Effect.Effect<Previous> =>
+  Effect.gen(function* () {
+    const { token, lockId } = grant
+    const mode = modeOf(env, grant)
+    const state: HoldState = {
+      env,
+      session,
+      grant,
+      token,
+      lockId,
+      mode,
+      cache: new Map(grant.values),
+      dirty: new Map<string, string>(),
+      unacked: [],
+      inProgress: undefined,
+      served: 0,
+      deadline: grant.grantedAt + (mode === "lease" ? env.holdMs : mode === "quantum" ? env.quantumMs : 0),
+      contended: mode !== "lease",
+      failed: undefined,
+      timer: undefined,
+      watching: session.signals !== undefined,
+      keeper: undefined
+    }
+    state.keeper = mode === "lease" ? yield* Effect.fork(keepAlive(state)) : undefined
+
+    // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
+    return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve(state))), finish(state))
+  })
+
+/**
+ * Wakes the serving loop once the clock reads the deadline; armed again when the
+ * deadline moves earlier. It sleeps again while the clock reads less: a timer may
+ * fire before the wall clock has reached its time (Node's timers run on a clock of
+ * their own), and a loop woken early with no timer left would wait for the next
+ * signal or request, however late.
+ */
+const untilDeadline = (state: HoldState) =>
+  Effect.gen(function* () {
+    while (true) {
+      const ms = state.deadline - (yield* Clock.currentTimeMillis)
+      if (ms <= 0) return notify(state.session)
+      yield* Effect.sleep(ms)
+    }
+  })
+
+const armTimer = (state: HoldState) =>
+  Effect.gen(function* () {
+    if (state.timer !== undefined) yield* Fiber.interruptFork(state.timer)
+    state.timer = yield* Effect.fork(Effect.interruptible(untilDeadline(state)))
+  })
+
+const contend = (state: HoldState) =>
+  Effect.flatMap(Clock.currentTimeMillis, (now) =>
+    Effect.suspend(() => {
+      if (state.contended) return Effect.void
+      state.contended = true
+      state.deadline = Math.min(state.deadline, now + state.env.quantumMs)
+      return Effect.zipRight(Metric.increment(leasesBroken), armTimer(state))
+    })
+  )
+
+/**
+ * A lease is told of contention by signals. Subscribed before the attempt that
+ * granted it, it needs nothing more: the grant counted the contenders registered
+ * before it, and every later registration is a signal on that subscription. A lease
+ * granted first subscribes now and then asks the store once, for the registrations
+ * in between; it does so once the requests queued at its grant are served, or
+ * before a second one, so that the first is not kept waiting for it.
+ */
+const watchContention = (state: HoldState) =>
+  Effect.gen(function* () {
+    state.watching = true
+    const events = yield* openSignals(state.env, state.session)
+    // what came before the check is covered by it
+    yield* Queue.takeAll(events)
+    if ((yield* state.env.store.otherContenders(state.token, state.env.instanceId)) > 0) yield* contend(state)
+  })
+
+/** After a resubscription a contender may have registered unseen: ask the store. */
+const recheckContenders = (state: HoldState) =>
+  Effect.flatMap(
+    Effect.orElseSucceed(state.env.store.otherContenders(state.token, state.env.instanceId), () => 1),
+    (n) => (n > 0 ? contend(state) : Effect.void)
+  )
+
+const isOtherContender = (state: HoldState, event: SignalEvent) =>
+  event._tag === "Contended" && event.instanceId !== state.env.instanceId
+
+/** Between two modifications: has another instance registered meanwhile? */
+const checkSignals = (state: HoldState) =>
+  Effect.suspend(() => {
+    const events = state.session.signals
+    if (events === undefined || state.contended) return Effect.void
+    return Effect.flatMap(Queue.takeAll(events), (chunk) => {
+      let resubscribed = false
+      for (const event of chunk) {
+        if (isOtherContender(state, event)) return contend(state)
+        if (event._tag === "Resubscribed") resubscribed = true
+      }
+      return resubscribed ? recheckContenders(state) : Effect.void
+    })
+  })
+
+/**
+ * Keeps the lock from expiring under a slow modification. Interruptible: it is raced
+ * from uninterruptible code too. A lease runs one for its whole hold (a lease is
+ * shorter than the lock expiration, so an idle lease extends at most twice). An
+ * extension that fails (the store away for a moment) is tried again sooner, until
+ * one succeeds: only the store saying the lock is no longer ours ends it.
+ */
+const keepAlive = (state: HoldState) =>
+  Effect.gen(function* () {
+    const { store } = state.env
+    const every = Math.max(1, Math.floor(state.env.lockMs / 3))
+    const again = Math.max(1, Math.floor(every / 4))
+    let delay = every
+    while (true) {
+      // the slices read under this lock, and the fence, live as long as it is held
+      const extended = yield* Effect.either(
+        Effect.delay(store.extend(state.token, state.lockId, [...state.cache.keys()]), delay)
+      )
+      if (extended._tag === "Right" && !extended.right) return
+      delay = extended._tag === "Right" ? every : again
+    }
+  }).pipe(Effect.zipRight(Effect.never), Effect.interruptible)
+
+const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive(state))
+
+const serveOne = (state: HoldState, request: Request) =>
+  Effect.gen(function* () {
+    const { env, session, token, cache, dirty } = state
+    const missing = request.slices.filter((name) => !cache.has(name))
+    if (missing.length > 0) {
+      // Fetched under the lock this worker holds: as current as the grant's reads.
+      const values = yield* env.store.readSlices(token, missing)
+      for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
+    }
+    const given = yield* Effect.sync(() => {
+      // Taken off the queue only now: after a failed read it waits for the next grant,
+      // or fails with the store's error, instead of waiting for a turn nobody gives.
+      if (session.queue[0] === request) session.queue.shift()
+      if (request.cancelled) return false
+      state.inProgress = request
+      state.served++
+      request.turn.done(
+        Exit.succeed({
+          values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
+          fence: state.grant.fence
+        })
+      )
+      return true
+    })
+    if (!given) return
+    const started = yield* Clock.currentTimeMillis
+    const outcome = yield* request.done.await
+    state.inProgress = undefined
+    yield* warnIfLong(env, token, request, started)
+    if (outcome._tag === "Abort") return
+    for (const [name, value] of outcome.writes) {
+      cache.set(name, Option.some(value))
+      dirty.set(name, value)
+    }
+    if (state.mode !== "single" && !env.durable) request.ack.done(Exit.void)
+    else state.unacked.push(request)
+  })
+
+/** Group commit: one write for every modification served since the last one. */
+const flush = (state: HoldState) =>
+  Effect.gen(function* () {
+    const { env, token, lockId, dirty } = state
+    if (state.unacked.length === 0) return false
+    const batch = state.unacked
+    state.unacked = []
+    const entries = [...dirty.entries()]
+    dirty.clear()
+    const result = yield* Effect.either(writeOrFail(env.store.writeIfHolder(token, lockId, entries)))
+    if (result._tag === "Right") {
+      yield* Metric.increment(flushes)
+      succeedAcks(batch)
+      return true
+    }
+    // The lock is lost or the store is away: this lease writes nothing more.
+    yield* Metric.increment(flushFailures)
+    yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
+    state.failed = result.left
+    failAcks(env, batch, lockId, result.left)
+    return true
+  })
+
+const nextRequest = (state: HoldState) => {
+  prune(state.session)
+  return state.session.queue[0]
+}
+
+const serve = (state: HoldState) =>
+  Effect.gen(function* () {
+    const { env, session, mode } = state
+    const lookForContenders = checkSignals(state)
+    if (mode === "lease") {
+      yield* Metric.increment(leasesStarted)
+      session.lease = { cache: state.cache }
+    }
+    // when the serving last waited for the store (or for the event loop)
+    let ioAt = state.grant.grantedAt
+    while (state.failed === undefined) {
+      if (mode === "single" && state.served > 0) return
+      // Looked for before every modification: a busy local queue never waits for a signal.
+      if (mode === "lease") yield* lookForContenders
+      // Taken before the queue is read: an arrival after the read completes it.
+      const changed = session.changed
+      const now = yield* Clock.currentTimeMillis
+      // Served from memory alone, a busy local loop runs on microtasks and the event
+      // loop never turns: the socket that brings a contender's signal is not read, and
+      // timers do not fire. A turn of the event loop at least every quantum bounds that.
+      if (mode !== "single" && now - ioAt >= env.yieldMs) {
+        yield* turnEventLoop
+        ioAt = yield* Clock.currentTimeMillis
+        continue
+      }
+      // Past the deadline nothing more is served, however full the queue: a busy
+      // local loop must not keep a remote waiter out. `finish` writes in one step.
+      if (state.served > 0 && now >= state.deadline) return
+      const request = nextRequest(state)
+      if (request !== undefined && mode === "lease" && !state.watching && state.served > 0) {
+        yield* watchContention(state)
+        continue
+      }
+      if (request !== undefined) {
+        yield* serveOne(state, request)
+        continue
+      }
+      if (now >= state.deadline) return
+      // Another instance waits and nothing is queued here: the quantum is for the
+      // modifications this worker has queued, not for ones that might still come.
+      if (state.contended) return
+      if (env.durable && (yield* flush(state))) ioAt = yield* Clock.currentTimeMillis
+      // a failed write ends the lease at once: it can write nothing more
+      if (state.failed !== undefined) return
+      if (mode === "lease" && !state.watching) {
+        yield* watchContention(state)
+        continue
+      }
+      // woken by a modification, a signal, or the deadline
+      if (state.timer === undefined) yield* armTimer(state)
+      yield* changed.await
+    }
+  })
+
+/** Whatever ended the hold: finish the modification in progress, write, release. */
+const finish = (state: HoldState) =>
+  Effect.gen(function* () {
+    const { env, session, token, lockId, dirty } = state
+    session.lease = undefined
+    if (state.timer !== undefined) yield* Fiber.interruptFork(state.timer)
+    if (state.inProgress !== undefined) {
+      const inProgress = state.inProgress
+      const outcome = yield* state.keeper === undefined
+        ? withKeepAlive(state, inProgress.done.await)
+        : inProgress.done.await
+      if (outcome._tag === "Commit") {
+        for (const [name, value] of outcome.writes) dirty.set(name, value)
+        state.unacked.push(inProgress)
+      }
+      state.inProgress = undefined
+    }
+    if (state.keeper !== undefined) yield* Fiber.interruptFork(state.keeper)
+    if (state.failed !== undefined) {
+      // The lock is lost or the store is away: nothing more is written; release what may remain.
+      failAcks(env, state.unacked, lockId, state.failed)
+      yield* Effect.ignore(env.store.release(token, lockId, { instanceId: env.instanceId }))
+      return noTurn
+    }
+    return yield* commitAndRelease(env, session, lockId, [...dirty.entries()], state.unacked)
+  })

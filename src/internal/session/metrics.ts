@@ -1,0 +1,25 @@
+/**
+ * The counters of the per-token sessions: leases started and broken, group commits and
+ * failed writes. `Lease` re-exports them under the same names.
+ *
+ * @internal
+ */
+import * as Metric from "effect/Metric"
+
+/** @internal */
+export const leasesStarted = Metric.counter("leasehold_leases_started_total", { incremental: true })
+
+/** @internal */
+export const leasesBroken = Metric.counter("leasehold_leases_broken_total", {
+  description: "leases ended early because another instance contended",
+  incremental: true
+})
+
+/** @internal */
+export const flushes = Metric.counter("leasehold_lease_flushes_total", {
+  description: "group commits of leased modifications",
+  incremental: true
+})
+
+/** @internal */
+export const flushFailures = Metric.counter("leasehold_lease_flush_failures_total", { incremental: true })

@@ -1,0 +1,80 @@
+/**
+ * The session's fiber: it holds the grants of a token's queued modifications one after
+ * another, lingers when it owes other instances a turn, and ends the session once nothing
+ * is queued (failing what is left queued if it ended otherwise).
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
+import type { Grant, Previous } from "../../Lock.js"
+import { noTurn } from "./commit.js"
+import { hold } from "./hold.js"
+import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
+
+/** The session's fiber, from a grant already taken or from what the last release left. */
+const run = (env: SessionEnv, session: Session, start: Grant | Previous) =>
+  Effect.gen(function* () {
+    const { store, lock, sessions, instanceId } = env
+    let after = "lockId" in start ? yield* hold(env, session, start) : start
+    while (true) {
+      const next = yield* Effect.sync(() => {
+        prune(session)
+        if (session.queue.length > 0) return "work" as const
+        // owing others a turn, the session stays a little to keep a new local
+        // modification from taking the lock back before them
+        if (after.yieldFirst) return "linger" as const
+        sessions.delete(session.token)
+        return "exit" as const
+      })
+      if (next === "exit") {
+        // registered by the last release for waiters that have left since
+        if (after.registered) yield* Effect.ignore(store.deregisterWaiter(session.token, instanceId))
+        return
+      }
+      if (next === "linger") {
+        const arrived = yield* Effect.interruptible(lock.linger(session.token, localQueue(env, session)))
+        if (!arrived) after = { registered: after.registered, yieldFirst: false }
+        continue
+      }
+      const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
+      const grant: Option.Option<Grant> = yield* Effect.interruptible(
+        lock.acquire(session.token, slices, localQueue(env, session), after)
+      )
+      after = Option.isSome(grant) ? yield* hold(env, session, grant.value) : noTurn
+    }
+  }).pipe(
+    Effect.onExit((exit) =>
+      Effect.suspend(() => {
+        if (env.sessions.get(session.token) === session) env.sessions.delete(session.token)
+        const left = session.queue.splice(0)
+        const scope = session.scope
+        const closeScope = scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+        if (Exit.isSuccess(exit)) return closeScope
+        const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
+        return Effect.forEach(
+          left,
+          (request) =>
+            Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt(FiberId.none) : Exit.fail(error))),
+          { discard: true }
+        ).pipe(Effect.zipRight(closeScope))
+      })
+    )
+  )
+
+/**
+ * Start the session's fiber in the service's scope.
+ *
+ * Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
+ * between a grant and its hold, even before the fiber's first step, would leave the
+ * lock taken until it expires. Its callers are uninterruptible too, and the fiber
+ * inherits that.
+ *
+ * @internal
+ */
+export const start = (env: SessionEnv, session: Session, from: Grant | Previous) =>
+  Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(env, session, from)), env.scope))

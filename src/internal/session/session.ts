@@ -1,0 +1,149 @@
+/**
+ * A token's session on this worker (its local queue of modifications, its signal
+ * subscription, its lease) and the environment every part of the session machinery
+ * shares: the services and the numbers derived from the configuration, built once by
+ * `Lease.make`. The helpers here take that environment explicitly rather than closing
+ * over `make`'s locals.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import type * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import type { Request } from "../../Lease.js"
+import type { Grant, LocalQueue, Lock } from "../../Lock.js"
+import type { SignalEvent, Signals } from "../../Signals.js"
+import type { Store } from "../../Store.js"
+import type { InvalidToken, StoreError } from "../../StoreError.js"
+import { OneShot } from "../oneShot.js"
+
+/**
+ * What the session machinery of one `Lease` service shares.
+ *
+ * @internal
+ */
+export interface SessionEnv {
+  readonly store: Store.Service
+  readonly lock: Lock.Service
+  readonly signals: Signals.Service
+  readonly instanceId: string
+  /** The tokens with a session on this worker. */
+  readonly sessions: Map<string, Session>
+  /** The service's scope: session fibers are forked in it. */
+  readonly scope: Scope.Scope
+  readonly lockMs: number
+  readonly holdMs: number
+  readonly quantumMs: number
+  /** How often a busy local loop lets the event loop turn (at least 1 ms). */
+  readonly yieldMs: number
+  readonly warnMs: number
+  /** Leased modifications are acknowledged once written (`leaseDurability: "batch"`). */
+  readonly durable: boolean
+  readonly oplock: boolean
+}
+
+/** @internal */
+export interface LeaseState {
+  readonly cache: Map<string, Option.Option<string>>
+}
+
+/** @internal */
+export interface Session {
+  readonly token: string
+  readonly queue: Array<Request>
+  /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a poke. */
+  changed: OneShot<void>
+  /** Where the session's signal subscription lives; closed when the session ends. */
+  scope: Scope.CloseableScope | undefined
+  signals: Queue.Dequeue<SignalEvent> | undefined
+  lease: LeaseState | undefined
+  /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
+  own: Grant | undefined
+}
+
+/**
+ * Let the event loop turn once: the I/O that arrived meanwhile (a contender's signal) is
+ * read before this resumes. `Effect.sleep(0)` would do it too, but as a timer it waits at
+ * least 1 ms, and a hold that was idle pays it on its first step after waking.
+ *
+ * @internal
+ */
+export const turnEventLoop: Effect.Effect<void> = Effect.async<void>((resume) => {
+  const handle = setImmediate(() => resume(Effect.void))
+  return Effect.sync(() => clearImmediate(handle))
+})
+
+/** @internal */
+export const notify = (session: Session) => {
+  const current = session.changed
+  session.changed = new OneShot<void>()
+  current.done(Exit.void)
+}
+
+/** @internal */
+export const prune = (session: Session) => {
+  let i = 0
+  while (i < session.queue.length) {
+    if (session.queue[i]!.cancelled) session.queue.splice(i, 1)
+    else i++
+  }
+}
+
+/** @internal */
+export const newSession = (env: SessionEnv, token: string): Session => {
+  const session: Session = {
+    token,
+    queue: [],
+    changed: new OneShot<void>(),
+    scope: undefined,
+    signals: undefined,
+    lease: undefined,
+    own: undefined
+  }
+  env.sessions.set(token, session)
+  return session
+}
+
+/**
+ * The token's signals, subscribed once per session and kept until the session ends.
+ *
+ * @internal
+ */
+export const openSignals = (
+  env: SessionEnv,
+  session: Session
+): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
+  Effect.suspend(() => {
+    if (session.signals !== undefined) return Effect.succeed(session.signals)
+    return Effect.gen(function* () {
+      // made on first use (most sessions never wait and never lease); closed with the session
+      if (session.scope === undefined) session.scope = yield* Scope.make()
+      const sessionScope = session.scope
+      const events = yield* Scope.extend(env.signals.subscribe(session.token), sessionScope)
+      const queue = yield* Queue.unbounded<SignalEvent>()
+      yield* events.pipe(
+        Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
+        Effect.interruptible,
+        Effect.forkIn(sessionScope)
+      )
+      session.signals = queue
+      return queue as Queue.Dequeue<SignalEvent>
+    })
+  })
+
+/** @internal */
+export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
+  look: Effect.sync(() => {
+    const changed = session.changed
+    prune(session)
+    return { wanted: session.queue.length > 0, changed: changed.await }
+  }),
+  signals: openSignals(env, session),
+  drain: Effect.suspend(() =>
+    session.signals === undefined ? Effect.void : Effect.asVoid(Queue.takeAll(session.signals))
+  ),
+  poke: Effect.sync(() => notify(session))
+})
