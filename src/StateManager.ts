@@ -14,19 +14,19 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Exit from "effect/Exit"
 import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { OneShot } from "./internal/oneShot.js"
-import { describeParseError, formatParseError, parseSafely } from "./internal/parse.js"
+import { parseSafely } from "./internal/parse.js"
+import { decodeOr } from "./internal/state/decode.js"
+import { currentFence, type Env, run } from "./internal/state/modify.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "./StateError.js"
-import { type SliceEntry, Store } from "./Store.js"
+import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
+import { Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
 
 /**
@@ -68,8 +68,6 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
     initialEncoded: Either.getRight(encode(initial))
   }
 }
-
-const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
 
 /**
  * What a modification can fail with, besides the errors of its own function.
@@ -145,8 +143,6 @@ export declare namespace StateManager {
  */
 export class StateManager extends Context.Tag("leasehold/StateManager")<StateManager, StateManager.Service>() {}
 
-const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
-
 /**
  * Inside a modification's function: the fencing number of the lock grant it runs under
  * (modifications served by one lease share their grant's number); outside one: `None`.
@@ -166,33 +162,7 @@ export const make = Effect.gen(function* () {
   const store = yield* Store
   const lease = yield* Lease.Lease
   const { maxValueBytes } = yield* LeaseholdConfig.LeaseholdConfig
-
-  const undecodable = <A, I>(token: string, s: Slice<A, I>, error: ParseResult.ParseError) =>
-    Effect.logWarning(
-      `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
-    )
-
-  /** A slice's stored value decoded: the initial value when nothing is stored or it does not decode (`onError`). */
-  const decodeStored = <A, I>(
-    s: Slice<A, I>,
-    raw: Option.Option<string>,
-    onError: (error: ParseResult.ParseError) => void
-  ): A => {
-    if (Option.isNone(raw)) return s.initial
-    const decoded = s.decode(raw.value)
-    if (Either.isRight(decoded)) return decoded.right
-    onError(decoded.left)
-    return s.initial
-  }
-
-  /** A stored value that does not decode gives the initial value, with one warning. */
-  const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option<string>) => {
-    let warning: Effect.Effect<void> | undefined
-    const value = decodeStored(s, raw, (error) => {
-      warning = undecodable(token, s, error)
-    })
-    return warning === undefined ? Effect.succeed(value) : Effect.as(warning, value)
-  }
+  const env: Env = { lease, maxValueBytes }
 
   const get = <A, I>(token: string, s: Slice<A, I>) =>
     Effect.gen(function* () {
@@ -204,117 +174,12 @@ export const make = Effect.gen(function* () {
       return yield* decodeOr(token, s, raw)
     })
 
-  /** The decoded values of a turn; the warnings are logged only when a value did not decode. */
-  const decodeAll = (
-    token: string,
-    slices: ReadonlyArray<Slice<any, any>>,
-    current: ReadonlyArray<Option.Option<string>>
-  ) => {
-    let warnings: Array<Effect.Effect<void>> | undefined
-    const values = slices.map((s, i) =>
-      decodeStored(s, current[i]!, (error) => {
-        warnings ??= []
-        warnings.push(undecodable(token, s, error))
-      })
-    )
-    return warnings === undefined ? Effect.succeed(values) : Effect.as(Effect.all(warnings, { discard: true }), values)
-  }
-
-  /** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
-  const decide = <B, E, R>(
-    token: string,
-    slices: ReadonlyArray<Slice<any, any>>,
-    turn: Lease.Turn,
-    f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>
-  ): Effect.Effect<
-    { readonly value: B; readonly writes: ReadonlyArray<SliceEntry> },
-    E | InvalidSliceValue | ValueTooLarge,
-    R
-  > =>
-    Effect.gen(function* () {
-      const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
-      const decoded = yield* decodeAll(token, slices, current)
-      const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
-      const writes: Array<SliceEntry> = []
-      for (const [i, s] of slices.entries()) {
-        const encoded = s.encode(next[i])
-        if (Either.isLeft(encoded)) {
-          return yield* Effect.fail(
-            new InvalidSliceValue({
-              token,
-              slice: s.name,
-              reason: formatParseError(encoded.left)
-            })
-          )
-        }
-        const bytes = Buffer.byteLength(encoded.right, "utf8")
-        if (bytes > maxValueBytes) {
-          return yield* Effect.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
-        }
-        // Nothing stored means the initial value: writing it would change nothing.
-        const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
-        if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
-      }
-      return { value, writes }
-    })
-
-  const run = <B, E, R>(
-    token: string,
-    slices: ReadonlyArray<Slice<any, any>>,
-    f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>,
-    options: ModifyOptions | undefined
-  ): Effect.Effect<B, E | ModifyError, R> =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const request: Lease.Request = {
-        slices: slices.map((s) => s.name),
-        event: Option.fromNullable(options?.event),
-        turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
-        done: new OneShot<Lease.Outcome>(),
-        ack: new OneShot<void, LockExpired | StoreError>(),
-        cancelled: false
-      }
-      return yield* Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function* () {
-          const own = yield* lease.begin(token, request)
-          let turn: Lease.Turn
-          if (Option.isSome(own)) {
-            turn = own.value
-          } else {
-            const turnExit = yield* Effect.exit(restore(request.turn.await))
-            if (Exit.isFailure(turnExit)) {
-              yield* lease.cancel(token, request)
-              // The turn may have come at the moment the caller left: hand it back unused.
-              const given = request.turn.poll()
-              if (given !== undefined && Exit.isSuccess(given)) request.done.done(abortExit)
-              return yield* Effect.failCause(turnExit.cause)
-            }
-            turn = turnExit.value
-          }
-          const decided = yield* Effect.exit(decide(token, slices, turn, (values) => restore(f(values))))
-          request.done.done(
-            Exit.isSuccess(decided) && decided.value.writes.length > 0
-              ? Exit.succeed({ _tag: "Commit", writes: decided.value.writes })
-              : abortExit
-          )
-          if (Option.isSome(own)) yield* lease.complete(token, request)
-          if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
-          // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
-          if (decided.value.writes.length > 0) yield* request.ack.await
-          return decided.value.value
-        })
-      )
-    }).pipe(
-      // no stack capture: it costs more than the rest of an uncontended modification
-      Effect.withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false })
-    )
-
   const modifyEffect = <A, I, B, E, R>(
     token: string,
     s: Slice<A, I>,
     f: (value: A) => Effect.Effect<readonly [B, A], E, R>,
     options?: ModifyOptions
-  ) => run(token, [s], (values) => Effect.map(f(values[0] as A), ([b, next]) => [b, [next]] as const), options)
+  ) => run(env, token, [s], (values) => Effect.map(f(values[0] as A), ([b, next]) => [b, [next]] as const), options)
 
   const modifyAll = <S extends Record<string, Slice<any, any>>, B, E, R>(
     token: string,
@@ -324,6 +189,7 @@ export const make = Effect.gen(function* () {
   ) => {
     const keys = Object.keys(record)
     return run(
+      env,
       token,
       keys.map((key) => record[key]!),
       (values) =>

@@ -11,7 +11,6 @@
  *
  * @internal
  */
-import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import * as Clock from "effect/Clock"
@@ -22,12 +21,24 @@ import * as Either from "effect/Either"
 import * as FiberId from "effect/FiberId"
 import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
-import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { DataDirError } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import { describeParseError, parseSafely } from "../parse.js"
 import { tokenProblem } from "../validate.js"
+import {
+  fileStem,
+  format,
+  InUse,
+  lockFile,
+  persistedName,
+  readTokenFile,
+  reasonOf,
+  type TokenFile,
+  takeLock,
+  tempFile,
+  tokenFile,
+  writeFile
+} from "./disk/files.js"
 import { isExpired, type Keyspace } from "./keyspace.js"
 
 /**
@@ -61,97 +72,8 @@ export const filesRemoved = Metric.counter("leasehold_memory_files_removed_total
 /** @internal */
 export const fileWriteFailures = Metric.counter("leasehold_memory_file_failures_total", { incremental: true })
 
-const format = "leasehold.token/1"
-
-/**
- * Token files are named by the SHA-256 of the token: any valid token gives a safe name on
- * every file system (no `:`, no `.` or `..`, no case collision on a case-insensitive disk,
- * no reserved device name). The token itself is inside the file.
- */
-const fileStem = (token: string): string => createHash("sha256").update(token).digest("hex")
-
-const tokenFile = /^[0-9a-f]{64}\.json$/
-const tempSuffix = ".tmp"
-const tempFile = /^[0-9a-f]{64}\.json\.tmp$/
-const lockFile = ".leasehold.lock"
-
 /** After a flush that failed, wait at least this long before the next try: a full disk is not retried in a tight loop. */
 const failureBackoff = Duration.seconds(1)
-
-const StoredValue = Schema.Struct({ value: Schema.String, expiresAt: Schema.NullOr(Schema.Number) })
-
-const TokenFile = Schema.Struct({
-  format: Schema.Literal(format),
-  token: Schema.String,
-  keys: Schema.Record({ key: Schema.String, value: StoredValue })
-})
-
-type TokenFile = typeof TokenFile.Type
-
-/** The file's content, or what is wrong with it (a file nested too deeply included), in a few words. */
-const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
-  Either.mapLeft(
-    parseSafely(TokenFile, Schema.decodeUnknownEither(Schema.parseJson(TokenFile)))(raw),
-    (error) => `not a token file: ${describeParseError(error)}`
-  )
-
-const integerPattern = /^-?\d+$/
-
-/** Only the fencing counter and the slices outlive the process; see `docs/configuration.md` for why. */
-const persistedName = (name: string): boolean =>
-  name === "fence" || (name.startsWith("s:") && tokenProblem(name.slice(2)) === undefined)
-
-const reasonOf = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
-
-const errorCode = (error: unknown): unknown =>
-  typeof error === "object" && error !== null && "code" in error ? error.code : undefined
-
-const isAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return errorCode(error) === "EPERM"
-  }
-}
-
-/** Why the directory is in use by another store, if it is. */
-class InUse extends Error {}
-
-/**
- * Two stores on one directory would overwrite each other's files, so the directory holds a
- * lock file naming the process of its store. A lock whose process is gone was left by a
- * crash and is taken over.
- */
-const takeLock = async (file: string): Promise<void> => {
-  for (let attempt = 0; attempt < 3; attempt++) {
-    try {
-      await fs.writeFile(file, String(process.pid), { flag: "wx" })
-      return
-    } catch (error) {
-      if (errorCode(error) !== "EEXIST") throw error
-    }
-    const owner = Number(await fs.readFile(file, "utf8").catch(() => ""))
-    if (owner === process.pid) throw new InUse("another store of this process has it open")
-    if (Number.isSafeInteger(owner) && owner > 0 && isAlive(owner)) {
-      throw new InUse(`process ${owner} has it open (${file})`)
-    }
-    await fs.rm(file, { force: true })
-  }
-  throw new InUse(`${file} keeps coming back`)
-}
-
-/** Why a decoded file cannot be loaded as the file named `stem`; `undefined` when it can. */
-const fileProblem = (stem: string, file: TokenFile): string | undefined => {
-  const problem = tokenProblem(file.token)
-  if (problem !== undefined) return `its token is invalid (${problem})`
-  if (fileStem(file.token) !== stem) return "its name does not match the token it holds"
-  for (const [name, stored] of Object.entries(file.keys)) {
-    if (!persistedName(name)) return `unexpected key ${JSON.stringify(name)}`
-    if (name === "fence" && !integerPattern.test(stored.value)) return "its fencing counter is not an integer"
-  }
-  return undefined
-}
 
 interface Job {
   readonly token: string
@@ -160,6 +82,171 @@ interface Job {
 }
 
 type Outcome = Either.Either<Job, readonly [Job, string]>
+
+/** What `attach` keeps for one directory, from the load to the last flush. */
+interface Writer {
+  readonly ks: Keyspace
+  readonly options: Options
+  /** `options.dir`, resolved. */
+  readonly dir: string
+  readonly fullKey: (token: string, name: string) => string
+  readonly fileOf: (token: string) => string
+  /** Token → names (`fence`, `s:<slice>`) of its keys that may be live; pruned at each flush. */
+  readonly index: Map<string, Set<string>>
+  dirty: Set<string>
+  wake: Deferred.Deferred<void>
+  /** A run of failed flushes is under way (it was warned of). */
+  failing: boolean
+}
+
+const markDirty = (w: Writer, token: string) => {
+  w.dirty.add(token)
+  Deferred.unsafeDone(w.wake, Effect.void)
+}
+
+/** Load the directory's files (`names`) into the keyspace. */
+const load = (w: Writer, names: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const { ks, dir, fullKey, fileOf, index } = w
+    // A temp file is a write that a crash cut short: the file it was to replace still holds
+    // the last complete state, so the temp file is removed unread.
+    yield* Effect.forEach(
+      names.filter((name) => tempFile.test(name)),
+      (name) => Effect.promise(() => fs.rm(path.join(dir, name), { force: true }).catch(() => undefined)),
+      { concurrency: 16, discard: true }
+    )
+
+    const files = yield* Effect.forEach(
+      names.filter((name) => tokenFile.test(name)),
+      (name) => readTokenFile(dir, name),
+      { concurrency: 16 }
+    )
+
+    const now = yield* Clock.currentTimeMillis
+    const expired: Array<string> = []
+    for (const file of files) {
+      if (file === undefined) continue
+      const live = new Set<string>()
+      for (const [name, stored] of Object.entries(file.keys)) {
+        if (stored.expiresAt !== null && stored.expiresAt <= now) continue
+        ks.setString(fullKey(file.token, name), stored.value, stored.expiresAt ?? undefined)
+        live.add(name)
+      }
+      if (live.size === 0) expired.push(file.token)
+      else {
+        index.set(file.token, live)
+        // Some keys expired while the process was down: rewrite the file without them.
+        if (live.size < Object.keys(file.keys).length) markDirty(w, file.token)
+      }
+    }
+    // Expired while the process was down: never loaded, and its file goes now.
+    yield* Effect.forEach(
+      expired,
+      (token) => Effect.promise(() => fs.rm(fileOf(token), { force: true }).catch(() => undefined)),
+      { concurrency: 16, discard: true }
+    )
+    if (expired.length > 0) yield* Metric.incrementBy(filesRemoved, expired.length)
+  })
+
+/** `ks.onKeyChanged`: a change of a key that the token's file holds, or would, makes the token dirty. */
+const keyChanged = (w: Writer, key: string, present: boolean) => {
+  const { options, index } = w
+  const parts = options.keys.tokenKey(key)
+  if (parts === undefined) return
+  const [token, name] = parts
+  if (name !== "fence" && !name.startsWith("s:")) return
+  let live = index.get(token)
+  if (present) {
+    // Only keys a load would accept are written (a raw key planted by a test may not be).
+    if (live === undefined) {
+      if (tokenProblem(token) !== undefined || !persistedName(name)) return
+      live = new Set()
+      index.set(token, live)
+    } else if (!persistedName(name)) return
+    live.add(name)
+  } else if (live?.has(name) !== true) return
+  markDirty(w, token)
+}
+
+/** The token's file content now, in one synchronous step: never half of a commit. */
+const snapshot = (w: Writer, token: string, at: number): Job => {
+  const { ks, fullKey, index } = w
+  const live = index.get(token)
+  const keys: Record<string, { value: string; expiresAt: number | null }> = {}
+  for (const name of Array.from(live ?? []).sort()) {
+    const entry = ks.entries.get(fullKey(token, name))
+    if (entry === undefined || entry._tag !== "string" || isExpired(entry, at)) {
+      live?.delete(name)
+      continue
+    }
+    keys[name] = { value: entry.value, expiresAt: entry.deadline ?? null }
+  }
+  if (live === undefined || live.size === 0) {
+    index.delete(token)
+    return { token, content: undefined }
+  }
+  return { token, content: JSON.stringify({ format, token, keys } satisfies TokenFile) }
+}
+
+const perform = (w: Writer, job: Job): Effect.Effect<Outcome> => {
+  const file = w.fileOf(job.token)
+  const { content } = job
+  return Effect.tryPromise(() =>
+    content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
+  ).pipe(
+    Effect.match({
+      onFailure: (error): Outcome => Either.left([job, `${file}: ${reasonOf(error.error)}`] as const),
+      onSuccess: (): Outcome => Either.right(job)
+    })
+  )
+}
+
+/** Write every dirty token; `false` when a write failed (the token stays dirty). */
+const flush = (w: Writer): Effect.Effect<boolean> =>
+  Effect.uninterruptible(
+    Effect.gen(function* () {
+      const { options, dir } = w
+      const at = yield* Clock.currentTimeMillis
+      const jobs = yield* Effect.sync(() => {
+        const batch = w.dirty
+        w.dirty = new Set()
+        w.wake = Deferred.unsafeMake<void>(FiberId.none)
+        return Array.from(batch, (token) => snapshot(w, token, at))
+      })
+      if (jobs.length === 0) return true
+      const outcomes = yield* Effect.forEach(jobs, (job) => perform(w, job), { concurrency: 8 })
+      const written: Array<string> = []
+      const removed: Array<string> = []
+      const failed: Array<readonly [Job, string]> = []
+      for (const outcome of outcomes) {
+        if (Either.isLeft(outcome)) failed.push(outcome.left)
+        else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
+      }
+      yield* Metric.incrementBy(filesWritten, written.length)
+      yield* Metric.incrementBy(filesRemoved, removed.length)
+      if (failed.length > 0) {
+        yield* Metric.incrementBy(fileWriteFailures, failed.length)
+        // A failed token is dirty again: its latest state is written by a later flush.
+        for (const [job] of failed) markDirty(w, job.token)
+        // One line per run of failures, not one per file and flush.
+        if (!w.failing) {
+          yield* Effect.logWarning(
+            `MemoryStore: could not write ${failed.length} of ${jobs.length} token files in ${dir}, retrying: ${failed[0]![1]}`
+          )
+        }
+        w.failing = true
+      } else if (w.failing) {
+        w.failing = false
+        yield* Effect.logInfo(`MemoryStore: writing token files in ${dir} works again`)
+      }
+      yield* PubSub.publish(options.reports, {
+        written,
+        removed,
+        failed: failed.map(([job]) => job.token)
+      })
+      return failed.length === 0
+    })
+  )
 
 /**
  * Load the directory into `ks`, then follow every change of a token's slices or fencing
@@ -194,199 +281,35 @@ export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, Data
     )
     const names = yield* prepare("list", () => fs.readdir(dir))
 
-    /** Token → names (`fence`, `s:<slice>`) of its keys that may be live; pruned at each flush. */
-    const index = new Map<string, Set<string>>()
-    let dirty = new Set<string>()
-    let wake = Deferred.unsafeMake<void>(FiberId.none)
-    const markDirty = (token: string) => {
-      dirty.add(token)
-      Deferred.unsafeDone(wake, Effect.void)
+    const w: Writer = {
+      ks,
+      options,
+      dir,
+      fullKey,
+      fileOf,
+      index: new Map(),
+      dirty: new Set(),
+      wake: Deferred.unsafeMake<void>(FiberId.none),
+      failing: false
     }
-
-    // A temp file is a write that a crash cut short: the file it was to replace still holds
-    // the last complete state, so the temp file is removed unread.
-    yield* Effect.forEach(
-      names.filter((name) => tempFile.test(name)),
-      (name) => Effect.promise(() => fs.rm(path.join(dir, name), { force: true }).catch(() => undefined)),
-      { concurrency: 16, discard: true }
-    )
-
-    const read = (name: string) =>
-      Effect.gen(function* () {
-        const file = path.join(dir, name)
-        const raw = yield* Effect.either(Effect.tryPromise(() => fs.readFile(file, "utf8")))
-        if (Either.isLeft(raw)) {
-          yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.left.error)}`)
-          return undefined
-        }
-        const decoded = parseTokenFile(raw.right)
-        const problem = Either.isLeft(decoded)
-          ? decoded.left
-          : fileProblem(name.slice(0, -".json".length), decoded.right)
-        if (problem !== undefined || Either.isLeft(decoded)) {
-          yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
-          return undefined
-        }
-        return decoded.right
-      })
-    const files = yield* Effect.forEach(
-      names.filter((name) => tokenFile.test(name)),
-      read,
-      { concurrency: 16 }
-    )
-
-    const now = yield* Clock.currentTimeMillis
-    const expired: Array<string> = []
-    for (const file of files) {
-      if (file === undefined) continue
-      const live = new Set<string>()
-      for (const [name, stored] of Object.entries(file.keys)) {
-        if (stored.expiresAt !== null && stored.expiresAt <= now) continue
-        ks.setString(fullKey(file.token, name), stored.value, stored.expiresAt ?? undefined)
-        live.add(name)
-      }
-      if (live.size === 0) expired.push(file.token)
-      else {
-        index.set(file.token, live)
-        // Some keys expired while the process was down: rewrite the file without them.
-        if (live.size < Object.keys(file.keys).length) markDirty(file.token)
-      }
-    }
-    // Expired while the process was down: never loaded, and its file goes now.
-    yield* Effect.forEach(
-      expired,
-      (token) => Effect.promise(() => fs.rm(fileOf(token), { force: true }).catch(() => undefined)),
-      { concurrency: 16, discard: true }
-    )
-    if (expired.length > 0) yield* Metric.incrementBy(filesRemoved, expired.length)
+    yield* load(w, names)
 
     // Installed after the load, so that loading does not mark every token dirty.
-    ks.onKeyChanged = (key, present) => {
-      const parts = options.keys.tokenKey(key)
-      if (parts === undefined) return
-      const [token, name] = parts
-      if (name !== "fence" && !name.startsWith("s:")) return
-      let live = index.get(token)
-      if (present) {
-        // Only keys a load would accept are written (a raw key planted by a test may not be).
-        if (live === undefined) {
-          if (tokenProblem(token) !== undefined || !persistedName(name)) return
-          live = new Set()
-          index.set(token, live)
-        } else if (!persistedName(name)) return
-        live.add(name)
-      } else if (live?.has(name) !== true) return
-      markDirty(token)
-    }
+    ks.onKeyChanged = (key, present) => keyChanged(w, key, present)
 
-    /** The token's file content now, in one synchronous step: never half of a commit. */
-    const snapshot = (token: string, at: number): Job => {
-      const live = index.get(token)
-      const keys: Record<string, { value: string; expiresAt: number | null }> = {}
-      for (const name of Array.from(live ?? []).sort()) {
-        const entry = ks.entries.get(fullKey(token, name))
-        if (entry === undefined || entry._tag !== "string" || isExpired(entry, at)) {
-          live?.delete(name)
-          continue
-        }
-        keys[name] = { value: entry.value, expiresAt: entry.deadline ?? null }
-      }
-      if (live === undefined || live.size === 0) {
-        index.delete(token)
-        return { token, content: undefined }
-      }
-      return { token, content: JSON.stringify({ format, token, keys } satisfies TokenFile) }
-    }
-
-    const writeFile = async (file: string, content: string) => {
-      const temp = `${file}${tempSuffix}`
-      try {
-        const handle = await fs.open(temp, "w")
-        try {
-          await handle.writeFile(content, "utf8")
-          // Synced before the rename: after a power loss the name never points at an empty file.
-          await handle.sync()
-        } finally {
-          await handle.close()
-        }
-        await fs.rename(temp, file)
-      } catch (error) {
-        await fs.rm(temp, { force: true }).catch(() => undefined)
-        throw error
-      }
-    }
-
-    const perform = (job: Job): Effect.Effect<Outcome> => {
-      const file = fileOf(job.token)
-      const { content } = job
-      return Effect.tryPromise(() =>
-        content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
-      ).pipe(
-        Effect.match({
-          onFailure: (error): Outcome => Either.left([job, `${file}: ${reasonOf(error.error)}`] as const),
-          onSuccess: (): Outcome => Either.right(job)
-        })
-      )
-    }
-
-    let failing = false
-
-    /** Write every dirty token; `false` when a write failed (the token stays dirty). */
-    const flush: Effect.Effect<boolean> = Effect.uninterruptible(
-      Effect.gen(function* () {
-        const at = yield* Clock.currentTimeMillis
-        const jobs = yield* Effect.sync(() => {
-          const batch = dirty
-          dirty = new Set()
-          wake = Deferred.unsafeMake<void>(FiberId.none)
-          return Array.from(batch, (token) => snapshot(token, at))
-        })
-        if (jobs.length === 0) return true
-        const outcomes = yield* Effect.forEach(jobs, perform, { concurrency: 8 })
-        const written: Array<string> = []
-        const removed: Array<string> = []
-        const failed: Array<readonly [Job, string]> = []
-        for (const outcome of outcomes) {
-          if (Either.isLeft(outcome)) failed.push(outcome.left)
-          else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
-        }
-        yield* Metric.incrementBy(filesWritten, written.length)
-        yield* Metric.incrementBy(filesRemoved, removed.length)
-        if (failed.length > 0) {
-          yield* Metric.incrementBy(fileWriteFailures, failed.length)
-          // A failed token is dirty again: its latest state is written by a later flush.
-          for (const [job] of failed) markDirty(job.token)
-          // One line per run of failures, not one per file and flush.
-          if (!failing) {
-            yield* Effect.logWarning(
-              `MemoryStore: could not write ${failed.length} of ${jobs.length} token files in ${dir}, retrying: ${failed[0]![1]}`
-            )
-          }
-          failing = true
-        } else if (failing) {
-          failing = false
-          yield* Effect.logInfo(`MemoryStore: writing token files in ${dir} works again`)
-        }
-        yield* PubSub.publish(options.reports, {
-          written,
-          removed,
-          failed: failed.map(([job]) => job.token)
-        })
-        return failed.length === 0
-      })
-    )
+    const flushAll = flush(w)
 
     const step = Effect.gen(function* () {
-      yield* Effect.suspend(() => Deferred.await(wake))
+      yield* Effect.suspend(() => Deferred.await(w.wake))
       yield* Effect.sleep(options.flushInterval)
-      if (!(yield* flush)) yield* Effect.sleep(failureBackoff)
+      if (!(yield* flushAll)) yield* Effect.sleep(failureBackoff)
     })
 
     // Added before the loop is forked, so it runs after the loop is interrupted (scope
     // finalizers run in reverse): the loop's flush in progress completes, then this one
     // writes whatever is still pending.
     yield* Effect.addFinalizer(() =>
-      Effect.flatMap(flush, (ok) =>
+      Effect.flatMap(flushAll, (ok) =>
         ok ? Effect.void : Effect.logWarning(`MemoryStore: token files left unwritten in ${dir} at shutdown`)
       )
     )

@@ -1,0 +1,139 @@
+/**
+ * One modification of a token's slices under its lock: the request it queues on the
+ * worker's lease, the turn it waits for (handed back unused when the caller leaves), the
+ * caller's function run on the turn's values under the grant's fence, and the writes it
+ * hands back (only the slices whose encoding changed), awaited once decided.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as FiberRef from "effect/FiberRef"
+import * as Option from "effect/Option"
+import type * as Lease from "../../Lease.js"
+import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
+import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"
+import type { SliceEntry } from "../../Store.js"
+import type { InvalidToken, StoreError } from "../../StoreError.js"
+import { OneShot } from "../oneShot.js"
+import { formatParseError } from "../parse.js"
+import { validateToken } from "../validate.js"
+import { decodeAll } from "./decode.js"
+
+/**
+ * What a state manager's modifications work with, built once by `StateManager.make`.
+ *
+ * @internal
+ */
+export interface Env {
+  readonly lease: Lease.Lease.Service
+  readonly maxValueBytes: number
+}
+
+/**
+ * The fencing number of the grant a modification's function runs under (`StateManager.fence`).
+ *
+ * @internal
+ */
+export const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
+
+const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
+
+/** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
+const decide = <B, E, R>(
+  env: Env,
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  turn: Lease.Turn,
+  f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>
+): Effect.Effect<
+  { readonly value: B; readonly writes: ReadonlyArray<SliceEntry> },
+  E | InvalidSliceValue | ValueTooLarge,
+  R
+> =>
+  Effect.gen(function* () {
+    const { maxValueBytes } = env
+    const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
+    const decoded = yield* decodeAll(token, slices, current)
+    const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
+    const writes: Array<SliceEntry> = []
+    for (const [i, s] of slices.entries()) {
+      const encoded = s.encode(next[i])
+      if (Either.isLeft(encoded)) {
+        return yield* Effect.fail(
+          new InvalidSliceValue({
+            token,
+            slice: s.name,
+            reason: formatParseError(encoded.left)
+          })
+        )
+      }
+      const bytes = Buffer.byteLength(encoded.right, "utf8")
+      if (bytes > maxValueBytes) {
+        return yield* Effect.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
+      }
+      // Nothing stored means the initial value: writing it would change nothing.
+      const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
+      if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+    }
+    return { value, writes }
+  })
+
+/**
+ * Modify `slices` of `token` with `f`: what `modify`, `modifyEffect` and `modifyAll` run.
+ *
+ * @internal
+ */
+export const run = <B, E, R>(
+  env: Env,
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>,
+  options: ModifyOptions | undefined
+): Effect.Effect<B, E | ModifyError, R> =>
+  Effect.gen(function* () {
+    const { lease } = env
+    yield* validateToken(token)
+    const request: Lease.Request = {
+      slices: slices.map((s) => s.name),
+      event: Option.fromNullable(options?.event),
+      turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
+      done: new OneShot<Lease.Outcome>(),
+      ack: new OneShot<void, LockExpired | StoreError>(),
+      cancelled: false
+    }
+    return yield* Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function* () {
+        const own = yield* lease.begin(token, request)
+        let turn: Lease.Turn
+        if (Option.isSome(own)) {
+          turn = own.value
+        } else {
+          const turnExit = yield* Effect.exit(restore(request.turn.await))
+          if (Exit.isFailure(turnExit)) {
+            yield* lease.cancel(token, request)
+            // The turn may have come at the moment the caller left: hand it back unused.
+            const given = request.turn.poll()
+            if (given !== undefined && Exit.isSuccess(given)) request.done.done(abortExit)
+            return yield* Effect.failCause(turnExit.cause)
+          }
+          turn = turnExit.value
+        }
+        const decided = yield* Effect.exit(decide(env, token, slices, turn, (values) => restore(f(values))))
+        request.done.done(
+          Exit.isSuccess(decided) && decided.value.writes.length > 0
+            ? Exit.succeed({ _tag: "Commit", writes: decided.value.writes })
+            : abortExit
+        )
+        if (Option.isSome(own)) yield* lease.complete(token, request)
+        if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
+        // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
+        if (decided.value.writes.length > 0) yield* request.ack.await
+        return decided.value.value
+      })
+    )
+  }).pipe(
+    // no stack capture: it costs more than the rest of an uncontended modification
+    Effect.withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false })
+  )
