@@ -15,6 +15,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as PubSub from "effect/PubSub"
+import * as RcMap from "effect/RcMap"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { validateToken } from "./internal/validate.js"
@@ -74,7 +75,8 @@ interface Entry {
   readonly token: string
   readonly events: PubSub.PubSub<SignalEvent>
   readonly lock: Effect.Semaphore
-  listeners: number
+  /** Set once its last listener left: nothing restores it any more. */
+  closed: boolean
   /** The scope of the latest store subscription and its pump. */
   scope: Scope.CloseableScope | undefined
   /** Whether that subscription still delivers. */
@@ -109,7 +111,7 @@ export const make = Effect.gen(function* () {
   const ensureLive = (entry: Entry) =>
     entry.lock.withPermits(1)(
       Effect.suspend(() => {
-        if (entry.live || entry.listeners === 0) return Effect.void
+        if (entry.live || entry.closed) return Effect.void
         return Effect.uninterruptibleMask((restoreInterrupt) =>
           Effect.gen(function* () {
             // The pump of a lost subscription has ended; release what is left of it.
@@ -141,36 +143,36 @@ export const make = Effect.gen(function* () {
       })
     )
 
-  const subscribe = (token: string) =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const events = yield* PubSub.unbounded<SignalEvent>()
-      const entry = yield* Effect.acquireRelease(
-        Effect.sync(() => {
-          let entry = entries.get(token)
-          if (entry === undefined) {
-            entry = {
-              token,
-              events,
-              lock: Effect.unsafeMakeSemaphore(1),
-              listeners: 0,
-              scope: undefined,
-              live: false,
-              confirmed: false
-            }
-            entries.set(token, entry)
+  // One entry per token with local listeners: made by the first, closed after the last.
+  const tokens = yield* RcMap.make({
+    lookup: (token: string) =>
+      Effect.acquireRelease(
+        Effect.map(PubSub.unbounded<SignalEvent>(), (events) => {
+          const entry: Entry = {
+            token,
+            events,
+            lock: Effect.unsafeMakeSemaphore(1),
+            closed: false,
+            scope: undefined,
+            live: false,
+            confirmed: false
           }
-          entry.listeners++
+          entries.set(token, entry)
           return entry
         }),
         (entry) =>
           Effect.suspend(() => {
-            entry.listeners--
-            if (entry.listeners > 0) return Effect.void
-            entries.delete(token)
+            entry.closed = true
+            if (entries.get(token) === entry) entries.delete(token)
             return entry.lock.withPermits(1)(closeScope(entry))
           })
       )
+  })
+
+  const subscribe = (token: string) =>
+    Effect.gen(function* () {
+      yield* validateToken(token)
+      const entry = yield* RcMap.get(tokens, token)
       // Join the local channel first, so nothing published after the confirmation is missed.
       const queue = yield* PubSub.subscribe(entry.events)
       yield* ensureLive(entry)
