@@ -16,22 +16,21 @@
  *
  * @since 0.1.0
  */
-import { randomUUID } from "node:crypto"
 import * as Context from "effect/Context"
-import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
+import type * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
-import { validateToken } from "./internal/validate.js"
+import type { RecordNotStored } from "./internal/tokens/link.js"
+import * as Link from "./internal/tokens/link.js"
+import * as Records from "./internal/tokens/records.js"
+import * as SocketTable from "./internal/tokens/table.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import { type ClaimResult, type SocketRecord, Store } from "./Store.js"
-import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "./StoreError.js"
+import { type SocketRecord, Store } from "./Store.js"
+import type { InvalidToken, StoreError } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 
 /**
@@ -42,21 +41,7 @@ import { Supervisor, untilRecovered } from "./Supervisor.js"
  * @since 0.1.0
  * @category errors
  */
-export class RecordNotStored extends Data.TaggedError("RecordNotStored")<{
-  /**
-   * The token linked locally: the one asked for, or (with `fresh`) the token minted for a
-   * duplicate tab, whose claim is the one that failed.
-   */
-  readonly token: string
-  readonly connectionId: string
-  readonly cause: StoreError
-  /** Present when `token` is a fresh token: the one asked for was linked elsewhere. */
-  readonly fresh?: true
-}> {
-  override get message(): string {
-    return `socket record of ${this.fresh === true ? "fresh token" : "token"} ${this.token} not stored (linked locally): ${this.cause.message}`
-  }
-}
+export { RecordNotStored } from "./internal/tokens/link.js"
 
 /**
  * The outcome of `link`.
@@ -142,7 +127,7 @@ export type KeepAlive = "events" | "refresh"
  * @since 0.1.0
  * @category constants
  */
-export const loopName = "sockets"
+export const loopName = Records.loopName
 
 /**
  * Sockets linked with a record of their own (fresh tokens included).
@@ -150,10 +135,7 @@ export const loopName = "sockets"
  * @since 0.1.0
  * @category metrics
  */
-export const links = Metric.counter("leasehold_socket_links_total", {
-  description: "sockets linked with a new socket record",
-  incremental: true
-})
+export const links = Link.links
 
 /**
  * Links of a token already held by another socket, answered with a fresh token.
@@ -161,10 +143,7 @@ export const links = Metric.counter("leasehold_socket_links_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const duplicates = Metric.counter("leasehold_socket_duplicates_total", {
-  description: "links of a token already linked elsewhere, given a fresh token",
-  incremental: true
-})
+export const duplicates = Link.duplicates
 
 /**
  * Records of live sockets written back (after a deletion, an expiry, or a store restart).
@@ -172,10 +151,7 @@ export const duplicates = Metric.counter("leasehold_socket_duplicates_total", {
  * @since 0.1.0
  * @category metrics
  */
-export const recordsRestored = Metric.counter("leasehold_socket_records_restored_total", {
-  description: "records of live sockets written back after they were deleted, expired or lost",
-  incremental: true
-})
+export const recordsRestored = Records.recordsRestored
 
 /**
  * Tokens of local sockets found held by another socket, whose record was adopted.
@@ -183,28 +159,7 @@ export const recordsRestored = Metric.counter("leasehold_socket_records_restored
  * @since 0.1.0
  * @category metrics
  */
-export const recordsAdopted = Metric.counter("leasehold_socket_records_adopted_total", {
-  description: "tokens of local sockets found held by another socket, whose record was adopted",
-  incremental: true
-})
-
-/** A socket of this worker: its connection and the record it stands for (ours, or adopted). */
-interface Entry {
-  readonly connectionId: string
-  readonly record: SocketRecord
-}
-
-const sameRecord = (a: SocketRecord, b: SocketRecord): boolean =>
-  a.instanceId === b.instanceId && a.connectionId === b.connectionId
-
-/** Tries at a fresh token: a random UUID is never taken, a store that says otherwise is broken. */
-const freshAttempts = 3
-
-/** Records claimed again per round trip: bounds one pipeline, not the number of records. */
-const restoreBatch = 1_000
-
-/** How many record deletions or refreshes are in flight at once. */
-const concurrentWrites = 16
+export const recordsAdopted = SocketTable.recordsAdopted
 
 /**
  * Build the token manager of one worker and start its `sockets` loop in the
@@ -223,338 +178,44 @@ export const make = Effect.gen(function* () {
   const settings = yield* LeaseholdConfig
   const refreshEvery = Duration.millis(Math.max(1, Math.floor(Duration.toMillis(settings.tokenExpiration) / 4)))
 
-  const entries = new Map<string, Entry>()
-  /** Restores, refreshes and re-claims run one at a time: each reads the map, then applies what the store said. */
-  const maintenance = yield* Effect.makeSemaphore(1)
-  let mode: Option.Option<KeepAlive> = Option.none()
-  let refusalLogged = false
-
-  const isOurs = (entry: Entry): boolean =>
-    entry.record.instanceId === instanceId && entry.record.connectionId === entry.connectionId
-
-  // One warning per failure episode: a store that is down fails every write until it returns.
-  let failing = false
-  const storeFailed = (what: string, error: StoreError) =>
-    Effect.suspend(() => {
-      if (failing) return Effect.void
-      failing = true
-      return Effect.logWarning(
-        `socket records: ${what} failed, kept locally and written when the store returns: ${error.message}`
-      )
-    })
-  const storeWorked = Effect.suspend(() => {
-    if (!failing) return Effect.void
-    failing = false
-    return Effect.logInfo("socket records: the store answers again")
-  })
-
-  /** Another socket holds the token now: keep our connection's entry, with that socket's record. */
-  const adopt = (token: string, entry: Entry, record: SocketRecord) =>
-    Effect.suspend(() => {
-      // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
-      if (entries.get(token) !== entry) return Effect.void
-      entries.set(token, { connectionId: entry.connectionId, record })
-      return Effect.zipRight(
-        Metric.increment(recordsAdopted),
-        Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
-      )
-    })
-
-  /**
-   * Apply the outcome of re-claiming `entry`'s record. Runs right after the claim, with no
-   * yield before the map is checked: a socket that disconnected meanwhile is never
-   * brought back, and a record written back for it is deleted again.
-   */
-  const applyClaim = (token: string, entry: Entry, result: Either.Either<ClaimResult, CorruptValue | StoreRefused>) =>
-    Effect.suspend(() => {
-      const current = entries.get(token)
-      if (current !== entry) {
-        const written = Either.isRight(result) && result.right._tag === "Claimed"
-        if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return Effect.void
-        return store.deleteSocketIfOwner(token, entry.record).pipe(
-          Effect.asVoid,
-          Effect.catchTag("InvalidToken", () => Effect.void),
-          Effect.catchAll((error) => storeFailed(`deleting the record of disconnected token ${token}`, error))
-        )
-      }
-      if (Either.isLeft(result)) {
-        return Effect.logWarning(`socket records: cannot restore token ${token}: ${result.left.message}`)
-      }
-      const claim = result.right
-      if (claim._tag === "Claimed") return Metric.increment(recordsRestored)
-      return sameRecord(claim.record, entry.record) ? Effect.void : adopt(token, entry, claim.record)
-    })
-
-  const ownEntries = () => [...entries].filter(([, entry]) => isOurs(entry))
-
-  /** Claim records again (SET NX, read back in the same round trip) and apply each outcome. */
-  const reclaim = (lost: ReadonlyArray<readonly [string, Entry]>) =>
-    Effect.gen(function* () {
-      for (let start = 0; start < lost.length; start += restoreBatch) {
-        const batch = lost.slice(start, start + restoreBatch)
-        const results = yield* store.claimSockets(batch.map(([token, entry]) => [token, entry.record] as const))
-        for (let i = 0; i < batch.length; i++) yield* applyClaim(batch[i]![0], batch[i]![1], results[i]!)
-      }
-    })
-
-  /** One maintenance pass over the map: alone, and its store failure logged once per episode. */
-  const maintain = (what: string, pass: Effect.Effect<void, StoreError | InvalidToken>) =>
-    maintenance.withPermits(1)(
-      Effect.zipRight(pass, storeWorked).pipe(
-        Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-        Effect.catchAll((error) => storeFailed(what, error))
-      )
-    )
-
-  /** Write every record of ours back with SET NX and read it in the same round trip. */
-  const restore = maintain(
-    "restoring records",
-    Effect.suspend(() => reclaim(ownEntries()))
-  )
-
-  /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
-  const refresh = maintain(
-    "refreshing records",
-    Effect.gen(function* () {
-      const ours = ownEntries()
-      const refreshed = yield* Effect.forEach(ours, ([token, entry]) => store.refreshSocket(token, entry.record), {
-        concurrency: concurrentWrites
-      })
-      yield* reclaim(ours.filter((_, i) => !refreshed[i]))
-    })
-  )
-
-  /** A record was deleted, expired or evicted: claim it again while its socket lives here. */
-  const removed = (token: string) =>
-    maintenance.withPermits(1)(
-      Effect.suspend(() => {
-        const entry = entries.get(token)
-        if (entry === undefined) return Effect.void
-        // Another instance's record is gone: nothing left to adopt; a later lookup reads the store.
-        if (!isOurs(entry)) return Effect.sync(() => entries.delete(token))
-        return store.claimSocket(token, entry.record).pipe(
-          Effect.map(Either.right),
-          Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
-          Effect.flatMap((result) => applyClaim(token, entry, result)),
-          Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-          Effect.catchAll((error) => storeFailed(`claiming token ${token} again`, error))
-        )
-      })
-    )
-
-  /**
-   * Delete our record of `token` whatever happens to the caller (a record left behind
-   * would make the tab's next connect a duplicate). It runs in a fiber of its own that
-   * stays interruptible, because the store's timeouts work by interruption: in an
-   * uninterruptible region a store that is down would never time out.
-   */
-  const forget = (token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
-    store.deleteSocketIfOwner(token, record).pipe(
-      Effect.zipRight(storeWorked),
-      Effect.catchTag("InvalidToken", () => Effect.void),
-      Effect.catchAll((error) => storeFailed(what, error)),
-      Effect.interruptible,
-      Effect.fork,
-      Effect.flatMap(Fiber.join)
-    )
-
-  /** Unlink an entry: the map first, so our own deletion event finds nothing to re-claim. */
-  const unlink = (token: string, entry: Entry): Effect.Effect<void> =>
-    Effect.uninterruptible(
-      Effect.suspend(() => {
-        if (entries.get(token) !== entry) return Effect.void
-        entries.delete(token)
-        if (!isOurs(entry)) return Effect.void
-        return forget(token, entry.record, `deleting the record of token ${token}`)
-      })
-    )
-
-  type Claim = "ours" | "taken"
-
-  const claim = (token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
-    store.claimSocket(token, record).pipe(
-      Effect.map(
-        (result): Claim => (result._tag === "Claimed" || sameRecord(result.record, record) ? "ours" : "taken")
-      ),
-      Effect.catchTags({
-        // A record nobody can read still names some other socket: the token is not free.
-        CorruptValue: (error) =>
-          Effect.as(
-            Effect.logWarning(`socket records: token ${token} treated as taken: ${error.message}`),
-            "taken" as const
-          ),
-        InvalidToken: (error) => Effect.die(error)
-      })
-    )
-
-  const linkAs = (token: string, connectionId: string, fresh: boolean) =>
-    Effect.sync((): Linked => {
-      entries.set(token, { connectionId, record: { instanceId, connectionId } })
-      return { token, fresh }
-    })
-
-  const notStored = (token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
-    Effect.zipRight(
-      Effect.zipRight(linkAs(token, connectionId, fresh), storeFailed(`linking token ${token}`, cause)),
-      Effect.fail(
-        fresh
-          ? new RecordNotStored({ token, connectionId, cause, fresh: true })
-          : new RecordNotStored({ token, connectionId, cause })
-      )
-    )
-
-  /**
-   * Claim `token` and, when it is ours, link it locally in the same step: `None` when it is
-   * taken. A claim interrupted in flight may have been applied all the same, so its record
-   * is deleted again; once the claim answered, the local link is made without a gap.
-   */
-  const claimAndLink = (token: string, connectionId: string, fresh: boolean) => {
-    const record: SocketRecord = { instanceId, connectionId }
-    return Effect.uninterruptibleMask((restore) =>
-      restore(claim(token, record)).pipe(
-        Effect.onInterrupt(() => forget(token, record, `deleting the record of interrupted link ${token}`)),
-        Effect.catchAll(notStored(token, connectionId, fresh)),
-        Effect.flatMap((outcome) =>
-          outcome === "taken"
-            ? Effect.succeedNone
-            : Effect.zipRight(
-                Effect.zipRight(Metric.increment(links), storeWorked),
-                linkAs(token, connectionId, fresh)
-              ).pipe(Effect.map(Option.some))
-        )
-      )
-    )
+  // The local socket table (internal/tokens/table.ts), shared by linking and unlinking
+  // (internal/tokens/link.ts) and by the `sockets` loop (internal/tokens/records.ts).
+  const table: SocketTable.Table = {
+    store,
+    instanceId,
+    entries: new Map(),
+    maintenance: yield* Effect.makeSemaphore(1),
+    failing: false
   }
-
-  const linkFresh = (connectionId: string) =>
-    Effect.gen(function* () {
-      yield* Metric.increment(duplicates)
-      for (let attempt = 0; attempt < freshAttempts; attempt++) {
-        const linked = yield* claimAndLink(randomUUID(), connectionId, true)
-        if (Option.isSome(linked)) return linked.value
-      }
-      return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
-    })
-
-  const link = (token: string, connectionId: string) =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const current = entries.get(token)
-      if (current !== undefined && current.connectionId === connectionId && isOurs(current)) {
-        return { token, fresh: false } satisfies Linked
-      }
-      // Another live socket of ours holds the token: a duplicate, known without asking the store.
-      if (current !== undefined && isOurs(current)) return yield* linkFresh(connectionId)
-      const linked = yield* claimAndLink(token, connectionId, false)
-      return Option.isSome(linked) ? linked.value : yield* linkFresh(connectionId)
-    }).pipe(Effect.withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId, token }))
-
-  const disconnect = (token: string, connectionId: string) =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const entry = entries.get(token)
-      if (entry === undefined || entry.connectionId !== connectionId) return
-      yield* unlink(token, entry)
-    }).pipe(Effect.withSpan("TokenManager.disconnect"), Effect.annotateLogs({ instanceId, token }))
-
-  const owner = (token: string, options?: { readonly refresh?: boolean }) =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const entry = entries.get(token)
-      if (entry !== undefined && options?.refresh !== true) return Option.some(entry.record)
-      const stored = yield* store
-        .readSocket(token)
-        .pipe(
-          Effect.catchTag("CorruptValue", (error) =>
-            Effect.as(Effect.logWarning(`socket records: ${error.message}`), Option.none<SocketRecord>())
-          )
-        )
-      if (entry === undefined || entries.get(token) !== entry) return stored
-      if (Option.isNone(stored)) {
-        // Our socket is live and its record is being claimed again: we still hold it.
-        return isOurs(entry) ? Option.some(entry.record) : stored
-      }
-      if (!sameRecord(stored.value, entry.record)) yield* adopt(token, entry, stored.value)
-      return stored
-    }).pipe(Effect.withSpan("TokenManager.owner"))
-
-  const disconnectAll = Effect.suspend(() =>
-    Effect.forEach(
-      [...entries],
-      ([token, entry]) =>
-        // Once the store failed, the rest are only unlinked locally: shutdown does not wait
-        // a command timeout per socket. Their records expire.
-        failing ? Effect.sync(() => entries.get(token) === entry && entries.delete(token)) : unlink(token, entry),
-      { concurrency: concurrentWrites, discard: true }
-    )
-  ).pipe(Effect.withSpan("TokenManager.disconnectAll"))
+  const disconnectAll = Link.disconnectAll(table)
 
   // --- the sockets loop ---------------------------------------------------------------
-  const started = yield* Effect.makeLatch(false)
+  const keeper: Records.Keeper = {
+    table,
+    refreshEvery,
+    started: yield* Effect.makeLatch(false),
+    mode: Option.none(),
+    refusalLogged: false
+  }
 
-  const watch = (recovered: Effect.Effect<void>) =>
-    Effect.scoped(
-      Effect.gen(function* () {
-        const { epoch } = yield* store.status
-        const setting = yield* store.enableSocketEvents
-        if (setting._tag === "Refused" && !refusalLogged) {
-          refusalLogged = true
-          yield* Effect.logWarning(
-            `${loopName}: the store refused to enable keyspace notifications (${setting.reply}); ` +
-              `socket records are kept alive by a refresh every ${Duration.format(refreshEvery)} instead`
-          )
-        }
-        const events = yield* store.socketEvents
-        mode = Option.some(setting._tag === "Enabled" ? "events" : "refresh")
-        yield* recovered
-        yield* restore
-        yield* started.open
-        // A reconnection may follow a server restart that lost records, without the
-        // subscription noticing (the command connection alone dropped): restore again.
-        yield* store.statusChanges.pipe(
-          Stream.filter((status) => status.ready && status.epoch > epoch),
-          Stream.changesWith((a, b) => a.epoch === b.epoch),
-          Stream.runForEach(() => restore),
-          Effect.interruptible,
-          Effect.forkScoped
-        )
-        if (setting._tag === "Refused") {
-          yield* Effect.sleep(refreshEvery).pipe(
-            Effect.zipRight(refresh),
-            Effect.forever,
-            Effect.interruptible,
-            Effect.forkScoped
-          )
-        }
-        return yield* Stream.runForEach(events, (change) =>
-          change.event === "set" ? Effect.void : removed(change.token)
-        )
-      })
-    ).pipe(
-      // The layer is ready once the first attempt is over, whatever its outcome: a store
-      // that is down must not block the worker, its links are restored later.
-      Effect.ensuring(started.open),
-      Effect.annotateLogs({ instanceId })
-    )
-
-  const loop = yield* supervisor.run(loopName, watch, untilRecovered())
-  yield* started.await
+  const loop = yield* supervisor.run(loopName, (recovered) => Records.watch(keeper, recovered), untilRecovered())
+  yield* keeper.started.await
   // Interrupt the loop first: nothing may write a record back once the socket is gone.
   yield* Effect.addFinalizer(() => Effect.zipRight(Fiber.interrupt(loop), disconnectAll))
 
   return TokenManager.of({
     instanceId,
-    link,
-    disconnect,
+    link: (token, connectionId) => Link.link(table, token, connectionId),
+    disconnect: (token, connectionId) => Link.disconnect(table, token, connectionId),
     local: (token) =>
       Effect.sync(() => {
-        const entry = entries.get(token)
-        return entry !== undefined && isOurs(entry) ? Option.some(entry.connectionId) : Option.none()
+        const entry = table.entries.get(token)
+        return entry !== undefined && SocketTable.isOurs(table, entry) ? Option.some(entry.connectionId) : Option.none()
       }),
-    owner,
+    owner: (token, options) => SocketTable.owner(table, token, options),
     tokens: store.scanSockets,
     disconnectAll,
-    keepAlive: Effect.sync(() => mode)
+    keepAlive: Effect.sync(() => keeper.mode)
   })
 })
 

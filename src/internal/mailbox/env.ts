@@ -1,0 +1,128 @@
+/**
+ * What the sending and the reading half of a worker's mailbox share: the environment
+ * `Mailbox.make` builds once (the store, the token manager, the envelope codec, the
+ * append settings), the metrics both count, and delivery to a socket of this worker.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import type * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
+import * as Metric from "effect/Metric"
+import type * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import type { Options } from "../../Mailbox.js"
+import type { Store } from "../../Store.js"
+import type { TokenManager } from "../../TokenManager.js"
+import { isValidToken } from "../validate.js"
+
+/**
+ * Updates appended to a mailbox.
+ *
+ * @internal
+ */
+export const sent = Metric.counter("leasehold_mailbox_sent_total", {
+  description: "updates appended to the mailbox of the worker holding the socket",
+  incremental: true
+})
+
+/**
+ * Updates handed to `deliver` (on the worker holding the socket).
+ *
+ * @internal
+ */
+export const delivered = Metric.counter("leasehold_mailbox_delivered_total", {
+  description: "updates handed to a socket",
+  incremental: true
+})
+
+/**
+ * Updates read by a worker that no longer held the socket and passed on to the one that does.
+ *
+ * @internal
+ */
+export const forwarded = Metric.counter("leasehold_mailbox_forwarded_total", {
+  description: "updates forwarded to the socket's new owner",
+  incremental: true
+})
+
+/**
+ * Updates dropped, by `reason`: `no-owner`, `not-owner` (already forwarded once), `overflow`,
+ * `undecodable`, `deliver-failed`, `forward-failed` (the store refused the lookup or the append),
+ * `duplicate` (a copy of an update already delivered: its append was retried).
+ *
+ * @internal
+ */
+export const dropped = Metric.counter("leasehold_mailbox_dropped_total", {
+  description: "updates dropped, by reason",
+  incremental: true
+})
+
+/**
+ * Updates waiting in the outboxes of this process.
+ *
+ * @internal
+ */
+export const outboxSize = Metric.gauge("leasehold_mailbox_outbox_size", {
+  description: "updates waiting for the store to return"
+})
+
+type DropReason =
+  | "no-owner"
+  | "not-owner"
+  | "overflow"
+  | "undecodable"
+  | "deliver-failed"
+  | "forward-failed"
+  | "duplicate"
+
+export const drop = (reason: DropReason) => Metric.increment(Metric.tagged(dropped, "reason", reason))
+
+export const envelopeOf = <A, I>(schema: Schema.Schema<A, I>) =>
+  Schema.parseJson(
+    Schema.Struct({
+      token: Schema.String.pipe(Schema.filter((token) => isValidToken(token) || "not a valid token")),
+      update: schema,
+      forwarded: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+      // The sending instance and its number for this update: an append that reached the
+      // store although its caller saw it fail is sent again, and the reader drops the copy.
+      from: Schema.optional(Schema.String),
+      seq: Schema.optional(Schema.Number)
+    })
+  )
+
+/** An update as it travels, with its token and sender. */
+export type Envelope<A, I> = Schema.Schema.Type<ReturnType<typeof envelopeOf<A, I>>>
+
+/**
+ * The environment of one mailbox, built once by `Mailbox.make`.
+ *
+ * @internal
+ */
+export interface Env<A, I, R> {
+  readonly options: Options<A, I, R>
+  readonly store: Store.Service
+  readonly tokens: TokenManager.Service
+  readonly instanceId: string
+  readonly context: Context.Context<R>
+  readonly encode: (envelope: Envelope<A, I>) => Either.Either<string, ParseResult.ParseError>
+  readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
+  /** The options of every append to a mailbox. */
+  readonly append: { readonly maxLen: number; readonly ttlMs: number }
+}
+
+export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
+  env.options.deliver(token, update).pipe(
+    Effect.provide(env.context),
+    Effect.matchCauseEffect({
+      onSuccess: () => Metric.increment(delivered),
+      onFailure: (cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.failCause(cause as Cause.Cause<never>)
+          : Effect.zipRight(
+              Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
+              drop("deliver-failed")
+            )
+    })
+  )

@@ -1,0 +1,125 @@
+/**
+ * The reading half of a worker's mailbox: the `mailbox` loop, which reads this worker's
+ * mailbox from the last id it delivered, drops copies of an update (a retried append),
+ * delivers each update to its socket on this worker, and forwards one whose socket moved
+ * to the worker that holds it now.
+ *
+ * @internal
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import { type MailboxEntry, MailboxStart } from "../../Store.js"
+import { describeParseError } from "../parse.js"
+import { deliver, drop, type Env, forwarded } from "./env.js"
+
+/** How many update numbers per sender a reader remembers, to drop copies of an update. */
+const dedupeWindow = 10_000
+
+/** How many senders a reader remembers. */
+const dedupeSenders = 1_000
+
+/**
+ * The updates a reader has seen, per sender, within a window: a copy arrives shortly after
+ * the original (a retried append), so a bounded window catches every one.
+ */
+class Seen {
+  // A Set iterates in insertion order: its first entry is the oldest.
+  private readonly senders = new Map<string, Set<number>>()
+
+  /** `true` the first time `(from, seq)` is offered. */
+  offer(from: string, seq: number): boolean {
+    let seen = this.senders.get(from)
+    if (seen === undefined) {
+      if (this.senders.size >= dedupeSenders) dropOldest(this.senders)
+      seen = new Set()
+      this.senders.set(from, seen)
+    }
+    if (seen.has(seq)) return false
+    seen.add(seq)
+    if (seen.size > dedupeWindow) dropOldest(seen)
+    return true
+  }
+}
+
+const dropOldest = <K>(entries: { keys(): Iterator<K>; delete(key: K): boolean }) => {
+  const oldest = entries.keys().next()
+  if (oldest.done !== true) entries.delete(oldest.value)
+}
+
+/**
+ * The state of the reader, built once by `Mailbox.make`.
+ *
+ * @internal
+ */
+export interface Reader {
+  readonly ttlMs: number
+  readonly readBlockMs: number
+  lastId: string
+  readonly seen: Seen
+  expiresRefreshedAt: number
+}
+
+/** A reader that starts at the beginning of the mailbox. */
+export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
+  ttlMs,
+  readBlockMs,
+  lastId: MailboxStart,
+  seen: new Seen(),
+  expiresRefreshedAt: Number.NEGATIVE_INFINITY
+})
+
+const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry) =>
+  Effect.gen(function* () {
+    const decoded = env.decode(entry.payload)
+    if (Either.isLeft(decoded)) {
+      yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`)
+      return yield* drop("undecodable")
+    }
+    const { token, update, from, seq } = decoded.right
+    if (from !== undefined && seq !== undefined && !reader.seen.offer(from, seq)) return yield* drop("duplicate")
+    if (Option.isSome(yield* env.tokens.local(token))) return yield* deliver(env, token, update)
+    if (decoded.right.forwarded) return yield* drop("not-owner")
+    const owner = yield* env.tokens.owner(token, { refresh: true })
+    if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")
+    const payload = env.encode({ token, update, forwarded: true, from, seq })
+    if (Either.isLeft(payload)) return yield* drop("undecodable")
+    yield* env.store.mailboxAppend(owner.value.instanceId, payload.right, env.append)
+    yield* Metric.increment(forwarded)
+  }).pipe(
+    // Only an unreachable store stops the reader (the entry is read again once it is
+    // back); anything else about one entry costs that entry alone.
+    Effect.catchIf(
+      (error) => error._tag !== "StoreUnavailable",
+      (error) =>
+        Effect.zipRight(
+          Effect.logWarning(`mailbox: dropping entry ${entry.id}: ${error.message}`),
+          drop(error._tag === "InvalidToken" ? "undecodable" : "forward-failed")
+        )
+    )
+  )
+
+/** One attempt of the `mailbox` loop, run by the supervisor. */
+export const read = <A, I, R>(env: Env<A, I, R>, reader: Reader, recovered: Effect.Effect<void>) => {
+  const { store, instanceId } = env
+  const { ttlMs, readBlockMs } = reader
+  return Effect.gen(function* () {
+    while (true) {
+      const now = yield* Clock.currentTimeMillis
+      if (now - reader.expiresRefreshedAt >= ttlMs / 4) {
+        yield* store.mailboxExpire(instanceId, ttlMs)
+        reader.expiresRefreshedAt = now
+      }
+      const entries = yield* store.mailboxRead(instanceId, reader.lastId, { count: 100, blockMs: readBlockMs })
+      yield* recovered
+      for (const entry of entries) {
+        yield* handle(env, reader, entry)
+        reader.lastId = entry.id
+      }
+      // Where this reader is, for operators (`leasehold inspect instance`).
+      if (entries.length > 0) yield* store.mailboxSetCursor(instanceId, reader.lastId, ttlMs)
+    }
+  })
+}

@@ -1,0 +1,108 @@
+/**
+ * The local socket table of a token manager: which connection of this worker holds each
+ * token, under which record (ours, or another socket's that it adopted), and the state
+ * every reader and writer of the table shares: the store, the maintenance permit and the
+ * current store-failure episode. Also the lookup of a token's owner, which answers from
+ * the table first and adopts a record the store shows another socket won.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import type { SocketRecord, Store } from "../../Store.js"
+import type { StoreError } from "../../StoreError.js"
+import { validateToken } from "../validate.js"
+
+/**
+ * Tokens of local sockets found held by another socket, whose record was adopted.
+ *
+ * @internal
+ */
+export const recordsAdopted = Metric.counter("leasehold_socket_records_adopted_total", {
+  description: "tokens of local sockets found held by another socket, whose record was adopted",
+  incremental: true
+})
+
+/** A socket of this worker: its connection and the record it stands for (ours, or adopted). */
+export interface Entry {
+  readonly connectionId: string
+  readonly record: SocketRecord
+}
+
+export const sameRecord = (a: SocketRecord, b: SocketRecord): boolean =>
+  a.instanceId === b.instanceId && a.connectionId === b.connectionId
+
+/** How many record deletions or refreshes are in flight at once. */
+export const concurrentWrites = 16
+
+/**
+ * The table and what goes with it, built once by `TokenManager.make`.
+ *
+ * @internal
+ */
+export interface Table {
+  readonly store: Store.Service
+  readonly instanceId: string
+  readonly entries: Map<string, Entry>
+  /** Restores, refreshes and re-claims run one at a time: each reads the map, then applies what the store said. */
+  readonly maintenance: Effect.Semaphore
+  /** One warning per failure episode: a store that is down fails every write until it returns. */
+  failing: boolean
+}
+
+export const isOurs = (table: Table, entry: Entry): boolean =>
+  entry.record.instanceId === table.instanceId && entry.record.connectionId === entry.connectionId
+
+export const storeFailed = (table: Table, what: string, error: StoreError) =>
+  Effect.suspend(() => {
+    if (table.failing) return Effect.void
+    table.failing = true
+    return Effect.logWarning(
+      `socket records: ${what} failed, kept locally and written when the store returns: ${error.message}`
+    )
+  })
+
+export const storeWorked = (table: Table) =>
+  Effect.suspend(() => {
+    if (!table.failing) return Effect.void
+    table.failing = false
+    return Effect.logInfo("socket records: the store answers again")
+  })
+
+/** Another socket holds the token now: keep our connection's entry, with that socket's record. */
+export const adopt = (table: Table, token: string, entry: Entry, record: SocketRecord) =>
+  Effect.suspend(() => {
+    const { entries } = table
+    // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
+    if (entries.get(token) !== entry) return Effect.void
+    entries.set(token, { connectionId: entry.connectionId, record })
+    return Effect.zipRight(
+      Metric.increment(recordsAdopted),
+      Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
+    )
+  })
+
+/** `TokenManager.owner`. */
+export const owner = (table: Table, token: string, options?: { readonly refresh?: boolean }) => {
+  const { store, entries } = table
+  return Effect.gen(function* () {
+    yield* validateToken(token)
+    const entry = entries.get(token)
+    if (entry !== undefined && options?.refresh !== true) return Option.some(entry.record)
+    const stored = yield* store
+      .readSocket(token)
+      .pipe(
+        Effect.catchTag("CorruptValue", (error) =>
+          Effect.as(Effect.logWarning(`socket records: ${error.message}`), Option.none<SocketRecord>())
+        )
+      )
+    if (entry === undefined || entries.get(token) !== entry) return stored
+    if (Option.isNone(stored)) {
+      // Our socket is live and its record is being claimed again: we still hold it.
+      return isOurs(table, entry) ? Option.some(entry.record) : stored
+    }
+    if (!sameRecord(stored.value, entry.record)) yield* adopt(table, token, entry, stored.value)
+    return stored
+  }).pipe(Effect.withSpan("TokenManager.owner"))
+}
