@@ -1,3 +1,10 @@
+/**
+ * The wire forms of what the stores keep as strings: signals on a token's channel and
+ * socket records. Decoding never throws: a message that is not a signal is `undefined`, a
+ * record that does not decode is `CorruptValue`.
+ *
+ * @internal
+ */
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import type { Signal, SocketRecord } from "../Store.js"

@@ -1,3 +1,9 @@
+/**
+ * `OneShot`: a value set once and awaited by fibers, cheaper than a `Deferred` on the hot
+ * path of a modification.
+ *
+ * @internal
+ */
 import * as Effect from "effect/Effect"
 import type * as Exit from "effect/Exit"
 

@@ -1,3 +1,10 @@
+/**
+ * Validation of what becomes part of a key: tokens, slice names and instance ids (DESIGN
+ * §1). The store's front runs it before any I/O; nothing that passes is special in a Redis
+ * glob, a hash tag or a channel name.
+ *
+ * @internal
+ */
 import * as Effect from "effect/Effect"
 import { InvalidToken } from "../StoreError.js"
 
