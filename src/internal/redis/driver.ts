@@ -192,11 +192,7 @@ const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
 const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
   ({
     publish: (token, message) =>
-      run("publish", (c) =>
-        topology.dialect.publish === "PUBLISH"
-          ? c.publish(keys.signal(token), message)
-          : c.spublish(keys.signal(token), message)
-      ),
+      Effect.asVoid(run("publish", (c) => topology.channels.publish(c, keys.signal(token), message))),
     subscribe: (token) => pubsub.subscribe(keys.signal(token)),
     status: SubscriptionRef.get(health.status),
     statusChanges: health.status.changes

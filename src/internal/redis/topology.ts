@@ -50,8 +50,12 @@ export type BatchReplies = ReadonlyArray<[error: Error | null, reply: unknown]> 
 export interface Topology {
   /** How scripts publish. */
   readonly dialect: Dialect
-  /** The subscribe commands of a token channel on a subscriber connection, and the event its messages arrive as. */
+  /**
+   * The commands of a token channel: publishing (on the command connection), subscribing
+   * (on a subscriber connection), and the event its messages arrive as.
+   */
   readonly channels: {
+    readonly publish: (connection: RedisCommander, name: string, message: string) => Promise<unknown>
     readonly subscribe: (connection: Redis, name: string) => Promise<unknown>
     readonly unsubscribe: (connection: Redis, name: string) => Promise<unknown>
     readonly message: "message" | "smessage"
@@ -167,6 +171,7 @@ const single = (
 ): Topology => ({
   dialect: singleServer,
   channels: {
+    publish: (connection, name, message) => connection.publish(name, message),
     subscribe: (connection, name) => connection.subscribe(name),
     unsubscribe: (connection, name) => connection.unsubscribe(name),
     message: "message"
@@ -196,6 +201,7 @@ const sharded = (
     const topology: Topology = {
       dialect: shardedDialect,
       channels: {
+        publish: (connection, name, message) => connection.spublish(name, message),
         subscribe: (connection, name) => connection.ssubscribe(name),
         unsubscribe: (connection, name) => connection.sunsubscribe(name),
         message: "smessage"
