@@ -61,6 +61,12 @@ export interface Settings {
   readonly leaseHoldTime: Duration.Duration
   readonly leaseQuantum: Duration.Duration
   readonly leaseDurability: LeaseDurability
+  /**
+   * How long a lock handed to the next waiting worker stays reserved for it before anyone
+   * may take it (a pending grant): what a grantee that died costs the others, plus one
+   * re-check. Default: 1 s, or half the lock expiration when that is shorter.
+   */
+  readonly handoffTimeout: Duration.Duration
   readonly retryDelayInitial: Duration.Duration
   readonly retryDelayMax: Duration.Duration
   /** Add up to 10 % to each retry delay (never above the cap), so workers do not retry in step. */
@@ -101,6 +107,7 @@ const defaults = {
   oplock: false,
   leaseQuantumMs: 2,
   leaseDurability: "batch" as LeaseDurability,
+  handoffTimeoutMs: 1_000,
   retryDelayInitialMs: 1_000,
   retryDelayMaxMs: 30_000,
   retryJitter: true,
@@ -158,6 +165,11 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDefault(defaults.leaseDurability),
     Config.withDescription("acknowledge leased modifications after their batch is written (batch) or from memory")
   ),
+  handoffTimeout: Config.option(Config.number("LEASEHOLD_HANDOFF_TIMEOUT_MS")).pipe(
+    Config.withDescription(
+      "how long a lock handed to the next waiting worker is reserved for it (ms, < lock expiration; default 1 s or lock expiration / 2)"
+    )
+  ),
   retryDelayInitial: ms("LEASEHOLD_RETRY_DELAY_INITIAL_MS", defaults.retryDelayInitialMs, "first retry delay (ms)"),
   retryDelayMax: ms("LEASEHOLD_RETRY_DELAY_MAX_MS", defaults.retryDelayMaxMs, "cap of the retry delay (ms)"),
   retryJitter: Config.boolean("LEASEHOLD_RETRY_JITTER").pipe(
@@ -184,8 +196,11 @@ export const config: Config.Config<Input> = Config.all({
   connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)")
 }).pipe(
   Config.map(
-    ({ leaseHoldTime, ...rest }): Input =>
-      Option.match(leaseHoldTime, { onNone: () => rest, onSome: (ms) => ({ ...rest, leaseHoldTime: ms }) })
+    ({ handoffTimeout, leaseHoldTime, ...rest }): Input => ({
+      ...rest,
+      ...Option.match(leaseHoldTime, { onNone: () => ({}), onSome: (ms) => ({ leaseHoldTime: ms }) }),
+      ...Option.match(handoffTimeout, { onNone: () => ({}), onSome: (ms) => ({ handoffTimeout: ms }) })
+    })
   )
 )
 
@@ -217,6 +232,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
         : Duration.decode(input.leaseHoldTime),
     leaseQuantum: dur(input.leaseQuantum, defaults.leaseQuantumMs),
     leaseDurability: input.leaseDurability ?? defaults.leaseDurability,
+    handoffTimeout:
+      input.handoffTimeout === undefined
+        ? Duration.millis(Math.min(defaults.handoffTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
+        : Duration.decode(input.handoffTimeout),
     retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
     retryJitter: input.retryJitter ?? defaults.retryJitter,
@@ -248,6 +267,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     ["lockWarningThreshold", settings.lockWarningThreshold],
     ["tokenExpiration", settings.tokenExpiration],
     ["leaseHoldTime", settings.leaseHoldTime],
+    ["handoffTimeout", settings.handoffTimeout],
     ["retryDelayInitial", settings.retryDelayInitial],
     ["retryDelayMax", settings.retryDelayMax],
     ["commandTimeout", settings.commandTimeout],
@@ -275,6 +295,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   }
   if (Duration.greaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
     return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
+  }
+  if (Duration.greaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
+    // A grant reserved longer than a lock lives would outlast the waiters' own deadlines.
+    return fail("handoffTimeout", fmt(settings.handoffTimeout), "must be less than lockExpiration", lock)
   }
   if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
     return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")

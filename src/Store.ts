@@ -82,6 +82,36 @@ export interface ReleaseResult {
 }
 
 /**
+ * The outcome of `acquireQueued` (DESIGN §4): the lock taken (free with nobody queued
+ * ahead, or a pending grant claimed), or the caller queued behind it.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type QueuedAcquireResult =
+  | {
+      readonly _tag: "Acquired"
+      readonly fence: number
+      readonly values: ReadonlyArray<Option.Option<string>>
+      /** Other workers in the queue after the grant (the caller no longer is). */
+      readonly queued: number
+    }
+  | {
+      readonly _tag: "Queued"
+      /** Milliseconds until the lock (or a grant pending for another worker) expires. */
+      readonly remainingMs: number
+    }
+
+/**
+ * A notice to one worker about one token: the lock was handed to it (`Granted`), or
+ * another worker queued behind the lock it holds (`Contended`).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type Notice = { readonly _tag: "Granted" } | { readonly _tag: "Contended" }
+
+/**
  * The current holder of a token's lock.
  *
  * @since 0.1.0
@@ -190,10 +220,10 @@ export interface ConnectionStatus {
  * @category models
  */
 export interface KeyInfo {
-  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `s:<slice>`, `socket`. */
+  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `queue`, `queue:d`, `s:<slice>`, `socket`. */
   readonly name: string
   readonly kind: "string" | "set" | "other"
-  /** Bytes of a string, members of a set (the waiter set, a sorted set on Redis), 0 otherwise. */
+  /** Bytes of a string, members of a set (the waiter set, the queue and its deadlines: sorted sets on Redis), 0 otherwise. */
   readonly size: number
   /** Milliseconds until it expires; `None` for a key without expiry. */
   readonly ttlMs: Option.Option<number>
@@ -444,6 +474,62 @@ export declare namespace Store {
   }
 
   /**
+   * The token's queue of waiting workers and the hand-off of its lock (DESIGN §4): a
+   * release grants the lock to the queue's head in the same step and notifies that worker
+   * alone; the grantee claims it with a lock id of its own. Every step drops the entries
+   * whose deadline (a lock expiration after their last refresh) has passed, and one that
+   * finds the lock free with a non-empty queue grants it to the head.
+   *
+   * @since 0.2.0
+   * @category models
+   */
+  export interface Queueing {
+    /**
+     * Take the lock with `lockId` when it is free and no other worker is queued ahead, or
+     * when it is a grant pending for this worker (with `claim`: also when that grant
+     * expired and the lock is free). Otherwise queue the worker (once; a later call
+     * refreshes its deadline and tells the holder again), or with `claim` put it back at
+     * the head, and answer `Queued`. Taking increments the fence and reads `slices`.
+     */
+    readonly acquireQueued: (
+      token: string,
+      lockId: string,
+      slices: ReadonlyArray<string>,
+      options: { readonly instanceId: string; readonly claim?: boolean }
+    ) => Effect.Effect<QueuedAcquireResult, InvalidToken | StoreError>
+    /**
+     * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the
+     * lock to the head. `queued`: the other workers queued, counted before the grant.
+     */
+    readonly releaseQueued: (
+      token: string,
+      lockId: string,
+      options: { readonly instanceId: string; readonly requeue?: boolean }
+    ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, InvalidToken | StoreError>
+    /** `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the holder. */
+    readonly commitAndReleaseQueued: (
+      token: string,
+      lockId: string,
+      entries: ReadonlyArray<SliceEntry>,
+      options: { readonly instanceId: string; readonly requeue?: boolean }
+    ) => Effect.Effect<number, InvalidToken | LockLost | StoreError>
+    /** Leave the queue; a grant pending for the worker passes to the next head. */
+    readonly leaveQueue: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    /** The workers queued other than `instanceId`, in one step. */
+    readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    /** The workers queued, head first (for inspection and tests). */
+    readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
+    /**
+     * The token's notices to `instanceId`, from the confirmed subscription on; the stream
+     * fails with `StoreUnavailable` when the subscription is lost.
+     */
+    readonly notices: (
+      token: string,
+      instanceId: string
+    ) => Effect.Effect<Stream.Stream<Notice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+  }
+
+  /**
    * Inspection of a token's keys.
    *
    * @since 0.2.0
@@ -460,7 +546,7 @@ export declare namespace Store {
    * @since 0.1.0
    * @category models
    */
-  export interface Service extends Locking, Waiting, Slices, Signaling, Sockets, Mailboxes, Inspection {
+  export interface Service extends Locking, Waiting, Queueing, Slices, Signaling, Sockets, Mailboxes, Inspection {
     /** Which backend this is. */
     readonly kind: "memory" | "redis"
   }

@@ -106,6 +106,29 @@ describe("LeaseholdConfig", () => {
     })
   )
 
+  it.effect("the hand-off timeout: 1 s, half a short lock expiration, or as set", () =>
+    Effect.gen(function* () {
+      assert.strictEqual(millis((yield* fromEnv({})).handoffTimeout), 1_000)
+      assert.strictEqual(
+        millis(
+          (yield* fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "600", LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "100" }))
+            .handoffTimeout
+        ),
+        300
+      )
+      assert.strictEqual(millis((yield* fromEnv({ LEASEHOLD_HANDOFF_TIMEOUT_MS: "250" })).handoffTimeout), 250)
+      const error = yield* Effect.flip(
+        fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "2000", LEASEHOLD_HANDOFF_TIMEOUT_MS: "2000" })
+      )
+      assert.strictEqual(error._tag, "InvalidConfig")
+      if (error._tag !== "InvalidConfig") return
+      assert.strictEqual(error.knob, "handoffTimeout")
+      deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
+      const zero = LeaseholdConfig.resolve({ handoffTimeout: 0 })
+      assert.isTrue(Either.isLeft(zero) && zero.left.knob === "handoffTimeout")
+    })
+  )
+
   it("a lease hold time not below the lock expiration is refused", () => {
     const result = LeaseholdConfig.resolve({ lockExpiration: 1000, leaseHoldTime: 1200, lockWarningThreshold: 100 })
     assert.isTrue(Either.isLeft(result))

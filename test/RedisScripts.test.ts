@@ -75,6 +75,26 @@ describe("Redis scripts", () => {
     assert.isUndefined(Scripts.describeKeys.decode([["string", 10]]))
   })
 
+  it("the queue scripts' replies, and replies of another shape", () => {
+    deepStrictEqual(Scripts.acquireQueued.decode([1, 7, 2, "v", null]), {
+      _tag: "Acquired",
+      fence: 7,
+      queued: 2,
+      values: ["v", null]
+    })
+    deepStrictEqual(Scripts.acquireQueued.decode([0, 120]), { _tag: "Queued", pttl: 120 })
+    assert.isUndefined(Scripts.acquireQueued.decode([1, "7", 0]))
+    assert.isUndefined(Scripts.acquireQueued.decode([0, "120"]))
+    deepStrictEqual(Scripts.releaseQueued.decode([1, 3]), { released: true, queued: 3 })
+    assert.isUndefined(Scripts.releaseQueued.decode([1]))
+    deepStrictEqual(Scripts.commitAndReleaseQueued.decode([1, 2]), { _tag: "Written", queued: 2 })
+    deepStrictEqual(Scripts.commitAndReleaseQueued.decode([0, "B:1"]), { _tag: "Lost", holder: "B:1" })
+    assert.isUndefined(Scripts.commitAndReleaseQueued.decode([1]))
+    assert.isUndefined(Scripts.queue.decode(["a", 1]))
+    assert.isUndefined(Scripts.queueLength.decode("1"))
+    assert.isUndefined(Scripts.leaveQueue.decode("OK"))
+  })
+
   it("a call that misnames a key or an argument does not compile", () => {
     const line = () =>
       commandLine(Scripts.extend, {

@@ -30,6 +30,8 @@ import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const LOCK_EXPIRATION_MS = 300
+/** Short, so that a test of an unclaimed grant waits little (on Redis, in real time). */
+const HANDOFF_TIMEOUT_MS = 150
 const COMMAND_TIMEOUT_MS = 1_000
 
 // --- one cluster for the file ---------------------------------------------------------
@@ -90,6 +92,7 @@ const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
   LeaseholdConfig.layerWith({
     keyPrefix,
     lockExpiration: LOCK_EXPIRATION_MS,
+    handoffTimeout: HANDOFF_TIMEOUT_MS,
     lockWarningThreshold: 100,
     commandTimeout: COMMAND_TIMEOUT_MS,
     connectTimeout: COMMAND_TIMEOUT_MS * 5,
@@ -122,6 +125,7 @@ const redisCluster: Backend = {
             store,
             keys: makeKeys(keyPrefix),
             lockExpirationMs: LOCK_EXPIRATION_MS,
+            handoffTimeoutMs: HANDOFF_TIMEOUT_MS,
             commandTimeoutMs: COMMAND_TIMEOUT_MS,
             exactTime: false,
             advance: (ms) => Effect.sleep(ms),

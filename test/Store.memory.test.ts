@@ -17,6 +17,8 @@ import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 
 const LOCK_EXPIRATION_MS = 300
+/** How long a grant to the queue's head stays pending (the same on every backend of the suite). */
+const HANDOFF_TIMEOUT_MS = 150
 const COMMAND_TIMEOUT_MS = 500
 
 let testCount = 0
@@ -40,6 +42,7 @@ const memory = (persisted: boolean): Backend => ({
         const config = LeaseholdConfig.layerWith({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
+          handoffTimeout: HANDOFF_TIMEOUT_MS,
           lockWarningThreshold: 100,
           commandTimeout: COMMAND_TIMEOUT_MS,
           dataDir
@@ -50,6 +53,7 @@ const memory = (persisted: boolean): Backend => ({
           store: Context.get(context, Store),
           keys: makeKeys(keyPrefix),
           lockExpirationMs: LOCK_EXPIRATION_MS,
+          handoffTimeoutMs: HANDOFF_TIMEOUT_MS,
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: true,
           advance: (ms) => TestClock.adjust(ms),

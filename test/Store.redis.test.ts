@@ -14,6 +14,8 @@ import { storeSuite } from "./conformance/storeSuite.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const LOCK_EXPIRATION_MS = 300
+/** Short, so that a test of an unclaimed grant waits little (on Redis, in real time). */
+const HANDOFF_TIMEOUT_MS = 150
 const COMMAND_TIMEOUT_MS = 500
 
 /** Commands that do not touch data and that the harness itself sends. */
@@ -39,6 +41,7 @@ const redis: Backend = {
         const config = LeaseholdConfig.layerWith({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
+          handoffTimeout: HANDOFF_TIMEOUT_MS,
           lockWarningThreshold: 100,
           commandTimeout: COMMAND_TIMEOUT_MS,
           connectTimeout: COMMAND_TIMEOUT_MS
@@ -50,6 +53,7 @@ const redis: Backend = {
           store: Context.get(context, Store),
           keys: makeKeys(keyPrefix),
           lockExpirationMs: LOCK_EXPIRATION_MS,
+          handoffTimeoutMs: HANDOFF_TIMEOUT_MS,
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: false,
           advance: (ms) => Effect.sleep(ms),

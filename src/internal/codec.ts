@@ -1,13 +1,14 @@
 /**
- * The wire forms of what the stores keep as strings: signals on a token's channel and
- * socket records. Decoding never throws: a message that is not a signal is `undefined`, a
- * record that does not decode is `CorruptValue`.
+ * The wire forms of what the stores keep as strings: signals on a token's channel, notices
+ * on a worker's channel, and socket records. Decoding never throws: a message that is not
+ * a signal (or not a notice about the token asked for) is `undefined`, a record that does
+ * not decode is `CorruptValue`.
  *
  * @internal
  */
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
-import type { Signal, SocketRecord } from "../Store.js"
+import type { Notice, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
 import { describeParseError, parseSafely } from "./parse.js"
 
@@ -30,6 +31,23 @@ export const decodeSignal = (message: string): Signal | undefined => {
   }
   return undefined
 }
+
+/**
+ * Wire form of a notice to a worker about `token` (DESIGN §4.7): `granted:<token>` or
+ * `contended:<token>`. A worker's channel carries the notices of every token on a single
+ * server, so the token is always part of the message.
+ *
+ * @internal
+ */
+export const encodeNotice = (token: string, notice: Notice): string =>
+  `${notice._tag === "Granted" ? "granted" : "contended"}:${token}`
+
+const granted: Notice = { _tag: "Granted" }
+const contended: Notice = { _tag: "Contended" }
+
+/** The notice about `token` in a message of a worker's channel; `undefined` for another token's or anything else. @internal */
+export const decodeNotice = (token: string, message: string): Notice | undefined =>
+  message === `granted:${token}` ? granted : message === `contended:${token}` ? contended : undefined
 
 const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
 const decodeRecordJson = parseSafely(

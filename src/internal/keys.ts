@@ -8,6 +8,10 @@ export interface Keys {
   readonly lock: (token: string) => string
   readonly fence: (token: string) => string
   readonly waiters: (token: string) => string
+  /** The token's queue of waiting workers (sorted set: worker id scored by arrival order, head first). */
+  readonly queue: (token: string) => string
+  /** Each queued worker's deadline (sorted set: worker id scored by its deadline, ms on the server clock). */
+  readonly queueDeadlines: (token: string) => string
   readonly slice: (token: string, name: string) => string
   readonly signal: (token: string) => string
   readonly socket: (token: string) => string
@@ -15,6 +19,17 @@ export interface Keys {
   readonly socketToken: (key: string) => string | undefined
   readonly mailbox: (instanceId: string) => string
   readonly mailboxCursor: (instanceId: string) => string
+  /**
+   * A worker's one notice channel on a single server (and the embedded store), shared by
+   * every token: a channel, not a key. The name is a prefix followed by the worker id
+   * (`workerNotices("")` is the prefix the scripts append a worker id to).
+   */
+  readonly workerNotices: (worker: string) => string
+  /**
+   * A worker's notice channel for one token on a Redis Cluster: it carries the token's hash
+   * tag, because a script may publish only in its own slot. Prefix and worker id, as above.
+   */
+  readonly tokenNotices: (token: string, worker: string) => string
   /** The SCAN pattern of every key of one (validated) token. */
   readonly tokenPattern: (token: string) => string
   /** The prefix every key of the token starts with. */
@@ -32,6 +47,8 @@ export const makeKeys = (prefix: string): Keys => {
     lock: (token) => `${base(token)}:lock`,
     fence: (token) => `${base(token)}:fence`,
     waiters: (token) => `${base(token)}:waiters`,
+    queue: (token) => `${base(token)}:queue`,
+    queueDeadlines: (token) => `${base(token)}:queue:d`,
     slice: (token, name) => `${base(token)}:s:${name}`,
     signal: (token) => `${base(token)}:signal`,
     socket: (token) => `${base(token)}:socket`,
@@ -42,6 +59,8 @@ export const makeKeys = (prefix: string): Keys => {
         : undefined,
     mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`,
     mailboxCursor: (instanceId) => `${prefix}:cursor:${instanceId}`,
+    workerNotices: (worker) => `${prefix}:w:${worker}`,
+    tokenNotices: (token, worker) => `${base(token)}:w:${worker}`,
     // A valid token has no glob character, so it is matched literally.
     tokenPattern: (token) => `${base(token)}:*`,
     tokenHead: (token) => `${base(token)}:`,

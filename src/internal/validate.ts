@@ -55,3 +55,12 @@ export const validateTokenAndInstance = (token: string, instanceId: string | und
 /** The instance id a signal carries, if any. @internal */
 export const signalInstance = (signal: { readonly _tag: string; readonly instanceId?: string }): string | undefined =>
   signal._tag === "Contended" ? signal.instanceId : undefined
+
+/**
+ * A lock id of the queue steps: never one that starts with `?`, which marks a grant pending
+ * for a worker (DESIGN §4.2), so a lock id can never pass for one. @internal
+ */
+export const validateLockId = (lockId: string): Effect.Effect<void, InvalidToken> =>
+  typeof lockId === "string" && !lockId.startsWith("?")
+    ? Effect.void
+    : Effect.fail(new InvalidToken({ token: String(lockId), reason: "a lock id must not start with ?" }))

@@ -14,6 +14,8 @@ export interface Fixture {
   /** The key layout of this test's store (its key prefix is unique to the test). */
   readonly keys: Keys
   readonly lockExpirationMs: number
+  /** How long a grant handed to the queue's head stays pending (the store's `handoffTimeout`). */
+  readonly handoffTimeoutMs: number
   readonly commandTimeoutMs: number
   /**
    * `true` when time is the `TestClock` (memory): durations read back are exact.

@@ -29,6 +29,7 @@ import {
   liveNow,
   within
 } from "./helpers.js"
+import { queueHandoff } from "./queueSuite.js"
 
 const released: Signal = { _tag: "Released" }
 /** What a release publishes: the lock id it released. */
@@ -65,6 +66,16 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
   ["waiters", (t) => store.waiters(t)],
   ["readSlices", (t) => store.readSlices(t, ["a"])],
   ["writeIfHolder", (t) => store.writeIfHolder(t, "lock-1", [["a", "1"]])],
+  ["acquireQueued", (t) => store.acquireQueued(t, "inst-a:1", ["a"], { instanceId: "inst-a" })],
+  ["releaseQueued", (t) => store.releaseQueued(t, "inst-a:1", { instanceId: "inst-a" })],
+  [
+    "commitAndReleaseQueued",
+    (t) => store.commitAndReleaseQueued(t, "inst-a:1", [["a", "1"]], { instanceId: "inst-a" })
+  ],
+  ["leaveQueue", (t) => store.leaveQueue(t, "inst-a")],
+  ["queueLength", (t) => store.queueLength(t, "inst-a")],
+  ["queue", (t) => store.queue(t)],
+  ["notices", (t) => Effect.scoped(store.notices(t, "inst-a"))],
   ["publish", (t) => store.publish(t, released)],
   ["subscribe", (t) => Effect.scoped(store.subscribe(t))],
   ["claimSocket", (t) => store.claimSocket(t, recordA)],
@@ -88,6 +99,16 @@ const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [strin
     "commitAndRelease (options, register)",
     (i) => store.commitAndRelease("tok", "lock-1", [["a", "1"]], { instanceId: i, register: true })
   ],
+  ["acquireQueued", (i) => store.acquireQueued("tok", "lock-1", ["a"], { instanceId: i })],
+  ["acquireQueued (claim)", (i) => store.acquireQueued("tok", "lock-1", [], { instanceId: i, claim: true })],
+  ["releaseQueued (requeue)", (i) => store.releaseQueued("tok", "lock-1", { instanceId: i, requeue: true })],
+  [
+    "commitAndReleaseQueued (requeue)",
+    (i) => store.commitAndReleaseQueued("tok", "lock-1", [["a", "1"]], { instanceId: i, requeue: true })
+  ],
+  ["leaveQueue", (i) => store.leaveQueue("tok", i)],
+  ["queueLength", (i) => store.queueLength("tok", i)],
+  ["notices", (i) => Effect.scoped(store.notices("tok", i))],
   ["mailboxAppend", (i) => store.mailboxAppend(i, "payload", { maxLen: 100, ttlMs: 60_000 })],
   ["mailboxRead", (i) => store.mailboxRead(i, MailboxStart, { count: 10 })],
   ["mailboxTrim", (i) => store.mailboxTrim(i, 10)],
@@ -809,6 +830,10 @@ export const storeSuite = (backend: Backend): void => {
       }))
   })
 
+  describe("queue hand-off", () => {
+    queueHandoff(backend)
+  })
+
   describe("signals", () => {
     test("a confirmed subscriber receives Contended and Released in order", (fx) =>
       Effect.gen(function* () {
@@ -1146,7 +1171,12 @@ export const storeSuite = (backend: Backend): void => {
           ["tryAcquire", (name) => fx.store.tryAcquire("tok", "lock-a", ["ok", name])],
           ["readSlices", (name) => fx.store.readSlices("tok", [name])],
           ["writeIfHolder", (name) => fx.store.writeIfHolder("tok", "lock-a", [[name, "1"]])],
-          ["commitAndRelease", (name) => fx.store.commitAndRelease("tok", "lock-a", [[name, "1"]])]
+          ["commitAndRelease", (name) => fx.store.commitAndRelease("tok", "lock-a", [[name, "1"]])],
+          ["acquireQueued", (name) => fx.store.acquireQueued("tok", "lock-a", ["ok", name], { instanceId: "inst-a" })],
+          [
+            "commitAndReleaseQueued",
+            (name) => fx.store.commitAndReleaseQueued("tok", "lock-a", [[name, "1"]], { instanceId: "inst-a" })
+          ]
         ]
         for (const name of ["a*", "a b", "", "s[1]"]) {
           yield* noCommandsDuring(

@@ -106,10 +106,24 @@ export const hostileInputSuite = (backend: HostileBackend) =>
           ["Store.claimSockets", (t) => fx.store.claimSockets([[t, { instanceId: "inst-1", connectionId: "c" }]])],
           ["Store.readSocket", (t) => fx.store.readSocket(t)],
           ["Store.tokenKeys", (t) => fx.store.tokenKeys(t)],
+          ["Store.acquireQueued", (t) => fx.store.acquireQueued(t, "inst-1:1", ["counter"], { instanceId: "inst-1" })],
+          ["Store.releaseQueued", (t) => fx.store.releaseQueued(t, "inst-1:1", { instanceId: "inst-1" })],
+          [
+            "Store.commitAndReleaseQueued",
+            (t) => fx.store.commitAndReleaseQueued(t, "inst-1:1", [["counter", "{}"]], { instanceId: "inst-1" })
+          ],
+          ["Store.leaveQueue", (t) => fx.store.leaveQueue(t, "inst-1")],
+          ["Store.queueLength", (t) => fx.store.queueLength(t, "inst-1")],
+          ["Store.queue", (t) => fx.store.queue(t)],
+          ["Store.notices", (t) => Effect.scoped(fx.store.notices(t, "inst-1"))],
           // an instance id names a mailbox key: the same rules
           ["Store.mailboxAppend", (t) => fx.store.mailboxAppend(t, "x", { maxLen: 10, ttlMs: 1_000 })],
           ["Store.mailboxRead", (t) => fx.store.mailboxRead(t, MailboxStart, { count: 1 })],
-          ["Store.registerWaiter (instance)", (t) => fx.store.registerWaiter("fine", t)]
+          ["Store.registerWaiter (instance)", (t) => fx.store.registerWaiter("fine", t)],
+          ["Store.acquireQueued (instance)", (t) => fx.store.acquireQueued("fine", "lock-1", [], { instanceId: t })],
+          ["Store.releaseQueued (instance)", (t) => fx.store.releaseQueued("fine", "lock-1", { instanceId: t })],
+          ["Store.leaveQueue (instance)", (t) => fx.store.leaveQueue("fine", t)],
+          ["Store.notices (instance)", (t) => Effect.scoped(fx.store.notices("fine", t))]
         ]
         for (const [label, token] of hostileTokens) {
           for (const [name, call] of entryPoints) {

@@ -2,8 +2,9 @@
  * The memory backend's `Driver`: each operation is one step (`op`): the availability check,
  * a read of `Clock` and the script's twin (`./scripts.ts`) or a plain command, in one
  * synchronous block, atomic on a single-threaded runtime. Also here: the channels of
- * pub/sub (one `PubSub` per token channel, reference-counted through `RcMap`), blocked
- * mailbox reads, and the connection status that the control layer (`./control.ts`) moves.
+ * pub/sub (one `PubSub` per channel, reference-counted through `RcMap`: a token's signals,
+ * a worker's notices), blocked mailbox reads, and the connection status that the control
+ * layer (`./control.ts`) moves.
  *
  * @internal
  */
@@ -23,8 +24,9 @@ import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
-import { acquireResult, lockHolder } from "../store/replies.js"
+import { acquireResult, lockHolder, queuedAcquireResult } from "../store/replies.js"
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
+import * as QueueScripts from "./queueScripts.js"
 import * as Scripts from "./scripts.js"
 
 /** The driver's mutable state, which the control layer also moves. @internal */
@@ -63,9 +65,10 @@ export const make = (
   Effect.gen(function* () {
     const lockMs = Duration.toMillis(settings.lockExpiration)
     const tokenMs = Duration.toMillis(settings.tokenExpiration)
+    const handoffMs = Duration.toMillis(settings.handoffTimeout)
     const socketChanges = yield* PubSub.unbounded<RawSocketEvent>()
     const mailboxReaders = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
-    /** The channel each token's subscribers share now: published to while anyone holds it. */
+    /** The channel each name's subscribers share now: published to while anyone holds it. */
     const delivered = new Map<string, PubSub.PubSub<string>>()
     // One PubSub per channel, made by the first subscriber and shut down after the last.
     const channels = yield* RcMap.make({
@@ -120,6 +123,7 @@ export const make = (
       keys,
       lockMs,
       tokenMs,
+      handoffMs,
       publish: (channel, message) => {
         delivered.get(channel)?.unsafeOffer(message)
       },
@@ -128,12 +132,21 @@ export const make = (
     }
 
     const op = makeOp(state)
+    /** A channel's messages from now on; the stream fails when the subscriber "connection" is dropped. */
+    const listen = (operation: string, name: string) =>
+      Effect.gen(function* () {
+        const lost = yield* op(operation, () => state.subscriberLost)
+        const pubsub = yield* RcMap.get(channels, name)
+        const dequeue = yield* PubSub.subscribe(pubsub)
+        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+      })
     const driver: Driver = {
       kind: "memory",
       name: "MemoryStore",
       keys,
       ...lockPart(space, op),
-      ...signalPart(state, space, op, channels),
+      ...queuePart(space, op, listen),
+      ...signalPart(state, space, op, listen),
       ...socketPart(state, space, op, socketChanges),
       ...mailboxPart(space, op, mailboxReaders),
       tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token))
@@ -200,23 +213,42 @@ const lockPart = (space: Scripts.Space, op: Op) => {
   } satisfies Partial<Driver>
 }
 
-/** Publishing, subscribing (one PubSub per channel, shared through `channels`) and the status. */
-const signalPart = (
-  state: State,
-  space: Scripts.Space,
-  op: Op,
-  channels: RcMap.RcMap<string, PubSub.PubSub<string>>
-) => {
+/** Subscribing to a channel by name (one PubSub per channel, shared through an `RcMap`). */
+type Listen = (
+  operation: string,
+  name: string
+) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreUnavailable | StoreRefused, Scope.Scope>
+
+/** The queue steps, each a twin in one step; a worker's notices on its one channel, shared by every token. */
+const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
+  ({
+    acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
+      Effect.map(
+        op("acquireQueued", (now) =>
+          QueueScripts.acquireQueued(space, now, token, lockId, slices, instanceId, claim, notices)
+        ),
+        (reply) => queuedAcquireResult(reply, space.lockMs)
+      ),
+    releaseQueued: (token, lockId, instanceId, requeue, notices) =>
+      op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, requeue, notices)),
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
+      op("commitAndReleaseQueued", (now) =>
+        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, requeue, notices)
+      ),
+    leaveQueue: (token, instanceId, notices) =>
+      op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, notices)),
+    queueLength: (token, instanceId) =>
+      op("queueLength", (now) => QueueScripts.queueLength(space, now, token, instanceId)),
+    queue: (token) => op("queue", (now) => QueueScripts.queue(space, now, token)),
+    notices: (_token, instanceId) => listen("notices", space.keys.workerNotices(instanceId))
+  }) satisfies Partial<Driver>
+
+/** Publishing, subscribing to a token's channel and the status. */
+const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) => {
   const { keys } = space
   return {
     publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
-    subscribe: (token) =>
-      Effect.gen(function* () {
-        const lost = yield* op("subscribe", () => state.subscriberLost)
-        const pubsub = yield* RcMap.get(channels, keys.signal(token))
-        const dequeue = yield* PubSub.subscribe(pubsub)
-        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
-      }),
+    subscribe: (token) => listen("subscribe", keys.signal(token)),
     status: SubscriptionRef.get(state.status),
     statusChanges: state.status.changes
   } satisfies Partial<Driver>

@@ -2,6 +2,8 @@
  * The twins of the Lua scripts (`../redis/scripts/`): one function per script, with the same
  * name, in the same order as `Scripts.all`, taking the script's named arguments and
  * returning what its decoder returns. A reader holds a script and its twin side by side.
+ * The queue scripts, last in `all`, have their twins in `./queueScripts.ts`, over the
+ * shared parts exported here.
  *
  * Each twin is synchronous and runs inside one step of the memory driver, which makes it
  * atomic. Like Redis, a twin reads before it writes where a wrong-typed key would refuse
@@ -33,6 +35,8 @@ export interface Space {
   readonly keys: Keys
   readonly lockMs: number
   readonly tokenMs: number
+  /** How long a grant stays pending for the worker it was handed to (the queue twins). */
+  readonly handoffMs: number
   /** PUBLISH: deliver a message to the channel's subscribers. */
   readonly publish: (channel: string, message: string) => void
   /** The keyspace event Redis would publish for a change of `key`. */
@@ -87,8 +91,8 @@ const leave = (s: Space, token: string, instanceId: string, now: number): void =
 
 const integerPattern = /^-?\d+$/
 
-/** The fence as INCR reads it: 0 when absent, `undefined` when not an integer. */
-const readFence = (s: Space, token: string, now: number): number | undefined => {
+/** The fence as INCR reads it: 0 when absent, `undefined` when not an integer. @internal */
+export const readFence = (s: Space, token: string, now: number): number | undefined => {
   const entry = s.ks.getString(s.keys.fence(token), now)
   if (entry === undefined) return 0
   if (!integerPattern.test(entry.value)) return undefined
@@ -102,8 +106,8 @@ const refreshTokenKey = (s: Space, key: string, now: number): void => {
   if (entry !== undefined) s.ks.expire(key, entry, now + s.tokenMs, now)
 }
 
-/** GETEX … PX tokenExpiration over every name, in order; reads all before touching any TTL. */
-const readAndRefresh = (s: Space, token: string, names: ReadonlyArray<string>, now: number) => {
+/** GETEX … PX tokenExpiration over every name, in order; reads all before touching any TTL. @internal */
+export const readAndRefresh = (s: Space, token: string, names: ReadonlyArray<string>, now: number) => {
   const found = names.map((name) => {
     const key = s.keys.slice(token, name)
     return [key, s.ks.getString(key, now)] as const
@@ -115,17 +119,23 @@ const readAndRefresh = (s: Space, token: string, names: ReadonlyArray<string>, n
   })
 }
 
-/** SET each slice PX tokenExpiration, then PEXPIRE the fence: it lives as long as the slices. */
-const writeSlices = (s: Space, token: string, entries: ReadonlyArray<readonly [string, string]>, now: number) => {
+/** SET each slice PX tokenExpiration, then PEXPIRE the fence: it lives as long as the slices. @internal */
+export const writeSlices = (
+  s: Space,
+  token: string,
+  entries: ReadonlyArray<readonly [string, string]>,
+  now: number
+) => {
   for (const [name, value] of entries) s.ks.setString(s.keys.slice(token, name), value, now + s.tokenMs)
   refreshTokenKey(s, s.keys.fence(token), now)
 }
 
-/** PTTL of a lock; -1 (no TTL) exists only through a raw write. */
-const pttl = (lock: StringEntry, now: number): number =>
+/** PTTL of a lock; -1 (no TTL) exists only through a raw write. @internal */
+export const pttl = (lock: StringEntry, now: number): number =>
   lock.deadline === undefined ? -1 : Math.max(0, lock.deadline - now)
 
-const lost = (lock: StringEntry | undefined): Guarded<never> => ({
+/** @internal */
+export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
   _tag: "Lost",
   holder: Option.map(Option.fromNullable(lock), (entry) => entry.value)
 })

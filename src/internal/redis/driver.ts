@@ -1,7 +1,8 @@
 /**
  * The Redis backend's `Driver`: each operation is its keys, then one script (or one plain
  * command) through the topology, then the script's decoded reply; a reply of another shape
- * is `StoreRefused`. Subscriptions go to `pubsub`, blocking reads to `blocking`.
+ * is `StoreRefused`. Subscriptions go to `pubsub`, blocking reads to `blocking`. The queue
+ * steps are a part of their own (`queuePart.ts`).
  *
  * @internal
  */
@@ -22,6 +23,7 @@ import type { Blocking } from "./blocking.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
 import type { PubSub } from "./pubsub.js"
+import { queuePart } from "./queuePart.js"
 import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import type { Node, Topology } from "./topology.js"
@@ -79,10 +81,12 @@ export interface Parts {
   readonly blocking: Blocking
 }
 
-/** What every part of the driver works with. */
-interface Context extends Parts {
+/** What every part of the driver works with (`queuePart.ts` too). @internal */
+export interface Context extends Parts {
   readonly lockMs: number
   readonly tokenMs: number
+  /** How long a grant stays pending for the worker it was handed to. */
+  readonly handoffMs: number
   readonly commandTimeoutMs: number
   readonly run: Topology["run"]
   /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
@@ -413,6 +417,7 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
     ...parts,
     lockMs: millis(settings.lockExpiration),
     tokenMs: millis(settings.tokenExpiration),
+    handoffMs: millis(settings.handoffTimeout),
     commandTimeoutMs: millis(settings.commandTimeout),
     run,
     runScript
@@ -422,6 +427,7 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
     name: "RedisStore",
     keys: parts.keys,
     ...lockPart(context),
+    ...queuePart(context),
     ...signalPart(context),
     ...socketPart(context),
     ...mailboxPart(context),

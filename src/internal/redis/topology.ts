@@ -22,6 +22,7 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import type { Cluster, Redis, RedisCommander } from "ioredis"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
+import type { Keys } from "../keys.js"
 import { type ClusterEndpoint, clusterOptions, keySlot, nodeKey, settleEach, slotMaster } from "./cluster.js"
 import {
   awaitReady,
@@ -60,6 +61,13 @@ export interface Topology {
     readonly unsubscribe: (connection: Redis, name: string) => Promise<unknown>
     readonly message: "message" | "smessage"
   }
+  /**
+   * The channel a worker's notices about `token` go to, less the worker id the scripts
+   * append (DESIGN §4.7): one channel per worker on a single server (`<p>:w:`), shared by
+   * every token; the token's hash tag on a Cluster (`<p>:{<t>}:w:`), where a script may
+   * publish only in its own slot.
+   */
+  readonly noticePrefix: (keys: Keys, token: string) => string
   /** Run one command on the command connection. */
   readonly run: <A>(operation: string, f: (connection: RedisCommander) => Promise<A>) => Effect.Effect<A, StoreError>
   /** Single-key commands as one batch, each settled on its own (one round trip per node). */
@@ -176,6 +184,7 @@ const single = (
     unsubscribe: (connection, name) => connection.unsubscribe(name),
     message: "message"
   },
+  noticePrefix: (keys) => keys.workerNotices(""),
   run,
   runBatch: (operation, batch) => run(operation, () => command.pipeline(batch.map((entry) => [...entry])).exec()),
   nodeOf: () => Effect.succeed(""),
@@ -206,6 +215,7 @@ const sharded = (
         unsubscribe: (connection, name) => connection.sunsubscribe(name),
         message: "smessage"
       },
+      noticePrefix: (keys, token) => keys.tokenNotices(token, ""),
       run,
       runBatch: (operation, batch) =>
         run(operation, (c) => {

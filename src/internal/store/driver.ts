@@ -22,6 +22,7 @@ import type {
   KeyInfo,
   LockHolder,
   MailboxEntry,
+  QueuedAcquireResult,
   ReleaseResult,
   SliceEntry,
   SocketEventsSetting
@@ -34,6 +35,15 @@ export interface Waiter {
   readonly instanceId: string
   readonly register: boolean
   /** The wire form of `Contended` for this instance, published when it registers. */
+  readonly contended: string
+}
+
+/**
+ * The wire forms of a token's notices (`granted:<token>`, `contended:<token>`), published by
+ * the queue steps on the channel of the worker they concern.
+ */
+export interface NoticeMessages {
+  readonly granted: string
   readonly contended: string
 }
 
@@ -95,6 +105,40 @@ export interface Driver {
   readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, StoreError>
   readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
   readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
+
+  // --- queue (DESIGN §4) ----------------------------------------------------------------
+  readonly acquireQueued: (
+    token: string,
+    lockId: string,
+    slices: ReadonlyArray<string>,
+    instanceId: string,
+    claim: boolean,
+    notices: NoticeMessages
+  ) => Effect.Effect<QueuedAcquireResult, StoreError>
+  /** `queued`: the other live entries, counted before the requeue and the grant. */
+  readonly releaseQueued: (
+    token: string,
+    lockId: string,
+    instanceId: string,
+    requeue: boolean,
+    notices: NoticeMessages
+  ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, StoreError>
+  readonly commitAndReleaseQueued: (
+    token: string,
+    lockId: string,
+    entries: ReadonlyArray<SliceEntry>,
+    instanceId: string,
+    requeue: boolean,
+    notices: NoticeMessages
+  ) => Effect.Effect<Guarded<number>, StoreError>
+  readonly leaveQueue: (token: string, instanceId: string, notices: NoticeMessages) => Effect.Effect<void, StoreError>
+  readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
+  readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
+  /** Raw messages of the worker's notice channel that carries the token's notices, from the confirmed subscription on. */
+  readonly notices: (
+    token: string,
+    instanceId: string
+  ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- slices -------------------------------------------------------------------------
   readonly readSlices: (

@@ -4,8 +4,9 @@
  *
  * - validation, before any I/O: tokens, slice names, instance ids (also those inside a
  *   socket record or a `Contended` signal), so user input never becomes part of a key;
- * - encoding: signals and socket records to their wire strings, and back, with messages
- *   that are not signals ignored and corrupt records reported as `CorruptValue`;
+ * - encoding: signals, notices and socket records to their wire strings, and back, with
+ *   messages that are not signals (or not notices about the token) ignored and corrupt
+ *   records reported as `CorruptValue`;
  * - a lost lock as `LockLost`, naming the holder found;
  * - normalized numbers (whole milliseconds, whole counts);
  * - the scan's warnings for records it skips, and the filter on socket events.
@@ -18,16 +19,24 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store, WaiterOptions } from "../../Store.js"
 import { type CorruptValue, LockLost, type StoreRefused } from "../../StoreError.js"
-import { decodeSignal, decodeSocketRecord, encodeSignal, encodeSocketRecord } from "../codec.js"
+import {
+  decodeNotice,
+  decodeSignal,
+  decodeSocketRecord,
+  encodeNotice,
+  encodeSignal,
+  encodeSocketRecord
+} from "../codec.js"
 import {
   isValidToken,
   signalInstance,
+  validateLockId,
   validateSliceNames,
   validateToken,
   validateTokenAndInstance,
   validateTokens
 } from "../validate.js"
-import type { Driver, Guarded, RawClaim, RawSocketEvent, ScannedRecord, Waiter } from "./driver.js"
+import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord, Waiter } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -101,6 +110,59 @@ const lockPart = (driver: Driver) =>
       Effect.zipRight(
         Effect.zipRight(validateToken(token), validateSliceNames(sliceNames(entries))),
         Effect.flatMap(driver.writeIfHolder(token, lockId, entries), (outcome) => guarded(token, lockId, outcome))
+      )
+  }) satisfies Partial<Store.Service>
+
+/** The notices the queue steps of `token` publish, in their wire form. */
+const noticeMessages = (token: string): NoticeMessages => ({
+  granted: encodeNotice(token, { _tag: "Granted" }),
+  contended: encodeNotice(token, { _tag: "Contended" })
+})
+
+/** The token, the worker and the lock id of a queue step, and its slice names, before any I/O. */
+const validateQueueStep = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
+  Effect.zipRight(Effect.zipRight(validateTokens(token, instanceId), validateLockId(lockId)), validateSliceNames(names))
+
+/** The queue of waiting workers and the hand-off of the lock (DESIGN §4). */
+const queuePart = (driver: Driver) =>
+  ({
+    acquireQueued: (token, lockId, slices, options) =>
+      Effect.zipRight(
+        validateQueueStep(token, options.instanceId, lockId, slices),
+        driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim === true, noticeMessages(token))
+      ),
+    releaseQueued: (token, lockId, options) =>
+      Effect.zipRight(
+        validateQueueStep(token, options.instanceId, lockId, []),
+        driver.releaseQueued(token, lockId, options.instanceId, options.requeue === true, noticeMessages(token))
+      ),
+    commitAndReleaseQueued: (token, lockId, entries, options) =>
+      Effect.zipRight(
+        validateQueueStep(token, options.instanceId, lockId, sliceNames(entries)),
+        Effect.flatMap(
+          driver.commitAndReleaseQueued(
+            token,
+            lockId,
+            entries,
+            options.instanceId,
+            options.requeue === true,
+            noticeMessages(token)
+          ),
+          (outcome) => guarded(token, lockId, outcome)
+        )
+      ),
+    leaveQueue: (token, instanceId) =>
+      Effect.zipRight(validateTokens(token, instanceId), driver.leaveQueue(token, instanceId, noticeMessages(token))),
+    queueLength: (token, instanceId) =>
+      Effect.zipRight(validateTokens(token, instanceId), driver.queueLength(token, instanceId)),
+    queue: (token) => Effect.zipRight(validateToken(token), driver.queue(token)),
+    notices: (token, instanceId) =>
+      Effect.zipRight(
+        validateTokens(token, instanceId),
+        Effect.map(driver.notices(token, instanceId), (messages) =>
+          // The channel may carry other tokens' notices (one channel per worker on a single server).
+          Stream.filterMap(messages, (message) => Option.fromNullable(decodeNotice(token, message)))
+        )
       )
   }) satisfies Partial<Store.Service>
 
@@ -245,6 +307,7 @@ const mailboxPart = (driver: Driver) =>
 export const make = (driver: Driver): Store.Service => ({
   kind: driver.kind,
   ...lockPart(driver),
+  ...queuePart(driver),
   ...signalPart(driver),
   ...socketPart(driver),
   ...mailboxPart(driver),

@@ -7,8 +7,9 @@
  */
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import type { AcquireResult, LockHolder } from "../../Store.js"
+import type { AcquireResult, LockHolder, QueuedAcquireResult } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
+import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
 import type * as Holder from "../redis/scripts/holder.js"
 import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
 
@@ -35,6 +36,12 @@ export const acquireResult = (reply: TryAcquire.Reply, lockMs: number): AcquireR
         values: reply.values.map(Option.fromNullable),
         contenders: reply.contenders
       }
+
+/** @internal */
+export const queuedAcquireResult = (reply: AcquireQueued.Reply, lockMs: number): QueuedAcquireResult =>
+  reply._tag === "Queued"
+    ? { _tag: "Queued", remainingMs: remainingMs(reply.pttl, lockMs) }
+    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullable), queued: reply.queued }
 
 /**
  * The holder named by a reply. The fence lives as long as the slices; a lock outliving it

@@ -5,13 +5,17 @@
  * @internal
  */
 import type { AnyScript } from "../script.js"
+import * as AcquireQueued from "./acquireQueued.js"
 import * as CommitAndRelease from "./commitAndRelease.js"
+import * as CommitAndReleaseQueued from "./commitAndReleaseQueued.js"
 import * as DescribeKeys from "./describeKeys.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
 import * as MailboxAppend from "./mailboxAppend.js"
+import * as Queue from "./queue.js"
 import * as ReadSlices from "./readSlices.js"
 import * as Release from "./release.js"
+import * as ReleaseQueued from "./releaseQueued.js"
 import * as Sockets from "./sockets.js"
 import * as TryAcquire from "./tryAcquire.js"
 import * as Waiters from "./waiters.js"
@@ -49,6 +53,18 @@ export const refreshSocket = Sockets.refresh
 export const mailboxAppend = MailboxAppend.script
 /** @internal */
 export const describeKeys = DescribeKeys.script
+/** @internal */
+export const acquireQueued = AcquireQueued.script
+/** @internal */
+export const releaseQueued = ReleaseQueued.script
+/** @internal */
+export const commitAndReleaseQueued = CommitAndReleaseQueued.script
+/** @internal */
+export const leaveQueue = Queue.leave
+/** @internal */
+export const queueLength = Queue.length
+/** @internal */
+export const queue = Queue.live
 
 /** @internal */
 export const all: ReadonlyArray<AnyScript> = [
@@ -67,5 +83,11 @@ export const all: ReadonlyArray<AnyScript> = [
   deleteSocketIfOwner,
   refreshSocket,
   mailboxAppend,
-  describeKeys
+  describeKeys,
+  acquireQueued,
+  releaseQueued,
+  commitAndReleaseQueued,
+  leaveQueue,
+  queueLength,
+  queue
 ]

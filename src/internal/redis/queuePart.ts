@@ -1,0 +1,103 @@
+/**
+ * The queue part of the Redis `Driver` (DESIGN §4): each step the token's lock, queue and
+ * deadline keys, then one script; notices go to the channel the topology names (one per
+ * worker on a single server, per worker and token on a Cluster), appended by the scripts
+ * with the worker id.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import { StoreRefused } from "../../StoreError.js"
+import type { Driver } from "../store/driver.js"
+import { queuedAcquireResult } from "../store/replies.js"
+import type { Context } from "./driver.js"
+import * as Scripts from "./scripts/index.js"
+
+/** @internal */
+export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs, topology }: Context) => {
+  const queueKeys = (token: string) => ({
+    lock: keys.lock(token),
+    queue: keys.queue(token),
+    deadlines: keys.queueDeadlines(token)
+  })
+  return {
+    acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
+      Effect.flatMap(
+        runScript("acquireQueued", Scripts.acquireQueued, {
+          keys: { ...queueKeys(token), fence: keys.fence(token) },
+          restKeys: slices.map((name) => keys.slice(token, name)),
+          args: {
+            lockId,
+            lockMs,
+            tokenMs,
+            handoffMs,
+            instanceId,
+            claim: claim ? "1" : "0",
+            noticePrefix: topology.noticePrefix(keys, token),
+            granted: notices.granted,
+            contended: notices.contended
+          }
+        }),
+        (reply) =>
+          reply._tag === "Acquired" && reply.values.length !== slices.length
+            ? Effect.fail(
+                new StoreRefused({ operation: "acquireQueued", reply: `unexpected reply ${JSON.stringify(reply)}` })
+              )
+            : Effect.succeed(queuedAcquireResult(reply, lockMs))
+      ),
+    releaseQueued: (token, lockId, instanceId, requeue, notices) =>
+      runScript("releaseQueued", Scripts.releaseQueued, {
+        keys: queueKeys(token),
+        args: {
+          lockId,
+          lockMs,
+          handoffMs,
+          instanceId,
+          requeue: requeue ? "1" : "0",
+          noticePrefix: topology.noticePrefix(keys, token),
+          granted: notices.granted
+        }
+      }),
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
+      Effect.map(
+        runScript("commitAndReleaseQueued", Scripts.commitAndReleaseQueued, {
+          keys: { ...queueKeys(token), fence: keys.fence(token) },
+          restKeys: entries.map(([name]) => keys.slice(token, name)),
+          args: {
+            lockId,
+            lockMs,
+            tokenMs,
+            handoffMs,
+            instanceId,
+            requeue: requeue ? "1" : "0",
+            noticePrefix: topology.noticePrefix(keys, token),
+            granted: notices.granted
+          },
+          restArgs: entries.map(([, value]) => value)
+        }),
+        (reply) =>
+          reply._tag === "Lost"
+            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+            : { _tag: "Done", value: reply.queued }
+      ),
+    leaveQueue: (token, instanceId, notices) =>
+      Effect.asVoid(
+        runScript("leaveQueue", Scripts.leaveQueue, {
+          keys: queueKeys(token),
+          args: { instanceId, handoffMs, noticePrefix: topology.noticePrefix(keys, token), granted: notices.granted }
+        })
+      ),
+    queueLength: (token, instanceId) =>
+      runScript("queueLength", Scripts.queueLength, {
+        keys: { deadlines: keys.queueDeadlines(token) },
+        args: { instanceId }
+      }),
+    queue: (token) =>
+      runScript("queue", Scripts.queue, {
+        keys: { queue: keys.queue(token), deadlines: keys.queueDeadlines(token) },
+        args: {}
+      }),
+    notices: (token, instanceId) => pubsub.subscribe(`${topology.noticePrefix(keys, token)}${instanceId}`)
+  } satisfies Partial<Driver>
+}

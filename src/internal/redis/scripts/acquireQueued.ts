@@ -1,0 +1,85 @@
+/**
+ * `acquireQueued` (DESIGN §4.4, §4.6): take the lock when it is a grant pending for this
+ * worker, or when it is free and nobody else is queued ahead (the queue is empty, its head
+ * is this worker, or `claim` "1": a grantee whose grant expired). Taking sets the lock id,
+ * reads the slices, increments the fence and takes the worker out of the queue. Otherwise a
+ * free lock goes to the queue's head, and the worker is queued (at the head with `claim`,
+ * else at the tail; once), its deadline refreshed, and the lock's holder told again.
+ *
+ * Redis does not roll back a script that fails half-way: a read that fails (a slice key of
+ * the wrong type) deletes the lock it just set, as `tryAcquire` does.
+ *
+ * @internal
+ */
+import { asArray, asNullableString, asNumber, define } from "../script.js"
+import { dropLate, enqueue, findLate, grantNext, noticeHolder } from "./queueLua.js"
+import { serverNow } from "./waiterLua.js"
+
+/** @internal */
+export type Reply =
+  | {
+      readonly _tag: "Acquired"
+      readonly fence: number
+      /** The other workers still queued. */
+      readonly queued: number
+      /** One per slice key, `null` where missing. */
+      readonly values: ReadonlyArray<string | null>
+    }
+  | { readonly _tag: "Queued"; readonly pttl: number }
+
+/** @internal */
+export const script = define({
+  name: "leaseholdAcquireQueued",
+  keys: ["lock", "fence", "queue", "deadlines"],
+  restKeys: "slices",
+  // claim "1" / "0"; noticePrefix: a worker's notice channel is noticePrefix .. <worker>
+  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "claim", "noticePrefix", "granted", "contended"],
+  body: (dialect) => `${serverNow}${findLate}
+local value = redis.call("GET", lock)
+${dropLate}${enqueue}${grantNext(dialect)}
+local head = redis.call("ZRANGE", queue, 0, 0)[1]
+if value == "?" .. instanceId or (not value and (not head or head == instanceId or claim == "1")) then
+  redis.call("SET", lock, lockId, "PX", lockMs)
+  -- false (not nil) marks a missing slice: a Lua array ends at its first nil
+  local result = {1, 0, 0}
+  for i, key in ipairs(slices) do
+    local found = redis.pcall("GETEX", key, "PX", tokenMs)
+    if type(found) == "table" and found.err then
+      redis.call("DEL", lock)
+      return found
+    end
+    result[i + 3] = found
+  end
+  local fenced = redis.pcall("INCR", fence)
+  if type(fenced) == "table" and fenced.err then
+    redis.call("DEL", lock)
+    return fenced
+  end
+  redis.call("PEXPIRE", fence, tokenMs)
+  redis.call("ZREM", queue, instanceId)
+  redis.call("ZREM", deadlines, instanceId)
+  result[2] = fenced
+  result[3] = redis.call("ZCARD", queue)
+  return result
+end
+if not value then
+  grantNext()
+end
+enqueue(instanceId, claim == "1")
+${noticeHolder(dialect)}
+return {0, redis.call("PTTL", lock)}
+`,
+  decode: (reply): Reply | undefined => {
+    const list = asArray(reply)
+    if (list?.[0] === 1) {
+      const fence = asNumber(list[1])
+      const queued = asNumber(list[2])
+      const values = list.slice(3).map(asNullableString)
+      if (fence === undefined || queued === undefined || values.some((value) => value === undefined)) return
+      return { _tag: "Acquired", fence, queued, values: values as ReadonlyArray<string | null> }
+    }
+    const pttl = asNumber(list?.[1])
+    if (list?.[0] === 0 && pttl !== undefined) return { _tag: "Queued", pttl }
+    return undefined
+  }
+})

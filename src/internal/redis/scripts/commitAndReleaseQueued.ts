@@ -1,0 +1,54 @@
+/**
+ * `commitAndReleaseQueued`: `writeIfHolder` and `releaseQueued` in one step, a modification's
+ * last round trip under the queue protocol. When `lockId` no longer holds the lock nothing at
+ * all is written, queued, granted or published: the reply names the holder found.
+ * Otherwise the other live entries are counted, the slices written (the fence's TTL with
+ * them), the lock deleted, the worker queued again at the tail with `requeue` "1", and the
+ * lock granted to the queue's head.
+ *
+ * @internal
+ */
+import { asArray, asNumber, define } from "../script.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext } from "./queueLua.js"
+import { serverNow } from "./waiterLua.js"
+import { decodeHolderCheck } from "./writeIfHolder.js"
+
+/** @internal */
+export type Reply =
+  | { readonly _tag: "Written"; readonly queued: number }
+  | { readonly _tag: "Lost"; readonly holder: string | null }
+
+/** @internal */
+export const script = define({
+  name: "leaseholdCommitAndReleaseQueued",
+  keys: ["lock", "fence", "queue", "deadlines"],
+  restKeys: "slices",
+  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "requeue", "noticePrefix", "granted"],
+  restArgs: "values",
+  body: (dialect) => `
+local holder = redis.call("GET", lock)
+if holder ~= lockId then
+  return {0, holder}
+end
+${serverNow}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
+-- the writes first (see writeIfHolder): an out-of-memory refusal comes before any write,
+-- dropping the late entries included
+for i, key in ipairs(slices) do
+  redis.call("SET", key, values[i], "PX", tokenMs)
+end
+redis.call("PEXPIRE", fence, tokenMs)
+${dropLate}
+redis.call("DEL", lock)
+if requeue == "1" then
+  enqueue(instanceId, false)
+end
+grantNext()
+return {1, queued}
+`,
+  decode: (reply): Reply | undefined => {
+    const checked = decodeHolderCheck(reply)
+    if (checked?._tag !== "Written") return checked
+    const queued = asNumber(asArray(reply)?.[1])
+    return queued === undefined ? undefined : { _tag: "Written", queued }
+  }
+})

@@ -1,0 +1,112 @@
+/**
+ * The Lua shared by the scripts of a token's queue of waiting workers (DESIGN §4): two sorted
+ * sets, `queue` (worker id scored by arrival order, head first) and `deadlines` (worker id
+ * scored by its deadline on the server's clock, `lockMs` after its last enqueue or refresh).
+ * An entry is in both or in neither; both keys expire with the newest deadline.
+ *
+ * Each fragment reads the named locals of the script it is spliced into (`lock`, `queue`,
+ * `deadlines`, `instanceId`, `lockMs`, `handoffMs`, `noticePrefix`, `granted`, `contended`)
+ * and the `now` of `serverNow`. The reads come before the writes (`findLate`, `countQueued`),
+ * so that a key of another kind refuses a whole step before anything is written.
+ *
+ * @internal
+ */
+import type { Dialect } from "../script.js"
+
+/**
+ * `late`: the entries whose deadline has passed. It also reads the queue, so a queue key of
+ * another kind refuses the step here, before any write.
+ *
+ * @internal
+ */
+export const findLate = `
+redis.call("ZCARD", queue)
+local late = redis.call("ZRANGEBYSCORE", deadlines, "-inf", now)
+`
+
+/** Drop the `late` entries from both keys (Redis deletes a sorted set with its last member). @internal */
+export const dropLate = `
+for _, member in ipairs(late) do
+  redis.call("ZREM", queue, member)
+  redis.call("ZREM", deadlines, member)
+end
+`
+
+/** `queued`: the live entries other than the caller's worker. Reads only. @internal */
+export const countQueued = `
+local queued = redis.call("ZCOUNT", deadlines, "(" .. now, "+inf")
+local own = redis.call("ZSCORE", deadlines, instanceId)
+if own and tonumber(own) > now then
+  queued = queued - 1
+end
+`
+
+/**
+ * `enqueue(member, atHead)`: a worker not yet queued goes to the tail (1 + the last score) or,
+ * `atHead`, to the head (the first score - 1); one already queued keeps its place. Either way
+ * its deadline is `lockMs` from now, and both keys live as long as that newest deadline.
+ *
+ * @internal
+ */
+export const enqueue = `
+local function enqueue(member, atHead)
+  if not redis.call("ZSCORE", queue, member) then
+    local score = 1
+    if atHead then
+      local first = redis.call("ZRANGE", queue, 0, 0, "WITHSCORES")
+      if first[2] then
+        score = tonumber(first[2]) - 1
+      end
+    else
+      local last = redis.call("ZRANGE", queue, -1, -1, "WITHSCORES")
+      if last[2] then
+        score = tonumber(last[2]) + 1
+      end
+    end
+    redis.call("ZADD", queue, score, member)
+  end
+  redis.call("ZADD", deadlines, now + tonumber(lockMs), member)
+  redis.call("PEXPIRE", queue, lockMs)
+  redis.call("PEXPIRE", deadlines, lockMs)
+end
+`
+
+/**
+ * `grantNext()`: when the lock is free and someone is queued, the head leaves the queue, the
+ * lock becomes its pending grant (`?<worker>`, which no lock id can equal, for `handoffMs`)
+ * and that worker alone is told.
+ *
+ * @internal
+ */
+export const grantNext = (dialect: Dialect) => `
+local function grantNext()
+  if redis.call("EXISTS", lock) == 1 then
+    return
+  end
+  local head = redis.call("ZRANGE", queue, 0, 0)[1]
+  if not head then
+    return
+  end
+  redis.call("ZREM", queue, head)
+  redis.call("ZREM", deadlines, head)
+  redis.call("SET", lock, "?" .. head, "PX", handoffMs)
+  redis.call("${dialect.publish}", noticePrefix .. head, granted)
+end
+`
+
+/**
+ * Tell the holder of the lock that a worker is queued behind it: a lock id is
+ * `<worker>:<n>` (the worker is everything before the last `:`); a pending grant has no
+ * holder to tell.
+ *
+ * @internal
+ */
+export const noticeHolder = (dialect: Dialect) => `
+local holder = redis.call("GET", lock)
+if holder and string.sub(holder, 1, 1) ~= "?" then
+  local worker = string.match(holder, "^(.*):")
+  if worker and worker ~= "" then
+    redis.call("${dialect.publish}", noticePrefix .. worker, contended)
+  end
+end
+`

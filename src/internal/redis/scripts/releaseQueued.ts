@@ -1,0 +1,44 @@
+/**
+ * `releaseQueued` (DESIGN §4.5): compare-and-delete, then (with `requeue` "1") the worker
+ * goes back to the tail of the queue, then a free lock is granted to the queue's head, in
+ * the same step. `queued` counts the other live entries before the requeue and the grant.
+ * Whether or not the lock was still the caller's, the requeue and the grant happen.
+ *
+ * @internal
+ */
+import { asArray, asNumber, define } from "../script.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext } from "./queueLua.js"
+import { serverNow } from "./waiterLua.js"
+
+/** @internal */
+export interface Reply {
+  readonly released: boolean
+  readonly queued: number
+}
+
+/** @internal */
+export const script = define({
+  name: "leaseholdReleaseQueued",
+  keys: ["lock", "queue", "deadlines"],
+  // requeue "1" / "0"
+  args: ["lockId", "lockMs", "handoffMs", "instanceId", "requeue", "noticePrefix", "granted"],
+  body: (dialect) => `${serverNow}${findLate}
+local value = redis.call("GET", lock)
+${countQueued}${dropLate}${enqueue}${grantNext(dialect)}
+local released = 0
+if value == lockId then
+  redis.call("DEL", lock)
+  released = 1
+end
+if requeue == "1" then
+  enqueue(instanceId, false)
+end
+grantNext()
+return {released, queued}
+`,
+  decode: (reply): Reply | undefined => {
+    const [released, queued] = asArray(reply) ?? []
+    if (typeof released !== "number" || asNumber(queued) === undefined) return
+    return { released: released === 1, queued: queued as number }
+  }
+})

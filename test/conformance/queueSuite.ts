@@ -1,0 +1,398 @@
+/**
+ * The queue hand-off cases of the store conformance suite (DESIGN §4): a token's queue of
+ * waiting workers, the grant of a released lock to the queue's head alone, the claim, the
+ * per-entry deadlines, and the notices. `storeSuite` registers them in its "queue hand-off"
+ * block, so they run on every backend the suite runs on.
+ *
+ * Workers are named `A`, `B`, `C`…; their lock ids are `<worker>:<n>`, as the protocol makes
+ * them, so the store can tell a holder's worker from its lock id.
+ */
+import { assert } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Ref from "effect/Ref"
+import * as Stream from "effect/Stream"
+import type { Notice } from "../../src/Store.js"
+import type { Backend, Fixture } from "./backend.js"
+import { eventuallyTrue, failsWith } from "./helpers.js"
+
+const granted: Notice = { _tag: "Granted" }
+const contended: Notice = { _tag: "Contended" }
+
+/** A lock id as the protocol makes it: `<worker>:<n>`. */
+const lockOf = (worker: string, n = 1) => `${worker}:${n}`
+
+interface Attempt {
+  readonly slices?: ReadonlyArray<string>
+  readonly claim?: boolean
+  /** The lock id's counter (1 unless said). */
+  readonly n?: number
+}
+
+const attempt = (fx: Fixture, token: string, worker: string, options: Attempt = {}) =>
+  fx.store.acquireQueued(token, lockOf(worker, options.n), options.slices ?? [], {
+    instanceId: worker,
+    claim: options.claim === true
+  })
+
+/** `worker`'s attempt takes the lock, or the test dies naming what came instead. */
+const takes = (fx: Fixture, token: string, worker: string, options: Attempt = {}) =>
+  Effect.flatMap(attempt(fx, token, worker, options), (result) =>
+    result._tag === "Acquired"
+      ? Effect.succeed(result)
+      : Effect.dieMessage(`${worker} on ${token}: expected Acquired, got Queued (remainingMs ${result.remainingMs})`)
+  )
+
+/** `worker`'s attempt is queued, or the test dies naming what came instead. */
+const waits = (fx: Fixture, token: string, worker: string, options: Attempt = {}) =>
+  Effect.flatMap(attempt(fx, token, worker, options), (result) =>
+    result._tag === "Queued"
+      ? Effect.succeed(result)
+      : Effect.dieMessage(`${worker} on ${token}: expected Queued, got Acquired (fence ${result.fence})`)
+  )
+
+const release = (fx: Fixture, token: string, worker: string, options: { readonly requeue?: boolean } = {}) =>
+  fx.store.releaseQueued(token, lockOf(worker), { instanceId: worker, requeue: options.requeue === true })
+
+/** The raw lock value: a lock id, `?<worker>` for a pending grant, `undefined` when free. */
+const lockValue = (fx: Fixture, token: string) =>
+  Effect.map(fx.store.holder(token), (holder) => Option.getOrUndefined(Option.map(holder, (h) => h.lockId)))
+
+/** Record `worker`'s notices about `token` from now on (the subscription is confirmed on return). */
+const recordNotices = (fx: Fixture, token: string, worker: string) =>
+  Effect.gen(function* () {
+    const notices = yield* fx.store.notices(token, worker)
+    const seen = yield* Ref.make<ReadonlyArray<Notice>>([])
+    yield* Effect.fork(Stream.runForEach(notices, (notice) => Ref.update(seen, (all) => [...all, notice])))
+    return seen
+  })
+
+/** Wait for at least `n` recorded notices, give later ones time to arrive, and return them all. */
+const noticesSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Notice>>, n: number) =>
+  Effect.gen(function* () {
+    if (n > 0) {
+      yield* eventuallyTrue(
+        `${n} notice(s)`,
+        5_000,
+        Effect.map(Ref.get(seen), (all) => all.length >= n)
+      )
+    }
+    yield* fx.settle
+    return yield* Ref.get(seen)
+  })
+
+/** The TTL of one key of `token` as `tokenKeys` reports it (-1: none or absent). */
+const ttlOf = (fx: Fixture, token: string, name: string) =>
+  Effect.map(fx.store.tokenKeys(token), (infos) =>
+    Option.getOrElse(
+      Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+      () => -1
+    )
+  )
+
+/** Register the queue hand-off cases for `backend`. */
+export const queueHandoff = (backend: Backend): void => {
+  const test = backend.test
+
+  test("fast path: a free lock with nobody queued is taken at once, and a release grants nothing", (fx) =>
+    Effect.gen(function* () {
+      const grant = yield* takes(fx, "tok", "A", { slices: ["a"] })
+      assert.isTrue(Number.isInteger(grant.fence) && grant.fence > 0, `fence ${grant.fence}`)
+      deepStrictEqual(grant.values, [Option.none()])
+      assert.strictEqual(grant.queued, 0)
+      assert.strictEqual(yield* lockValue(fx, "tok"), "A:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
+      deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 0 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
+      // no longer the holder's to release
+      deepStrictEqual(yield* release(fx, "tok", "A"), { released: false, queued: 0 })
+      const next = yield* takes(fx, "tok", "B")
+      assert.isTrue(next.fence > grant.fence, `fences ${grant.fence} then ${next.fence}`)
+    }))
+
+  test("held: Queued with the lock's time left, the worker queued once, and the holder told each time", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      const holderSees = yield* recordNotices(fx, "tok", "A")
+      const waiterSees = yield* recordNotices(fx, "tok", "B")
+      const first = yield* waits(fx, "tok", "B")
+      const lockMs = fx.lockExpirationMs
+      assert.isTrue(first.remainingMs > 0 && first.remainingMs <= lockMs, `remainingMs ${first.remainingMs}`)
+      if (fx.exactTime) assert.strictEqual(first.remainingMs, lockMs)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
+      // a second attempt refreshes the entry in its place, and tells the holder again
+      yield* waits(fx, "tok", "B")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
+      assert.strictEqual(yield* fx.store.queueLength("tok", "A"), 1)
+      assert.strictEqual(yield* fx.store.queueLength("tok", "B"), 0)
+      // contention on another token that A holds is no notice about this one
+      yield* takes(fx, "other", "A")
+      yield* waits(fx, "other", "C")
+      deepStrictEqual(yield* noticesSeen(fx, holderSees, 2), [contended, contended])
+      deepStrictEqual(yield* Ref.get(waiterSees), [])
+    }))
+
+  test("no barging: a release grants the lock to the queue's head, and only the head can take it", (fx) =>
+    Effect.gen(function* () {
+      const a = yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      const headSees = yield* recordNotices(fx, "tok", "B")
+      deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [granted])
+      // a newcomer finds the lock reserved for B, for at most the hand-off timeout
+      const newcomer = yield* waits(fx, "tok", "C")
+      assert.isTrue(
+        newcomer.remainingMs > 0 && newcomer.remainingMs <= fx.handoffTimeoutMs,
+        `remainingMs ${newcomer.remainingMs}`
+      )
+      // and so does the worker that just released it
+      yield* waits(fx, "tok", "A", { n: 2 })
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C", "A"])
+      const b = yield* takes(fx, "tok", "B")
+      assert.strictEqual(b.fence, a.fence + 1)
+      assert.strictEqual(b.queued, 2)
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C", "A"])
+    }))
+
+  test("order: successive releases grant the queued workers in arrival order", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B", "C", "D"])
+      let holder = "A"
+      for (const [next, behind] of [
+        ["B", 2],
+        ["C", 1],
+        ["D", 0]
+      ] as const) {
+        deepStrictEqual(yield* release(fx, "tok", holder), { released: true, queued: behind + 1 })
+        assert.strictEqual(yield* lockValue(fx, "tok"), `?${next}`)
+        assert.strictEqual((yield* takes(fx, "tok", next)).queued, behind)
+        holder = next
+      }
+      deepStrictEqual(yield* release(fx, "tok", "D"), { released: true, queued: 0 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
+    }))
+
+  test("one wake-up: a release with three workers queued notifies the queue's head alone", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      const holderSees = yield* recordNotices(fx, "tok", "A")
+      const seen = new Map<string, Ref.Ref<ReadonlyArray<Notice>>>()
+      for (const worker of ["B", "C", "D"]) seen.set(worker, yield* recordNotices(fx, "tok", worker))
+      for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
+      deepStrictEqual(yield* noticesSeen(fx, holderSees, 3), [contended, contended, contended])
+      yield* release(fx, "tok", "A")
+      deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [granted])
+      // settled: whatever else the release published has arrived by now
+      deepStrictEqual(yield* Ref.get(seen.get("C")!), [])
+      deepStrictEqual(yield* Ref.get(seen.get("D")!), [])
+      deepStrictEqual(yield* Ref.get(holderSees), [contended, contended, contended])
+    }))
+
+  test("requeue: a release or a commit with requeue puts the worker back at the tail", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* waits(fx, "tok", "C")
+      // counted before the requeue
+      deepStrictEqual(yield* release(fx, "tok", "A", { requeue: true }), { released: true, queued: 2 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C", "A"])
+      yield* takes(fx, "tok", "B")
+      assert.strictEqual(
+        yield* fx.store.commitAndReleaseQueued("tok", "B:1", [["a", "1"]], { instanceId: "B", requeue: true }),
+        2
+      )
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["A", "B"])
+    }))
+
+  test("leaving: a waiting worker just leaves; a grantee's pending grant passes to the next head", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
+      const nextSees = yield* recordNotices(fx, "tok", "C")
+      yield* release(fx, "tok", "A")
+      yield* fx.store.leaveQueue("tok", "D")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
+      yield* fx.store.leaveQueue("tok", "B")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [granted])
+      // the grant is C's now: B has to queue
+      yield* waits(fx, "tok", "B")
+      yield* takes(fx, "tok", "C")
+    }))
+
+  test("a grant not claimed within handoffTimeout: the next attempt, by anyone, grants the lock to the next head", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* waits(fx, "tok", "C")
+      yield* release(fx, "tok", "A")
+      const nextSees = yield* recordNotices(fx, "tok", "C")
+      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
+      // D, a newcomer, does not take the free lock: C is queued ahead, and D's attempt grants it to C
+      const newcomer = yield* waits(fx, "tok", "D")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      if (fx.exactTime) assert.strictEqual(newcomer.remainingMs, fx.handoffTimeoutMs)
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [granted])
+      deepStrictEqual(yield* fx.store.queue("tok"), ["D"])
+    }))
+
+  test("a grantee whose grant expired: with claim it takes a free lock, and goes back to the head of a held one", (fx) =>
+    Effect.gen(function* () {
+      // t1: B's grant will have expired with C queued behind it
+      yield* takes(fx, "t1", "A")
+      yield* waits(fx, "t1", "B")
+      yield* waits(fx, "t1", "C")
+      yield* release(fx, "t1", "A")
+      // t2: C's grant will have expired, and another worker will hold the lock when C claims
+      yield* takes(fx, "t2", "A")
+      yield* waits(fx, "t2", "C")
+      yield* release(fx, "t2", "A")
+      yield* fx.advance(fx.handoffTimeoutMs + 50)
+
+      const b = yield* takes(fx, "t1", "B", { claim: true })
+      assert.strictEqual(b.queued, 1)
+      assert.strictEqual(yield* lockValue(fx, "t1"), "B:1")
+      deepStrictEqual(yield* fx.store.queue("t1"), ["C"])
+
+      yield* takes(fx, "t2", "D")
+      yield* waits(fx, "t2", "E")
+      yield* waits(fx, "t2", "C", { claim: true })
+      deepStrictEqual(yield* fx.store.queue("t2"), ["C", "E"])
+      assert.strictEqual(yield* lockValue(fx, "t2"), "D:1")
+    }))
+
+  test("an entry not refreshed for a lock expiration is dropped, and never granted", (fx) =>
+    Effect.gen(function* () {
+      // two steps outlast one lock expiration, one step is well within it
+      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* fx.advance(step)
+      yield* waits(fx, "tok", "C")
+      assert.isTrue(yield* fx.store.extend("tok", "A:1"))
+      yield* fx.advance(step)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
+      assert.strictEqual(yield* fx.store.queueLength("tok", "A"), 1)
+      deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      // B's next attempt queues it anew
+      yield* waits(fx, "tok", "B")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
+    }))
+
+  test("commitAndReleaseQueued writes and grants in one step; with the lock lost it writes and grants nothing", (fx) =>
+    Effect.gen(function* () {
+      const a = yield* takes(fx, "tok", "A", { slices: ["a"] })
+      yield* waits(fx, "tok", "B")
+      const headSees = yield* recordNotices(fx, "tok", "B")
+      assert.strictEqual(yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A" }), 1)
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [granted])
+      const b = yield* takes(fx, "tok", "B", { slices: ["a"] })
+      deepStrictEqual(b.values, [Option.some("1")])
+      assert.strictEqual(b.fence, a.fence + 1)
+
+      // B's lock expires while C waits, refreshing its entry
+      const half = Math.floor(fx.lockExpirationMs / 2) + 10
+      yield* waits(fx, "tok", "C")
+      const cSees = yield* recordNotices(fx, "tok", "C")
+      yield* fx.advance(half)
+      yield* waits(fx, "tok", "C")
+      yield* fx.advance(half)
+      const lost = yield* failsWith(
+        fx.store.commitAndReleaseQueued("tok", "B:1", [["a", "2"]], { instanceId: "B", requeue: true }),
+        "LockLost"
+      )
+      deepStrictEqual(lost.holder, Option.none())
+      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("1")])
+      // no grant: the lock is still free, C still queued and told nothing, B not queued
+      assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 0), [])
+
+      // the holder died: a newcomer's attempt does not take the free lock, it grants it to C
+      yield* waits(fx, "tok", "E")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      // a commit by a worker that does not hold the lock names the holder
+      yield* takes(fx, "tok", "C")
+      const other = yield* failsWith(
+        fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "3"]], { instanceId: "A" }),
+        "LockLost"
+      )
+      deepStrictEqual(other.holder, Option.some("C:1"))
+      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("1")])
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
+    }))
+
+  test("the fence lives as long as the slices: a queued grant and a queued commit refresh it", (fx) =>
+    Effect.gen(function* () {
+      /** 100 ms after the fence was last refreshed, `step` refreshes slice `a`: the fence must follow. */
+      const fenceFollows = (label: string, step: Effect.Effect<unknown, unknown>) =>
+        Effect.gen(function* () {
+          yield* fx.advance(100)
+          yield* step
+          const fence = yield* ttlOf(fx, "tok", "fence")
+          const slice = yield* ttlOf(fx, "tok", "s:a")
+          assert.isAtLeast(fence, slice - 50, `${label}: fence TTL ${fence} ms, slice TTL ${slice} ms`)
+        })
+      yield* takes(fx, "tok", "A")
+      yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A" })
+      yield* fenceFollows("acquireQueued", takes(fx, "tok", "B", { slices: ["a"] }))
+      yield* fenceFollows(
+        "commitAndReleaseQueued",
+        fx.store.commitAndReleaseQueued("tok", "B:1", [["a", "2"]], { instanceId: "B" })
+      )
+    }))
+
+  test("tokenKeys lists the queue and its deadlines: sets that live as long as the newest entry", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* fx.advance(100)
+      yield* waits(fx, "tok", "C")
+      const infos = yield* fx.store.tokenKeys("tok")
+      const lockMs = fx.lockExpirationMs
+      for (const name of ["queue", "queue:d"]) {
+        const info = infos.find((key) => key.name === name)
+        assert.isDefined(info, `${name} in ${infos.map((key) => key.name).join(", ")}`)
+        assert.strictEqual(info!.kind, "set", name)
+        assert.strictEqual(info!.size, 2, name)
+        const ttl = Option.getOrElse(info!.ttlMs, () => -1)
+        // C's deadline, not B's (which is 100 ms shorter)
+        assert.isTrue(ttl > lockMs - 80 && ttl <= lockMs, `${name}: TTL ${ttl} ms`)
+        if (fx.exactTime) assert.strictEqual(ttl, lockMs, name)
+      }
+      // gone with the last entry
+      yield* fx.store.leaveQueue("tok", "B")
+      yield* fx.store.leaveQueue("tok", "C")
+      const names = (yield* fx.store.tokenKeys("tok")).map((key) => key.name)
+      assert.notInclude(names, "queue")
+      assert.notInclude(names, "queue:d")
+    }))
+
+  test("a lock id that could pass for a pending grant is refused, before any I/O", (fx) =>
+    Effect.gen(function* () {
+      const before = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
+      const pending = "?B"
+      yield* failsWith(fx.store.acquireQueued("tok", pending, [], { instanceId: "A" }), "InvalidToken")
+      yield* failsWith(fx.store.releaseQueued("tok", pending, { instanceId: "A" }), "InvalidToken")
+      yield* failsWith(
+        fx.store.commitAndReleaseQueued("tok", pending, [["a", "1"]], { instanceId: "A" }),
+        "InvalidToken"
+      )
+      const after = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
+      assert.strictEqual(after - before, 0, "commands reached the server")
+      assert.strictEqual(yield* fx.keyCount, 0)
+    }))
+}
