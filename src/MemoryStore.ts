@@ -4,7 +4,8 @@
  *
  * Keys are the full Redis key names, so raw values written by tests through
  * `MemoryStoreControl.setRaw` land exactly where the Redis store would find them. Each
- * operation is one synchronous block, which makes it atomic on a single-threaded runtime.
+ * operation's step on the key space is one synchronous block, which makes it atomic on a
+ * single-threaded runtime.
  *
  * With `dataDir` set, each token's slices and fencing counter are also kept in files there
  * (written a short interval after they change, loaded when the store is built), so a

@@ -7,6 +7,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
@@ -25,6 +26,30 @@ const tagOf = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>): s
   Option.getOrUndefined(Option.map(failureOf(exit), (error) => error._tag))
 
 describe("MemoryStore", () => {
+  describe("subscriptions after a dropped connection", () => {
+    it.scoped("every listener that subscribes again receives, whatever order the old ones leave in", () =>
+      Effect.gen(function* () {
+        const memory = yield* MemoryStore.make
+        // two workers' subscriptions to one token, as two Signals layers on one store make them
+        const oldA = yield* Scope.make()
+        const oldB = yield* Scope.make()
+        yield* Scope.extend(memory.subscribe("t"), oldA)
+        yield* Scope.extend(memory.subscribe("t"), oldB)
+        yield* memory.control.dropSubscriptions
+        // A leaves its lost subscription and subscribes again before B leaves its own
+        yield* Scope.close(oldA, Exit.void)
+        const a = yield* memory.subscribe("t")
+        yield* Scope.close(oldB, Exit.void)
+        const b = yield* memory.subscribe("t")
+        const signal: Signal = { _tag: "Released", lockId: "L1" }
+        yield* memory.publish("t", signal)
+        // each subscription has its message queued already: the head is taken at once
+        deepStrictEqual(yield* Stream.runHead(a), Option.some(signal))
+        deepStrictEqual(yield* Stream.runHead(b), Option.some(signal))
+      }).pipe(Effect.provide(config))
+    )
+  })
+
   describe("expiry", () => {
     it.scoped("the sweeper removes expired entries without any access", () =>
       Effect.gen(function* () {

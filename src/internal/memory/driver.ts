@@ -32,7 +32,6 @@ import * as Scripts from "./scripts.js"
 /** The driver's mutable state, which the control layer also moves. @internal */
 export interface State {
   readonly ks: Keyspace
-  readonly keys: Keys
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
   available: boolean
   /** One deferred per subscriber "connection": failing it fails every stream opened on it. */
@@ -43,8 +42,8 @@ export interface State {
   operations: number
   /** Emits the keyspace event Redis would publish for a change of a socket key. */
   readonly keyEvent: (key: string, event: string) => void
-  /** Makes the channels of the lost connection unreachable, and (`mailboxReaders`) fails blocked mailbox reads. */
-  readonly dropConnection: (reason: string, mailboxReaders: boolean) => Effect.Effect<void>
+  /** Makes the channels of the lost connection unreachable, and (`failReaders`) fails blocked mailbox reads. */
+  readonly dropConnection: (reason: string, failReaders: boolean) => Effect.Effect<void>
 }
 
 /** @internal */
@@ -70,10 +69,14 @@ export const make = (
     const mailboxReaders = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
     /** The channel each name's subscribers share now: published to while anyone holds it. */
     const delivered = new Map<string, PubSub.PubSub<string>>()
-    // One PubSub per channel, made by the first subscriber and shut down after the last.
+    // One PubSub per channel of the subscriber "connection", made by its first subscriber and
+    // shut down after its last. Keyed by `<connection>:<name>`: a channel of a dropped
+    // connection is never handed out again, nor replaced under its own key.
+    let connection = 0
     const channels = yield* RcMap.make({
-      lookup: (name: string) =>
-        Effect.acquireRelease(
+      lookup: (key: string) => {
+        const name = key.slice(key.indexOf(":") + 1)
+        return Effect.acquireRelease(
           Effect.tap(PubSub.unbounded<string>(), (pubsub) => Effect.sync(() => delivered.set(name, pubsub))),
           (pubsub) =>
             Effect.suspend(() => {
@@ -81,6 +84,7 @@ export const make = (
               return PubSub.shutdown(pubsub)
             })
         )
+      }
     })
 
     const wakeReaders = (key: string, outcome: Effect.Effect<void, StoreUnavailable>): void => {
@@ -92,7 +96,6 @@ export const make = (
 
     const state: State = {
       ks,
-      keys,
       status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
       available: true,
       subscriberLost: Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none),
@@ -102,18 +105,16 @@ export const make = (
         if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
       },
       dropConnection: (reason, failReaders) =>
-        Effect.suspend(() => {
+        Effect.sync(() => {
           const lost = state.subscriberLost
           state.subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
+          connection++
           delivered.clear()
           Deferred.unsafeDone(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
           if (failReaders) {
             for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
           }
-          return Effect.flatMap(RcMap.keys(channels), (names) =>
-            Effect.forEach(names, (name) => RcMap.invalidate(channels, name), { discard: true })
-          )
         })
     }
     ks.onExpired = (key) => state.keyEvent(key, "expired")
@@ -136,7 +137,7 @@ export const make = (
     const listen = (operation: string, name: string) =>
       Effect.gen(function* () {
         const lost = yield* op(operation, () => state.subscriberLost)
-        const pubsub = yield* RcMap.get(channels, name)
+        const pubsub = yield* RcMap.get(channels, `${connection}:${name}`)
         const dequeue = yield* PubSub.subscribe(pubsub)
         return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
       })

@@ -1,7 +1,10 @@
 /**
  * The twins of the Lua scripts (`../redis/scripts/`): one function per script, with the same
- * name, in the same order as `Scripts.all`, taking the script's named arguments and
- * returning what its decoder returns. A reader holds a script and its twin side by side.
+ * name, in the same order as `Scripts.all`, taking the script's named arguments. Each returns
+ * what the Redis driver makes of its script's reply: the decoded reply itself, or for
+ * `writeIfHolder` and `commitAndRelease` the driver's `Guarded` outcome, and for
+ * `describeKeys` the token's `KeyInfo` (the key scan the Redis driver makes first
+ * included). A reader holds a script and its twin side by side.
  * The queue scripts, last in `all`, have their twins in `./queueScripts.ts`, over the
  * shared parts exported here.
  *
@@ -20,6 +23,7 @@ import type { Keys } from "../keys.js"
 import type * as Holder from "../redis/scripts/holder.js"
 import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
 import type { Guarded, RawClaim, Waiter } from "../store/driver.js"
+import { notAnInteger, parseInteger } from "../store/replies.js"
 import {
   isExpired,
   type Keyspace,
@@ -89,15 +93,10 @@ const leave = (s: Space, token: string, instanceId: string, now: number): void =
   if (set.members.size === 0) s.ks.delete(key)
 }
 
-const integerPattern = /^-?\d+$/
-
 /** The fence as INCR reads it: 0 when absent, `undefined` when not an integer. @internal */
 export const readFence = (s: Space, token: string, now: number): number | undefined => {
   const entry = s.ks.getString(s.keys.fence(token), now)
-  if (entry === undefined) return 0
-  if (!integerPattern.test(entry.value)) return undefined
-  const n = Number(entry.value)
-  return Number.isSafeInteger(n) ? n : undefined
+  return entry === undefined ? 0 : parseInteger(entry.value)
 }
 
 /** PEXPIRE key tokenExpiration, on a key of any kind; nothing when it is absent. */
@@ -143,7 +142,7 @@ export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
 /** Thrown when INCR meets a fence that is not an integer: the step is refused. */
 export class NotAnInteger extends Error {
   constructor() {
-    super("ERR value is not an integer or out of range")
+    super(notAnInteger)
   }
 }
 

@@ -17,7 +17,7 @@ import * as Mailbox from "effect/Mailbox"
 import * as RcMap from "effect/RcMap"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type { StoreError, StoreUnavailable } from "../../StoreError.js"
+import { type StoreError, StoreUnavailable } from "../../StoreError.js"
 import { awaitReady, withLiveClock } from "./connection.js"
 import type { Health } from "./health.js"
 import type { Subscriber } from "./pubsub.js"
@@ -148,7 +148,13 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           const channel = yield* channelFor(name)
           const mailbox = yield* Mailbox.make<string, StoreUnavailable>()
           yield* Effect.acquireRelease(
-            Effect.sync(() => channel.listeners.add(mailbox)),
+            Effect.suspend(() =>
+              // A channel that failed while the map handed it out (its connection dropped,
+              // its slot moved) would neither deliver nor fail: subscribe again instead.
+              live.get(name) === channel
+                ? Effect.sync(() => channel.listeners.add(mailbox))
+                : Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the subscription was lost" }))
+            ),
             () =>
               Effect.sync(() => {
                 channel.listeners.delete(mailbox)

@@ -365,8 +365,9 @@ const inspectPart = ({ commandTimeoutMs, health, keys, runScript, topology }: Co
       Effect.gen(function* () {
         // Every key of the token shares its hash tag: on a cluster they all live on one master.
         const owner = yield* topology.nodeOf("tokenKeys", keys.tokenHead(token))
+        // a single server has one node and no owner name
         const nodes = topology.nodes()
-        const node = nodes.length === 1 ? nodes[0] : nodes.find((candidate) => candidate.name === owner)
+        const node = owner === "" ? nodes[0] : nodes.find((candidate) => candidate.name === owner)
         if (node === undefined) return yield* Effect.fail(health.notConnected("tokenKeys", commandTimeoutMs)())
         const found = new Set<string>()
         let cursor = "0"

@@ -164,6 +164,10 @@ export const make = (
       health.newEpoch()
     }
 
+    // Subscribers connect beside the command connection: a single server's at once, a
+    // cluster's for each master its client already knows (the others in `connected`).
+    for (const node of topology.masters()) openSubscriber(node)
+
     return {
       subscribe: channels.subscribe,
       socketEvents: socketWatch.subscribe,

@@ -35,7 +35,7 @@ import {
   withLiveClock
 } from "./connection.js"
 import type { Health } from "./health.js"
-import { type Dialect, defineAll, cluster as shardedDialect, singleServer } from "./script.js"
+import { defineAll, cluster as shardedDialect, singleServer } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 
 /** What a scan or a per-node command runs on: the only server, or one master of a cluster. @internal */
@@ -49,8 +49,6 @@ export type BatchReplies = ReadonlyArray<[error: Error | null, reply: unknown]> 
 
 /** @internal */
 export interface Topology {
-  /** How scripts publish. */
-  readonly dialect: Dialect
   /**
    * The commands of a token channel: publishing (on the command connection), subscribing
    * (on a subscriber connection), and the event its messages arrive as.
@@ -117,6 +115,7 @@ export const make = (
           cluster === undefined
             ? openConnection(endpoint, connectionOptions("command", settings), health.onError)
             : openCluster(cluster.seeds, clusterOptions(endpoint, "command", settings), health.onError)
+        // how the scripts publish: PUBLISH on a single server, SPUBLISH on a Cluster
         defineAll(connection, Scripts.all, cluster === undefined ? singleServer : shardedDialect)
         health.track(connection, "command")
         // A cluster client opens a node's connection on its first command, and without an
@@ -177,7 +176,6 @@ const single = (
   endpoint: Endpoint,
   run: <A>(operation: string, f: (connection: RedisCommander) => Promise<A>) => Effect.Effect<A, StoreError>
 ): Topology => ({
-  dialect: singleServer,
   channels: {
     publish: (connection, name, message) => connection.publish(name, message),
     subscribe: (connection, name) => connection.subscribe(name),
@@ -208,7 +206,6 @@ const sharded = (
   Effect.gen(function* () {
     const masters = (): ReadonlyArray<Redis> => command.nodes("master")
     const topology: Topology = {
-      dialect: shardedDialect,
       channels: {
         publish: (connection, name, message) => connection.spublish(name, message),
         subscribe: (connection, name) => connection.ssubscribe(name),

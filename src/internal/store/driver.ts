@@ -6,8 +6,9 @@
  * (the Lua scripts' twins on an in-process key space) and `internal/redis/driver.ts`
  * (keys, then a script, then its decoded reply).
  *
- * Numbers reach a driver normalized: counts are whole and at least 1, durations whole
- * milliseconds and at least 1.
+ * Numbers reach a driver normalized: a read's count is whole and at least 1, durations
+ * are whole milliseconds and at least 1; a mailbox's `maxLen` is passed as given (the
+ * store trims to it as Redis' XTRIM does).
  *
  * @internal
  */

@@ -8,7 +8,7 @@
  *   messages that are not signals (or not notices about the token) ignored and corrupt
  *   records reported as `CorruptValue`;
  * - a lost lock as `LockLost`, naming the holder found;
- * - normalized numbers (whole milliseconds, whole counts);
+ * - normalized numbers (whole milliseconds; a read's count whole; `maxLen` as given);
  * - the scan's warnings for records it skips, and the filter on socket events.
  *
  * @internal

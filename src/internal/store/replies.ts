@@ -23,6 +23,13 @@ export const remainingMs = (pttl: number, lockMs: number): number => (pttl >= 0 
 
 const integerPattern = /^-?\d+$/
 
+/** A stored counter as INCR reads it: a safe integer, or `undefined` (INCR would refuse it). @internal */
+export const parseInteger = (raw: string): number | undefined => {
+  if (!integerPattern.test(raw)) return undefined
+  const n = Number(raw)
+  return Number.isSafeInteger(n) ? n : undefined
+}
+
 /** The reply INCR would give to a fence that is not an integer. @internal */
 export const notAnInteger = "ERR value is not an integer or out of range"
 
@@ -54,7 +61,7 @@ export const lockHolder = (
   lockMs: number
 ): Either.Either<Option.Option<LockHolder>, StoreRefused> => {
   if (reply._tag === "Free") return Either.right(Option.none())
-  const fence = reply.fence === null ? 0 : integerPattern.test(reply.fence) ? Number(reply.fence) : Number.NaN
-  if (!Number.isSafeInteger(fence)) return Either.left(new StoreRefused({ operation: "holder", reply: notAnInteger }))
+  const fence = reply.fence === null ? 0 : parseInteger(reply.fence)
+  if (fence === undefined) return Either.left(new StoreRefused({ operation: "holder", reply: notAnInteger }))
   return Either.right(Option.some({ lockId: reply.lockId, fence, remainingMs: remainingMs(reply.pttl, lockMs) }))
 }
