@@ -23,219 +23,46 @@ import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
+import type {
+  AcquireResult,
+  ClaimResult,
+  ConnectionStatus,
+  KeyInfo,
+  LockHolder,
+  MailboxEntry,
+  Notice,
+  QueuedAcquireResult,
+  ReleaseResult,
+  Signal,
+  SliceEntry,
+  SocketEvent,
+  SocketEventsSetting,
+  SocketRecord,
+  WaiterOptions
+} from "./StoreModel.js"
 
 /**
- * The outcome of `tryAcquire`.
+ * The values the service takes and gives (defined in `StoreModel`).
  *
  * @since 0.1.0
- * @category models
  */
-export type AcquireResult =
-  | {
-      readonly _tag: "Acquired"
-      /** The fencing number of this grant: strictly greater than every earlier grant of the token. */
-      readonly fence: number
-      /** The requested slices, in the order asked, `None` where nothing is stored. */
-      readonly values: ReadonlyArray<Option.Option<string>>
-      /**
-       * The instances other than the caller's still registered as waiters, read in the
-       * grant's step (after the caller's instance left the set); 0 without `WaiterOptions`.
-       */
-      readonly contenders: number
-    }
-  | {
-      readonly _tag: "Held"
-      /** Milliseconds until the current holder's lock expires (0 when it expires now). */
-      readonly remainingMs: number
-    }
-
-/**
- * How a lock operation involves the caller's instance in the token's waiter set, so that
- * registration and the count of other contenders cost no round trip of their own.
- *
- * @since 0.1.0
- * @category models
- */
-export interface WaiterOptions {
-  /** The caller's instance: never counted in `contenders`. */
-  readonly instanceId: string
-  /**
-   * tryAcquire: when the lock is held, register the instance as a waiter in the same step
-   * (its own deadline a lock expiration from now, PUBLISH contended:<instanceId>).
-   * release / commitAndRelease: after releasing, register the instance the same way (it
-   * still has local waiters and must be seen by the next holder).
-   */
-  readonly register?: boolean
-}
-
-/**
- * The outcome of `release`.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ReleaseResult {
-  /** `true` when the lock still held the caller's `lockId` and was deleted. */
-  readonly released: boolean
-  /** Registered instances other than the caller's, read before it registered; 0 without `WaiterOptions`. */
-  readonly contenders: number
-}
-
-/**
- * The outcome of `acquireQueued` (DESIGN §4): the lock taken (free with nobody queued
- * ahead, or a pending grant claimed), or the caller queued behind it.
- *
- * @since 0.2.0
- * @category models
- */
-export type QueuedAcquireResult =
-  | {
-      readonly _tag: "Acquired"
-      readonly fence: number
-      readonly values: ReadonlyArray<Option.Option<string>>
-      /** Other workers in the queue after the grant (the caller no longer is). */
-      readonly queued: number
-    }
-  | {
-      readonly _tag: "Queued"
-      /** Milliseconds until the lock (or a grant pending for another worker) expires. */
-      readonly remainingMs: number
-    }
-
-/**
- * A notice to one worker about one token: the lock was handed to it (`Granted`), or
- * another worker queued behind the lock it holds (`Contended`).
- *
- * @since 0.2.0
- * @category models
- */
-export type Notice = { readonly _tag: "Granted" } | { readonly _tag: "Contended" }
-
-/**
- * The current holder of a token's lock.
- *
- * @since 0.1.0
- * @category models
- */
-export interface LockHolder {
-  readonly lockId: string
-  readonly fence: number
-  readonly remainingMs: number
-}
-
-/**
- * A signal published on a token's channel.
- *
- * - `Released`: the lock was released (with the lock id that held it).
- * - `Contended`: an instance registered as a waiter for the lock.
- *
- * @since 0.1.0
- * @category models
- */
-export type Signal =
-  | {
-      readonly _tag: "Released"
-      /** The lock id released, when a release published it (not when published by hand). */
-      readonly lockId?: string
-    }
-  | { readonly _tag: "Contended"; readonly instanceId: string }
-
-/**
- * Which worker holds a client's socket.
- *
- * @since 0.1.0
- * @category models
- */
-export interface SocketRecord {
-  readonly instanceId: string
-  readonly connectionId: string
-}
-
-/**
- * The outcome of claiming a socket record: ours now, or someone else's record (which may
- * be another connection of this very instance).
- *
- * @since 0.1.0
- * @category models
- */
-export type ClaimResult = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly record: SocketRecord }
-
-/**
- * A change to a socket record, as the store reports it: `set` (written), `del` (deleted),
- * `expired` (its TTL ran out), `evicted` (dropped under memory pressure).
- *
- * @since 0.1.0
- * @category models
- */
-export interface SocketEvent {
-  readonly token: string
-  readonly event: "set" | "del" | "expired" | "evicted"
-}
-
-/**
- * Whether the store agreed to report socket-record changes. `Refused`: the server does not
- * let us turn its notifications on (a managed Redis that disables `CONFIG`); a
- * subscription still works but may stay silent unless an operator enabled the events.
- *
- * @since 0.1.0
- * @category models
- */
-export type SocketEventsSetting =
-  | {
-      readonly _tag: "Enabled"
-      /** The server's notification flags now in force (Redis `notify-keyspace-events`). */
-      readonly flags: string
-    }
-  | { readonly _tag: "Refused"; readonly reply: string }
-
-/**
- * One entry of an instance's mailbox stream.
- *
- * @since 0.1.0
- * @category models
- */
-export interface MailboxEntry {
-  /** Stream id (`<ms>-<seq>`), strictly increasing within one mailbox. */
-  readonly id: string
-  readonly payload: string
-}
-
-/**
- * The health of the store's connections. `epoch` increases every time a connection
- * becomes ready, so a caller that remembers an epoch can wait for the next recovery
- * without missing one that happened meanwhile.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ConnectionStatus {
-  readonly ready: boolean
-  readonly epoch: number
-}
-
-/**
- * One key of a token, as `tokenKeys` describes it (for inspection).
- *
- * @since 0.1.0
- * @category models
- */
-export interface KeyInfo {
-  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `queue`, `queue:d`, `s:<slice>`, `socket`. */
-  readonly name: string
-  readonly kind: "string" | "set" | "other"
-  /** Bytes of a string, members of a set (the waiter set, the queue and its deadlines: sorted sets on Redis), 0 otherwise. */
-  readonly size: number
-  /** Milliseconds until it expires; `None` for a key without expiry. */
-  readonly ttlMs: Option.Option<number>
-}
-
-/**
- * A slice write: the slice name and its encoded value.
- *
- * @since 0.1.0
- * @category models
- */
-export type SliceEntry = readonly [name: string, value: string]
+export type {
+  AcquireResult,
+  ClaimResult,
+  ConnectionStatus,
+  KeyInfo,
+  LockHolder,
+  MailboxEntry,
+  Notice,
+  QueuedAcquireResult,
+  ReleaseResult,
+  Signal,
+  SliceEntry,
+  SocketEvent,
+  SocketEventsSetting,
+  SocketRecord,
+  WaiterOptions
+} from "./StoreModel.js"
 
 /**
  * The id that denotes "before every entry" of a mailbox.
@@ -243,7 +70,7 @@ export type SliceEntry = readonly [name: string, value: string]
  * @since 0.1.0
  * @category constants
  */
-export const MailboxStart = "0-0"
+export { MailboxStart } from "./StoreModel.js"
 
 /**
  * @since 0.1.0

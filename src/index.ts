@@ -52,6 +52,9 @@ export * as Store from "./Store.js"
 /** @since 0.1.0 */
 export * as StoreError from "./StoreError.js"
 
+/** @since 0.2.0 */
+export * as StoreModel from "./StoreModel.js"
+
 /** @since 0.1.0 */
 export * as Supervisor from "./Supervisor.js"
 
