@@ -23,34 +23,45 @@ export const tokenProblem = (token: unknown): string | undefined => {
 /** @internal */
 export const isValidToken = (token: unknown): token is string => tokenProblem(token) === undefined
 
+/** What is wrong with a token (or an instance id), as the error to fail with; `undefined` when nothing. @internal */
+export const tokenError = (token: string): InvalidToken | undefined => {
+  const reason = tokenProblem(token)
+  return reason === undefined ? undefined : new InvalidToken({ token: String(token), reason })
+}
+
+/** The first of `tokens` that is not valid, as the error to fail with. @internal */
+export const tokensError = (...tokens: ReadonlyArray<string>): InvalidToken | undefined => {
+  for (const token of tokens) {
+    const error = tokenError(token)
+    if (error !== undefined) return error
+  }
+  return undefined
+}
+
+/** Slice names become part of a key: the same charset as tokens. @internal */
+export const sliceNamesError = (names: ReadonlyArray<string>): InvalidToken | undefined => {
+  for (const name of names) {
+    const reason = tokenProblem(name)
+    if (reason !== undefined) return new InvalidToken({ token: String(name), reason: `slice name ${reason}` })
+  }
+  return undefined
+}
+
+/** A token together with the instance id a record or signal carries (it names a mailbox key). @internal */
+export const tokenAndInstanceError = (token: string, instanceId: string | undefined): InvalidToken | undefined =>
+  instanceId === undefined ? tokenError(token) : tokensError(token, instanceId)
+
 /** @internal */
 export const validateToken = (token: string): Effect.Effect<string, InvalidToken> => {
-  const reason = tokenProblem(token)
-  return reason === undefined ? Effect.succeed(token) : Effect.fail(new InvalidToken({ token: String(token), reason }))
+  const error = tokenError(token)
+  return error === undefined ? Effect.succeed(token) : Effect.fail(error)
 }
 
 /** @internal */
 export const validateTokens = (...tokens: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
-  for (const token of tokens) {
-    const reason = tokenProblem(token)
-    if (reason !== undefined) return Effect.fail(new InvalidToken({ token: String(token), reason }))
-  }
-  return Effect.void
+  const error = tokensError(...tokens)
+  return error === undefined ? Effect.void : Effect.fail(error)
 }
-
-/** Slice names become part of a key: the same charset as tokens. @internal */
-export const validateSliceNames = (names: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
-  for (const name of names) {
-    const reason = tokenProblem(name)
-    if (reason !== undefined)
-      return Effect.fail(new InvalidToken({ token: String(name), reason: `slice name ${reason}` }))
-  }
-  return Effect.void
-}
-
-/** A token together with the instance id a record or signal carries (it names a mailbox key). @internal */
-export const validateTokenAndInstance = (token: string, instanceId: string | undefined) =>
-  instanceId === undefined ? validateToken(token) : validateTokens(token, instanceId)
 
 /** The instance id a signal carries, if any. @internal */
 export const signalInstance = (signal: { readonly _tag: string; readonly instanceId?: string }): string | undefined =>
@@ -60,7 +71,7 @@ export const signalInstance = (signal: { readonly _tag: string; readonly instanc
  * A lock id of the queue steps: never one that starts with `?`, which marks a grant pending
  * for a worker (DESIGN §4.2), so a lock id can never pass for one. @internal
  */
-export const validateLockId = (lockId: string): Effect.Effect<void, InvalidToken> =>
+export const lockIdError = (lockId: string): InvalidToken | undefined =>
   typeof lockId === "string" && !lockId.startsWith("?")
-    ? Effect.void
-    : Effect.fail(new InvalidToken({ token: String(lockId), reason: "a lock id must not start with ?" }))
+    ? undefined
+    : new InvalidToken({ token: String(lockId), reason: "a lock id must not start with ?" })

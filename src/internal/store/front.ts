@@ -18,7 +18,7 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store, WaiterOptions } from "../../Store.js"
-import { type CorruptValue, LockLost, type StoreRefused } from "../../StoreError.js"
+import { type CorruptValue, type InvalidToken, LockLost, type StoreRefused } from "../../StoreError.js"
 import {
   decodeNotice,
   decodeSignal,
@@ -29,17 +29,26 @@ import {
 } from "../codec.js"
 import {
   isValidToken,
+  lockIdError,
   signalInstance,
-  validateLockId,
-  validateSliceNames,
-  validateToken,
-  validateTokenAndInstance,
-  validateTokens
+  sliceNamesError,
+  tokenAndInstanceError,
+  tokenError,
+  tokensError
 } from "../validate.js"
 import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord, Waiter } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
+
+/**
+ * The step `run` builds, or the input's error when it has one: validation before any I/O,
+ * and no effect built for a step that is refused.
+ */
+const checked = <A, E, R>(
+  error: InvalidToken | undefined,
+  run: () => Effect.Effect<A, E, R>
+): Effect.Effect<A, E | InvalidToken, R> => (error === undefined ? run() : Effect.fail(error))
 
 /** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
 const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
@@ -67,48 +76,37 @@ const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.
 const lockPart = (driver: Driver) =>
   ({
     tryAcquire: (token, lockId, slices, options) =>
-      Effect.zipRight(
-        Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(slices)),
+      checked(tokenAndInstanceError(token, options?.instanceId) ?? sliceNamesError(slices), () =>
         driver.tryAcquire(token, lockId, slices, waiter(options))
       ),
     release: (token, lockId, options) =>
-      Effect.zipRight(
-        validateTokenAndInstance(token, options?.instanceId),
+      checked(tokenAndInstanceError(token, options?.instanceId), () =>
         driver.release(token, lockId, released(lockId), waiter(options))
       ),
     commitAndRelease: (token, lockId, entries, options) =>
-      Effect.zipRight(
-        Effect.zipRight(validateTokenAndInstance(token, options?.instanceId), validateSliceNames(sliceNames(entries))),
+      checked(tokenAndInstanceError(token, options?.instanceId) ?? sliceNamesError(sliceNames(entries)), () =>
         Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId), waiter(options)), (outcome) =>
           guarded(token, lockId, outcome)
         )
       ),
     extend: (token, lockId, slices = []) =>
-      Effect.zipRight(
-        Effect.zipRight(validateToken(token), validateSliceNames(slices)),
-        driver.extend(token, lockId, slices)
-      ),
-    holder: (token) => Effect.zipRight(validateToken(token), driver.holder(token)),
+      checked(tokenError(token) ?? sliceNamesError(slices), () => driver.extend(token, lockId, slices)),
+    holder: (token) => checked(tokenError(token), () => driver.holder(token)),
 
     registerWaiter: (token, instanceId) =>
-      Effect.zipRight(
-        validateTokens(token, instanceId),
+      checked(tokensError(token, instanceId), () =>
         driver.registerWaiter(token, instanceId, encodeSignal({ _tag: "Contended", instanceId }))
       ),
     deregisterWaiter: (token, instanceId) =>
-      Effect.zipRight(validateTokens(token, instanceId), driver.deregisterWaiter(token, instanceId)),
+      checked(tokensError(token, instanceId), () => driver.deregisterWaiter(token, instanceId)),
     otherContenders: (token, instanceId) =>
-      Effect.zipRight(validateTokens(token, instanceId), driver.otherContenders(token, instanceId)),
-    waiters: (token) => Effect.zipRight(validateToken(token), driver.waiters(token)),
+      checked(tokensError(token, instanceId), () => driver.otherContenders(token, instanceId)),
+    waiters: (token) => checked(tokenError(token), () => driver.waiters(token)),
 
     readSlices: (token, names) =>
-      Effect.zipRight(
-        Effect.zipRight(validateToken(token), validateSliceNames(names)),
-        driver.readSlices(token, names)
-      ),
+      checked(tokenError(token) ?? sliceNamesError(names), () => driver.readSlices(token, names)),
     writeIfHolder: (token, lockId, entries) =>
-      Effect.zipRight(
-        Effect.zipRight(validateToken(token), validateSliceNames(sliceNames(entries))),
+      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)), () =>
         Effect.flatMap(driver.writeIfHolder(token, lockId, entries), (outcome) => guarded(token, lockId, outcome))
       )
   }) satisfies Partial<Store.Service>
@@ -119,26 +117,23 @@ const noticeMessages = (token: string): NoticeMessages => ({
   contended: encodeNotice(token, { _tag: "Contended" })
 })
 
-/** The token, the worker and the lock id of a queue step, and its slice names, before any I/O. */
-const validateQueueStep = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
-  Effect.zipRight(Effect.zipRight(validateTokens(token, instanceId), validateLockId(lockId)), validateSliceNames(names))
+/** What is wrong with a queue step's token, worker, lock id or slice names. */
+const queueStepError = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
+  tokensError(token, instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
 
 /** The queue of waiting workers and the hand-off of the lock (DESIGN §4). */
 const queuePart = (driver: Driver) =>
   ({
     acquireQueued: (token, lockId, slices, options) =>
-      Effect.zipRight(
-        validateQueueStep(token, options.instanceId, lockId, slices),
+      checked(queueStepError(token, options.instanceId, lockId, slices), () =>
         driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim === true, noticeMessages(token))
       ),
     releaseQueued: (token, lockId, options) =>
-      Effect.zipRight(
-        validateQueueStep(token, options.instanceId, lockId, []),
+      checked(queueStepError(token, options.instanceId, lockId, []), () =>
         driver.releaseQueued(token, lockId, options.instanceId, options.requeue === true, noticeMessages(token))
       ),
     commitAndReleaseQueued: (token, lockId, entries, options) =>
-      Effect.zipRight(
-        validateQueueStep(token, options.instanceId, lockId, sliceNames(entries)),
+      checked(queueStepError(token, options.instanceId, lockId, sliceNames(entries)), () =>
         Effect.flatMap(
           driver.commitAndReleaseQueued(
             token,
@@ -152,13 +147,12 @@ const queuePart = (driver: Driver) =>
         )
       ),
     leaveQueue: (token, instanceId) =>
-      Effect.zipRight(validateTokens(token, instanceId), driver.leaveQueue(token, instanceId, noticeMessages(token))),
+      checked(tokensError(token, instanceId), () => driver.leaveQueue(token, instanceId, noticeMessages(token))),
     queueLength: (token, instanceId) =>
-      Effect.zipRight(validateTokens(token, instanceId), driver.queueLength(token, instanceId)),
-    queue: (token) => Effect.zipRight(validateToken(token), driver.queue(token)),
+      checked(tokensError(token, instanceId), () => driver.queueLength(token, instanceId)),
+    queue: (token) => checked(tokenError(token), () => driver.queue(token)),
     notices: (token, instanceId) =>
-      Effect.zipRight(
-        validateTokens(token, instanceId),
+      checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
           Stream.filterMap(messages, (message) => Option.fromNullable(decodeNotice(token, message)))
@@ -170,13 +164,9 @@ const queuePart = (driver: Driver) =>
 const signalPart = (driver: Driver) =>
   ({
     publish: (token, signal: Signal) =>
-      Effect.zipRight(
-        validateTokenAndInstance(token, signalInstance(signal)),
-        driver.publish(token, encodeSignal(signal))
-      ),
+      checked(tokenAndInstanceError(token, signalInstance(signal)), () => driver.publish(token, encodeSignal(signal))),
     subscribe: (token) =>
-      Effect.zipRight(
-        validateToken(token),
+      checked(tokenError(token), () =>
         Effect.map(driver.subscribe(token), (messages) =>
           // A message that is not a signal (published by someone else) is ignored.
           Stream.filterMap(messages, (message) => Option.fromNullable(decodeSignal(message)))
@@ -225,13 +215,11 @@ const socketPart = (driver: Driver) => {
 
   return {
     claimSocket: (token, record) =>
-      Effect.zipRight(
-        validateTokenAndInstance(token, record.instanceId),
+      checked(tokenAndInstanceError(token, record.instanceId), () =>
         Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) => claimResult(token, claim))
       ),
     readSocket: (token) =>
-      Effect.zipRight(
-        validateToken(token),
+      checked(tokenError(token), () =>
         Effect.flatMap(driver.readSocket(token), (raw) =>
           Option.isNone(raw)
             ? Effect.succeed(Option.none<SocketRecord>())
@@ -239,13 +227,11 @@ const socketPart = (driver: Driver) => {
         )
       ),
     deleteSocketIfOwner: (token, record) =>
-      Effect.zipRight(
-        validateTokenAndInstance(token, record.instanceId),
+      checked(tokenAndInstanceError(token, record.instanceId), () =>
         driver.deleteSocketIfOwner(token, record.instanceId, record.connectionId)
       ),
     refreshSocket: (token, record) =>
-      Effect.zipRight(
-        validateTokenAndInstance(token, record.instanceId),
+      checked(tokenAndInstanceError(token, record.instanceId), () =>
         driver.refreshSocket(token, record.instanceId, record.connectionId)
       ),
     scanSockets: driver.scanSockets.pipe(
@@ -255,7 +241,10 @@ const socketPart = (driver: Driver) => {
     ),
     claimSockets: (claims) =>
       Effect.gen(function* () {
-        for (const [token, record] of claims) yield* validateTokenAndInstance(token, record.instanceId)
+        for (const [token, record] of claims) {
+          const error = tokenAndInstanceError(token, record.instanceId)
+          if (error !== undefined) return yield* Effect.fail(error)
+        }
         if (claims.length === 0) return []
         const outcomes = yield* driver.claimSockets(
           claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
@@ -274,13 +263,11 @@ const socketPart = (driver: Driver) => {
 const mailboxPart = (driver: Driver) =>
   ({
     mailboxAppend: (instanceId, payload, options) =>
-      Effect.zipRight(
-        validateToken(instanceId),
+      checked(tokenError(instanceId), () =>
         driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
       ),
     mailboxRead: (instanceId, afterId, options) =>
-      Effect.zipRight(
-        validateToken(instanceId),
+      checked(tokenError(instanceId), () =>
         Effect.suspend(() => {
           const count = Math.floor(options.count)
           if (!(count >= 1)) return Effect.succeed([])
@@ -289,14 +276,13 @@ const mailboxPart = (driver: Driver) =>
           return driver.mailboxRead(instanceId, afterId, count, blockMs >= 1 ? blockMs : 0)
         })
       ),
-    mailboxTrim: (instanceId, maxLen) =>
-      Effect.zipRight(validateToken(instanceId), driver.mailboxTrim(instanceId, maxLen)),
+    mailboxTrim: (instanceId, maxLen) => checked(tokenError(instanceId), () => driver.mailboxTrim(instanceId, maxLen)),
     mailboxExpire: (instanceId, ttlMs) =>
-      Effect.zipRight(validateToken(instanceId), driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
-    mailboxLength: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxLength(instanceId)),
+      checked(tokenError(instanceId), () => driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
+    mailboxLength: (instanceId) => checked(tokenError(instanceId), () => driver.mailboxLength(instanceId)),
     mailboxSetCursor: (instanceId, id, ttlMs) =>
-      Effect.zipRight(validateToken(instanceId), driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
-    mailboxCursor: (instanceId) => Effect.zipRight(validateToken(instanceId), driver.mailboxCursor(instanceId))
+      checked(tokenError(instanceId), () => driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
+    mailboxCursor: (instanceId) => checked(tokenError(instanceId), () => driver.mailboxCursor(instanceId))
   }) satisfies Partial<Store.Service>
 
 /**
@@ -311,5 +297,5 @@ export const make = (driver: Driver): Store.Service => ({
   ...signalPart(driver),
   ...socketPart(driver),
   ...mailboxPart(driver),
-  tokenKeys: (token) => Effect.zipRight(validateToken(token), driver.tokenKeys(token))
+  tokenKeys: (token) => checked(tokenError(token), () => driver.tokenKeys(token))
 })
