@@ -9,11 +9,14 @@
  *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
  *   npm run bench:contention -- --cluster            on a 3-master Redis Cluster instead
  *
- * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "max_ms", "stalls", "exact",
- * "cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
+ * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "max_ms", "stalls", "exact",
+ * "cpu_us_per_op", "redis_cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
  * included), `stalls` counts operations over 500 ms, `exact` says the stored counter equals
  * the number of operations that reported success, and `cpu_us_per_op` is the CPU time of all
- * the cell's worker processes (Redis not included) divided by the operations done. More rows: {"impl": "ping", "p50_ms"};
+ * the cell's worker processes (Redis not included) divided by the operations done;
+ * `redis_cpu_us_per_op` is the CPU time the Redis server (every node of a cluster) used over
+ * the cell (`INFO cpu` before and after) divided by the same, and `p999_ms` the 99.9th
+ * percentile of the latencies. More rows: {"impl": "ping", "p50_ms"};
  * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
  * (grant with read, then write with release) sent one after the other straight from ioredis,
  * with nothing around them: what two round trips of this work cost on this machine; and
@@ -88,11 +91,30 @@ const startWorker = (env: Record<string, string>) => {
   return { child, line }
 }
 
-/** Where the bench runs: one server, or a cluster; `read` gets a key from the node holding it. */
+/**
+ * Where the bench runs: one server, or a cluster; `read` gets a key from the node holding it,
+ * `redisCpuSeconds` the CPU time every server of the target has used so far (`INFO cpu`).
+ */
 interface Target {
   readonly url: string
   readonly pingUrl: string
   readonly read: (key: string) => Promise<string | null>
+  readonly redisCpuSeconds: () => Promise<number>
+}
+
+/** `used_cpu_sys` + `used_cpu_user` of the servers at `urls`, in seconds. */
+const cpuSeconds = async (urls: ReadonlyArray<string>): Promise<number> => {
+  let total = 0
+  for (const url of urls) {
+    const client = new Redis(url)
+    const info = await client.info("cpu")
+    client.disconnect()
+    for (const name of ["used_cpu_sys", "used_cpu_user"]) {
+      const match = new RegExp(`^${name}:([0-9.]+)`, "m").exec(info)
+      total += match === null ? 0 : Number(match[1])
+    }
+  }
+  return total
 }
 
 const single = Effect.map(
@@ -100,7 +122,8 @@ const single = Effect.map(
   (server): Target => ({
     url: server.url,
     pingUrl: server.url,
-    read: (key) => Effect.runPromise(Effect.map(RedisServer.getRaw(server, key), Option.getOrNull))
+    read: (key) => Effect.runPromise(Effect.map(RedisServer.getRaw(server, key), Option.getOrNull)),
+    redisCpuSeconds: () => cpuSeconds([server.url])
   })
 )
 
@@ -115,22 +138,25 @@ const cluster = Effect.gen(function* () {
         Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) =>
           Effect.map(RedisServer.getRaw(node, key), Option.getOrNull)
         )
-      )
+      ),
+    redisCpuSeconds: () => cpuSeconds(cluster.nodes.map((node) => node.url))
   } satisfies Target
 })
 
-const runCell = ({ url, read }: Target, impl: string, workers: number, conc: number, token: string) =>
+const runCell = ({ read, redisCpuSeconds, url }: Target, impl: string, workers: number, conc: number, token: string) =>
   Effect.promise(async () => {
     const started = Array.from({ length: workers }, () =>
       startWorker({ IMPL: impl, URL: url, TOKEN: token, CONC: String(conc), CLUSTER: onCluster ? "1" : "0" })
     )
     await Promise.all(started.map((w) => w.line((l) => l === "ready")))
+    const redisBefore = await redisCpuSeconds()
     const t0 = performance.now()
     for (const w of started) w.child.stdin!.write(`go ${seconds * 1000}\n`)
     const reports = await Promise.all(
       started.map((w) => w.line((l) => l.startsWith("{")).then((l) => JSON.parse(l) as Report))
     )
     const elapsed = (performance.now() - t0) / 1000
+    const redisUsed = (await redisCpuSeconds()) - redisBefore
     await Promise.all(
       started.map(
         (w) => new Promise((resolve) => (w.child.exitCode !== null ? resolve(null) : w.child.once("exit", resolve)))
@@ -147,10 +173,12 @@ const runCell = ({ url, read }: Target, impl: string, workers: number, conc: num
       ops_per_s: Math.round(ok / Math.max(elapsed, seconds)),
       p50_ms: percentile(lat, 50),
       p99_ms: percentile(lat, 99),
+      p999_ms: percentile(lat, 99.9),
       max_ms: lat.length === 0 ? 0 : lat[lat.length - 1]!,
       stalls: lat.filter((l) => l > 500).length,
       exact: stored === ok && reports.every((r) => r.failed === 0),
-      cpu_us_per_op: Math.round((reports.reduce((sum, r) => sum + r.cpu_ms, 0) * 1000) / Math.max(1, ok))
+      cpu_us_per_op: Math.round((reports.reduce((sum, r) => sum + r.cpu_ms, 0) * 1000) / Math.max(1, ok)),
+      redis_cpu_us_per_op: Math.round((redisUsed * 1_000_000) / Math.max(1, ok))
     }
   })
 
@@ -242,6 +270,7 @@ const program = Effect.gen(function* () {
             `max ${row.max_ms}`.padStart(11),
             `stalls ${row.stalls}`.padStart(10),
             `cpu/op ${row.cpu_us_per_op}us`.padStart(14),
+            `redis/op ${row.redis_cpu_us_per_op}us`.padStart(16),
             row.exact ? "exact" : "NOT EXACT"
           ].join("  ")
         )
