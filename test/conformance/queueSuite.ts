@@ -381,6 +381,21 @@ export const queueHandoff = (backend: Backend): void => {
       assert.notInclude(names, "queue:d")
     }))
 
+  test("a claim refused half-way (a fence that is not a number) leaves the grant pending for its worker", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* release(fx, "tok", "A")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      yield* fx.putRaw(fx.keys.fence("tok"), "not a number")
+      yield* failsWith(attempt(fx, "tok", "B"), "StoreRefused")
+      // repaired (the holder's report reads the fence too), the grant is still B's
+      yield* fx.putRaw(fx.keys.fence("tok"), "1")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      const b = yield* takes(fx, "tok", "B")
+      assert.strictEqual(b.fence, 2)
+    }))
+
   test("a lock id that could pass for a pending grant is refused, before any I/O", (fx) =>
     Effect.gen(function* () {
       const before = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })

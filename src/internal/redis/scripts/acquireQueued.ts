@@ -39,20 +39,30 @@ local value = redis.call("GET", lock)
 ${dropLate}${enqueue}${grantNext(dialect)}
 local head = redis.call("ZRANGE", queue, 0, 0)[1]
 if value == "?" .. instanceId or (not value and (not head or head == instanceId or claim == "1")) then
+  -- A step refused half-way (a slice of another type, a fence that is not a number) leaves
+  -- the lock as it found it: a grant pending for this worker stays pending.
+  local pendingMs = value and redis.call("PTTL", lock) or 0
+  local function undo()
+    if value and pendingMs > 0 then
+      redis.call("SET", lock, value, "PX", pendingMs)
+    else
+      redis.call("DEL", lock)
+    end
+  end
   redis.call("SET", lock, lockId, "PX", lockMs)
   -- false (not nil) marks a missing slice: a Lua array ends at its first nil
   local result = {1, 0, 0}
   for i, key in ipairs(slices) do
     local found = redis.pcall("GETEX", key, "PX", tokenMs)
     if type(found) == "table" and found.err then
-      redis.call("DEL", lock)
+      undo()
       return found
     end
     result[i + 3] = found
   end
   local fenced = redis.pcall("INCR", fence)
   if type(fenced) == "table" and fenced.err then
-    redis.call("DEL", lock)
+    undo()
     return fenced
   end
   redis.call("PEXPIRE", fence, tokenMs)
