@@ -15,7 +15,7 @@
  * the number of operations that reported success, and `cpu_us_per_op` is the CPU time of all
  * the cell's worker processes (Redis not included) divided by the operations done;
  * `redis_cpu_us_per_op` is the CPU time the Redis server (every node of a cluster) used over
- * the cell (`INFO cpu` before and after) divided by the same, and `p999_ms` the 99.9th
+ * the cell (`INFO cpu` before the start and after the workers exited) divided by the same, and `p999_ms` the 99.9th
  * percentile of the latencies. More rows: {"impl": "ping", "p50_ms"};
  * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
  * (grant with read, then write with release) sent one after the other straight from ioredis,
@@ -107,8 +107,7 @@ const cpuSeconds = async (urls: ReadonlyArray<string>): Promise<number> => {
   let total = 0
   for (const url of urls) {
     const client = new Redis(url)
-    const info = await client.info("cpu")
-    client.disconnect()
+    const info = await client.info("cpu").finally(() => client.disconnect())
     for (const name of ["used_cpu_sys", "used_cpu_user"]) {
       const match = new RegExp(`^${name}:([0-9.]+)`, "m").exec(info)
       total += match === null ? 0 : Number(match[1])
@@ -156,12 +155,13 @@ const runCell = ({ read, redisCpuSeconds, url }: Target, impl: string, workers: 
       started.map((w) => w.line((l) => l.startsWith("{")).then((l) => JSON.parse(l) as Report))
     )
     const elapsed = (performance.now() - t0) / 1000
-    const redisUsed = (await redisCpuSeconds()) - redisBefore
     await Promise.all(
       started.map(
         (w) => new Promise((resolve) => (w.child.exitCode !== null ? resolve(null) : w.child.once("exit", resolve)))
       )
     )
+    // after the workers exit: their shutdown (the last release, closing connections) is part of the cell
+    const redisUsed = (await redisCpuSeconds()) - redisBefore
     const raw = await read(`leasehold:{${token}}:s:counter`)
     const stored = raw === null ? 0 : (JSON.parse(raw) as { n: number }).n
     const ok = reports.reduce((sum, r) => sum + r.ok, 0)
@@ -267,6 +267,7 @@ const program = Effect.gen(function* () {
             `${row.ops_per_s} ops/s`.padStart(12),
             `p50 ${row.p50_ms}`.padStart(10),
             `p99 ${row.p99_ms}`.padStart(10),
+            `p99.9 ${row.p999_ms}`.padStart(12),
             `max ${row.max_ms}`.padStart(11),
             `stalls ${row.stalls}`.padStart(10),
             `cpu/op ${row.cpu_us_per_op}us`.padStart(14),

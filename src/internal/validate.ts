@@ -57,12 +57,6 @@ export const validateToken = (token: string): Effect.Effect<string, InvalidToken
   return error === undefined ? Effect.succeed(token) : Effect.fail(error)
 }
 
-/** @internal */
-export const validateTokens = (...tokens: ReadonlyArray<string>): Effect.Effect<void, InvalidToken> => {
-  const error = tokensError(...tokens)
-  return error === undefined ? Effect.void : Effect.fail(error)
-}
-
 /** The instance id a signal carries, if any. @internal */
 export const signalInstance = (signal: { readonly _tag: string; readonly instanceId?: string }): string | undefined =>
   signal._tag === "Contended" ? signal.instanceId : undefined
