@@ -46,23 +46,7 @@ import type {
  *
  * @since 0.1.0
  */
-export type {
-  AcquireResult,
-  ClaimResult,
-  ConnectionStatus,
-  KeyInfo,
-  LockHolder,
-  MailboxEntry,
-  Notice,
-  QueuedAcquireResult,
-  ReleaseResult,
-  Signal,
-  SliceEntry,
-  SocketEvent,
-  SocketEventsSetting,
-  SocketRecord,
-  WaiterOptions
-} from "./StoreModel.js"
+export type * from "./StoreModel.js"
 
 /**
  * The id that denotes "before every entry" of a mailbox.
