@@ -112,12 +112,19 @@ const maintain = (table: Table, what: string, pass: Effect.Effect<void, StoreErr
     )
   )
 
-/** Write every record of ours back with SET NX and read it in the same round trip. */
+/**
+ * Write every record of ours back with SET NX and read it in the same round trip. A store
+ * failure fails the pass (warned once per episode): the `sockets` loop's attempt ends with
+ * it and the supervisor tries again, since nothing else would write those records back
+ * while the store stays up (a cluster answering before every slot is served again).
+ */
 const restore = (table: Table) =>
-  maintain(
-    table,
-    "restoring records",
-    Effect.suspend(() => reclaim(table, ownEntries(table)))
+  table.maintenance.withPermits(1)(
+    Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
+      Effect.zipRight(storeWorked(table)),
+      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
+      Effect.tapError((error) => storeFailed(table, "restoring records", error))
+    )
   )
 
 /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
@@ -181,12 +188,11 @@ export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
       yield* started.open
       // A reconnection may follow a server restart that lost records, without the
       // subscription noticing (the command connection alone dropped): restore again.
-      yield* store.statusChanges.pipe(
+      // A restore that fails ends this attempt (below), and the next attempt restores.
+      const restores = store.statusChanges.pipe(
         Stream.filter((status) => status.ready && status.epoch > epoch),
         Stream.changesWith((a, b) => a.epoch === b.epoch),
-        Stream.runForEach(() => restore(table)),
-        Effect.interruptible,
-        Effect.forkScoped
+        Stream.mapEffect(() => restore(table))
       )
       if (setting._tag === "Refused") {
         yield* Effect.sleep(refreshEvery).pipe(
@@ -196,9 +202,10 @@ export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
           Effect.forkScoped
         )
       }
-      return yield* Stream.runForEach(events, (change) =>
+      const changes = Stream.mapEffect(events, (change) =>
         change.event === "set" ? Effect.void : removed(table, change.token)
       )
+      return yield* Stream.runDrain(Stream.merge(changes, restores, { haltStrategy: "left" }))
     })
   ).pipe(
     // The layer is ready once the first attempt is over, whatever its outcome: a store
