@@ -3,9 +3,10 @@
  *
  * For each outage length, one worker (RedisStore + Signals, production retry settings:
  * 1 s doubling to 30 s, jitter on) listens on a token; the server is stopped for the
- * outage, then started again on the same port, and a separate client publishes on the
- * token every 5 ms. `resume_ms` is the time from the server accepting connections again
- * to the first signal the worker delivers.
+ * outage, then started again on the same port, and a separate client publishes a
+ * `granted` notice about the token on the worker's notice channel every 5 ms. `resume_ms`
+ * is the time from the server accepting connections again to the first notice the worker
+ * delivers.
  *
  *   npm run bench:recovery -- --json            one JSON array of {"outage_s", "resume_ms"}
  *   npm run bench:recovery -- --outages 2,5     other outage lengths (seconds)
@@ -20,6 +21,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as Stream from "effect/Stream"
 import { Redis } from "ioredis"
 import * as Health from "../src/Health.js"
+import * as InstanceId from "../src/InstanceId.js"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -30,13 +32,18 @@ import { flag, json } from "./args.js"
 
 const outages = (flag("outages") ?? "5,20,60").split(",").map(Number)
 
+/** The worker's id, fixed: the publisher writes on that worker's notice channel. */
+const WORKER_ID = "bench-worker"
+
 const measure = (outageS: number) =>
   Effect.scoped(
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const worker = Signals.layer.pipe(
         Layer.provideMerge(Supervisor.layer),
-        Layer.provideMerge(Layer.mergeAll(RedisStore.layer({ url: server.url }), Health.layer)),
+        Layer.provideMerge(
+          Layer.mergeAll(RedisStore.layer({ url: server.url }), Health.layer, InstanceId.layerFixed(WORKER_ID))
+        ),
         Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: true }))
       )
       const context = yield* Layer.build(worker)
@@ -45,7 +52,7 @@ const measure = (outageS: number) =>
       let firstSignalAt: number | undefined
       yield* stream.pipe(
         Stream.runForEach((event) =>
-          event._tag === "Released" && firstSignalAt === undefined
+          event._tag === "Granted" && firstSignalAt === undefined
             ? Effect.map(Clock.currentTimeMillis, (now) => {
                 firstSignalAt = now
               })
@@ -61,9 +68,10 @@ const measure = (outageS: number) =>
       const publisher = new Redis(server.port, "127.0.0.1", { maxRetriesPerRequest: 1 })
       publisher.on("error", () => undefined)
       yield* Effect.addFinalizer(() => Effect.sync(() => publisher.disconnect()))
-      const channel = makeKeys("leasehold").signal("bench")
+      // the wire form of the notice the store publishes when it hands the lock to the worker
+      const channel = makeKeys("leasehold").workerNotices(WORKER_ID)
       while (firstSignalAt === undefined) {
-        yield* Effect.promise(() => publisher.publish(channel, "released").catch(() => 0))
+        yield* Effect.promise(() => publisher.publish(channel, "granted:bench").catch(() => 0))
         yield* Effect.sleep(5)
         if ((yield* Clock.currentTimeMillis) - backAt > 120_000) break
       }
@@ -77,7 +85,7 @@ const program = Effect.gen(function* () {
     const row = yield* measure(outage)
     rows.push(row)
     if (!json)
-      console.log(`outage ${String(row.outage_s).padStart(3)} s  ->  first signal ${row.resume_ms} ms after restart`)
+      console.log(`outage ${String(row.outage_s).padStart(3)} s  ->  first notice ${row.resume_ms} ms after restart`)
   }
   if (json) console.log(JSON.stringify(rows))
 })

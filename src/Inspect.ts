@@ -19,7 +19,7 @@ export interface TokenReport {
   readonly token: string
   /** The current holder of the lock, with the fencing number of its grant, if any. */
   readonly lock: Option.Option<{ readonly lockId: string; readonly fence: number; readonly remainingMs: number }>
-  /** Instances registered as waiters. */
+  /** The workers queued for the lock, head first (a grant pending for one of them shows as the lock `?<worker>`). */
   readonly waiting: ReadonlyArray<string>
   readonly slices: ReadonlyArray<{
     readonly name: string
@@ -61,7 +61,7 @@ export const token = (token: string): Effect.Effect<TokenReport, InvalidToken | 
     const store = yield* Store
     const keys = yield* store.tokenKeys(token)
     const holder = yield* store.holder(token)
-    const waiting = yield* store.waiters(token)
+    const waiting = yield* store.queue(token)
     const socket = yield* store.readSocket(token).pipe(
       Effect.map(
         Option.map((record) => ({
@@ -78,7 +78,7 @@ export const token = (token: string): Effect.Effect<TokenReport, InvalidToken | 
     return {
       token,
       lock: holder,
-      waiting: [...waiting].sort(),
+      waiting,
       slices: keys
         .filter((key) => key.name.startsWith("s:"))
         .map((key) => ({ name: key.name.slice(2), bytes: key.size, ttlMs: key.ttlMs })),

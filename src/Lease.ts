@@ -192,13 +192,10 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           // wait for ever.
           onFailure: (cause) => {
             // The requests queued meanwhile make their own attempts. A failed attempt may
-            // still have registered this worker: the session deregisters it if it ends
-            // without a grant (the registration's own deadline covers the rest).
+            // still have queued this worker: the session leaves the queue if it ends
+            // without a grant (the entry's own deadline covers the rest).
             if (session.queue.length > 0) {
-              return Effect.zipRight(
-                start(env, session, { registered: true, yieldFirst: false }),
-                Effect.failCause(cause)
-              )
+              return Effect.zipRight(start(env, session, { queued: true }), Effect.failCause(cause))
             }
             if (sessions.get(token) === session) sessions.delete(token)
             return Effect.failCause(cause)
@@ -206,14 +203,13 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
           onSuccess: (grant) => {
             if (Option.isNone(grant)) {
               session.queue.unshift(request)
-              // the refused attempt registered this worker
-              return Effect.as(
-                start(env, session, { registered: true, yieldFirst: false, attempted: true }),
-                Option.none()
-              )
+              // the refused attempt queued this worker
+              return Effect.as(start(env, session, { queued: true, attempted: true }), Option.none())
             }
-            // a quantum or a lease serves the modifications that queue meanwhile: its fiber does
-            if (modeOf(env, grant.value) !== "single") {
+            // a quantum or a lease serves the modifications that queue meanwhile: its fiber
+            // does; with the oplock off the caller holds the grant for its own modification
+            const mode = modeOf(env, grant.value)
+            if (mode === "quantum" || mode === "lease") {
               session.queue.unshift(request)
               return Effect.as(start(env, session, grant.value), Option.none())
             }
@@ -237,11 +233,18 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             ? outcome.value.writes
             : []
         yield* warnIfLong(env, token, request, own.grantedAt)
+        prune(session)
+        if (!env.oplock && env.quantumMs > 0 && session.queue.length > 0) {
+          // The modifications queued here meanwhile are served under the same grant (with
+          // this one written in their first batch), for at most a quantum once another
+          // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
+          return yield* start(env, session, own, { writes, request })
+        }
         const after = yield* commitAndRelease(env, session, lockId, writes, [request])
         prune(session)
-        if (session.queue.length > 0 || after.yieldFirst) return yield* start(env, session, after)
+        if (session.queue.length > 0) return yield* start(env, session, after)
         sessions.delete(token)
-        if (after.registered) yield* Effect.ignore(store.deregisterWaiter(token, instanceId))
+        if (after.queued) yield* Effect.ignore(store.leaveQueue(token, instanceId))
         // A store that answers synchronously (the embedded one) never made this fiber wait:
         // without a yield, a loop of modifications would keep every other fiber (and timer)
         // from running. On Redis the yield costs next to nothing beside its round trips.

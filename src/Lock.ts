@@ -2,10 +2,11 @@
  * A token's lock, as the local head of a worker takes it (DESIGN §4).
  *
  * Within a worker, the modifications of one token queue locally and only the head of that
- * queue deals with the store, so this module sees one caller per token at a time. It
- * adds what the store's single steps cannot: the wait for a release (no lost wake-up),
- * registration as a contender while waiting, and the turn a worker gives up after
- * releasing a lock that others wait for (no barging).
+ * queue deals with the store, so this module sees one caller per token at a time. The
+ * store keeps the workers' queue and hands the lock to its head in the releasing step
+ * (no barging, one wake-up per hand-off); this module adds the wait for that hand-off
+ * (no lost wake-up: a notice, or a re-check that claims a grant whose notice was lost)
+ * and leaving the queue, with nothing left behind, however the wait ends.
  *
  * @since 0.1.0
  */
@@ -15,10 +16,10 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as MetricBoundaries from "effect/MetricBoundaries"
-import * as Option from "effect/Option"
+import type * as Option from "effect/Option"
 import type * as Queue from "effect/Queue"
 import { InstanceId } from "./InstanceId.js"
-import { acquire, attemptWith, type Env, waitFor } from "./internal/lock/acquire.js"
+import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
@@ -38,7 +39,7 @@ export interface Grant {
   readonly fence: number
   /** The slices read with the grant. */
   readonly values: ReadonlyMap<string, Option.Option<string>>
-  /** Other instances registered as waiters at the grant. */
+  /** Other workers queued for the lock at the grant. */
   readonly contenders: number
   /** Clock time of the grant (ms). */
   readonly grantedAt: number
@@ -61,22 +62,23 @@ export interface LocalQueue {
   readonly signals: Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError>
   /** Drop the signals received so far, without subscribing when the caller has not yet. */
   readonly drain: Effect.Effect<void>
+  /** Whether the token's signals are subscribed already (`signals` was opened). */
+  readonly listening: Effect.Effect<boolean>
   /** Complete the current `changed` (a timer's way to end a wait). */
   readonly poke: Effect.Effect<void>
 }
 
 /**
- * What this worker's previous release left behind: whether it registered the worker as a
- * waiter (local waiters were queued), and whether it owes the other waiters a turn (they
- * were registered when it released).
+ * What this worker's previous step left behind: whether it is in the token's store queue
+ * (its last release put it back at the tail because local waiters remained, or an attempt
+ * queued it).
  *
  * @since 0.1.0
  * @category models
  */
 export interface Previous {
-  readonly registered: boolean
-  readonly yieldFirst: boolean
-  /** The caller has just made the uncontended attempt (`attempt`) and found the lock held. */
+  readonly queued: boolean
+  /** The caller has just made the uncontended attempt (`attempt`) and was queued. */
   readonly attempted?: boolean
 }
 
@@ -92,33 +94,24 @@ export declare namespace Lock {
   export interface Service {
     readonly instanceId: string
     /**
-     * After a release that others waited for, with no local waiter left: wait until another
-     * holder released the lock (or a re-check interval passed, or `None` once the lock is
-     * seen free), so that a modification arriving meanwhile does not take the lock back first.
-     * Returns `true` when a local waiter arrived meanwhile (it must still yield).
-     */
-    readonly linger: (token: string, local: LocalQueue) => Effect.Effect<boolean, InvalidToken | StoreError>
-    /**
      * One attempt to take the token's lock, reading `slices` with the grant: the first step
      * of `acquire` on its own, for a caller with no local waiter before it. `None` when the
-     * lock is held; the instance is then registered as a waiter in the same step, so the
-     * holder hears of it while the caller subscribes (pass `registered: true` to `acquire`,
-     * which deregisters it if it leaves without a grant).
+     * lock is held or other workers are queued: the worker is then queued in the same step,
+     * and the holder told (pass `queued: true` to `acquire`, which leaves the queue if it
+     * ends without a grant).
      */
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
     ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
     /**
-     * Take the token's lock, reading `slices` with the grant. Without contention this is
-     * one store round trip and no subscription. When the lock is held, the instance
-     * registers as a waiter, subscribes first and then tries again, and waits for a
-     * release, a resubscription, or `min(remaining + 5 ms, lockExpiration / 10)`.
-     * With `previous.yieldFirst` (this worker just released a lock that others waited
-     * for) it registers and waits for the next release, or a re-check interval, before
-     * its first attempt: a busy worker does not take the lock back before a remote waiter
-     * had its chance.
-     * `None` when every local waiter left meanwhile (the instance is deregistered).
+     * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
+     * contention this is one store round trip and no subscription. Otherwise the worker is
+     * queued in the store and waits for the lock to be handed to it (a `Granted` notice,
+     * then a claim), for a resubscription, or for `min(remaining + 5 ms, lockExpiration /
+     * 10)`, after which it checks again (and claims a grant whose notice was lost).
+     * `None` when every local waiter left meanwhile (the worker leaves the queue, and a
+     * grant pending for it passes to the next worker).
      */
     readonly acquire: (
       token: string,
@@ -162,18 +155,10 @@ export const make = Effect.gen(function* () {
 
   const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
 
-  const linger = (token: string, local: LocalQueue) =>
-    Effect.gen(function* () {
-      yield* local.signals
-      if (Option.isNone(yield* store.holder(token))) return false
-      return (yield* waitFor(env, local, recheckMs, (wanted) => wanted)) === "local"
-    })
-
   return Lock.of({
     instanceId,
     acquire: (token, slices, local, previous) => acquire(env, token, slices, local, previous),
-    attempt,
-    linger
+    attempt
   })
 })
 

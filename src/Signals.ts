@@ -1,8 +1,9 @@
 /**
- * Per-token wake-up and contention signals, with subscriptions that survive outages.
+ * Per-token notices to this worker (its lock handed to it, another worker queued behind
+ * it), with subscriptions that survive outages.
  *
  * A worker holds at most one store subscription per token, however many local fibers
- * listen. When the subscriber connection is lost, one supervised loop (`signals`) restores
+ * listen (on a single server the store shares one channel per worker between them). When the subscriber connection is lost, one supervised loop (`signals`) restores
  * every token subscription as soon as the store is back, and every listener of a restored
  * token receives `Resubscribed`: signals published meanwhile may be lost, so a waiter must
  * re-check instead of trusting that nothing happened.
@@ -18,8 +19,9 @@ import * as PubSub from "effect/PubSub"
 import * as RcMap from "effect/RcMap"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import { InstanceId } from "./InstanceId.js"
 import { validateToken } from "./internal/validate.js"
-import { type Signal, Store } from "./Store.js"
+import { type Notice, Store } from "./Store.js"
 import type { InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 
@@ -30,7 +32,7 @@ import { Supervisor, untilRecovered } from "./Supervisor.js"
  * @since 0.1.0
  * @category models
  */
-export type SignalEvent = Signal | { readonly _tag: "Resubscribed" }
+export type SignalEvent = Notice | { readonly _tag: "Resubscribed" }
 
 /**
  * The name of the supervised loop that restores subscriptions.
@@ -58,8 +60,6 @@ export declare namespace Signals {
     readonly subscribe: (
       token: string
     ) => Effect.Effect<Stream.Stream<SignalEvent>, InvalidToken | StoreError, Scope.Scope>
-    /** Publish on a token's channel. */
-    readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
     /** Tokens with at least one local listener. */
     readonly tokens: Effect.Effect<ReadonlyArray<string>>
   }
@@ -91,6 +91,7 @@ interface Entry {
  */
 export const make = Effect.gen(function* () {
   const store = yield* Store
+  const instanceId = yield* InstanceId
   const supervisor = yield* Supervisor
   const entries = new Map<string, Entry>()
   // Completed by the first pump that loses its subscription; renewed by each attempt of the loop.
@@ -117,7 +118,7 @@ export const make = Effect.gen(function* () {
             // The pump of a lost subscription has ended; release what is left of it.
             yield* closeScope(entry)
             const scope = yield* Scope.make()
-            const stream = yield* restoreInterrupt(store.subscribe(entry.token)).pipe(
+            const stream = yield* restoreInterrupt(store.notices(entry.token, instanceId)).pipe(
               Scope.extend(scope),
               Effect.onError(() => Scope.close(scope, Exit.void))
             )
@@ -136,7 +137,7 @@ export const make = Effect.gen(function* () {
             )
             entry.scope = scope
             entry.live = true
-            if (entry.confirmed) yield* PubSub.publish(entry.events, { _tag: "Resubscribed" })
+            if (entry.confirmed) yield* PubSub.publish(entry.events, { _tag: "Resubscribed" } as const)
             entry.confirmed = true
           })
         )
@@ -199,7 +200,6 @@ export const make = Effect.gen(function* () {
 
   return Signals.of({
     subscribe,
-    publish: (token, signal) => store.publish(token, signal),
     tokens: Effect.sync(() => [...entries.keys()])
   })
 })
@@ -208,4 +208,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Signals, never, Store | Supervisor> = Layer.scoped(Signals, make)
+export const layer: Layer.Layer<Signals, never, Store | InstanceId | Supervisor> = Layer.scoped(Signals, make)

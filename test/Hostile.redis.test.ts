@@ -86,13 +86,26 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
     assert.strictEqual(acquired._tag, "Acquired")
     assert.isTrue(yield* store.extend(`raw-${round}`, lock))
     yield* store.writeIfHolder(`raw-${round}`, lock, [["a", "1"]])
-    yield* store.registerWaiter(`raw-${round}`, "inst-y")
-    assert.strictEqual(yield* store.otherContenders(`raw-${round}`, "inst-x"), 1)
-    yield* store.deregisterWaiter(`raw-${round}`, "inst-y")
+    // another worker queues behind the holder, is counted, and leaves
+    const queued = yield* store.acquireQueued(`raw-${round}`, "inst-y:1", [], { instanceId: "inst-y" })
+    assert.strictEqual(queued._tag, "Queued")
+    deepStrictEqual(yield* store.queue(`raw-${round}`), ["inst-y"])
+    assert.strictEqual(yield* store.queueLength(`raw-${round}`, "inst-x"), 1)
+    yield* store.leaveQueue(`raw-${round}`, "inst-y")
     yield* store.commitAndRelease(`raw-${round}`, lock, [["a", "2"]], { instanceId: "inst-x" })
     const again = yield* store.tryAcquire(`raw-${round}`, `${lock}b`, ["a"])
     assert.strictEqual(again._tag, "Acquired")
     yield* store.release(`raw-${round}`, `${lock}b`)
+    // the queue's own lock steps: take, commit and hand on, take, release
+    const taken = yield* store.acquireQueued(`raw-${round}`, "inst-x:1", ["a"], { instanceId: "inst-x" })
+    assert.strictEqual(taken._tag, "Acquired")
+    yield* store.commitAndReleaseQueued(`raw-${round}`, "inst-x:1", [["a", "3"]], { instanceId: "inst-x" })
+    const retaken = yield* store.acquireQueued(`raw-${round}`, "inst-x:2", ["a"], { instanceId: "inst-x" })
+    assert.strictEqual(retaken._tag, "Acquired")
+    deepStrictEqual(yield* store.releaseQueued(`raw-${round}`, "inst-x:2", { instanceId: "inst-x" }), {
+      released: true,
+      queued: 0
+    })
     const record = { instanceId: "inst-x", connectionId: "c" }
     deepStrictEqual(yield* store.claimSocket(`sock-${round}`, record), { _tag: "Claimed" })
     assert.isTrue(yield* store.refreshSocket(`sock-${round}`, record))

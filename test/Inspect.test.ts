@@ -34,13 +34,14 @@ const reads = new Set([
   "time",
   "pttl",
   "get",
-  "zrangebyscore",
+  "zrange",
+  "zscore",
   "xlen"
 ])
 
 describe("inspect", () => {
   it.scopedLive(
-    "a token: the holder with its fence and time left, the waiters, the slices and the socket record; nothing is written",
+    "a token: the holder with its fence and time left, the queued workers, the slices and the socket record; nothing is written",
     () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
@@ -48,7 +49,7 @@ describe("inspect", () => {
         const a = yield* fx.worker()
         const b = yield* fx.worker()
         yield* a.tokens.link("tab-1", "sid-1")
-        // A holds tab-1's lock in a modification that waits for the gate; B waits for it.
+        // A holds tab-1's lock in a modification that waits for the gate; B is queued for it.
         const gate = yield* Deferred.make<void>()
         const entered = yield* Deferred.make<void>()
         const holding = yield* Effect.fork(

@@ -13,6 +13,7 @@ import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { Redis } from "ioredis"
 import * as Health from "../src/Health.js"
+import * as InstanceId from "../src/InstanceId.js"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -24,8 +25,14 @@ import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
 import { atLevels, capture } from "./support/logs.js"
 import * as RedisServer from "./support/RedisServer.js"
 
+/** The worker under test: the notices it listens to are addressed to this id. */
+const ME = "inst-a"
+
 const workerLayer = <A, E, R>(store: Layer.Layer<A | Store | LeaseholdConfig.LeaseholdConfig, E, R>) =>
-  Signals.layer.pipe(Layer.provideMerge(Supervisor.layer), Layer.provideMerge(Layer.mergeAll(store, Health.layer)))
+  Signals.layer.pipe(
+    Layer.provideMerge(Supervisor.layer),
+    Layer.provideMerge(Layer.mergeAll(store, Health.layer, InstanceId.layerFixed(ME)))
+  )
 
 /** Build a worker's signals in `scope`, logs captured. */
 const build = <A, E, R>(store: Layer.Layer<A | Store | LeaseholdConfig.LeaseholdConfig, E, R>, scope: Scope.Scope) =>
@@ -60,6 +67,47 @@ const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
     Effect.withClock(Clock.make())
   )
 
+/** A queue step that must take the lock, or must queue the worker. */
+const expect = (tag: "Acquired" | "Queued", step: Effect.Effect<{ readonly _tag: string }, unknown>) =>
+  Effect.flatMap(step, (result) =>
+    result._tag === tag ? Effect.void : Effect.dieMessage(`expected ${tag}, got ${result._tag}`)
+  )
+
+const take = (store: Store.Service, token: string, worker: string, n = 1) =>
+  expect("Acquired", store.acquireQueued(token, `${worker}:${n}`, [], { instanceId: worker }))
+const queue = (store: Store.Service, token: string, worker: string, n = 1) =>
+  expect("Queued", store.acquireQueued(token, `${worker}:${n}`, [], { instanceId: worker }))
+const release = (store: Store.Service, token: string, worker: string, n = 1) =>
+  store.releaseQueued(token, `${worker}:${n}`, { instanceId: worker })
+
+/**
+ * Make the store send `ME` one `Granted` notice about `token`, as the protocol does: `ME`
+ * queues behind another worker's lock, whose release hands the lock to `ME`. `ME` then
+ * leaves the queue without claiming: the lock is free again, and nobody else was told.
+ */
+const sendGranted = (store: Store.Service, token: string) =>
+  Effect.gen(function* () {
+    yield* take(store, token, "inst-b")
+    yield* queue(store, token, ME)
+    yield* release(store, token, "inst-b")
+    yield* store.leaveQueue(token, ME)
+  })
+
+/**
+ * Make the store send `ME` one `Contended` notice about `token`: `ME` holds the lock and
+ * another worker queues behind it, then leaves; `ME` releases a lock nobody waits for.
+ */
+const sendContended = (store: Store.Service, token: string) =>
+  Effect.gen(function* () {
+    yield* take(store, token, ME)
+    yield* queue(store, token, "inst-b")
+    yield* store.leaveQueue(token, "inst-b")
+    yield* release(store, token, ME)
+  })
+
+const granted = { _tag: "Granted" } as const
+const contended = { _tag: "Contended" } as const
+
 const signalsErrors = Metric.tagged(Supervisor.loopErrors, "loop", Signals.loopName)
 const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.count)
 
@@ -73,35 +121,42 @@ describe("Signals on MemoryStore", () => {
       return { ...worker, control: Context.get(worker.context, MemoryStore.MemoryStoreControl) }
     })
 
-  it.scoped("a listener receives Released and Contended of its token", () =>
+  it.scoped("a listener receives the Contended and Granted notices of its token addressed to its worker", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const events = yield* listen(signals, "tok")
-      yield* store.registerWaiter("tok", "inst-b")
-      yield* store.tryAcquire("tok", "lock-1", [])
-      yield* store.release("tok", "lock-1")
-      yield* store.publish("other", { _tag: "Released" })
-      deepStrictEqual(yield* next(events), { _tag: "Contended", instanceId: "inst-b" })
-      deepStrictEqual(yield* next(events), { _tag: "Released", lockId: "lock-1" })
+      // ME holds the lock and inst-b queues behind it: ME is told Contended
+      yield* take(store, "tok", ME)
+      yield* queue(store, "tok", "inst-b")
+      // ME's release hands the lock to inst-b: that notice is inst-b's, not ME's
+      yield* release(store, "tok", ME)
+      yield* take(store, "tok", "inst-b")
+      // ME queues behind inst-b (inst-b is told), and inst-b's release hands the lock to ME
+      yield* queue(store, "tok", ME, 2)
+      yield* release(store, "tok", "inst-b")
+      // a notice to ME about another token is not this listener's
+      yield* sendContended(store, "other")
+      deepStrictEqual(yield* next(events), contended)
+      deepStrictEqual(yield* next(events), granted)
       assert.strictEqual(yield* Queue.size(events), 0)
     })
   )
 
   it.scoped("listeners of one token share one entry, dropped when the last leaves", () =>
     Effect.gen(function* () {
-      const { signals } = yield* setup()
+      const { signals, store } = yield* setup()
       const first = yield* Scope.make()
       const second = yield* Scope.make()
       const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
       const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
       deepStrictEqual(yield* signals.tokens, ["tok"])
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(a), { _tag: "Released" })
-      deepStrictEqual(yield* next(b), { _tag: "Released" })
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(a), granted)
+      deepStrictEqual(yield* next(b), granted)
       yield* Scope.close(first, Exit.void)
       deepStrictEqual(yield* signals.tokens, ["tok"])
-      yield* signals.publish("tok", { _tag: "Contended", instanceId: "x" })
-      deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "x" })
+      yield* sendContended(store, "tok")
+      deepStrictEqual(yield* next(b), contended)
       yield* Scope.close(second, Exit.void)
       deepStrictEqual(yield* signals.tokens, [])
     })
@@ -109,15 +164,15 @@ describe("Signals on MemoryStore", () => {
 
   it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
     Effect.gen(function* () {
-      const { signals, control, lines } = yield* setup()
+      const { signals, store, control, lines } = yield* setup()
       const a = yield* listen(signals, "tok")
       const b = yield* listen(signals, "tok")
       const c = yield* listen(signals, "other")
       yield* control.dropSubscriptions
       for (const queue of [a, b, c]) deepStrictEqual(yield* next(queue), { _tag: "Resubscribed" })
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(a), { _tag: "Released" })
-      deepStrictEqual(yield* next(b), { _tag: "Released" })
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(a), granted)
+      deepStrictEqual(yield* next(b), granted)
       deepStrictEqual(lines(), [
         "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the subscriber connection was dropped",
         "INFO signals: task recovered"
@@ -127,7 +182,7 @@ describe("Signals on MemoryStore", () => {
 
   it.scoped("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
     Effect.gen(function* () {
-      const { signals, control, lines, health } = yield* setup()
+      const { signals, store, control, lines, health } = yield* setup()
       const events = yield* listen(signals, "tok")
       const before = yield* errorCount
       yield* control.setAvailable(false)
@@ -138,8 +193,8 @@ describe("Signals on MemoryStore", () => {
       assert.strictEqual(loop?.state._tag, "Retrying")
       yield* control.setAvailable(true)
       deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(events), { _tag: "Released" })
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(events), granted)
       assert.strictEqual(yield* Clock.currentTimeMillis, 62_000)
       deepStrictEqual(lines(), [
         "ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: the memory store is set unavailable",
@@ -151,15 +206,15 @@ describe("Signals on MemoryStore", () => {
 
   it.scoped("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
     Effect.gen(function* () {
-      const { signals, control } = yield* setup()
+      const { signals, store, control } = yield* setup()
       yield* control.setAvailable(false)
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("tok")))
       assert.strictEqual(error._tag, "StoreUnavailable")
       deepStrictEqual(yield* signals.tokens, [])
       yield* control.setAvailable(true)
       const events = yield* listen(signals, "tok")
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(events), { _tag: "Released" })
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(events), granted)
     })
   )
 
@@ -201,7 +256,8 @@ describe("Signals on RedisStore", () => {
   })
   const redis = (server: RedisServer.RedisServer) =>
     RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(config))
-  const channel = makeKeys("leasehold").signal("tok")
+  // on a single server, the one notice channel of the worker, shared by every token
+  const channel = makeKeys("leasehold").workerNotices(ME)
 
   const setup = Effect.gen(function* () {
     const server = yield* RedisServer.start()
@@ -224,40 +280,55 @@ describe("Signals on RedisStore", () => {
   const lostLine = (server: RedisServer.RedisServer) =>
     `ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: subscriber connection to ${server.url} lost`
 
-  it.scopedLive("two listeners share one Redis subscription, dropped when both leave", () =>
-    Effect.gen(function* () {
-      const { server, signals } = yield* setup
-      const first = yield* Scope.make()
-      const second = yield* Scope.make()
-      const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
-      const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
-      assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(a), { _tag: "Released" })
-      deepStrictEqual(yield* next(b), { _tag: "Released" })
-      yield* Scope.close(first, Exit.void)
-      assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
-      yield* Scope.close(second, Exit.void)
-      yield* eventuallyTrue(
-        "NUMSUB 0",
-        2_000,
-        Effect.map(Effect.orDie(server.numsub(channel)), (n) => n === 0)
-      )
-    })
+  it.scopedLive(
+    "two listeners share one Redis subscription; the token's entry goes with the last, the worker's notice channel stays",
+    () =>
+      Effect.gen(function* () {
+        const { server, signals, store } = yield* setup
+        /** The leasehold channels the server has subscribers for. */
+        const subscribed = Effect.map(
+          Effect.orDie(server.command("PUBSUB", "CHANNELS", "leasehold:*")),
+          (reply) => reply as ReadonlyArray<string>
+        )
+        const first = yield* Scope.make()
+        const second = yield* Scope.make()
+        const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
+        const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+        assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+        deepStrictEqual(yield* subscribed, [channel])
+        yield* sendGranted(store, "tok")
+        deepStrictEqual(yield* next(a), granted)
+        deepStrictEqual(yield* next(b), granted)
+        yield* Scope.close(first, Exit.void)
+        assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+        yield* Scope.close(second, Exit.void)
+        deepStrictEqual(yield* signals.tokens, [])
+        // subscribed once for the worker (DESIGN §4.7), not at every wait: it stays
+        yield* liveSleep(200)
+        assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+        // and it serves the next listeners, of any token, without another subscription
+        const c = yield* listen(signals, "tok")
+        const d = yield* listen(signals, "tok2")
+        deepStrictEqual(yield* subscribed, [channel])
+        assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
+        yield* sendGranted(store, "tok")
+        deepStrictEqual(yield* next(c), granted)
+        assert.strictEqual(yield* Queue.size(d), 0)
+      })
   )
 
   it.scopedLive("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
     Effect.gen(function* () {
-      const { server, signals, lines } = yield* setup
+      const { server, signals, store, lines } = yield* setup
       const a = yield* listen(signals, "tok")
       const b = yield* listen(signals, "tok")
       assert.strictEqual(yield* Effect.orDie(server.clientKill("pubsub")), 1)
       deepStrictEqual(yield* next(a), { _tag: "Resubscribed" })
       deepStrictEqual(yield* next(b), { _tag: "Resubscribed" })
       assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
-      yield* signals.publish("tok", { _tag: "Contended", instanceId: "w2" })
-      deepStrictEqual(yield* next(a), { _tag: "Contended", instanceId: "w2" })
-      deepStrictEqual(yield* next(b), { _tag: "Contended", instanceId: "w2" })
+      yield* sendContended(store, "tok")
+      deepStrictEqual(yield* next(a), contended)
+      deepStrictEqual(yield* next(b), contended)
       deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
     })
   )
@@ -266,7 +337,7 @@ describe("Signals on RedisStore", () => {
     "the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered",
     () =>
       Effect.gen(function* () {
-        const { server, signals, lines } = yield* setup
+        const { server, signals, store, lines } = yield* setup
         const events = yield* listen(signals, "tok")
         const admin = yield* adminClient(server)
         const before = yield* errorCount
@@ -283,15 +354,15 @@ describe("Signals on RedisStore", () => {
         )
         yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
         deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
-        yield* signals.publish("tok", { _tag: "Released" })
-        deepStrictEqual(yield* next(events), { _tag: "Released" })
+        yield* sendGranted(store, "tok")
+        deepStrictEqual(yield* next(events), granted)
         deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
       })
   )
 
   it.scopedLive("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
     Effect.gen(function* () {
-      const { server, signals, lines, health } = yield* setup
+      const { server, signals, store, lines, health } = yield* setup
       const events = yield* listen(signals, "tok")
       const before = yield* errorCount
       yield* server.kill
@@ -304,8 +375,8 @@ describe("Signals on RedisStore", () => {
       assert.strictEqual(loop?.state._tag, "Retrying")
       yield* server.restart
       deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
-      yield* signals.publish("tok", { _tag: "Released" })
-      deepStrictEqual(yield* next(events), { _tag: "Released" })
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(events), granted)
       deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
       assert.isTrue(yield* health.healthy)
     })

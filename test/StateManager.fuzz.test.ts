@@ -72,11 +72,11 @@ const fuzz = (make: Effect.Effect<Cluster, never, any>) =>
       assert.strictEqual(yield* cluster.stored(token), successes.get(token), `token ${token}`)
       assert.isTrue(Option.isNone(yield* cluster.store.holder(token)), `no lock left on ${token}`)
       yield* eventuallyTrue(
-        `no waiter left on ${token}`,
+        `no worker left queued on ${token}`,
         2_000,
-        Effect.map(cluster.store.waiters(token), (ids) => ids.length === 0)
+        Effect.map(cluster.store.queue(token), (ids) => ids.length === 0)
       )
-      deepStrictEqual(yield* cluster.store.waiters(token), [])
+      deepStrictEqual(yield* cluster.store.queue(token), [])
     }
     for (const w of workers) assert.strictEqual(yield* w.lease.sessions, 0)
     assert.isAbove(

@@ -46,11 +46,14 @@ describe("round trips", () => {
 })
 
 describe("round trips of a lease", () => {
-  it.scopedLive("a token's first leased modification is written before the lease subscribes to its signals", () =>
+  it.scopedLive("a token's first leased modification is written before the lease subscribes to its notices", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster({ oplock: true })
+      // another worker loads the scripts: the worker under test has subscribed nothing yet
+      // (on a single server its notices come on one channel of its own, subscribed once)
+      const warm = yield* cluster.worker()
+      yield* warm.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
       const w = yield* cluster.worker()
-      yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
       const m = yield* Monitor.monitor(cluster.server)
       yield* Effect.sleep(50)
       yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
@@ -58,9 +61,19 @@ describe("round trips of a lease", () => {
       yield* Effect.sleep(50)
       const sent = m.commands.filter((command) => !command.fromScript).map((command) => command.args[0])
       // the grant with the read, the write (the acknowledgement), and only then the lease's
-      // subscription and its one look at the waiters
+      // subscription and its one look at the queue
       deepStrictEqual(sent, ["evalsha", "evalsha", "subscribe", "evalsha"])
       assert.strictEqual(yield* cluster.stored("t"), 1)
+      // a lease of another token listens on the same channel: no second subscription
+      const before = m.commands.length
+      yield* w.states.modify("t2", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(w.lease.isLeased("t2"))
+      yield* Effect.sleep(50)
+      const more = m.commands
+        .slice(before)
+        .filter((command) => !command.fromScript)
+        .map((command) => command.args[0])
+      deepStrictEqual(more, ["evalsha", "evalsha", "evalsha"])
     })
   )
 })

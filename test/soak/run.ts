@@ -50,13 +50,13 @@ export interface Report {
   readonly lost_deliveries: number
   readonly duplicate_deliveries: number
   readonly out_of_order_deliveries: number
-  /** Locks or waiter sets left, records of live workers missing, loops not running, workers that did not close. */
+  /** Locks, pending grants or queue entries left, records of live workers missing, loops not running, workers that did not close. */
   readonly stale_or_unhealthy: number
   readonly violations: number
   readonly details: ReadonlyArray<string>
   /** When each fault began and ended, and when each worker was told to stop and closed (ms into the run). */
   readonly fault_timeline: ReadonlyArray<string>
-  /** What is left but allowed: waiter sets whose every member has passed its deadline. */
+  /** What is left but allowed: queues whose every entry has passed its deadline. */
   readonly notes: ReadonlyArray<string>
 }
 
@@ -323,9 +323,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const closedAt = Math.max(
         ...[...live.values()].map((proc) => Number(proc.events.find((event) => event.t === "closed")?.at ?? 0))
       )
-      /** Waiter sets left whose members have all passed their deadline (not a violation: reported). */
+      /** Queues left whose entries have all passed their deadline (not a violation: reported). */
       const expiredLeft: Array<string> = []
-      /** The lock or waiter set left of a token: the key, its TTL, and whose id it holds. */
+      /** The lock, pending grant or queue left of a token: the key, its TTL, and whose id it holds. */
       const leftOver = async (token: string) => {
         const found: Array<string> = []
         const since = `${Date.now() - closedAt} ms after the last worker closed`
@@ -333,17 +333,21 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         const lockId = await run(server.command("GET", lockKey))
         if (typeof lockId === "string") {
           const ttl = await run(server.command("PTTL", lockKey))
-          const owner = nameOf(lockId.slice(0, lockId.lastIndexOf(":")))
-          found.push(`lock left: ${lockKey} = ${lockId} (${owner}), PTTL ${String(ttl)} ms, ${since}`)
+          // `?<worker>` is a grant pending for that worker; a lock id is `<worker>:<n>`
+          const pending = lockId.startsWith("?")
+          const owner = nameOf(pending ? lockId.slice(1) : lockId.slice(0, lockId.lastIndexOf(":")))
+          found.push(
+            `${pending ? "pending grant" : "lock"} left: ${lockKey} = ${lockId} (${owner}), PTTL ${String(ttl)} ms, ${since}`
+          )
         }
-        const waitersKey = keys.waiters(token)
-        // Each member has a deadline of its own (the server's clock): one past it no longer
-        // waits, and counts for nobody. A live one is a registration left behind.
-        const scored = await run(server.command("ZRANGE", waitersKey, 0, -1, "WITHSCORES"))
+        const deadlinesKey = keys.queueDeadlines(token)
+        // Each entry has a deadline of its own (the server's clock): one past it no longer
+        // waits, and counts for nobody. A live one is a queue entry left behind.
+        const scored = await run(server.command("ZRANGE", deadlinesKey, 0, -1, "WITHSCORES"))
         if (Array.isArray(scored) && scored.length > 0) {
           const [seconds, micros] = (await run(server.command("TIME"))) as [string, string]
           const now = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000)
-          const ttl = await run(server.command("PTTL", waitersKey))
+          const ttl = await run(server.command("PTTL", keys.queue(token)))
           const who: Array<string> = []
           let live = 0
           for (let i = 0; i < scored.length; i += 2) {
@@ -351,12 +355,12 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             const deadline = Number(scored[i + 1])
             if (deadline > now) live++
             who.push(
-              `${id} (${nameOf(id)}, registered ${deadline - lockMs - started} ms into the run, deadline in ${deadline - now} ms)`
+              `${id} (${nameOf(id)}, queued ${deadline - lockMs - started} ms into the run, deadline in ${deadline - now} ms)`
             )
           }
-          const what = `${waitersKey} = {${who.join(", ")}}, PTTL ${String(ttl)} ms, ${since}`
-          if (live > 0) found.push(`waiter set left: ${what}`)
-          else expiredLeft.push(`${token}: only expired members: ${what}`)
+          const what = `${keys.queue(token)} = {${who.join(", ")}}, PTTL ${String(ttl)} ms, ${since}`
+          if (live > 0) found.push(`queue entry left: ${what}`)
+          else expiredLeft.push(`${token}: only expired entries: ${what}`)
         }
         return found
       }
@@ -403,7 +407,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             details.push(`${token}: ${String(event.op)} acknowledged but missing`)
           }
         }
-        // nothing stale: no lock, no waiter set
+        // nothing stale: no lock, no pending grant, no live queue entry
         for (const left of await leftOver(token)) {
           staleOrUnhealthy++
           details.push(`${token}: ${left}`)

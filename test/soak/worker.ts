@@ -162,7 +162,7 @@ const program = Effect.gen(function* () {
       const state = yield* Effect.forEach(tokensStuck, (token) =>
         Effect.gen(function* () {
           const holder = yield* Effect.either(store.holder(token))
-          const waiters = yield* Effect.either(store.waiters(token))
+          const waiters = yield* Effect.either(store.queue(token))
           return {
             token,
             holder: holder._tag === "Right" ? Option.getOrNull(holder.right) : holder.left._tag,

@@ -75,11 +75,17 @@ const blocker = (tools: Tools, w: Worker, token: string) =>
     return { fiber, open: Deferred.succeed(gate, undefined) }
   })
 
-/** Wait until the token's waiter set is exactly `ids` (order ignored). */
-const waitersBecome = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>) =>
+/** Wait until the workers queued for the token's lock are exactly `ids` (order ignored). */
+const queueBecomes = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>) =>
   tools.until(
-    `waiters ${JSON.stringify(ids)}`,
-    Effect.map(cluster.store.waiters("t"), (now) => now.length === ids.length && ids.every((id) => now.includes(id)))
+    `queue ${JSON.stringify(ids)}`,
+    Effect.map(cluster.store.queue("t"), (now) => now.length === ids.length && ids.every((id) => now.includes(id)))
+  )
+
+/** A worker of no cluster, queued for the token's lock by hand (its lock ids are `<id>:<n>`, as the protocol makes them). */
+const queueFake = (cluster: Cluster, token: string, id: string) =>
+  Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
+    result._tag === "Queued" ? Effect.void : Effect.dieMessage(`${id} took the lock of ${token} instead of queuing`)
   )
 
 /** Wait until a worker has no local entry left. */
@@ -343,15 +349,15 @@ export const stateSuite = (backend: StateBackend) => {
           const first = yield* blocker(tools, a, "t")
           const second = yield* Effect.fork(inc(b, "t"))
           yield* tools.until(
-            "b registered as a waiter",
-            Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(b.id))
+            "b queued",
+            Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
           )
           yield* first.open
           yield* Fiber.join(first.fiber)
           // no time passes (memory) / well under the 2 s re-check (Redis)
           yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
           assert.strictEqual(yield* cluster.stored("t"), 2)
-          deepStrictEqual(yield* cluster.store.waiters("t"), [])
+          deepStrictEqual(yield* cluster.store.queue("t"), [])
         })
     )
 
@@ -383,36 +389,41 @@ export const stateSuite = (backend: StateBackend) => {
     )
   })
 
-  describe("registration", () => {
-    test("R10: other contenders exclude this worker, +1 per other worker", {}, (cluster) =>
+  describe("the store queue", () => {
+    test("R10: the queue's length excludes this worker, +1 per other worker queued", {}, (cluster) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
         const c = yield* cluster.worker()
-        yield* cluster.store.registerWaiter("t", a.id)
-        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 0)
-        yield* cluster.store.registerWaiter("t", b.id)
-        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 1)
-        yield* cluster.store.registerWaiter("t", c.id)
-        assert.strictEqual(yield* cluster.store.otherContenders("t", a.id), 2)
+        // the workers queue behind a holder, each under its own id
+        const held = yield* cluster.store.acquireQueued("t", "holder:1", [], { instanceId: "holder" })
+        assert.strictEqual(held._tag, "Acquired")
+        yield* queueFake(cluster, "t", a.id)
+        assert.strictEqual(yield* cluster.store.queueLength("t", a.id), 0)
+        yield* queueFake(cluster, "t", b.id)
+        assert.strictEqual(yield* cluster.store.queueLength("t", a.id), 1)
+        yield* queueFake(cluster, "t", c.id)
+        assert.strictEqual(yield* cluster.store.queueLength("t", a.id), 2)
+        // and the holder counts every worker queued behind it
+        assert.strictEqual(yield* cluster.store.queueLength("t", "holder"), 3)
         assert.notStrictEqual(a.id, b.id)
         assert.notStrictEqual(b.id, c.id)
       })
     )
 
-    test("a waiting worker is registered exactly while it has a waiter", {}, (cluster, tools) =>
+    test("a waiting worker is queued exactly while it has a waiter", {}, (cluster, tools) =>
       Effect.gen(function* () {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
         const blocking = yield* blocker(tools, holder, "t")
         const a = yield* Effect.fork(inc(w, "t"))
         const b = yield* Effect.fork(inc(w, "t"))
-        yield* waitersBecome(cluster, tools, [w.id])
+        yield* queueBecomes(cluster, tools, [w.id])
         yield* Fiber.interrupt(a)
         yield* tools.settle
-        deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
+        deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
         yield* Fiber.interrupt(b)
-        yield* waitersBecome(cluster, tools, [])
+        yield* queueBecomes(cluster, tools, [])
         yield* idle(tools, w)
         yield* blocking.open
         yield* join(tools, blocking.fiber)
@@ -420,7 +431,7 @@ export const stateSuite = (backend: StateBackend) => {
     )
 
     test(
-      "R12: a waiter that queues while the deregistration is in flight ends registered; leaving again deregisters",
+      "R12: a waiter that queues while the worker's leaving is in flight ends queued; leaving again leaves the queue",
       {},
       (cluster, tools) =>
         Effect.gen(function* () {
@@ -428,19 +439,19 @@ export const stateSuite = (backend: StateBackend) => {
           const w = yield* cluster.worker()
           const blocking = yield* blocker(tools, holder, "t")
           const first = yield* Effect.fork(inc(w, "t"))
-          yield* waitersBecome(cluster, tools, [w.id])
+          yield* queueBecomes(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
           yield* Fiber.interruptFork(first)
           const second = yield* Effect.fork(inc(w, "t"))
           yield* tools.settle
-          yield* waitersBecome(cluster, tools, [w.id])
+          yield* queueBecomes(cluster, tools, [w.id])
           yield* tools.settle
-          deepStrictEqual(yield* cluster.store.waiters("t"), [w.id])
-          // and that one leaves while its registration is under way
+          deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
+          // and that one leaves while its attempt to queue is under way
           const third = yield* Effect.fork(inc(w, "t"))
           yield* Fiber.interruptFork(second)
           yield* Fiber.interrupt(third)
-          yield* waitersBecome(cluster, tools, [])
+          yield* queueBecomes(cluster, tools, [])
           yield* idle(tools, w)
           yield* blocking.open
           yield* join(tools, blocking.fiber)
@@ -448,7 +459,7 @@ export const stateSuite = (backend: StateBackend) => {
         })
     )
 
-    test("R13: a waiter interrupted while it registers leaves no registration", {}, (cluster, tools) =>
+    test("R13: a waiter interrupted while it queues leaves no queue entry", {}, (cluster, tools) =>
       Effect.gen(function* () {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
@@ -458,10 +469,10 @@ export const stateSuite = (backend: StateBackend) => {
           yield* Effect.yieldNow()
           yield* Fiber.interrupt(waiter)
         }
-        yield* waitersBecome(cluster, tools, [])
+        yield* queueBecomes(cluster, tools, [])
         yield* idle(tools, w)
         yield* tools.settle
-        deepStrictEqual(yield* cluster.store.waiters("t"), [])
+        deepStrictEqual(yield* cluster.store.queue("t"), [])
         yield* blocking.open
         yield* join(tools, blocking.fiber)
       })
@@ -508,8 +519,8 @@ export const stateSuite = (backend: StateBackend) => {
             const a = yield* Effect.fork(inc(m2, "t"))
             const b = yield* Effect.fork(inc(m2, "t"))
             yield* tools.until(
-              "m2 registered",
-              Effect.map(cluster.store.waiters("t"), (ids) => ids.includes(m2.id))
+              "m2 queued",
+              Effect.map(cluster.store.queue("t"), (ids) => ids.includes(m2.id))
             )
             yield* first.open
             yield* join(tools, first.fiber)
@@ -535,8 +546,8 @@ export const stateSuite = (backend: StateBackend) => {
             const b = yield* Effect.fork(inc(m2, "t"))
             const c = yield* Effect.fork(inc(m3, "t"))
             yield* tools.until(
-              "m2 and m3 registered",
-              Effect.map(cluster.store.waiters("t"), (ids) => ids.length === 2)
+              "m2 and m3 queued",
+              Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
             )
             yield* first.open
             yield* join(tools, first.fiber)
@@ -578,13 +589,24 @@ export const stateSuite = (backend: StateBackend) => {
         Effect.gen(function* () {
           const w = yield* cluster.worker()
           const fiber = yield* blocker(tools, w, "t")
-          yield* cluster.store.registerWaiter("t", "another-instance")
+          // another worker queues behind the lease the moment it starts
+          yield* queueFake(cluster, "t", "another-instance")
           yield* fiber.open
           assert.strictEqual(yield* join(tools, fiber.fiber), 1)
-          yield* tools.until("the lock is released", Effect.map(cluster.store.holder("t"), Option.isNone))
+          // w released: its release handed the lock to the queued worker (a grant nobody claims)
+          yield* tools.until(
+            "the lock is handed to the queued worker",
+            Effect.map(cluster.store.holder("t"), (holder) =>
+              Option.exists(holder, (h) => h.lockId === "?another-instance")
+            )
+          )
           assert.isFalse(w.lease.isLeased("t"))
+          // one grant, w's: the hand-off takes its fence only when claimed
           assert.strictEqual(yield* cluster.grants("t"), 1)
           assert.strictEqual(yield* cluster.stored("t"), 1)
+          // the queued worker leaves: the lock is free
+          yield* cluster.store.leaveQueue("t", "another-instance")
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
         })
     )
 

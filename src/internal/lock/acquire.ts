@@ -1,22 +1,24 @@
 /**
- * Taking a token's lock for `Lock`: the uncontended attempt, the waits for a chance (a
- * release by another holder, a resubscription, the local queue, or a re-check interval),
- * and the attempts between them, leaving no lock taken and no registration behind on an
- * exit without a grant.
+ * Taking a token's lock for `Lock` (DESIGN §4): the uncontended attempt, which queues the
+ * worker in the store when it cannot take the lock; the wait for the lock to be handed to
+ * it (a `Granted` notice, a resubscription, the local queue, or a re-check interval); and
+ * the attempts between waits, which refresh the worker's place in the queue and claim a
+ * grant pending for it. An exit without a grant leaves no lock taken and no queue entry
+ * or pending grant behind.
  *
  * @internal
  */
 import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
-import type { SignalEvent } from "../../Signals.js"
-import type { AcquireResult, Store } from "../../Store.js"
+import type { QueuedAcquireResult, Store } from "../../Store.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.
@@ -38,34 +40,24 @@ const makeGrant = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>,
-  result: Extract<AcquireResult, { readonly _tag: "Acquired" }>,
+  result: Extract<QueuedAcquireResult, { readonly _tag: "Acquired" }>,
   grantedAt: number
 ): Grant => ({
   token,
   lockId,
   fence: result.fence,
   values: new Map(slices.map((name, i) => [name, result.values[i] ?? Option.none()])),
-  contenders: result.contenders,
+  contenders: result.queued,
   grantedAt
 })
 
-/** A release of this worker's own lock: it says nothing about another holder. */
-const isOwn = (env: Env, event: SignalEvent) =>
-  event._tag === "Released" && event.lockId !== undefined && event.lockId.startsWith(`${env.instanceId}:`)
-
-/** A release by another holder, or a resubscription (one may have been missed). */
-const isChance = (env: Env, event: SignalEvent) =>
-  (event._tag === "Released" && !isOwn(env, event)) || event._tag === "Resubscribed"
-
 /**
- * Wait for a chance (`"released"`), for the local queue to say so (`stop(wanted)`:
- * `"local"`), or for `timeoutMs` (`"timeout"`). Waiters wait often and signals are many:
- * every source completes the one `changed` of the local queue (a timer fiber by `poke`),
- * so a wait costs one fiber, not a race of several for each signal.
- *
- * @internal
+ * Wait for the lock to be handed over (`"granted"`), for a resubscription (`"recheck"`:
+ * a notice may have been lost), for the local queue to say so (`stop(wanted)`: `"local"`),
+ * or for `timeoutMs` (`"recheck"`). Every source completes the one `changed` of the local
+ * queue (a timer fiber by `poke`), so a wait costs one fiber, not a race of several.
  */
-export const waitFor = (env: Env, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
+const waitFor = (local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false
   return Effect.acquireUseRelease(
     Effect.fork(
@@ -84,10 +76,12 @@ export const waitFor = (env: Env, local: LocalQueue, timeoutMs: number, stop: (w
         const signals = yield* local.signals
         while (true) {
           // Looked at before the checks: a change after them completes it.
-          const { wanted, changed } = yield* local.look
+          const { changed, wanted } = yield* local.look
           if (stop(wanted)) return "local" as const
-          if (Chunk.some(yield* Queue.takeAll(signals), (event) => isChance(env, event))) return "released" as const
-          if (timedOut) return "timeout" as const
+          const events = yield* Queue.takeAll(signals)
+          if (Chunk.some(events, (event) => event._tag === "Granted")) return "granted" as const
+          if (Chunk.some(events, (event) => event._tag === "Resubscribed")) return "recheck" as const
+          if (timedOut) return "recheck" as const
           yield* changed
         }
       }),
@@ -107,97 +101,90 @@ export const acquire = (
   local: LocalQueue,
   previous: Previous
 ) => {
-  const { store, instanceId, recheckMs, nextLockId, lockWait } = env
-  const yieldFirst = previous.yieldFirst
+  const { instanceId, lockWait, nextLockId, recheckMs, store } = env
   // `attempting`: the lock id of the last attempt, until it is known refused. An exit
   // other than success with it set (an interruption between the grant and the return,
   // or an attempt whose reply was lost) releases it: lock ids are unique, so releasing
   // one this worker was not granted deletes nothing.
-  const state = { registered: previous.registered, granted: false, attempting: undefined as string | undefined }
+  const state = { queued: previous.queued, granted: false, attempting: undefined as string | undefined }
+  const attempt = (claim: boolean) =>
+    Effect.gen(function* () {
+      const lockId = nextLockId()
+      state.attempting = lockId
+      // a failed attempt may have queued the worker all the same: it leaves on exit
+      state.queued = true
+      const result = yield* store.acquireQueued(token, lockId, slices, { instanceId, claim })
+      if (result._tag === "Queued") {
+        state.attempting = undefined
+        return Either.left(result.remainingMs)
+      }
+      state.queued = false
+      state.granted = true
+      return Either.right(makeGrant(token, lockId, slices, result, yield* Clock.currentTimeMillis))
+    })
   return Effect.gen(function* () {
-    if (!yieldFirst && previous.attempted !== true) {
-      // What was signalled before the attempt is answered by it (a grant counts the
-      // contenders): left queued, an old `contended` would end the lease it grants.
-      yield* local.drain
-      const firstId = nextLockId()
-      state.attempting = firstId
-      // a failed attempt may have registered the worker all the same: deregister on leaving
-      const first = yield* Effect.tapError(attemptWith(env, token, firstId, slices), () =>
-        Effect.sync(() => {
-          state.registered = true
-        })
-      )
-      if (Option.isSome(first)) {
-        // the grant removed the instance from the waiter set, had it been there
-        state.registered = false
-        state.granted = true
-        return first
-      }
-      state.attempting = undefined
-      state.registered = true
-    }
-    const lockId = nextLockId()
     const started = yield* Clock.currentTimeMillis
-    // Subscribed (and confirmed) before the attempt that precedes each wait: a release
-    // published after the attempt cannot be missed.
-    const signals = yield* local.signals
-    if (yieldFirst) {
-      // Registered, the next holder sees this worker waiting and keeps its hold short.
-      if (!state.registered) {
-        yield* store.registerWaiter(token, instanceId)
-        state.registered = true
-      }
-      // Free now: the others had their chance (or none is coming), so nothing to wait for.
-      if (Option.isSome(yield* store.holder(token))) yield* waitFor(env, local, recheckMs, (wanted) => !wanted)
+    let listening = yield* local.listening
+    let remainingMs = 0
+    if (previous.attempted !== true) {
+      // What was signalled before the attempt is answered by it.
+      yield* local.drain
+      const first = yield* attempt(false)
+      if (Either.isRight(first)) return Option.some(first.right)
+      remainingMs = first.left
     }
+    // Listening before it waits: a subscription made after the attempt that queued the
+    // worker may have missed the notice of a grant, so a first re-check follows it.
+    let claim = false
+    let recheck = !listening
     while (true) {
       // A waiter leaving during the attempt ends the wait that follows at once.
       const { wanted } = yield* local.look
       if (!wanted) return Option.none<Grant>()
-      // Signals from before the attempt are answered by it.
-      yield* Queue.takeAll(signals)
-      // Each attempt re-registers: it refreshes this worker's deadline in the waiter set and tells a lease
-      // that started since the last attempt that this instance waits.
-      state.attempting = lockId
-      const result = yield* store.tryAcquire(token, lockId, slices, { instanceId, register: true })
-      if (result._tag === "Acquired") {
-        // the grant removed the instance from the waiter set
-        state.registered = false
-        state.granted = true
-        const grantedAt = yield* Clock.currentTimeMillis
-        yield* Metric.update(lockWait, grantedAt - started)
-        return Option.some(makeGrant(token, lockId, slices, result, grantedAt))
+      yield* local.signals
+      listening = true
+      if (!recheck) {
+        const woken = yield* waitFor(local, Math.max(1, Math.min(remainingMs + 5, recheckMs)), (wanted) => !wanted)
+        if (woken === "local") continue
+        claim = woken === "granted"
       }
-      state.attempting = undefined
-      state.registered = true
-      yield* waitFor(env, local, Math.max(1, Math.min(result.remainingMs + 5, recheckMs)), (wanted) => !wanted)
+      recheck = false
+      const next = yield* attempt(claim)
+      if (Either.isRight(next)) {
+        yield* Metric.update(lockWait, next.right.grantedAt - started)
+        return Option.some(next.right)
+      }
+      remainingMs = next.left
+      claim = false
     }
   }).pipe(
     // Leaving without a grant handed out (every waiter gone, interrupted, or a store
-    // error): no lock of this attempt stays taken and the instance does not stay
-    // registered. The lock's TTL and the registration's deadline cover a store that is away.
+    // error): no lock of this attempt stays taken, and the worker leaves the queue (a grant
+    // pending for it passes on). The lock's TTL and the entry's deadline cover a store
+    // that is away.
     Effect.onExit((exit) =>
       Effect.suspend(() => {
         const lockId = state.attempting
         const release =
-          Exit.isFailure(exit) && lockId !== undefined ? Effect.ignore(store.release(token, lockId)) : Effect.void
-        const deregister =
-          state.registered && !state.granted ? Effect.ignore(store.deregisterWaiter(token, instanceId)) : Effect.void
-        return Effect.zipRight(release, deregister)
+          Exit.isFailure(exit) && lockId !== undefined
+            ? Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
+            : Effect.void
+        const leave = state.queued && !state.granted ? Effect.ignore(store.leaveQueue(token, instanceId)) : Effect.void
+        return Effect.zipRight(release, leave)
       })
     )
   )
 }
 
 /**
- * One attempt with `lockId`: `Lock.attempt`, and the first step of `acquire`.
- * On the path of every uncontended modification: as few steps as the grant needs.
+ * One attempt with `lockId`: `Lock.attempt`. On the path of every uncontended
+ * modification: as few steps as the grant needs. Refused, it has queued the worker.
  *
  * @internal
  */
 export const attemptWith = (env: Env, token: string, lockId: string, slices: ReadonlyArray<string>) =>
   Effect.clockWith((clock) =>
-    Effect.map(env.store.tryAcquire(token, lockId, slices, { instanceId: env.instanceId, register: true }), (result) =>
+    Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
       result._tag === "Acquired"
         ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
         : Option.none()

@@ -59,7 +59,8 @@ export const make = (
   topology: Topology,
   health: Health,
   settings: Settings,
-  keyspace: SocketWatch.Keyspace
+  keyspace: SocketWatch.Keyspace,
+  standing: (channel: string) => boolean
 ): Effect.Effect<PubSub, never, Scope.Scope> =>
   Effect.gen(function* () {
     const { commandTimeoutMs } = settings
@@ -76,6 +77,7 @@ export const make = (
       })
     const allSubscribers = Effect.suspend(() => Effect.forEach(topology.masters(), nodeSubscriber))
     const environment = {
+      standing,
       topology,
       health,
       commandTimeoutMs,

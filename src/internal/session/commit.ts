@@ -53,12 +53,22 @@ export const succeedAcks = (requests: ReadonlyArray<Request>) => {
 }
 
 /**
- * How a grant is held: for one modification, a quantum's worth, or as a lease.
+ * How a grant is held: for one modification; a quantum's worth (others wait); as a lease
+ * (nobody waits); or, with the oplock off, for the modifications queued here (`batch`: each
+ * acknowledged once written, for at most a quantum once others wait).
  *
  * @internal
  */
-export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" =>
-  !env.oplock ? "single" : grant.contenders === 0 ? "lease" : env.quantumMs === 0 ? "single" : "quantum"
+export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" | "batch" =>
+  env.quantumMs === 0
+    ? env.oplock && grant.contenders === 0
+      ? "lease"
+      : "single"
+    : !env.oplock
+      ? "batch"
+      : grant.contenders === 0
+        ? "lease"
+        : "quantum"
 
 /** @internal */
 export const warnIfLong = (env: SessionEnv, token: string, request: Request, started: number) =>
@@ -74,14 +84,15 @@ export const warnIfLong = (env: SessionEnv, token: string, request: Request, sta
   })
 
 /**
- * After a hold: whether the release registered this worker, and whether it owes others a turn.
+ * After a hold that did not put this worker back in the queue.
  *
  * @internal
  */
-export const noTurn: Previous = { registered: false, yieldFirst: false }
+export const noTurn: Previous = { queued: false }
 
 /**
- * The last write of a grant, with its release; registers this worker if requests wait here.
+ * The last write of a grant, with its release (the store hands the lock to the next worker
+ * queued); this worker goes back to the tail of the queue if requests wait here.
  *
  * @internal
  */
@@ -98,17 +109,17 @@ export const commitAndRelease = (
     prune(session)
     const waiting = session.queue.length > 0
     const result = yield* Effect.either(
-      writeOrFail(store.commitAndRelease(token, lockId, writes, { instanceId, register: waiting }))
+      writeOrFail(store.commitAndReleaseQueued(token, lockId, writes, { instanceId, requeue: waiting }))
     )
     if (result._tag === "Right") {
       succeedAcks(requests)
-      return { registered: waiting, yieldFirst: result.right > 0 }
+      return { queued: waiting }
     }
     yield* Metric.increment(flushFailures)
     yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
     failAcks(env, requests, lockId, result.left)
     // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
     // would block every worker on this token until it expires.
-    if (result.left._tag !== "LockLost") yield* Effect.ignore(store.release(token, lockId, { instanceId }))
+    if (result.left._tag !== "LockLost") yield* Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
     return noTurn
   })

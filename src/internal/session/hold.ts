@@ -20,6 +20,18 @@ import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, wr
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
 import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoop } from "./session.js"
 
+/**
+ * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
+ * to the hold to write with the ones queued behind it: its writes, and its request to
+ * acknowledge once they are written.
+ *
+ * @internal
+ */
+export interface Carried {
+  readonly writes: ReadonlyArray<readonly [name: string, value: string]>
+  readonly request: Request
+}
+
 /** One hold of a grant: what it read and wrote, and where its serving stands. */
 interface HoldState {
   readonly env: SessionEnv
@@ -27,7 +39,7 @@ interface HoldState {
   readonly grant: Grant
   readonly token: string
   readonly lockId: string
-  readonly mode: "single" | "quantum" | "lease"
+  readonly mode: "single" | "quantum" | "lease" | "batch"
   readonly cache: Map<string, Option.Option<string>>
   readonly dirty: Map<string, string>
   unacked: Array<Request>
@@ -49,10 +61,12 @@ interface HoldState {
  *
  * @internal
  */
-export const hold = (env: SessionEnv, session: Session, grant: Grant): Effect.Effect<Previous> =>
+export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: Carried): Effect.Effect<Previous> =>
   Effect.gen(function* () {
     const { token, lockId } = grant
     const mode = modeOf(env, grant)
+    const cache = new Map(grant.values)
+    for (const [name, value] of carried?.writes ?? []) cache.set(name, Option.some(value))
     const state: HoldState = {
       env,
       session,
@@ -60,19 +74,24 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant): Effect.Ef
       token,
       lockId,
       mode,
-      cache: new Map(grant.values),
-      dirty: new Map<string, string>(),
-      unacked: [],
+      cache,
+      dirty: new Map<string, string>(carried?.writes ?? []),
+      unacked: carried === undefined ? [] : [carried.request],
       inProgress: undefined,
-      served: 0,
-      deadline: grant.grantedAt + (mode === "lease" ? env.holdMs : mode === "quantum" ? env.quantumMs : 0),
-      contended: mode !== "lease",
+      served: carried === undefined ? 0 : 1,
+      deadline:
+        mode === "batch" && grant.contenders === 0
+          ? Number.POSITIVE_INFINITY
+          : grant.grantedAt +
+            (mode === "lease" ? env.holdMs : mode === "quantum" || mode === "batch" ? env.quantumMs : 0),
+      contended: mode === "batch" ? grant.contenders > 0 : mode !== "lease",
       failed: undefined,
       timer: undefined,
       watching: session.signals !== undefined,
       keeper: undefined
     }
-    state.keeper = mode === "lease" ? yield* Effect.fork(keepAlive(state)) : undefined
+    // a batch that nobody contends lasts as long as modifications queue here
+    state.keeper = mode === "lease" || mode === "batch" ? yield* Effect.fork(keepAlive(state)) : undefined
 
     // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
     return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve(state))), finish(state))
@@ -124,18 +143,18 @@ const watchContention = (state: HoldState) =>
     const events = yield* openSignals(state.env, state.session)
     // what came before the check is covered by it
     yield* Queue.takeAll(events)
-    if ((yield* state.env.store.otherContenders(state.token, state.env.instanceId)) > 0) yield* contend(state)
+    if ((yield* state.env.store.queueLength(state.token, state.env.instanceId)) > 0) yield* contend(state)
   })
 
 /** After a resubscription a contender may have registered unseen: ask the store. */
 const recheckContenders = (state: HoldState) =>
   Effect.flatMap(
-    Effect.orElseSucceed(state.env.store.otherContenders(state.token, state.env.instanceId), () => 1),
+    Effect.orElseSucceed(state.env.store.queueLength(state.token, state.env.instanceId), () => 1),
     (n) => (n > 0 ? contend(state) : Effect.void)
   )
 
-const isOtherContender = (state: HoldState, event: SignalEvent) =>
-  event._tag === "Contended" && event.instanceId !== state.env.instanceId
+/** Notices reach this worker only: a `Contended` one says another worker queued. */
+const isOtherContender = (event: SignalEvent) => event._tag === "Contended"
 
 /** Between two modifications: has another instance registered meanwhile? */
 const checkSignals = (state: HoldState) =>
@@ -145,7 +164,7 @@ const checkSignals = (state: HoldState) =>
     return Effect.flatMap(Queue.takeAll(events), (chunk) => {
       let resubscribed = false
       for (const event of chunk) {
-        if (isOtherContender(state, event)) return contend(state)
+        if (isOtherContender(event)) return contend(state)
         if (event._tag === "Resubscribed") resubscribed = true
       }
       return resubscribed ? recheckContenders(state) : Effect.void
@@ -211,7 +230,8 @@ const serveOne = (state: HoldState, request: Request) =>
       cache.set(name, Option.some(value))
       dirty.set(name, value)
     }
-    if (state.mode !== "single" && !env.durable) request.ack.done(Exit.void)
+    // a batch (the oplock off) acknowledges a modification once it is written
+    if ((state.mode === "lease" || state.mode === "quantum") && !env.durable) request.ack.done(Exit.void)
     else state.unacked.push(request)
   })
 
@@ -256,13 +276,19 @@ const serve = (state: HoldState) =>
     while (state.failed === undefined) {
       if (mode === "single" && state.served > 0) return
       // Looked for before every modification: a busy local queue never waits for a signal.
-      if (mode === "lease") yield* lookForContenders
+      if (mode === "lease" || mode === "batch") yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = session.changed
       const now = yield* Clock.currentTimeMillis
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
+      // A batch writes what it served at least every quantum: its acknowledgements wait for it.
+      if (mode === "batch" && state.unacked.length > 0 && now - ioAt >= env.yieldMs) {
+        yield* flush(state)
+        ioAt = yield* Clock.currentTimeMillis
+        continue
+      }
       if (mode !== "single" && now - ioAt >= env.yieldMs) {
         yield* turnEventLoop
         ioAt = yield* Clock.currentTimeMillis
@@ -272,7 +298,7 @@ const serve = (state: HoldState) =>
       // local loop must not keep a remote waiter out. `finish` writes in one step.
       if (state.served > 0 && now >= state.deadline) return
       const request = nextRequest(state)
-      if (request !== undefined && mode === "lease" && !state.watching && state.served > 0) {
+      if (request !== undefined && (mode === "lease" || mode === "batch") && !state.watching && state.served > 0) {
         yield* watchContention(state)
         continue
       }
@@ -280,7 +306,8 @@ const serve = (state: HoldState) =>
         yield* serveOne(state, request)
         continue
       }
-      if (now >= state.deadline) return
+      // a batch serves what is queued here, and holds nothing while nothing is
+      if (mode === "batch" || now >= state.deadline) return
       // Another instance waits and nothing is queued here: the quantum is for the
       // modifications this worker has queued, not for ones that might still come.
       if (state.contended) return
@@ -318,7 +345,7 @@ const finish = (state: HoldState) =>
     if (state.failed !== undefined) {
       // The lock is lost or the store is away: nothing more is written; release what may remain.
       failAcks(env, state.unacked, lockId, state.failed)
-      yield* Effect.ignore(env.store.release(token, lockId, { instanceId: env.instanceId }))
+      yield* Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId }))
       return noTurn
     }
     return yield* commitAndRelease(env, session, lockId, [...dirty.entries()], state.unacked)

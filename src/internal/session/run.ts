@@ -1,7 +1,7 @@
 /**
  * The session's fiber: it holds the grants of a token's queued modifications one after
- * another, lingers when it owes other instances a turn, and ends the session once nothing
- * is queued (failing what is left queued if it ended otherwise).
+ * another, and ends the session once nothing is queued here (failing what is left queued
+ * if it ended otherwise).
  *
  * @internal
  */
@@ -13,39 +13,41 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import type { Grant, Previous } from "../../Lock.js"
 import { noTurn } from "./commit.js"
-import { hold } from "./hold.js"
+import { type Carried, hold } from "./hold.js"
 import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
 
 /** The session's fiber, from a grant already taken or from what the last release left. */
-const run = (env: SessionEnv, session: Session, start: Grant | Previous) =>
-  Effect.gen(function* () {
+const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried?: Carried) => {
+  // Whether this worker is in the token's store queue (put back by its last release, or
+  // queued by an attempt): a fiber that ends otherwise than by leaving it normally (closed,
+  // failed) leaves it in its exit, so a grant handed to it meanwhile passes on at once.
+  let queued = "lockId" in start ? false : start.queued
+  return Effect.gen(function* () {
     const { store, lock, sessions, instanceId } = env
-    let after = "lockId" in start ? yield* hold(env, session, start) : start
+    let after = "lockId" in start ? yield* hold(env, session, start, carried) : start
+    queued = after.queued
     while (true) {
       const next = yield* Effect.sync(() => {
         prune(session)
         if (session.queue.length > 0) return "work" as const
-        // owing others a turn, the session stays a little to keep a new local
-        // modification from taking the lock back before them
-        if (after.yieldFirst) return "linger" as const
         sessions.delete(session.token)
         return "exit" as const
       })
       if (next === "exit") {
-        // registered by the last release for waiters that have left since
-        if (after.registered) yield* Effect.ignore(store.deregisterWaiter(session.token, instanceId))
+        // queued by the last release for waiters that have left since (a grant already
+        // pending for this worker passes to the next one)
+        if (after.queued) yield* Effect.ignore(store.leaveQueue(session.token, instanceId))
+        queued = false
         return
-      }
-      if (next === "linger") {
-        const arrived = yield* Effect.interruptible(lock.linger(session.token, localQueue(env, session)))
-        if (!arrived) after = { registered: after.registered, yieldFirst: false }
-        continue
       }
       const slices = [...new Set(session.queue.flatMap((request) => request.slices))]
       const grant: Option.Option<Grant> = yield* Effect.interruptible(
         lock.acquire(session.token, slices, localQueue(env, session), after)
       )
+      // the acquisition left the queue itself unless it was granted
+      queued = false
       after = Option.isSome(grant) ? yield* hold(env, session, grant.value) : noTurn
+      queued = after.queued
     }
   }).pipe(
     Effect.onExit((exit) =>
@@ -53,7 +55,8 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous) =>
         if (env.sessions.get(session.token) === session) env.sessions.delete(session.token)
         const left = session.queue.splice(0)
         const scope = session.scope
-        const closeScope = scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+        const leave = queued ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId)) : Effect.void
+        const closeScope = Effect.zipRight(leave, scope === undefined ? Effect.void : Scope.close(scope, Exit.void))
         if (Exit.isSuccess(exit)) return closeScope
         const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
         return Effect.forEach(
@@ -65,6 +68,7 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous) =>
       })
     )
   )
+}
 
 /**
  * Start the session's fiber in the service's scope.
@@ -76,5 +80,5 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous) =>
  *
  * @internal
  */
-export const start = (env: SessionEnv, session: Session, from: Grant | Previous) =>
-  Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(env, session, from)), env.scope))
+export const start = (env: SessionEnv, session: Session, from: Grant | Previous, carried?: Carried) =>
+  Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope))

@@ -145,5 +145,6 @@ export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
   drain: Effect.suspend(() =>
     session.signals === undefined ? Effect.void : Effect.asVoid(Queue.takeAll(session.signals))
   ),
+  listening: Effect.sync(() => session.signals !== undefined),
   poke: Effect.sync(() => notify(session))
 })
