@@ -3,10 +3,13 @@
  * it), with subscriptions that survive outages.
  *
  * A worker holds at most one store subscription per token, however many local fibers
- * listen (on a single server the store shares one channel per worker between them). When the subscriber connection is lost, one supervised loop (`signals`) restores
- * every token subscription as soon as the store is back, and every listener of a restored
- * token receives `Resubscribed`: signals published meanwhile may be lost, so a waiter must
- * re-check instead of trusting that nothing happened.
+ * listen (on a single server the store shares one channel per worker between them). A
+ * token's subscription outlives its last listener by one to two `lingerMs` periods: a hot
+ * token is waited for again and again, and each wait then costs a callback added to a set,
+ * not a subscription made and dropped. When the subscriber connection is lost, one
+ * supervised loop (`signals`) restores every token subscription as soon as the store is
+ * back, and every listener of a restored token receives `Resubscribed`: signals published
+ * meanwhile may be lost, so a waiter must re-check instead of trusting that nothing happened.
  *
  * @since 0.1.0
  */
@@ -15,8 +18,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
-import * as PubSub from "effect/PubSub"
-import * as RcMap from "effect/RcMap"
+import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
@@ -60,6 +62,16 @@ export declare namespace Signals {
     readonly subscribe: (
       token: string
     ) => Effect.Effect<Stream.Stream<SignalEvent>, InvalidToken | StoreError, Scope.Scope>
+    /**
+     * Call `listener` with each of the token's signals until the returned function is
+     * called; the same guarantee as `subscribe`. The listener runs synchronously in the
+     * subscription's fiber and must not throw: it is the cheap way for a fiber that waits
+     * on a token again and again (no stream, no fiber of its own).
+     */
+    readonly listen: (
+      token: string,
+      listener: (event: SignalEvent) => void
+    ) => Effect.Effect<() => void, InvalidToken | StoreError>
     /** Tokens with at least one local listener. */
     readonly tokens: Effect.Effect<ReadonlyArray<string>>
   }
@@ -71,11 +83,16 @@ export declare namespace Signals {
  */
 export class Signals extends Context.Tag("leasehold/Signals")<Signals, Signals.Service>() {}
 
+/** How long a token's subscription is kept without listeners: between one and two of these. */
+export const lingerMs = 2_000
+
 interface Entry {
   readonly token: string
-  readonly events: PubSub.PubSub<SignalEvent>
+  readonly listeners: Set<(event: SignalEvent) => void>
   readonly lock: Effect.Semaphore
-  /** Set once its last listener left: nothing restores it any more. */
+  /** Set by a sweep that found it without listeners; the next such sweep closes it. */
+  idle: boolean
+  /** Set once it was swept away: nothing restores it any more. */
   closed: boolean
   /** The scope of the latest store subscription and its pump. */
   scope: Scope.CloseableScope | undefined
@@ -94,6 +111,10 @@ export const make = Effect.gen(function* () {
   const instanceId = yield* InstanceId
   const supervisor = yield* Supervisor
   const entries = new Map<string, Entry>()
+  const deliver = (entry: Entry, event: SignalEvent) =>
+    Effect.sync(() => {
+      for (const listener of entry.listeners) listener(event)
+    })
   // Completed by the first pump that loses its subscription; renewed by each attempt of the loop.
   let lost = yield* Deferred.make<never, StoreUnavailable>()
 
@@ -130,53 +151,83 @@ export const make = Effect.gen(function* () {
                 return Deferred.fail(lost, error)
               })
             yield* stream.pipe(
-              Stream.runForEach((signal) => PubSub.publish(entry.events, signal)),
+              Stream.runForEach((signal) => deliver(entry, signal)),
               Effect.catchAll(markLost),
               Effect.interruptible,
               Effect.forkIn(scope)
             )
             entry.scope = scope
             entry.live = true
-            if (entry.confirmed) yield* PubSub.publish(entry.events, { _tag: "Resubscribed" } as const)
+            if (entry.confirmed) yield* deliver(entry, { _tag: "Resubscribed" })
             entry.confirmed = true
           })
         )
       })
     )
 
-  // One entry per token with local listeners: made by the first, closed after the last.
-  const tokens = yield* RcMap.make({
-    lookup: (token: string) =>
-      Effect.acquireRelease(
-        Effect.map(PubSub.unbounded<SignalEvent>(), (events) => {
-          const entry: Entry = {
-            token,
-            events,
-            lock: Effect.unsafeMakeSemaphore(1),
-            closed: false,
-            scope: undefined,
-            live: false,
-            confirmed: false
-          }
-          entries.set(token, entry)
-          return entry
-        }),
-        (entry) =>
-          Effect.suspend(() => {
-            entry.closed = true
-            if (entries.get(token) === entry) entries.delete(token)
-            return entry.lock.withPermits(1)(closeScope(entry))
-          })
-      )
+  // One entry per token with local listeners: made by the first, swept away once it has
+  // had none for a whole sweep period.
+  const entryOf = (token: string): Entry => {
+    const existing = entries.get(token)
+    if (existing !== undefined) return existing
+    const entry: Entry = {
+      token,
+      listeners: new Set(),
+      lock: Effect.unsafeMakeSemaphore(1),
+      idle: false,
+      closed: false,
+      scope: undefined,
+      live: false,
+      confirmed: false
+    }
+    entries.set(token, entry)
+    return entry
+  }
+
+  const sweep = Effect.suspend(() => {
+    const gone: Array<Entry> = []
+    for (const entry of entries.values()) {
+      if (entry.listeners.size > 0) entry.idle = false
+      else if (!entry.idle) entry.idle = true
+      else {
+        // Gone from the map before anything yields: a listener from now on makes a new entry.
+        entry.closed = true
+        entries.delete(entry.token)
+        gone.push(entry)
+      }
+    }
+    return Effect.forEach(gone, (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
   })
+  yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(lingerMs), sweep)))
+  yield* Effect.addFinalizer(() =>
+    Effect.forEach([...entries.values()], (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
+  )
+
+  const listen = (token: string, listener: (event: SignalEvent) => void) =>
+    Effect.flatMap(validateToken(token), () =>
+      Effect.suspend(() => {
+        const entry = entryOf(token)
+        entry.listeners.add(listener)
+        entry.idle = false
+        const unlisten = () => {
+          entry.listeners.delete(listener)
+        }
+        // Listening before the subscription is confirmed: nothing published after it is missed.
+        if (entry.live) return Effect.succeed(unlisten)
+        return ensureLive(entry).pipe(
+          Effect.onError(() => Effect.sync(unlisten)),
+          Effect.as(unlisten)
+        )
+      })
+    )
 
   const subscribe = (token: string) =>
     Effect.gen(function* () {
-      yield* validateToken(token)
-      const entry = yield* RcMap.get(tokens, token)
-      // Join the local channel first, so nothing published after the confirmation is missed.
-      const queue = yield* PubSub.subscribe(entry.events)
-      yield* ensureLive(entry)
+      const queue = yield* Queue.unbounded<SignalEvent>()
+      yield* Effect.acquireRelease(
+        listen(token, (event) => Queue.unsafeOffer(queue, event)),
+        (unlisten) => Effect.sync(unlisten)
+      )
       return Stream.fromQueue(queue)
     })
 
@@ -200,7 +251,8 @@ export const make = Effect.gen(function* () {
 
   return Signals.of({
     subscribe,
-    tokens: Effect.sync(() => [...entries.keys()])
+    listen,
+    tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token))
   })
 })
 

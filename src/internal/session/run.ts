@@ -10,7 +10,6 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
 import * as Option from "effect/Option"
-import * as Scope from "effect/Scope"
 import type { Grant, Previous } from "../../Lock.js"
 import { noTurn } from "./commit.js"
 import { type Carried, hold } from "./hold.js"
@@ -54,9 +53,9 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried
       Effect.suspend(() => {
         if (env.sessions.get(session.token) === session) env.sessions.delete(session.token)
         const left = session.queue.splice(0)
-        const scope = session.scope
-        const leave = queued ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId)) : Effect.void
-        const closeScope = Effect.zipRight(leave, scope === undefined ? Effect.void : Scope.close(scope, Exit.void))
+        session.unlisten?.()
+        session.unlisten = undefined
+        const closeScope = queued ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId)) : Effect.void
         if (Exit.isSuccess(exit)) return closeScope
         const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
         return Effect.forEach(

@@ -11,8 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
-import * as Scope from "effect/Scope"
-import * as Stream from "effect/Stream"
+import type * as Scope from "effect/Scope"
 import type { Request } from "../../Lease.js"
 import type { Grant, LocalQueue, Lock } from "../../Lock.js"
 import type { SignalEvent, Signals } from "../../Signals.js"
@@ -56,8 +55,8 @@ export interface Session {
   readonly queue: Array<Request>
   /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a poke. */
   changed: OneShot<void>
-  /** Where the session's signal subscription lives; closed when the session ends. */
-  scope: Scope.CloseableScope | undefined
+  /** Ends the session's listening to the token's signals; called when the session ends. */
+  unlisten: (() => void) | undefined
   signals: Queue.Dequeue<SignalEvent> | undefined
   lease: LeaseState | undefined
   /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
@@ -98,7 +97,7 @@ export const newSession = (env: SessionEnv, token: string): Session => {
     token,
     queue: [],
     changed: new OneShot<void>(),
-    scope: undefined,
+    unlisten: undefined,
     signals: undefined,
     lease: undefined,
     own: undefined
@@ -108,7 +107,8 @@ export const newSession = (env: SessionEnv, token: string): Session => {
 }
 
 /**
- * The token's signals, subscribed once per session and kept until the session ends.
+ * The token's signals, listened to once per session and until the session ends: a
+ * listener that puts each signal in the session's queue and wakes whatever waits on it.
  *
  * @internal
  */
@@ -119,16 +119,11 @@ export const openSignals = (
   Effect.suspend(() => {
     if (session.signals !== undefined) return Effect.succeed(session.signals)
     return Effect.gen(function* () {
-      // made on first use (most sessions never wait and never lease); closed with the session
-      if (session.scope === undefined) session.scope = yield* Scope.make()
-      const sessionScope = session.scope
-      const events = yield* Scope.extend(env.signals.subscribe(session.token), sessionScope)
       const queue = yield* Queue.unbounded<SignalEvent>()
-      yield* events.pipe(
-        Stream.runForEach((event) => Effect.map(Queue.offer(queue, event), () => notify(session))),
-        Effect.interruptible,
-        Effect.forkIn(sessionScope)
-      )
+      session.unlisten = yield* env.signals.listen(session.token, (event) => {
+        Queue.unsafeOffer(queue, event)
+        notify(session)
+      })
       session.signals = queue
       return queue as Queue.Dequeue<SignalEvent>
     })
