@@ -361,6 +361,65 @@ export const stateSuite = (backend: StateBackend) => {
         })
     )
 
+    test(
+      "one wake-up per hand-off, in queue order: three workers queued behind a fourth cost one claim each and nothing more",
+      { lockExpiration: 20_000, lockWarningThreshold: 10_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const a = yield* cluster.worker()
+          const others = [yield* cluster.worker(), yield* cluster.worker(), yield* cluster.worker()]
+          const first = yield* blocker(tools, a, "t")
+          const done: Array<string> = []
+          const fibers: Array<Fiber.RuntimeFiber<number, unknown>> = []
+          for (const w of others) {
+            fibers.push(yield* Effect.fork(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
+            yield* tools.until(
+              "queued",
+              Effect.map(cluster.store.queue("t"), (ids) => ids.includes(w.id))
+            )
+          }
+          deepStrictEqual(
+            yield* cluster.store.queue("t"),
+            others.map((w) => w.id)
+          )
+          // a waiter that queued before it listened checks once more right after it listens:
+          // let those checks pass (far less than a re-check interval, 2 s here)
+          yield* tools.advance(200)
+          const before = yield* cluster.operations
+          const scriptsBefore = yield* Option.match(cluster.scripts, {
+            onNone: () => Effect.succeed(0),
+            onSome: (scripts) => Effect.map(scripts, (all) => all.length)
+          })
+          yield* first.open
+          yield* Fiber.join(first.fiber)
+          for (const fiber of fibers) yield* Fiber.join(fiber)
+          if (Option.isNone(cluster.scripts)) {
+            // a's commit-and-release, then for each waiter its claim and its commit-and-release
+            // (no time passes here: no batch is written before its release); a waiter woken
+            // for nothing would add an attempt of its own
+            assert.strictEqual((yield* cluster.operations) - before, 1 + 2 * others.length)
+          } else {
+            // On Redis, whose scripts name their worker: from a's release on, the scripts come
+            // from a, then b, then c, then d, each in one run (a claim, then a write and a
+            // release, or both at once): nobody else sends anything between a release and
+            // the grantee's claim
+            const workers = [a, ...others]
+            const senders = (yield* cluster.scripts.value)
+              .slice(scriptsBefore)
+              .map((args) => workers.findIndex((w) => args.includes(w.id)))
+            const runs = senders.filter((sender, i) => i === 0 || senders[i - 1] !== sender)
+            deepStrictEqual(runs, [0, 1, 2, 3])
+            assert.isAtMost(senders.length, 1 + 3 * others.length)
+          }
+          deepStrictEqual(
+            done,
+            others.map((w) => w.id)
+          )
+          assert.strictEqual(yield* cluster.stored("t"), 4)
+          deepStrictEqual(yield* cluster.store.queue("t"), [])
+        })
+    )
+
     test("no barging: a tight loop on one worker does not starve a waiter on another", {}, (cluster, tools) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()

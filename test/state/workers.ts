@@ -8,6 +8,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
+import { Redis } from "ioredis"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { makeKeys } from "../../src/internal/keys.js"
@@ -43,6 +44,16 @@ export interface Cluster {
   /** The stored counter slice, decoded. */
   readonly stored: (token: string) => Effect.Effect<number>
   readonly keys: ReturnType<typeof makeKeys>
+  /**
+   * Store operations so far, of every worker (memory: calls into the store; Redis: the scripts
+   * run to their end, one per operation of the lock; not counted on a Redis Cluster).
+   */
+  readonly operations: Effect.Effect<number>
+  /**
+   * Redis only: the arguments of each script the server ran since the workers were built,
+   * as the server saw them (MONITOR), each joined by spaces.
+   */
+  readonly scripts: Option.Option<Effect.Effect<ReadonlyArray<string>>>
 }
 
 const configWith = (input: LeaseholdConfig.Input) =>
@@ -52,7 +63,9 @@ const configWith = (input: LeaseholdConfig.Input) =>
 const makeCluster = <R, E>(
   storeLayer: Layer.Layer<Store | R, E, LeaseholdConfig.LeaseholdConfig>,
   input: LeaseholdConfig.Input,
-  raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>
+  raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>,
+  operations: (shared: Context.Context<Store | R>) => Effect.Effect<number> = () => Effect.succeed(0),
+  scripts: Option.Option<Effect.Effect<ReadonlyArray<string>>> = Option.none()
 ) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -84,6 +97,8 @@ const makeCluster = <R, E>(
       logs: logs.lines,
       keys,
       worker,
+      operations: operations(shared),
+      scripts,
       grants: (token: string) =>
         Effect.map(read(keys.fence(token)), (value) => Option.match(value, { onNone: () => 0, onSome: Number })),
       stored: (token: string) =>
@@ -99,19 +114,49 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
     const cluster = yield* makeCluster(
       MemoryStore.layer,
       input,
-      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).getRaw
+      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).getRaw,
+      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).operations
     )
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
+
+/**
+ * The scripts a server ran to their end: EVALSHA and EVAL calls less the failed ones (an
+ * EVALSHA of a script the server has not loaded yet fails with NOSCRIPT and is sent again
+ * as EVAL: one operation).
+ */
+const scriptCalls = (stats: Readonly<Record<string, string>>) => {
+  let total = 0
+  for (const name of ["cmdstat_evalsha", "cmdstat_eval"]) {
+    const value = stats[name] ?? ""
+    const field = (key: string) => Number(new RegExp(`(?:^|,)${key}=(\\d+)`).exec(value)?.[1] ?? 0)
+    total += field("calls") - field("failed_calls")
+  }
+  return total
+}
 
 /** Workers over one RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
+    const seen: Array<string> = []
+    const monitor = yield* Effect.acquireRelease(
+      Effect.promise(() => new Redis(server.port, "127.0.0.1").monitor()),
+      (client) => Effect.sync(() => client.disconnect())
+    )
+    monitor.on("monitor", (_time: string, args: ReadonlyArray<string>) => {
+      if (args[0]?.toLowerCase().startsWith("eval")) seen.push(args.join(" "))
+    })
     const cluster = yield* makeCluster(
       RedisStore.layer({ url: server.url }),
       input,
-      () => (key) => RedisServer.getRaw(server, key)
+      () => (key) => RedisServer.getRaw(server, key),
+      () =>
+        server.info("commandstats").pipe(
+          Effect.map((stats) => scriptCalls(stats)),
+          Effect.orDie
+        ),
+      Option.some(Effect.sync(() => [...seen]))
     )
     return { ...cluster, server }
   })
