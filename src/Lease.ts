@@ -198,7 +198,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               return Effect.zipRight(start(env, session, { queued: true }), Effect.failCause(cause))
             }
             if (sessions.get(token) === session) sessions.delete(token)
-            return Effect.failCause(cause)
+            // the failed attempt may still have queued this worker, and nobody waits here:
+            // leave at once rather than have a grant handed to nobody
+            return Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId)), Effect.failCause(cause))
           },
           onSuccess: (grant) => {
             if (Option.isNone(grant)) {

@@ -109,7 +109,8 @@ export declare namespace Lock {
      * contention this is one store round trip and no subscription. Otherwise the worker is
      * queued in the store and waits for the lock to be handed to it (a `Granted` notice,
      * then a claim), for a resubscription, or for `min(remaining + 5 ms, lockExpiration /
-     * 10)`, after which it checks again (and claims a grant whose notice was lost).
+     * 10, handoffTimeout / 2)`, after which it checks again (and claims a grant whose notice
+     * was lost before the grant expires).
      * `None` when every local waiter left meanwhile (the worker leaves the queue, and a
      * grant pending for it passes to the next worker).
      */
@@ -148,7 +149,10 @@ export const make = Effect.gen(function* () {
   const store = yield* Store
   const instanceId = yield* InstanceId
   const config = yield* LeaseholdConfig
-  const recheckMs = Math.max(1, Math.floor(Duration.toMillis(config.lockExpiration) / 10))
+  const recheckMs = Math.max(
+    1,
+    Math.floor(Math.min(Duration.toMillis(config.lockExpiration) / 10, Duration.toMillis(config.handoffTimeout) / 2))
+  )
   let counter = 0
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
   const env: Env = { store, instanceId, recheckMs, nextLockId, lockWait }

@@ -74,6 +74,11 @@ export declare namespace Signals {
     ) => Effect.Effect<() => void, InvalidToken | StoreError>
     /** Tokens with at least one local listener. */
     readonly tokens: Effect.Effect<ReadonlyArray<string>>
+    /**
+     * Tokens whose store subscription is kept: those with listeners, and those whose last
+     * listener left less than one to two `lingerMs` ago.
+     */
+    readonly subscribed: Effect.Effect<ReadonlyArray<string>>
   }
 }
 
@@ -199,8 +204,15 @@ export const make = Effect.gen(function* () {
     return Effect.forEach(gone, (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
   })
   yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(lingerMs), sweep)))
+  // Closed with the layer: the `signals` loop (in the supervisor's scope, which may outlive
+  // this one) finds nothing left to restore.
   yield* Effect.addFinalizer(() =>
-    Effect.forEach([...entries.values()], (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
+    Effect.suspend(() => {
+      const all = [...entries.values()]
+      entries.clear()
+      for (const entry of all) entry.closed = true
+      return Effect.forEach(all, (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
+    })
   )
 
   const listen = (token: string, listener: (event: SignalEvent) => void) =>
@@ -252,7 +264,8 @@ export const make = Effect.gen(function* () {
   return Signals.of({
     subscribe,
     listen,
-    tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token))
+    tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token)),
+    subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.live).map((e) => e.token))
   })
 })
 

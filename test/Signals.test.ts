@@ -162,6 +162,34 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
+  it.scoped("a token's subscription outlives its last listener by one to two sweeps, then goes", () =>
+    Effect.gen(function* () {
+      const { signals, store } = yield* setup()
+      const first = yield* Scope.make()
+      yield* listen(signals, "tok").pipe(Scope.extend(first))
+      yield* Scope.close(first, Exit.void)
+      deepStrictEqual(yield* signals.tokens, [])
+      deepStrictEqual(yield* signals.subscribed, ["tok"])
+      // a listener within the linger reuses it: no new subscription, signals delivered
+      const second = yield* Scope.make()
+      const events = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      yield* sendGranted(store, "tok")
+      deepStrictEqual(yield* next(events), granted)
+      yield* TestClock.adjust(3 * Signals.lingerMs)
+      deepStrictEqual(yield* signals.subscribed, ["tok"])
+      yield* Scope.close(second, Exit.void)
+      yield* TestClock.adjust(Signals.lingerMs)
+      deepStrictEqual(yield* signals.subscribed, ["tok"])
+      yield* TestClock.adjust(Signals.lingerMs)
+      deepStrictEqual(yield* signals.subscribed, [])
+      // listening again after the sweep subscribes again
+      const again = yield* listen(signals, "tok")
+      deepStrictEqual(yield* signals.subscribed, ["tok"])
+      yield* sendContended(store, "tok")
+      deepStrictEqual(yield* next(again), contended)
+    })
+  )
+
   it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines } = yield* setup()
@@ -211,6 +239,7 @@ describe("Signals on MemoryStore", () => {
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("tok")))
       assert.strictEqual(error._tag, "StoreUnavailable")
       deepStrictEqual(yield* signals.tokens, [])
+      deepStrictEqual(yield* signals.subscribed, [])
       yield* control.setAvailable(true)
       const events = yield* listen(signals, "tok")
       yield* sendGranted(store, "tok")

@@ -36,7 +36,7 @@ const state: StateBackend = {
           const cluster = yield* clusters.get
           const raw = (key: string) =>
             Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key))
-          const workers = yield* redisClusterWorkers(cluster.url, raw, {
+          const workers = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), {
             commandTimeout: 1_000,
             keyPrefix: `state${++testCount}`,
             ...input

@@ -8,7 +8,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import { Redis } from "ioredis"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { makeKeys } from "../../src/internal/keys.js"
@@ -20,6 +19,7 @@ import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
 import * as WorkerLayers from "../../src/Worker.js"
 import { capture, type LogLine } from "../support/logs.js"
+import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
 
@@ -50,11 +50,24 @@ export interface Cluster {
    */
   readonly operations: Effect.Effect<number>
   /**
-   * Redis only: the arguments of each script the server ran since the workers were built,
-   * as the server saw them (MONITOR), each joined by spaces.
+   * Redis only: watch the scripts the server holding `token`'s keys runs from now on (MONITOR,
+   * for the life of the scope); the effect returned reads the arguments of each seen so far,
+   * joined by spaces.
    */
-  readonly scripts: Option.Option<Effect.Effect<ReadonlyArray<string>>>
+  readonly scripts: Option.Option<
+    (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
+  >
 }
+
+/** The scripts (EVALSHA, EVAL) a server runs from now on, as `Cluster.scripts` reads them. */
+const watchScripts = (server: RedisServer.RedisServer) =>
+  Effect.map(Monitor.monitor(server), (monitor) =>
+    Effect.sync(() =>
+      monitor.commands
+        .filter((command) => !command.fromScript && command.args[0]!.startsWith("eval"))
+        .map((command) => command.args.join(" "))
+    )
+  )
 
 const configWith = (input: LeaseholdConfig.Input) =>
   LeaseholdConfig.layerWith({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
@@ -65,7 +78,9 @@ const makeCluster = <R, E>(
   input: LeaseholdConfig.Input,
   raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>,
   operations: (shared: Context.Context<Store | R>) => Effect.Effect<number> = () => Effect.succeed(0),
-  scripts: Option.Option<Effect.Effect<ReadonlyArray<string>>> = Option.none()
+  scripts: Option.Option<
+    (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
+  > = Option.none()
 ) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -139,14 +154,6 @@ const scriptCalls = (stats: Readonly<Record<string, string>>) => {
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
-    const seen: Array<string> = []
-    const monitor = yield* Effect.acquireRelease(
-      Effect.promise(() => new Redis(server.port, "127.0.0.1").monitor()),
-      (client) => Effect.sync(() => client.disconnect())
-    )
-    monitor.on("monitor", (_time: string, args: ReadonlyArray<string>) => {
-      if (args[0]?.toLowerCase().startsWith("eval")) seen.push(args.join(" "))
-    })
     const cluster = yield* makeCluster(
       RedisStore.layer({ url: server.url }),
       input,
@@ -156,7 +163,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
           Effect.map((stats) => scriptCalls(stats)),
           Effect.orDie
         ),
-      Option.some(Effect.sync(() => [...seen]))
+      Option.some(() => watchScripts(server))
     )
     return { ...cluster, server }
   })
@@ -168,5 +175,16 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
 export const redisClusterWorkers = (
   url: string,
   raw: (key: string) => Effect.Effect<Option.Option<string>>,
+  nodeFor: (key: string) => Effect.Effect<RedisServer.RedisServer>,
   input: LeaseholdConfig.Input = {}
-) => makeCluster(RedisStore.layer({ url, cluster: true }), input, () => raw)
+) =>
+  makeCluster(
+    RedisStore.layer({ url, cluster: true }),
+    input,
+    () => raw,
+    undefined,
+    // the same slot holds all of a token's keys, and the scripts on them
+    Option.some((token: string) =>
+      Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchScripts)
+    )
+  )

@@ -28,7 +28,11 @@ import type { QueuedAcquireResult, Store } from "../../Store.js"
 export interface Env {
   readonly store: Store.Service
   readonly instanceId: string
-  /** A tenth of the lock expiration (at least 1 ms): the longest a waiter waits between attempts. */
+  /**
+   * The longest a waiter waits between attempts (at least 1 ms): a tenth of the lock
+   * expiration, and at most half the hand-off timeout, so that a waiter whose `Granted`
+   * notice was lost claims its grant before the grant expires.
+   */
   readonly recheckMs: number
   /** A lock id unique to this worker's acquisition. */
   readonly nextLockId: () => string
@@ -189,4 +193,9 @@ export const attemptWith = (env: Env, token: string, lockId: string, slices: Rea
         ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
         : Option.none()
     )
+  ).pipe(
+    // A failed attempt may have taken the lock all the same (its reply lost): nobody has
+    // its lock id, so it is released at once (a release of a lock id not held deletes
+    // nothing).
+    Effect.onError(() => Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })))
   )

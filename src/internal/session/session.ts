@@ -118,15 +118,21 @@ export const openSignals = (
 ): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
   Effect.suspend(() => {
     if (session.signals !== undefined) return Effect.succeed(session.signals)
-    return Effect.gen(function* () {
-      const queue = yield* Queue.unbounded<SignalEvent>()
-      session.unlisten = yield* env.signals.listen(session.token, (event) => {
-        Queue.unsafeOffer(queue, event)
-        notify(session)
+    // Recorded in the same uninterruptible step as the listening succeeds: an interruption
+    // in between would leave a listener that nothing removes.
+    return Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function* () {
+        const queue = yield* Queue.unbounded<SignalEvent>()
+        session.unlisten = yield* restore(
+          env.signals.listen(session.token, (event) => {
+            Queue.unsafeOffer(queue, event)
+            notify(session)
+          })
+        )
+        session.signals = queue
+        return queue as Queue.Dequeue<SignalEvent>
       })
-      session.signals = queue
-      return queue as Queue.Dequeue<SignalEvent>
-    })
+    )
   })
 
 /** @internal */
