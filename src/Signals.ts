@@ -2,14 +2,16 @@
  * Per-token notices to this worker (its lock handed to it, another worker queued behind
  * it), with subscriptions that survive outages.
  *
- * A worker holds at most one store subscription per token, however many local fibers
- * listen (on a single server the store shares one channel per worker between them). A
- * token's subscription outlives its last listener by one to two `lingerMs` periods: a hot
- * token is waited for again and again, and each wait then costs a callback added to a set,
- * not a subscription made and dropped. When the subscriber connection is lost, one
- * supervised loop (`signals`) restores every token subscription as soon as the store is
- * back, and every listener of a restored token receives `Resubscribed`: signals published
- * meanwhile may be lost, so a waiter must re-check instead of trusting that nothing happened.
+ * A worker holds at most one store subscription per notice channel, however many local
+ * fibers listen: one for all its tokens on a single server and on the embedded store, one per
+ * token on a Redis Cluster; each notice is handed to the listeners of its own token only. A
+ * token's entry outlives its last listener by one to two `lingerMs` periods (and a channel
+ * its last token): a hot token is waited for again and again, and each wait then costs a
+ * callback added to a set, not a subscription made and dropped. When the subscriber
+ * connection is lost, one supervised loop (`signals`) restores every subscription as soon
+ * as the store is back, and every listener of a restored token receives `Resubscribed`:
+ * signals published meanwhile may be lost, so a waiter must re-check instead of trusting
+ * that nothing happened.
  *
  * @since 0.1.0
  */
@@ -91,13 +93,17 @@ export class Signals extends Context.Tag("leasehold/Signals")<Signals, Signals.S
 /** How long a token's subscription is kept without listeners: between one and two of these. */
 export const lingerMs = 2_000
 
-interface Entry {
-  readonly token: string
-  readonly listeners: Set<(event: SignalEvent) => void>
+/**
+ * One store subscription: a notice channel of this worker, shared by every token it carries
+ * (all of them on a single server and on the embedded store, one on a Redis Cluster), so a
+ * notice is decoded once and handed to its token's listeners alone.
+ */
+interface Channel {
+  readonly name: string
+  /** The tokens it carries that have an entry here. */
+  readonly tokens: Map<string, Entry>
   readonly lock: Effect.Semaphore
-  /** Set by a sweep that found it without listeners; the next such sweep closes it. */
-  idle: boolean
-  /** Set once it was swept away: nothing restores it any more. */
+  /** Set once its last token was swept away: nothing restores it any more. */
   closed: boolean
   /** The scope of the latest store subscription and its pump. */
   scope: Scope.CloseableScope | undefined
@@ -105,6 +111,14 @@ interface Entry {
   live: boolean
   /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */
   confirmed: boolean
+}
+
+interface Entry {
+  readonly token: string
+  readonly channel: Channel
+  readonly listeners: Set<(event: SignalEvent) => void>
+  /** Set by a sweep that found it without listeners; the next such sweep removes it. */
+  idle: boolean
 }
 
 /**
@@ -115,103 +129,121 @@ export const make = Effect.gen(function* () {
   const store = yield* Store
   const instanceId = yield* InstanceId
   const supervisor = yield* Supervisor
+  const channels = new Map<string, Channel>()
   const entries = new Map<string, Entry>()
-  const deliver = (entry: Entry, event: SignalEvent) =>
-    Effect.sync(() => {
-      for (const listener of entry.listeners) listener(event)
-    })
+  const tell = (entry: Entry | undefined, event: SignalEvent) => {
+    if (entry !== undefined) for (const listener of entry.listeners) listener(event)
+  }
   // Completed by the first pump that loses its subscription; renewed by each attempt of the loop.
   let lost = yield* Deferred.make<never, StoreUnavailable>()
 
-  const closeScope = (entry: Entry) =>
+  const closeScope = (channel: Channel) =>
     Effect.suspend(() => {
-      const scope = entry.scope
-      entry.scope = undefined
-      entry.live = false
+      const scope = channel.scope
+      channel.scope = undefined
+      channel.live = false
       return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
     })
 
   /**
-   * Subscribe the token in the store unless it already is. Replacing a lost subscription
-   * announces `Resubscribed` to every listener.
+   * Subscribe the channel in the store unless it already is. Replacing a lost subscription
+   * announces `Resubscribed` to every listener of its tokens.
    */
-  const ensureLive = (entry: Entry) =>
-    entry.lock.withPermits(1)(
+  const ensureLive = (channel: Channel) =>
+    channel.lock.withPermits(1)(
       Effect.suspend(() => {
-        if (entry.live || entry.closed) return Effect.void
+        const first = channel.tokens.keys().next()
+        if (channel.live || channel.closed || first.done === true) return Effect.void
+        // any token of the channel names it
+        const token = first.value
         return Effect.uninterruptibleMask((restoreInterrupt) =>
           Effect.gen(function* () {
             // The pump of a lost subscription has ended; release what is left of it.
-            yield* closeScope(entry)
+            yield* closeScope(channel)
             const scope = yield* Scope.make()
-            const stream = yield* restoreInterrupt(store.notices(entry.token, instanceId)).pipe(
+            const stream = yield* restoreInterrupt(store.channelNotices(token, instanceId)).pipe(
               Scope.extend(scope),
               Effect.onError(() => Scope.close(scope, Exit.void))
             )
             // The pump cannot close its own scope (closing waits for the pump): it marks the
-            // entry lost and wakes the loop, which closes the scope when it resubscribes.
+            // channel lost and wakes the loop, which closes the scope when it resubscribes.
             const markLost = (error: StoreUnavailable) =>
               Effect.suspend(() => {
-                if (entry.scope === scope) entry.live = false
+                if (channel.scope === scope) channel.live = false
                 return Deferred.fail(lost, error)
               })
+            channel.scope = scope
             yield* stream.pipe(
-              Stream.runForEach((signal) => deliver(entry, signal)),
+              Stream.runForEach((received) =>
+                Effect.sync(() => tell(channel.tokens.get(received.token), received.notice))
+              ),
               Effect.catchAll(markLost),
               Effect.interruptible,
               Effect.forkIn(scope)
             )
-            entry.scope = scope
-            entry.live = true
-            if (entry.confirmed) yield* deliver(entry, { _tag: "Resubscribed" })
-            entry.confirmed = true
+            channel.live = true
+            if (channel.confirmed) {
+              for (const entry of channel.tokens.values()) tell(entry, { _tag: "Resubscribed" })
+            }
+            channel.confirmed = true
           })
         )
       })
     )
 
   // One entry per token with local listeners: made by the first, swept away once it has
-  // had none for a whole sweep period.
+  // had none for a whole sweep period; its channel goes with the last of its tokens.
   const entryOf = (token: string): Entry => {
     const existing = entries.get(token)
     if (existing !== undefined) return existing
-    const entry: Entry = {
-      token,
-      listeners: new Set(),
-      lock: Effect.unsafeMakeSemaphore(1),
-      idle: false,
-      closed: false,
-      scope: undefined,
-      live: false,
-      confirmed: false
+    const name = store.noticeChannel(token, instanceId)
+    let channel = channels.get(name)
+    if (channel === undefined) {
+      channel = {
+        name,
+        tokens: new Map(),
+        lock: Effect.unsafeMakeSemaphore(1),
+        closed: false,
+        scope: undefined,
+        live: false,
+        confirmed: false
+      }
+      channels.set(name, channel)
     }
+    const entry: Entry = { token, channel, listeners: new Set(), idle: false }
+    channel.tokens.set(token, entry)
     entries.set(token, entry)
     return entry
   }
 
   const sweep = Effect.suspend(() => {
-    const gone: Array<Entry> = []
+    const gone: Array<Channel> = []
     for (const entry of entries.values()) {
       if (entry.listeners.size > 0) entry.idle = false
       else if (!entry.idle) entry.idle = true
       else {
-        // Gone from the map before anything yields: a listener from now on makes a new entry.
-        entry.closed = true
+        // Gone from the maps before anything yields: a listener from now on makes a new entry.
         entries.delete(entry.token)
-        gone.push(entry)
+        entry.channel.tokens.delete(entry.token)
+        if (entry.channel.tokens.size === 0) {
+          entry.channel.closed = true
+          channels.delete(entry.channel.name)
+          gone.push(entry.channel)
+        }
       }
     }
-    return Effect.forEach(gone, (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
+    return Effect.forEach(gone, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
   })
   yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(lingerMs), sweep)))
   // Closed with the layer: the `signals` loop (in the supervisor's scope, which may outlive
   // this one) finds nothing left to restore.
   yield* Effect.addFinalizer(() =>
     Effect.suspend(() => {
-      const all = [...entries.values()]
+      const all = [...channels.values()]
+      channels.clear()
       entries.clear()
-      for (const entry of all) entry.closed = true
-      return Effect.forEach(all, (entry) => entry.lock.withPermits(1)(closeScope(entry)), { discard: true })
+      for (const channel of all) channel.closed = true
+      return Effect.forEach(all, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
     })
   )
 
@@ -225,8 +257,8 @@ export const make = Effect.gen(function* () {
           entry.listeners.delete(listener)
         }
         // Listening before the subscription is confirmed: nothing published after it is missed.
-        if (entry.live) return Effect.succeed(unlisten)
-        return ensureLive(entry).pipe(
+        if (entry.channel.live) return Effect.succeed(unlisten)
+        return ensureLive(entry.channel).pipe(
           Effect.onError(() => Effect.sync(unlisten)),
           Effect.as(unlisten)
         )
@@ -252,7 +284,7 @@ export const make = Effect.gen(function* () {
       Effect.gen(function* () {
         lost = yield* Deferred.make<never, StoreUnavailable>()
         const current = lost
-        for (const entry of [...entries.values()]) yield* ensureLive(entry)
+        for (const channel of [...channels.values()]) yield* ensureLive(channel)
         yield* recovered
         yield* Deferred.succeed(watching, undefined)
         return yield* Deferred.await(current)
@@ -265,7 +297,7 @@ export const make = Effect.gen(function* () {
     subscribe,
     listen,
     tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token)),
-    subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.live).map((e) => e.token))
+    subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.channel.live).map((e) => e.token))
   })
 })
 

@@ -38,6 +38,7 @@ import type {
   SocketEvent,
   SocketEventsSetting,
   SocketRecord,
+  TokenNotice,
   WaiterOptions
 } from "./StoreModel.js"
 
@@ -338,6 +339,21 @@ export declare namespace Store {
       token: string,
       instanceId: string
     ) => Effect.Effect<Stream.Stream<Notice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    /**
+     * The channel that carries the token's notices to `instanceId`: one per worker on a
+     * single server and on the embedded store (every token's), one per token on a Redis
+     * Cluster. Tokens with the same channel share one `channelNotices` subscription.
+     */
+    readonly noticeChannel: (token: string, instanceId: string) => string
+    /**
+     * Every notice on `noticeChannel(token, instanceId)`, whatever token it is about, from
+     * the confirmed subscription on; the stream fails with `StoreUnavailable` when the
+     * subscription is lost. One subscription can serve all the tokens of a channel.
+     */
+    readonly channelNotices: (
+      token: string,
+      instanceId: string
+    ) => Effect.Effect<Stream.Stream<TokenNotice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
   }
 
   /**

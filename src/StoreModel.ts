@@ -95,6 +95,18 @@ export type QueuedAcquireResult =
 export type Notice = { readonly _tag: "Granted" } | { readonly _tag: "Contended" }
 
 /**
+ * A notice with the token it is about, as a worker's notice channel carries it (one channel
+ * may carry the notices of many tokens).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface TokenNotice {
+  readonly token: string
+  readonly notice: Notice
+}
+
+/**
  * The current holder of a token's lock.
  *
  * @since 0.1.0

@@ -45,6 +45,20 @@ export const encodeNotice = (token: string, notice: Notice): string =>
 const granted: Notice = { _tag: "Granted" }
 const contended: Notice = { _tag: "Contended" }
 
+/** A message of a worker's notice channel as the notice and its token; `undefined` for anything else. @internal */
+export const decodeTokenNotice = (message: string): { readonly token: string; readonly notice: Notice } | undefined => {
+  const colon = message.indexOf(":")
+  if (colon < 0) return undefined
+  const kind = message.slice(0, colon)
+  const token = message.slice(colon + 1)
+  if (token.length === 0) return undefined
+  return kind === "granted"
+    ? { token, notice: granted }
+    : kind === "contended"
+      ? { token, notice: contended }
+      : undefined
+}
+
 /** The notice about `token` in a message of a worker's channel; `undefined` for another token's or anything else. @internal */
 export const decodeNotice = (token: string, message: string): Notice | undefined =>
   message === `granted:${token}` ? granted : message === `contended:${token}` ? contended : undefined

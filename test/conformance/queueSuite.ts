@@ -194,6 +194,33 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* Ref.get(holderSees), [contended, contended, contended])
     }))
 
+  test("channelNotices: every notice of the channel with its token; tokens of one channel share it", (fx) =>
+    Effect.gen(function* () {
+      const seen = yield* Ref.make<ReadonlyArray<string>>([])
+      const notices = yield* fx.store.channelNotices("tok", "B")
+      yield* Effect.fork(
+        Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, `${n.notice._tag}:${n.token}`]))
+      )
+      const shared = fx.store.noticeChannel("tok", "B") === fx.store.noticeChannel("tok2", "B")
+      assert.notStrictEqual(fx.store.noticeChannel("tok", "B"), fx.store.noticeChannel("tok", "C"))
+      // B queues behind A on both tokens; A's releases grant each to B
+      for (const token of ["tok", "tok2"]) {
+        yield* takes(fx, token, "A")
+        yield* waits(fx, token, "B")
+        yield* release(fx, token, "A")
+      }
+      // one channel per worker: both tokens' notices, each naming its token; one channel per
+      // token (a Cluster): the token's own
+      const expected = shared ? ["Granted:tok", "Granted:tok2"] : ["Granted:tok"]
+      yield* eventuallyTrue(
+        "the notices",
+        5_000,
+        Effect.map(Ref.get(seen), (all) => all.length >= expected.length)
+      )
+      yield* fx.settle
+      deepStrictEqual(yield* Ref.get(seen), expected)
+    }))
+
   test("requeue: a release or a commit with requeue puts the worker back at the tail", (fx) =>
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")

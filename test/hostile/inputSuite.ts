@@ -116,6 +116,7 @@ export const hostileInputSuite = (backend: HostileBackend) =>
           ["Store.queueLength", (t) => fx.store.queueLength(t, "inst-1")],
           ["Store.queue", (t) => fx.store.queue(t)],
           ["Store.notices", (t) => Effect.scoped(fx.store.notices(t, "inst-1"))],
+          ["Store.channelNotices", (t) => Effect.scoped(fx.store.channelNotices(t, "inst-1"))],
           // an instance id names a mailbox key: the same rules
           ["Store.mailboxAppend", (t) => fx.store.mailboxAppend(t, "x", { maxLen: 10, ttlMs: 1_000 })],
           ["Store.mailboxRead", (t) => fx.store.mailboxRead(t, MailboxStart, { count: 1 })],
@@ -123,7 +124,8 @@ export const hostileInputSuite = (backend: HostileBackend) =>
           ["Store.acquireQueued (instance)", (t) => fx.store.acquireQueued("fine", "lock-1", [], { instanceId: t })],
           ["Store.releaseQueued (instance)", (t) => fx.store.releaseQueued("fine", "lock-1", { instanceId: t })],
           ["Store.leaveQueue (instance)", (t) => fx.store.leaveQueue("fine", t)],
-          ["Store.notices (instance)", (t) => Effect.scoped(fx.store.notices("fine", t))]
+          ["Store.notices (instance)", (t) => Effect.scoped(fx.store.notices("fine", t))],
+          ["Store.channelNotices (instance)", (t) => Effect.scoped(fx.store.channelNotices("fine", t))]
         ]
         for (const [label, token] of hostileTokens) {
           for (const [name, call] of entryPoints) {

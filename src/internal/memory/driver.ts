@@ -254,6 +254,7 @@ const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
     queueLength: (token, instanceId) =>
       op("queueLength", (now) => QueueScripts.queueLength(space, now, token, instanceId)),
     queue: (token) => op("queue", (now) => QueueScripts.queue(space, now, token)),
+    noticeChannel: (_token, instanceId) => space.keys.workerNotices(instanceId),
     notices: (_token, instanceId) => listen("notices", space.keys.workerNotices(instanceId))
   }) satisfies Partial<Driver>
 

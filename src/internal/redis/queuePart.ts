@@ -98,6 +98,7 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
         keys: { queue: keys.queue(token), deadlines: keys.queueDeadlines(token) },
         args: {}
       }),
+    noticeChannel: (token, instanceId) => `${topology.noticePrefix(keys, token)}${instanceId}`,
     notices: (token, instanceId) => pubsub.subscribe(`${topology.noticePrefix(keys, token)}${instanceId}`)
   } satisfies Partial<Driver>
 }

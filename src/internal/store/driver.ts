@@ -135,6 +135,8 @@ export interface Driver {
   readonly leaveQueue: (token: string, instanceId: string, notices: NoticeMessages) => Effect.Effect<void, StoreError>
   readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
   readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
+  /** The name of the worker's notice channel that carries the token's notices. */
+  readonly noticeChannel: (token: string, instanceId: string) => string
   /** Raw messages of the worker's notice channel that carries the token's notices, from the confirmed subscription on. */
   readonly notices: (
     token: string,

@@ -23,6 +23,7 @@ import {
   decodeNotice,
   decodeSignal,
   decodeSocketRecord,
+  decodeTokenNotice,
   encodeNotice,
   encodeSignal,
   encodeSocketRecord
@@ -156,6 +157,14 @@ const queuePart = (driver: Driver) =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
           Stream.filterMap(messages, (message) => Option.fromNullable(decodeNotice(token, message)))
+        )
+      ),
+    noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
+    channelNotices: (token, instanceId) =>
+      checked(tokensError(token, instanceId), () =>
+        Effect.map(driver.notices(token, instanceId), (messages) =>
+          // what is not a notice (published by someone else) is ignored
+          Stream.filterMap(messages, (message) => Option.fromNullable(decodeTokenNotice(message)))
         )
       )
   }) satisfies Partial<Store.Service>
