@@ -7,6 +7,7 @@
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -75,12 +76,21 @@ const blocker = (tools: Tools, w: Worker, token: string) =>
     return { fiber, open: Deferred.succeed(gate, undefined) }
   })
 
-/** Wait until the workers queued for the token's lock are exactly `ids` (order ignored). */
+/**
+ * Wait until the workers queued for the token's lock are exactly `ids` (order ignored),
+ * within 3 s of clock time: far less than a queue entry lives unrefreshed (the lock
+ * expiration, 10 s by default), so an entry left behind cannot pass for one that left.
+ */
 const queueBecomes = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>) =>
-  tools.until(
-    `queue ${JSON.stringify(ids)}`,
-    Effect.map(cluster.store.queue("t"), (now) => now.length === ids.length && ids.every((id) => now.includes(id)))
-  )
+  Effect.gen(function* () {
+    const started = yield* Clock.currentTimeMillis
+    yield* tools.until(
+      `queue ${JSON.stringify(ids)}`,
+      Effect.map(cluster.store.queue("t"), (now) => now.length === ids.length && ids.every((id) => now.includes(id)))
+    )
+    const elapsed = (yield* Clock.currentTimeMillis) - started
+    assert.isBelow(elapsed, 3_000, `queue ${JSON.stringify(ids)} only after ${elapsed} ms`)
+  })
 
 /** A worker of no cluster, queued for the token's lock by hand (its lock ids are `<id>:<n>`, as the protocol makes them). */
 const queueFake = (cluster: Cluster, token: string, id: string) =>
