@@ -10,7 +10,8 @@
  *    the run) modifies `--leases` tokens once each, so it holds that many leases at once.
  *    Worker B then modifies every one of them at once; each modification contends, which
  *    ends A's lease on that token. `break_all_ms` runs from B's start to its last
- *    modification done; every one must read A's value (none lost).
+ *    modification done; every one must read A's value (none lost). `heap_per_lease_kb` is
+ *    the heap (after `gc()`) while A holds its leases less the heap before, per lease.
  * 3. traffic (Redis): connections a worker opens, commands per modification, commands per
  *    second of an idle worker, channels subscribed while idle and while leasing.
  *
@@ -165,9 +166,11 @@ const leasePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
       const b = yield* stateWorker(kind, server.url, shared, { ...input, oplock: false })
       const tokensOf = names(`lease-${kind}`, leases)
       const channelsBefore = kind === "redis" ? yield* channels(server) : 0
+      const heapBefore = yield* heapMb
       const setupStart = yield* now
       yield* modifyEach(a, tokensOf, 256)
       const setupMs = (yield* now) - setupStart
+      const heapLeasing = yield* heapMb
       const channelsLeasing = kind === "redis" ? yield* channels(server) : 0
       const waits: Array<number> = []
       let lost = 0
@@ -192,6 +195,7 @@ const leasePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
         store: kind,
         leases,
         lease_setup_ms: setupMs,
+        heap_per_lease_kb: Math.round(((heapLeasing - heapBefore) * 1024 * 10) / leases) / 10,
         break_all_ms: breakMs,
         per_token_p50_ms: percentile(waits, 50),
         per_token_p99_ms: percentile(waits, 99),
