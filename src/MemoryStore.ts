@@ -87,6 +87,12 @@ export declare namespace MemoryStoreControl {
      * answers `Refused` and no socket events are published. `false` (the default): events.
      */
     readonly refuseSocketEvents: (refused: boolean) => Effect.Effect<void>
+    /**
+     * Lose the next `count` notices published to a worker (`granted`, `contended`), as a
+     * notice is lost when the subscriber connection drops at that moment and reconnects
+     * before anyone notices: the steps that publish them work, nobody receives them.
+     */
+    readonly loseNotices: (count: number) => Effect.Effect<void>
   }
 }
 

@@ -1,4 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -189,6 +190,91 @@ describe("a lease's timer", () => {
         }),
         earlyTimers(clock)
       )
+    })
+  )
+})
+
+describe("lost notices", () => {
+  // re-checks every 2 s: a tenth of the lock expiration, under half the hand-off timeout
+  const input = { lockExpiration: 20_000, handoffTimeout: 5_000, lockWarningThreshold: 10_000 }
+
+  /** `b` queued behind `a`'s modification, which holds the lock until `open`. */
+  const queuedBehind = (cluster: Effect.Effect.Success<ReturnType<typeof memoryCluster>>) =>
+    Effect.gen(function* () {
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(
+        a.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            null,
+            { n: s.n + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      yield* untilOnTestClock(
+        "b queued",
+        Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
+      )
+      yield* settle
+      return { a, b, first, second, open: Deferred.succeed(gate, undefined) }
+    })
+
+  it.scoped("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const { first, second, open, b } = yield* queuedBehind(cluster)
+      yield* cluster.control.loseNotices(1)
+      const released = yield* Clock.currentTimeMillis
+      yield* open
+      yield* Fiber.join(first)
+      yield* settle
+      // the grant waits for b, who was not told
+      assert.strictEqual(
+        Option.getOrUndefined(Option.map(yield* cluster.store.holder("t"), (h) => h.lockId)),
+        `?${b.id}`
+      )
+      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      yield* TestClock.adjust(1_990)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(second)), "b waited for its re-check")
+      // one re-check (2 s after b began to wait), well before the grant's 5 s
+      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      assert.isAtMost((yield* Clock.currentTimeMillis) - released, 2_000)
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+      assert.strictEqual(yield* cluster.grants("t"), 2)
+      deepStrictEqual(yield* cluster.store.queue("t"), [])
+    })
+  )
+
+  it.scoped("a lost Contended: the lease ends at the waiter's next re-check, which tells its holder again", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ ...input, oplock: true, leaseHoldTime: 15_000 })
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      // the lease has looked at the queue once (empty) and listens
+      yield* settle
+      assert.isTrue(a.lease.isLeased("t"))
+      // the notice of b's first attempt, and of the attempt right after b listens
+      yield* cluster.control.loseNotices(2)
+      const started = yield* Clock.currentTimeMillis
+      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      yield* settle
+      yield* TestClock.adjust(1_990)
+      yield* settle
+      // a has not heard: its lease goes on
+      assert.isTrue(a.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      // b's re-check at 2 s tells a again; its lease ends then (and a quantum), not at its
+      // 15 s hold time
+      assert.isAtMost((yield* Clock.currentTimeMillis) - started, 2_100)
+      assert.isFalse(a.lease.isLeased("t"))
+      assert.strictEqual(yield* cluster.stored("t"), 11)
     })
   )
 })

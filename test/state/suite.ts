@@ -351,7 +351,9 @@ export const stateSuite = (backend: StateBackend) => {
 
     test(
       "no lost wake-up: a waiter on another worker is granted on the release, not after a re-check",
-      { lockExpiration: 20_000, lockWarningThreshold: 10_000 },
+      // re-checks every 30 s (a tenth of the lock expiration, half the hand-off timeout): a
+      // lost notice would show as a wait of that long
+      { lockExpiration: 300_000, handoffTimeout: 60_000, lockWarningThreshold: 100_000 },
       (cluster, tools) =>
         Effect.gen(function* () {
           const a = yield* cluster.worker()
@@ -362,10 +364,14 @@ export const stateSuite = (backend: StateBackend) => {
             "b queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
           )
+          yield* tools.settle
+          const released = yield* Clock.currentTimeMillis
           yield* first.open
           yield* Fiber.join(first.fiber)
-          // no time passes (memory) / well under the 2 s re-check (Redis)
           yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
+          // within 1 s of the release (real time on Redis; on memory the clock moves 1 ms a poll)
+          const waited = (yield* Clock.currentTimeMillis) - released
+          assert.isBelow(waited, 1_000, `the waiter finished ${waited} ms after the release`)
           assert.strictEqual(yield* cluster.stored("t"), 2)
           deepStrictEqual(yield* cluster.store.queue("t"), [])
         })

@@ -73,6 +73,11 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
     refuseSocketEvents: (refused: boolean) =>
       Effect.sync(() => {
         state.socketEventsRefused = refused
+      }),
+
+    loseNotices: (count: number) =>
+      Effect.sync(() => {
+        state.noticesToLose = count
       })
   }
 }

@@ -40,6 +40,8 @@ export interface State {
   socketEventsRefused: boolean
   /** Operations that reached the key space (past the front's validation). */
   operations: number
+  /** Notices to workers still to lose (`MemoryStoreControl.loseNotices`). */
+  noticesToLose: number
   /** Emits the keyspace event Redis would publish for a change of a socket key. */
   readonly keyEvent: (key: string, event: string) => void
   /** Makes the channels of the lost connection unreachable, and (`failReaders`) fails blocked mailbox reads. */
@@ -105,6 +107,7 @@ export const make = (
       subscriberLost: Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none),
       socketEventsRefused: false,
       operations: 0,
+      noticesToLose: 0,
       keyEvent: (key, event) => {
         if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
       },
@@ -139,6 +142,10 @@ export const make = (
       tokenMs,
       handoffMs,
       publish: (channel, message) => {
+        if (state.noticesToLose > 0 && channel.startsWith(keys.workerNotices(""))) {
+          state.noticesToLose--
+          return
+        }
         delivered.get(channel)?.unsafeOffer(message)
       },
       keyEvent: state.keyEvent,
