@@ -1,13 +1,17 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Clock from "effect/Clock"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import { InstanceId } from "../src/InstanceId.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as Worker from "../src/Worker.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
 import { Counter, redisCluster } from "./state/workers.js"
-import { spawnChild } from "./support/children.js"
+import { type Child, spawnChild } from "./support/children.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const child = "test/state/child.ts"
@@ -75,6 +79,93 @@ describe("durability", () => {
         assert.isAtLeast(value, acked)
         assert.isAtMost(value, acked + 1)
       }),
+    60_000
+  )
+})
+
+describe("the queue with a worker killed", () => {
+  // re-checks every second (half the hand-off timeout); a grant waits 2 s for its worker
+  const settings = { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000 }
+  const childEnv = (url: string) => ({
+    LEASEHOLD_REDIS_URL: url,
+    LEASEHOLD_LOCK_EXPIRATION_MS: "20000",
+    LEASEHOLD_HANDOFF_TIMEOUT_MS: "2000",
+    LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "10000",
+    TOKEN: "t",
+    COUNT: "1",
+    STAY: "1"
+  })
+
+  /**
+   * `a` (here) holds the lock; a child process queues behind it, then `c` (here) behind the
+   * child. `stop` does to the child what the test is about; then `a` releases, the lock is
+   * handed to the dead child, and `c` must get it within the hand-off timeout plus a re-check.
+   */
+  const killedInTheQueue = (stop: (child: Child, release: Effect.Effect<void>) => Effect.Effect<void>) =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster(settings)
+      const a = yield* cluster.worker()
+      const c = yield* cluster.worker()
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const first = yield* Effect.fork(
+        a.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            null,
+            { n: s.n + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      const queued = yield* spawnChild(child, childEnv(cluster.server.url))
+      const childId = (yield* queued.waitFor(/^id /)).slice(3)
+      yield* eventuallyTrue(
+        "the child queued",
+        20_000,
+        Effect.map(cluster.store.queue("t"), (ids) => ids.includes(childId))
+      )
+      const second = yield* Effect.fork(c.states.modify("t", Counter, (s) => [s.n + 10, { n: s.n + 10 }]))
+      yield* eventuallyTrue(
+        "c queued behind it",
+        10_000,
+        Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[1] === c.id)
+      )
+      const release = Effect.zipRight(Deferred.succeed(gate, undefined), Effect.orDie(Effect.asVoid(Fiber.join(first))))
+      const started = yield* Clock.currentTimeMillis
+      yield* stop(queued, release)
+      const value = yield* Fiber.join(second)
+      const waited = (yield* Clock.currentTimeMillis) - started
+      // the child never modified: c reads a's write
+      assert.strictEqual(value, 11)
+      // 2 s of hand-off timeout, 1 s of re-check, and room for a loaded machine
+      assert.isBelow(waited, 6_000, `c got the lock ${waited} ms after the release`)
+      deepStrictEqual(yield* cluster.store.queue("t"), [])
+    })
+
+  it.scopedLive(
+    "a worker SIGKILLed while queued: the grant handed to it passes on within the hand-off timeout and a re-check",
+    () =>
+      killedInTheQueue((queued, release) =>
+        Effect.gen(function* () {
+          yield* queued.kill("SIGKILL")
+          yield* queued.exited
+          yield* release
+        })
+      ),
+    60_000
+  )
+
+  it.scopedLive(
+    "a worker frozen, handed the lock, then SIGKILLed: its pending grant passes on within the hand-off timeout and a re-check",
+    () =>
+      killedInTheQueue((queued, release) =>
+        Effect.gen(function* () {
+          yield* queued.kill("SIGSTOP")
+          yield* release
+          yield* queued.kill("SIGKILL")
+          yield* queued.exited
+        })
+      ),
     60_000
   )
 })
