@@ -1,11 +1,16 @@
 /**
  * Every command a real redis-server runs, seen through MONITOR on a connection of its own:
  * how tests prove what a component sent (and did not send), without a mock.
+ *
+ * The connection is a plain socket, not ioredis: ioredis reads a monitored line that arrives
+ * in the same packet as MONITOR's `+OK` as the reply to a command it never sent, and fails
+ * with "Command queue state error" (seen when another client connects at that moment).
  */
+import * as net from "node:net"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
-import { Redis } from "ioredis"
 import type * as RedisServer from "./RedisServer.js"
+import { encodeCommand } from "./resp.js"
 
 export interface Command {
   /** The arguments, the command's name first and in lower case. */
@@ -18,26 +23,83 @@ export interface Monitor {
   readonly commands: ReadonlyArray<Command>
 }
 
-/** Watch the server for the life of the scope. */
+/** The quoted arguments of a monitored line, unescaped as Redis escapes them (`sdscatrepr`). */
+const unquote = (text: string): Array<string> => {
+  const args: Array<string> = []
+  let i = 0
+  while (i < text.length) {
+    if (text[i] !== '"') {
+      i++
+      continue
+    }
+    let arg = ""
+    i++
+    while (i < text.length && text[i] !== '"') {
+      const c = text[i]!
+      if (c !== "\\") {
+        arg += c
+        i++
+        continue
+      }
+      const next = text[i + 1] ?? ""
+      if (next === "x") {
+        arg += String.fromCharCode(Number.parseInt(text.slice(i + 2, i + 4), 16))
+        i += 4
+        continue
+      }
+      arg += { n: "\n", r: "\r", t: "\t", a: "\u0007", b: "\b" }[next] ?? next
+      i += 2
+    }
+    args.push(arg)
+    i++
+  }
+  return args
+}
+
+/** A monitored line: `<time> [<db> <client address | lua>] "<command>" "<arg>"…`. */
+const parseLine = (line: string): Command | undefined => {
+  const open = line.indexOf("[")
+  const close = line.indexOf("]", open)
+  if (open < 0 || close < 0) return undefined
+  const source = line.slice(open + 1, close).split(" ")[1] ?? ""
+  const args = unquote(line.slice(close + 1))
+  if (args.length === 0) return undefined
+  return { args: args.map((arg, i) => (i === 0 ? arg.toLowerCase() : arg)), fromScript: source === "lua" }
+}
+
+/** Watch the server for the life of the scope; every command run after this returns is seen. */
 export const monitor = (server: RedisServer.RedisServer): Effect.Effect<Monitor, never, Scope.Scope> =>
   Effect.acquireRelease(
-    Effect.promise(async () => {
-      const client = new Redis(server.port, "127.0.0.1")
-      const commands: Array<Command> = []
-      const feed = await client.monitor()
-      feed.on("monitor", (_time: string, args: ReadonlyArray<string>, source: string) => {
-        commands.push({
-          args: args.map((arg, i) => (i === 0 ? String(arg).toLowerCase() : String(arg))),
-          fromScript: source === "lua"
+    Effect.promise(
+      () =>
+        new Promise<{ readonly commands: Array<Command>; readonly socket: net.Socket }>((resolve, reject) => {
+          const commands: Array<Command> = []
+          const socket = net.connect(server.port, "127.0.0.1")
+          let buffer = ""
+          let confirmed = false
+          socket.setEncoding("utf8")
+          socket.on("error", (error) => {
+            if (!confirmed) reject(error)
+          })
+          socket.on("data", (chunk: string) => {
+            buffer += chunk
+            let end = buffer.indexOf("\r\n")
+            while (end >= 0) {
+              const line = buffer.slice(0, end)
+              buffer = buffer.slice(end + 2)
+              if (!confirmed) {
+                if (line !== "+OK") return reject(new Error(`MONITOR answered ${line}`))
+                confirmed = true
+                resolve({ commands, socket })
+              } else if (line.startsWith("+")) {
+                const command = parseLine(line.slice(1))
+                if (command !== undefined) commands.push(command)
+              }
+              end = buffer.indexOf("\r\n")
+            }
+          })
+          socket.write(encodeCommand(["MONITOR"]))
         })
-      })
-      return {
-        commands,
-        close: () => {
-          feed.disconnect()
-          client.disconnect()
-        }
-      }
-    }),
-    (m) => Effect.sync(() => m.close())
+    ),
+    (m) => Effect.sync(() => m.socket.destroy())
   )
