@@ -214,8 +214,11 @@ export const make = Effect.gen(function* () {
       )
 
     // An error is retried; interruption and defects end the loop with their cause.
+    // A failure is retried even when the cause also holds interruptions: those of the
+    // fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
+    // others). Only a cause of interruptions alone ends the loop as an interruption.
     const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
-      Cause.isInterrupted(cause) || Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause)
+      Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause)
 
     const runLimited = (p: Limited<E>) =>
       Effect.gen(function* () {

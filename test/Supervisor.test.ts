@@ -219,6 +219,32 @@ describe("Supervisor: UntilRecovered", () => {
       yield* Fiber.interrupt(fiber)
     })
 
+  it.scoped("an error from concurrent work (its siblings interrupted) is retried, not taken for an interruption", () =>
+    Effect.gen(function* () {
+      const { run, health, logs } = yield* setup()
+      let calls = 0
+      const fiber = yield* run(
+        "parallel",
+        () =>
+          Effect.suspend(() => {
+            calls++
+            // one branch fails, and the other is interrupted: the cause holds both
+            return Effect.all([Effect.fail(new ValueError({ message: `down ${calls}` })), Effect.never], {
+              concurrency: "unbounded"
+            })
+          }),
+        Supervisor.untilRecovered()
+      )
+      yield* TestClock.adjust(1_000)
+      yield* TestClock.adjust(2_000)
+      assert.strictEqual(calls, 3)
+      assert.isTrue(Option.isNone(yield* Fiber.poll(fiber)))
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Retrying")
+      deepStrictEqual(messages(logs), ["ERROR parallel: task error, retrying until it recovers: down 1"])
+    })
+  )
+
   it.scoped("T5: delays 1, 2, 4, 8, 16, 30, 30 s, then 1 s after `recovered`; logs in full", () =>
     Effect.gen(function* () {
       const { run, logs, health } = yield* setup()
