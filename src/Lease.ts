@@ -200,7 +200,11 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
             if (sessions.get(token) === session) sessions.delete(token)
             // the failed attempt may still have queued this worker, and nobody waits here:
             // leave at once rather than have a grant handed to nobody
-            return Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId)), Effect.failCause(cause))
+            // (in the background: the caller's failure does not wait a command timeout more)
+            return Effect.zipRight(
+              Effect.forkIn(Effect.ignore(store.leaveQueue(token, instanceId)), scope),
+              Effect.failCause(cause)
+            )
           },
           onSuccess: (grant) => {
             if (Option.isNone(grant)) {

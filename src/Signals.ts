@@ -132,7 +132,15 @@ export const make = Effect.gen(function* () {
   const channels = new Map<string, Channel>()
   const entries = new Map<string, Entry>()
   const tell = (entry: Entry | undefined, event: SignalEvent) => {
-    if (entry !== undefined) for (const listener of entry.listeners) listener(event)
+    if (entry === undefined) return
+    for (const listener of entry.listeners) {
+      // A listener that throws must not stop the channel's other tokens' notices.
+      try {
+        listener(event)
+      } catch {
+        // its own fault, its own loss
+      }
+    }
   }
   // Completed by the first pump that loses its subscription; renewed by each attempt of the loop.
   let lost = yield* Deferred.make<never, StoreUnavailable>()

@@ -291,7 +291,7 @@ export const make = Effect.gen(function* () {
       return yield* policy._tag === "Limited" ? runLimited(policy) : runUntilRecovered(policy)
     }).pipe(
       Effect.onExit((exit) =>
-        Exit.isInterrupted(exit)
+        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)
           ? health.remove(name)
           : Exit.isFailure(exit)
             ? Effect.zipRight(

@@ -23,7 +23,10 @@ export interface Monitor {
   readonly commands: ReadonlyArray<Command>
 }
 
-/** The quoted arguments of a monitored line, unescaped as Redis escapes them (`sdscatrepr`). */
+/**
+ * The quoted arguments of a monitored line, unescaped as Redis escapes them (`sdscatrepr`:
+ * every byte outside printable ASCII as `\xHH`, so the bytes are gathered, then read as UTF-8).
+ */
 const unquote = (text: string): Array<string> => {
   const args: Array<string> = []
   let i = 0
@@ -32,25 +35,26 @@ const unquote = (text: string): Array<string> => {
       i++
       continue
     }
-    let arg = ""
+    const bytes: Array<number> = []
     i++
     while (i < text.length && text[i] !== '"') {
       const c = text[i]!
       if (c !== "\\") {
-        arg += c
+        bytes.push(c.charCodeAt(0))
         i++
         continue
       }
       const next = text[i + 1] ?? ""
       if (next === "x") {
-        arg += String.fromCharCode(Number.parseInt(text.slice(i + 2, i + 4), 16))
+        bytes.push(Number.parseInt(text.slice(i + 2, i + 4), 16))
         i += 4
         continue
       }
-      arg += { n: "\n", r: "\r", t: "\t", a: "\u0007", b: "\b" }[next] ?? next
+      const escaped = { n: "\n", r: "\r", t: "\t", a: "\u0007", b: "\b" }[next] ?? next
+      bytes.push(escaped.charCodeAt(0))
       i += 2
     }
-    args.push(arg)
+    args.push(Buffer.from(bytes).toString("utf8"))
     i++
   }
   return args

@@ -195,7 +195,9 @@ export const attemptWith = (env: Env, token: string, lockId: string, slices: Rea
     )
   ).pipe(
     // A failed attempt may have taken the lock all the same (its reply lost): nobody has
-    // its lock id, so it is released at once (a release of a lock id not held deletes
-    // nothing).
-    Effect.onError(() => Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })))
+    // its lock id, so it is released (a release of a lock id not held deletes nothing), in
+    // the background: the caller's failure does not wait another command timeout for it.
+    Effect.onError(() =>
+      Effect.forkDaemon(Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })))
+    )
   )
