@@ -10,7 +10,7 @@ import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
-import { Counter, memoryCluster } from "./state/workers.js"
+import { Counter, holding, memoryCluster } from "./state/workers.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
 
 const memory: StateBackend = {
@@ -203,24 +203,14 @@ describe("lost notices", () => {
     Effect.gen(function* () {
       const a = yield* cluster.worker()
       const b = yield* cluster.worker()
-      const gate = yield* Deferred.make<void>()
-      const entered = yield* Deferred.make<void>()
-      const first = yield* Effect.fork(
-        a.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-            null,
-            { n: s.n + 1 }
-          ] as const)
-        )
-      )
-      yield* Deferred.await(entered)
+      const { fiber: first, open } = yield* holding(a, "t")
       const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* untilOnTestClock(
         "b queued",
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
       )
       yield* settle
-      return { a, b, first, second, open: Deferred.succeed(gate, undefined) }
+      return { a, b, first, second, open }
     })
 
   it.scoped("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>

@@ -1,7 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -10,7 +9,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as Worker from "../src/Worker.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
-import { Counter, redisCluster } from "./state/workers.js"
+import { Counter, holding, redisCluster } from "./state/workers.js"
 import { type Child, spawnChild } from "./support/children.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -106,17 +105,7 @@ describe("the queue with a worker killed", () => {
       const cluster = yield* redisCluster(settings)
       const a = yield* cluster.worker()
       const c = yield* cluster.worker()
-      const gate = yield* Deferred.make<void>()
-      const entered = yield* Deferred.make<void>()
-      const first = yield* Effect.fork(
-        a.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-            null,
-            { n: s.n + 1 }
-          ] as const)
-        )
-      )
-      yield* Deferred.await(entered)
+      const { fiber: first, open } = yield* holding(a, "t")
       const queued = yield* spawnChild(child, childEnv(cluster.server.url))
       const childId = (yield* queued.waitFor(/^id /)).slice(3)
       yield* eventuallyTrue(
@@ -130,7 +119,7 @@ describe("the queue with a worker killed", () => {
         10_000,
         Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[1] === c.id)
       )
-      const release = Effect.zipRight(Deferred.succeed(gate, undefined), Effect.orDie(Effect.asVoid(Fiber.join(first))))
+      const release = Effect.zipRight(open, Effect.orDie(Effect.asVoid(Fiber.join(first))))
       const started = yield* Clock.currentTimeMillis
       yield* stop(queued, release)
       const value = yield* Fiber.join(second)

@@ -3,6 +3,7 @@
  * signals, lock and leases) over one shared store, memory or a real redis-server.
  */
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -188,3 +189,23 @@ export const redisClusterWorkers = (
       Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchScripts)
     )
   )
+
+/**
+ * Start a modification of `token` on `w` that adds 1 and holds its turn (and the lock)
+ * until `open` runs; returns once it has entered.
+ */
+export const holding = (w: Worker, token: string) =>
+  Effect.gen(function* () {
+    const gate = yield* Deferred.make<void>()
+    const entered = yield* Deferred.make<void>()
+    const fiber = yield* Effect.fork(
+      w.states.modifyEffect(token, Counter, (s) =>
+        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          null,
+          { n: s.n + 1 }
+        ] as const)
+      )
+    )
+    yield* Deferred.await(entered)
+    return { fiber, open: Deferred.succeed(gate, undefined) }
+  })

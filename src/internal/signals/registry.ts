@@ -1,0 +1,219 @@
+/**
+ * The registry behind `Signals`: one store subscription per notice channel of this worker,
+ * shared by the tokens it carries (every token on a single server and on the embedded
+ * store, one on a Redis Cluster), and one entry per token holding its listeners, plain
+ * callbacks. A notice is decoded once and handed to its own token's listeners. An entry
+ * without listeners goes at the second sweep that finds it so (`sweep`, run by `Signals`
+ * every `lingerMs`), and a channel with its last token.
+ *
+ * @internal
+ */
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import type { Store } from "../../Store.js"
+import type { StoreUnavailable } from "../../StoreError.js"
+import type { Notice } from "../../StoreModel.js"
+import { validateToken } from "../validate.js"
+
+/** What a listener receives (`Signals.SignalEvent`). @internal */
+export type SignalEvent = Notice | { readonly _tag: "Resubscribed" }
+
+/**
+ * One store subscription: a notice channel of this worker, shared by every token it carries
+ * (all of them on a single server and on the embedded store, one on a Redis Cluster), so a
+ * notice is decoded once and handed to its token's listeners alone.
+ */
+export interface Channel {
+  readonly name: string
+  /** The tokens it carries that have an entry here. */
+  readonly tokens: Map<string, Entry>
+  readonly lock: Effect.Semaphore
+  /** Set once its last token was swept away: nothing restores it any more. */
+  closed: boolean
+  /** The scope of the latest store subscription and its pump. */
+  scope: Scope.CloseableScope | undefined
+  /** Whether that subscription still delivers. */
+  live: boolean
+  /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */
+  confirmed: boolean
+}
+
+export interface Entry {
+  readonly token: string
+  readonly channel: Channel
+  readonly listeners: Set<(event: SignalEvent) => void>
+  /** Set by a sweep that found it without listeners; the next such sweep removes it. */
+  idle: boolean
+}
+
+const tell = (entry: Entry | undefined, event: SignalEvent) => {
+  if (entry === undefined) return
+  for (const listener of entry.listeners) {
+    // A listener that throws must not stop the channel's other tokens' notices.
+    try {
+      listener(event)
+    } catch {
+      // its own fault, its own loss
+    }
+  }
+}
+
+const closeScope = (channel: Channel) =>
+  Effect.suspend(() => {
+    const scope = channel.scope
+    channel.scope = undefined
+    channel.live = false
+    return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+  })
+
+/**
+ * Subscribe the channel in the store unless it already is. Replacing a lost subscription
+ * announces `Resubscribed` to every listener of its tokens.
+ */
+const subscribeChannel = (
+  store: Store.Service,
+  instanceId: string,
+  lost: () => Deferred.Deferred<never, StoreUnavailable>,
+  channel: Channel
+) =>
+  channel.lock.withPermits(1)(
+    Effect.suspend(() => {
+      const first = channel.tokens.keys().next()
+      if (channel.live || channel.closed || first.done === true) return Effect.void
+      // any token of the channel names it
+      const token = first.value
+      return Effect.uninterruptibleMask((restoreInterrupt) =>
+        Effect.gen(function* () {
+          // The pump of a lost subscription has ended; release what is left of it.
+          yield* closeScope(channel)
+          const scope = yield* Scope.make()
+          const stream = yield* restoreInterrupt(store.channelNotices(token, instanceId)).pipe(
+            Scope.extend(scope),
+            Effect.onError(() => Scope.close(scope, Exit.void))
+          )
+          // The pump cannot close its own scope (closing waits for the pump): it marks the
+          // channel lost and wakes the loop, which closes the scope when it resubscribes.
+          const markLost = (error: StoreUnavailable) =>
+            Effect.suspend(() => {
+              if (channel.scope === scope) channel.live = false
+              return Deferred.fail(lost(), error)
+            })
+          channel.scope = scope
+          yield* stream.pipe(
+            Stream.runForEach((received) =>
+              Effect.sync(() => tell(channel.tokens.get(received.token), received.notice))
+            ),
+            Effect.catchAll(markLost),
+            Effect.interruptible,
+            Effect.forkIn(scope)
+          )
+          channel.live = true
+          if (channel.confirmed) {
+            for (const entry of channel.tokens.values()) tell(entry, { _tag: "Resubscribed" })
+          }
+          channel.confirmed = true
+        })
+      )
+    })
+  )
+
+/**
+ * The registry of a worker's notice channels. `lost()` is the deferred a pump fails when its
+ * subscription is lost (the `signals` loop renews it at each attempt).
+ *
+ * @internal
+ */
+export const make = (
+  store: Store.Service,
+  instanceId: string,
+  lost: () => Deferred.Deferred<never, StoreUnavailable>
+) => {
+  const channels = new Map<string, Channel>()
+  const entries = new Map<string, Entry>()
+  const ensureLive = (channel: Channel) => subscribeChannel(store, instanceId, lost, channel)
+
+  // One entry per token with local listeners: made by the first, swept away once it has
+  // had none for a whole sweep period; its channel goes with the last of its tokens.
+  const entryOf = (token: string): Entry => {
+    const existing = entries.get(token)
+    if (existing !== undefined) return existing
+    const name = store.noticeChannel(token, instanceId)
+    let channel = channels.get(name)
+    if (channel === undefined) {
+      channel = {
+        name,
+        tokens: new Map(),
+        lock: Effect.unsafeMakeSemaphore(1),
+        closed: false,
+        scope: undefined,
+        live: false,
+        confirmed: false
+      }
+      channels.set(name, channel)
+    }
+    const entry: Entry = { token, channel, listeners: new Set(), idle: false }
+    channel.tokens.set(token, entry)
+    entries.set(token, entry)
+    return entry
+  }
+
+  const sweep = Effect.suspend(() => {
+    const gone: Array<Channel> = []
+    for (const entry of entries.values()) {
+      if (entry.listeners.size > 0) entry.idle = false
+      else if (!entry.idle) entry.idle = true
+      else {
+        // Gone from the maps before anything yields: a listener from now on makes a new entry.
+        entries.delete(entry.token)
+        entry.channel.tokens.delete(entry.token)
+        if (entry.channel.tokens.size === 0) {
+          entry.channel.closed = true
+          channels.delete(entry.channel.name)
+          gone.push(entry.channel)
+        }
+      }
+    }
+    return Effect.forEach(gone, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
+  })
+  /** Everything closed, for the layer's end: the restore loop finds nothing left. */
+  const closeAll = Effect.suspend(() => {
+    const all = [...channels.values()]
+    channels.clear()
+    entries.clear()
+    for (const channel of all) channel.closed = true
+    return Effect.forEach(all, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
+  })
+
+  const listen = (token: string, listener: (event: SignalEvent) => void) =>
+    Effect.flatMap(validateToken(token), () =>
+      Effect.suspend(() => {
+        const entry = entryOf(token)
+        entry.listeners.add(listener)
+        entry.idle = false
+        const unlisten = () => {
+          entry.listeners.delete(listener)
+        }
+        // Listening before the subscription is confirmed: nothing published after it is missed.
+        if (entry.channel.live) return Effect.succeed(unlisten)
+        return ensureLive(entry.channel).pipe(
+          Effect.onError(() => Effect.sync(unlisten)),
+          Effect.as(unlisten)
+        )
+      })
+    )
+
+  return {
+    listen,
+    sweep,
+    closeAll,
+    /** Subscribe every channel whose subscription was lost (the `signals` loop's attempt). */
+    restoreAll: Effect.suspend(() => Effect.forEach([...channels.values()], ensureLive, { discard: true })),
+    /** Tokens with at least one listener. */
+    tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token)),
+    /** Tokens whose channel's subscription delivers. */
+    subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.channel.live).map((e) => e.token))
+  }
+}
