@@ -116,17 +116,10 @@ export const make = (
     const health = yield* Health.make(endpoint)
     const topology = yield* Topology.make(endpoint, cluster, timeouts, health)
     const keyspaceHead = `__keyspace@${endpoint.db}__:`
-    const pubsub = yield* PubSub.make(
-      endpoint,
-      topology,
-      health,
-      timeouts,
-      {
-        pattern: `${keyspaceHead}${keys.socketPattern}`,
-        key: (channel) => (channel.startsWith(keyspaceHead) ? channel.slice(keyspaceHead.length) : undefined)
-      },
-      (channel) => channel.startsWith(keys.workerNotices(""))
-    )
+    const pubsub = yield* PubSub.make(endpoint, topology, health, timeouts, {
+      pattern: `${keyspaceHead}${keys.socketPattern}`,
+      key: (channel) => (channel.startsWith(keyspaceHead) ? channel.slice(keyspaceHead.length) : undefined)
+    })
     const blocking = yield* Blocking.make(endpoint, topology, health, timeouts)
 
     // Ready when the command connection and a subscriber for every master are.

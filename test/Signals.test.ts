@@ -332,7 +332,7 @@ describe("Signals on RedisStore", () => {
         assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
         yield* Scope.close(second, Exit.void)
         deepStrictEqual(yield* signals.tokens, [])
-        // subscribed once for the worker (DESIGN §4.7), not at every wait: it stays
+        // not dropped at every wait: the subscription outlives its last listener (Signals.lingerMs)
         yield* liveSleep(200)
         assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
         // and it serves the next listeners, of any token, without another subscription

@@ -131,30 +131,26 @@ describe("the queue with a worker killed", () => {
       deepStrictEqual(yield* cluster.store.queue("t"), [])
     })
 
-  it.scopedLive(
-    "a worker SIGKILLed while queued: the grant handed to it passes on within the hand-off timeout and a re-check",
-    () =>
-      killedInTheQueue((queued, release) =>
+  const cases: ReadonlyArray<readonly [string, (child: Child, release: Effect.Effect<void>) => Effect.Effect<void>]> = [
+    [
+      "a worker SIGKILLed while queued: the grant handed to it passes on within the hand-off timeout and a re-check",
+      (queued, release) =>
         Effect.gen(function* () {
           yield* queued.kill("SIGKILL")
           yield* queued.exited
           yield* release
         })
-      ),
-    60_000
-  )
-
-  it.scopedLive(
-    "a worker frozen, handed the lock, then SIGKILLed: its pending grant passes on within the hand-off timeout and a re-check",
-    () =>
-      killedInTheQueue((queued, release) =>
+    ],
+    [
+      "a worker frozen, handed the lock, then SIGKILLed: its pending grant passes on within the hand-off timeout and a re-check",
+      (queued, release) =>
         Effect.gen(function* () {
           yield* queued.kill("SIGSTOP")
           yield* release
           yield* queued.kill("SIGKILL")
           yield* queued.exited
         })
-      ),
-    60_000
-  )
+    ]
+  ]
+  for (const [name, stop] of cases) it.scopedLive(name, () => killedInTheQueue(stop), 60_000)
 })

@@ -50,7 +50,7 @@ describe("round trips of a lease", () => {
     Effect.gen(function* () {
       const cluster = yield* redisCluster({ oplock: true })
       // another worker loads the scripts: the worker under test has subscribed nothing yet
-      // (on a single server its notices come on one channel of its own, subscribed once)
+      // (on a single server its notices come on one channel of its own, kept between waits)
       const warm = yield* cluster.worker()
       yield* warm.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
       const w = yield* cluster.worker()

@@ -86,11 +86,7 @@ export const make = (
               return PubSub.shutdown(pubsub)
             })
         )
-      },
-      // a worker's own notice channel stays while nobody listens, as a Redis subscription
-      // made once; the others go with their last listener
-      idleTimeToLive: (key: string) =>
-        key.slice(key.indexOf(":") + 1).startsWith(keys.workerNotices("")) ? Duration.infinity : Duration.zero
+      }
     })
 
     const wakeReaders = (key: string, outcome: Effect.Effect<void, StoreUnavailable>): void => {
@@ -112,9 +108,8 @@ export const make = (
         if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
       },
       dropConnection: (reason, failReaders) =>
-        Effect.suspend(() => {
+        Effect.sync(() => {
           const lost = state.subscriberLost
-          const old = `${connection}:`
           state.subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
           connection++
@@ -123,14 +118,6 @@ export const make = (
           if (failReaders) {
             for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
           }
-          // the lost connection's standing channels have no last listener to close them
-          return Effect.flatMap(RcMap.keys(channels), (all) =>
-            Effect.forEach(
-              all.filter((key) => key.startsWith(old)),
-              (key) => RcMap.invalidate(channels, key),
-              { discard: true }
-            )
-          )
         })
     }
     ks.onExpired = (key) => state.keyEvent(key, "expired")

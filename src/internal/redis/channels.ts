@@ -10,7 +10,6 @@
  * @internal
  */
 import * as Deferred from "effect/Deferred"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
@@ -27,8 +26,6 @@ import type { Topology } from "./topology.js"
 /** One channel, shared by every local listener of one token. */
 interface Channel {
   readonly name: string
-  /** Its key in the map: `<incarnation>:<name>`. */
-  readonly key: string
   readonly slot: number
   readonly subscriber: Subscriber
   /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
@@ -64,11 +61,6 @@ export interface Environment {
   readonly mapError: (operation: string) => (cause: unknown) => StoreError
   /** The subscriber connection of the node serving a channel. */
   readonly subscriberFor: (name: string) => Effect.Effect<Subscriber, StoreUnavailable>
-  /**
-   * Channels kept subscribed while nobody listens (a worker's own notice channel on a
-   * single server: subscribed once, not at every wait); the others go with their last listener.
-   */
-  readonly standing: (name: string) => boolean
   /** Wait for a confirmation, at most the command timeout. */
   readonly awaitConfirmed: (
     confirmed: Deferred.Deferred<void, StoreError>,
@@ -89,9 +81,6 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
       if (live.get(channel.name) !== channel) return
       live.delete(channel.name)
       keyOf.delete(channel.name)
-      // A standing channel has no last listener to close it: its entry goes now (its key is
-      // never used again, so removing it cannot touch a newer channel of the same name).
-      if (env.standing(channel.name)) Effect.runFork(RcMap.invalidate(channels, channel.key))
     }
 
     /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
@@ -102,12 +91,10 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
     }
 
     /** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */
-    const open = (key: string): Effect.Effect<Channel, StoreUnavailable> =>
-      Effect.map(env.subscriberFor(key.slice(key.indexOf(":") + 1)), (subscriber) => {
-        const name = key.slice(key.indexOf(":") + 1)
+    const open = (name: string): Effect.Effect<Channel, StoreUnavailable> =>
+      Effect.map(env.subscriberFor(name), (subscriber) => {
         const channel: Channel = {
           name,
-          key,
           slot: topology.slotOf(name),
           subscriber,
           generation: subscriber.generation,
@@ -140,10 +127,8 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
         ).pipe(Effect.timeoutOption(commandTimeoutMs), withLiveClock, Effect.asVoid)
       })
 
-    const channels: RcMap.RcMap<string, Channel, StoreUnavailable> = yield* RcMap.make({
-      lookup: (key: string) => Effect.acquireRelease(open(key), close),
-      idleTimeToLive: (key: string) =>
-        env.standing(key.slice(key.indexOf(":") + 1)) ? Duration.infinity : Duration.zero
+    const channels = yield* RcMap.make({
+      lookup: (key: string) => Effect.acquireRelease(open(key.slice(key.indexOf(":") + 1)), close)
     })
     const channelFor = (name: string): Effect.Effect<Channel, StoreUnavailable, Scope.Scope> =>
       Effect.suspend(() => {

@@ -59,8 +59,7 @@ export const make = (
   topology: Topology,
   health: Health,
   settings: Settings,
-  keyspace: SocketWatch.Keyspace,
-  standing: (channel: string) => boolean
+  keyspace: SocketWatch.Keyspace
 ): Effect.Effect<PubSub, never, Scope.Scope> =>
   Effect.gen(function* () {
     const { commandTimeoutMs } = settings
@@ -77,7 +76,6 @@ export const make = (
       })
     const allSubscribers = Effect.suspend(() => Effect.forEach(topology.masters(), nodeSubscriber))
     const environment = {
-      standing,
       topology,
       health,
       commandTimeoutMs,

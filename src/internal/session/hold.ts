@@ -14,7 +14,6 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
-import type { SignalEvent } from "../../Signals.js"
 import type { LockLost, StoreError } from "../../StoreError.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
@@ -153,9 +152,6 @@ const recheckContenders = (state: HoldState) =>
     (n) => (n > 0 ? contend(state) : Effect.void)
   )
 
-/** Notices reach this worker only: a `Contended` one says another worker queued. */
-const isOtherContender = (event: SignalEvent) => event._tag === "Contended"
-
 /** Between two modifications: has another instance registered meanwhile? */
 const checkSignals = (state: HoldState) =>
   Effect.suspend(() => {
@@ -164,7 +160,8 @@ const checkSignals = (state: HoldState) =>
     return Effect.flatMap(Queue.takeAll(events), (chunk) => {
       let resubscribed = false
       for (const event of chunk) {
-        if (isOtherContender(event)) return contend(state)
+        // notices reach this worker only: a `Contended` one says another worker queued
+        if (event._tag === "Contended") return contend(state)
         if (event._tag === "Resubscribed") resubscribed = true
       }
       return resubscribed ? recheckContenders(state) : Effect.void
