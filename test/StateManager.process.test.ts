@@ -87,9 +87,9 @@ describe("the queue with a worker killed", () => {
   const settings = { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000 }
   const childEnv = (url: string) => ({
     LEASEHOLD_REDIS_URL: url,
-    LEASEHOLD_LOCK_EXPIRATION_MS: "20000",
-    LEASEHOLD_HANDOFF_TIMEOUT_MS: "2000",
-    LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "10000",
+    LEASEHOLD_LOCK_EXPIRATION_MS: String(settings.lockExpiration),
+    LEASEHOLD_HANDOFF_TIMEOUT_MS: String(settings.handoffTimeout),
+    LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: String(settings.lockWarningThreshold),
     TOKEN: "t",
     COUNT: "1",
     STAY: "1"
@@ -100,7 +100,10 @@ describe("the queue with a worker killed", () => {
    * child. `stop` does to the child what the test is about; then `a` releases, the lock is
    * handed to the dead child, and `c` must get it within the hand-off timeout plus a re-check.
    */
-  const killedInTheQueue = (stop: (child: Child, release: Effect.Effect<void>) => Effect.Effect<void>) =>
+  /** What the test does to the queued child, around the release of the lock it waits for. */
+  type Stop = (child: Child, release: Effect.Effect<void>) => Effect.Effect<void>
+
+  const killedInTheQueue = (stop: Stop) =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster(settings)
       const a = yield* cluster.worker()
@@ -131,7 +134,7 @@ describe("the queue with a worker killed", () => {
       deepStrictEqual(yield* cluster.store.queue("t"), [])
     })
 
-  const cases: ReadonlyArray<readonly [string, (child: Child, release: Effect.Effect<void>) => Effect.Effect<void>]> = [
+  const cases: ReadonlyArray<readonly [string, Stop]> = [
     [
       "a worker SIGKILLed while queued: the grant handed to it passes on within the hand-off timeout and a re-check",
       (queued, release) =>

@@ -45,11 +45,8 @@ export interface Cluster {
   /** The stored counter slice, decoded. */
   readonly stored: (token: string) => Effect.Effect<number>
   readonly keys: ReturnType<typeof makeKeys>
-  /**
-   * Store operations so far, of every worker (memory: calls into the store; Redis: the scripts
-   * run to their end, one per operation of the lock; not counted on a Redis Cluster).
-   */
-  readonly operations: Effect.Effect<number>
+  /** Memory only: the store operations so far, of every worker (calls into the store). */
+  readonly operations: Option.Option<Effect.Effect<number>>
   /**
    * Redis only: watch the scripts the server holding `token`'s keys runs from now on (MONITOR,
    * for the life of the scope); the effect returned reads the arguments of each seen so far,
@@ -78,7 +75,7 @@ const makeCluster = <R, E>(
   storeLayer: Layer.Layer<Store | R, E, LeaseholdConfig.LeaseholdConfig>,
   input: LeaseholdConfig.Input,
   raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>,
-  operations: (shared: Context.Context<Store | R>) => Effect.Effect<number> = () => Effect.succeed(0),
+  operations: (shared: Context.Context<Store | R>) => Option.Option<Effect.Effect<number>> = () => Option.none(),
   scripts: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   > = Option.none()
@@ -131,25 +128,10 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
       MemoryStore.layer,
       input,
       (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).getRaw,
-      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).operations
+      (shared) => Option.some(Context.get(shared, MemoryStore.MemoryStoreControl).operations)
     )
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
-
-/**
- * The scripts a server ran to their end: EVALSHA and EVAL calls less the failed ones (an
- * EVALSHA of a script the server has not loaded yet fails with NOSCRIPT and is sent again
- * as EVAL: one operation).
- */
-const scriptCalls = (stats: Readonly<Record<string, string>>) => {
-  let total = 0
-  for (const name of ["cmdstat_evalsha", "cmdstat_eval"]) {
-    const value = stats[name] ?? ""
-    const field = (key: string) => Number(new RegExp(`(?:^|,)${key}=(\\d+)`).exec(value)?.[1] ?? 0)
-    total += field("calls") - field("failed_calls")
-  }
-  return total
-}
 
 /** Workers over one RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
@@ -159,11 +141,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
       RedisStore.layer({ url: server.url }),
       input,
       () => (key) => RedisServer.getRaw(server, key),
-      () =>
-        server.info("commandstats").pipe(
-          Effect.map((stats) => scriptCalls(stats)),
-          Effect.orDie
-        ),
+      undefined,
       Option.some(() => watchScripts(server))
     )
     return { ...cluster, server }
