@@ -270,6 +270,8 @@ const serve = (state: HoldState) =>
     }
     // when the serving last waited for the store (or for the event loop)
     let ioAt = state.grant.grantedAt
+    // whether the queue was found empty and one turn of the event loop given for callers to queue again
+    let lingered = false
     while (state.failed === undefined) {
       if (mode === "single" && state.served > 0) return
       // Looked for before every modification: a busy local queue never waits for a signal.
@@ -300,14 +302,27 @@ const serve = (state: HoldState) =>
         continue
       }
       if (request !== undefined) {
+        lingered = false
         yield* serveOne(state, request)
         continue
       }
-      // a batch serves what is queued here, and holds nothing while nothing is
-      if (mode === "batch" || now >= state.deadline) return
-      // Another instance waits and nothing is queued here: the quantum is for the
-      // modifications this worker has queued, not for ones that might still come.
-      if (state.contended) return
+      if (now >= state.deadline) return
+      if (mode === "batch" || state.contended) {
+        // Nothing queued here, and the modifications of several callers wait for their
+        // write. Written now under the grant kept, they are acknowledged, and their callers
+        // usually queue their next modification at once: one turn of the event loop lets
+        // them, and the grant serves those too (within the quantum once another worker
+        // waits) instead of a release, a hand-off and a new grant per round. Otherwise the
+        // quantum is for the modifications this worker has queued, not for ones that might
+        // still come; and a grant that served one modification is released with its write.
+        if (lingered || state.unacked.length === 0 || state.served < 2) return
+        yield* flush(state)
+        if (state.failed !== undefined) return
+        lingered = true
+        yield* turnEventLoop
+        ioAt = yield* Clock.currentTimeMillis
+        continue
+      }
       if (env.durable && (yield* flush(state))) ioAt = yield* Clock.currentTimeMillis
       // a failed write ends the lease at once: it can write nothing more
       if (state.failed !== undefined) return
