@@ -17,6 +17,7 @@
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import type * as Metric from "effect/Metric"
@@ -161,6 +162,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       sessions,
       scope,
       lockMs: Duration.toMillis(config.lockExpiration),
+      handoffMs: Duration.toMillis(config.handoffTimeout),
       holdMs: Duration.toMillis(config.leaseHoldTime),
       quantumMs,
       yieldMs: Math.max(1, quantumMs),
@@ -206,21 +208,25 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               Effect.failCause(cause)
             )
           },
-          onSuccess: (grant) => {
-            if (Option.isNone(grant)) {
+          onSuccess: (attempt) => {
+            if (Either.isLeft(attempt)) {
               session.queue.unshift(request)
               // the refused attempt queued this worker
-              return Effect.as(start(env, session, { queued: true, attempted: true }), Option.none())
+              return Effect.as(
+                start(env, session, { queued: true, attempted: true, remainingMs: attempt.left }),
+                Option.none()
+              )
             }
+            const grant = attempt.right
             // a quantum or a lease serves the modifications that queue meanwhile: its fiber
             // does; with the oplock off the caller holds the grant for its own modification
-            const mode = modeOf(env, grant.value)
+            const mode = modeOf(env, grant)
             if (mode === "quantum" || mode === "lease") {
               session.queue.unshift(request)
-              return Effect.as(start(env, session, grant.value), Option.none())
+              return Effect.as(start(env, session, grant), Option.none())
             }
-            session.own = grant.value
-            return Effect.succeed(Option.some<Turn>({ values: grant.value.values, fence: grant.value.fence }))
+            session.own = grant
+            return Effect.succeed(Option.some<Turn>({ values: grant.values, fence: grant.fence }))
           }
         })
       })

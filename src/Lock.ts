@@ -13,6 +13,7 @@
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as MetricBoundaries from "effect/MetricBoundaries"
@@ -78,8 +79,14 @@ export interface LocalQueue {
  */
 export interface Previous {
   readonly queued: boolean
-  /** The caller has just made the uncontended attempt (`attempt`) and was queued. */
+  /**
+   * No attempt is needed before the first wait: the caller has just made the uncontended
+   * attempt (`attempt`) and was queued, or its release handed the lock to another worker
+   * and put this one back at the tail.
+   */
   readonly attempted?: boolean
+  /** With `attempted`: how long the lock was left to be held, the first wait's bound. */
+  readonly remainingMs?: number
 }
 
 /**
@@ -95,15 +102,15 @@ export declare namespace Lock {
     readonly instanceId: string
     /**
      * One attempt to take the token's lock, reading `slices` with the grant: the first step
-     * of `acquire` on its own, for a caller with no local waiter before it. `None` when the
-     * lock is held or other workers are queued: the worker is then queued in the same step,
-     * and the holder told (pass `queued: true` to `acquire`, which leaves the queue if it
-     * ends without a grant).
+     * of `acquire` on its own, for a caller with no local waiter before it. `Left` with the
+     * time the lock has left when it is held or other workers are queued: the worker is then
+     * queued in the same step, and the holder told (pass `queued: true, attempted: true` and
+     * that time to `acquire`, which leaves the queue if it ends without a grant).
      */
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
+    ) => Effect.Effect<Either.Either<Grant, number>, InvalidToken | StoreError>
     /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is

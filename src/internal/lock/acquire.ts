@@ -19,6 +19,7 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
 import type { QueuedAcquireResult, Store } from "../../Store.js"
+import type { InvalidToken, StoreError } from "../../StoreError.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.
@@ -129,7 +130,7 @@ export const acquire = (
   return Effect.gen(function* () {
     const started = yield* Clock.currentTimeMillis
     let listening = yield* local.listening
-    let remainingMs = 0
+    let remainingMs = previous.remainingMs ?? 0
     if (previous.attempted !== true) {
       // What was signalled before the attempt is answered by it.
       yield* local.drain
@@ -186,12 +187,17 @@ export const acquire = (
  *
  * @internal
  */
-export const attemptWith = (env: Env, token: string, lockId: string, slices: ReadonlyArray<string>) =>
+export const attemptWith = (
+  env: Env,
+  token: string,
+  lockId: string,
+  slices: ReadonlyArray<string>
+): Effect.Effect<Either.Either<Grant, number>, InvalidToken | StoreError> =>
   Effect.clockWith((clock) =>
     Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
       result._tag === "Acquired"
-        ? Option.some(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
-        : Option.none()
+        ? Either.right(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
+        : Either.left(result.remainingMs)
     )
   ).pipe(
     // A failed attempt may have taken the lock all the same (its reply lost): nobody has

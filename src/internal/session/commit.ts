@@ -113,7 +113,12 @@ export const commitAndRelease = (
     )
     if (result._tag === "Right") {
       succeedAcks(requests)
-      return { queued: waiting }
+      // Others were queued: the lock went to the first of them and this worker is behind
+      // them, so an attempt before waiting would only be refused (and tell the new holder
+      // again). Alone, the release granted the lock back to this worker: the attempt claims it.
+      return waiting && result.right > 0
+        ? { queued: true, attempted: true, remainingMs: env.handoffMs }
+        : { queued: waiting }
     }
     yield* Metric.increment(flushFailures)
     yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)

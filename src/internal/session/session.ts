@@ -34,6 +34,8 @@ export interface SessionEnv {
   /** The service's scope: session fibers are forked in it. */
   readonly scope: Scope.Scope
   readonly lockMs: number
+  /** How long a pending grant waits for its claim. */
+  readonly handoffMs: number
   readonly holdMs: number
   readonly quantumMs: number
   /** How often a busy local loop lets the event loop turn (at least 1 ms). */
