@@ -240,6 +240,25 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* fx.store.queue("tok"), ["A", "B"])
     }))
 
+  test("a release with requeue by a worker that does not hold the lock queues it all the same", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      const holderSees = yield* recordNotices(fx, "tok", "A")
+      deepStrictEqual(yield* release(fx, "tok", "C", { requeue: true }), { released: false, queued: 1 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "A:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B", "C"])
+      // C's place has a deadline of its own: B's, set earlier, runs out first
+      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      yield* fx.advance(step)
+      deepStrictEqual(yield* release(fx, "tok", "C", { requeue: true }), { released: false, queued: 1 })
+      assert.isTrue(yield* fx.store.extend("tok", "A:1"))
+      yield* fx.advance(step)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
+      // a release tells the holder nothing
+      deepStrictEqual(yield* noticesSeen(fx, holderSees, 0), [])
+    }))
+
   test("leaving: a waiting worker just leaves; a grantee's pending grant passes to the next head", (fx) =>
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")
