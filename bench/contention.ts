@@ -31,7 +31,7 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { Redis } from "ioredis"
-import { encodeSignal } from "../src/internal/codec.js"
+import { encodeNotice } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { defineAll, invoke, singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
@@ -197,40 +197,49 @@ const pingP50 = (url: string) =>
     return Math.round(percentile(lat, 50) * 1000) / 1000
   })
 
-/** The two scripts of an uncontended modification, back to back, with the arguments RedisStore passes. */
+/**
+ * The two scripts of an uncontended modification, back to back, with the arguments RedisStore
+ * passes (single server, default expirations): the queued grant with its read, then the queued
+ * commit-and-release.
+ */
 const scriptsFloorP50 = (url: string) =>
   Effect.promise(async () => {
     const client = new Redis(url)
     defineAll(client, Scripts.all, singleServer)
     const keys = makeKeys("leasehold")
     const token = "floor"
-    const waiter = {
-      instanceId: "floor",
-      register: "0",
-      contended: encodeSignal({ _tag: "Contended", instanceId: "floor" })
+    const instanceId = "floor"
+    const queueKeys = {
+      lock: keys.lock(token),
+      fence: keys.fence(token),
+      queue: keys.queue(token),
+      deadlines: keys.queueDeadlines(token)
     }
+    const expirations = { lockMs: 10_000, tokenMs: 3_600_000, handoffMs: 1_000 }
+    // a single server's notice channels: one per worker, its id appended by the scripts
+    const notices = { noticePrefix: keys.workerNotices(""), granted: encodeNotice(token, { _tag: "Granted" }) }
     const once = async (i: number) => {
-      const lockId = `floor:${i}`
-      const grant = Scripts.tryAcquire.decode(
-        await invoke(client, Scripts.tryAcquire, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+      const lockId = `${instanceId}:${i}`
+      const grant = Scripts.acquireQueued.decode(
+        await invoke(client, Scripts.acquireQueued, {
+          keys: queueKeys,
           restKeys: [keys.slice(token, "counter")],
-          args: { lockId, lockMs: 10_000, tokenMs: 3_600_000, channel: keys.signal(token), ...waiter }
+          args: {
+            lockId,
+            ...expirations,
+            instanceId,
+            claim: "0",
+            ...notices,
+            contended: encodeNotice(token, { _tag: "Contended" })
+          }
         })
       )
       const value = grant?._tag === "Acquired" ? grant.values[0] : null
       const n = typeof value === "string" ? (JSON.parse(value) as { n: number }).n : 0
-      await invoke(client, Scripts.commitAndRelease, {
-        keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+      await invoke(client, Scripts.commitAndReleaseQueued, {
+        keys: queueKeys,
         restKeys: [keys.slice(token, "counter")],
-        args: {
-          lockId,
-          tokenMs: 3_600_000,
-          channel: keys.signal(token),
-          releasedMessage: encodeSignal({ _tag: "Released", lockId }),
-          lockMs: 10_000,
-          ...waiter
-        },
+        args: { lockId, ...expirations, instanceId, requeue: "0", ...notices },
         restArgs: [JSON.stringify({ n: n + 1 })]
       })
     }

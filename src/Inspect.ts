@@ -1,6 +1,6 @@
 /**
  * What an operator sees of a token or a worker in the store, read without writing
- * anything: the lock holder and its fencing number, the waiting instances, the slices
+ * anything: the lock holder and its fencing number, the workers queued for it, the slices
  * with their sizes and expiries, the socket record; a worker's mailbox and where its
  * reader is. The `leasehold inspect` command prints these.
  *

@@ -70,7 +70,7 @@ export declare namespace MemoryStoreControl {
     readonly setRaw: (key: string, value: string, ttlMs?: number) => Effect.Effect<void>
     /** The raw string under a full key name; `None` when absent, expired, or not a string. */
     readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
-    /** Number of live keys of every kind (locks, fences, waiter sets, slices, records, mailboxes). */
+    /** Number of live keys of every kind (locks, fences, queues, slices, records, mailboxes). */
     readonly keyCount: Effect.Effect<number>
     /**
      * How many operations have reached the key space so far (past their validation), as

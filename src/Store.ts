@@ -5,7 +5,7 @@
  * one transaction on Redis, one synchronous block on the embedded store). Two
  * implementations exist: `MemoryStore` (embedded, time on Effect's `Clock`) and
  * `RedisStore` (ioredis). The service is grouped by concern (`Store.Locking`,
- * `Store.Waiting`, `Store.Slices`, `Store.Signaling`, `Store.Sockets`, `Store.Mailboxes`,
+ * `Store.Queueing`, `Store.Slices`, `Store.Signaling`, `Store.Sockets`, `Store.Mailboxes`,
  * `Store.Inspection`).
  *
  * Both backends share one checked front (`internal/store/front.ts`) over a narrow driver
@@ -38,8 +38,7 @@ import type {
   SocketEvent,
   SocketEventsSetting,
   SocketRecord,
-  TokenNotice,
-  WaiterOptions
+  TokenNotice
 } from "./StoreModel.js"
 
 /**
@@ -63,7 +62,9 @@ export { MailboxStart } from "./StoreModel.js"
  */
 export declare namespace Store {
   /**
-   * The lock of a token: take, release, commit, extend, inspect.
+   * The lock of a token: take, release, commit, extend, inspect. `tryAcquire`, `release` and
+   * `commitAndRelease` neither read nor change the token's queue: a lock shared with workers
+   * that queue for it is taken and released with the steps of `Store.Queueing`.
    *
    * @since 0.2.0
    * @category models
@@ -71,40 +72,24 @@ export declare namespace Store {
   export interface Locking {
     /**
      * Take the lock with `lockId` (unique per acquisition) if it is free. When granted,
-     * the fence is incremented and the named slices are read in the same step; with
-     * `options`, the caller's instance also leaves the waiter set and the others still in
-     * it are counted. When held, `options.register` registers the instance as a waiter
-     * (as `registerWaiter` does) in the same step.
+     * the fence is incremented and the named slices are read in the same step.
      */
     readonly tryAcquire: (
       token: string,
       lockId: string,
-      slices: ReadonlyArray<string>,
-      options?: WaiterOptions
+      slices: ReadonlyArray<string>
     ) => Effect.Effect<AcquireResult, InvalidToken | StoreError>
-    /**
-     * Compare-and-delete; publishes `Released` when it deleted (`released: false` when not
-     * the holder). With `options`, counts the other registered instances before any
-     * registration, then `options.register` registers the instance (after `Released`),
-     * whether or not the lock was still the caller's.
-     */
-    readonly release: (
-      token: string,
-      lockId: string,
-      options?: WaiterOptions
-    ) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
+    /** Compare-and-delete; publishes `Released` when it deleted (`released: false` when not the holder). */
+    readonly release: (token: string, lockId: string) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
     /**
      * Write every entry and release, in one step, only while `lockId` holds the lock (else
-     * `LockLost`, and nothing is written or registered). Returns the other registered
-     * instances, counted before `options.register` registers the caller's (0 without
-     * `options`).
+     * `LockLost`, and nothing is written or published).
      */
     readonly commitAndRelease: (
       token: string,
       lockId: string,
-      entries: ReadonlyArray<SliceEntry>,
-      options?: WaiterOptions
-    ) => Effect.Effect<number, InvalidToken | LockLost | StoreError>
+      entries: ReadonlyArray<SliceEntry>
+    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
     /**
      * Compare-and-extend to a full lock expiration, with the fence and the named slices to a
      * full token expiration (a lock held past the token expiration of its grant's reads keeps
@@ -117,28 +102,6 @@ export declare namespace Store {
     ) => Effect.Effect<boolean, InvalidToken | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
-  }
-
-  /**
-   * The waiter set: which instances wait for a token's lock.
-   *
-   * @since 0.2.0
-   * @category models
-   */
-  export interface Waiting {
-    /**
-     * Add the instance to the token's waiter set with a deadline of its own, one lock
-     * expiration from now (a registration refreshes only the caller's deadline: an instance
-     * that stops registering leaves the set after one lock expiration, however often others
-     * register), and publish `Contended`.
-     */
-    readonly registerWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
-    /** Remove the instance from the token's waiter set. */
-    readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
-    /** The number of registered instances other than `instanceId` whose deadline has not passed, in one step. */
-    readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
-    /** Every registered instance whose deadline has not passed (for inspection and tests). */
-    readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
   }
 
   /**
@@ -373,7 +336,7 @@ export declare namespace Store {
    * @since 0.1.0
    * @category models
    */
-  export interface Service extends Locking, Waiting, Queueing, Slices, Signaling, Sockets, Mailboxes, Inspection {
+  export interface Service extends Locking, Queueing, Slices, Signaling, Sockets, Mailboxes, Inspection {
     /** Which backend this is. */
     readonly kind: "memory" | "redis"
   }

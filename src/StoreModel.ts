@@ -20,36 +20,12 @@ export type AcquireResult =
       readonly fence: number
       /** The requested slices, in the order asked, `None` where nothing is stored. */
       readonly values: ReadonlyArray<Option.Option<string>>
-      /**
-       * The instances other than the caller's still registered as waiters, read in the
-       * grant's step (after the caller's instance left the set); 0 without `WaiterOptions`.
-       */
-      readonly contenders: number
     }
   | {
       readonly _tag: "Held"
       /** Milliseconds until the current holder's lock expires (0 when it expires now). */
       readonly remainingMs: number
     }
-
-/**
- * How a lock operation involves the caller's instance in the token's waiter set, so that
- * registration and the count of other contenders cost no round trip of their own.
- *
- * @since 0.1.0
- * @category models
- */
-export interface WaiterOptions {
-  /** The caller's instance: never counted in `contenders`. */
-  readonly instanceId: string
-  /**
-   * tryAcquire: when the lock is held, register the instance as a waiter in the same step
-   * (its own deadline a lock expiration from now, PUBLISH contended:<instanceId>).
-   * release / commitAndRelease: after releasing, register the instance the same way (it
-   * still has local waiters and must be seen by the next holder).
-   */
-  readonly register?: boolean
-}
 
 /**
  * The outcome of `release`.
@@ -60,8 +36,6 @@ export interface WaiterOptions {
 export interface ReleaseResult {
   /** `true` when the lock still held the caller's `lockId` and was deleted. */
   readonly released: boolean
-  /** Registered instances other than the caller's, read before it registered; 0 without `WaiterOptions`. */
-  readonly contenders: number
 }
 
 /**
@@ -122,7 +96,8 @@ export interface LockHolder {
  * A signal published on a token's channel.
  *
  * - `Released`: the lock was released (with the lock id that held it).
- * - `Contended`: an instance registered as a waiter for the lock.
+ * - `Contended`: an instance contends for the lock (published by a caller: no store step
+ *   publishes it; the queue's notices tell a holder of contention).
  *
  * @since 0.1.0
  * @category models
@@ -215,10 +190,10 @@ export interface ConnectionStatus {
  * @category models
  */
 export interface KeyInfo {
-  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `waiters`, `queue`, `queue:d`, `s:<slice>`, `socket`. */
+  /** The part of the key after the token's `{<token>}:`: `lock`, `fence`, `queue`, `queue:d`, `s:<slice>`, `socket`. */
   readonly name: string
   readonly kind: "string" | "set" | "other"
-  /** Bytes of a string, members of a set (the waiter set, the queue and its deadlines: sorted sets on Redis), 0 otherwise. */
+  /** Bytes of a string, members of a set (the queue and its deadlines: sorted sets on Redis), 0 otherwise. */
   readonly size: number
   /** Milliseconds until it expires; `None` for a key without expiry. */
   readonly ttlMs: Option.Option<number>

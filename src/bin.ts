@@ -85,7 +85,7 @@ const tokenCommand = Command.make(
         Console.log(json ? JSON.stringify(Inspect.tokenJson(report)) : Inspect.tokenText(report))
       )
     )
-).pipe(Command.withDescription("the lock, waiters, slices and socket record of one token"))
+).pipe(Command.withDescription("the lock, queued workers, slices and socket record of one token"))
 
 const instanceCommand = Command.make(
   "instance",

@@ -82,7 +82,7 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
     deepStrictEqual(yield* b.tokens.owner(`tab-${round}`, { refresh: true }), Option.none())
     // the store's own operations, each once
     const lock = `lock-${round}`
-    const acquired = yield* store.tryAcquire(`raw-${round}`, lock, ["a"], { instanceId: "inst-x" })
+    const acquired = yield* store.tryAcquire(`raw-${round}`, lock, ["a"])
     assert.strictEqual(acquired._tag, "Acquired")
     assert.isTrue(yield* store.extend(`raw-${round}`, lock))
     yield* store.writeIfHolder(`raw-${round}`, lock, [["a", "1"]])
@@ -92,7 +92,7 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
     deepStrictEqual(yield* store.queue(`raw-${round}`), ["inst-y"])
     assert.strictEqual(yield* store.queueLength(`raw-${round}`, "inst-x"), 1)
     yield* store.leaveQueue(`raw-${round}`, "inst-y")
-    yield* store.commitAndRelease(`raw-${round}`, lock, [["a", "2"]], { instanceId: "inst-x" })
+    yield* store.commitAndRelease(`raw-${round}`, lock, [["a", "2"]])
     const again = yield* store.tryAcquire(`raw-${round}`, `${lock}b`, ["a"])
     assert.strictEqual(again._tag, "Acquired")
     yield* store.release(`raw-${round}`, `${lock}b`)

@@ -430,7 +430,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("socket records, waiters and mailboxes belong to the process: they are not kept", () =>
+  it.scoped("locks, queues, socket records and mailboxes belong to the process: they are not kept", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const keys = makeKeys("leasehold")
@@ -438,14 +438,17 @@ describe("MemoryStore with a data directory", () => {
         Effect.gen(function* () {
           yield* put(store, "t1", [["a", "1"]])
           yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
-          yield* store.registerWaiter("t1", "w1")
+          // w0 holds the lock by the queue's steps, w1 queues behind it
+          yield* store.acquireQueued("t1", "w0:1", [], { instanceId: "w0" })
+          yield* store.acquireQueued("t1", "w1:1", [], { instanceId: "w1" })
           yield* store.mailboxAppend("w1", "update", { maxLen: 10, ttlMs: 60_000 })
         })
       )
       yield* session(dir, ({ store, control }) =>
         Effect.gen(function* () {
           deepStrictEqual(yield* control.getRaw(keys.socket("t1")), Option.none())
-          deepStrictEqual(yield* store.waiters("t1"), [])
+          assert.isTrue(Option.isNone(yield* store.holder("t1")))
+          deepStrictEqual(yield* store.queue("t1"), [])
           assert.strictEqual(yield* store.mailboxLength("w1"), 0)
           // The slice and the fence.
           assert.strictEqual(yield* control.keyCount, 2)

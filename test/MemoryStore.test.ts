@@ -55,12 +55,12 @@ describe("MemoryStore", () => {
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.tryAcquire("t1", "L1", []) // lock (10 s) and fence (1 h)
-        yield* memory.registerWaiter("t1", "w1") // waiter set (10 s)
+        yield* memory.acquireQueued("t1", "w1:1", [], { instanceId: "w1" }) // queue and its deadlines (10 s)
         yield* memory.writeIfHolder("t1", "L1", [["counter", "1"]]) // slice (1 h)
         yield* memory.claimSocket("t1", { instanceId: "w1", connectionId: "c1" }) // record (1 h)
         yield* memory.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
         yield* memory.mailboxExpire("w1", 30_000) // mailbox (30 s)
-        assert.strictEqual(yield* memory.residentKeys, 6)
+        assert.strictEqual(yield* memory.residentKeys, 7)
 
         yield* TestClock.adjust("11 seconds")
         assert.strictEqual(yield* memory.residentKeys, 4)
@@ -111,17 +111,17 @@ describe("MemoryStore", () => {
     )
   })
 
-  it.effect("keyCount counts keys of every kind; an emptied waiter set is deleted", () =>
+  it.effect("keyCount counts keys of every kind; an emptied queue is deleted", () =>
     Effect.gen(function* () {
       const store = yield* Store
       const control = yield* MemoryStore.MemoryStoreControl
       yield* store.tryAcquire("t1", "L1", [])
-      yield* store.registerWaiter("t1", "w1")
+      yield* store.acquireQueued("t1", "w1:1", [], { instanceId: "w1" })
       yield* store.writeIfHolder("t1", "L1", [["counter", "1"]])
       yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
       yield* store.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
-      assert.strictEqual(yield* control.keyCount, 6)
-      yield* store.deregisterWaiter("t1", "w1")
+      assert.strictEqual(yield* control.keyCount, 7)
+      yield* store.leaveQueue("t1", "w1")
       assert.strictEqual(yield* control.keyCount, 5)
       assert.isTrue((yield* store.release("t1", "L1")).released)
       assert.strictEqual(yield* control.keyCount, 4)
@@ -172,8 +172,11 @@ describe("MemoryStore", () => {
         yield* control.setRaw(keys.fence("t1"), "not a number")
         assert.strictEqual(tagOf(yield* Effect.exit(store.tryAcquire("t1", "L1", []))), "StoreRefused")
         deepStrictEqual(yield* control.getRaw(keys.lock("t1")), Option.none())
-        yield* control.setRaw(keys.waiters("t1"), "not a set")
-        assert.strictEqual(tagOf(yield* Effect.exit(store.registerWaiter("t1", "w1"))), "StoreRefused")
+        yield* control.setRaw(keys.queue("t1"), "not a set")
+        assert.strictEqual(
+          tagOf(yield* Effect.exit(store.acquireQueued("t1", "w1:1", [], { instanceId: "w1" }))),
+          "StoreRefused"
+        )
         yield* control.setRaw(keys.mailbox("w1"), "not a stream")
         assert.strictEqual(
           tagOf(yield* Effect.exit(store.mailboxAppend("w1", "p", { maxLen: 10, ttlMs: 60_000 }))),
@@ -211,7 +214,7 @@ describe("MemoryStore", () => {
           yield* Effect.exit(store.readSlices("t1", ["a"])),
           yield* Effect.exit(store.publish("t1", { _tag: "Released" })),
           yield* Effect.exit(Effect.scoped(store.subscribe("t1"))),
-          yield* Effect.exit(store.registerWaiter("t1", "w1")),
+          yield* Effect.exit(store.acquireQueued("t1", "w1:1", [], { instanceId: "w1" })),
           yield* Effect.exit(store.readSocket("t1")),
           yield* Effect.exit(Stream.runCollect(store.scanSockets)),
           yield* Effect.exit(store.mailboxAppend("w1", "p", { maxLen: 10, ttlMs: 60_000 })),

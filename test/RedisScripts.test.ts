@@ -11,41 +11,55 @@ import * as Scripts from "../src/internal/redis/scripts/index.js"
 describe("Redis scripts", () => {
   it("the command line follows the script's declared order, whatever the order of the call's fields", () => {
     const input = {
-      keys: { waiters: "w", lock: "l", fence: "f" },
+      keys: { deadlines: "d", queue: "q", fence: "f", lock: "l" },
       restKeys: ["s1", "s2"],
-      args: { contended: "c", channel: "ch", register: "1", instanceId: "i", tokenMs: 2, lockMs: 1, lockId: "id" }
+      args: {
+        contended: "c",
+        granted: "g",
+        noticePrefix: "n",
+        claim: "0",
+        instanceId: "i",
+        handoffMs: 3,
+        tokenMs: 2,
+        lockMs: 1,
+        lockId: "id"
+      }
     }
-    deepStrictEqual(commandLine(Scripts.tryAcquire, input), [
-      "leaseholdTryAcquire",
-      "5",
+    deepStrictEqual(commandLine(Scripts.acquireQueued, input), [
+      "leaseholdAcquireQueued",
+      "6",
       "l",
       "f",
-      "w",
+      "q",
+      "d",
       "s1",
       "s2",
       "id",
       "1",
       "2",
+      "3",
       "i",
-      "1",
-      "ch",
+      "0",
+      "n",
+      "g",
       "c"
     ])
   })
 
   it("the Lua opens with one named local per key and argument, in the same order", () => {
-    const lua = Scripts.release.lua(singleServer)
-    const header = lua.split("\n").slice(0, 9)
+    const lua = Scripts.releaseQueued.lua(singleServer)
+    const header = lua.split("\n").slice(0, 10)
     deepStrictEqual(header, [
       "local lock = KEYS[1]",
-      "local waiters = KEYS[2]",
+      "local queue = KEYS[2]",
+      "local deadlines = KEYS[3]",
       "local lockId = ARGV[1]",
-      "local channel = ARGV[2]",
-      "local releasedMessage = ARGV[3]",
+      "local lockMs = ARGV[2]",
+      "local handoffMs = ARGV[3]",
       "local instanceId = ARGV[4]",
-      "local register = ARGV[5]",
-      "local contended = ARGV[6]",
-      "local lockMs = ARGV[7]"
+      "local requeue = ARGV[5]",
+      "local noticePrefix = ARGV[6]",
+      "local granted = ARGV[7]"
     ])
   })
 
@@ -59,19 +73,18 @@ describe("Redis scripts", () => {
   })
 
   it("a reply of another shape decodes to nothing", () => {
-    assert.isUndefined(Scripts.tryAcquire.decode([1, "7", 0]))
-    assert.isUndefined(Scripts.tryAcquire.decode([1, 7, 0, 3]))
+    assert.isUndefined(Scripts.tryAcquire.decode([1, "7"]))
+    assert.isUndefined(Scripts.tryAcquire.decode([1, 7, 3]))
     assert.isUndefined(Scripts.tryAcquire.decode("OK"))
-    deepStrictEqual(Scripts.tryAcquire.decode([1, 7, 2, "v", null]), {
-      _tag: "Acquired",
-      fence: 7,
-      contenders: 2,
-      values: ["v", null]
-    })
+    deepStrictEqual(Scripts.tryAcquire.decode([1, 7, "v", null]), { _tag: "Acquired", fence: 7, values: ["v", null] })
     deepStrictEqual(Scripts.tryAcquire.decode([0, 120]), { _tag: "Held", pttl: 120 })
+    deepStrictEqual(Scripts.release.decode(1), { released: true })
+    deepStrictEqual(Scripts.release.decode(0), { released: false })
     assert.isUndefined(Scripts.release.decode([1]))
+    deepStrictEqual(Scripts.commitAndRelease.decode([1]), { _tag: "Written" })
+    deepStrictEqual(Scripts.commitAndRelease.decode([0, null]), { _tag: "Lost", holder: null })
+    assert.isUndefined(Scripts.commitAndRelease.decode([0, 3]))
     assert.isUndefined(Scripts.holder.decode(["id", 3, 10]))
-    assert.isUndefined(Scripts.waiters.decode(["a", 1]))
     assert.isUndefined(Scripts.describeKeys.decode([["string", 10]]))
   })
 

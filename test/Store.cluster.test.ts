@@ -202,11 +202,19 @@ describe("RedisStore on a Redis Cluster", () => {
       const keys = makeKeys(keyPrefix)
       const store = yield* buildStore(cluster, keyPrefix)
       for (const token of tokens(30)) {
-        const acquired = yield* store.tryAcquire(token, `lock-${token}`, ["a"], { instanceId: "inst-a" })
+        const acquired = yield* store.tryAcquire(token, `lock-${token}`, ["a"])
         assert.strictEqual(acquired._tag, "Acquired")
         yield* store.commitAndRelease(token, `lock-${token}`, [["a", token]])
-        yield* store.registerWaiter(token, "inst-a")
-        const ports = yield* portsOf(cluster, [keys.fence(token), keys.slice(token, "a"), keys.waiters(token)])
+        // a worker takes the lock by the queue's steps, and another queues behind it
+        yield* store.acquireQueued(token, "inst-a:1", [], { instanceId: "inst-a" })
+        yield* store.acquireQueued(token, "inst-b:1", [], { instanceId: "inst-b" })
+        const ports = yield* portsOf(cluster, [
+          keys.lock(token),
+          keys.fence(token),
+          keys.slice(token, "a"),
+          keys.queue(token),
+          keys.queueDeadlines(token)
+        ])
         assert.strictEqual(new Set(ports).size, 1, `the keys of ${token} on ${ports.join(", ")}`)
         deepStrictEqual(yield* store.readSlices(token, ["a"]), [Option.some(token)])
       }

@@ -7,7 +7,6 @@
 export interface Keys {
   readonly lock: (token: string) => string
   readonly fence: (token: string) => string
-  readonly waiters: (token: string) => string
   /** The token's queue of waiting workers (sorted set: worker id scored by arrival order, head first). */
   readonly queue: (token: string) => string
   /** Each queued worker's deadline (sorted set: worker id scored by its deadline, ms on the server clock). */
@@ -46,7 +45,6 @@ export const makeKeys = (prefix: string): Keys => {
   return {
     lock: (token) => `${base(token)}:lock`,
     fence: (token) => `${base(token)}:fence`,
-    waiters: (token) => `${base(token)}:waiters`,
     queue: (token) => `${base(token)}:queue`,
     queueDeadlines: (token) => `${base(token)}:queue:d`,
     slice: (token, name) => `${base(token)}:s:${name}`,

@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import type { Notice } from "../../src/Store.js"
+import type { InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
 
@@ -239,6 +240,25 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* fx.store.queue("tok"), ["A", "B"])
     }))
 
+  test("a release with requeue by a worker that does not hold the lock queues it all the same", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      const holderSees = yield* recordNotices(fx, "tok", "A")
+      deepStrictEqual(yield* release(fx, "tok", "C", { requeue: true }), { released: false, queued: 1 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "A:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B", "C"])
+      // C's place has a deadline of its own: B's, set earlier, runs out first
+      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      yield* fx.advance(step)
+      deepStrictEqual(yield* release(fx, "tok", "C", { requeue: true }), { released: false, queued: 1 })
+      assert.isTrue(yield* fx.store.extend("tok", "A:1"))
+      yield* fx.advance(step)
+      deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
+      // a release tells the holder nothing
+      deepStrictEqual(yield* noticesSeen(fx, holderSees, 0), [])
+    }))
+
   test("leaving: a waiting worker just leaves; a grantee's pending grant passes to the next head", (fx) =>
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")
@@ -316,6 +336,58 @@ export const queueHandoff = (backend: Backend): void => {
       // B's next attempt queues it anew
       yield* waits(fx, "tok", "B")
       deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
+    }))
+
+  test("a worker that stopped refreshing its entry is dropped, however often the others refresh theirs", (fx) =>
+    Effect.gen(function* () {
+      // The chaos soak's leftover: a worker killed while queued, on a token that a live worker
+      // keeps waiting for. Its entry must not live on through the refreshes of others.
+      const step = Math.floor(fx.lockExpirationMs / 3)
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "killed")
+      for (let i = 0; i < 7; i++) {
+        yield* fx.advance(step)
+        // the live worker's re-checks, while A keeps its lock
+        yield* waits(fx, "tok", "live")
+        assert.isTrue(yield* fx.store.extend("tok", "A:1"))
+      }
+      // more than two lock expirations later, only the live worker waits
+      deepStrictEqual(yield* fx.store.queue("tok"), ["live"])
+      assert.strictEqual(yield* fx.store.queueLength("tok", "live"), 0)
+      deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?live")
+      // a lone worker is not contended: it may take a lease
+      assert.strictEqual((yield* takes(fx, "tok", "live")).queued, 0)
+      deepStrictEqual(yield* release(fx, "tok", "live"), { released: true, queued: 0 })
+      // and when it is done, nothing of the token's lock is left
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
+      assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
+      assert.strictEqual(yield* fx.keyCount, 1) // the fence alone
+    }))
+
+  test("the last live entry to go takes the queue with it, late entries included: by leaving or by its grant", (fx) =>
+    Effect.gen(function* () {
+      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      const names = (token: string) => Effect.map(fx.store.tokenKeys(token), (infos) => infos.map((info) => info.name))
+      for (const token of ["t1", "t2"]) {
+        yield* takes(fx, token, "A")
+        yield* waits(fx, token, "B")
+      }
+      yield* fx.advance(step)
+      for (const token of ["t1", "t2"]) {
+        yield* waits(fx, token, "C")
+        assert.isTrue(yield* fx.store.extend(token, "A:1"))
+      }
+      yield* fx.advance(step)
+      // B's deadline has passed, C's has not: the queue lives on for C
+      for (const token of ["t1", "t2"]) deepStrictEqual(yield* fx.store.queue(token), ["C"])
+      // t1: C leaves
+      yield* fx.store.leaveQueue("t1", "C")
+      deepStrictEqual(yield* names("t1"), ["fence", "lock"])
+      // t2: C is granted the lock and takes it
+      yield* release(fx, "t2", "A")
+      yield* takes(fx, "t2", "C")
+      deepStrictEqual(yield* names("t2"), ["fence", "lock"])
     }))
 
   test("commitAndReleaseQueued writes and grants in one step; with the lock lost it writes and grants nothing", (fx) =>
@@ -421,6 +493,33 @@ export const queueHandoff = (backend: Backend): void => {
       assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
       const b = yield* takes(fx, "tok", "B")
       assert.strictEqual(b.fence, 2)
+    }))
+
+  test("a queue key of another kind refuses every queue step that writes, and nothing changes", (fx) =>
+    Effect.gen(function* () {
+      for (const [token, key] of [
+        ["t1", fx.keys.queue("t1")],
+        ["t2", fx.keys.queueDeadlines("t2")]
+      ] as const) {
+        const a = yield* takes(fx, token, "A")
+        yield* fx.putRaw(key, "not a set")
+        const steps: ReadonlyArray<readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | StoreError>]> = [
+          ["acquireQueued", attempt(fx, token, "B", { slices: ["a"] })],
+          ["releaseQueued", release(fx, token, "A", { requeue: true })],
+          ["commitAndReleaseQueued", fx.store.commitAndReleaseQueued(token, "A:1", [["a", "x"]], { instanceId: "A" })],
+          ["leaveQueue", fx.store.leaveQueue(token, "A")]
+        ]
+        for (const [name, step] of steps) {
+          const refused = yield* failsWith(step, "StoreRefused")
+          assert.include(refused.reply, "WRONGTYPE", `${name} with ${key}`)
+        }
+        // the lock is still A's, under the same fence, and nothing was written
+        deepStrictEqual(
+          Option.map(yield* fx.store.holder(token), (holder) => [holder.lockId, holder.fence]),
+          Option.some(["A:1", a.fence])
+        )
+        deepStrictEqual(yield* fx.store.readSlices(token, ["a"]), [Option.none()])
+      }
     }))
 
   test("a lock id that could pass for a pending grant is refused, before any I/O", (fx) =>

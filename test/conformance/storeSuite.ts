@@ -60,10 +60,6 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
   ["commitAndRelease", (t) => store.commitAndRelease(t, "lock-1", [["a", "1"]])],
   ["extend", (t) => store.extend(t, "lock-1")],
   ["holder", (t) => store.holder(t)],
-  ["registerWaiter", (t) => store.registerWaiter(t, "inst-a")],
-  ["deregisterWaiter", (t) => store.deregisterWaiter(t, "inst-a")],
-  ["otherContenders", (t) => store.otherContenders(t, "inst-a")],
-  ["waiters", (t) => store.waiters(t)],
   ["readSlices", (t) => store.readSlices(t, ["a"])],
   ["writeIfHolder", (t) => store.writeIfHolder(t, "lock-1", [["a", "1"]])],
   ["acquireQueued", (t) => store.acquireQueued(t, "inst-a:1", ["a"], { instanceId: "inst-a" })],
@@ -89,17 +85,6 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
 
 /** Every operation that takes an instance id, applied to `instanceId`. */
 const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [
-  ["registerWaiter", (i) => store.registerWaiter("tok", i)],
-  ["deregisterWaiter", (i) => store.deregisterWaiter("tok", i)],
-  ["otherContenders", (i) => store.otherContenders("tok", i)],
-  ["tryAcquire (options)", (i) => store.tryAcquire("tok", "lock-1", ["a"], { instanceId: i })],
-  ["tryAcquire (options, register)", (i) => store.tryAcquire("tok", "lock-1", [], { instanceId: i, register: true })],
-  ["release (options)", (i) => store.release("tok", "lock-1", { instanceId: i })],
-  ["release (options, register)", (i) => store.release("tok", "lock-1", { instanceId: i, register: true })],
-  [
-    "commitAndRelease (options, register)",
-    (i) => store.commitAndRelease("tok", "lock-1", [["a", "1"]], { instanceId: i, register: true })
-  ],
   ["acquireQueued", (i) => store.acquireQueued("tok", "lock-1", ["a"], { instanceId: i })],
   ["acquireQueued (claim)", (i) => store.acquireQueued("tok", "lock-1", [], { instanceId: i, claim: true })],
   ["releaseQueued (requeue)", (i) => store.releaseQueued("tok", "lock-1", { instanceId: i, requeue: true })],
@@ -139,46 +124,7 @@ const subscribersOf = (fx: Fixture, channel: string) =>
     onSome: (numsub) => Effect.map(numsub(channel), Option.some)
   })
 
-/** Record every signal of `token` from now on (the subscription is confirmed on return). */
-const recordSignals = (fx: Fixture, token: string) =>
-  Effect.gen(function* () {
-    const signals = yield* fx.store.subscribe(token)
-    const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
-    yield* Effect.fork(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
-    return seen
-  })
-
-/** Wait for at least `n` recorded signals, give later ones time to arrive, and return them all. */
-const signalsSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Signal>>, n: number) =>
-  Effect.gen(function* () {
-    if (n > 0) {
-      yield* eventuallyTrue(
-        `${n} signal(s)`,
-        5_000,
-        Effect.map(Ref.get(seen), (all) => all.length >= n)
-      )
-    }
-    yield* fx.settle
-    return yield* Ref.get(seen)
-  })
-
-const sortedWaiters = (fx: Fixture, token: string) =>
-  Effect.map(fx.store.waiters(token), (members) => [...members].sort())
-
 /** Register the conformance cases for `backend`. */
-/**
- * `refreshed` were just registered, the other members `step` earlier: `step` later only
- * `refreshed` remain (each member has a deadline of its own, and the others' have passed);
- * a lock expiration after the registration nobody is left.
- */
-const onlyRefreshedRemain = (fx: Fixture, refreshed: ReadonlyArray<string>, step: number) =>
-  Effect.gen(function* () {
-    yield* fx.advance(step)
-    deepStrictEqual(yield* sortedWaiters(fx, "tok"), refreshed)
-    yield* fx.advance(fx.lockExpirationMs - step + 50)
-    deepStrictEqual(yield* fx.store.waiters("tok"), [])
-  })
-
 export const storeSuite = (backend: Backend): void => {
   const test = backend.test
 
@@ -501,358 +447,25 @@ export const storeSuite = (backend: Backend): void => {
       }))
   })
 
-  describe("waiters", () => {
-    test("registration and deregistration", (fx) =>
-      Effect.gen(function* () {
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        deepStrictEqual([...(yield* fx.store.waiters("tok"))].sort(), ["inst-a", "inst-b"])
-        deepStrictEqual(yield* fx.store.waiters("other"), [])
-        yield* fx.store.deregisterWaiter("tok", "inst-a")
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
-        yield* fx.store.deregisterWaiter("tok", "inst-a")
-        yield* fx.store.deregisterWaiter("tok", "inst-b")
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-      }))
-
-    test("each member expires lockExpiration after its own last registration", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        // two steps outlast one lockExpiration, one step is well within it
-        const step = Math.floor(lockMs / 2) + 10
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.advance(step)
-        // a registration refreshes the registering member only
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
-        yield* fx.advance(step)
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 1)
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-c"), 0)
-        assert.strictEqual(yield* fx.keyCount, 0)
-      }))
-
-    test("the last live member leaving removes the set, with the expired members in it", (fx) =>
-      Effect.gen(function* () {
-        const step = Math.floor(fx.lockExpirationMs / 2) + 10
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.advance(step)
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        yield* fx.advance(step)
-        // inst-a's deadline has passed, inst-b's has not: the set lives on for inst-b
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-b"])
-        yield* fx.store.deregisterWaiter("tok", "inst-b")
-        assert.strictEqual(yield* fx.keyCount, 0)
-
-        // the same when the leaving member leaves by its grant
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.advance(step)
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        yield* fx.advance(step)
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", [], { instanceId: "inst-b" }))
-        deepStrictEqual(
-          (yield* fx.store.tokenKeys("tok")).map((key) => key.name),
-          ["fence", "lock"]
-        )
-      }))
-
-    test("a worker that stopped registering is not kept waiting by the registrations of others", (fx) =>
-      Effect.gen(function* () {
-        // The chaos soak's leftover: a worker killed while registered, on a token that a
-        // live worker keeps contending for. Its registration must not live on through theirs.
-        const lockMs = fx.lockExpirationMs
-        const step = Math.floor(lockMs / 3)
-        yield* fx.store.registerWaiter("tok", "killed")
-        for (let i = 0; i < 7; i++) {
-          yield* fx.advance(step)
-          // the live worker's re-checks: attempts refused while another holds the lock
-          yield* expectAcquired(fx.store.tryAcquire("tok", `lock-${i}`, []))
-          yield* expectHeld(fx.store.tryAcquire("tok", `other-${i}`, [], { instanceId: "live", register: true }))
-          assert.isTrue((yield* fx.store.release("tok", `lock-${i}`)).released)
-        }
-        // more than two lock expirations later, only the live worker waits
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["live"])
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "live"), 0)
-        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-live", [], { instanceId: "live" }))
-        // a lone worker is not contended: it may take a lease
-        assert.strictEqual(grant.contenders, 0)
-        assert.isTrue((yield* fx.store.release("tok", "lock-live")).released)
-        // and when it is done, nothing of the token's lock is left
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        assert.strictEqual(yield* fx.keyCount, 1) // the fence alone
-      }))
-
-    test("otherContenders counts other instances only", (fx) =>
-      Effect.gen(function* () {
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
-        yield* fx.store.registerWaiter("tok", "self")
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 1)
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 2)
-        yield* fx.store.registerWaiter("tok", "self")
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 2)
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 2)
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "nobody"), 3)
-        yield* fx.store.deregisterWaiter("tok", "inst-a")
-        yield* fx.store.deregisterWaiter("tok", "inst-b")
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "self"), 0)
-        assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 1)
-      }))
-  })
-
-  describe("waiters in lock operations", () => {
-    test("a grant with waiter options removes the instance from the waiter set and counts the others", (fx) =>
-      Effect.gen(function* () {
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-0", []))
-        yield* fx.store.writeIfHolder("tok", "lock-0", [["a", "1"]])
-        assert.isTrue((yield* fx.store.release("tok", "lock-0")).released)
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        yield* fx.store.registerWaiter("tok", "self")
-        const seen = yield* recordSignals(fx, "tok")
-
-        // `register` only matters while the lock is held: a grant never registers
-        const grant = yield* expectAcquired(
-          fx.store.tryAcquire("tok", "lock-a", ["a"], { instanceId: "self", register: true })
-        )
-        assert.strictEqual(grant.contenders, 2)
-        deepStrictEqual(grant.values, [Option.some("1")])
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
-        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
-
-        // an instance that was not registered: every registered one counts, the set stays
-        const other = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", [], { instanceId: "inst-c" }))
-        assert.strictEqual(other.contenders, 2)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
-        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
-
-        // without options: nothing counted, nobody removed
-        const plain = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
-        assert.strictEqual(plain.contenders, 0)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b"])
-        assert.isTrue((yield* fx.store.release("tok", "lock-c")).released)
-
-        // the last member leaving removes the set, as ZREM does
-        yield* fx.store.deregisterWaiter("tok", "inst-a")
-        yield* fx.store.deregisterWaiter("tok", "inst-b")
-        yield* fx.store.registerWaiter("tok", "self")
-        const alone = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-d", ["a"], { instanceId: "self" }))
-        assert.strictEqual(alone.contenders, 0)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        // lock, fence and slice "a"
-        assert.strictEqual(yield* fx.keyCount, 3)
-
-        // the grants published nothing: only the three releases and the one registration
-        deepStrictEqual(yield* signalsSeen(fx, seen, 4), [
-          releasedBy("lock-a"),
-          releasedBy("lock-b"),
-          releasedBy("lock-c"),
-          contended("self")
-        ])
-      }))
-
-    test("Held with register: the instance is registered for lockExpiration and Contended is published", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        // two steps outlast one lockExpiration, one step is well within it
-        const step = Math.floor(lockMs / 2) + 10
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        const signals = yield* fx.store.subscribe("tok")
-        const received = yield* collectFirst(signals, 1)
-        yield* fx.advance(step)
-
-        const held = yield* expectHeld(
-          fx.store.tryAcquire("tok", "lock-c", ["a"], { instanceId: "inst-c", register: true })
-        )
-        assert.isTrue(held.remainingMs > 0 && held.remainingMs <= lockMs - step + 2, `remainingMs ${held.remainingMs}`)
-        if (fx.exactTime) assert.strictEqual(held.remainingMs, lockMs - step)
-        deepStrictEqual(yield* joinWithin("Contended", 5_000, received), [contended("inst-c")])
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-b", "inst-c"])
-
-        // the registration gave inst-c a lockExpiration of its own: inst-b's runs out first
-        yield* onlyRefreshedRemain(fx, ["inst-c"], step)
-      }))
-
-    test("Held without register changes nothing: no registration, no removal, no TTL refresh, no signal", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        const step = Math.floor(lockMs / 2) + 10
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        yield* fx.store.registerWaiter("tok", "inst-c")
-        const seen = yield* recordSignals(fx, "tok")
-        const keysBefore = yield* fx.keyCount
-        yield* fx.advance(step)
-
-        yield* expectHeld(fx.store.tryAcquire("tok", "lock-c", ["a"], { instanceId: "inst-c" }))
-        yield* expectHeld(fx.store.tryAcquire("tok", "lock-d", [], { instanceId: "inst-d", register: false }))
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-c"])
-        assert.strictEqual(yield* fx.keyCount, keysBefore)
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
-
-        // inst-c's registration expires on its own schedule: the attempts did not refresh it
-        yield* fx.advance(lockMs - step + 50)
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        deepStrictEqual(yield* signalsSeen(fx, seen, 0), [])
-      }))
-
-    test("release with waiter options counts the others; with register it registers after Released", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        const step = Math.floor(lockMs / 2) + 10
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.store.registerWaiter("tok", "inst-b")
-        yield* fx.store.registerWaiter("tok", "self")
-
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        deepStrictEqual(yield* fx.store.release("tok", "lock-a", { instanceId: "self" }), {
-          released: true,
-          contenders: 2
-        })
-        // options without register leave the set as it was
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
-
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
-        deepStrictEqual(yield* fx.store.release("tok", "lock-b"), { released: true, contenders: 0 })
-
-        yield* fx.store.deregisterWaiter("tok", "self")
-        const signals = yield* fx.store.subscribe("tok")
-        const received = yield* collectFirst(signals, 2)
-        yield* fx.advance(step)
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
-        deepStrictEqual(yield* fx.store.release("tok", "lock-c", { instanceId: "self", register: true }), {
-          released: true,
-          contenders: 2
-        })
-        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [
-          releasedBy("lock-c"),
-          contended("self")
-        ])
-        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-b", "self"])
-
-        // the registration gave self a full lockExpiration, and the others none
-        yield* onlyRefreshedRemain(fx, ["self"], step)
-      }))
-
-    test("release with register by a non-holder registers, publishes only Contended, reports released: false", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        const step = Math.floor(lockMs / 2) + 10
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        const seen = yield* recordSignals(fx, "tok")
-        yield* fx.advance(step)
-
-        deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-c", register: true }), {
-          released: false,
-          contenders: 1
-        })
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "inst-c"])
-        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [contended("inst-c")])
-
-        // registered the same way: inst-c for a full lockExpiration from then
-        yield* onlyRefreshedRemain(fx, ["inst-c"], step)
-
-        // with nobody holding the lock at all
-        deepStrictEqual(yield* fx.store.release("tok", "lock-x", { instanceId: "inst-d", register: true }), {
-          released: false,
-          contenders: 0
-        })
-        deepStrictEqual(yield* fx.store.waiters("tok"), ["inst-d"])
-        deepStrictEqual(yield* signalsSeen(fx, seen, 2), [contended("inst-c"), contended("inst-d")])
-      }))
-
-    test("commitAndRelease returns the other contenders; with register it registers after Released", (fx) =>
-      Effect.gen(function* () {
-        const lockMs = fx.lockExpirationMs
-        const step = Math.floor(lockMs / 2) + 10
-        yield* fx.store.registerWaiter("tok", "inst-a")
-        yield* fx.store.registerWaiter("tok", "self")
-
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-a", [["a", "1"]], { instanceId: "self" }), 1)
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
-
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
-        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-b", [["a", "2"]]), 0)
-
-        yield* fx.store.deregisterWaiter("tok", "self")
-        const signals = yield* fx.store.subscribe("tok")
-        const received = yield* collectFirst(signals, 2)
-        yield* fx.advance(step)
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-c", []))
-        assert.strictEqual(
-          yield* fx.store.commitAndRelease("tok", "lock-c", [["a", "3"]], { instanceId: "self", register: true }),
-          1
-        )
-        deepStrictEqual(yield* joinWithin("Released then Contended", 5_000, received), [
-          releasedBy("lock-c"),
-          contended("self")
-        ])
-        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("3")])
-        deepStrictEqual(yield* sortedWaiters(fx, "tok"), ["inst-a", "self"])
-
-        // the registration gave self a full lockExpiration, and inst-a none
-        yield* onlyRefreshedRemain(fx, ["self"], step)
-      }))
-
-    test("commitAndRelease with register by a non-holder: LockLost, nothing registered, written or published", (fx) =>
-      Effect.gen(function* () {
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
-        yield* fx.advance(fx.lockExpirationMs + 50)
-        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
-        const seen = yield* recordSignals(fx, "tok")
-
-        const options = { instanceId: "inst-c", register: true }
-        const error = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], options), "LockLost")
-        deepStrictEqual(error.holder, Option.some("lock-b"))
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-b")
-
-        // nobody holds the lock at all
-        assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
-        const free = yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], options), "LockLost")
-        deepStrictEqual(free.holder, Option.none())
-        deepStrictEqual(yield* fx.store.waiters("tok"), [])
-        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
-        // only the holder's release was published
-        deepStrictEqual(yield* signalsSeen(fx, seen, 1), [releasedBy("lock-b")])
-      }))
-  })
-
   describe("queue hand-off", () => {
     queueHandoff(backend)
   })
 
   describe("signals", () => {
-    test("a confirmed subscriber receives Contended and Released in order", (fx) =>
+    test("a confirmed subscriber receives the signals published and the releases' in order", (fx) =>
       Effect.gen(function* () {
         const signals = yield* fx.store.subscribe("tok")
-        const received = yield* collectFirst(signals, 5)
-        yield* fx.store.registerWaiter("tok", "inst-a")
+        const received = yield* collectFirst(signals, 4)
+        yield* fx.store.publish("tok", contended("inst-a"))
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-b", []))
         yield* fx.store.commitAndRelease("tok", "lock-b", [["a", "1"]])
-        yield* fx.store.registerWaiter("tok", "inst-b")
         yield* fx.store.publish("tok", contended("inst-c"))
-        deepStrictEqual(yield* joinWithin("five signals", 5_000, received), [
+        deepStrictEqual(yield* joinWithin("four signals", 5_000, received), [
           contended("inst-a"),
           releasedBy("lock-a"),
           releasedBy("lock-b"),
-          contended("inst-b"),
           contended("inst-c")
         ])
       }))
@@ -862,7 +475,8 @@ export const storeSuite = (backend: Backend): void => {
         const signals = yield* fx.store.subscribe("tok")
         const received = yield* collectFirst(signals, 1)
         yield* fx.store.publish("other", released)
-        yield* fx.store.registerWaiter("other", "inst-a")
+        yield* expectAcquired(fx.store.tryAcquire("other", "lock-a", []))
+        assert.isTrue((yield* fx.store.release("other", "lock-a")).released)
         yield* fx.store.publish("tok", contended("inst-z"))
         deepStrictEqual(yield* joinWithin("one signal", 5_000, received), [contended("inst-z")])
       }))
@@ -923,7 +537,8 @@ export const storeSuite = (backend: Backend): void => {
           )
         }
         yield* fx.store.publish("tok", contended("inst-a"))
-        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
+        assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)
         yield* fx.settle
         deepStrictEqual(yield* Ref.get(seen), [released])
         yield* Fiber.interrupt(reader)
@@ -991,7 +606,8 @@ export const storeSuite = (backend: Backend): void => {
         // other keys of the same tokens must not show up
         yield* expectAcquired(fx.store.tryAcquire("tok-1", "lock-a", []))
         yield* fx.store.writeIfHolder("tok-1", "lock-a", [["socket", "not a record"]])
-        yield* fx.store.registerWaiter("tok-2", "inst-a")
+        yield* fx.store.acquireQueued("tok-2", "inst-a:1", [], { instanceId: "inst-a" })
+        yield* fx.store.acquireQueued("tok-2", "inst-b:1", [], { instanceId: "inst-b" })
         yield* fx.store.mailboxAppend("inst-a", "payload", { maxLen: 100, ttlMs: 60_000 })
         const all = yield* Stream.runCollect(fx.store.scanSockets)
         const sorted = [...all].sort(([a], [b]) => a.localeCompare(b))
@@ -1330,7 +946,7 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.tokenKeys("tok"), [])
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         yield* fx.store.writeIfHolder("tok", "lock-a", [["counter", "12345"]])
-        yield* fx.store.registerWaiter("tok", "inst-b")
+        yield* fx.store.acquireQueued("tok", "inst-b:1", [], { instanceId: "inst-b" })
         yield* fx.store.claimSocket("tok", recordA)
         // a token whose name extends this one's is another token
         yield* fx.store.claimSocket("tok2", recordA)
@@ -1341,9 +957,10 @@ export const storeSuite = (backend: Backend): void => {
           [
             ["fence", "string", 1],
             ["lock", "string", "lock-a".length],
+            ["queue", "set", 1],
+            ["queue:d", "set", 1],
             ["s:counter", "string", 5],
-            ["socket", "string", encodeSocketRecord(recordA).length],
-            ["waiters", "set", 1]
+            ["socket", "string", encodeSocketRecord(recordA).length]
           ]
         )
         const ttl = (name: string) => Option.getOrUndefined(keys.find((key) => key.name === name)!.ttlMs)
@@ -1404,28 +1021,6 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.readSlices("tok", ["a", "b"]), [Option.some(raw), Option.none()])
         const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", ["a"]))
         deepStrictEqual(grant.values, [Option.some(raw)])
-      }))
-
-    test("a waiter set of the wrong kind refuses lock operations with waiter options, which change nothing", (fx) =>
-      Effect.gen(function* () {
-        yield* fx.putRaw(fx.keys.waiters("tok"), "not a set")
-        const self = { instanceId: "self", register: true }
-        const refused = yield* failsWith(fx.store.tryAcquire("tok", "lock-a", ["a"], self), "StoreRefused")
-        assert.include(refused.reply, "WRONGTYPE")
-        assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
-        // without options the waiter set is not involved; the refused attempt used no fence
-        const grant = yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", ["a"]))
-        assert.strictEqual(grant.fence, 1)
-
-        yield* failsWith(fx.store.tryAcquire("tok", "lock-b", [], self), "StoreRefused")
-        yield* failsWith(fx.store.release("tok", "lock-a", self), "StoreRefused")
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
-        yield* failsWith(fx.store.commitAndRelease("tok", "lock-a", [["a", "x"]], self), "StoreRefused")
-        assert.strictEqual(Option.getOrUndefined(yield* fx.store.holder("tok"))?.lockId, "lock-a")
-        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.none()])
-
-        assert.strictEqual(yield* fx.store.commitAndRelease("tok", "lock-a", [["a", "1"]]), 0)
-        deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("1")])
       }))
 
     test("a fencing counter that is not an integer is refused, not read as a number", (fx) =>
@@ -1532,8 +1127,15 @@ export const storeSuite = (backend: Backend): void => {
           deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
           deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Taken", record: recordA })
           deepStrictEqual(yield* fx.store.claimSocket("other", recordB), { _tag: "Claimed" })
-          yield* fx.store.registerWaiter("tok", "inst-b")
-          assert.strictEqual(yield* fx.store.otherContenders("tok", "inst-a"), 1)
+          assert.strictEqual(
+            (yield* fx.store.acquireQueued("tok", "inst-a:1", [], { instanceId: "inst-a" }))._tag,
+            "Acquired"
+          )
+          assert.strictEqual(
+            (yield* fx.store.acquireQueued("tok", "inst-b:1", [], { instanceId: "inst-b" }))._tag,
+            "Queued"
+          )
+          assert.strictEqual(yield* fx.store.queueLength("tok", "inst-a"), 1)
           deepStrictEqual(yield* fx.store.readSlices("other", ["a"]), [Option.none()])
         }))
     }

@@ -98,8 +98,6 @@ export const hostileInputSuite = (backend: HostileBackend) =>
           ["Store.extend", (t) => fx.store.extend(t, "lock-1")],
           ["Store.holder", (t) => fx.store.holder(t)],
           ["Store.readSlices", (t) => fx.store.readSlices(t, ["counter"])],
-          ["Store.registerWaiter", (t) => fx.store.registerWaiter(t, "inst-1")],
-          ["Store.waiters", (t) => fx.store.waiters(t)],
           ["Store.publish", (t) => fx.store.publish(t, { _tag: "Released" })],
           ["Store.subscribe", (t) => Effect.scoped(fx.store.subscribe(t))],
           ["Store.claimSocket", (t) => fx.store.claimSocket(t, { instanceId: "inst-1", connectionId: "c" })],
@@ -120,7 +118,6 @@ export const hostileInputSuite = (backend: HostileBackend) =>
           // an instance id names a mailbox key: the same rules
           ["Store.mailboxAppend", (t) => fx.store.mailboxAppend(t, "x", { maxLen: 10, ttlMs: 1_000 })],
           ["Store.mailboxRead", (t) => fx.store.mailboxRead(t, MailboxStart, { count: 1 })],
-          ["Store.registerWaiter (instance)", (t) => fx.store.registerWaiter("fine", t)],
           ["Store.acquireQueued (instance)", (t) => fx.store.acquireQueued("fine", "lock-1", [], { instanceId: t })],
           ["Store.releaseQueued (instance)", (t) => fx.store.releaseQueued("fine", "lock-1", { instanceId: t })],
           ["Store.leaveQueue (instance)", (t) => fx.store.leaveQueue("fine", t)],

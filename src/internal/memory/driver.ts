@@ -183,33 +183,24 @@ const makeOp =
       })
     )
 
-/** The lock, its waiters and its slices: each a script's twin in one step. */
+/** The lock and its slices: each a script's twin in one step. */
 const lockPart = (space: Scripts.Space, op: Op) => {
   const { lockMs } = space
   return {
-    tryAcquire: (token, lockId, slices, waiter) =>
+    tryAcquire: (token, lockId, slices) =>
       Effect.map(
-        op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices, waiter)),
+        op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices)),
         (reply) => acquireResult(reply, lockMs)
       ),
-    release: (token, lockId, released, waiter) =>
-      op("release", (now) => Scripts.release(space, now, token, lockId, released, waiter)),
-    commitAndRelease: (token, lockId, entries, released, waiter) =>
-      op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released, waiter)),
+    release: (token, lockId, released) => op("release", (now) => Scripts.release(space, now, token, lockId, released)),
+    commitAndRelease: (token, lockId, entries, released) =>
+      op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released)),
     extend: (token, lockId, slices) => op("extend", (now) => Scripts.extend(space, now, token, lockId, slices)),
     holder: (token) =>
       Effect.flatMap(
         op("holder", (now) => Scripts.holder(space, now, token)),
         (reply) => lockHolder(reply, lockMs)
       ),
-
-    registerWaiter: (token, instanceId, contended) =>
-      op("registerWaiter", (now) => Scripts.registerWaiter(space, now, token, instanceId, contended)),
-    deregisterWaiter: (token, instanceId) =>
-      op("deregisterWaiter", (now) => Scripts.deregisterWaiter(space, now, token, instanceId)),
-    otherContenders: (token, instanceId) =>
-      op("otherContenders", (now) => Scripts.otherContenders(space, now, token, instanceId)),
-    waiters: (token) => op("waiters", (now) => Scripts.waiters(space, now, token)),
 
     readSlices: (token, names) =>
       Effect.map(

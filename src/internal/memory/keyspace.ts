@@ -17,8 +17,9 @@ export interface StringEntry {
 }
 
 /**
- * A set whose members each have a deadline of their own (a Redis sorted set scored by
- * deadline, as the waiter set is): a member whose deadline has passed no longer counts.
+ * A set with a number per member, as a Redis sorted set has its scores: a token's queue (its
+ * arrival order) and the queue's deadlines (a member whose deadline has passed no longer
+ * counts).
  *
  * @internal
  */

@@ -21,17 +21,11 @@ import type { KeyInfo } from "../../Store.js"
 import { decodeSocketRecord } from "../codec.js"
 import type { Keys } from "../keys.js"
 import type * as Holder from "../redis/scripts/holder.js"
+import type * as Release from "../redis/scripts/release.js"
 import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
-import type { Guarded, RawClaim, Waiter } from "../store/driver.js"
+import type { Guarded, RawClaim } from "../store/driver.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
-import {
-  isExpired,
-  type Keyspace,
-  nextStreamId,
-  type SetEntry,
-  type StreamEntry,
-  type StringEntry
-} from "./keyspace.js"
+import { isExpired, type Keyspace, nextStreamId, type StreamEntry, type StringEntry } from "./keyspace.js"
 
 /** What a twin works on: the key space, the key layout, the store's expirations, and its outlets. */
 export interface Space {
@@ -49,49 +43,7 @@ export interface Space {
   readonly appended: (key: string) => void
 }
 
-// --- shared parts (the `waiterLua` fragments) ---------------------------------------------
-
-/** ZREMRANGEBYSCORE -inf now: the members whose deadline has passed. */
-const dropExpired = (set: SetEntry, now: number): void => {
-  for (const [member, deadline] of set.members) if (deadline <= now) set.members.delete(member)
-}
-
-/** ZCOUNT (now +inf, less the caller if it counts. */
-const countOthers = (s: Space, token: string, instanceId: string, now: number): number => {
-  const set = s.ks.getSet(s.keys.waiters(token), now)
-  if (set === undefined) return 0
-  let others = 0
-  for (const [member, deadline] of set.members) if (deadline > now && member !== instanceId) others++
-  return others
-}
-
-/**
- * ZREMRANGEBYSCORE (the expired members) + ZADD with the instance's own deadline, one lock
- * expiration from now + PEXPIRE of the set to that deadline, then PUBLISH `contended`: also
- * when already a member, so no re-registration is silent.
- */
-const register = (s: Space, token: string, instanceId: string, contended: string, now: number): void => {
-  const key = s.keys.waiters(token)
-  let set = s.ks.getSet(key, now)
-  if (set === undefined) {
-    set = { _tag: "set", members: new Map(), deadline: undefined }
-    s.ks.insert(key, set)
-  }
-  dropExpired(set, now)
-  set.members.set(instanceId, now + s.lockMs)
-  s.ks.expire(key, set, now + s.lockMs, now)
-  s.publish(s.keys.signal(token), contended)
-}
-
-/** ZREMRANGEBYSCORE (the expired members) + ZREM; Redis deletes a sorted set with its last member. */
-const leave = (s: Space, token: string, instanceId: string, now: number): void => {
-  const key = s.keys.waiters(token)
-  const set = s.ks.getSet(key, now)
-  if (set === undefined) return
-  dropExpired(set, now)
-  set.members.delete(instanceId)
-  if (set.members.size === 0) s.ks.delete(key)
-}
+// --- shared parts ---------------------------------------------------------------------
 
 /** The fence as INCR reads it: 0 when absent, `undefined` when not an integer. @internal */
 export const readFence = (s: Space, token: string, now: number): number | undefined => {
@@ -154,45 +106,28 @@ export const tryAcquire = (
   now: number,
   token: string,
   lockId: string,
-  slices: ReadonlyArray<string>,
-  waiter: Waiter | undefined
+  slices: ReadonlyArray<string>
 ): TryAcquire.Reply => {
   const lockKey = s.keys.lock(token)
   const lock = s.ks.getString(lockKey, now)
-  // Read before anything is written: a waiter key of the wrong type refuses the whole step.
-  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
-  if (lock !== undefined) {
-    if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
-    return { _tag: "Held", pttl: pttl(lock, now) }
-  }
+  if (lock !== undefined) return { _tag: "Held", pttl: pttl(lock, now) }
   const fence = readFence(s, token, now)
   if (fence === undefined) throw new NotAnInteger()
   const values = readAndRefresh(s, token, slices, now)
   s.ks.setString(lockKey, lockId, now + s.lockMs)
   s.ks.setString(s.keys.fence(token), String(fence + 1), now + s.tokenMs)
-  // The new holder no longer waits; the others counted above are still in the set.
-  if (waiter !== undefined) leave(s, token, waiter.instanceId, now)
-  return { _tag: "Acquired", fence: fence + 1, contenders, values }
+  return { _tag: "Acquired", fence: fence + 1, values }
 }
 
 /** @internal */
-export const release = (
-  s: Space,
-  now: number,
-  token: string,
-  lockId: string,
-  released: string,
-  waiter: Waiter | undefined
-): { readonly released: boolean; readonly contenders: number } => {
+export const release = (s: Space, now: number, token: string, lockId: string, released: string): Release.Reply => {
   const lockKey = s.keys.lock(token)
-  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
   const deleted = s.ks.getString(lockKey, now)?.value === lockId
   if (deleted) {
     s.ks.delete(lockKey)
     s.publish(s.keys.signal(token), released)
   }
-  if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
-  return { released: deleted, contenders }
+  return { released: deleted }
 }
 
 /** @internal */
@@ -216,18 +151,15 @@ export const commitAndRelease = (
   token: string,
   lockId: string,
   entries: ReadonlyArray<readonly [string, string]>,
-  released: string,
-  waiter: Waiter | undefined
-): Guarded<number> => {
+  released: string
+): Guarded<void> => {
   const lockKey = s.keys.lock(token)
   const lock = s.ks.getString(lockKey, now)
   if (lock?.value !== lockId) return lost(lock)
-  const contenders = waiter === undefined ? 0 : countOthers(s, token, waiter.instanceId, now)
   writeSlices(s, token, entries, now)
   s.ks.delete(lockKey)
   s.publish(s.keys.signal(token), released)
-  if (waiter?.register === true) register(s, token, waiter.instanceId, waiter.contended, now)
-  return { _tag: "Done", value: contenders }
+  return { _tag: "Done", value: undefined }
 }
 
 /** @internal */
@@ -253,25 +185,6 @@ export const holder = (s: Space, now: number, token: string): Holder.Reply => {
   if (lock === undefined) return { _tag: "Free" }
   const fence = s.ks.getString(s.keys.fence(token), now)
   return { _tag: "Held", lockId: lock.value, fence: fence?.value ?? null, pttl: pttl(lock, now) }
-}
-
-/** @internal */
-export const registerWaiter = (s: Space, now: number, token: string, instanceId: string, contended: string): void =>
-  register(s, token, instanceId, contended, now)
-
-/** @internal */
-export const deregisterWaiter = (s: Space, now: number, token: string, instanceId: string): void =>
-  leave(s, token, instanceId, now)
-
-/** @internal */
-export const otherContenders = (s: Space, now: number, token: string, instanceId: string): number =>
-  countOthers(s, token, instanceId, now)
-
-/** ZRANGEBYSCORE (now +inf: the members whose deadline has not passed. @internal */
-export const waiters = (s: Space, now: number, token: string): ReadonlyArray<string> => {
-  const set = s.ks.getSet(s.keys.waiters(token), now)
-  if (set === undefined) return []
-  return [...set.members].filter(([, deadline]) => deadline > now).map(([member]) => member)
 }
 
 /** @internal */

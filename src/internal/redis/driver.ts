@@ -17,7 +17,7 @@ import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
 import { type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import type { Driver, RawClaim, ScannedRecord, Waiter } from "../store/driver.js"
+import type { Driver, Guarded, RawClaim, ScannedRecord } from "../store/driver.js"
 import { acquireResult, lockHolder } from "../store/replies.js"
 import type { Blocking } from "./blocking.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
@@ -26,6 +26,7 @@ import type { PubSub } from "./pubsub.js"
 import { queuePart } from "./queuePart.js"
 import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
+import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
 import type { Node, Topology } from "./topology.js"
 
 /**
@@ -63,13 +64,13 @@ const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   return entries
 }
 
-const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
+/** The reply of a script that checks the holder first, as the driver's outcome. */
+const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
+  reply._tag === "Lost"
+    ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+    : { _tag: "Done", value: undefined }
 
-/** The ARGV of a lock script's waiter part: instance id ("" for none), register flag, contended message. */
-const waiterArgs = (waiter: Waiter | undefined) =>
-  waiter === undefined
-    ? { instanceId: "", register: "0", contended: "" }
-    : { instanceId: waiter.instanceId, register: waiter.register ? "1" : "0", contended: waiter.contended }
+const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
 /** @internal */
 export interface Parts {
@@ -97,45 +98,35 @@ export interface Context extends Parts {
   ) => Effect.Effect<R, StoreError>
 }
 
-/** The lock, its waiters and its slices: each operation one script. */
+/** The lock and its slices: each operation one script. */
 const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
   ({
-    tryAcquire: (token, lockId, slices, waiter) =>
+    tryAcquire: (token, lockId, slices) =>
       Effect.flatMap(
         runScript("tryAcquire", Scripts.tryAcquire, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          keys: { lock: keys.lock(token), fence: keys.fence(token) },
           restKeys: slices.map((name) => keys.slice(token, name)),
-          args: { lockId, lockMs, tokenMs, channel: keys.signal(token), ...waiterArgs(waiter) }
+          args: { lockId, lockMs, tokenMs }
         }),
         (reply) =>
           reply._tag === "Acquired" && reply.values.length !== slices.length
             ? Effect.fail(unexpectedReply("tryAcquire", reply))
             : Effect.succeed(acquireResult(reply, lockMs))
       ),
-    release: (token, lockId, released, waiter) =>
+    release: (token, lockId, released) =>
       runScript("release", Scripts.release, {
-        keys: { lock: keys.lock(token), waiters: keys.waiters(token) },
-        args: { lockId, channel: keys.signal(token), releasedMessage: released, lockMs, ...waiterArgs(waiter) }
+        keys: { lock: keys.lock(token) },
+        args: { lockId, channel: keys.signal(token), releasedMessage: released }
       }),
-    commitAndRelease: (token, lockId, entries, released, waiter) =>
+    commitAndRelease: (token, lockId, entries, released) =>
       Effect.map(
         runScript("commitAndRelease", Scripts.commitAndRelease, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token), waiters: keys.waiters(token) },
+          keys: { lock: keys.lock(token), fence: keys.fence(token) },
           restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: {
-            lockId,
-            tokenMs,
-            channel: keys.signal(token),
-            releasedMessage: released,
-            lockMs,
-            ...waiterArgs(waiter)
-          },
+          args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
           restArgs: entries.map(([, value]) => value)
         }),
-        (reply) =>
-          reply._tag === "Lost"
-            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
-            : { _tag: "Done", value: reply.contenders }
+        guardedReply
       ),
     extend: (token, lockId, slices) =>
       runScript("extend", Scripts.extend, {
@@ -148,23 +139,6 @@ const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
         runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
         (reply) => lockHolder(reply, lockMs)
       ),
-
-    registerWaiter: (token, instanceId, contended) =>
-      runScript("registerWaiter", Scripts.registerWaiter, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId, lockMs, channel: keys.signal(token), contended }
-      }),
-    deregisterWaiter: (token, instanceId) =>
-      runScript("deregisterWaiter", Scripts.deregisterWaiter, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId }
-      }),
-    otherContenders: (token, instanceId) =>
-      runScript("otherContenders", Scripts.otherContenders, {
-        keys: { waiters: keys.waiters(token) },
-        args: { instanceId }
-      }),
-    waiters: (token) => runScript("waiters", Scripts.waiters, { keys: { waiters: keys.waiters(token) }, args: {} }),
 
     readSlices: (token, names) =>
       names.length === 0
@@ -185,10 +159,7 @@ const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
           args: { lockId, tokenMs },
           restArgs: entries.map(([, value]) => value)
         }),
-        (reply) =>
-          reply._tag === "Lost"
-            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
-            : { _tag: "Done", value: undefined }
+        guardedReply
       )
   }) satisfies Partial<Driver>
 

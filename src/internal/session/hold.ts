@@ -129,10 +129,10 @@ const contend = (state: HoldState) =>
   )
 
 /**
- * A lease is told of contention by signals. Subscribed before the attempt that
- * granted it, it needs nothing more: the grant counted the contenders registered
- * before it, and every later registration is a signal on that subscription. A lease
- * granted first subscribes now and then asks the store once, for the registrations
+ * A lease is told of contention by notices. Subscribed before the attempt that
+ * granted it, it needs nothing more: the grant counted the workers queued before it,
+ * and every later enqueue is a `Contended` notice on that subscription. A lease
+ * granted first subscribes now and then asks the store once, for the workers queued
  * in between; it does so once the requests queued at its grant are served, or
  * before a second one, so that the first is not kept waiting for it.
  */
@@ -145,14 +145,14 @@ const watchContention = (state: HoldState) =>
     if ((yield* state.env.store.queueLength(state.token, state.env.instanceId)) > 0) yield* contend(state)
   })
 
-/** After a resubscription a contender may have registered unseen: ask the store. */
+/** After a resubscription a contender may have queued unseen: ask the store. */
 const recheckContenders = (state: HoldState) =>
   Effect.flatMap(
     Effect.orElseSucceed(state.env.store.queueLength(state.token, state.env.instanceId), () => 1),
     (n) => (n > 0 ? contend(state) : Effect.void)
   )
 
-/** Between two modifications: has another instance registered meanwhile? */
+/** Between two modifications: has another worker queued meanwhile? */
 const checkSignals = (state: HoldState) =>
   Effect.suspend(() => {
     const events = state.session.signals

@@ -31,14 +31,6 @@ import type {
 import type { StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 
-/** The caller's part in the token's waiter set, with its `Contended` message already encoded. */
-export interface Waiter {
-  readonly instanceId: string
-  readonly register: boolean
-  /** The wire form of `Contended` for this instance, published when it registers. */
-  readonly contended: string
-}
-
 /**
  * The wire forms of a token's notices (`granted:<token>`, `contended:<token>`), published by
  * the queue steps on the channel of the worker they concern.
@@ -80,32 +72,18 @@ export interface Driver {
   readonly tryAcquire: (
     token: string,
     lockId: string,
-    slices: ReadonlyArray<string>,
-    waiter: Waiter | undefined
+    slices: ReadonlyArray<string>
   ) => Effect.Effect<AcquireResult, StoreError>
   /** `released` is the wire form of the `Released` signal the step publishes when it deletes. */
-  readonly release: (
-    token: string,
-    lockId: string,
-    released: string,
-    waiter: Waiter | undefined
-  ) => Effect.Effect<ReleaseResult, StoreError>
-  /** The other registered instances, counted before the caller's registration. */
+  readonly release: (token: string, lockId: string, released: string) => Effect.Effect<ReleaseResult, StoreError>
   readonly commitAndRelease: (
     token: string,
     lockId: string,
     entries: ReadonlyArray<SliceEntry>,
-    released: string,
-    waiter: Waiter | undefined
-  ) => Effect.Effect<Guarded<number>, StoreError>
+    released: string
+  ) => Effect.Effect<Guarded<void>, StoreError>
   readonly extend: (token: string, lockId: string, slices: ReadonlyArray<string>) => Effect.Effect<boolean, StoreError>
   readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
-
-  // --- waiters ------------------------------------------------------------------------
-  readonly registerWaiter: (token: string, instanceId: string, contended: string) => Effect.Effect<void, StoreError>
-  readonly deregisterWaiter: (token: string, instanceId: string) => Effect.Effect<void, StoreError>
-  readonly otherContenders: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
-  readonly waiters: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
 
   // --- queue (DESIGN §4) ----------------------------------------------------------------
   readonly acquireQueued: (

@@ -17,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store, WaiterOptions } from "../../Store.js"
+import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store } from "../../Store.js"
 import { type CorruptValue, type InvalidToken, LockLost, type StoreRefused } from "../../StoreError.js"
 import {
   decodeNotice,
@@ -37,7 +37,7 @@ import {
   tokenError,
   tokensError
 } from "../validate.js"
-import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord, Waiter } from "./driver.js"
+import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -54,16 +54,7 @@ const checked = <A, E, R>(
 /** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
 const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
 
-const waiter = (options: WaiterOptions | undefined): Waiter | undefined =>
-  options === undefined
-    ? undefined
-    : {
-        instanceId: options.instanceId,
-        register: options.register === true,
-        contended: encodeSignal({ _tag: "Contended", instanceId: options.instanceId })
-      }
-
-/** The message of a release: it names the lock released, so a waiter can tell its own releases apart. */
+/** The message of a release: it names the lock released, so a subscriber can tell whose release it was. */
 const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
 
 const sliceNames = (entries: ReadonlyArray<readonly [name: string, value: string]>) => entries.map(([name]) => name)
@@ -73,36 +64,21 @@ const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.
     ? Effect.succeed(outcome.value)
     : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
 
-/** The lock, its waiters and the slices written under it. */
+/** The lock and the slices written under it. */
 const lockPart = (driver: Driver) =>
   ({
-    tryAcquire: (token, lockId, slices, options) =>
-      checked(tokenAndInstanceError(token, options?.instanceId) ?? sliceNamesError(slices), () =>
-        driver.tryAcquire(token, lockId, slices, waiter(options))
-      ),
-    release: (token, lockId, options) =>
-      checked(tokenAndInstanceError(token, options?.instanceId), () =>
-        driver.release(token, lockId, released(lockId), waiter(options))
-      ),
-    commitAndRelease: (token, lockId, entries, options) =>
-      checked(tokenAndInstanceError(token, options?.instanceId) ?? sliceNamesError(sliceNames(entries)), () =>
-        Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId), waiter(options)), (outcome) =>
+    tryAcquire: (token, lockId, slices) =>
+      checked(tokenError(token) ?? sliceNamesError(slices), () => driver.tryAcquire(token, lockId, slices)),
+    release: (token, lockId) => checked(tokenError(token), () => driver.release(token, lockId, released(lockId))),
+    commitAndRelease: (token, lockId, entries) =>
+      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)), () =>
+        Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId)), (outcome) =>
           guarded(token, lockId, outcome)
         )
       ),
     extend: (token, lockId, slices = []) =>
       checked(tokenError(token) ?? sliceNamesError(slices), () => driver.extend(token, lockId, slices)),
     holder: (token) => checked(tokenError(token), () => driver.holder(token)),
-
-    registerWaiter: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () =>
-        driver.registerWaiter(token, instanceId, encodeSignal({ _tag: "Contended", instanceId }))
-      ),
-    deregisterWaiter: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () => driver.deregisterWaiter(token, instanceId)),
-    otherContenders: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () => driver.otherContenders(token, instanceId)),
-    waiters: (token) => checked(tokenError(token), () => driver.waiters(token)),
 
     readSlices: (token, names) =>
       checked(tokenError(token) ?? sliceNamesError(names), () => driver.readSlices(token, names)),

@@ -37,12 +37,7 @@ export const notAnInteger = "ERR value is not an integer or out of range"
 export const acquireResult = (reply: TryAcquire.Reply, lockMs: number): AcquireResult =>
   reply._tag === "Held"
     ? { _tag: "Held", remainingMs: remainingMs(reply.pttl, lockMs) }
-    : {
-        _tag: "Acquired",
-        fence: reply.fence,
-        values: reply.values.map(Option.fromNullable),
-        contenders: reply.contenders
-      }
+    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullable) }
 
 /** @internal */
 export const queuedAcquireResult = (reply: AcquireQueued.Reply, lockMs: number): QueuedAcquireResult =>

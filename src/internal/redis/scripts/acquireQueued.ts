@@ -12,8 +12,7 @@
  * @internal
  */
 import { asArray, asNullableString, asNumber, define } from "../script.js"
-import { dropLate, enqueue, findLate, grantNext, noticeHolder } from "./queueLua.js"
-import { serverNow } from "./waiterLua.js"
+import { dropLate, enqueue, findLate, grantNext, noticeHolder, serverNow } from "./queueLua.js"
 
 /** @internal */
 export type Reply =

@@ -9,8 +9,7 @@
  * @internal
  */
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext } from "./queueLua.js"
-import { serverNow } from "./waiterLua.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext, serverNow } from "./queueLua.js"
 import { decodeHolderCheck } from "./writeIfHolder.js"
 
 /** @internal */

@@ -1,6 +1,6 @@
 /**
  * `describeKeys`: `{type, pttl, size}` of each key of one token, where the size is STRLEN
- * of a string, ZCARD of a sorted set (the waiter set), 0 otherwise. Reads only.
+ * of a string, ZCARD of a sorted set (the queue and its deadlines), 0 otherwise. Reads only.
  *
  * @internal
  */

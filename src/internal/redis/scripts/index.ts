@@ -18,7 +18,6 @@ import * as Release from "./release.js"
 import * as ReleaseQueued from "./releaseQueued.js"
 import * as Sockets from "./sockets.js"
 import * as TryAcquire from "./tryAcquire.js"
-import * as Waiters from "./waiters.js"
 import * as WriteIfHolder from "./writeIfHolder.js"
 
 /** @internal */
@@ -33,14 +32,6 @@ export const commitAndRelease = CommitAndRelease.script
 export const extend = Extend.script
 /** @internal */
 export const holder = Holder.script
-/** @internal */
-export const registerWaiter = Waiters.register
-/** @internal */
-export const deregisterWaiter = Waiters.deregister
-/** @internal */
-export const otherContenders = Waiters.otherContenders
-/** @internal */
-export const waiters = Waiters.live
 /** @internal */
 export const readSlices = ReadSlices.script
 /** @internal */
@@ -74,10 +65,6 @@ export const all: ReadonlyArray<AnyScript> = [
   commitAndRelease,
   extend,
   holder,
-  registerWaiter,
-  deregisterWaiter,
-  otherContenders,
-  waiters,
   readSlices,
   claimSocket,
   deleteSocketIfOwner,

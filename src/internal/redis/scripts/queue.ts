@@ -7,8 +7,7 @@
  * @internal
  */
 import { asArray, define } from "../script.js"
-import { countQueued, dropLate, findLate, grantNext } from "./queueLua.js"
-import { serverNow } from "./waiterLua.js"
+import { countQueued, dropLate, findLate, grantNext, serverNow } from "./queueLua.js"
 
 /** @internal */
 export const leave = define({

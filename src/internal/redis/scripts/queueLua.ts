@@ -13,6 +13,12 @@
  */
 import type { Dialect } from "../script.js"
 
+/** The server's clock in ms, as `now`: every deadline is written and read on it. @internal */
+export const serverNow = `
+local time = redis.call("TIME")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+`
+
 /**
  * `late`: the entries whose deadline has passed. It also reads the queue, so a queue key of
  * another kind refuses the step here, before any write.

@@ -7,8 +7,7 @@
  * @internal
  */
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext } from "./queueLua.js"
-import { serverNow } from "./waiterLua.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext, serverNow } from "./queueLua.js"
 
 /** @internal */
 export interface Reply {

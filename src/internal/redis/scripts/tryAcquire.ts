@@ -1,8 +1,7 @@
 /**
  * `tryAcquire`: take the lock if it is free, with the fence incremented and the requested
- * slices read (their TTL refreshed) in the same step; the new holder leaves the waiter set,
- * and the others still in it are counted. When held: `pttl`, and with `register` "1" the
- * instance registers as a waiter.
+ * slices read (their TTL refreshed) in the same step; when held, `pttl`. It neither reads nor
+ * writes the token's queue (that is `acquireQueued`).
  *
  * Redis does not roll back a script that fails half-way: a read that fails (a slice key of
  * the wrong type) deletes the lock it just took.
@@ -10,14 +9,12 @@
  * @internal
  */
 import { asArray, asNullableString, asNumber, define } from "../script.js"
-import { countOthers, leave, register, serverNow } from "./waiterLua.js"
 
 /** @internal */
 export type Reply =
   | {
       readonly _tag: "Acquired"
       readonly fence: number
-      readonly contenders: number
       /** One per slice key, `null` where missing. */
       readonly values: ReadonlyArray<string | null>
     }
@@ -26,26 +23,22 @@ export type Reply =
 /** @internal */
 export const script = define({
   name: "leaseholdTryAcquire",
-  keys: ["lock", "fence", "waiters"],
+  keys: ["lock", "fence"],
   restKeys: "slices",
-  // instanceId "" for no waiter options; register "1" / "0"
-  args: ["lockId", "lockMs", "tokenMs", "instanceId", "register", "channel", "contended"],
-  body: (dialect) => `${serverNow}${countOthers}
+  args: ["lockId", "lockMs", "tokenMs"],
+  body: () => `
 if not redis.call("SET", lock, lockId, "NX", "PX", lockMs) then
-  if register == "1" then
-${register(dialect)}
-  end
   return {0, redis.call("PTTL", lock)}
 end
 -- false (not nil) marks a missing slice: a Lua array ends at its first nil
-local result = {1, 0, 0}
+local result = {1, 0}
 for i, key in ipairs(slices) do
   local value = redis.pcall("GETEX", key, "PX", tokenMs)
   if type(value) == "table" and value.err then
     redis.call("DEL", lock)
     return value
   end
-  result[i + 3] = value
+  result[i + 2] = value
 end
 local fenced = redis.pcall("INCR", fence)
 if type(fenced) == "table" and fenced.err then
@@ -54,20 +47,15 @@ if type(fenced) == "table" and fenced.err then
 end
 redis.call("PEXPIRE", fence, tokenMs)
 result[2] = fenced
-if instanceId ~= "" then
-${leave}
-end
-result[3] = contenders
 return result
 `,
   decode: (reply): Reply | undefined => {
     const list = asArray(reply)
     if (list?.[0] === 1) {
       const fence = asNumber(list[1])
-      const contenders = asNumber(list[2])
-      const values = list.slice(3).map(asNullableString)
-      if (fence === undefined || contenders === undefined || values.some((value) => value === undefined)) return
-      return { _tag: "Acquired", fence, contenders, values: values as ReadonlyArray<string | null> }
+      const values = list.slice(2).map(asNullableString)
+      if (fence === undefined || values.some((value) => value === undefined)) return
+      return { _tag: "Acquired", fence, values: values as ReadonlyArray<string | null> }
     }
     const pttl = asNumber(list?.[1])
     if (list?.[0] === 0 && pttl !== undefined) return { _tag: "Held", pttl }
