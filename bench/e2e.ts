@@ -7,18 +7,24 @@
  *
  * Per cell (workers × callers), over `--runs` runs (default 6):
  * - `stalled_runs`: runs in which an API call took more than 500 ms;
- * - `p99_ms`: the 99th percentile of the API calls' time (request sent to answer read);
+ * - `p99_ms`, `p50_ms`: the 99th and 50th percentiles of the API calls' time (request sent
+ *   to answer read);
  * - `exact_runs`: runs whose final count is exactly 400 and whose socket's last update
- *   equals it.
+ *   equals it;
+ * - `floor_p99_ms`, `floor_p50_ms`: the app's floor in that cell, from as many floor runs,
+ *   each alternating with an API run: the same scenario with `GET /healthz` (which
+ *   touches no token) in place of the bumps, from the same number of callers, timed the
+ *   same way;
+ * - `api_over_floor`: `p99_ms` / `floor_p99_ms`, to 2 decimals (`null` without calls).
  *
  *   npm run bench:e2e -- --json            one JSON array of rows
  *   npm run bench:e2e -- --runs 3          fewer runs per cell
  *   --workers 2 --conc 1,4 --events 0      a subset, or the API calls alone (for diagnosis)
  *   --oplock off                           the same without leases
  *
- * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs"}]; on stderr (with
- * --json), the machine's floor (a plain Node server) and the app's floor per worker count
- * (`GET /healthz` under the same socket load).
+ * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs", "p50_ms",
+ * "floor_p50_ms", "floor_p99_ms", "api_over_floor"}]; on stderr (with --json), the
+ * machine's floor (a plain Node server) and the app's floor per cell.
  */
 import { spawn } from "node:child_process"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -107,14 +113,14 @@ const run = (app: App, conc: number, token: string) =>
 
 /**
  * The app's own floor under the same load: the tab's socket sends its events while the
- * same number of calls, one at a time on fresh connections, ask `GET /healthz`, which
+ * same number of calls, `conc` at a time on fresh connections, ask `GET /healthz`, which
  * touches no token. What the cluster, the HTTP server and the busy workers cost a call
  * before leasehold does anything.
  */
-const appFloor = (app: App, token: string) =>
+const appFloor = (app: App, conc: number, token: string) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const { client, times } = yield* underLoad(app, token, 1, request("GET", `${app.url}/healthz`))
+      const { client, times } = yield* underLoad(app, token, conc, request("GET", `${app.url}/healthz`))
       if (events > 0) yield* updated(client, events)
       return times
     })
@@ -132,39 +138,53 @@ const cell = (workers: number) =>
           NODE_ENV: "production"
         }
       })
-      // Warm the workers (JIT, connections) on a token of its own.
+      // Warm the workers (JIT, connections) on tokens of their own, for both kinds of call.
       yield* run(app, 4, "warmup")
-      const floorTimes: Array<number> = []
-      for (let i = 0; i < runs; i++) floorTimes.push(...(yield* appFloor(app, `floor-${workers}-${i}`)))
-      floorTimes.sort((a, b) => a - b)
-      note(
-        `app floor (${workers} workers): GET /healthz during the socket's events, one at a time: ` +
-          `p50 ${round(percentile(floorTimes, 50))} ms, p99 ${round(percentile(floorTimes, 99))} ms`
-      )
+      yield* appFloor(app, 4, "warmup-floor")
       const rows = []
       for (const conc of concurrencies) {
         const all: Array<number> = []
+        const floorTimes: Array<number> = []
         let stalled = 0
         let exact = 0
         for (let i = 0; i < runs; i++) {
+          // A floor run beside each API run, first every other time, so that a drift in the
+          // machine's load falls on both alike.
+          const measureFloor = Effect.map(appFloor(app, conc, `floor-${workers}-${conc}-${i}`), (times) => {
+            floorTimes.push(...times)
+          })
+          if (i % 2 === 0) yield* measureFloor
           const result = yield* run(app, conc, `bench-${workers}-${conc}-${i}`)
           all.push(...result.times)
           if (result.times.some((ms) => ms > stallMs)) stalled++
           if (result.exact) exact++
+          if (i % 2 === 1) yield* measureFloor
         }
         all.sort((a, b) => a - b)
+        floorTimes.sort((a, b) => a - b)
+        const p99 = percentile(all, 99)
+        const floorP99 = percentile(floorTimes, 99)
         const row = {
           workers,
           conc,
           runs,
           stalled_runs: stalled,
-          p99_ms: round(percentile(all, 99)),
-          exact_runs: exact
+          p99_ms: round(p99),
+          exact_runs: exact,
+          p50_ms: round(percentile(all, 50)),
+          floor_p50_ms: round(percentile(floorTimes, 50)),
+          floor_p99_ms: round(floorP99),
+          api_over_floor: floorP99 > 0 ? round(p99 / floorP99) : null
         }
+        note(
+          `app floor (${workers} workers, ${conc} caller${conc === 1 ? "" : "s"}): GET /healthz during the socket's events: ` +
+            `p50 ${row.floor_p50_ms} ms, p99 ${row.floor_p99_ms} ms, max ${round(floorTimes.at(-1) ?? 0)} ms`
+        )
         if (!json) {
           console.log(
             `${workers} workers, ${conc} API callers: ${stalled}/${runs} runs stalled, p99 ${row.p99_ms} ms, ` +
-              `exact ${exact}/${runs} (p50 ${round(percentile(all, 50))} ms, max ${round(all.at(-1) ?? 0)} ms)`
+              `exact ${exact}/${runs} (p50 ${row.p50_ms} ms, max ${round(all.at(-1) ?? 0)} ms); ` +
+              `p99 ${row.api_over_floor}x the app's floor`
           )
         }
         rows.push(row)
