@@ -93,6 +93,13 @@ export declare namespace MemoryStoreControl {
      * before anyone notices: the steps that publish them work, nobody receives them.
      */
     readonly loseNotices: (count: number) => Effect.Effect<void>
+    /**
+     * Lose the replies of the next `count` calls of `operation` (a store operation by name,
+     * such as `acquireQueued`), as a reply is lost when the connection drops, or the command
+     * times out, after the server ran it: each step works, and its caller fails with
+     * `StoreUnavailable`. `0` loses nothing more.
+     */
+    readonly loseReplies: (operation: string, count: number) => Effect.Effect<void>
   }
 }
 

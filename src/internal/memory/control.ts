@@ -1,9 +1,9 @@
 /**
  * The control of the embedded store, which only tests use (`MemoryStoreControl`): take the
  * store down and up, drop its subscriber "connection", plant or read raw values, count its
- * keys and operations, watch its flushes, refuse socket events. `MemoryStore` gives it its
- * public type (`MemoryStoreControl.Service`). Its own operations work
- * whatever the availability: a test can plant data during an outage.
+ * keys and operations, watch its flushes, refuse socket events, lose notices and replies.
+ * `MemoryStore` gives it its public type (`MemoryStoreControl.Service`). Its own operations
+ * work whatever the availability: a test can plant data during an outage.
  *
  * @internal
  */
@@ -78,6 +78,12 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
     loseNotices: (count: number) =>
       Effect.sync(() => {
         state.noticesToLose = count
+      }),
+
+    loseReplies: (operation: string, count: number) =>
+      Effect.sync(() => {
+        if (count > 0) state.repliesToLose.set(operation, count)
+        else state.repliesToLose.delete(operation)
       })
   }
 }
