@@ -68,6 +68,11 @@ export declare namespace MemoryStoreControl {
     readonly dropSubscriptions: Effect.Effect<void>
     /** Write a raw string under a full key name (as `makeKeys` builds it), optional TTL in ms; for corrupt-data tests. */
     readonly setRaw: (key: string, value: string, ttlMs?: number) => Effect.Effect<void>
+    /**
+     * Give the key under a full key name, of any kind, a TTL of `ttlMs` (as `PEXPIRE`);
+     * `false` when there is no such key.
+     */
+    readonly expireRaw: (key: string, ttlMs: number) => Effect.Effect<boolean>
     /** The raw string under a full key name; `None` when absent, expired, or not a string. */
     readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
     /** Number of live keys of every kind (locks, fences, waiter sets, slices, records, mailboxes). */

@@ -1,6 +1,6 @@
 /**
  * The control of the embedded store, which only tests use (`MemoryStoreControl`): take the
- * store down and up, drop its subscriber "connection", plant or read raw values, count its
+ * store down and up, drop its subscriber "connection", plant or read raw values and TTLs, count its
  * keys and operations, watch its flushes, refuse socket events, lose notices and replies.
  * `MemoryStore` gives it its public type (`MemoryStoreControl.Service`). Its own operations
  * work whatever the availability: a test can plant data during an outage.
@@ -58,6 +58,14 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
           ks.setString(key, value, ttlMs === undefined ? undefined : at + ttlMs)
           state.keyEvent(key, "set")
         }
+      }),
+
+    expireRaw: (key: string, ttlMs: number) =>
+      Effect.map(now, (at) => {
+        const entry = ks.get(key, at)
+        if (entry === undefined) return false
+        ks.expire(key, entry, at + ttlMs, at)
+        return true
       }),
 
     getRaw: (key: string) =>
