@@ -68,6 +68,11 @@ export declare namespace MemoryStoreControl {
     readonly dropSubscriptions: Effect.Effect<void>
     /** Write a raw string under a full key name (as `makeKeys` builds it), optional TTL in ms; for corrupt-data tests. */
     readonly setRaw: (key: string, value: string, ttlMs?: number) => Effect.Effect<void>
+    /**
+     * Give the key under a full key name, of any kind, a TTL of `ttlMs` (as `PEXPIRE`);
+     * `false` when there is no such key.
+     */
+    readonly expireRaw: (key: string, ttlMs: number) => Effect.Effect<boolean>
     /** The raw string under a full key name; `None` when absent, expired, or not a string. */
     readonly getRaw: (key: string) => Effect.Effect<Option.Option<string>>
     /** Number of live keys of every kind (locks, fences, queues, slices, records, mailboxes). */
@@ -93,6 +98,13 @@ export declare namespace MemoryStoreControl {
      * before anyone notices: the steps that publish them work, nobody receives them.
      */
     readonly loseNotices: (count: number) => Effect.Effect<void>
+    /**
+     * Lose the replies of the next `count` calls of `operation` (a store operation by name,
+     * such as `acquireQueued`), as a reply is lost when the connection drops, or the command
+     * times out, after the server ran it: each step works, and its caller fails with
+     * `StoreUnavailable`. `0` loses nothing more.
+     */
+    readonly loseReplies: (operation: string, count: number) => Effect.Effect<void>
   }
 }
 

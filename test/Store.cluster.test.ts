@@ -137,6 +137,7 @@ const redisCluster: Backend = {
             ),
             putRaw: (key, value) => putRaw(cluster, "SET", key, value),
             putRawExpiring: (key, value, ttlMs) => putRaw(cluster, "SET", key, value, "PX", ttlMs),
+            expireRaw: (key, ttlMs) => Effect.asVoid(putRaw(cluster, "PEXPIRE", key, ttlMs)),
             keyCount: keysUnder(cluster, keyPrefix),
             commandsProcessed: Option.some(commandsProcessed(cluster)),
             channelSubscribers: Option.some((channel) => shardSubscribers(cluster, channel)),

@@ -65,6 +65,7 @@ const memory = (persisted: boolean): Backend => ({
           ),
           putRaw: (key, value) => control.setRaw(key, value),
           putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),
+          expireRaw: (key, ttlMs) => Effect.asVoid(control.expireRaw(key, ttlMs)),
           keyCount: control.keyCount,
           commandsProcessed: Option.some(control.operations),
           channelSubscribers: Option.none(),

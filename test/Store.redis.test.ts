@@ -65,6 +65,7 @@ const redis: Backend = {
           ),
           putRaw: (key, value) => Effect.orDie(server.command("SET", key, value)),
           putRawExpiring: (key, value, ttlMs) => Effect.orDie(server.command("SET", key, value, "PX", ttlMs)),
+          expireRaw: (key, ttlMs) => Effect.asVoid(Effect.orDie(server.command("PEXPIRE", key, ttlMs))),
           keyCount: Effect.orDie(server.dbsize),
           commandsProcessed: Option.some(commandsProcessed(server)),
           channelSubscribers: Option.some((channel) => Effect.orDie(server.numsub(channel))),

@@ -38,6 +38,8 @@ export interface Fixture {
   readonly putRaw: (key: string, value: string) => Effect.Effect<void>
   /** Store a raw string that expires after `ttlMs`. */
   readonly putRawExpiring: (key: string, value: string, ttlMs: number) => Effect.Effect<void>
+  /** Give a key of any kind (a full key name) a TTL of `ttlMs`, as `PEXPIRE` does. */
+  readonly expireRaw: (key: string, ttlMs: number) => Effect.Effect<void>
   /** The number of keys in the store (the store is private to the test). */
   readonly keyCount: Effect.Effect<number>
   /**

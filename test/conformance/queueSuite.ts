@@ -480,6 +480,25 @@ export const queueHandoff = (backend: Backend): void => {
       assert.notInclude(names, "queue:d")
     }))
 
+  test("an entry's refresh only lengthens the queue's life: a shorter lock expiration cuts no other entry short", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      // B's worker has a lock expiration ten times this store's: the queue lives that long
+      const longMs = fx.lockExpirationMs * 10
+      for (const key of [fx.keys.queue("tok"), fx.keys.queueDeadlines("tok")]) yield* fx.expireRaw(key, longMs)
+      // behind it, with this store's lock expiration: C queues and refreshes its entry, D goes
+      // to the head (a grantee whose grant expired)
+      yield* waits(fx, "tok", "C")
+      yield* waits(fx, "tok", "C")
+      yield* waits(fx, "tok", "D", { claim: true })
+      deepStrictEqual(yield* fx.store.queue("tok"), ["D", "B", "C"])
+      for (const name of ["queue", "queue:d"]) {
+        const ttl = yield* ttlOf(fx, "tok", name)
+        assert.isAbove(ttl, longMs - 1_000, `${name}: TTL ${ttl} ms`)
+      }
+    }))
+
   test("a claim refused half-way (a fence that is not a number) leaves the grant pending for its worker", (fx) =>
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")

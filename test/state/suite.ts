@@ -98,6 +98,46 @@ const queueFake = (cluster: Cluster, token: string, id: string) =>
     result._tag === "Queued" ? Effect.void : Effect.dieMessage(`${id} took the lock of ${token} instead of queuing`)
   )
 
+/** A worker of no cluster takes the token's free lock by hand (lock id `<id>:1`). */
+const holdFake = (cluster: Cluster, token: string, id: string) =>
+  Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
+    result._tag === "Acquired" ? Effect.void : Effect.dieMessage(`${id} was queued for ${token} instead of taking it`)
+  )
+
+/** The token's lock as its value reads: a lock id, `?<worker>` for a pending grant, `undefined` when free. */
+const lockValue = (cluster: Cluster, token: string) =>
+  Effect.map(cluster.store.holder(token), (holder) => Option.getOrUndefined(Option.map(holder, (h) => h.lockId)))
+
+/**
+ * Wait until `check` holds, within 2 s of clock time: far less than a grant or a lock left
+ * behind would hold the token up (the hand-off timeout or the lock expiration of the tests
+ * that use it).
+ */
+const soon = (tools: Tools, label: string, check: Effect.Effect<boolean, unknown>) =>
+  Effect.gen(function* () {
+    const started = yield* Clock.currentTimeMillis
+    yield* tools.until(label, check)
+    const elapsed = (yield* Clock.currentTimeMillis) - started
+    assert.isBelow(elapsed, 2_000, `${label} only after ${elapsed} ms`)
+  })
+
+const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
+  soon(
+    tools,
+    `lock ${value}`,
+    Effect.map(lockValue(cluster, "t"), (now) => now === value)
+  )
+
+/** The error a fiber failed with, or a defect naming how else it ended. */
+const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
+  Effect.flatMap(
+    Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
+    (exit) =>
+      Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
+        ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
+        : Effect.dieMessage(`expected a failure, got ${String(exit)}`)
+  )
+
 /** Wait until a worker has no local entry left. */
 const idle = (tools: Tools, w: Worker) =>
   tools.until(
@@ -562,6 +602,90 @@ export const stateSuite = (backend: StateBackend) => {
         yield* join(tools, blocking.fiber)
       })
     )
+
+    // Interrupted at the later points of a wait: the lock handed to the waiter's worker and
+    // not yet claimed, or its claim under way. Re-checks every second (a tenth of the lock
+    // expiration, or half the hand-off timeout); what a grant or a lock left behind would
+    // cost (the hand-off timeout, the lock expiration) is far beyond the 2 s `soon` allows.
+    const releaseFake = (cluster: Cluster, id: string) =>
+      cluster.store.releaseQueued("t", `${id}:1`, { instanceId: id })
+
+    test(
+      "a waiter interrupted while its worker's grant is pending, unclaimed: the grant passes to the next worker, and no entry is left",
+      { lockExpiration: 10_000, handoffTimeout: 4_000, commandTimeout: 4_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const b = yield* cluster.worker()
+          const c = yield* cluster.worker()
+          yield* holdFake(cluster, "t", "H")
+          const waiter = yield* Effect.fork(inc(b, "t"))
+          yield* queueBecomes(cluster, tools, [b.id])
+          const next = yield* Effect.fork(inc(c, "t", 10))
+          yield* queueBecomes(cluster, tools, [b.id, c.id])
+          deepStrictEqual(yield* cluster.store.queue("t"), [b.id, c.id])
+          yield* tools.settle
+          // H's release hands the lock to b, who does not hear of it before its only waiter is gone
+          const heard = yield* cluster.handoffs.unheard("t", b, releaseFake(cluster, "H"))
+          yield* Fiber.interrupt(waiter)
+          yield* heard
+          yield* soon(tools, "c's modification is done", Effect.map(Fiber.poll(next), Option.isSome))
+          assert.strictEqual(yield* Fiber.join(next), 10)
+          // two grants: H's and c's; b never claimed
+          assert.strictEqual(yield* cluster.grants("t"), 2)
+          assert.strictEqual(yield* cluster.stored("t"), 10)
+          deepStrictEqual(yield* cluster.store.queue("t"), [])
+          yield* idle(tools, b)
+        })
+    )
+
+    test(
+      "a claim whose reply is lost: the lock it took is released at once and handed to the next worker, and no entry is left",
+      { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const b = yield* cluster.worker()
+          yield* holdFake(cluster, "t", "H")
+          const waiter = yield* Effect.fork(inc(b, "t"))
+          yield* queueBecomes(cluster, tools, [b.id])
+          yield* queueFake(cluster, "t", "N")
+          deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
+          yield* tools.settle
+          yield* cluster.handoffs.claimReplyLost("t", b, releaseFake(cluster, "H"))
+          // b's claim took the lock (a grant: H's, then b's); its release handed it to N
+          yield* lockBecomes(cluster, tools, "?N")
+          assert.strictEqual(yield* cluster.grants("t"), 2)
+          assert.strictEqual((yield* failureOf(tools, waiter))._tag, "StoreUnavailable")
+          deepStrictEqual(yield* cluster.store.queue("t"), [])
+          yield* idle(tools, b)
+          assert.strictEqual(yield* cluster.stored("t"), 0)
+        })
+    )
+
+    // memory answers every step at once: a claim cannot be under way while a waiter leaves
+    if (backend.name !== "memory") {
+      test(
+        "a waiter interrupted while its worker's claim is under way: the lock is released at once and handed to the next worker, and no entry is left",
+        { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000, commandTimeout: 5_000 },
+        (cluster, tools) =>
+          Effect.gen(function* () {
+            const b = yield* cluster.worker()
+            yield* holdFake(cluster, "t", "H")
+            const waiter = yield* Effect.fork(inc(b, "t"))
+            yield* queueBecomes(cluster, tools, [b.id])
+            yield* queueFake(cluster, "t", "N")
+            deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
+            yield* tools.settle
+            const claimHeld = Option.getOrThrow(cluster.handoffs.claimHeld)
+            yield* claimHeld("t", b, releaseFake(cluster, "H"), Fiber.interrupt(waiter))
+            yield* lockBecomes(cluster, tools, "?N")
+            assert.strictEqual(yield* cluster.grants("t"), 2)
+            assert.isTrue(Exit.isInterrupted(yield* Fiber.await(waiter)))
+            deepStrictEqual(yield* cluster.store.queue("t"), [])
+            yield* idle(tools, b)
+            assert.strictEqual(yield* cluster.stored("t"), 0)
+          })
+      )
+    }
   })
 
   describe("leases (oplock)", () => {

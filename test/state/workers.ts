@@ -2,8 +2,10 @@
  * Workers for state-manager tests: several workers (each its own InstanceId, supervisor,
  * signals, lock and leases) over one shared store, memory or a real redis-server.
  */
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -19,10 +21,12 @@ import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
 import * as WorkerLayers from "../../src/Worker.js"
+import { eventuallyTrue } from "../conformance/helpers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
+import { settle } from "../support/testClock.js"
 
 export const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 export const Other = StateManager.slice("other", Schema.Struct({ s: Schema.String }), { s: "" })
@@ -34,6 +38,54 @@ export interface Worker {
   readonly health: Health.Health.Service
   /** Close this worker (flushes its leases, releases its locks). */
   readonly close: Effect.Effect<void>
+}
+
+/**
+ * A hand-off whose grantee is kept from acting on it, made by the backend: on memory with its
+ * control; on Redis with `CLIENT PAUSE ... ALL` of the server that holds the token's keys
+ * (commands wait and then run in the order sent; the pause ends by itself; a Cluster's bus
+ * is not paused, so no node is taken for failed). A pause begins just after an attempt of
+ * the grantee, seen with MONITOR, so that its next attempt, a re-check interval later,
+ * comes after the release.
+ */
+export interface Handoffs {
+  /**
+   * Run `release` (which hands the token's lock to `grantee`, the head of its queue) so that
+   * the grantee hears nothing of its grant until the effect returned ends. Memory: the grant's
+   * notice is lost, and the effect returned does nothing. Redis: the release waits behind a
+   * pause of half the command timeout, which the effect returned waits out; whatever the
+   * grantee sends meanwhile runs after the release, and nothing times out.
+   */
+  readonly unheard: (
+    token: string,
+    grantee: Worker,
+    release: Effect.Effect<unknown, unknown>
+  ) => Effect.Effect<Effect.Effect<void>>
+  /**
+   * Run `release` so that the grantee's claim runs but its reply is lost: memory, the reply
+   * of its next `acquireQueued`; Redis, its re-check waits behind a pause longer than a
+   * re-check interval and the command timeout. Returns once the claim has run (and, on Redis,
+   * what the grantee sent after it).
+   */
+  readonly claimReplyLost: (
+    token: string,
+    grantee: Worker,
+    release: Effect.Effect<unknown, unknown>
+  ) => Effect.Effect<void>
+  /**
+   * Redis only (memory answers every step at once): run `release` so that the grantee's
+   * claim is sent and held by the paused server while `during` runs, then answered, within
+   * the command timeout (which must exceed a re-check interval by 2.5 s). Returns once the
+   * pause is over.
+   */
+  readonly claimHeld: Option.Option<
+    (
+      token: string,
+      grantee: Worker,
+      release: Effect.Effect<unknown, unknown>,
+      during: Effect.Effect<void>
+    ) => Effect.Effect<void>
+  >
 }
 
 export interface Cluster {
@@ -55,6 +107,7 @@ export interface Cluster {
   readonly scripts: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   >
+  readonly handoffs: Handoffs
 }
 
 /** The scripts (EVALSHA, EVAL) a server runs from now on, as `Cluster.scripts` reads them. */
@@ -67,18 +120,95 @@ const watchScripts = (server: RedisServer.RedisServer) =>
     )
   )
 
+/** The longest a waiter waits between attempts, as `Lock.make` derives it. */
+const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Type"]) =>
+  Math.max(
+    1,
+    Math.floor(
+      Math.min(Duration.toMillis(settings.lockExpiration) / 10, Duration.toMillis(settings.handoffTimeout) / 2)
+    )
+  )
+
+/** `Handoffs` on a real server: `serverFor` is the server that holds a token's keys. */
+const pausedHandoffs = (
+  serverFor: (token: string) => Effect.Effect<RedisServer.RedisServer>,
+  settings: LeaseholdConfig.LeaseholdConfig["Type"]
+): Handoffs => {
+  const commandTimeoutMs = Duration.toMillis(settings.commandTimeout)
+  const recheckMs = recheckMsOf(settings)
+  /** Returns just after the server ran a script naming `worker` (one of its attempts). */
+  const afterAttemptOf = (server: RedisServer.RedisServer, worker: Worker) =>
+    Effect.scoped(
+      Effect.gen(function* () {
+        const monitor = yield* Monitor.monitor(server)
+        yield* eventuallyTrue(
+          `an attempt of ${worker.id}`,
+          5_000,
+          Effect.sync(() =>
+            monitor.commands.some(
+              (command) =>
+                !command.fromScript && command.args[0]!.startsWith("eval") && command.args.includes(worker.id)
+            )
+          )
+        )
+      })
+    )
+  /**
+   * Pause the token's server for `ms` just after an attempt of `grantee`, and send `release`
+   * first (its reply, late or timed out, is not awaited). Returns the effect that waits until
+   * the pause is over.
+   */
+  const pauseAndRelease = (token: string, grantee: Worker, release: Effect.Effect<unknown, unknown>, ms: number) =>
+    Effect.gen(function* () {
+      const server = yield* serverFor(token)
+      yield* afterAttemptOf(server, grantee)
+      yield* Effect.orDie(server.command("CLIENT", "PAUSE", ms, "ALL"))
+      const over = (yield* Clock.currentTimeMillis) + ms + 100
+      yield* Effect.fork(Effect.ignore(release))
+      // the release is sent before anything the test does next makes a worker send
+      yield* Effect.sleep(100)
+      return Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, over - now)))
+    })
+  return {
+    unheard: (token, grantee, release) => pauseAndRelease(token, grantee, release, Math.floor(commandTimeoutMs / 2)),
+    claimReplyLost: (token, grantee, release) =>
+      // the grantee's re-check comes within a re-check interval, then times out; what it sends
+      // then waits behind the pause too
+      Effect.flatten(pauseAndRelease(token, grantee, release, recheckMs + commandTimeoutMs + 1_500)),
+    claimHeld: Option.some((token, grantee, release, during) =>
+      Effect.gen(function* () {
+        const pauseMs = recheckMs + 1_500
+        if (commandTimeoutMs < pauseMs + 1_000) {
+          return yield* Effect.dieMessage(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
+        }
+        const over = yield* pauseAndRelease(token, grantee, release, pauseMs)
+        // the grantee's re-check is sent by now, and waits
+        yield* Effect.sleep(recheckMs + 600)
+        yield* during
+        yield* over
+      })
+    )
+  }
+}
+
 const configWith = (input: LeaseholdConfig.Input) =>
   LeaseholdConfig.layerWith({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
 
-/** `raw` reads a key past the store, from the store's own services. */
+/** What a backend adds to a cluster of workers, from the store's own services. */
+interface BackendParts<R> {
+  /** Reads a key past the store. */
+  readonly raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>
+  readonly operations?: (shared: Context.Context<Store | R>) => Option.Option<Effect.Effect<number>>
+  readonly scripts?: Option.Option<
+    (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
+  >
+  readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Type"]) => Handoffs
+}
+
 const makeCluster = <R, E>(
   storeLayer: Layer.Layer<Store | R, E, LeaseholdConfig.LeaseholdConfig>,
   input: LeaseholdConfig.Input,
-  raw: (shared: Context.Context<Store | R>) => (key: string) => Effect.Effect<Option.Option<string>>,
-  operations: (shared: Context.Context<Store | R>) => Option.Option<Effect.Effect<number>> = () => Option.none(),
-  scripts: Option.Option<
-    (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
-  > = Option.none()
+  parts: BackendParts<R>
 ) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -88,8 +218,9 @@ const makeCluster = <R, E>(
       Effect.orDie
     )
     const store = Context.get(shared, Store)
-    const read = raw(shared)
-    const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
+    const read = parts.raw(shared)
+    const settings = Context.get(shared, LeaseholdConfig.LeaseholdConfig)
+    const keys = makeKeys(settings.keyPrefix)
     const worker = () =>
       Effect.gen(function* () {
         const { built, close } = yield* buildOwn(
@@ -110,8 +241,9 @@ const makeCluster = <R, E>(
       logs: logs.lines,
       keys,
       worker,
-      operations: operations(shared),
-      scripts,
+      operations: parts.operations?.(shared) ?? Option.none(),
+      scripts: parts.scripts ?? Option.none(),
+      handoffs: parts.handoffs(shared, settings),
       grants: (token: string) =>
         Effect.map(read(keys.fence(token)), (value) => Option.match(value, { onNone: () => 0, onSome: Number })),
       stored: (token: string) =>
@@ -124,12 +256,28 @@ const makeCluster = <R, E>(
 /** Workers over one MemoryStore (time on the TestClock when run under it.effect). */
 export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
-    const cluster = yield* makeCluster(
-      MemoryStore.layer,
-      input,
-      (shared) => Context.get(shared, MemoryStore.MemoryStoreControl).getRaw,
-      (shared) => Option.some(Context.get(shared, MemoryStore.MemoryStoreControl).operations)
-    )
+    const control = (shared: Context.Context<MemoryStore.MemoryStoreControl>) =>
+      Context.get(shared, MemoryStore.MemoryStoreControl)
+    const cluster = yield* makeCluster(MemoryStore.layer, input, {
+      raw: (shared) => control(shared).getRaw,
+      operations: (shared) => Option.some(control(shared).operations),
+      handoffs: (shared) => ({
+        unheard: (_token, _grantee, release) =>
+          Effect.gen(function* () {
+            yield* control(shared).loseNotices(1)
+            yield* Effect.orDie(release)
+            return Effect.void
+          }),
+        claimReplyLost: (_token, _grantee, release) =>
+          Effect.gen(function* () {
+            // the grantee's claim is the next attempt: it follows the grant's notice
+            yield* control(shared).loseReplies("acquireQueued", 1)
+            yield* Effect.orDie(release)
+            yield* settle
+          }),
+        claimHeld: Option.none()
+      })
+    })
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
 
@@ -137,13 +285,11 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
-    const cluster = yield* makeCluster(
-      RedisStore.layer({ url: server.url }),
-      input,
-      () => (key) => RedisServer.getRaw(server, key),
-      undefined,
-      Option.some(() => watchScripts(server))
-    )
+    const cluster = yield* makeCluster(RedisStore.layer({ url: server.url }), input, {
+      raw: () => (key) => RedisServer.getRaw(server, key),
+      scripts: Option.some(() => watchScripts(server)),
+      handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
+    })
     return { ...cluster, server }
   })
 
@@ -157,16 +303,15 @@ export const redisClusterWorkers = (
   nodeFor: (key: string) => Effect.Effect<RedisServer.RedisServer>,
   input: LeaseholdConfig.Input = {}
 ) =>
-  makeCluster(
-    RedisStore.layer({ url, cluster: true }),
-    input,
-    () => raw,
-    undefined,
+  makeCluster(RedisStore.layer({ url, cluster: true }), input, {
+    raw: () => raw,
     // the same slot holds all of a token's keys, and the scripts on them
-    Option.some((token: string) =>
+    scripts: Option.some((token: string) =>
       Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchScripts)
-    )
-  )
+    ),
+    handoffs: (_shared, settings) =>
+      pausedHandoffs((token) => nodeFor(makeKeys(settings.keyPrefix).lock(token)), settings)
+  })
 
 /**
  * Start a modification of `token` on `w` that adds 1 and holds its turn (and the lock)

@@ -1,9 +1,9 @@
 /**
  * The control of the embedded store, which only tests use (`MemoryStoreControl`): take the
- * store down and up, drop its subscriber "connection", plant or read raw values, count its
- * keys and operations, watch its flushes, refuse socket events. `MemoryStore` gives it its
- * public type (`MemoryStoreControl.Service`). Its own operations work
- * whatever the availability: a test can plant data during an outage.
+ * store down and up, drop its subscriber "connection", plant or read raw values and TTLs, count its
+ * keys and operations, watch its flushes, refuse socket events, lose notices and replies.
+ * `MemoryStore` gives it its public type (`MemoryStoreControl.Service`). Its own operations
+ * work whatever the availability: a test can plant data during an outage.
  *
  * @internal
  */
@@ -60,6 +60,14 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
         }
       }),
 
+    expireRaw: (key: string, ttlMs: number) =>
+      Effect.map(now, (at) => {
+        const entry = ks.get(key, at)
+        if (entry === undefined) return false
+        ks.expire(key, entry, at + ttlMs, at)
+        return true
+      }),
+
     getRaw: (key: string) =>
       Effect.map(now, (at) => {
         const entry = ks.get(key, at)
@@ -78,6 +86,12 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
     loseNotices: (count: number) =>
       Effect.sync(() => {
         state.noticesToLose = count
+      }),
+
+    loseReplies: (operation: string, count: number) =>
+      Effect.sync(() => {
+        if (count > 0) state.repliesToLose.set(operation, count)
+        else state.repliesToLose.delete(operation)
       })
   }
 }

@@ -42,6 +42,8 @@ export interface State {
   operations: number
   /** Notices to workers still to lose (`MemoryStoreControl.loseNotices`). */
   noticesToLose: number
+  /** Replies still to lose, by operation (`MemoryStoreControl.loseReplies`). */
+  readonly repliesToLose: Map<string, number>
   /** Emits the keyspace event Redis would publish for a change of a socket key. */
   readonly keyEvent: (key: string, event: string) => void
   /** Makes the channels of the lost connection unreachable, and (`failReaders`) fails blocked mailbox reads. */
@@ -104,6 +106,7 @@ export const make = (
       socketEventsRefused: false,
       operations: 0,
       noticesToLose: 0,
+      repliesToLose: new Map(),
       keyEvent: (key, event) => {
         if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
       },
@@ -173,7 +176,12 @@ const makeOp =
         state.operations++
         if (!state.available) return Effect.fail(unavailable(operation))
         try {
-          return Effect.succeed(body(clock.unsafeCurrentTimeMillis()))
+          const reply = body(clock.unsafeCurrentTimeMillis())
+          const toLose = state.repliesToLose.get(operation) ?? 0
+          if (toLose === 0) return Effect.succeed(reply)
+          if (toLose === 1) state.repliesToLose.delete(operation)
+          else state.repliesToLose.set(operation, toLose - 1)
+          return Effect.fail(new StoreUnavailable({ operation, reason: "the reply was lost" }))
         } catch (error) {
           if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
             return Effect.fail(new StoreRefused({ operation, reply: error.message }))

@@ -78,7 +78,11 @@ const countQueued = (deadlines: SetEntry | undefined, instanceId: string, now: n
   return queued
 }
 
-/** `enqueue`: a new member at the tail (or the head); its deadline `lockMs` from now, and both sets' with it. */
+/**
+ * `enqueue`: a new member at the tail (or the head); its deadline `lockMs` from now, and both
+ * sets' at least as late (a set's deadline is only ever moved later: a worker with a shorter
+ * lock expiration than another's must not cut the other's entry short).
+ */
 const enqueue = (q: Queue, member: string, atHead: boolean): void => {
   const { ks, lockMs } = q.s
   if (q.order === undefined) {
@@ -94,9 +98,15 @@ const enqueue = (q: Queue, member: string, atHead: boolean): void => {
     const score = scores.length === 0 ? 1 : atHead ? Math.min(...scores) - 1 : Math.max(...scores) + 1
     q.order.members.set(member, score)
   }
-  q.deadlines.members.set(member, q.now + lockMs)
-  ks.expire(q.orderKey, q.order, q.now + lockMs, q.now)
-  ks.expire(q.deadlineKey, q.deadlines, q.now + lockMs, q.now)
+  const deadline = q.now + lockMs
+  q.deadlines.members.set(member, deadline)
+  for (const [key, set] of [
+    [q.orderKey, q.order],
+    [q.deadlineKey, q.deadlines]
+  ] as const) {
+    // a new set, without a deadline yet, as a new key's PTTL of -1
+    if (set.deadline === undefined || set.deadline < deadline) ks.expire(key, set, deadline, q.now)
+  }
 }
 
 /** `grantNext`: a free lock becomes the head's pending grant, and the head alone is told. */

@@ -50,7 +50,9 @@ end
 /**
  * `enqueue(member, atHead)`: a worker not yet queued goes to the tail (1 + the last score) or,
  * `atHead`, to the head (the first score - 1); one already queued keeps its place. Either way
- * its deadline is `lockMs` from now, and both keys live as long as that newest deadline.
+ * its deadline is `lockMs` from now, and both keys live at least that long: their TTL is only
+ * ever lengthened, since a worker with a shorter lock expiration than another's must not cut
+ * the other's entry short (a new key, without a TTL, reads -1).
  *
  * @internal
  */
@@ -72,8 +74,11 @@ local function enqueue(member, atHead)
     redis.call("ZADD", queue, score, member)
   end
   redis.call("ZADD", deadlines, now + tonumber(lockMs), member)
-  redis.call("PEXPIRE", queue, lockMs)
-  redis.call("PEXPIRE", deadlines, lockMs)
+  for _, key in ipairs({queue, deadlines}) do
+    if redis.call("PTTL", key) < tonumber(lockMs) then
+      redis.call("PEXPIRE", key, lockMs)
+    end
+  end
 end
 `
 
