@@ -28,6 +28,7 @@ import { commitAndRelease, modeOf, warnIfLong } from "./internal/session/commit.
 import * as metrics from "./internal/session/metrics.js"
 import { start } from "./internal/session/run.js"
 import { newSession, notify, prune, type Session, type SessionEnv } from "./internal/session/session.js"
+import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Lock } from "./Lock.js"
 import { Signals } from "./Signals.js"
@@ -161,6 +162,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       instanceId,
       sessions,
       scope,
+      timers: yield* Timers.make,
       lockMs: Duration.toMillis(config.lockExpiration),
       handoffMs: Duration.toMillis(config.handoffTimeout),
       holdMs: Duration.toMillis(config.leaseHoldTime),

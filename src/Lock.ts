@@ -21,6 +21,7 @@ import type * as Option from "effect/Option"
 import type * as Queue from "effect/Queue"
 import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
+import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
@@ -162,7 +163,8 @@ export const make = Effect.gen(function* () {
   )
   let counter = 0
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
-  const env: Env = { store, instanceId, recheckMs, nextLockId, lockWait }
+  const timers = yield* Timers.make
+  const env: Env = { store, instanceId, recheckMs, nextLockId, timers, lockWait }
 
   const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
 
@@ -177,4 +179,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Lock, never, Store | InstanceId | LeaseholdConfig> = Layer.effect(Lock, make)
+export const layer: Layer.Layer<Lock, never, Store | InstanceId | LeaseholdConfig> = Layer.scoped(Lock, make)

@@ -13,13 +13,13 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
 import type { QueuedAcquireResult, Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { Timers } from "../timers.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.
@@ -37,6 +37,8 @@ export interface Env {
   readonly recheckMs: number
   /** A lock id unique to this worker's acquisition. */
   readonly nextLockId: () => string
+  /** The worker's timers, for the re-check interval of a wait. */
+  readonly timers: Timers
   /** `Lock.lockWait`. */
   readonly lockWait: Metric.Metric.Histogram<number>
 }
@@ -60,21 +62,17 @@ const makeGrant = (
  * Wait for the lock to be handed over (`"granted"`), for a resubscription (`"recheck"`:
  * a notice may have been lost), for the local queue to say so (`stop(wanted)`: `"local"`),
  * or for `timeoutMs` (`"recheck"`). Every source completes the one `changed` of the local
- * queue (a timer fiber by `poke`), so a wait costs one fiber, not a race of several.
+ * queue (the timeout by an entry of the worker's timers, which `poke`s), so a wait costs an
+ * entry in a heap, not a fiber.
  */
-const waitFor = (local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
+const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false
   return Effect.acquireUseRelease(
-    Effect.fork(
-      Effect.interruptible(
-        Effect.zipRight(
-          Effect.sleep(timeoutMs),
-          Effect.suspend(() => {
-            timedOut = true
-            return local.poke
-          })
-        )
-      )
+    Effect.sync(() =>
+      timers.after(timeoutMs, () => {
+        timedOut = true
+        return local.poke
+      })
     ),
     () =>
       Effect.gen(function* () {
@@ -90,7 +88,7 @@ const waitFor = (local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) =
           yield* changed
         }
       }),
-    (timer) => Fiber.interruptFork(timer)
+    (cancel) => Effect.sync(cancel)
   )
 }
 
@@ -149,7 +147,12 @@ export const acquire = (
       yield* local.signals
       listening = true
       if (!recheck) {
-        const woken = yield* waitFor(local, Math.max(1, Math.min(remainingMs + 5, recheckMs)), (wanted) => !wanted)
+        const woken = yield* waitFor(
+          env.timers,
+          local,
+          Math.max(1, Math.min(remainingMs + 5, recheckMs)),
+          (wanted) => !wanted
+        )
         if (woken === "local") continue
         claim = woken === "granted"
       }

@@ -8,7 +8,6 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
@@ -47,12 +46,12 @@ interface HoldState {
   deadline: number
   contended: boolean
   failed: LockLost | StoreError | undefined
-  /** Wakes the serving loop at the deadline (`untilDeadline`). */
-  timer: Fiber.RuntimeFiber<void> | undefined
+  /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
+  timer: (() => void) | undefined
   /** Whether contention is watched already (`watchContention`). */
   watching: boolean
-  /** A lease's `keepAlive`, for its whole hold. */
-  keeper: Fiber.RuntimeFiber<never> | undefined
+  /** A lease's or a batch's `keepAlive`, for its whole hold. */
+  keeper: KeepAlive | undefined
 }
 
 /**
@@ -90,32 +89,21 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
       keeper: undefined
     }
     // a batch that nobody contends lasts as long as modifications queue here
-    state.keeper = mode === "lease" || mode === "batch" ? yield* Effect.fork(keepAlive(state)) : undefined
+    state.keeper = mode === "lease" || mode === "batch" ? keepAlive(state) : undefined
 
     // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
     return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve(state))), finish(state))
   })
 
 /**
- * Wakes the serving loop once the clock reads the deadline; armed again when the
- * deadline moves earlier. It sleeps again while the clock reads less: a timer may
- * fire before the wall clock has reached its time (Node's timers run on a clock of
- * their own), and a loop woken early with no timer left would wait for the next
- * signal or request, however late.
+ * Wakes the serving loop once the clock reads the deadline (an entry of the worker's
+ * timers, which run nothing before the clock reads their time); armed again when the
+ * deadline moves earlier.
  */
-const untilDeadline = (state: HoldState) =>
-  Effect.gen(function* () {
-    while (true) {
-      const ms = state.deadline - (yield* Clock.currentTimeMillis)
-      if (ms <= 0) return notify(state.session)
-      yield* Effect.sleep(ms)
-    }
-  })
-
 const armTimer = (state: HoldState) =>
-  Effect.gen(function* () {
-    if (state.timer !== undefined) yield* Fiber.interruptFork(state.timer)
-    state.timer = yield* Effect.fork(Effect.interruptible(untilDeadline(state)))
+  Effect.sync(() => {
+    state.timer?.()
+    state.timer = state.env.timers.at(state.deadline, () => notify(state.session))
   })
 
 const contend = (state: HoldState) =>
@@ -168,30 +156,54 @@ const checkSignals = (state: HoldState) =>
     })
   })
 
-/**
- * Keeps the lock from expiring under a slow modification. Interruptible: it is raced
- * from uninterruptible code too. A lease runs one for its whole hold (a lease is
- * shorter than the lock expiration, so an idle lease extends at most twice). An
- * extension that fails (the store away for a moment) is tried again sooner, until
- * one succeeds: only the store saying the lock is no longer ours ends it.
- */
-const keepAlive = (state: HoldState) =>
-  Effect.gen(function* () {
-    const { store } = state.env
-    const every = Math.max(1, Math.floor(state.env.lockMs / 3))
-    const again = Math.max(1, Math.floor(every / 4))
-    let delay = every
-    while (true) {
-      // the slices read under this lock, and the fence, live as long as it is held
-      const extended = yield* Effect.either(
-        Effect.delay(store.extend(state.token, state.lockId, [...state.cache.keys()]), delay)
-      )
-      if (extended._tag === "Right" && !extended.right) return
-      delay = extended._tag === "Right" ? every : again
-    }
-  }).pipe(Effect.zipRight(Effect.never), Effect.interruptible)
+/** A running keep-alive: `stop` ends it (an extension under way may still finish). */
+interface KeepAlive {
+  readonly stop: () => void
+}
 
-const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) => Effect.raceFirst(effect, keepAlive(state))
+/**
+ * Keeps the lock from expiring under a slow modification: an extension every third of
+ * the lock expiration, from the worker's timers (a lease is shorter than the lock
+ * expiration, so an idle lease extends at most twice). An extension that fails (the
+ * store away for a moment) is tried again sooner, until one succeeds: only the store
+ * saying the lock is no longer ours ends it. An extension still under way when it stops
+ * is harmless: it extends only a lock this grant holds, and lock ids are unique.
+ */
+const keepAlive = (state: HoldState): KeepAlive => {
+  const { store, timers } = state.env
+  const every = Math.max(1, Math.floor(state.env.lockMs / 3))
+  const again = Math.max(1, Math.floor(every / 4))
+  let stopped = false
+  let cancel: () => void = () => undefined
+  const schedule = (delay: number) => {
+    cancel = timers.after(delay, () =>
+      stopped
+        ? undefined
+        : // the slices read under this lock, and the fence, live as long as it is held
+          Effect.flatMap(Effect.either(store.extend(state.token, state.lockId, [...state.cache.keys()])), (extended) =>
+            Effect.sync(() => {
+              if (stopped || (extended._tag === "Right" && !extended.right)) return
+              schedule(extended._tag === "Right" ? every : again)
+            })
+          )
+    )
+  }
+  schedule(every)
+  return {
+    stop: () => {
+      stopped = true
+      cancel()
+    }
+  }
+}
+
+/** `effect` with a keep-alive for as long as it runs. */
+const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => keepAlive(state)),
+    () => effect,
+    (keeper) => Effect.sync(keeper.stop)
+  )
 
 const serveOne = (state: HoldState, request: Request) =>
   Effect.gen(function* () {
@@ -341,7 +353,8 @@ const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined
-    if (state.timer !== undefined) yield* Fiber.interruptFork(state.timer)
+    state.timer?.()
+    state.timer = undefined
     if (state.inProgress !== undefined) {
       const inProgress = state.inProgress
       const outcome = yield* state.keeper === undefined
@@ -353,7 +366,7 @@ const finish = (state: HoldState) =>
       }
       state.inProgress = undefined
     }
-    if (state.keeper !== undefined) yield* Fiber.interruptFork(state.keeper)
+    state.keeper?.stop()
     if (state.failed !== undefined) {
       // The lock is lost or the store is away: nothing more is written; release what may remain.
       failAcks(env, state.unacked, lockId, state.failed)

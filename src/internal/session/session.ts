@@ -18,6 +18,7 @@ import type { SignalEvent, Signals } from "../../Signals.js"
 import type { Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
+import type { Timers } from "../timers.js"
 
 /**
  * What the session machinery of one `Lease` service shares.
@@ -31,6 +32,8 @@ export interface SessionEnv {
   readonly instanceId: string
   /** The tokens with a session on this worker. */
   readonly sessions: Map<string, Session>
+  /** Deadlines and keep-alives of the holds, served by one fiber. */
+  readonly timers: Timers
   /** The service's scope: session fibers are forked in it. */
   readonly scope: Scope.Scope
   readonly lockMs: number

@@ -1,0 +1,186 @@
+/**
+ * One timer for many: the deadlines of a worker's holds and waits (a lease's hold time, a
+ * quantum's end, a keep-alive's next extension, a waiter's re-check) kept in one heap and
+ * served by one fiber, instead of a fiber and a timer of their own each. A held lease then
+ * costs an entry here, not two sleeping fibers with their continuations.
+ *
+ * Time is Effect's `Clock` (the fiber's, so `TestClock` drives it): an entry runs once the
+ * clock reads its time, never before, whatever the platform timer did.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import type * as Scope from "effect/Scope"
+import { OneShot } from "./oneShot.js"
+
+/**
+ * What an entry does when its time comes: something quick (mark, `notify`), and, where its
+ * work waits for I/O, the effect to start for it (in a fiber of the timers' scope).
+ *
+ * @internal
+ */
+export type Action = () => Effect.Effect<void> | undefined | void
+
+/** @internal */
+export interface Timers {
+  /** Run `action` once the clock reads `at` (ms); the function returned cancels it. */
+  readonly at: (at: number, action: Action) => () => void
+  /** `at(now + ms, action)`. */
+  readonly after: (ms: number, action: Action) => () => void
+}
+
+interface Entry {
+  readonly at: number
+  readonly action: Action
+  /** Its place in the heap; -1 once it left. */
+  index: number
+}
+
+/** A binary min-heap of entries by time, each knowing its index so that it can be removed. */
+class Heap {
+  private readonly items: Array<Entry> = []
+
+  get size(): number {
+    return this.items.length
+  }
+
+  peek(): Entry | undefined {
+    return this.items[0]
+  }
+
+  push(entry: Entry): void {
+    entry.index = this.items.length
+    this.items.push(entry)
+    this.up(entry.index)
+  }
+
+  pop(): Entry | undefined {
+    const first = this.items[0]
+    if (first !== undefined) this.remove(first)
+    return first
+  }
+
+  remove(entry: Entry): void {
+    const i = entry.index
+    if (i < 0) return
+    entry.index = -1
+    const last = this.items.pop()!
+    if (i === this.items.length) return
+    this.items[i] = last
+    last.index = i
+    this.up(i)
+    this.down(last.index)
+  }
+
+  private up(i: number): void {
+    const items = this.items
+    while (i > 0) {
+      const parent = (i - 1) >> 1
+      if (items[parent]!.at <= items[i]!.at) return
+      this.swap(i, parent)
+      i = parent
+    }
+  }
+
+  private down(i: number): void {
+    const items = this.items
+    while (true) {
+      const left = 2 * i + 1
+      const right = left + 1
+      let least = i
+      if (left < items.length && items[left]!.at < items[least]!.at) least = left
+      if (right < items.length && items[right]!.at < items[least]!.at) least = right
+      if (least === i) return
+      this.swap(i, least)
+      i = least
+    }
+  }
+
+  private swap(a: number, b: number): void {
+    const items = this.items
+    const x = items[a]!
+    const y = items[b]!
+    items[a] = y
+    items[b] = x
+    x.index = b
+    y.index = a
+  }
+}
+
+/**
+ * The timers of one service, served by one fiber in the scope (interrupted with it).
+ *
+ * @internal
+ */
+export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
+  const heap = new Heap()
+  // Completed when the time slept for has come, or when an entry earlier than it arrives.
+  let wake = new OneShot<void>()
+  let sleepingUntil = Number.POSITIVE_INFINITY
+  const clock = yield* Effect.clock
+  const scope = yield* Effect.scope
+
+  const at = (time: number, action: Action) => {
+    const entry: Entry = { at: time, action, index: -1 }
+    heap.push(entry)
+    if (time < sleepingUntil) {
+      sleepingUntil = time
+      wake.done(Exit.void)
+    }
+    return () => heap.remove(entry)
+  }
+
+  /** The entries due now, in time order; the effects they start. */
+  const runDue = (now: number) => {
+    let started: Array<Effect.Effect<void>> | undefined
+    let next = heap.peek()
+    while (next !== undefined && next.at <= now) {
+      heap.pop()
+      try {
+        const effect = next.action()
+        if (effect !== undefined) {
+          started ??= []
+          started.push(effect)
+        }
+      } catch {
+        // an entry's own fault: the others still run
+      }
+      next = heap.peek()
+    }
+    return started
+  }
+
+  const serve = Effect.gen(function* () {
+    const now = clock.unsafeCurrentTimeMillis()
+    const started = runDue(now)
+    if (started !== undefined) {
+      for (const effect of started) yield* Effect.forkIn(Effect.interruptible(effect), scope)
+    }
+    const next = heap.peek()
+    const woken = new OneShot<void>()
+    wake = woken
+    if (next === undefined) {
+      sleepingUntil = Number.POSITIVE_INFINITY
+      return yield* woken.await
+    }
+    sleepingUntil = next.at
+    // One sleeper per wait of this fiber, cut short when an earlier entry wakes it.
+    const sleeper = yield* Effect.fork(
+      Effect.interruptible(
+        Effect.zipRight(
+          Effect.sleep(Math.max(1, next.at - now)),
+          Effect.sync(() => woken.done(Exit.void))
+        )
+      )
+    )
+    yield* woken.await
+    sleeper.unsafeInterruptAsFork(sleeper.id())
+  })
+  yield* Effect.forkScoped(Effect.interruptible(Effect.forever(serve)))
+
+  return {
+    at,
+    after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action)
+  } satisfies Timers
+})
