@@ -190,6 +190,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       Effect.suspend(() => {
         if (join(token, request)) return noOwnTurn
         const session = newSession(env, token)
+        // before the attempt is sent: a notice it causes comes after this
+        const mark = signals.mark(token)
         return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
           // Whatever ended the attempt (an error, a defect, an interruption), the session must
           // not stay in the map with nobody serving it: the requests queued meanwhile would
@@ -215,7 +217,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
               session.queue.unshift(request)
               // the refused attempt queued this worker
               return Effect.as(
-                start(env, session, { queued: true, attempted: true, remainingMs: attempt.left }),
+                start(env, session, { queued: true, attempted: true, remainingMs: attempt.left, mark }),
                 Option.none()
               )
             }

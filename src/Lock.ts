@@ -23,7 +23,7 @@ import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
 import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import type { SignalEvent } from "./Signals.js"
+import type { Mark, SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
 
@@ -68,6 +68,8 @@ export interface LocalQueue {
   readonly listening: Effect.Effect<boolean>
   /** Complete the current `changed` (a timer's way to end a wait). */
   readonly poke: Effect.Effect<void>
+  /** `Signals.missedSince` for the token. */
+  readonly missedSince: (mark: Mark) => boolean
 }
 
 /**
@@ -88,6 +90,12 @@ export interface Previous {
   readonly attempted?: boolean
   /** With `attempted`: how long the lock was left to be held, the first wait's bound. */
   readonly remainingMs?: number
+  /**
+   * With `attempted`: the token's notice channel just before that attempt was sent
+   * (`Signals.mark`). A caller that listens only after its attempt re-checks the store
+   * once, unless this says that no notice about the token can have been missed.
+   */
+  readonly mark?: Mark
 }
 
 /**

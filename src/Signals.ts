@@ -38,6 +38,15 @@ import { Supervisor, untilRecovered } from "./Supervisor.js"
 export type SignalEvent = Notice | { readonly _tag: "Resubscribed" }
 
 /**
+ * Where this worker's notice channel of a token stood at a moment (`mark`), for
+ * `missedSince`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Mark = Registry.Mark | undefined
+
+/**
  * The name of the supervised loop that restores subscriptions.
  *
  * @since 0.1.0
@@ -73,6 +82,19 @@ export declare namespace Signals {
       token: string,
       listener: (event: SignalEvent) => void
     ) => Effect.Effect<() => void, InvalidToken | StoreError>
+    /**
+     * Where the token's notice channel stands now; taken just before a step that may make
+     * the store send this worker a notice about the token (an attempt that queues it).
+     */
+    readonly mark: (token: string) => Mark
+    /**
+     * Whether a notice about the token may have arrived since `mark` unheard by a listener
+     * registered since: `false` only when the channel was subscribed at the mark and
+     * delivered all along, and no notice about the token arrived since. A caller that
+     * listened after its step can then trust that nothing was missed, instead of checking
+     * the store again.
+     */
+    readonly missedSince: (token: string, mark: Mark) => boolean
     /** Tokens with at least one local listener. */
     readonly tokens: Effect.Effect<ReadonlyArray<string>>
     /**
@@ -140,6 +162,8 @@ export const make = Effect.gen(function* () {
   return Signals.of({
     subscribe,
     listen,
+    mark: registry.mark,
+    missedSince: registry.missedSince,
     tokens: registry.tokens,
     subscribed: registry.subscribed
   })

@@ -190,6 +190,50 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
+  it.scoped("a mark tells whether a notice about its token can have arrived unheard since", () =>
+    Effect.gen(function* () {
+      const { signals, store, control } = yield* setup()
+      // nothing subscribed yet: nothing can be trusted
+      assert.isTrue(signals.missedSince("tok", signals.mark("tok")))
+      const other = yield* listen(signals, "other")
+      // the worker's channel delivers: a mark taken now, with nothing since, missed nothing
+      const first = signals.mark("tok")
+      assert.isFalse(signals.missedSince("tok", first))
+      // a notice about another token is not one about this token
+      yield* sendContended(store, "other")
+      deepStrictEqual(yield* next(other), contended)
+      assert.isFalse(signals.missedSince("tok", first))
+      // a notice about the token, with nobody listening to it, was missed
+      yield* sendGranted(store, "tok")
+      yield* eventuallyTrue(
+        "the notice about tok arrived",
+        5_000,
+        Effect.sync(() => signals.missedSince("tok", first))
+      )
+      // a lost subscription may have lost anything
+      const second = signals.mark("tok")
+      assert.isFalse(signals.missedSince("tok", second))
+      yield* control.dropSubscriptions
+      deepStrictEqual(yield* next(other), { _tag: "Resubscribed" })
+      assert.isTrue(signals.missedSince("tok", second))
+      // a sweep forgets which tokens the notices were about: one that arrived after a mark
+      // and before a sweep still counts as missed
+      const third = signals.mark("tok")
+      yield* sendGranted(store, "tok")
+      yield* eventuallyTrue(
+        "the notice arrived",
+        5_000,
+        Effect.sync(() => signals.missedSince("tok", third))
+      )
+      const fourth = signals.mark("tok")
+      yield* sendContended(store, "other")
+      deepStrictEqual(yield* next(other), contended)
+      yield* TestClock.adjust(Signals.lingerMs)
+      assert.isTrue(signals.missedSince("tok", third))
+      assert.isTrue(signals.missedSince("tok", fourth))
+    })
+  )
+
   it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines } = yield* setup()

@@ -146,6 +146,9 @@ export const acquire = (
       if (!wanted) return Option.none<Grant>()
       yield* local.signals
       listening = true
+      // Listening only now, after the attempt that queued the worker: a notice of a grant
+      // sent before may have been missed, unless the channel says none was.
+      if (recheck && previous.attempted === true && !local.missedSince(previous.mark)) recheck = false
       if (!recheck) {
         const woken = yield* waitFor(
           env.timers,

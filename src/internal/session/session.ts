@@ -152,5 +152,6 @@ export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
     session.signals === undefined ? Effect.void : Effect.asVoid(Queue.takeAll(session.signals))
   ),
   listening: Effect.sync(() => session.signals !== undefined),
-  poke: Effect.sync(() => notify(session))
+  poke: Effect.sync(() => notify(session)),
+  missedSince: (mark) => env.signals.missedSince(session.token, mark)
 })

@@ -39,6 +39,24 @@ export interface Channel {
   live: boolean
   /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */
   confirmed: boolean
+  /** Counts the subscriptions confirmed: a mark taken under one is no good under the next. */
+  incarnation: number
+  /** Counts the notices received. */
+  seq: number
+  /** The `seq` of each token's last notice, since the last sweep (`sweptAt`). */
+  lastNotice: Map<string, number>
+  sweptAt: number
+}
+
+/**
+ * Where a channel stood when a caller was about to send a step that may make the store
+ * notify it (`mark`): with it, `missedSince` tells whether a notice about the token
+ * arrived before the caller listened.
+ */
+export interface Mark {
+  readonly channel: Channel
+  readonly incarnation: number
+  readonly seq: number
 }
 
 export interface Entry {
@@ -104,13 +122,18 @@ const subscribeChannel = (
           channel.scope = scope
           yield* stream.pipe(
             Stream.runForEach((received) =>
-              Effect.sync(() => tell(channel.tokens.get(received.token), received.notice))
+              Effect.sync(() => {
+                channel.seq++
+                channel.lastNotice.set(received.token, channel.seq)
+                tell(channel.tokens.get(received.token), received.notice)
+              })
             ),
             Effect.catchAll(markLost),
             Effect.interruptible,
             Effect.forkIn(scope)
           )
           channel.live = true
+          channel.incarnation++
           if (channel.confirmed) {
             for (const entry of channel.tokens.values()) tell(entry, { _tag: "Resubscribed" })
           }
@@ -150,7 +173,11 @@ export const make = (
         closed: false,
         scope: undefined,
         live: false,
-        confirmed: false
+        confirmed: false,
+        incarnation: 0,
+        seq: 0,
+        lastNotice: new Map(),
+        sweptAt: 0
       }
       channels.set(name, channel)
     }
@@ -161,6 +188,10 @@ export const make = (
   }
 
   const sweep = Effect.suspend(() => {
+    for (const channel of channels.values()) {
+      channel.lastNotice.clear()
+      channel.sweptAt = channel.seq
+    }
     const gone: Array<Channel> = []
     for (const entry of entries.values()) {
       if (entry.listeners.size > 0) entry.idle = false
@@ -205,9 +236,31 @@ export const make = (
       })
     )
 
+  /** Where the token's channel stands, if its subscription delivers now. */
+  const mark = (token: string): Mark | undefined => {
+    const channel = channels.get(store.noticeChannel(token, instanceId))
+    return channel === undefined || !channel.live
+      ? undefined
+      : { channel, incarnation: channel.incarnation, seq: channel.seq }
+  }
+
+  /**
+   * Whether a notice about `token` may have arrived since `mark` without reaching a
+   * listener registered since: `false` only when the channel delivered all along (same
+   * subscription, still live) and no notice about the token arrived since the mark.
+   */
+  const missedSince = (token: string, at: Mark | undefined): boolean => {
+    if (at === undefined) return true
+    const { channel } = at
+    if (!channel.live || channel.incarnation !== at.incarnation || channel.sweptAt > at.seq) return true
+    return (channel.lastNotice.get(token) ?? 0) > at.seq
+  }
+
   return {
     listen,
     sweep,
+    mark,
+    missedSince,
     closeAll,
     /** Subscribe every channel whose subscription was lost (the `signals` loop's attempt). */
     restoreAll: Effect.suspend(() => Effect.forEach([...channels.values()], ensureLive, { discard: true })),
