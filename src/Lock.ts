@@ -68,6 +68,8 @@ export interface LocalQueue {
   readonly listening: Effect.Effect<boolean>
   /** Complete the current `changed` (a timer's way to end a wait). */
   readonly poke: Effect.Effect<void>
+  /** `poke`, run at once (for a callback). */
+  readonly wake: () => void
   /** `Signals.missedSince` for the token. */
   readonly missedSince: (mark: Mark) => boolean
 }

@@ -391,3 +391,52 @@ describe("a lease's contention signals", () => {
     })
   )
 })
+
+describe("the timers of holds and waits", () => {
+  const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
+
+  it.scoped("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
+      // built on the live clock; the modifications run on the test's clock
+      const w = yield* Effect.withClock(cluster.worker(), Clock.make())
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(w.lease.isLeased("t"))
+      for (let i = 0; i < 10; i++) yield* advance(50)
+      assert.isFalse(w.lease.isLeased("t"), "the lease is still held after five times its hold time")
+    })
+  )
+
+  it.scoped("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({
+        oplock: true,
+        lockExpiration: 1_500,
+        tokenExpiration: 60_000,
+        lockWarningThreshold: 1_400
+      })
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
+      const gate = yield* Deferred.make<void>()
+      const entered = yield* Deferred.make<void>()
+      const fiber = yield* Effect.fork(
+        w.states.modifyEffect("t", Counter, (s) =>
+          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            s.n,
+            { n: s.n + 1 }
+          ] as const)
+        )
+      )
+      yield* Deferred.await(entered)
+      const closing = yield* Effect.fork(w.close)
+      yield* settle
+      // well past the lock expiration: only the keep-alive's extensions keep the lock
+      for (let i = 0; i < 25; i++) yield* advance(100)
+      yield* Deferred.succeed(gate, undefined)
+      const exit = yield* Fiber.await(fiber)
+      yield* Fiber.join(closing)
+      assert.isTrue(Exit.isSuccess(exit), `the modification failed: ${JSON.stringify(exit)}`)
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+})

@@ -9,9 +9,11 @@
  *
  * @internal
  */
+import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import { OneShot } from "./oneShot.js"
 
 /**
@@ -22,12 +24,26 @@ import { OneShot } from "./oneShot.js"
  */
 export type Action = () => Effect.Effect<void> | undefined | void
 
-/** @internal */
-export interface Timers {
+/**
+ * The timers of one clock: entries in that clock's time, served by one fiber that runs on
+ * that clock.
+ *
+ * @internal
+ */
+export interface Wheel {
   /** Run `action` once the clock reads `at` (ms); the function returned cancels it. */
   readonly at: (at: number, action: Action) => () => void
   /** `at(now + ms, action)`. */
   readonly after: (ms: number, action: Action) => () => void
+}
+
+/** @internal */
+export interface Timers {
+  /**
+   * The wheel of the calling fiber's `Clock` (made on first use): a deadline read from that
+   * clock is served on it, whichever clock the service was built with.
+   */
+  readonly wheel: Effect.Effect<Wheel>
 }
 
 interface Entry {
@@ -109,17 +125,13 @@ class Heap {
 }
 
 /**
- * The timers of one service, served by one fiber in the scope (interrupted with it).
- *
- * @internal
+ * One clock's wheel, its fiber forked in `scope`, where the effects its entries start run too.
  */
-export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
+const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   const heap = new Heap()
   // Completed when the time slept for has come, or when an entry earlier than it arrives.
   let wake = new OneShot<void>()
   let sleepingUntil = Number.POSITIVE_INFINITY
-  const clock = yield* Effect.clock
-  const scope = yield* Effect.scope
 
   const at = (time: number, action: Action) => {
     const entry: Entry = { at: time, action, index: -1 }
@@ -155,7 +167,14 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     const now = clock.unsafeCurrentTimeMillis()
     const started = runDue(now)
     if (started !== undefined) {
-      for (const effect of started) yield* Effect.forkIn(Effect.interruptible(effect), scope)
+      for (const effect of started) {
+        yield* Effect.forkIn(
+          Effect.interruptible(
+            Effect.catchAllCause(effect, (cause) => Effect.logError("timers: an entry's work failed", cause))
+          ),
+          scope
+        )
+      }
     }
     const next = heap.peek()
     const woken = new OneShot<void>()
@@ -177,10 +196,37 @@ export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(functi
     yield* woken.await
     sleeper.unsafeInterruptAsFork(sleeper.id())
   })
-  yield* Effect.forkScoped(Effect.interruptible(Effect.forever(serve)))
+  // A defect in the loop is logged and the loop goes on: every deadline depends on it.
+  const loop = Effect.forever(
+    Effect.catchAllDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
+  )
+  const wheel: Wheel = { at, after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action) }
+  return { wheel, loop: Effect.interruptible(Effect.withClock(loop, clock)) }
+}
 
-  return {
-    at,
-    after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action)
-  } satisfies Timers
+/**
+ * The timers of one service. Their fibers, and the effects their entries start (a
+ * keep-alive's extension), run in a scope of their own made now, so that they close after
+ * whatever the service forks later (its sessions, which may still need an extension while
+ * they finish).
+ *
+ * @internal
+ */
+export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
+  const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+  const wheels = new Map<Clock.Clock, Wheel>()
+  const wheel = Effect.clockWith((clock) => {
+    const found = wheels.get(clock)
+    if (found !== undefined) return Effect.succeed(found)
+    return Effect.uninterruptible(
+      Effect.suspend(() => {
+        const again = wheels.get(clock)
+        if (again !== undefined) return Effect.succeed(again)
+        const made = makeWheel(clock, scope)
+        wheels.set(clock, made.wheel)
+        return Effect.as(Effect.forkIn(made.loop, scope), made.wheel)
+      })
+    )
+  })
+  return { wheel } satisfies Timers
 })

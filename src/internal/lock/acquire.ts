@@ -68,11 +68,13 @@ const makeGrant = (
 const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false
   return Effect.acquireUseRelease(
-    Effect.sync(() =>
-      timers.after(timeoutMs, () => {
-        timedOut = true
-        return local.poke
-      })
+    Effect.flatMap(timers.wheel, (wheel) =>
+      Effect.sync(() =>
+        wheel.after(timeoutMs, () => {
+          timedOut = true
+          local.wake()
+        })
+      )
     ),
     () =>
       Effect.gen(function* () {

@@ -14,6 +14,7 @@ import * as Queue from "effect/Queue"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import type { LockLost, StoreError } from "../../StoreError.js"
+import type { Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
 import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoop } from "./session.js"
@@ -44,6 +45,8 @@ interface HoldState {
   inProgress: Request | undefined
   served: number
   deadline: number
+  /** How long the last group commit took (ms): what a write now would add to the hold. */
+  writeMs: number
   contended: boolean
   failed: LockLost | StoreError | undefined
   /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
@@ -82,6 +85,7 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
           ? Number.POSITIVE_INFINITY
           : grant.grantedAt +
             (mode === "lease" ? env.holdMs : mode === "quantum" || mode === "batch" ? env.quantumMs : 0),
+      writeMs: 0,
       contended: mode === "batch" ? grant.contenders > 0 : mode !== "lease",
       failed: undefined,
       timer: undefined,
@@ -89,7 +93,7 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
       keeper: undefined
     }
     // a batch that nobody contends lasts as long as modifications queue here
-    state.keeper = mode === "lease" || mode === "batch" ? keepAlive(state) : undefined
+    state.keeper = mode === "lease" || mode === "batch" ? yield* keepAlive(state) : undefined
 
     // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
     return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve(state))), finish(state))
@@ -101,10 +105,16 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
  * deadline moves earlier.
  */
 const armTimer = (state: HoldState) =>
-  Effect.sync(() => {
-    state.timer?.()
-    state.timer = state.env.timers.at(state.deadline, () => notify(state.session))
-  })
+  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      state.timer?.()
+      // Gone once it ran: a wake-up that finds the deadline not yet reached arms it again.
+      state.timer = wheel.at(state.deadline, () => {
+        state.timer = undefined
+        notify(state.session)
+      })
+    })
+  )
 
 const contend = (state: HoldState) =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
@@ -169,8 +179,11 @@ interface KeepAlive {
  * saying the lock is no longer ours ends it. An extension still under way when it stops
  * is harmless: it extends only a lock this grant holds, and lock ids are unique.
  */
-const keepAlive = (state: HoldState): KeepAlive => {
-  const { store, timers } = state.env
+const keepAlive = (state: HoldState): Effect.Effect<KeepAlive> =>
+  Effect.map(state.env.timers.wheel, (timers) => keepAliveOn(state, timers))
+
+const keepAliveOn = (state: HoldState, timers: Wheel): KeepAlive => {
+  const { store } = state.env
   const every = Math.max(1, Math.floor(state.env.lockMs / 3))
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
@@ -200,7 +213,7 @@ const keepAlive = (state: HoldState): KeepAlive => {
 /** `effect` with a keep-alive for as long as it runs. */
 const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
   Effect.acquireUseRelease(
-    Effect.sync(() => keepAlive(state)),
+    keepAlive(state),
     () => effect,
     (keeper) => Effect.sync(keeper.stop)
   )
@@ -253,7 +266,9 @@ const flush = (state: HoldState) =>
     state.unacked = []
     const entries = [...dirty.entries()]
     dirty.clear()
+    const started = yield* Clock.currentTimeMillis
     const result = yield* Effect.either(writeOrFail(env.store.writeIfHolder(token, lockId, entries)))
+    state.writeMs = (yield* Clock.currentTimeMillis) - started
     if (result._tag === "Right") {
       yield* Metric.increment(flushes)
       succeedAcks(batch)
@@ -327,7 +342,11 @@ const serve = (state: HoldState) =>
         // waits) instead of a release, a hand-off and a new grant per round. Otherwise the
         // quantum is for the modifications this worker has queued, not for ones that might
         // still come; and a grant that served one modification is released with its write.
+        // While another worker waits, only a write that ends before the deadline (as long
+        // as the last one took) is made: the wait of the worker behind stays within the
+        // quantum and the last write's release.
         if (lingered || state.unacked.length === 0 || state.served < 2) return
+        if (state.contended && now + state.writeMs >= state.deadline) return
         yield* flush(state)
         if (state.failed !== undefined) return
         lingered = true

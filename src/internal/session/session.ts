@@ -153,5 +153,6 @@ export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
   ),
   listening: Effect.sync(() => session.signals !== undefined),
   poke: Effect.sync(() => notify(session)),
+  wake: () => notify(session),
   missedSince: (mark) => env.signals.missedSince(session.token, mark)
 })
