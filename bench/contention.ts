@@ -228,7 +228,7 @@ const scriptsFloorP50 = (url: string) =>
             lockId,
             ...expirations,
             instanceId,
-            claim: "0",
+            claim: "",
             ...notices,
             contended: encodeNotice(token, { _tag: "Contended" })
           }

@@ -99,6 +99,14 @@ export declare namespace MemoryStoreControl {
      */
     readonly loseNotices: (count: number) => Effect.Effect<void>
     /**
+     * Hold back the next `count` notices published to a worker until `deliverHeldNotices`,
+     * as a notice arrives late behind a slow subscriber connection: the steps that publish
+     * them work, and their workers hear of them only later (after a re-check, say).
+     */
+    readonly holdNotices: (count: number) => Effect.Effect<void>
+    /** Deliver the notices held back, in the order published, to whoever listens now. */
+    readonly deliverHeldNotices: Effect.Effect<void>
+    /**
      * Lose the replies of the next `count` calls of `operation` (a store operation by name,
      * such as `acquireQueued`), as a reply is lost when the connection drops, or the command
      * times out, after the server ran it: each step works, and its caller fails with

@@ -261,16 +261,22 @@ export declare namespace Store {
   export interface Queueing {
     /**
      * Take the lock with `lockId` when it is free and no other worker is queued ahead, or
-     * when it is a grant pending for this worker (with `claim`: also when that grant
-     * expired and the lock is free). Otherwise queue the worker (once; a later call
-     * refreshes its deadline and tells the holder again), or with `claim` put it back at
-     * the head, and answer `Queued`. Taking increments the fence and reads `slices`.
+     * when it is a grant pending for this worker. Otherwise queue the worker (once; a later
+     * call refreshes its deadline and tells the holder again) and answer `Queued`. Taking
+     * increments the fence and reads `slices`.
+     *
+     * `claim` is the `fence` of the `Granted` notice the worker claims for. While the
+     * token's fence still equals it, nobody has claimed since that grant was made: the grant
+     * expired unclaimed, and the claim takes a free lock even with others queued ahead, or
+     * puts the worker back at the head of the queue. Once the fence has moved on (the grant
+     * was claimed, or another claim came since) the attempt is an ordinary one: a late
+     * notice never lets a worker past the queue's head. A whole number, at least 0.
      */
     readonly acquireQueued: (
       token: string,
       lockId: string,
       slices: ReadonlyArray<string>,
-      options: { readonly instanceId: string; readonly claim?: boolean }
+      options: { readonly instanceId: string; readonly claim?: number }
     ) => Effect.Effect<QueuedAcquireResult, InvalidToken | StoreError>
     /**
      * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the

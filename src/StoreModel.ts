@@ -63,10 +63,16 @@ export type QueuedAcquireResult =
  * A notice to one worker about one token: the lock was handed to it (`Granted`), or
  * another worker queued behind the lock it holds (`Contended`).
  *
+ * A `Granted` notice names its grant by `fence`: the token's fence when the grant was made
+ * (the grantee's claim then takes `fence + 1`). Passed back as `acquireQueued`'s `claim`, it
+ * lets the store tell a grant that expired unclaimed from one already claimed or replaced
+ * since, so a notice that arrives late takes nothing. A notice in the older form, without a
+ * number, has no `fence`.
+ *
  * @since 0.2.0
  * @category models
  */
-export type Notice = { readonly _tag: "Granted" } | { readonly _tag: "Contended" }
+export type Notice = { readonly _tag: "Granted"; readonly fence?: number } | { readonly _tag: "Contended" }
 
 /**
  * A notice with the token it is about, as a worker's notice channel carries it (one channel

@@ -17,7 +17,7 @@ describe("Redis scripts", () => {
         contended: "c",
         granted: "g",
         noticePrefix: "n",
-        claim: "0",
+        claim: "",
         instanceId: "i",
         handoffMs: 3,
         tokenMs: 2,
@@ -39,7 +39,7 @@ describe("Redis scripts", () => {
       "2",
       "3",
       "i",
-      "0",
+      "",
       "n",
       "g",
       "c"
@@ -48,11 +48,12 @@ describe("Redis scripts", () => {
 
   it("the Lua opens with one named local per key and argument, in the same order", () => {
     const lua = Scripts.releaseQueued.lua(singleServer)
-    const header = lua.split("\n").slice(0, 10)
+    const header = lua.split("\n").slice(0, 11)
     deepStrictEqual(header, [
       "local lock = KEYS[1]",
-      "local queue = KEYS[2]",
-      "local deadlines = KEYS[3]",
+      "local fence = KEYS[2]",
+      "local queue = KEYS[3]",
+      "local deadlines = KEYS[4]",
       "local lockId = ARGV[1]",
       "local lockMs = ARGV[2]",
       "local handoffMs = ARGV[3]",

@@ -33,35 +33,58 @@ export const decodeSignal = (message: string): Signal | undefined => {
 }
 
 /**
- * Wire form of a notice to a worker about `token` (DESIGN §4.7): `granted:<token>` or
- * `contended:<token>`. A worker's channel carries the notices of every token on a single
- * server, so the token is always part of the message.
+ * Wire form of a notice to a worker about `token` (DESIGN §4.7): `granted:<token> <fence>`
+ * or `contended:<token>`. A worker's channel carries the notices of every token on a single
+ * server, so the token is always part of the message; a token may contain `:` but never a
+ * space, so the fence after the space is never part of it. The queue steps publish the
+ * `granted:<token>` of a notice without a fence, and append ` <fence>` themselves (the
+ * fence as the grant finds it); a notice without a number (an older store's, or a fence
+ * that was not one) decodes as a `Granted` without `fence`.
  *
  * @internal
  */
 export const encodeNotice = (token: string, notice: Notice): string =>
-  `${notice._tag === "Granted" ? "granted" : "contended"}:${token}`
+  notice._tag === "Granted"
+    ? notice.fence === undefined
+      ? `granted:${token}`
+      : `granted:${token} ${notice.fence}`
+    : `contended:${token}`
 
 const granted: Notice = { _tag: "Granted" }
 const contended: Notice = { _tag: "Contended" }
+
+/** The fence after the space of a `granted` notice: a whole number, else `undefined`. */
+const parseFence = (text: string): number | undefined => {
+  // canonical, as INCR writes it (and as the queue steps check before they append it)
+  if (!/^(0|[1-9]\d{0,15})$/.test(text)) return undefined
+  const fence = Number(text)
+  return Number.isSafeInteger(fence) ? fence : undefined
+}
+
+/** `granted:<token>` with its fence, if any; `undefined` when the part after the space is not a fence. */
+const grantedNotice = (rest: string): { readonly token: string; readonly notice: Notice } | undefined => {
+  const space = rest.indexOf(" ")
+  if (space < 0) return { token: rest, notice: granted }
+  const fence = parseFence(rest.slice(space + 1))
+  return fence === undefined ? undefined : { token: rest.slice(0, space), notice: { _tag: "Granted", fence } }
+}
 
 /** A message of a worker's notice channel as the notice and its token; `undefined` for anything else. @internal */
 export const decodeTokenNotice = (message: string): { readonly token: string; readonly notice: Notice } | undefined => {
   const colon = message.indexOf(":")
   if (colon < 0) return undefined
   const kind = message.slice(0, colon)
-  const token = message.slice(colon + 1)
-  if (token.length === 0) return undefined
-  return kind === "granted"
-    ? { token, notice: granted }
-    : kind === "contended"
-      ? { token, notice: contended }
-      : undefined
+  const rest = message.slice(colon + 1)
+  const decoded =
+    kind === "granted" ? grantedNotice(rest) : kind === "contended" ? { token: rest, notice: contended } : undefined
+  return decoded === undefined || decoded.token.length === 0 ? undefined : decoded
 }
 
 /** The notice about `token` in a message of a worker's channel; `undefined` for another token's or anything else. @internal */
-export const decodeNotice = (token: string, message: string): Notice | undefined =>
-  message === `granted:${token}` ? granted : message === `contended:${token}` ? contended : undefined
+export const decodeNotice = (token: string, message: string): Notice | undefined => {
+  const decoded = decodeTokenNotice(message)
+  return decoded?.token === token ? decoded.notice : undefined
+}
 
 const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
 const decodeRecordJson = parseSafely(

@@ -69,3 +69,9 @@ export const lockIdError = (lockId: string): InvalidToken | undefined =>
   typeof lockId === "string" && !lockId.startsWith("?")
     ? undefined
     : new InvalidToken({ token: String(lockId), reason: "a lock id must not start with ?" })
+
+/** The `claim` of `acquireQueued`: a `Granted` notice's fence, a whole number, at least 0. @internal */
+export const claimError = (claim: number | undefined): InvalidToken | undefined =>
+  claim === undefined || (Number.isSafeInteger(claim) && claim >= 0)
+    ? undefined
+    : new InvalidToken({ token: String(claim), reason: "a claim is a fence: a whole number, at least 0" })

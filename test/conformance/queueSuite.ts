@@ -18,7 +18,8 @@ import type { InvalidToken, LockLost, StoreError } from "../../src/StoreError.js
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
 
-const granted: Notice = { _tag: "Granted" }
+/** The notice of a grant made while the token's fence was `fence` (its claim takes `fence + 1`). */
+const grantedAt = (fence: number): Notice => ({ _tag: "Granted", fence })
 const contended: Notice = { _tag: "Contended" }
 
 /** A lock id as the protocol makes it: `<worker>:<n>`. */
@@ -26,16 +27,19 @@ const lockOf = (worker: string, n = 1) => `${worker}:${n}`
 
 interface Attempt {
   readonly slices?: ReadonlyArray<string>
-  readonly claim?: boolean
+  /** The fence of the `Granted` notice claimed for. */
+  readonly claim?: number
   /** The lock id's counter (1 unless said). */
   readonly n?: number
 }
 
 const attempt = (fx: Fixture, token: string, worker: string, options: Attempt = {}) =>
-  fx.store.acquireQueued(token, lockOf(worker, options.n), options.slices ?? [], {
-    instanceId: worker,
-    claim: options.claim === true
-  })
+  fx.store.acquireQueued(
+    token,
+    lockOf(worker, options.n),
+    options.slices ?? [],
+    options.claim === undefined ? { instanceId: worker } : { instanceId: worker, claim: options.claim }
+  )
 
 /** `worker`'s attempt takes the lock, or the test dies naming what came instead. */
 const takes = (fx: Fixture, token: string, worker: string, options: Attempt = {}) =>
@@ -142,7 +146,7 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
       assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
       deepStrictEqual(yield* fx.store.queue("tok"), [])
-      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [granted])
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [grantedAt(a.fence)])
       // a newcomer finds the lock reserved for B, for at most the hand-off timeout
       const newcomer = yield* waits(fx, "tok", "C")
       assert.isTrue(
@@ -181,14 +185,14 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("one wake-up: a release with three workers queued notifies the queue's head alone", (fx) =>
     Effect.gen(function* () {
-      yield* takes(fx, "tok", "A")
+      const a = yield* takes(fx, "tok", "A")
       const holderSees = yield* recordNotices(fx, "tok", "A")
       const seen = new Map<string, Ref.Ref<ReadonlyArray<Notice>>>()
       for (const worker of ["B", "C", "D"]) seen.set(worker, yield* recordNotices(fx, "tok", worker))
       for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
       deepStrictEqual(yield* noticesSeen(fx, holderSees, 3), [contended, contended, contended])
       yield* release(fx, "tok", "A")
-      deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [granted])
+      deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [grantedAt(a.fence)])
       // settled: whatever else the release published has arrived by now
       deepStrictEqual(yield* Ref.get(seen.get("C")!), [])
       deepStrictEqual(yield* Ref.get(seen.get("D")!), [])
@@ -261,7 +265,7 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("leaving: a waiting worker just leaves; a grantee's pending grant passes to the next head", (fx) =>
     Effect.gen(function* () {
-      yield* takes(fx, "tok", "A")
+      const a = yield* takes(fx, "tok", "A")
       for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
       const nextSees = yield* recordNotices(fx, "tok", "C")
       yield* release(fx, "tok", "A")
@@ -271,7 +275,8 @@ export const queueHandoff = (backend: Backend): void => {
       yield* fx.store.leaveQueue("tok", "B")
       assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
       deepStrictEqual(yield* fx.store.queue("tok"), [])
-      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [granted])
+      // nobody claimed B's grant: C's names the same fence
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [grantedAt(a.fence)])
       // the grant is C's now: B has to queue
       yield* waits(fx, "tok", "B")
       yield* takes(fx, "tok", "C")
@@ -279,7 +284,7 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("a grant not claimed within handoffTimeout: the next attempt, by anyone, grants the lock to the next head", (fx) =>
     Effect.gen(function* () {
-      yield* takes(fx, "tok", "A")
+      const a = yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
       yield* waits(fx, "tok", "C")
       yield* release(fx, "tok", "A")
@@ -290,33 +295,110 @@ export const queueHandoff = (backend: Backend): void => {
       const newcomer = yield* waits(fx, "tok", "D")
       assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
       if (fx.exactTime) assert.strictEqual(newcomer.remainingMs, fx.handoffTimeoutMs)
-      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [granted])
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [grantedAt(a.fence)])
       deepStrictEqual(yield* fx.store.queue("tok"), ["D"])
     }))
 
-  test("a grantee whose grant expired: with claim it takes a free lock, and goes back to the head of a held one", (fx) =>
+  test("a grantee whose grant expired unclaimed: its claim takes a free lock, and goes back to the head of a held one", (fx) =>
     Effect.gen(function* () {
       // t1: B's grant will have expired with C queued behind it
-      yield* takes(fx, "t1", "A")
+      const a1 = yield* takes(fx, "t1", "A")
       yield* waits(fx, "t1", "B")
       yield* waits(fx, "t1", "C")
+      const bSees = yield* recordNotices(fx, "t1", "B")
       yield* release(fx, "t1", "A")
-      // t2: C's grant will have expired, and another worker will hold the lock when C claims
-      yield* takes(fx, "t2", "A")
+      // t2: C's grant will have expired, and passed on (unclaimed) to E, when C claims
+      const a2 = yield* takes(fx, "t2", "A")
       yield* waits(fx, "t2", "C")
+      yield* waits(fx, "t2", "E")
+      const cSees = yield* recordNotices(fx, "t2", "C")
       yield* release(fx, "t2", "A")
       yield* fx.advance(fx.handoffTimeoutMs + 50)
 
-      const b = yield* takes(fx, "t1", "B", { claim: true })
+      // C is the head, the lock free: the claim of the grant that expired takes it all the same
+      const b = yield* takes(fx, "t1", "B", { claim: a1.fence })
+      assert.strictEqual(b.fence, a1.fence + 1)
       assert.strictEqual(b.queued, 1)
       assert.strictEqual(yield* lockValue(fx, "t1"), "B:1")
       deepStrictEqual(yield* fx.store.queue("t1"), ["C"])
 
-      yield* takes(fx, "t2", "D")
+      // D's attempt passes C's expired grant to E (nobody claims: the fence stays)
+      yield* waits(fx, "t2", "D")
+      assert.strictEqual(yield* lockValue(fx, "t2"), "?E")
+      yield* waits(fx, "t2", "C", { claim: a2.fence })
+      deepStrictEqual(yield* fx.store.queue("t2"), ["C", "D"])
+      assert.strictEqual(yield* lockValue(fx, "t2"), "?E")
+      // the fences claimed with are the ones the grants' notices named
+      deepStrictEqual(yield* noticesSeen(fx, bSees, 1), [grantedAt(a1.fence)])
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [grantedAt(a2.fence)])
+    }))
+
+  test("a claim whose fence has moved on is an ordinary attempt: the queue's head gets the free lock", (fx) =>
+    Effect.gen(function* () {
+      // t2: B's grant expired unclaimed, then another grant was made and claimed since
+      const a2 = yield* takes(fx, "t2", "A")
+      yield* waits(fx, "t2", "B")
+      yield* waits(fx, "t2", "C")
+      yield* release(fx, "t2", "A")
+      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* waits(fx, "t2", "D")
+      assert.strictEqual(yield* lockValue(fx, "t2"), "?C")
+      assert.strictEqual((yield* takes(fx, "t2", "C")).fence, a2.fence + 1)
+      yield* release(fx, "t2", "C")
+      assert.strictEqual(yield* lockValue(fx, "t2"), "?D")
       yield* waits(fx, "t2", "E")
-      yield* waits(fx, "t2", "C", { claim: true })
-      deepStrictEqual(yield* fx.store.queue("t2"), ["C", "E"])
-      assert.strictEqual(yield* lockValue(fx, "t2"), "D:1")
+      // t1, the late notice: B's grant was claimed (by a re-check) and released since
+      const a1 = yield* takes(fx, "t1", "A")
+      yield* waits(fx, "t1", "B")
+      yield* release(fx, "t1", "A")
+      assert.strictEqual((yield* takes(fx, "t1", "B")).fence, a1.fence + 1)
+      yield* waits(fx, "t1", "C")
+      yield* waits(fx, "t1", "D")
+      yield* release(fx, "t1", "B")
+      assert.strictEqual(yield* lockValue(fx, "t1"), "?C")
+      // C's grant (t1) and D's (t2) expire unclaimed: each lock is free, with a worker queued
+      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      for (const [token, stale, head] of [
+        ["t1", a1.fence, "D"],
+        ["t2", a2.fence, "E"]
+      ] as const) {
+        assert.strictEqual(yield* lockValue(fx, token), undefined, token)
+        deepStrictEqual(yield* fx.store.queue(token), [head], token)
+        // B claims with the fence of its old grant: it takes nothing, and queues behind the head
+        yield* waits(fx, token, "B", { claim: stale, n: 2 })
+        assert.strictEqual(yield* lockValue(fx, token), `?${head}`, token)
+        deepStrictEqual(yield* fx.store.queue(token), ["B"], token)
+        yield* takes(fx, token, head)
+        deepStrictEqual(yield* release(fx, token, head), { released: true, queued: 1 }, token)
+        assert.strictEqual(yield* lockValue(fx, token), "?B", token)
+      }
+    }))
+
+  test("a Granted notice names the fence as the grant found it: the grantee's claim takes the next one", (fx) =>
+    Effect.gen(function* () {
+      const a = yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      yield* waits(fx, "tok", "C")
+      const bSees = yield* recordNotices(fx, "tok", "B")
+      const cSees = yield* recordNotices(fx, "tok", "C")
+      yield* release(fx, "tok", "A")
+      const [notice] = yield* noticesSeen(fx, bSees, 1)
+      deepStrictEqual(notice, grantedAt(a.fence))
+      // the pending grant is claimed with the notice's fence
+      const b = yield* takes(fx, "tok", "B", { claim: a.fence })
+      assert.strictEqual(b.fence, a.fence + 1)
+      yield* release(fx, "tok", "B")
+      // the next grant names the fence B's claim took
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [grantedAt(b.fence)])
+      assert.strictEqual((yield* takes(fx, "tok", "C")).fence, b.fence + 1)
+    }))
+
+  test("a claim that is not a fence is refused before any I/O", (fx) =>
+    Effect.gen(function* () {
+      for (const claim of [-1, 1.5, Number.NaN, Number.MAX_SAFE_INTEGER + 1]) {
+        yield* failsWith(attempt(fx, "tok", "A", { claim }), "InvalidToken")
+      }
+      assert.strictEqual(yield* fx.keyCount, 0)
     }))
 
   test("an entry not refreshed for a lock expiration is dropped, and never granted", (fx) =>
@@ -397,7 +479,7 @@ export const queueHandoff = (backend: Backend): void => {
       const headSees = yield* recordNotices(fx, "tok", "B")
       assert.strictEqual(yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A" }), 1)
       assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
-      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [granted])
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [grantedAt(a.fence)])
       const b = yield* takes(fx, "tok", "B", { slices: ["a"] })
       deepStrictEqual(b.values, [Option.some("1")])
       assert.strictEqual(b.fence, a.fence + 1)
@@ -482,7 +564,7 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("an entry's refresh only lengthens the queue's life: a shorter lock expiration cuts no other entry short", (fx) =>
     Effect.gen(function* () {
-      yield* takes(fx, "tok", "A")
+      const a = yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
       // B's worker has a lock expiration ten times this store's: the queue lives that long
       const longMs = fx.lockExpirationMs * 10
@@ -491,7 +573,7 @@ export const queueHandoff = (backend: Backend): void => {
       // to the head (a grantee whose grant expired)
       yield* waits(fx, "tok", "C")
       yield* waits(fx, "tok", "C")
-      yield* waits(fx, "tok", "D", { claim: true })
+      yield* waits(fx, "tok", "D", { claim: a.fence })
       deepStrictEqual(yield* fx.store.queue("tok"), ["D", "B", "C"])
       for (const name of ["queue", "queue:d"]) {
         const ttl = yield* ttlOf(fx, "tok", name)

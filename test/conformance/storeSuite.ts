@@ -86,7 +86,7 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
 /** Every operation that takes an instance id, applied to `instanceId`. */
 const instanceOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [
   ["acquireQueued", (i) => store.acquireQueued("tok", "lock-1", ["a"], { instanceId: i })],
-  ["acquireQueued (claim)", (i) => store.acquireQueued("tok", "lock-1", [], { instanceId: i, claim: true })],
+  ["acquireQueued (claim)", (i) => store.acquireQueued("tok", "lock-1", [], { instanceId: i, claim: 1 })],
   ["releaseQueued (requeue)", (i) => store.releaseQueued("tok", "lock-1", { instanceId: i, requeue: true })],
   [
     "commitAndReleaseQueued (requeue)",

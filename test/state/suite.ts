@@ -686,6 +686,61 @@ export const stateSuite = (backend: StateBackend) => {
           })
       )
     }
+
+    // memory only: the store holds a notice back until the test delivers it
+    if (backend.name === "memory") {
+      test(
+        "a Granted notice that arrives after its grant was claimed and released takes nothing: the queue's head gets the free lock",
+        // re-checks every 700 ms; a grant pending for 2 s ends 5 ms before the waiter's re-check
+        { lockExpiration: 7_000, handoffTimeout: 2_000, lockWarningThreshold: 5_000 },
+        (cluster, tools) =>
+          Effect.gen(function* () {
+            const lateNotice = Option.getOrThrow(cluster.handoffs.lateNotice)
+            const b = yield* cluster.worker()
+            yield* holdFake(cluster, "t", "H")
+            const gate = yield* Deferred.make<void>()
+            const entered = yield* Deferred.make<void>()
+            const first = yield* Effect.fork(held(b, "t", gate, entered))
+            yield* queueBecomes(cluster, tools, [b.id])
+            // H hands the lock to b, whose notice is held back: b's re-check claims the grant
+            const deliver = yield* lateNotice("t", b, releaseFake(cluster, "H"))
+            yield* tools.advance(700)
+            yield* tools.until("b's claim", Deferred.isDone(entered))
+            // X and Y queue behind b; b's release hands the lock to X, who never claims it
+            yield* queueFake(cluster, "t", "X")
+            yield* queueFake(cluster, "t", "Y")
+            yield* Deferred.succeed(gate, undefined)
+            yield* join(tools, first)
+            yield* lockBecomes(cluster, tools, "?X")
+            // b waits again, behind Y
+            const second = yield* Effect.fork(inc(b, "t"))
+            yield* tools.until(
+              "b queued behind Y",
+              Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[0] === "Y" && ids[1] === b.id)
+            )
+            // X's grant expires: the lock is free, Y at the head, and b's re-check is 5 ms away
+            // (a grant's remaining time + 5 ms)
+            const pending = yield* cluster.store.holder("t")
+            assert.isTrue(Option.isSome(pending))
+            yield* tools.advance(Option.getOrThrow(pending).remainingMs)
+            assert.strictEqual(yield* lockValue(cluster, "t"), undefined)
+            deepStrictEqual(yield* cluster.store.queue("t"), ["Y", b.id])
+            // now b hears of its first grant
+            yield* deliver
+            yield* tools.settle
+            // b did not take the free lock ahead of Y (nor serve its waiter under it): its
+            // attempt granted the lock to Y, and b waits behind
+            assert.strictEqual(yield* cluster.stored("t"), 1)
+            assert.strictEqual(yield* lockValue(cluster, "t"), "?Y")
+            deepStrictEqual(yield* cluster.store.queue("t"), [b.id])
+            assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+            // Y leaves: its grant passes to b, whose waiter is served
+            yield* cluster.store.leaveQueue("t", "Y")
+            assert.strictEqual(yield* join(tools, second), 2)
+            assert.strictEqual(yield* cluster.stored("t"), 2)
+          })
+      )
+    }
   })
 
   describe("leases (oplock)", () => {

@@ -86,6 +86,14 @@ export interface Handoffs {
       during: Effect.Effect<void>
     ) => Effect.Effect<void>
   >
+  /**
+   * Memory only: run `release` (which hands the token's lock to `grantee`) so that the
+   * grant's notice is held back; the effect returned delivers it, late (by then the grantee
+   * may have claimed the grant by a re-check, used it and released it).
+   */
+  readonly lateNotice: Option.Option<
+    (token: string, grantee: Worker, release: Effect.Effect<unknown, unknown>) => Effect.Effect<Effect.Effect<void>>
+  >
 }
 
 export interface Cluster {
@@ -170,6 +178,7 @@ const pausedHandoffs = (
       return Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, over - now)))
     })
   return {
+    lateNotice: Option.none(),
     unheard: (token, grantee, release) => pauseAndRelease(token, grantee, release, Math.floor(commandTimeoutMs / 2)),
     claimReplyLost: (token, grantee, release) =>
       // the grantee's re-check comes within a re-check interval, then times out; what it sends
@@ -275,7 +284,14 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
             yield* Effect.orDie(release)
             yield* settle
           }),
-        claimHeld: Option.none()
+        claimHeld: Option.none(),
+        lateNotice: Option.some((_token, _grantee, release) =>
+          Effect.gen(function* () {
+            yield* control(shared).holdNotices(1)
+            yield* Effect.orDie(release)
+            return control(shared).deliverHeldNotices
+          })
+        )
       })
     })
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }

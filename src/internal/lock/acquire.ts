@@ -58,12 +58,21 @@ const makeGrant = (
   grantedAt
 })
 
+/** How a wait ended: a `Granted` notice (with its grant's fence, if it named one), a re-check, or the local queue. */
+type Woken =
+  | { readonly _tag: "granted"; readonly fence: number | undefined }
+  | { readonly _tag: "recheck" }
+  | { readonly _tag: "local" }
+
+const recheck: Woken = { _tag: "recheck" }
+const localChange: Woken = { _tag: "local" }
+
 /**
- * Wait for the lock to be handed over (`"granted"`), for a resubscription (`"recheck"`:
- * a notice may have been lost), for the local queue to say so (`stop(wanted)`: `"local"`),
- * or for `timeoutMs` (`"recheck"`). Every source completes the one `changed` of the local
- * queue (the timeout by an entry of the worker's timers, which `poke`s), so a wait costs an
- * entry in a heap, not a fiber.
+ * Wait for the lock to be handed over (`"granted"`, with the fence of the newest grant
+ * notified), for a resubscription (`"recheck"`: a notice may have been lost), for the local
+ * queue to say so (`stop(wanted)`: `"local"`), or for `timeoutMs` (`"recheck"`). Every
+ * source completes the one `changed` of the local queue (the timeout by an entry of the
+ * worker's timers), so a wait costs an entry in a heap, not a fiber.
  */
 const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false
@@ -82,11 +91,13 @@ const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wa
         while (true) {
           // Looked at before the checks: a change after them completes it.
           const { changed, wanted } = yield* local.look
-          if (stop(wanted)) return "local" as const
+          if (stop(wanted)) return localChange
           const events = yield* Queue.takeAll(signals)
-          if (Chunk.some(events, (event) => event._tag === "Granted")) return "granted" as const
-          if (Chunk.some(events, (event) => event._tag === "Resubscribed")) return "recheck" as const
-          if (timedOut) return "recheck" as const
+          // the newest grant: an older one's notice names a fence that has moved on
+          const grant = Chunk.findLast(events, (event) => event._tag === "Granted")
+          if (Option.isSome(grant)) return { _tag: "granted", fence: grant.value.fence } satisfies Woken
+          if (Chunk.some(events, (event) => event._tag === "Resubscribed")) return recheck
+          if (timedOut) return recheck
           yield* changed
         }
       }),
@@ -112,13 +123,21 @@ export const acquire = (
   // or an attempt whose reply was lost) releases it: lock ids are unique, so releasing
   // one this worker was not granted deletes nothing.
   const state = { queued: previous.queued, granted: false, attempting: undefined as string | undefined }
-  const attempt = (claim: boolean) =>
+  // `claim`: the fence a `Granted` notice named. The store honours it only while no claim
+  // came since that grant: a notice that arrives late (its grant claimed by a re-check, or
+  // used and released) makes an ordinary attempt, never one ahead of the queue's head.
+  const attempt = (claim: number | undefined) =>
     Effect.gen(function* () {
       const lockId = nextLockId()
       state.attempting = lockId
       // a failed attempt may have queued the worker all the same: it leaves on exit
       state.queued = true
-      const result = yield* store.acquireQueued(token, lockId, slices, { instanceId, claim })
+      const result = yield* store.acquireQueued(
+        token,
+        lockId,
+        slices,
+        claim === undefined ? { instanceId } : { instanceId, claim }
+      )
       if (result._tag === "Queued") {
         state.attempting = undefined
         return Either.left(result.remainingMs)
@@ -134,14 +153,14 @@ export const acquire = (
     if (previous.attempted !== true) {
       // What was signalled before the attempt is answered by it.
       yield* local.drain
-      const first = yield* attempt(false)
+      const first = yield* attempt(undefined)
       if (Either.isRight(first)) return Option.some(first.right)
       remainingMs = first.left
     }
     // Listening before it waits: a subscription made after the attempt that queued the
     // worker may have missed the notice of a grant, so a first re-check follows it.
-    let claim = false
-    let recheck = !listening
+    let claim: number | undefined
+    let checkFirst = !listening
     while (true) {
       // A waiter leaving during the attempt ends the wait that follows at once.
       const { wanted } = yield* local.look
@@ -150,25 +169,25 @@ export const acquire = (
       listening = true
       // Listening only now, after the attempt that queued the worker: a notice of a grant
       // sent before may have been missed, unless the channel says none was.
-      if (recheck && previous.attempted === true && !local.missedSince(previous.mark)) recheck = false
-      if (!recheck) {
+      if (checkFirst && previous.attempted === true && !local.missedSince(previous.mark)) checkFirst = false
+      if (!checkFirst) {
         const woken = yield* waitFor(
           env.timers,
           local,
           Math.max(1, Math.min(remainingMs + 5, recheckMs)),
           (wanted) => !wanted
         )
-        if (woken === "local") continue
-        claim = woken === "granted"
+        if (woken._tag === "local") continue
+        claim = woken._tag === "granted" ? woken.fence : undefined
       }
-      recheck = false
+      checkFirst = false
       const next = yield* attempt(claim)
       if (Either.isRight(next)) {
         yield* Metric.update(lockWait, next.right.grantedAt - started)
         return Option.some(next.right)
       }
       remainingMs = next.left
-      claim = false
+      claim = undefined
     }
   }).pipe(
     // Leaving without a grant handed out (every waiter gone, interrupted, or a store

@@ -1,7 +1,8 @@
 /**
  * The control of the embedded store, which only tests use (`MemoryStoreControl`): take the
  * store down and up, drop its subscriber "connection", plant or read raw values and TTLs, count its
- * keys and operations, watch its flushes, refuse socket events, lose notices and replies.
+ * keys and operations, watch its flushes, refuse socket events, lose or delay notices, lose
+ * replies.
  * `MemoryStore` gives it its public type (`MemoryStoreControl.Service`). Its own operations
  * work whatever the availability: a test can plant data during an outage.
  *
@@ -87,6 +88,15 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
       Effect.sync(() => {
         state.noticesToLose = count
       }),
+
+    holdNotices: (count: number) =>
+      Effect.sync(() => {
+        state.noticesToHold = count
+      }),
+
+    deliverHeldNotices: Effect.sync(() => {
+      for (const deliver of state.heldNotices.splice(0)) deliver()
+    }),
 
     loseReplies: (operation: string, count: number) =>
       Effect.sync(() => {

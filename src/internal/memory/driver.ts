@@ -42,6 +42,10 @@ export interface State {
   operations: number
   /** Notices to workers still to lose (`MemoryStoreControl.loseNotices`). */
   noticesToLose: number
+  /** Notices to workers still to hold back (`MemoryStoreControl.holdNotices`). */
+  noticesToHold: number
+  /** The notices held back, each delivering itself (to whoever listens then) when run. */
+  readonly heldNotices: Array<() => void>
   /** Replies still to lose, by operation (`MemoryStoreControl.loseReplies`). */
   readonly repliesToLose: Map<string, number>
   /** Emits the keyspace event Redis would publish for a change of a socket key. */
@@ -106,6 +110,8 @@ export const make = (
       socketEventsRefused: false,
       operations: 0,
       noticesToLose: 0,
+      noticesToHold: 0,
+      heldNotices: [],
       repliesToLose: new Map(),
       keyEvent: (key, event) => {
         if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
@@ -134,6 +140,11 @@ export const make = (
       publish: (channel, message) => {
         if (state.noticesToLose > 0 && channel.startsWith(keys.workerNotices(""))) {
           state.noticesToLose--
+          return
+        }
+        if (state.noticesToHold > 0 && channel.startsWith(keys.workerNotices(""))) {
+          state.noticesToHold--
+          state.heldNotices.push(() => delivered.get(channel)?.unsafeOffer(message))
           return
         }
         delivered.get(channel)?.unsafeOffer(message)

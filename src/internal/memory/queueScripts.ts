@@ -19,6 +19,7 @@ import { lost, NotAnInteger, pttl, readAndRefresh, readFence, type Space, writeS
 interface Queue {
   readonly s: Space
   readonly now: number
+  readonly token: string
   readonly lockKey: string
   readonly orderKey: string
   readonly deadlineKey: string
@@ -33,6 +34,7 @@ const openQueue = (s: Space, now: number, token: string): Queue => {
   return {
     s,
     now,
+    token,
     lockKey: s.keys.lock(token),
     orderKey,
     deadlineKey,
@@ -109,16 +111,34 @@ const enqueue = (q: Queue, member: string, atHead: boolean): void => {
   }
 }
 
-/** `grantNext`: a free lock becomes the head's pending grant, and the head alone is told. */
+/**
+ * `fenceNow`: the fence as a grant names it, the string stored (`"0"` when there is none),
+ * or `undefined` when it is not a canonical whole number (a key of another kind included:
+ * it refuses nothing here).
+ */
+const fenceNow = (q: Queue): string | undefined => {
+  const key = q.s.keys.fence(q.token)
+  const entry = q.s.ks.get(key, q.now)
+  if (entry === undefined) return "0"
+  if (entry._tag !== "string") return undefined
+  return entry.value.length <= 16 && /^(0|[1-9]\d*)$/.test(entry.value) ? entry.value : undefined
+}
+
+/**
+ * `grantNext`: a free lock becomes the head's pending grant, and the head alone is told, by
+ * `granted <fence>` (the fence as it stands: the notice names the grant), or by `granted`
+ * alone when the fence is not a number.
+ */
 const grantNext = (q: Queue, granted: string): void => {
   const { keys, ks } = q.s
   // EXISTS: a key of any kind
   if (ks.get(q.lockKey, q.now) !== undefined) return
   const head = ordered(q)[0]
   if (head === undefined) return
+  const named = fenceNow(q)
   remove(q, head)
   ks.setString(q.lockKey, `?${head}`, q.now + q.s.handoffMs)
-  q.s.publish(keys.workerNotices(head), granted)
+  q.s.publish(keys.workerNotices(head), named === undefined ? granted : `${granted} ${named}`)
 }
 
 /** `noticeHolder`: the worker of the lock id holding the lock (before its last `:`) hears of the queue. */
@@ -139,14 +159,16 @@ export const acquireQueued = (
   lockId: string,
   slices: ReadonlyArray<string>,
   instanceId: string,
-  claim: boolean,
+  claim: number | undefined,
   notices: NoticeMessages
 ): AcquireQueued.Reply => {
   const q = openQueue(s, now, token)
   const value = s.ks.getString(q.lockKey, now)?.value
   dropLate(q)
   const head = ordered(q)[0]
-  if (value === `?${instanceId}` || (value === undefined && (head === undefined || head === instanceId || claim))) {
+  // the grant claimed is still the last one made: nobody has claimed since
+  const claimed = claim !== undefined && fenceNow(q) === String(claim)
+  if (value === `?${instanceId}` || (value === undefined && (head === undefined || head === instanceId || claimed))) {
     // Read before anything is written: a fence or a slice that cannot be read refuses the step.
     const fence = readFence(s, token, now)
     if (fence === undefined) throw new NotAnInteger()
@@ -157,7 +179,7 @@ export const acquireQueued = (
     return { _tag: "Acquired", fence: fence + 1, queued: q.order?.members.size ?? 0, values }
   }
   if (value === undefined) grantNext(q, notices.granted)
-  enqueue(q, instanceId, claim)
+  enqueue(q, instanceId, claimed)
   noticeHolder(q, notices.contended)
   const lock = s.ks.getString(q.lockKey, now)
   return { _tag: "Queued", pttl: lock === undefined ? -2 : pttl(lock, now) }

@@ -18,6 +18,7 @@ import * as Scripts from "./scripts/index.js"
 export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs, topology }: Context) => {
   const queueKeys = (token: string) => ({
     lock: keys.lock(token),
+    fence: keys.fence(token),
     queue: keys.queue(token),
     deadlines: keys.queueDeadlines(token)
   })
@@ -25,7 +26,7 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
     acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
       Effect.flatMap(
         runScript("acquireQueued", Scripts.acquireQueued, {
-          keys: { ...queueKeys(token), fence: keys.fence(token) },
+          keys: queueKeys(token),
           restKeys: slices.map((name) => keys.slice(token, name)),
           args: {
             lockId,
@@ -33,7 +34,7 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
             tokenMs,
             handoffMs,
             instanceId,
-            claim: claim ? "1" : "0",
+            claim: claim === undefined ? "" : String(claim),
             noticePrefix: topology.noticePrefix(keys, token),
             granted: notices.granted,
             contended: notices.contended
@@ -62,7 +63,7 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
     commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
       Effect.map(
         runScript("commitAndReleaseQueued", Scripts.commitAndReleaseQueued, {
-          keys: { ...queueKeys(token), fence: keys.fence(token) },
+          keys: queueKeys(token),
           restKeys: entries.map(([name]) => keys.slice(token, name)),
           args: {
             lockId,

@@ -36,6 +36,7 @@ import type { Keys } from "../keys.js"
  * the queue steps on the channel of the worker they concern.
  */
 export interface NoticeMessages {
+  /** A grant's notice without its fence: the step that grants appends ` <fence>`. */
   readonly granted: string
   readonly contended: string
 }
@@ -91,7 +92,8 @@ export interface Driver {
     lockId: string,
     slices: ReadonlyArray<string>,
     instanceId: string,
-    claim: boolean,
+    /** The fence of the grant claimed (a `Granted` notice's), or `undefined` for none. */
+    claim: number | undefined,
     notices: NoticeMessages
   ) => Effect.Effect<QueuedAcquireResult, StoreError>
   /** `queued`: the other live entries, counted before the requeue and the grant. */

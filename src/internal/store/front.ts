@@ -29,6 +29,7 @@ import {
   encodeSocketRecord
 } from "../codec.js"
 import {
+  claimError,
   isValidToken,
   lockIdError,
   signalInstance,
@@ -102,8 +103,8 @@ const queueStepError = (token: string, instanceId: string, lockId: string, names
 const queuePart = (driver: Driver) =>
   ({
     acquireQueued: (token, lockId, slices, options) =>
-      checked(queueStepError(token, options.instanceId, lockId, slices), () =>
-        driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim === true, noticeMessages(token))
+      checked(queueStepError(token, options.instanceId, lockId, slices) ?? claimError(options.claim), () =>
+        driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim, noticeMessages(token))
       ),
     releaseQueued: (token, lockId, options) =>
       checked(queueStepError(token, options.instanceId, lockId, []), () =>

@@ -1,10 +1,13 @@
 /**
  * `acquireQueued` (DESIGN §4.4, §4.6): take the lock when it is a grant pending for this
  * worker, or when it is free and nobody else is queued ahead (the queue is empty, its head
- * is this worker, or `claim` "1": a grantee whose grant expired). Taking sets the lock id,
- * reads the slices, increments the fence and takes the worker out of the queue. Otherwise a
- * free lock goes to the queue's head, and the worker is queued (at the head with `claim`,
- * else at the tail; once), its deadline refreshed, and the lock's holder told again.
+ * is this worker, or a claim of a grant that expired unclaimed: `claim` equals the fence,
+ * which has not moved since that grant was made). Taking sets the lock id, reads the
+ * slices, increments the fence and takes the worker out of the queue. Otherwise a free lock
+ * goes to the queue's head, and the worker is queued (once: at the head for a claim that
+ * still names the fence, else at the tail), its deadline refreshed, and the lock's holder
+ * told again. A claim whose fence has moved on (a late notice: its grant was claimed, or
+ * another claim came since) is an ordinary attempt.
  *
  * Redis does not roll back a script that fails half-way: a read that fails (a slice key of
  * the wrong type) deletes the lock it just set, as `tryAcquire` does.
@@ -31,13 +34,17 @@ export const script = define({
   name: "leaseholdAcquireQueued",
   keys: ["lock", "fence", "queue", "deadlines"],
   restKeys: "slices",
-  // claim "1" / "0"; noticePrefix: a worker's notice channel is noticePrefix .. <worker>
+  // claim: the fence of the grant claimed, "" for none; noticePrefix: a worker's notice
+  // channel is noticePrefix .. <worker>
   args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "claim", "noticePrefix", "granted", "contended"],
   body: (dialect) => `${serverNow}${findLate}
 local value = redis.call("GET", lock)
 ${dropLate}${enqueue}${grantNext(dialect)}
 local head = redis.call("ZRANGE", queue, 0, 0)[1]
-if value == "?" .. instanceId or (not value and (not head or head == instanceId or claim == "1")) then
+-- the grant claimed is still the last one made: nobody has claimed since (strings compared,
+-- both canonical)
+local claimed = claim ~= "" and fenceNow() == claim
+if value == "?" .. instanceId or (not value and (not head or head == instanceId or claimed)) then
   -- A step refused half-way (a slice of another type, a fence that is not a number) leaves
   -- the lock as it found it: a grant pending for this worker stays pending.
   local pendingMs = value and redis.call("PTTL", lock) or 0
@@ -74,7 +81,7 @@ end
 if not value then
   grantNext()
 end
-enqueue(instanceId, claim == "1")
+enqueue(instanceId, claimed)
 ${noticeHolder(dialect)}
 return {0, redis.call("PTTL", lock)}
 `,

@@ -12,7 +12,8 @@ import { countQueued, dropLate, findLate, grantNext, serverNow } from "./queueLu
 /** @internal */
 export const leave = define({
   name: "leaseholdLeaveQueue",
-  keys: ["lock", "queue", "deadlines"],
+  // fence: read (never written) for the grant's notice
+  keys: ["lock", "fence", "queue", "deadlines"],
   args: ["instanceId", "handoffMs", "noticePrefix", "granted"],
   body: (dialect) => `${serverNow}${findLate}
 local value = redis.call("GET", lock)

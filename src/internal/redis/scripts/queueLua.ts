@@ -4,8 +4,9 @@
  * scored by its deadline on the server's clock, `lockMs` after its last enqueue or refresh).
  * An entry is in both or in neither; both keys expire with the newest deadline.
  *
- * Each fragment reads the named locals of the script it is spliced into (`lock`, `queue`,
- * `deadlines`, `instanceId`, `lockMs`, `handoffMs`, `noticePrefix`, `granted`, `contended`)
+ * Each fragment reads the named locals of the script it is spliced into (`lock`, `fence`,
+ * `queue`, `deadlines`, `instanceId`, `lockMs`, `handoffMs`, `noticePrefix`, `granted`,
+ * `contended`)
  * and the `now` of `serverNow`. The reads come before the writes (`findLate`, `countQueued`),
  * so that a key of another kind refuses a whole step before anything is written.
  *
@@ -83,13 +84,36 @@ end
 `
 
 /**
+ * `fenceNow()` (spliced in with `grantNext`): the token's fence as a grant names it, the
+ * string stored (`"0"` when there is none: the next claim's INCR makes it 1), or `nil` when
+ * it is not a canonical whole number (a key of another kind included: read with pcall, it
+ * refuses nothing here). The fence only moves at a claim, so it still equals what a grant
+ * read while nobody has claimed since.
+ */
+const fenceNow = `
+local function fenceNow()
+  local current = redis.pcall("GET", fence)
+  if not current then
+    return "0"
+  end
+  if type(current) == "string" and #current <= 16 and (current == "0" or string.match(current, "^[1-9]%d*$")) then
+    return current
+  end
+  return nil
+end
+`
+
+/**
  * `grantNext()`: when the lock is free and someone is queued, the head leaves the queue, the
  * lock becomes its pending grant (`?<worker>`, which no lock id can equal, for `handoffMs`)
- * and that worker alone is told.
+ * and that worker alone is told, by `granted .. " " .. <fence>`: the notice names the grant
+ * (the fence as it stands, see `fenceNow`), so a claim made on a late notice can be told from
+ * one on a grant that expired unclaimed. A fence that is not a number gives the notice
+ * without one (its claim is then an ordinary attempt). Defines `fenceNow` too.
  *
  * @internal
  */
-export const grantNext = (dialect: Dialect) => `
+export const grantNext = (dialect: Dialect) => `${fenceNow}
 local function grantNext()
   if redis.call("EXISTS", lock) == 1 then
     return
@@ -98,10 +122,11 @@ local function grantNext()
   if not head then
     return
   end
+  local named = fenceNow()
   redis.call("ZREM", queue, head)
   redis.call("ZREM", deadlines, head)
   redis.call("SET", lock, "?" .. head, "PX", handoffMs)
-  redis.call("${dialect.publish}", noticePrefix .. head, granted)
+  redis.call("${dialect.publish}", noticePrefix .. head, named and (granted .. " " .. named) or granted)
 end
 `
 

@@ -18,7 +18,8 @@ export interface Reply {
 /** @internal */
 export const script = define({
   name: "leaseholdReleaseQueued",
-  keys: ["lock", "queue", "deadlines"],
+  // fence: read (never written) for the grant's notice
+  keys: ["lock", "fence", "queue", "deadlines"],
   // requeue "1" / "0"
   args: ["lockId", "lockMs", "handoffMs", "instanceId", "requeue", "noticePrefix", "granted"],
   body: (dialect) => `${serverNow}${findLate}
