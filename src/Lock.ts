@@ -18,7 +18,6 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as MetricBoundaries from "effect/MetricBoundaries"
 import type * as Option from "effect/Option"
-import type * as Queue from "effect/Queue"
 import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
 import * as Timers from "./internal/timers.js"
@@ -61,7 +60,7 @@ export interface LocalQueue {
    */
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
-  readonly signals: Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError>
+  readonly signals: Effect.Effect<SignalInbox, InvalidToken | StoreError>
   /** Drop the signals received so far, without subscribing when the caller has not yet. */
   readonly drain: Effect.Effect<void>
   /** Whether the token's signals are subscribed already (`signals` was opened). */
@@ -72,6 +71,17 @@ export interface LocalQueue {
   readonly wake: () => void
   /** `Signals.missedSince` for the token. */
   readonly missedSince: (mark: Mark) => boolean
+}
+
+/**
+ * The signals a session received and nobody has taken yet.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SignalInbox {
+  /** The signals received since the last `take`, oldest first. */
+  readonly take: () => ReadonlyArray<SignalEvent>
 }
 
 /**

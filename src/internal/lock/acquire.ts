@@ -8,15 +8,14 @@
  *
  * @internal
  */
-import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
+import type { SignalEvent } from "../../Signals.js"
 import type { QueuedAcquireResult, Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import type { Timers } from "../timers.js"
@@ -92,11 +91,12 @@ const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wa
           // Looked at before the checks: a change after them completes it.
           const { changed, wanted } = yield* local.look
           if (stop(wanted)) return localChange
-          const events = yield* Queue.takeAll(signals)
+          const events = signals.take()
           // the newest grant: an older one's notice names a fence that has moved on
-          const grant = Chunk.findLast(events, (event) => event._tag === "Granted")
-          if (Option.isSome(grant)) return { _tag: "granted", fence: grant.value.fence } satisfies Woken
-          if (Chunk.some(events, (event) => event._tag === "Resubscribed")) return recheck
+          let grant: Extract<SignalEvent, { readonly _tag: "Granted" }> | undefined
+          for (const event of events) if (event._tag === "Granted") grant = event
+          if (grant !== undefined) return { _tag: "granted", fence: grant.fence } satisfies Woken
+          if (events.some((event) => event._tag === "Resubscribed")) return recheck
           if (timedOut) return recheck
           yield* changed
         }

@@ -9,7 +9,6 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import { LockExpired } from "../../StateError.js"
@@ -112,7 +111,7 @@ export const commitAndRelease = (
     // What was signalled so far is answered by this step (a `Granted` for a grant this
     // worker took by a re-check, a `Resubscribed` before it): the wait that may follow
     // must not act on it.
-    if (session.signals !== undefined) yield* Queue.takeAll(session.signals)
+    session.signals?.take()
     const result = yield* Effect.either(
       writeOrFail(store.commitAndReleaseQueued(token, lockId, writes, { instanceId, requeue: waiting }))
     )

@@ -10,7 +10,6 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import type { LockLost, StoreError } from "../../StoreError.js"
@@ -139,7 +138,7 @@ const watchContention = (state: HoldState) =>
     state.watching = true
     const events = yield* openSignals(state.env, state.session)
     // what came before the check is covered by it
-    yield* Queue.takeAll(events)
+    events.take()
     if ((yield* state.env.store.queueLength(state.token, state.env.instanceId)) > 0) yield* contend(state)
   })
 
@@ -155,15 +154,13 @@ const checkSignals = (state: HoldState) =>
   Effect.suspend(() => {
     const events = state.session.signals
     if (events === undefined || state.contended) return Effect.void
-    return Effect.flatMap(Queue.takeAll(events), (chunk) => {
-      let resubscribed = false
-      for (const event of chunk) {
-        // notices reach this worker only: a `Contended` one says another worker queued
-        if (event._tag === "Contended") return contend(state)
-        if (event._tag === "Resubscribed") resubscribed = true
-      }
-      return resubscribed ? recheckContenders(state) : Effect.void
-    })
+    let resubscribed = false
+    for (const event of events.take()) {
+      // notices reach this worker only: a `Contended` one says another worker queued
+      if (event._tag === "Contended") return contend(state)
+      if (event._tag === "Resubscribed") resubscribed = true
+    }
+    return resubscribed ? recheckContenders(state) : Effect.void
   })
 
 /** A running keep-alive: `stop` ends it (an extension under way may still finish). */

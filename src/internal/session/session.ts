@@ -10,10 +10,9 @@
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import type { Request } from "../../Lease.js"
-import type { Grant, LocalQueue, Lock } from "../../Lock.js"
+import type { Grant, LocalQueue, Lock, SignalInbox } from "../../Lock.js"
 import type { SignalEvent, Signals } from "../../Signals.js"
 import type { Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
@@ -62,7 +61,7 @@ export interface Session {
   changed: OneShot<void>
   /** Ends the session's listening to the token's signals; called when the session ends. */
   unlisten: (() => void) | undefined
-  signals: Queue.Dequeue<SignalEvent> | undefined
+  signals: Inbox | undefined
   lease: LeaseState | undefined
   /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
   own: Grant | undefined
@@ -111,31 +110,49 @@ export const newSession = (env: SessionEnv, token: string): Session => {
   return session
 }
 
+const none: ReadonlyArray<SignalEvent> = []
+
+/**
+ * A session's signals not yet taken: a plain array, since every reader takes all at once
+ * and none waits on it (a session waits on `changed`, which each signal completes).
+ *
+ * @internal
+ */
+export class Inbox implements SignalInbox {
+  private items: Array<SignalEvent> = []
+  push(event: SignalEvent): void {
+    this.items.push(event)
+  }
+  readonly take = (): ReadonlyArray<SignalEvent> => {
+    if (this.items.length === 0) return none
+    const taken = this.items
+    this.items = []
+    return taken
+  }
+}
+
 /**
  * The token's signals, listened to once per session and until the session ends: a
  * listener that puts each signal in the session's queue and wakes whatever waits on it.
  *
  * @internal
  */
-export const openSignals = (
-  env: SessionEnv,
-  session: Session
-): Effect.Effect<Queue.Dequeue<SignalEvent>, InvalidToken | StoreError> =>
+export const openSignals = (env: SessionEnv, session: Session): Effect.Effect<Inbox, InvalidToken | StoreError> =>
   Effect.suspend(() => {
     if (session.signals !== undefined) return Effect.succeed(session.signals)
     // Recorded in the same uninterruptible step as the listening succeeds: an interruption
     // in between would leave a listener that nothing removes.
     return Effect.uninterruptibleMask((restore) =>
       Effect.gen(function* () {
-        const queue = yield* Queue.unbounded<SignalEvent>()
+        const inbox = new Inbox()
         session.unlisten = yield* restore(
           env.signals.listen(session.token, (event) => {
-            Queue.unsafeOffer(queue, event)
+            inbox.push(event)
             notify(session)
           })
         )
-        session.signals = queue
-        return queue as Queue.Dequeue<SignalEvent>
+        session.signals = inbox
+        return inbox
       })
     )
   })
@@ -148,9 +165,9 @@ export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
     return { wanted: session.queue.length > 0, changed: changed.await }
   }),
   signals: openSignals(env, session),
-  drain: Effect.suspend(() =>
-    session.signals === undefined ? Effect.void : Effect.asVoid(Queue.takeAll(session.signals))
-  ),
+  drain: Effect.sync(() => {
+    session.signals?.take()
+  }),
   listening: Effect.sync(() => session.signals !== undefined),
   poke: Effect.sync(() => notify(session)),
   wake: () => notify(session),
