@@ -417,23 +417,13 @@ describe("the timers of holds and waits", () => {
       })
       const w = yield* cluster.worker()
       yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
-      const gate = yield* Deferred.make<void>()
-      const entered = yield* Deferred.make<void>()
-      const fiber = yield* Effect.fork(
-        w.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-            s.n,
-            { n: s.n + 1 }
-          ] as const)
-        )
-      )
-      yield* Deferred.await(entered)
+      const held = yield* holding(w, "t")
       const closing = yield* Effect.fork(w.close)
       yield* settle
       // well past the lock expiration: only the keep-alive's extensions keep the lock
       for (let i = 0; i < 25; i++) yield* advance(100)
-      yield* Deferred.succeed(gate, undefined)
-      const exit = yield* Fiber.await(fiber)
+      yield* held.open
+      const exit = yield* Fiber.await(held.fiber)
       yield* Fiber.join(closing)
       assert.isTrue(Exit.isSuccess(exit), `the modification failed: ${JSON.stringify(exit)}`)
       assert.strictEqual(yield* cluster.stored("t"), 2)
