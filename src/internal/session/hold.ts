@@ -332,17 +332,16 @@ const serve = (state: HoldState) =>
       }
       if (now >= state.deadline) return
       if (mode === "batch" || state.contended) {
-        // Nothing queued here, and the modifications of several callers wait for their
-        // write. Written now under the grant kept, they are acknowledged, and their callers
-        // usually queue their next modification at once: one turn of the event loop lets
-        // them, and the grant serves those too (within the quantum once another worker
-        // waits) instead of a release, a hand-off and a new grant per round. Otherwise the
-        // quantum is for the modifications this worker has queued, not for ones that might
-        // still come; and a grant that served one modification is released with its write.
-        // While another worker waits, only a write that ends before the deadline (as long
-        // as the last one took) is made: the wait of the worker behind stays within the
-        // quantum and the last write's release.
-        if (lingered || state.unacked.length === 0 || state.served < 2) return
+        // Nothing queued here, and the modifications served wait for their write. Written
+        // now under the grant kept, they are acknowledged, and their callers usually queue
+        // their next modification at once (a loop, a burst of events): one turn of the
+        // event loop lets them, and the grant serves those too (within the quantum once
+        // another worker waits) instead of a release, a hand-off and a claim per round.
+        // A caller that does not come back costs the grant one write more before its
+        // release. While another worker waits, only a write that ends before the deadline
+        // (as long as the last one took) is made: the wait of the worker behind stays
+        // within the quantum and the last write's release.
+        if (lingered || state.unacked.length === 0) return
         if (state.contended && now + state.writeMs >= state.deadline) return
         yield* flush(state)
         if (state.failed !== undefined) return
