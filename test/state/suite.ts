@@ -619,6 +619,19 @@ export const stateSuite = (backend: StateBackend) => {
     const releaseFake = (cluster: Cluster, id: string) =>
       cluster.store.releaseQueued("t", `${id}:1`, { instanceId: id })
 
+    /** A worker `b` whose modification waits in the queue behind a fake holder `H`, with a fake `N` behind it. */
+    const queuedBetweenFakes = (cluster: Cluster, tools: Tools) =>
+      Effect.gen(function* () {
+        const b = yield* cluster.worker()
+        yield* holdFake(cluster, "t", "H")
+        const waiter = yield* Effect.fork(inc(b, "t"))
+        yield* queueBecomes(cluster, tools, [b.id])
+        yield* queueFake(cluster, "t", "N")
+        deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
+        yield* tools.settle
+        return { b, waiter }
+      })
+
     test(
       "a waiter interrupted while its worker's grant is pending, unclaimed: the grant passes to the next worker, and no entry is left",
       { lockExpiration: 10_000, handoffTimeout: 4_000, commandTimeout: 4_000 },
@@ -652,13 +665,7 @@ export const stateSuite = (backend: StateBackend) => {
       { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000 },
       (cluster, tools) =>
         Effect.gen(function* () {
-          const b = yield* cluster.worker()
-          yield* holdFake(cluster, "t", "H")
-          const waiter = yield* Effect.fork(inc(b, "t"))
-          yield* queueBecomes(cluster, tools, [b.id])
-          yield* queueFake(cluster, "t", "N")
-          deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
-          yield* tools.settle
+          const { b, waiter } = yield* queuedBetweenFakes(cluster, tools)
           yield* cluster.handoffs.claimReplyLost("t", b, releaseFake(cluster, "H"))
           // b's claim took the lock (a grant: H's, then b's); its release handed it to N
           yield* lockBecomes(cluster, tools, "?N")
@@ -677,13 +684,7 @@ export const stateSuite = (backend: StateBackend) => {
         { lockExpiration: 20_000, handoffTimeout: 2_000, lockWarningThreshold: 10_000, commandTimeout: 5_000 },
         (cluster, tools) =>
           Effect.gen(function* () {
-            const b = yield* cluster.worker()
-            yield* holdFake(cluster, "t", "H")
-            const waiter = yield* Effect.fork(inc(b, "t"))
-            yield* queueBecomes(cluster, tools, [b.id])
-            yield* queueFake(cluster, "t", "N")
-            deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
-            yield* tools.settle
+            const { b, waiter } = yield* queuedBetweenFakes(cluster, tools)
             const claimHeld = Option.getOrThrow(cluster.handoffs.claimHeld)
             yield* claimHeld("t", b, releaseFake(cluster, "H"), Fiber.interrupt(waiter))
             yield* lockBecomes(cluster, tools, "?N")
