@@ -11,6 +11,7 @@ import * as Schema from "effect/Schema"
 import type { Notice, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
 import { describeParseError, parseSafely } from "./parse.js"
+import { parseFence } from "./store/replies.js"
 
 /** Wire form of a signal on a token's channel. @internal */
 export const encodeSignal = (signal: Signal): string =>
@@ -52,14 +53,6 @@ export const encodeNotice = (token: string, notice: Notice): string =>
 
 const granted: Notice = { _tag: "Granted" }
 const contended: Notice = { _tag: "Contended" }
-
-/** The fence after the space of a `granted` notice: a whole number, else `undefined`. */
-const parseFence = (text: string): number | undefined => {
-  // canonical, as INCR writes it (and as the queue steps check before they append it)
-  if (!/^(0|[1-9]\d{0,15})$/.test(text)) return undefined
-  const fence = Number(text)
-  return Number.isSafeInteger(fence) ? fence : undefined
-}
 
 /** `granted:<token>` with its fence, if any; `undefined` when the part after the space is not a fence. */
 const grantedNotice = (rest: string): { readonly token: string; readonly notice: Notice } | undefined => {

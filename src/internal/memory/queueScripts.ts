@@ -12,6 +12,7 @@
 import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
 import type * as ReleaseQueued from "../redis/scripts/releaseQueued.js"
 import type { Guarded, NoticeMessages } from "../store/driver.js"
+import { parseFence } from "../store/replies.js"
 import type { SetEntry } from "./keyspace.js"
 import { lost, NotAnInteger, pttl, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
 
@@ -121,7 +122,7 @@ const fenceNow = (q: Queue): string | undefined => {
   const entry = q.s.ks.get(key, q.now)
   if (entry === undefined) return "0"
   if (entry._tag !== "string") return undefined
-  return entry.value.length <= 16 && /^(0|[1-9]\d*)$/.test(entry.value) ? entry.value : undefined
+  return parseFence(entry.value) === undefined ? undefined : entry.value
 }
 
 /**

@@ -1,7 +1,7 @@
 /**
  * What both drivers make of a lock script's reply (the Lua's, or its memory twin's): the
- * time left on a lock, and the holder with its fence. One reading for both backends, so
- * they cannot drift apart.
+ * time left on a lock, the holder with its fence, and a fence as a grant's notice names it.
+ * One reading for both backends, so they cannot drift apart.
  *
  * @internal
  */
@@ -26,6 +26,20 @@ const integerPattern = /^-?\d+$/
 /** A stored counter as INCR reads it: a safe integer, or `undefined` (INCR would refuse it). @internal */
 export const parseInteger = (raw: string): number | undefined => {
   if (!integerPattern.test(raw)) return undefined
+  const n = Number(raw)
+  return Number.isSafeInteger(n) ? n : undefined
+}
+
+const fencePattern = /^(0|[1-9]\d{0,15})$/
+
+/**
+ * A fence as a grant's notice names it: a whole number in canonical form, as INCR writes it
+ * (at most 16 digits, as the scripts check before they name it), or `undefined`.
+ *
+ * @internal
+ */
+export const parseFence = (raw: string): number | undefined => {
+  if (!fencePattern.test(raw)) return undefined
   const n = Number(raw)
   return Number.isSafeInteger(n) ? n : undefined
 }
