@@ -184,7 +184,8 @@ export const make = Effect.gen(function* () {
   let counter = 0
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
   const timers = yield* Timers.make
-  const env: Env = { store, instanceId, recheckMs, nextLockId, timers, lockWait }
+  const scope = yield* Effect.scope
+  const env: Env = { store, instanceId, recheckMs, nextLockId, timers, scope, lockWait }
 
   const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
 

@@ -14,6 +14,7 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { QueuedAcquireResult, Store } from "../../Store.js"
@@ -38,6 +39,8 @@ export interface Env {
   readonly nextLockId: () => string
   /** The worker's timers, for the re-check interval of a wait. */
   readonly timers: Timers
+  /** The service's scope: work left to the background (a release after a failed attempt) runs in it. */
+  readonly scope: Scope.Scope
   /** `Lock.lockWait`. */
   readonly lockWait: Metric.Metric.Histogram<number>
 }
@@ -231,6 +234,6 @@ export const attemptWith = (
     // its lock id, so it is released (a release of a lock id not held deletes nothing), in
     // the background: the caller's failure does not wait another command timeout for it.
     Effect.onError(() =>
-      Effect.forkDaemon(Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })))
+      Effect.forkIn(Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })), env.scope)
     )
   )
