@@ -56,7 +56,7 @@ export interface LocalQueue {
   /**
    * Whether any local waiter is left (`false`: the wait ends without a grant), with an
    * effect that completes at the next change after this look: of the local queue, a signal
-   * received, or `poke`.
+   * received, or `wake`.
    */
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
@@ -65,9 +65,7 @@ export interface LocalQueue {
   readonly drain: Effect.Effect<void>
   /** Whether the token's signals are subscribed already (`signals` was opened). */
   readonly listening: Effect.Effect<boolean>
-  /** Complete the current `changed` (a timer's way to end a wait). */
-  readonly poke: Effect.Effect<void>
-  /** `poke`, run at once (for a callback). */
+  /** Complete the current `changed` (a timer's way to end a wait), at once. */
   readonly wake: () => void
   /** `Signals.missedSince` for the token. */
   readonly missedSince: (mark: Mark) => boolean

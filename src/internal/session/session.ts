@@ -57,7 +57,7 @@ export interface LeaseState {
 export interface Session {
   readonly token: string
   readonly queue: Array<Request>
-  /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a poke. */
+  /** Completed (and renewed) at every change: a request queued or cancelled, a signal received, a wake. */
   changed: OneShot<void>
   /** Ends the session's listening to the token's signals; called when the session ends. */
   unlisten: (() => void) | undefined
@@ -169,7 +169,6 @@ export const localQueue = (env: SessionEnv, session: Session): LocalQueue => ({
     session.signals?.take()
   }),
   listening: Effect.sync(() => session.signals !== undefined),
-  poke: Effect.sync(() => notify(session)),
   wake: () => notify(session),
   missedSince: (mark) => env.signals.missedSince(session.token, mark)
 })
