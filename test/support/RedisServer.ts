@@ -41,6 +41,12 @@ export class RedisServerError extends Data.TaggedError("RedisServerError")<{
 export interface StartOptions {
   /** Extra `redis-server` arguments, e.g. `["--maxmemory", "1mb"]`. */
   readonly extraArgs?: ReadonlyArray<string>
+  /**
+   * A configuration file's text, written to `server.conf` in the server's directory and
+   * passed first (a Sentinel needs one: it rewrites it with what it learns). `restart`
+   * reuses the file as the server left it.
+   */
+  readonly configFile?: string
 }
 
 /** A running (or deliberately stopped) redis-server owned by a test. */
@@ -165,8 +171,15 @@ const pdeathsig = (): boolean => {
   return pdeathsigSupported
 }
 
-const spawnServer = (port: number, dir: string, extraArgs: ReadonlyArray<string>, log: Array<string>): Running => {
+const spawnServer = (
+  port: number,
+  dir: string,
+  extraArgs: ReadonlyArray<string>,
+  log: Array<string>,
+  configFile: string | undefined
+): Running => {
   const args = [
+    ...(configFile === undefined ? [] : [configFile]),
     "--port",
     String(port),
     "--bind",
@@ -300,13 +313,16 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
   const extraArgs = options?.extraArgs ?? []
   // inside the run directory, so that the teardown removes it even if this scope never closes
   const dir = fs.mkdtempSync(path.join(runDir(), "server-"))
+  const configText = options?.configFile
+  const configFile = configText === undefined ? undefined : path.join(dir, "server.conf")
+  if (configFile !== undefined) fs.writeFileSync(configFile, configText ?? "")
   const log: Array<string> = []
   let current: Running | undefined
   let port = 0
   let lastError: unknown
   for (let attempt = 0; attempt < 5 && current === undefined; attempt++) {
     port = await freePort()
-    const running = spawnServer(port, dir, extraArgs, log)
+    const running = spawnServer(port, dir, extraArgs, log, configFile)
     try {
       await waitReady(running, port, log)
       current = running
@@ -387,7 +403,7 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
     }),
     restart: Effect.promise(async () => {
       await stopNow()
-      const running = spawnServer(port, dir, extraArgs, log)
+      const running = spawnServer(port, dir, extraArgs, log, configFile)
       await waitReady(running, port, log)
       current = running
     }),
