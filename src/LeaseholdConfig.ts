@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Redacted from "effect/Redacted"
+import * as Redacted from "effect/Redacted"
 
 /**
  * A knob whose value is out of range or contradicts another knob.
@@ -53,6 +53,14 @@ export interface Settings {
    * the store discovers the other masters itself.
    */
   readonly redisCluster: boolean
+  /**
+   * `Some`: the store finds the primary through these Sentinels, `host:port,host:port`, or
+   * `redis[s]://[user:password@]host:port,host:port[/db]` for the servers' credentials, TLS
+   * and database; `redisUrl` stays unset. Read redacted, as the URL is.
+   */
+  readonly redisSentinels: Option.Option<Redacted.Redacted>
+  /** The master name the Sentinels monitor; required with `redisSentinels`. */
+  readonly redisSentinelName: Option.Option<string>
   readonly keyPrefix: string
   readonly lockExpiration: Duration.Duration
   readonly lockWarningThreshold: Duration.Duration
@@ -135,6 +143,14 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDefault(defaults.redisCluster),
     Config.withDescription("the Redis URL names seed nodes of a Redis Cluster (host:port list after the userinfo)")
   ),
+  redisSentinels: Config.option(Config.redacted("LEASEHOLD_REDIS_SENTINELS")).pipe(
+    Config.withDescription(
+      "Sentinels (host:port,host:port, or redis[s]://[user:password@]host:port,...[/db]) through which the store finds the primary"
+    )
+  ),
+  redisSentinelName: Config.option(Config.string("LEASEHOLD_REDIS_SENTINEL_NAME")).pipe(
+    Config.withDescription("the master name the Sentinels monitor")
+  ),
   keyPrefix: Config.string("LEASEHOLD_KEY_PREFIX").pipe(
     Config.withDefault(defaults.keyPrefix),
     Config.withDescription("prefix of every Redis key")
@@ -206,6 +222,68 @@ export const config: Config.Config<Input> = Config.all({
 
 const prefixPattern = /^[A-Za-z0-9_.:-]{1,64}$/
 
+/** A master name: what `sentinel monitor` names are in practice (no space, quote or control character). */
+const masterNamePattern = /^[A-Za-z0-9_.:-]{1,128}$/
+
+/** The Sentinel knobs against each other and the other ways to reach Redis (the list itself is read by the store). */
+const checkSentinels = (settings: Settings): InvalidConfig | undefined => {
+  const sentinels = { knob: "redisSentinels", value: "<redacted>" }
+  if (Option.isNone(settings.redisSentinels)) {
+    return Option.isSome(settings.redisSentinelName)
+      ? new InvalidConfig({
+          knob: "redisSentinelName",
+          value: JSON.stringify(settings.redisSentinelName.value),
+          reason: "is set without redisSentinels"
+        })
+      : undefined
+  }
+  if (Option.isNone(settings.redisSentinelName)) {
+    return new InvalidConfig({
+      knob: "redisSentinelName",
+      value: "(unset)",
+      reason: "must name the master the Sentinels monitor",
+      other: sentinels
+    })
+  }
+  if (!masterNamePattern.test(settings.redisSentinelName.value)) {
+    return new InvalidConfig({
+      knob: "redisSentinelName",
+      value: JSON.stringify(settings.redisSentinelName.value),
+      reason: "must be 1–128 characters of [A-Za-z0-9_.:-]"
+    })
+  }
+  if (String(Redacted.value(settings.redisSentinels.value)).trim() === "") {
+    return new InvalidConfig({ knob: "redisSentinels", value: '""', reason: "must list at least one Sentinel" })
+  }
+  if (Option.isSome(settings.redisUrl)) {
+    return new InvalidConfig({
+      knob: "redisUrl",
+      value: "<redacted>",
+      reason: "must be unset with redisSentinels (credentials, TLS and the database go in the Sentinel URL)",
+      other: sentinels
+    })
+  }
+  if (settings.redisCluster) {
+    return new InvalidConfig({
+      knob: "redisCluster",
+      value: "true",
+      reason: "cannot be combined with redisSentinels",
+      other: sentinels
+    })
+  }
+  return undefined
+}
+
+/**
+ * Whether the settings name a Redis deployment (a URL or Sentinels); otherwise the
+ * embedded memory store serves.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const usesRedis = (settings: Settings): boolean =>
+  Option.isSome(settings.redisUrl) || Option.isSome(settings.redisSentinels)
+
 const fmt = (d: Duration.Duration) => `${Duration.toMillis(d)}ms`
 
 /**
@@ -221,6 +299,8 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   const settings: Settings = {
     redisUrl: input.redisUrl ?? Option.none(),
     redisCluster: input.redisCluster ?? defaults.redisCluster,
+    redisSentinels: input.redisSentinels ?? Option.none(),
+    redisSentinelName: input.redisSentinelName ?? Option.none(),
     keyPrefix: input.keyPrefix ?? defaults.keyPrefix,
     lockExpiration,
     lockWarningThreshold: dur(input.lockWarningThreshold, defaults.lockWarningThresholdMs),
@@ -310,6 +390,8 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     // An empty path would resolve to the working directory and fill it with state files.
     return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
   }
+  const sentinelProblem = checkSentinels(settings)
+  if (sentinelProblem !== undefined) return Either.left(sentinelProblem)
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
   }

@@ -12,6 +12,12 @@
  * SPUBLISH from the scripts), socket-record scans and keyspace notifications cover every
  * master, and a blocking mailbox read runs on a connection to the node owning the mailbox.
  *
+ * Behind Sentinel (`sentinels`, or `redisSentinels` in `LeaseholdConfig`) every connection
+ * asks the Sentinels for the primary when it connects, checks the server's role, and drops
+ * when they announce a promotion (or when a write meets `READONLY`): the command,
+ * subscriber and blocking connections all reconnect to the new primary, the subscriptions
+ * fail as on any lost connection, and the store is ready again in a new epoch.
+ *
  * The connections reconnect by themselves forever; an operation issued while Redis is
  * away fails with `StoreUnavailable` within the command timeout, and operations work
  * again as soon as Redis is back. Subscription streams fail when the subscriber
@@ -32,6 +38,7 @@ import { type Endpoint, parseEndpoint, withLiveClock } from "./internal/redis/co
 import * as RedisDriver from "./internal/redis/driver.js"
 import * as Health from "./internal/redis/health.js"
 import * as PubSub from "./internal/redis/pubsub.js"
+import { parseSentinels } from "./internal/redis/sentinel.js"
 import * as Topology from "./internal/redis/topology.js"
 import * as Front from "./internal/store/front.js"
 import { InvalidConfig, LeaseholdConfig, type Settings } from "./LeaseholdConfig.js"
@@ -51,6 +58,14 @@ export interface Options {
    * Without it, the `redisCluster` of `LeaseholdConfig` decides.
    */
   readonly cluster?: boolean
+  /**
+   * Find the primary through Sentinels instead of a URL: `host:port,host:port`, or
+   * `redis[s]://[user:password@]host:port,…[/db]`. Without it (and without `url`), the
+   * `redisSentinels` of `LeaseholdConfig` decides.
+   */
+  readonly sentinels?: string | Redacted.Redacted
+  /** The master name the Sentinels monitor; without it, the `redisSentinelName` of `LeaseholdConfig`. */
+  readonly sentinelName?: string
 }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
@@ -61,7 +76,46 @@ interface Target {
   readonly cluster: ClusterEndpoint | undefined
 }
 
+const reveal = (value: string | Redacted.Redacted): string =>
+  Redacted.isRedacted(value) ? String(Redacted.value(value)) : value
+
+/** The primary as the Sentinels name it: the list and the master name from the options, else the settings. */
+const sentinelTarget = (list: string, name: Option.Option<string>): Effect.Effect<Target, InvalidConfig> => {
+  if (Option.isNone(name)) {
+    return Effect.fail(
+      new InvalidConfig({
+        knob: "redisSentinelName",
+        value: "(unset)",
+        reason: "must name the master the Sentinels monitor"
+      })
+    )
+  }
+  const parsed = parseSentinels(list, name.value)
+  return parsed === undefined
+    ? Effect.fail(
+        new InvalidConfig({
+          knob: "redisSentinels",
+          value: "<redacted>",
+          reason:
+            "must be host:port[,host:port...] or a redis:// or rediss:// URL listing them, with an optional database number"
+        })
+      )
+    : Effect.succeed({ endpoint: { ...parsed.endpoint, sentinel: parsed.target }, cluster: undefined })
+}
+
 const resolveTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> => {
+  const sentinels =
+    options.sentinels !== undefined
+      ? Option.some(reveal(options.sentinels))
+      : options.url === undefined
+        ? Option.map(settings.redisSentinels, reveal)
+        : Option.none()
+  if (Option.isSome(sentinels)) {
+    return sentinelTarget(
+      sentinels.value,
+      options.sentinelName !== undefined ? Option.some(options.sentinelName) : settings.redisSentinelName
+    )
+  }
   const url =
     options.url !== undefined
       ? Option.some(Redacted.isRedacted(options.url) ? String(Redacted.value(options.url)) : options.url)

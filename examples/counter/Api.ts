@@ -6,12 +6,11 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import { Health, type LoopState } from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { tokenProblem } from "../../src/internal/validate.js"
-import { LeaseholdConfig } from "../../src/LeaseholdConfig.js"
+import { LeaseholdConfig, usesRedis } from "../../src/LeaseholdConfig.js"
 import { Mailbox } from "../../src/Mailbox.js"
 import * as Prometheus from "../../src/Prometheus.js"
 import * as Counter from "./Counter.js"
@@ -118,7 +117,7 @@ export const healthz = Effect.gen(function* () {
     {
       instanceId: yield* InstanceId,
       pid: process.pid,
-      store: Option.isSome(config.redisUrl) ? "redis" : "memory",
+      store: usesRedis(config) ? "redis" : "memory",
       loops: loops.map(({ name, state }) => ({
         name,
         state: stateName(state),

@@ -14,7 +14,7 @@ export interface AppSettings {
   readonly host: Option.Option<string>
   /** Worker processes; more than one forks them with `node:cluster`. */
   readonly workers: number
-  /** Whether `LEASEHOLD_REDIS_URL` is set (workers cannot share the embedded store). */
+  /** Whether `LEASEHOLD_REDIS_URL` or `LEASEHOLD_REDIS_SENTINELS` is set (workers cannot share the embedded store). */
   readonly redis: boolean
   /** Where the embedded store keeps state: `.leasehold` unless set; set but empty keeps nothing on disk. */
   readonly dataDir: Option.Option<string>
@@ -32,7 +32,10 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
     Config.validate({ message: "WORKERS must be between 1 and 64", validation: (n) => n >= 1 && n <= 64 }),
     Config.withDescription("worker processes (node:cluster when more than 1)")
   ),
-  redis: Config.option(Config.redacted("LEASEHOLD_REDIS_URL")).pipe(Config.map(Option.isSome)),
+  redis: Config.all([
+    Config.option(Config.redacted("LEASEHOLD_REDIS_URL")),
+    Config.option(Config.redacted("LEASEHOLD_REDIS_SENTINELS"))
+  ]).pipe(Config.map(([url, sentinels]) => Option.isSome(url) || Option.isSome(sentinels))),
   dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
     Config.map((dir) =>
       Option.match(dir, {

@@ -55,7 +55,7 @@ const storeLayer = Layer.unwrapEffect(
       Store,
       Layer.Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
       LeaseholdConfig.LeaseholdConfig
-    > => (Option.isSome(config.redisUrl) ? RedisStore.layer() : MemoryStore.layer)
+    > => (LeaseholdConfig.usesRedis(config) ? RedisStore.layer() : MemoryStore.layer)
   )
 )
 
@@ -71,7 +71,7 @@ const announce = Layer.scopedDiscard(
     const instanceId = yield* InstanceId
     const config = yield* LeaseholdConfig.LeaseholdConfig
     const address = yield* HttpServer.addressFormattedWith(Effect.succeed)
-    const store = Option.isSome(config.redisUrl)
+    const store = LeaseholdConfig.usesRedis(config)
       ? "redis"
       : `memory${Option.match(config.dataDir, { onNone: () => "", onSome: (dir) => `, data in ${dir}` })}`
     yield* Effect.logInfo(

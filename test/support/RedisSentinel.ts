@@ -58,6 +58,17 @@ export interface RedisSentinel {
   readonly awaitStable: Effect.Effect<void>
   /** Wait until both replicas have every write the primary has made so far. */
   readonly awaitReplicated: Effect.Effect<void>
+  /** SIGKILL every data server: no primary to promote, the whole deployment is down. */
+  readonly killAll: Effect.Effect<void>
+  /**
+   * Start every stopped data server again (empty: no persistence), the one the Sentinels
+   * name as the primary and the others as its replicas, and wait until stable.
+   */
+  readonly restartAll: Effect.Effect<void>
+  /** SIGSTOP every data server (the replicas first: no promotion can start meanwhile). */
+  readonly pauseAll: Effect.Effect<void>
+  /** SIGCONT every data server, the primary first. */
+  readonly resumeAll: Effect.Effect<void>
 }
 
 /** A flat `[field, value, ...]` reply as a record. */
@@ -235,8 +246,43 @@ export const start = (): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
         yield* awaitStable
       })
 
+    const restartAll = Effect.gen(function* () {
+      const named = yield* primaryNow
+      const stopped = yield* Effect.filter(servers, (server) => Effect.map(server.pid, Option.isNone))
+      yield* Effect.forEach(stopped, (server) => server.restart, { concurrency: "unbounded", discard: true })
+      // a replica starts as one of the first primary (its arguments): point each where it belongs
+      yield* Effect.forEach(servers, (server) =>
+        Effect.ignore(
+          server === named
+            ? server.command("REPLICAOF", "NO", "ONE")
+            : server.command("REPLICAOF", "127.0.0.1", named.port)
+        )
+      )
+      yield* awaitStable
+    })
+    const pauseAll = Effect.gen(function* () {
+      const named = yield* primaryNow
+      yield* Effect.forEach(
+        servers.filter((server) => server !== named),
+        (server) => server.pause
+      )
+      yield* named.pause
+    })
+    const resumeAll = Effect.gen(function* () {
+      const named = yield* primaryNow
+      yield* named.resume
+      yield* Effect.forEach(
+        servers.filter((server) => server !== named),
+        (server) => server.resume
+      )
+    })
+
     yield* awaitStable
     return {
+      killAll: Effect.forEach(servers, (server) => server.kill, { concurrency: "unbounded", discard: true }),
+      restartAll,
+      pauseAll,
+      resumeAll,
       name: MASTER_NAME,
       servers,
       sentinels,

@@ -9,6 +9,7 @@ import * as Effect from "effect/Effect"
 import type { ClusterNode, ClusterOptions, RedisOptions } from "ioredis"
 import { Cluster, Redis } from "ioredis"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
+import { type SentinelTarget, sentinelOptions } from "./sentinel.js"
 
 /**
  * Deadlines on network replies are measured in real time, as the server's TTLs are: a
@@ -34,6 +35,8 @@ export interface Endpoint {
   readonly password: string | undefined
   /** The database index the URL selects (its path, as ioredis reads it); 0 without one. */
   readonly db: number
+  /** Set: the server is the primary the Sentinels name, found anew at each connection. */
+  readonly sentinel?: SentinelTarget
 }
 
 /**
@@ -173,13 +176,16 @@ export const connectionOptions = (
 })
 
 /**
- * Open a connection. It starts connecting at once; the 'error' listener is attached in
+ * Open a connection (on Sentinel: to the primary the Sentinels name). It starts connecting at once; the 'error' listener is attached in
  * the same tick, so a refused connection is never reported as an unhandled error event.
  *
  * @internal
  */
 export const openConnection = (endpoint: Endpoint, options: RedisOptions, onError: (error: Error) => void): Redis => {
-  const connection = new Redis(endpoint.url, options)
+  const connection =
+    endpoint.sentinel === undefined
+      ? new Redis(endpoint.url, options)
+      : new Redis(sentinelOptions(endpoint, endpoint.sentinel, options))
   connection.on("error", onError)
   // Every command waiting for the connection to be ready listens for "ready": during an
   // outage there are many, and that is not a leak.
