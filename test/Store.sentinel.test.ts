@@ -16,6 +16,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { makeKeys } from "../src/internal/keys.js"
+import { connectionOptions, endConnection, openConnection } from "../src/internal/redis/connection.js"
+import { parseSentinels } from "../src/internal/redis/sentinel.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { MailboxStart, Store } from "../src/Store.js"
@@ -280,6 +282,42 @@ describe("RedisStore through a failover", () => {
         assert.include(yield* storeConnections(promoted), "leasehold:command")
       }),
     90_000
+  )
+})
+
+describe("Sentinel connections", () => {
+  it.scopedLive(
+    "a connection that ends without the store closing it connects again; one the store closes stays closed",
+    () =>
+      Effect.gen(function* () {
+        const sentinel = yield* sharedDeployment
+        const parsed = parseSentinels(sentinel.addresses, sentinel.name)!
+        const endpoint = { ...parsed.endpoint, sentinel: parsed.target }
+        const options = connectionOptions("command", { commandTimeoutMs: 1_000, connectTimeoutMs: 5_000 })
+        const connection = yield* Effect.acquireRelease(
+          Effect.sync(() => openConnection(endpoint, options, () => undefined)),
+          (c) => Effect.sync(() => endConnection(c))
+        )
+        yield* eventuallyTrue(
+          "ready",
+          10_000,
+          Effect.sync(() => connection.status === "ready")
+        )
+        // what ioredis does when a promotion's announcement cuts a connection that is asking
+        // the Sentinels for the primary: it ends it
+        let ends = 0
+        connection.on("end", () => ends++)
+        connection.disconnect()
+        yield* eventuallyTrue(
+          "ended, then ready again",
+          10_000,
+          Effect.sync(() => ends === 1 && connection.status === "ready")
+        )
+        assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
+        endConnection(connection)
+        yield* Effect.sleep(1_000)
+        assert.strictEqual(connection.status, "end")
+      })
   )
 })
 

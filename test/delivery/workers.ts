@@ -119,11 +119,14 @@ export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
   })
 
 /** Workers each with its own RedisStore against `url`. */
-export const redisWorkers = (url: string, input: LeaseholdConfig.Input = {}) =>
+export const redisWorkers = (url: string, input: LeaseholdConfig.Input = {}) => redisWorkersOn({ url }, input)
+
+/** Workers each with its own RedisStore, reaching Redis as `target` says (a URL, or Sentinels). */
+export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const logs = capture()
     const config = configWith({ commandTimeout: 1_000, ...input })
-    const shared = yield* Layer.build(RedisStore.layer({ url }).pipe(Layer.provideMerge(config))).pipe(
+    const shared = yield* Layer.build(RedisStore.layer(target).pipe(Layer.provideMerge(config))).pipe(
       Effect.provide(logs.layer),
       Effect.orDie
     )
@@ -131,7 +134,7 @@ export const redisWorkers = (url: string, input: LeaseholdConfig.Input = {}) =>
       const { received, workerOptions } = recorder(options)
       return build(
         Worker.layer(workerOptions).pipe(
-          Layer.provide(RedisStore.layer({ url: options.url ?? url })),
+          Layer.provide(RedisStore.layer(options.url === undefined ? target : { url: options.url })),
           Layer.provide(config)
         ) as Layer.Layer<Worker.Services, unknown, never>,
         received,

@@ -25,6 +25,7 @@ import { eventuallyTrue } from "../conformance/helpers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
+import type * as RedisSentinel from "../support/RedisSentinel.js"
 import * as RedisServer from "../support/RedisServer.js"
 import { settle } from "../support/testClock.js"
 
@@ -327,6 +328,17 @@ export const redisClusterWorkers = (
     ),
     handoffs: (_shared, settings) =>
       pausedHandoffs((token) => nodeFor(makeKeys(settings.keyPrefix).lock(token)), settings)
+  })
+
+/**
+ * Workers over one RedisStore behind Sentinel: `raw` reads a key from the primary the
+ * Sentinels name now.
+ */
+export const redisSentinelWorkers = (sentinel: RedisSentinel.RedisSentinel, input: LeaseholdConfig.Input = {}) =>
+  makeCluster(RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }), input, {
+    raw: () => (key) => Effect.flatMap(sentinel.primary, (primary) => RedisServer.getRaw(primary, key)),
+    scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchScripts)),
+    handoffs: (_shared, settings) => pausedHandoffs(() => sentinel.primary, settings)
   })
 
 /**

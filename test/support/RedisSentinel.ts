@@ -47,6 +47,19 @@ export interface RedisSentinel {
     how: "kill" | "pause"
   ) => Effect.Effect<{ readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer }>
   /**
+   * A failover that loses writes, as asynchronous replication may: freeze both replicas
+   * (SIGSTOP) and cut their links to the primary, run `writes` (on the primary only),
+   * SIGKILL the primary, thaw the replicas, and wait for the promotion of one of them,
+   * which never had those writes.
+   */
+  readonly failoverLosing: <A, E, R>(
+    writes: Effect.Effect<A, E, R>
+  ) => Effect.Effect<
+    { readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer; readonly value: A },
+    E,
+    R
+  >
+  /**
    * Bring a former primary back (restart after a kill, SIGCONT after a pause) as a replica
    * of the current primary, and wait until the deployment is stable again.
    */
@@ -211,10 +224,9 @@ export const start = (): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
       )
     })
 
-    const failover = (how: "kill" | "pause") =>
+    /** Wait until a server other than `old` is the primary every Sentinel names, and the other replica follows it. */
+    const awaitPromotion = (old: RedisServer.RedisServer) =>
       Effect.gen(function* () {
-        const old = yield* primaryNow
-        yield* how === "kill" ? old.kill : old.pause
         let promoted: RedisServer.RedisServer | undefined
         yield* until(
           "a replica promoted",
@@ -233,6 +245,32 @@ export const start = (): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
           logs
         )
         return { old, promoted: promoted! }
+      })
+
+    const failover = (how: "kill" | "pause") =>
+      Effect.gen(function* () {
+        const old = yield* primaryNow
+        yield* how === "kill" ? old.kill : old.pause
+        return yield* awaitPromotion(old)
+      })
+
+    const failoverLosing = <A, E, R>(writes: Effect.Effect<A, E, R>) =>
+      Effect.gen(function* () {
+        const old = yield* primaryNow
+        const followers = servers.filter((server) => server !== old)
+        yield* Effect.forEach(followers, (server) => server.pause)
+        // A frozen replica's socket still takes the replication stream into its kernel
+        // buffer: cut the links, so that nothing written from now on can reach them.
+        yield* Effect.orDie(old.command("CLIENT", "KILL", "TYPE", "replica"))
+        const value = yield* writes.pipe(
+          Effect.ensuring(
+            Effect.zipRight(
+              old.kill,
+              Effect.forEach(followers, (server) => server.resume)
+            )
+          )
+        )
+        return { ...(yield* awaitPromotion(old)), value }
       })
 
     const rejoin = (old: RedisServer.RedisServer) =>
@@ -295,6 +333,7 @@ export const start = (): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
         )
       ),
       failover,
+      failoverLosing,
       rejoin,
       awaitStable,
       awaitReplicated

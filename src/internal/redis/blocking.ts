@@ -16,6 +16,7 @@ import {
   awaitReady,
   connectionOptions,
   type Endpoint,
+  endConnection,
   openConnection,
   toStoreError,
   withLiveClock
@@ -48,7 +49,7 @@ export const make = (
         const node = yield* topology.nodeOf("mailboxRead", key)
         if (blocking !== undefined && blocking.node === node) return blocking.connection
         // The mailbox moved to another node: the old connection serves nothing now.
-        if (blocking !== undefined) blocking.connection.disconnect()
+        if (blocking !== undefined) endConnection(blocking.connection)
         blocking = undefined
         clientId = undefined
         // A read after the store's scope closed must not open a connection nobody closes.
@@ -79,7 +80,7 @@ export const make = (
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
         closed = true
-        blocking?.connection.disconnect()
+        if (blocking !== undefined) endConnection(blocking.connection)
       })
     )
 

@@ -187,10 +187,43 @@ export const openConnection = (endpoint: Endpoint, options: RedisOptions, onErro
       ? new Redis(endpoint.url, options)
       : new Redis(sentinelOptions(endpoint, endpoint.sentinel, options))
   connection.on("error", onError)
+  if (endpoint.sentinel !== undefined) reviveOnEnd(connection, options)
   // Every command waiting for the connection to be ready listens for "ready": during an
   // outage there are many, and that is not a leak.
   connection.setMaxListeners(0)
   return connection
+}
+
+/** Connections the store closes on purpose: they stay closed. */
+const closedByUs = new WeakSet<Redis | Cluster>()
+
+/**
+ * Close a connection for good, now (no QUIT).
+ *
+ * @internal
+ */
+export const endConnection = (connection: Redis | Cluster): void => {
+  closedByUs.add(connection)
+  connection.disconnect()
+}
+
+/**
+ * A Sentinel connection that a promotion's announcement cuts while it is asking the
+ * Sentinels for the primary gives up for good (ioredis ends it, "Connection is closed"):
+ * connect it again, after a retry delay, unless the store closed it.
+ */
+const reviveOnEnd = (connection: Redis, options: RedisOptions) => {
+  let attempt = 0
+  connection.on("ready", () => {
+    attempt = 0
+  })
+  connection.on("end", () => {
+    if (closedByUs.has(connection)) return
+    setTimeout(() => {
+      if (closedByUs.has(connection) || connection.status !== "end") return
+      connection.connect().catch(() => undefined)
+    }, options.retryStrategy?.(++attempt) ?? 250).unref()
+  })
 }
 
 /**
@@ -218,7 +251,10 @@ export const openCluster = (
  * @internal
  */
 export const closeConnection = (connection: Redis | Cluster, timeoutMs: number): Effect.Effect<void> =>
-  Effect.promise(() => connection.quit().catch(() => undefined)).pipe(
+  Effect.promise(() => {
+    closedByUs.add(connection)
+    return connection.quit().catch(() => undefined)
+  }).pipe(
     Effect.timeoutOption(timeoutMs),
     withLiveClock,
     Effect.ensuring(Effect.sync(() => connection.disconnect())),

@@ -24,6 +24,7 @@ import {
   closeConnection,
   connectionOptions,
   type Endpoint,
+  endConnection,
   openConnection,
   toStoreError,
   withLiveClock
@@ -155,7 +156,7 @@ export const make = (
         subscribers.delete(node)
         health.forget(subscriber.connection)
         dropSubscriptions(subscriber)
-        subscriber.connection.disconnect()
+        endConnection(subscriber.connection)
         changed = true
       }
       if (!changed) return

@@ -1,0 +1,178 @@
+/**
+ * Workers behind Sentinel through a failover: modifications that run while the primary is
+ * SIGKILLed go on once a replica is promoted; the writes the replicas never had are lost,
+ * as asynchronous replication allows; the socket records such a loss took are written back
+ * by their workers, and updates reach the sockets again.
+ *
+ * One deployment serves the whole file; each test has its own key prefix.
+ */
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import { decodeSocketRecord } from "../src/internal/codec.js"
+import { makeKeys } from "../src/internal/keys.js"
+import { eventually, eventuallyTrue } from "./conformance/helpers.js"
+import { redisWorkersOn, update } from "./delivery/workers.js"
+import { Counter, redisSentinelWorkers, type Worker } from "./state/workers.js"
+import * as RedisSentinel from "./support/RedisSentinel.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const deployments = RedisSentinel.shared()
+afterAll(deployments.close, 60_000)
+
+let testCount = 0
+
+const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+
+const healthy = (workers: ReadonlyArray<{ readonly health: { readonly healthy: Effect.Effect<boolean> } }>) =>
+  eventuallyTrue(
+    "every loop of every worker running",
+    20_000,
+    Effect.map(
+      Effect.forEach(workers, (w) => w.health.healthy),
+      (all) => all.every(Boolean)
+    )
+  )
+
+describe("state across a failover", () => {
+  it.scopedLive(
+    "a primary SIGKILLed while two workers modify a token: the modifications fail meanwhile, then go on, one after another",
+    () =>
+      Effect.gen(function* () {
+        const sentinel = yield* deployments.get
+        const cluster = yield* redisSentinelWorkers(sentinel, { keyPrefix: `fo${++testCount}`, commandTimeout: 1_000 })
+        const workers = [yield* cluster.worker(), yield* cluster.worker()]
+        for (let i = 0; i < 10; i++) yield* inc(workers[i % 2]!, "tok")
+        yield* sentinel.awaitReplicated
+
+        let promotedAt: number | undefined
+        const outcomes: Array<{ readonly at: number; readonly ok: boolean }> = []
+        const loops = yield* Effect.forEach(workers, (w) =>
+          Effect.fork(
+            Effect.forever(
+              Effect.either(inc(w, "tok")).pipe(
+                Effect.tap((result) =>
+                  Effect.sync(() => outcomes.push({ at: performance.now(), ok: Either.isRight(result) }))
+                ),
+                Effect.zipLeft(Effect.sleep(5))
+              )
+            )
+          )
+        )
+        yield* eventuallyTrue(
+          "modifications under way",
+          5_000,
+          Effect.sync(() => outcomes.filter((o) => o.ok).length >= 5)
+        )
+        const { old } = yield* sentinel.failover("kill")
+        yield* Effect.addFinalizer(() => sentinel.rejoin(old))
+        promotedAt = performance.now()
+        yield* eventuallyTrue(
+          "20 modifications after the promotion",
+          30_000,
+          Effect.sync(() => outcomes.filter((o) => o.ok && o.at > promotedAt!).length >= 20)
+        )
+        yield* Effect.forEach(loops, Fiber.interrupt)
+        assert.isTrue(
+          outcomes.some((o) => !o.ok),
+          "no modification failed: the primary was not killed mid-run"
+        )
+        // one after another again, each seeing the one before
+        const seen: Array<number> = []
+        for (let i = 0; i < 10; i++) seen.push(yield* inc(workers[i % 2]!, "tok"))
+        deepStrictEqual(
+          seen,
+          seen.map((_, i) => seen[0]! + i)
+        )
+        assert.isAtLeast(seen[0]!, 11, "the replicated modifications are kept")
+        assert.strictEqual(yield* cluster.stored("tok"), seen[9]!)
+        yield* healthy(workers)
+      }),
+    120_000
+  )
+
+  it.scopedLive(
+    "what the replicas never had is lost with the primary: acknowledged modifications and their grants' fences",
+    () =>
+      Effect.gen(function* () {
+        const sentinel = yield* deployments.get
+        const cluster = yield* redisSentinelWorkers(sentinel, { keyPrefix: `fo${++testCount}`, commandTimeout: 1_000 })
+        const w = yield* cluster.worker()
+        for (let i = 0; i < 5; i++) yield* inc(w, "tok")
+        yield* sentinel.awaitReplicated
+        const grantsBefore = yield* cluster.grants("tok")
+
+        const { old, value: acknowledged } = yield* sentinel.failoverLosing(
+          Effect.forEach([1, 2, 3], () => inc(w, "tok"))
+        )
+        yield* Effect.addFinalizer(() => sentinel.rejoin(old))
+        deepStrictEqual(acknowledged, [6, 7, 8])
+        // the next modification starts from what was replicated: 6 again, under a fence
+        // number that was handed out before
+        assert.strictEqual(yield* eventually("a modification after the promotion", 20_000, inc(w, "tok")), 6)
+        assert.strictEqual(yield* cluster.grants("tok"), grantsBefore + 1)
+        assert.strictEqual(yield* cluster.stored("tok"), 6)
+      }),
+    120_000
+  )
+})
+
+describe("tokens and mailboxes across a failover", () => {
+  it.scopedLive(
+    "a socket record the promoted replica never had is written back by its worker, and updates reach both sockets again",
+    () =>
+      Effect.gen(function* () {
+        const sentinel = yield* deployments.get
+        const keyPrefix = `fo${++testCount}`
+        const keys = makeKeys(keyPrefix)
+        const fx = yield* redisWorkersOn(
+          { sentinels: sentinel.addresses, sentinelName: sentinel.name },
+          { keyPrefix, retryDelayInitial: 50, retryDelayMax: 500 }
+        )
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+        yield* eventuallyTrue(
+          "A receives 1",
+          10_000,
+          Effect.sync(() => a.received.length === 1)
+        )
+        yield* sentinel.awaitReplicated
+
+        const { old, promoted } = yield* sentinel.failoverLosing(a.tokens.link("token2", "sid2"))
+        yield* Effect.addFinalizer(() => sentinel.rejoin(old))
+        const record = yield* eventually(
+          "token2's record back on the new primary",
+          20_000,
+          Effect.flatMap(RedisServer.getRaw(promoted, keys.socket("token2")), (raw) =>
+            Option.match(raw, { onNone: () => Effect.fail("missing"), onSome: Effect.succeed })
+          )
+        )
+        deepStrictEqual(
+          decodeSocketRecord(keys.socket("token2"), record),
+          Either.right({ instanceId: a.id, connectionId: "sid2" })
+        )
+        yield* healthy([a, b])
+        yield* b.mailbox.send("token2", update(2))
+        yield* b.mailbox.send("token1", update(3))
+        yield* eventuallyTrue(
+          "A receives 2 and 3",
+          20_000,
+          Effect.sync(() => a.received.length === 3)
+        )
+        deepStrictEqual(
+          a.received.map(([token, value]) => [token, value.n]),
+          [
+            ["token1", 1],
+            ["token2", 2],
+            ["token1", 3]
+          ]
+        )
+      }),
+    120_000
+  )
+})
