@@ -15,7 +15,13 @@
  *   each alternating with an API run: the same scenario with `GET /healthz` (which
  *   touches no token) in place of the bumps, from the same number of callers, timed the
  *   same way;
- * - `api_over_floor`: `p99_ms` / `floor_p99_ms`, to 2 decimals (`null` without calls).
+ * - `api_over_floor`: `p99_ms` / `floor_p99_ms`, to 2 decimals (`null` without calls);
+ * - `machine_floor_p99_ms`, `machine_floor_p50_ms`: the machine's floor in that cell, from
+ *   as many runs again, interleaved with the others: the same floor scenario against a
+ *   plain Node server under `node:cluster` with the same worker count
+ *   (bench/machine-floor.cjs: node:http and ws, the app's socket protocol over a Map, no
+ *   Effect, no leasehold), the same socket load and the same callers;
+ * - `floor_over_machine`: `floor_p99_ms` / `machine_floor_p99_ms`, to 2 decimals.
  *
  *   npm run bench:e2e -- --json            one JSON array of rows
  *   npm run bench:e2e -- --runs 3          fewer runs per cell
@@ -23,10 +29,12 @@
  *   --oplock off                           the same without leases
  *
  * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs", "p50_ms",
- * "floor_p50_ms", "floor_p99_ms", "api_over_floor"}]; on stderr (with --json), the
- * machine's floor (a plain Node server) and the app's floor per cell.
+ * "floor_p50_ms", "floor_p99_ms", "api_over_floor", "machine_floor_p50_ms",
+ * "machine_floor_p99_ms", "floor_over_machine"}]; on stderr (with --json), a plain
+ * single-process Node server's sequential floor before and after, and both floors per cell.
  */
-import { spawn } from "node:child_process"
+import { type ChildProcess, spawn } from "node:child_process"
+import * as path from "node:path"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -126,9 +134,41 @@ const appFloor = (app: App, conc: number, token: string) =>
     })
   )
 
+/**
+ * The plain server of bench/machine-floor.cjs with `workers` cluster workers, killed with
+ * its workers (its own process group) when the scope closes.
+ */
+const startMachineFloor = (workers: number) =>
+  Effect.gen(function* () {
+    const port = yield* freePort
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        spawn(process.execPath, [path.join(import.meta.dirname, "machine-floor.cjs")], {
+          env: { ...process.env, WORKERS: String(workers), PORT: String(port) },
+          stdio: ["ignore", "pipe", "inherit"],
+          detached: true
+        })
+      ),
+      (child: ChildProcess) =>
+        Effect.sync(() => {
+          try {
+            process.kill(-child.pid!, "SIGKILL")
+          } catch {
+            child.kill("SIGKILL")
+          }
+        })
+    )
+    yield* Effect.async<void>((resume) => {
+      child.stdout!.once("data", () => resume(Effect.void))
+    })
+    return { port, url: `http://127.0.0.1:${port}` } satisfies App
+  })
+
 const cell = (workers: number) =>
   Effect.scoped(
     Effect.gen(function* () {
+      const machine = yield* startMachineFloor(workers)
+      yield* appFloor(machine, 4, "warmup-machine")
       const server = yield* RedisServer.start()
       const app = yield* startApp({
         env: {
@@ -145,6 +185,7 @@ const cell = (workers: number) =>
       for (const conc of concurrencies) {
         const all: Array<number> = []
         const floorTimes: Array<number> = []
+        const machineTimes: Array<number> = []
         let stalled = 0
         let exact = 0
         for (let i = 0; i < runs; i++) {
@@ -153,17 +194,24 @@ const cell = (workers: number) =>
           const measureFloor = Effect.map(appFloor(app, conc, `floor-${workers}-${conc}-${i}`), (times) => {
             floorTimes.push(...times)
           })
+          const measureMachine = Effect.map(appFloor(machine, conc, `machine-${workers}-${conc}-${i}`), (times) => {
+            machineTimes.push(...times)
+          })
           if (i % 2 === 0) yield* measureFloor
+          else yield* measureMachine
           const result = yield* run(app, conc, `bench-${workers}-${conc}-${i}`)
           all.push(...result.times)
           if (result.times.some((ms) => ms > stallMs)) stalled++
           if (result.exact) exact++
           if (i % 2 === 1) yield* measureFloor
+          else yield* measureMachine
         }
         all.sort((a, b) => a - b)
         floorTimes.sort((a, b) => a - b)
+        machineTimes.sort((a, b) => a - b)
         const p99 = percentile(all, 99)
         const floorP99 = percentile(floorTimes, 99)
+        const machineP99 = percentile(machineTimes, 99)
         const row = {
           workers,
           conc,
@@ -174,11 +222,16 @@ const cell = (workers: number) =>
           p50_ms: round(percentile(all, 50)),
           floor_p50_ms: round(percentile(floorTimes, 50)),
           floor_p99_ms: round(floorP99),
-          api_over_floor: floorP99 > 0 ? round(p99 / floorP99) : null
+          api_over_floor: floorP99 > 0 ? round(p99 / floorP99) : null,
+          machine_floor_p50_ms: round(percentile(machineTimes, 50)),
+          machine_floor_p99_ms: round(machineP99),
+          floor_over_machine: machineP99 > 0 ? round(floorP99 / machineP99) : null
         }
         note(
           `app floor (${workers} workers, ${conc} caller${conc === 1 ? "" : "s"}): GET /healthz during the socket's events: ` +
-            `p50 ${row.floor_p50_ms} ms, p99 ${row.floor_p99_ms} ms, max ${round(floorTimes.at(-1) ?? 0)} ms`
+            `p50 ${row.floor_p50_ms} ms, p99 ${row.floor_p99_ms} ms, max ${round(floorTimes.at(-1) ?? 0)} ms; ` +
+            `machine floor (plain node:cluster server, same load): p50 ${row.machine_floor_p50_ms} ms, ` +
+            `p99 ${row.machine_floor_p99_ms} ms (app floor ${row.floor_over_machine}x)`
         )
         if (!json) {
           console.log(

@@ -18,6 +18,12 @@ export interface AppSettings {
   readonly redis: boolean
   /** Where the embedded store keeps state: `.leasehold` unless set; set but empty keeps nothing on disk. */
   readonly dataDir: Option.Option<string>
+  /**
+   * Whether each HTTP request gets a server span (`HTTP_TRACING`, default off). The
+   * platform makes one per request by default; with no tracer installed to export them
+   * that is pure cost (docs/configuration.md has the figures).
+   */
+  readonly httpTracing: boolean
 }
 
 /** The data directory `npm start` uses when `LEASEHOLD_DATA_DIR` is not set. */
@@ -44,6 +50,10 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
       })
     ),
     Config.withDescription("directory of the embedded store's files (default .leasehold; empty: none)")
+  ),
+  httpTracing: Config.boolean("HTTP_TRACING").pipe(
+    Config.withDefault(false),
+    Config.withDescription("a server span per HTTP request (for an installed tracer); default off")
   )
 })
 

@@ -10,6 +10,7 @@
  */
 import { createServer } from "node:http"
 import type { Socket as NetSocket } from "node:net"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
 import * as HttpRouter from "@effect/platform/HttpRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
@@ -89,6 +90,15 @@ const announce = Layer.scopedDiscard(
  */
 export const connectionCloseGrace = Duration.seconds(2)
 
+/**
+ * The platform's per-request server span, kept only with `HTTP_TRACING=true`: it costs
+ * CPU on every request whether or not a tracer exports it.
+ */
+export const httpTracing =
+  (enabled: boolean) =>
+  <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
+    enabled ? layer : HttpMiddleware.withTracerDisabledWhen(layer, () => true)
+
 /** An HTTP server that remembers its open connections, and can cut them once it closes. */
 const trackedServer = () => {
   const server = createServer()
@@ -120,6 +130,7 @@ const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer
   // Released before the HTTP server (which it needs), so the grace starts as closing does.
   const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
   return Layer.mergeAll(HttpServer.serve(router), announce).pipe(
+    httpTracing(settings.httpTracing),
     Layer.provide(cutOnClose),
     Layer.provide(
       NodeHttpServer.layer(
