@@ -20,6 +20,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
@@ -126,7 +127,7 @@ export const make = Effect.gen(function* () {
   let lost = yield* Deferred.make<never, StoreUnavailable>()
   const registry = Registry.make(store, instanceId, () => lost)
   const { listen } = registry
-  yield* Effect.forkScoped(Effect.forever(Effect.zipRight(Effect.sleep(lingerMs), registry.sweep)))
+  yield* Effect.forkScoped(Effect.schedule(registry.sweep, Schedule.spaced(lingerMs)))
   // Closed with the layer: the `signals` loop (in the supervisor's scope, which may outlive
   // this one) finds nothing left to restore.
   yield* Effect.addFinalizer(() => registry.closeAll)

@@ -15,10 +15,13 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Predicate from "effect/Predicate"
-import * as Random from "effect/Random"
+import * as Schedule from "effect/Schedule"
+import * as ScheduleDecision from "effect/ScheduleDecision"
+import * as ScheduleInterval from "effect/ScheduleInterval"
 import * as Stream from "effect/Stream"
 import { Health } from "./Health.js"
-import { LeaseholdConfig } from "./LeaseholdConfig.js"
+import * as Retry from "./internal/retry.js"
+import { LeaseholdConfig, type Settings } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
 
 /**
@@ -34,10 +37,13 @@ export interface Limited<E> {
   readonly window: Duration.Duration
   /** Errors that are retried; any other error ends the loop at once. Default: every error. */
   readonly retryOn: (error: E) => boolean
+  /** The schedule behind it: `delay` after each error, done at the `limit`-th error within `window`. */
+  readonly schedule: Schedule.Schedule<unknown, unknown>
 }
 
 /**
- * Never give up: back off exponentially, cut short when the store's connection returns.
+ * Never give up: back off exponentially (`backoff`), cut short when the store's connection
+ * returns.
  *
  * @since 0.1.0
  * @category models
@@ -53,10 +59,25 @@ export interface UntilRecovered {
 }
 
 /**
+ * How a supervised loop is retried: `limited()`, `untilRecovered()`, or any `Schedule`
+ * fed with the loop's errors (run as `untilRecovered` is, until the schedule is done).
+ *
  * @since 0.1.0
  * @category models
  */
-export type Policy<E = unknown> = Limited<E> | UntilRecovered
+export type Policy<E = unknown, R = never> = Limited<E> | UntilRecovered | Schedule.Schedule<unknown, E, R>
+
+/**
+ * Counts the errors of a window that opens at an error and lasts `window`: done at the
+ * `limit`-th one. Outputs the count.
+ */
+const errorsWithin = (limit: number, window: Duration.Duration): Schedule.Schedule<number, unknown> =>
+  Schedule.makeWithState({ count: 0, since: 0 }, (now, _, state) => {
+    const count = state.count > 0 && now - state.since <= Duration.toMillis(window) ? state.count + 1 : 1
+    const since = count === 1 ? now : state.since
+    const decision = count >= limit ? ScheduleDecision.done : ScheduleDecision.continueWith(ScheduleInterval.after(now))
+    return Effect.succeed([{ count, since }, count, decision] as const)
+  })
 
 /**
  * Delay 1 s between errors; the `limit`-th error (5) within `window` (60 s) ends the loop.
@@ -71,16 +92,23 @@ export const limited = <E = unknown>(
     readonly window?: Duration.DurationInput
     readonly retryOn?: (error: E) => boolean
   } = {}
-): Limited<E> => ({
-  _tag: "Limited",
-  delay: Duration.decode(options.delay ?? "1 second"),
-  limit: options.limit ?? 5,
-  window: Duration.decode(options.window ?? "60 seconds"),
-  retryOn: options.retryOn ?? (() => true)
-})
+): Limited<E> => {
+  const delay = Duration.decode(options.delay ?? "1 second")
+  const limit = options.limit ?? 5
+  const window = Duration.decode(options.window ?? "60 seconds")
+  return {
+    _tag: "Limited",
+    delay,
+    limit,
+    window,
+    retryOn: options.retryOn ?? (() => true),
+    schedule: Schedule.intersect(Schedule.spaced(delay), errorsWithin(limit, window))
+  }
+}
 
 /**
  * The k-th error in a row waits min(initial × 2^(k-1), max); calling `recovered` resets it.
+ * Its schedule is `backoff`, with the configured values for what is not given here.
  *
  * @since 0.1.0
  * @category policies
@@ -99,6 +127,27 @@ export const untilRecovered = (
 })
 
 /**
+ * The schedule of `untilRecovered`: delays `initial`, doubling, capped at `max` (the cap
+ * bounds the first delay too), forever. With `jitter`, each delay is lengthened by up to
+ * 10 % before the cap, so that it is never shortened nor above `max`: workers that lost
+ * the store together do not retry in step. A base to build a policy of one's own on
+ * (`Schedule.upTo`, `Schedule.recurs`, ...).
+ *
+ * @since 0.1.0
+ * @category policies
+ */
+export const backoff = (options: {
+  readonly initial: Duration.DurationInput
+  readonly max: Duration.DurationInput
+  readonly jitter?: boolean | undefined
+}): Schedule.Schedule<Duration.Duration> => {
+  const max = Duration.decode(options.max)
+  const exponential = Schedule.exponential(options.initial)
+  const jittered = options.jitter === true ? Schedule.jitteredWith(exponential, { min: 1, max: 1.1 }) : exponential
+  return Schedule.modifyDelay(jittered, (_, delay) => Duration.min(delay, max))
+}
+
+/**
  * @since 0.1.0
  * @category models
  */
@@ -110,14 +159,15 @@ export declare namespace Supervisor {
   export interface Service {
     /**
      * Fork `loop` into the supervisor's scope and keep it running under `policy` (default
-     * `limited()`). A loop that returns is run again at once; interruption propagates;
-     * defects end the loop. The fiber ends only by interruption, by a defect, or when a
-     * `Limited` policy gives up.
+     * `limited()`; any `Schedule` fed with the loop's errors is one too). A loop that
+     * returns is run again at once; interruption propagates; defects end the loop. The
+     * fiber ends only by interruption, by a defect, or when the policy's schedule is done
+     * (`limited` at its limit, a schedule of one's own at its end).
      */
     readonly run: <E, R>(
       name: string,
       loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
-      policy?: Policy<E>
+      policy?: Policy<E, R>
     ) => Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R>
     /**
      * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
@@ -177,6 +227,56 @@ const describe = (error: unknown): string => {
 
 const seconds = (d: Duration.Duration) => `${Duration.toMillis(d) / 1000}s`
 
+/** What `run` does with a policy: the schedule of its delays and the lines it logs. */
+interface Plan<E, R> {
+  readonly schedule: Schedule.Schedule<unknown, E, R>
+  readonly retryOn: (error: E) => boolean
+  /**
+   * `untilRecovered` and a schedule of one's own: `recovered` resets the schedule, only
+   * the first error of a run is logged, and the store's connection coming back cuts a
+   * delay short. `limited`: none of these.
+   */
+  readonly recovering: boolean
+  /** The line of an error that is retried. */
+  readonly retrying: (error: string) => string
+  /** The line of the error at which the schedule gave up. */
+  readonly gaveUp: (error: string, errors: number) => string
+}
+
+const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Plan<E, R> => {
+  if (Schedule.isSchedule(policy)) {
+    return {
+      schedule: policy as Schedule.Schedule<unknown, E, R>,
+      retryOn: () => true,
+      recovering: true,
+      retrying: (error) => `${name}: task error, retrying on its schedule: ${error}`,
+      gaveUp: (error, errors) => `${name}: task schedule gave up after ${errors} errors in a row: ${error}`
+    }
+  }
+  if (policy._tag === "Limited") {
+    return {
+      schedule: policy.schedule,
+      retryOn: policy.retryOn,
+      recovering: false,
+      retrying: (error) => `${name}: task error suppressed: ${error}`,
+      gaveUp: (error) =>
+        `${name}: task exceeded exception limit ${policy.limit} within ${seconds(policy.window)}: ${error}`
+    }
+  }
+  return {
+    schedule: backoff({
+      initial: Option.getOrElse(policy.initial, () => config.retryDelayInitial),
+      max: Option.getOrElse(policy.max, () => config.retryDelayMax),
+      jitter: Option.getOrElse(policy.jitter, () => config.retryJitter)
+    }),
+    retryOn: () => true,
+    recovering: true,
+    retrying: (error) => `${name}: task error, retrying until it recovers: ${error}`,
+    // `backoff` never gives up
+    gaveUp: (error) => `${name}: task error: ${error}`
+  }
+}
+
 /**
  * @since 0.1.0
  * @category constructors
@@ -192,7 +292,7 @@ export const make = Effect.gen(function* () {
   const run = <E, R>(
     name: string,
     loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
-    policy: Policy<E> = limited<E>()
+    policy: Policy<E, R> = limited<E>()
   ): Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R> => {
     const tags = { loop: name }
     const errors = Metric.tagged(loopErrors, "loop", name)
@@ -220,75 +320,62 @@ export const make = Effect.gen(function* () {
     const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
       Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause)
 
-    const runLimited = (p: Limited<E>) =>
-      Effect.gen(function* () {
-        let count = 0
-        let windowStart = 0
-        while (true) {
-          const now = yield* Clock.currentTimeMillis
-          if (windowStart + Duration.toMillis(p.window) < now) count = 0
-          if (count === 0) windowStart = now
-          const exit = yield* Effect.exit(loop(Effect.void))
-          if (Exit.isSuccess(exit)) continue
-          const error = failureOf(exit.cause)
-          if (Option.isNone(error) || !p.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
-          count++
-          yield* Metric.increment(errors)
-          const text = describe(error.value)
-          if (count >= p.limit) {
-            yield* Effect.logError(
-              `${name}: task exceeded exception limit ${p.limit} within ${seconds(p.window)}: ${text}`
-            )
-            return yield* Effect.failCause(exit.cause)
-          }
-          yield* Effect.logError(`${name}: task error suppressed: ${text}`)
-          yield* setState("Retrying", text, count)
-          yield* Effect.sleep(p.delay)
-          yield* setState("Running", "", 0)
-        }
-      })
+    // A delay of a recovering plan ends at once when the store's connection is ready
+    // again after the attempt began.
+    const readyAgain = (epoch: number) =>
+      store.statusChanges.pipe(
+        Stream.filter((status) => status.ready && status.epoch > epoch),
+        Stream.runHead
+      )
 
-    const runUntilRecovered = (p: UntilRecovered) =>
+    const runPlan = (plan: Plan<E, R>) =>
       Effect.gen(function* () {
-        const initial = Duration.toMillis(Option.getOrElse(p.initial, () => config.retryDelayInitial))
-        const max = Duration.toMillis(Option.getOrElse(p.max, () => config.retryDelayMax))
-        const jitter = Option.getOrElse(p.jitter, () => config.retryJitter)
+        const retry = yield* Retry.driver(plan.schedule)
         let consecutive = 0
-        const recovered = Effect.suspend(() => {
-          if (consecutive === 0) return Effect.void
-          consecutive = 0
-          return Effect.logInfo(`${name}: task recovered`).pipe(
-            Effect.zipRight(Metric.increment(recoveries)),
-            Effect.zipRight(setState("Running", "", 0))
-          )
-        })
+        const recovered = plan.recovering
+          ? Effect.suspend(() => {
+              if (consecutive === 0) return Effect.void
+              consecutive = 0
+              return retry.reset.pipe(
+                Effect.zipRight(Effect.logInfo(`${name}: task recovered`)),
+                Effect.zipRight(Metric.increment(recoveries)),
+                Effect.zipRight(setState("Running", "", 0))
+              )
+            })
+          : Effect.void
         while (true) {
           const { epoch } = yield* store.status
           const exit = yield* Effect.exit(loop(recovered))
-          if (Exit.isSuccess(exit)) continue
+          if (Exit.isSuccess(exit)) {
+            if (!plan.recovering) consecutive = 0
+            continue
+          }
           const error = failureOf(exit.cause)
-          if (Option.isNone(error)) return yield* Effect.failCause(exit.cause)
+          if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
           consecutive++
           yield* Metric.increment(errors)
           const text = describe(error.value)
-          if (consecutive === 1) {
-            yield* Effect.logError(`${name}: task error, retrying until it recovers: ${text}`)
+          const delay = yield* retry.next(error.value)
+          if (Option.isNone(delay)) {
+            yield* Effect.logError(plan.gaveUp(text, consecutive))
+            return yield* Effect.failCause(exit.cause)
           }
+          // A recovering plan logs the first error of a run only, and stays retrying until
+          // `recovered`; a limited one logs each error and runs again after its delay.
+          if (!plan.recovering || consecutive === 1) yield* Effect.logError(plan.retrying(text))
           yield* setState("Retrying", text, consecutive)
-          const base = Math.min(initial * 2 ** Math.min(consecutive - 1, 52), max)
-          const delay = jitter ? Math.min(base * (1 + 0.1 * (yield* Random.next)), max) : base
-          // A connection that is ready again (after the attempt began) ends the wait at once.
-          const readyAgain = store.statusChanges.pipe(
-            Stream.filter((status) => status.ready && status.epoch > epoch),
-            Stream.runHead
-          )
-          yield* Effect.raceFirst(Effect.sleep(Duration.millis(delay)), readyAgain)
+          if (plan.recovering) {
+            yield* Effect.raceFirst(Effect.sleep(delay.value), readyAgain(epoch))
+          } else {
+            yield* Effect.sleep(delay.value)
+            yield* setState("Running", "", 0)
+          }
         }
       })
 
     const supervised: Effect.Effect<never, E, R> = Effect.gen(function* () {
       yield* setState("Running", "", 0)
-      return yield* policy._tag === "Limited" ? runLimited(policy) : runUntilRecovered(policy)
+      return yield* runPlan(planOf(name, policy, config))
     }).pipe(
       Effect.onExit((exit) =>
         Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)

@@ -78,6 +78,37 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
+  it.scoped("a buffered update whose socket has no record waits for it until the restore grace ends (5 s)", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
+      const a = yield* fx.worker()
+      const b = yield* fx.worker()
+      yield* fx.control.setAvailable(false)
+      assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "buffered")
+      assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "buffered")
+      yield* fx.control.setAvailable(true)
+      // no record of token1 yet: the outbox keeps asking
+      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      assert.strictEqual(yield* b.mailbox.buffered, 2)
+      yield* a.tokens.link("token1", "sid1")
+      // within the grace: delivered once the record is there (a reader's blocking read is 1 s)
+      for (let i = 0; i < 30 && a.received.length < 2; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      deepStrictEqual(
+        a.received.map(([, value]) => value.n),
+        [1, 2]
+      )
+      // a socket that never comes back: dropped once the grace is over, not before
+      yield* fx.control.setAvailable(false)
+      assert.strictEqual(yield* b.mailbox.send("token2", update(3)), "buffered")
+      yield* fx.control.setAvailable(true)
+      for (let i = 0; i < 45; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      assert.strictEqual(yield* b.mailbox.buffered, 1)
+      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      assert.strictEqual(yield* b.mailbox.buffered, 0)
+      assert.strictEqual(a.received.length, 2)
+    })
+  )
+
   it.scoped("a socket on the sender's own worker gets its update without the store", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers()

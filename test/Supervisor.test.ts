@@ -9,6 +9,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as TestClock from "effect/TestClock"
 import * as Health from "../src/Health.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -459,6 +460,63 @@ describe("Supervisor: UntilRecovered", () => {
       const late = yield* run("late", () => Effect.sync(() => calls++))
       assert.isTrue(Exit.isInterrupted(yield* Fiber.await(late)))
       assert.strictEqual(calls, 1)
+    })
+  )
+})
+
+describe("Supervisor: a schedule of one's own", () => {
+  /** A loop that records the time of each call (s) and fails, calling `recovered` on the listed calls first. */
+  const failing = (times: Array<number>, recoverOn: ReadonlySet<number> = new Set()) => {
+    let calls = 0
+    return (recovered: Effect.Effect<void>) =>
+      Effect.gen(function* () {
+        calls++
+        times.push((yield* Clock.currentTimeMillis) / 1000)
+        if (recoverOn.has(calls)) yield* recovered
+        return yield* Effect.fail(new ValueError({ message: `down ${calls}` }))
+      })
+  }
+
+  it.scoped("its delays are the schedule's, and the loop ends with the error at which it is done", () =>
+    Effect.gen(function* () {
+      const { run, logs, health } = yield* setup()
+      const times: Array<number> = []
+      const fiber = yield* run(
+        "own",
+        failing(times),
+        Schedule.spaced("3 seconds").pipe(Schedule.intersect(Schedule.recurs(3)))
+      )
+      const exit = yield* driveUntilDone(fiber)
+      deepStrictEqual(times, [0, 3, 6, 9])
+      deepStrictEqual(exit, Exit.fail(new ValueError({ message: "down 4" })))
+      deepStrictEqual(messages(logs), [
+        "ERROR own: task error, retrying on its schedule: down 1",
+        "ERROR own: task schedule gave up after 4 errors in a row: down 4"
+      ])
+      const [loop] = yield* health.loops
+      assert.strictEqual(loop?.state._tag, "Failed")
+    })
+  )
+
+  it.scoped("`recovered` starts it over, and the store's connection coming back cuts its delay short", () =>
+    Effect.gen(function* () {
+      const { run, logs, control } = yield* setup()
+      const times: Array<number> = []
+      // the 4th call recovers: the schedule starts over at 10 s, not 80 s
+      const fiber = yield* run("exp", failing(times, new Set([4])), Schedule.exponential("10 seconds"))
+      for (let i = 0; i < 80; i++) yield* TestClock.adjust(1_000)
+      deepStrictEqual(times, [0, 10, 30, 70, 80])
+      yield* control.setAvailable(false)
+      yield* control.setAvailable(true)
+      yield* TestClock.adjust(0)
+      // due at 100, run at once
+      deepStrictEqual(times, [0, 10, 30, 70, 80, 80])
+      deepStrictEqual(messages(logs), [
+        "ERROR exp: task error, retrying on its schedule: down 1",
+        "INFO exp: task recovered",
+        "ERROR exp: task error, retrying on its schedule: down 4"
+      ])
+      yield* Fiber.interrupt(fiber)
     })
   )
 })

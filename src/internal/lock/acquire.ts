@@ -75,6 +75,12 @@ const localChange: Woken = { _tag: "local" }
  * queue to say so (`stop(wanted)`: `"local"`), or for `timeoutMs` (`"recheck"`). Every
  * source completes the one `changed` of the local queue (the timeout by an entry of the
  * worker's timers), so a wait costs an entry in a heap, not a fiber.
+ *
+ * The re-check is a deadline, not a retry back-off: every wait of every contended
+ * modification sets one, from the store's answer (`remainingMs`), on the lock's hot path.
+ * A `Schedule` there would add a driver and an effect to step it to each wait, and a
+ * sleeping fiber unless its delay were handed back to the timers; it would decide nothing a
+ * `min` does not, so the timer stays.
  */
 const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false

@@ -14,6 +14,7 @@ import * as Either from "effect/Either"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
 import type { InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
@@ -129,33 +130,61 @@ export const send = <A, I, R>(
     return outcome
   })
 
+type Routed = "delivered" | "sent" | "no-owner" | "refused"
+
+/**
+ * The head of the outbox tried again while its socket has no record: every 100 ms until
+ * the restore grace ends (the last wait cut to its end), then done with the last outcome.
+ */
+const untilGraceEnds = (sender: Sender): Schedule.Schedule<Routed, Routed> =>
+  Schedule.spaced("100 millis").pipe(
+    Schedule.whileInputEffect((outcome: Routed) =>
+      Effect.map(
+        Clock.currentTimeMillis,
+        (now) => outcome === "no-owner" && sender.graceEndsAt !== undefined && now < sender.graceEndsAt
+      )
+    ),
+    Schedule.modifyDelayEffect((_, delay) =>
+      Effect.map(Clock.currentTimeMillis, (now) =>
+        Duration.min(delay, Duration.millis(Math.max(0, (sender.graceEndsAt ?? now) - now)))
+      )
+    ),
+    Schedule.passthrough
+  )
+
 /** One attempt of the `mailbox-outbox` loop, run by the supervisor. */
 export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Effect.Effect<void>) => {
   const { outbox, wake } = sender
+  const retryHead = untilGraceEnds(sender)
+  const routeHead = (head: Pending) =>
+    route(env, head).pipe(
+      Effect.catchIf(
+        (error) => error._tag !== "StoreUnavailable",
+        (error) =>
+          Effect.zipRight(
+            Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),
+            Effect.as(drop("forward-failed"), "refused" as const)
+          )
+      ),
+      Effect.tap((outcome) =>
+        Effect.zipRight(
+          recovered,
+          outcome === "no-owner"
+            ? Effect.flatMap(Clock.currentTimeMillis, (now) =>
+                Effect.sync(() => {
+                  sender.graceEndsAt ??= now + sender.restoreGraceMs
+                })
+              )
+            : Effect.void
+        )
+      )
+    )
   return Effect.gen(function* () {
     yield* wake.take
     while (outbox.length > 0) {
       const head = outbox[0]!
-      const outcome = yield* route(env, head).pipe(
-        Effect.catchIf(
-          (error) => error._tag !== "StoreUnavailable",
-          (error) =>
-            Effect.zipRight(
-              Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),
-              Effect.as(drop("forward-failed"), "refused" as const)
-            )
-        )
-      )
-      yield* recovered
-      if (outcome === "no-owner") {
-        const now = yield* Clock.currentTimeMillis
-        sender.graceEndsAt ??= now + sender.restoreGraceMs
-        if (now < sender.graceEndsAt) {
-          yield* Effect.sleep(Duration.millis(Math.min(100, sender.graceEndsAt - now)))
-          continue
-        }
-        yield* drop("no-owner")
-      }
+      const outcome: Routed = yield* Effect.repeat(routeHead(head), retryHead)
+      if (outcome === "no-owner") yield* drop("no-owner")
       outbox.shift()
       yield* Metric.incrementBy(outboxSize, -1)
     }

@@ -19,6 +19,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import type { Cluster, Redis, RedisCommander } from "ioredis"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
@@ -268,9 +269,8 @@ const sharded = (
     // The client re-reads its slot table on a MOVED reply; this re-reads it every 5 s too,
     // so that slots that moved with no command of ours touching them are noticed. Not
     // ioredis' `slotsRefreshInterval`: its timer can outlive the client.
-    yield* Effect.sleep(Duration.seconds(5)).pipe(
-      Effect.zipRight(Effect.async<void>((resume) => command.refreshSlotsCache(() => resume(Effect.void)))),
-      Effect.forever,
+    yield* Effect.async<void>((resume) => command.refreshSlotsCache(() => resume(Effect.void))).pipe(
+      Effect.schedule(Schedule.spaced(Duration.seconds(5))),
       withLiveClock,
       Effect.interruptible,
       Effect.forkScoped

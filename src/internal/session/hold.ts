@@ -6,13 +6,17 @@
  * @internal
  */
 import * as Clock from "effect/Clock"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import type { LockLost, StoreError } from "../../StoreError.js"
+import * as Retry from "../retry.js"
 import type { Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
@@ -169,12 +173,27 @@ interface KeepAlive {
 }
 
 /**
+ * When a keep-alive extends next, given the outcome of an extension: `every` after one that
+ * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
+ * never after the store said the lock is no longer ours: the schedule is done.
+ */
+const cadence = (every: number, again: number) =>
+  Schedule.identity<Either.Either<boolean, unknown>>().pipe(
+    Schedule.whileInput((extended) => Either.isLeft(extended) || extended.right),
+    Schedule.addDelay((extended) => (Either.isRight(extended) ? every : again))
+  )
+
+/**
  * Keeps the lock from expiring under a slow modification: an extension every third of
  * the lock expiration, from the worker's timers (a lease is shorter than the lock
  * expiration, so an idle lease extends at most twice). An extension that fails (the
  * store away for a moment) is tried again sooner, until one succeeds: only the store
  * saying the lock is no longer ours ends it. An extension still under way when it stops
  * is harmless: it extends only a lock this grant holds, and lock ids are unique.
+ *
+ * The delays are `cadence`'s, a `Schedule`; its waits are entries of the worker's timers,
+ * not a fiber sleeping beside every held lease, and its driver is made at the first
+ * extension, so a hold shorter than a third of the lock expiration costs none.
  */
 const keepAlive = (state: HoldState): Effect.Effect<KeepAlive> =>
   Effect.map(state.env.timers.wheel, (timers) => keepAliveOn(state, timers))
@@ -185,18 +204,16 @@ const keepAliveOn = (state: HoldState, timers: Wheel): KeepAlive => {
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
   let cancel: () => void = () => undefined
+  let retry: Retry.Retry<Either.Either<boolean, unknown>, never> | undefined
+  const extendOnce = Effect.gen(function* () {
+    // the slices read under this lock, and the fence, live as long as it is held
+    const extended = yield* Effect.either(store.extend(state.token, state.lockId, [...state.cache.keys()]))
+    retry ??= yield* Retry.driver(cadence(every, again))
+    const delay = yield* retry.next(extended)
+    if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
+  })
   const schedule = (delay: number) => {
-    cancel = timers.after(delay, () =>
-      stopped
-        ? undefined
-        : // the slices read under this lock, and the fence, live as long as it is held
-          Effect.flatMap(Effect.either(store.extend(state.token, state.lockId, [...state.cache.keys()])), (extended) =>
-            Effect.sync(() => {
-              if (stopped || (extended._tag === "Right" && !extended.right)) return
-              schedule(extended._tag === "Right" ? every : again)
-            })
-          )
-    )
+    cancel = timers.after(delay, () => (stopped ? undefined : extendOnce))
   }
   schedule(every)
   return {

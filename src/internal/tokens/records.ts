@@ -12,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import type { ClaimResult } from "../../Store.js"
 import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
@@ -195,9 +196,9 @@ export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
         Stream.mapEffect(() => restore(table))
       )
       if (setting._tag === "Refused") {
-        yield* Effect.sleep(refreshEvery).pipe(
-          Effect.zipRight(refresh(table)),
-          Effect.forever,
+        // every `refreshEvery`, the first one `refreshEvery` from now
+        yield* refresh(table).pipe(
+          Effect.schedule(Schedule.spaced(refreshEvery)),
           Effect.interruptible,
           Effect.forkScoped
         )
