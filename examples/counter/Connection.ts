@@ -52,7 +52,11 @@ const linkTab = (asked: string | undefined, id: string) =>
         Effect.catchTag("RecordNotStored", (error) =>
           // Linked here; the record is written once the store is back (see TokenManager).
           // A fresh token must still reach the tab, or its socket and its reloads part ways.
-          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: error.fresh === true })
+          Effect.as(Effect.logWarning(error.message), {
+            token: error.token,
+            fresh: error.fresh === true,
+            takenOver: false
+          })
         )
       )
     const linked = yield* link(asked ?? freshToken())

@@ -68,7 +68,7 @@ export const tokenSuite = (backend: TokenBackend) => {
     test("link claims the record: stored, local and owner agree (TM2, TM4)", (cluster) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
-        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false })
+        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false, takenOver: false })
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
         deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(a, "c1")))
@@ -82,7 +82,7 @@ export const tokenSuite = (backend: TokenBackend) => {
         const a = yield* cluster.worker()
         yield* a.tokens.link("tab-1", "c1")
         const before = yield* cluster.operations
-        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false })
+        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false, takenOver: false })
         deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
         assert.strictEqual(yield* cluster.operations, before)
@@ -220,7 +220,7 @@ export const tokenSuite = (backend: TokenBackend) => {
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* cluster.record("tab-0"), Option.some(mine(a, "c0")))
         deepStrictEqual(yield* cluster.record("tab-2"), Option.none())
-        deepStrictEqual(yield* a.tokens.link("tab-3", "c3"), { token: "tab-3", fresh: false })
+        deepStrictEqual(yield* a.tokens.link("tab-3", "c3"), { token: "tab-3", fresh: false, takenOver: false })
         assert.strictEqual(writeWarnings(cluster), 1)
       }))
 
