@@ -9,6 +9,8 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { makeKeys } from "../src/internal/keys.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
 import { spawnChild } from "./support/children.js"
 import { redisCluster } from "./tokens/cluster.js"
 
@@ -76,6 +78,29 @@ describe("TokenManager (redis, processes): a dead owner is not a duplicate", () 
         assert.strictEqual(yield* owner.waitFor(/^lost tab-s /, 15_000), `lost tab-s ${b.id}`)
         deepStrictEqual(yield* cluster.record("tab-s"), Option.some({ instanceId: b.id, connectionId: "cb" }))
         assert.notStrictEqual(ownerId, b.id)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "a store restart longer than the presence expiration takes no live tab over",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster({ ...input, retryDelayInitial: 100, retryDelayMax: 500 })
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        yield* a.tokens.link("tab-r", "ca")
+        yield* cluster.outage.begin
+        yield* Effect.sleep(presenceMs * 2)
+        // restarted empty: every record and presence entry is gone until the workers write them back
+        yield* cluster.outage.end
+        yield* eventuallyTrue("a's record is back", 15_000, Effect.map(cluster.record("tab-r"), Option.isSome))
+        // the order where a's presence comes back after its record (its next refresh still to come)
+        yield* Effect.orDie(cluster.server.command("DEL", makeKeys("leasehold").presence(a.id)))
+        const linked = yield* b.tokens.link("tab-r", "cb")
+        assert.isTrue(linked.fresh && !linked.takenOver)
+        deepStrictEqual(yield* cluster.record("tab-r"), Option.some({ instanceId: a.id, connectionId: "ca" }))
+        deepStrictEqual(yield* a.tokens.local("tab-r"), Option.some("ca"))
       }),
     60_000
   )
