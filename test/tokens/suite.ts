@@ -9,6 +9,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
@@ -308,6 +309,29 @@ export const tokenSuite = (backend: TokenBackend) => {
         yield* a.tokens.disconnect("tab-1", "c1")
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
       }))
+
+    test(
+      "a dead owner's record is taken over and the tab keeps its token: an absent owner at once, a silent one after the presence expiration",
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
+          const b = yield* cluster.worker()
+          // b judges others dead only once it has been steady for a whole expiration
+          yield* tools.advance(800)
+          yield* cluster.overwrite("tab-d", dead)
+          deepStrictEqual(yield* b.tokens.link("tab-d", "cb"), { token: "tab-d", fresh: false, takenOver: true })
+          deepStrictEqual(yield* cluster.record("tab-d"), Option.some(mine(b, "cb")))
+          // present (its entry outlives it) but silent: its presence lives in another slot than the record
+          yield* Effect.orDie(cluster.store.refreshPresence(dead.instanceId, 60_000))
+          yield* cluster.overwrite("tab-e", dead)
+          const link = yield* Effect.fork(b.tokens.link("tab-e", "cb2"))
+          yield* tools.advance(800)
+          yield* tools.until("the silent owner's record taken over", Effect.map(Fiber.poll(link), Option.isSome))
+          deepStrictEqual(yield* Fiber.join(link), { token: "tab-e", fresh: false, takenOver: true })
+          deepStrictEqual(yield* cluster.record("tab-e"), Option.some(mine(b, "cb2")))
+        }),
+      { presenceExpiration: 600 }
+    )
 
     test(
       "keyspace mode: the expired record of a live socket is claimed again",
