@@ -75,6 +75,13 @@ export interface Settings {
    * re-check. Default: 1 s, or half the lock expiration when that is shorter.
    */
   readonly handoffTimeout: Duration.Duration
+  /**
+   * How long a worker counts as alive after its last presence refresh (it refreshes every
+   * third of it). A record whose owner is absent, or does not answer within this time, is
+   * taken over by the worker a tab reconnects to: a tab waits at most this long after its
+   * worker died. Default: 3 s, or half the token expiration when that is shorter.
+   */
+  readonly presenceExpiration: Duration.Duration
   readonly retryDelayInitial: Duration.Duration
   readonly retryDelayMax: Duration.Duration
   /** Add up to 10 % to each retry delay (never above the cap), so workers do not retry in step. */
@@ -116,6 +123,7 @@ const defaults = {
   leaseQuantumMs: 2,
   leaseDurability: "batch" as LeaseDurability,
   handoffTimeoutMs: 1_000,
+  presenceExpirationMs: 3_000,
   retryDelayInitialMs: 1_000,
   retryDelayMaxMs: 30_000,
   retryJitter: true,
@@ -185,6 +193,11 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDescription(
       "how long a lock handed to the next waiting worker is reserved for it (ms, < lock expiration; default 1 s or lock expiration / 2)"
     )
+  ),
+  presenceExpiration: ms(
+    "LEASEHOLD_PRESENCE_EXPIRATION_MS",
+    defaults.presenceExpirationMs,
+    "how long a worker counts as alive after its last presence refresh (ms, < token expiration)"
   ),
   retryDelayInitial: ms("LEASEHOLD_RETRY_DELAY_INITIAL_MS", defaults.retryDelayInitialMs, "first retry delay (ms)"),
   retryDelayMax: ms("LEASEHOLD_RETRY_DELAY_MAX_MS", defaults.retryDelayMaxMs, "cap of the retry delay (ms)"),
@@ -296,6 +309,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   const dur = (value: Duration.DurationInput | undefined, fallbackMs: number) =>
     value === undefined ? Duration.millis(fallbackMs) : Duration.decode(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
+  const tokenExpiration = dur(input.tokenExpiration, defaults.tokenExpirationS * 1000)
   const settings: Settings = {
     redisUrl: input.redisUrl ?? Option.none(),
     redisCluster: input.redisCluster ?? defaults.redisCluster,
@@ -304,7 +318,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     keyPrefix: input.keyPrefix ?? defaults.keyPrefix,
     lockExpiration,
     lockWarningThreshold: dur(input.lockWarningThreshold, defaults.lockWarningThresholdMs),
-    tokenExpiration: dur(input.tokenExpiration, defaults.tokenExpirationS * 1000),
+    tokenExpiration,
     oplock: input.oplock ?? defaults.oplock,
     leaseHoldTime:
       input.leaseHoldTime === undefined
@@ -316,6 +330,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
       input.handoffTimeout === undefined
         ? Duration.millis(Math.min(defaults.handoffTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
         : Duration.decode(input.handoffTimeout),
+    presenceExpiration:
+      input.presenceExpiration === undefined
+        ? Duration.millis(Math.min(defaults.presenceExpirationMs, Math.floor(Duration.toMillis(tokenExpiration) / 2)))
+        : Duration.decode(input.presenceExpiration),
     retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
     retryJitter: input.retryJitter ?? defaults.retryJitter,
@@ -348,6 +366,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     ["tokenExpiration", settings.tokenExpiration],
     ["leaseHoldTime", settings.leaseHoldTime],
     ["handoffTimeout", settings.handoffTimeout],
+    ["presenceExpiration", settings.presenceExpiration],
     ["retryDelayInitial", settings.retryDelayInitial],
     ["retryDelayMax", settings.retryDelayMax],
     ["commandTimeout", settings.commandTimeout],
@@ -379,6 +398,18 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   if (Duration.greaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
     // A grant reserved longer than a lock lives would outlast the waiters' own deadlines.
     return fail("handoffTimeout", fmt(settings.handoffTimeout), "must be less than lockExpiration", lock)
+  }
+  if (Duration.greaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
+    // A record expires by itself before its owner could be found absent: presence would decide nothing.
+    return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be less than tokenExpiration", {
+      knob: "tokenExpiration",
+      value: fmt(settings.tokenExpiration)
+    })
+  }
+  if (Duration.toMillis(settings.presenceExpiration) < 30) {
+    // Refreshed every third of it: below 10 ms a refresh is a busy loop, and a worker's
+    // answer (one round trip each way) would rarely arrive in time.
+    return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be at least 30ms")
   }
   if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
     return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")

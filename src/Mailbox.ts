@@ -146,7 +146,8 @@ export const forwarded = MailboxEnv.forwarded
 /**
  * Updates dropped, by `reason`: `no-owner`, `not-owner` (already forwarded once), `overflow`,
  * `undecodable`, `deliver-failed`, `forward-failed` (the store refused the lookup or the append),
- * `duplicate` (a copy of an update already delivered: its append was retried).
+ * `duplicate` (a copy of an update already delivered: its append was retried), `taken-over`
+ * (the socket's record was taken over by another worker, which sent the tab its state).
  *
  * @since 0.1.0
  * @category metrics

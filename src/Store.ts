@@ -5,8 +5,8 @@
  * one transaction on Redis, one synchronous block on the embedded store). Two
  * implementations exist: `MemoryStore` (embedded, time on Effect's `Clock`) and
  * `RedisStore` (ioredis). The service is grouped by concern (`Store.Locking`,
- * `Store.Queueing`, `Store.Slices`, `Store.Signaling`, `Store.Sockets`, `Store.Mailboxes`,
- * `Store.Inspection`).
+ * `Store.Queueing`, `Store.Slices`, `Store.Signaling`, `Store.Sockets`, `Store.Presence`,
+ * `Store.Mailboxes`, `Store.Inspection`).
  *
  * Both backends share one checked front (`internal/store/front.ts`) over a narrow driver
  * of their own: every operation that takes a token, a slice name or an instance id (also
@@ -31,6 +31,7 @@ import type {
   LockHolder,
   MailboxEntry,
   Notice,
+  PresenceMessage,
   QueuedAcquireResult,
   ReleaseResult,
   Signal,
@@ -38,6 +39,7 @@ import type {
   SocketEvent,
   SocketEventsSetting,
   SocketRecord,
+  TakeOverResult,
   TokenNotice
 } from "./StoreModel.js"
 
@@ -190,6 +192,17 @@ export declare namespace Store {
       InvalidToken | StoreError
     >
     /**
+     * Compare-and-set on the record alone: write `record` in place of `expected` only while
+     * the stored record is exactly `expected` (instance and connection), with a fresh TTL;
+     * otherwise nothing is written and the record there is returned (`Changed`). A record
+     * there that does not decode is `CorruptValue`.
+     */
+    readonly takeOverSocket: (
+      token: string,
+      expected: SocketRecord,
+      record: SocketRecord
+    ) => Effect.Effect<TakeOverResult, InvalidToken | CorruptValue | StoreError>
+    /**
      * Ask the store to report socket-record changes. Redis: `CONFIG SET
      * notify-keyspace-events` with the flags already set plus `K`, `g`, `$`, `x`, `e`
      * (nothing is sent when they are all there). A refused `CONFIG` is `Refused`, not an
@@ -204,6 +217,37 @@ export declare namespace Store {
      * after subscribing again. Events of keys that are not valid tokens are dropped.
      */
     readonly socketEvents: Effect.Effect<Stream.Stream<SocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
+  }
+
+  /**
+   * Presence: each worker's entry, refreshed while it lives, and its channel, on which
+   * other workers ask it whether a connection named by a record is still linked there.
+   * The entry lives in a Cluster slot of its own (the worker's id is its hash tag), never
+   * in a socket record's: no step reads both.
+   *
+   * @since 0.3.0
+   * @category models
+   */
+  export interface Presence {
+    /** Set the worker's presence entry to expire `ttlMs` from now; `true` when it was still there. */
+    readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /** Whether the worker's presence entry is there. */
+    readonly isPresent: (instanceId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    /** Delete the worker's presence entry (a graceful close). */
+    readonly removePresence: (instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    /** Publish a message on the worker's presence channel (delivered only to a subscriber of it). */
+    readonly sendPresence: (
+      instanceId: string,
+      message: PresenceMessage
+    ) => Effect.Effect<void, InvalidToken | StoreError>
+    /**
+     * The messages of the worker's presence channel, from the confirmed subscription on;
+     * anything else published there is ignored. The stream fails with `StoreUnavailable`
+     * when the subscription is lost.
+     */
+    readonly presenceMessages: (
+      instanceId: string
+    ) => Effect.Effect<Stream.Stream<PresenceMessage, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
   }
 
   /**
@@ -342,7 +386,7 @@ export declare namespace Store {
    * @since 0.1.0
    * @category models
    */
-  export interface Service extends Locking, Queueing, Slices, Signaling, Sockets, Mailboxes, Inspection {
+  export interface Service extends Locking, Queueing, Slices, Signaling, Sockets, Presence, Mailboxes, Inspection {
     /** Which backend this is. */
     readonly kind: "memory" | "redis"
   }

@@ -137,6 +137,36 @@ export interface SocketRecord {
 export type ClaimResult = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly record: SocketRecord }
 
 /**
+ * The outcome of taking a socket record over: ours now, or the record found instead of the
+ * one expected (`None`: there is none any more). Nothing is written unless the record was
+ * exactly the one expected.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type TakeOverResult =
+  | { readonly _tag: "TakenOver" }
+  | { readonly _tag: "Changed"; readonly record: Option.Option<SocketRecord> }
+
+/**
+ * A message on a worker's presence channel: a question from another worker about one of
+ * the records naming this one (is the connection still linked here?), or the answer to a
+ * question this worker asked. `askId` pairs them; `from` is the worker to answer.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type PresenceMessage =
+  | {
+      readonly _tag: "Ask"
+      readonly askId: string
+      readonly from: string
+      readonly token: string
+      readonly connectionId: string
+    }
+  | { readonly _tag: "Answer"; readonly askId: string; readonly linked: boolean }
+
+/**
  * A change to a socket record, as the store reports it: `set` (written), `del` (deleted),
  * `expired` (its TTL ran out), `evicted` (dropped under memory pressure).
  *

@@ -3,7 +3,10 @@
  *
  * A token's socket record names the instance and the connection that hold the client's
  * socket. `link` claims it atomically; a second tab presenting a token that is already
- * linked elsewhere gets a fresh token. Records of live sockets are kept alive through
+ * linked elsewhere gets a fresh token. A record whose socket is gone (its worker died, or
+ * closed it) is not a duplicate: `link` asks the owner, and takes the record over by
+ * compare-and-set when the owner says so, does not answer within the presence expiration,
+ * or is not present; the tab keeps its token. Records of live sockets are kept alive through
  * expiry, deletion and store outages, and a record another instance won meanwhile is
  * adopted, never deleted by our later disconnect.
  *
@@ -13,6 +16,8 @@
  * without `CONFIG`), it refreshes every record's TTL at a quarter of `tokenExpiration`
  * instead. After every confirmed subscription and every reconnection of the store it
  * writes this worker's records back (SET NX) and reads them in the same round trip.
+ * A second loop (`presence`) keeps this worker's presence and answers other workers'
+ * questions about its records.
  *
  * @since 0.1.0
  */
@@ -22,11 +27,14 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as Stream from "effect/Stream"
+import * as PubSub from "effect/PubSub"
+import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
 import type { RecordNotStored } from "./internal/tokens/link.js"
 import * as Link from "./internal/tokens/link.js"
+import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
+import type { LostSocket } from "./internal/tokens/table.js"
 import * as SocketTable from "./internal/tokens/table.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
@@ -54,7 +62,23 @@ export interface Linked {
   readonly token: string
   /** `true` when `token` is a fresh token minted because the one asked for was linked elsewhere. */
   readonly fresh: boolean
+  /**
+   * `true` when the token's record named a socket that was gone (its worker dead or no
+   * longer holding it) and was taken over: the tab kept its token. Send it its current
+   * state: updates sent to the old worker meanwhile are not passed on.
+   */
+  readonly takenOver: boolean
 }
+
+/**
+ * A socket of this worker whose token another worker's socket holds now (it took the record
+ * over while this worker seemed gone, or won it while ours was not stored). Close it: its
+ * tab reconnects, and is linked where its token is held.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type { LostSocket } from "./internal/tokens/table.js"
 
 /**
  * @since 0.1.0
@@ -70,10 +94,12 @@ export declare namespace TokenManager {
     readonly instanceId: string
     /**
      * Link a client's socket. The same token and connection again: nothing, no I/O.
-     * Otherwise claim the token's record atomically; when any other record exists (another
-     * instance's, or this instance's with another connection), mint a fresh token, claim
-     * that, and return it. A store failure links locally and fails with `RecordNotStored`.
-     * An interrupted link leaves no record behind.
+     * Otherwise claim the token's record atomically. When another socket's record is there,
+     * ask its worker whether that socket still holds the token: if it does (or this worker
+     * cannot tell yet), mint a fresh token, claim that, and return it; if it is gone (its
+     * worker said so, is not present, or did not answer within the presence expiration),
+     * take the record over as read and return `takenOver`. A store failure links locally
+     * and fails with `RecordNotStored`. An interrupted link leaves no record behind.
      */
     readonly link: (token: string, connectionId: string) => Effect.Effect<Linked, InvalidToken | RecordNotStored>
     /**
@@ -95,6 +121,17 @@ export declare namespace TokenManager {
     ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | StoreError>
     /** Every token with a socket record, of every instance (a scan). */
     readonly tokens: Stream.Stream<readonly [token: string, record: SocketRecord], StoreError>
+    /**
+     * Every socket of this worker that loses its token to another worker's socket, from
+     * the subscription on: the app closes it, and the tab reconnects where its token is.
+     */
+    readonly lost: Stream.Stream<LostSocket>
+    /**
+     * `true` when a socket of this worker lost `token` to another worker (see `lost`) and
+     * no socket linked it here since: updates for it still in this worker's mailbox are
+     * dropped, as its new owner sent the tab its state.
+     */
+    readonly isLost: (token: string) => Effect.Effect<boolean>
     /** Disconnect every local socket (on shutdown). */
     readonly disconnectAll: Effect.Effect<void>
     /**
@@ -128,6 +165,23 @@ export type KeepAlive = "events" | "refresh"
  * @category constants
  */
 export const loopName = Records.loopName
+
+/**
+ * The name of the supervised loop that keeps this worker's presence and answers questions
+ * about its records.
+ *
+ * @since 0.3.0
+ * @category constants
+ */
+export const presenceLoopName = Presence.loopName
+
+/**
+ * Records of a gone socket taken over by a link of its token, which kept its token.
+ *
+ * @since 0.3.0
+ * @category metrics
+ */
+export const takeovers = Link.takeovers
 
 /**
  * Sockets linked with a record of their own (fresh tokens included).
@@ -185,7 +239,10 @@ export const make = Effect.gen(function* () {
     instanceId,
     entries: new Map(),
     maintenance: yield* Effect.makeSemaphore(1),
-    failing: false
+    failing: false,
+    linking: new Set(),
+    lostTokens: new Set(),
+    lost: yield* PubSub.unbounded<LostSocket>()
   }
   const disconnectAll = Link.disconnectAll(table)
 
@@ -200,12 +257,38 @@ export const make = Effect.gen(function* () {
 
   const loop = yield* supervisor.run(loopName, (recovered) => Records.watch(keeper, recovered), untilRecovered())
   yield* keeper.started.await
-  // Interrupt the loop first: nothing may write a record back once the socket is gone.
-  yield* Effect.addFinalizer(() => Effect.zipRight(Fiber.interrupt(loop), disconnectAll))
+
+  // --- the presence loop --------------------------------------------------------------
+  const presenceMs = Math.max(1, Math.ceil(Duration.toMillis(settings.presenceExpiration)))
+  const presence: Presence.Presence = {
+    table,
+    presenceMs,
+    refreshEveryMs: Math.max(1, Math.floor(presenceMs / 3)),
+    started: yield* Effect.makeLatch(false),
+    steadySince: undefined,
+    lastRefresh: undefined,
+    asks: new Map(),
+    check: Records.restore(table)
+  }
+  const presenceLoop = yield* supervisor.run(
+    Presence.loopName,
+    (recovered) => Presence.watch(presence, recovered),
+    untilRecovered()
+  )
+  yield* presence.started.await
+  // Interrupt the loops first: nothing may write a record back once the socket is gone.
+  // Presence goes last, once the records are: a closing worker's tabs are not taken over
+  // while it still holds them.
+  yield* Effect.addFinalizer(() =>
+    Effect.zipRight(
+      Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
+      Effect.zipRight(disconnectAll, Presence.remove(presence))
+    )
+  )
 
   return TokenManager.of({
     instanceId,
-    link: (token, connectionId) => Link.link(table, token, connectionId),
+    link: (token, connectionId) => Link.link(presence, token, connectionId),
     disconnect: (token, connectionId) => Link.disconnect(table, token, connectionId),
     local: (token) =>
       Effect.sync(() => {
@@ -214,6 +297,8 @@ export const make = Effect.gen(function* () {
       }),
     owner: (token, options) => SocketTable.owner(table, token, options),
     tokens: store.scanSockets,
+    lost: Stream.fromPubSub(table.lost),
+    isLost: (token) => Effect.sync(() => table.lostTokens.has(token)),
     disconnectAll,
     keepAlive: Effect.sync(() => keeper.mode)
   })

@@ -129,6 +129,24 @@ describe("LeaseholdConfig", () => {
     })
   )
 
+  it.effect("the presence expiration: 3 s, or as set; at least 30 ms and below the token expiration", () =>
+    Effect.gen(function* () {
+      assert.strictEqual(millis((yield* fromEnv({})).presenceExpiration), 3_000)
+      assert.strictEqual(millis((yield* fromEnv({ LEASEHOLD_PRESENCE_EXPIRATION_MS: "400" })).presenceExpiration), 400)
+      const error = yield* Effect.flip(
+        fromEnv({ LEASEHOLD_TOKEN_EXPIRATION_S: "20", LEASEHOLD_PRESENCE_EXPIRATION_MS: "20000" })
+      )
+      assert.strictEqual(error._tag, "InvalidConfig")
+      if (error._tag !== "InvalidConfig") return
+      assert.strictEqual(error.knob, "presenceExpiration")
+      deepStrictEqual(error.other, { knob: "tokenExpiration", value: "20000ms" })
+      for (const tooShort of [0, 29]) {
+        const refused = LeaseholdConfig.resolve({ presenceExpiration: tooShort })
+        assert.isTrue(Either.isLeft(refused) && refused.left.knob === "presenceExpiration", String(tooShort))
+      }
+    })
+  )
+
   it("a lease hold time not below the lock expiration is refused", () => {
     const result = LeaseholdConfig.resolve({ lockExpiration: 1000, leaseHoldTime: 1200, lockWarningThreshold: 100 })
     assert.isTrue(Either.isLeft(result))

@@ -1,9 +1,13 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Schema from "effect/Schema"
 import * as TestClock from "effect/TestClock"
+import { encodeSocketRecord } from "../src/internal/codec.js"
+import { makeKeys } from "../src/internal/keys.js"
+import { envelopeOf } from "../src/internal/mailbox/env.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
-import { memoryWorkers, update } from "./delivery/workers.js"
+import { memoryWorkers, Update, update } from "./delivery/workers.js"
 import { untilOnTestClock } from "./support/testClock.js"
 
 const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
@@ -118,6 +122,46 @@ describe("delivery while the embedded store is unavailable", () => {
       assert.strictEqual(yield* a.mailbox.send("token1", update(1)), "delivered")
       deepStrictEqual(a.received, [["token1", update(1)]])
       yield* fx.control.setAvailable(true)
+    })
+  )
+})
+
+describe("delivery after a take-over", () => {
+  it.scoped("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers({ presenceExpiration: 600 })
+      const a = yield* fx.worker()
+      const b = yield* fx.worker()
+      const keys = makeKeys("leasehold")
+      yield* a.tokens.link("token1", "sid1")
+      yield* a.tokens.link("token2", "sid2")
+      // As while a was paused: its presence expired and b took token1's record over.
+      yield* fx.control.setRaw(keys.presence(a.id), "", 0)
+      yield* fx.control.setRaw(keys.socket("token1"), encodeSocketRecord({ instanceId: b.id, connectionId: "sid-b" }))
+      yield* b.tokens.link("token1", "sid-b")
+      yield* TestClock.adjust(600)
+      yield* until("a found token1 taken over", a.tokens.isLost("token1"))
+      // updates a sender appended to a's mailbox on a lookup made before the take-over
+      const envelope = Schema.encodeSync(envelopeOf(Update))
+      for (const [token, n] of [
+        ["token1", 1],
+        ["token2", 2]
+      ] as const) {
+        yield* fx.store.mailboxAppend(a.id, envelope({ token, update: update(n), forwarded: false }), {
+          maxLen: 100,
+          ttlMs: 60_000
+        })
+      }
+      yield* until(
+        "a delivers token2's update",
+        Effect.sync(() => a.received.length >= 1)
+      )
+      yield* settle
+      deepStrictEqual(
+        a.received.map(([token, value]) => [token, value.n]),
+        [["token2", 2]]
+      )
+      deepStrictEqual(b.received, [])
     })
   )
 })

@@ -25,6 +25,8 @@ const memory: TokenBackend = {
 
 tokenSuite(memory)
 
+const presenceOperations = new Set(["refreshPresence", "presenceMessages", "sendPresence", "isPresent"])
+
 describe("TokenManager (memory): the restore", () => {
   it.scoped("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
     Effect.gen(function* () {
@@ -46,7 +48,8 @@ describe("TokenManager (memory): the restore", () => {
       yield* settle
       // One batched claim per restore (the reconnection's new epoch may bring a second one),
       // and no read of the records that were unchanged.
-      const calls = (yield* cluster.calls).slice(before)
+      // (the presence loop's own refreshes run meanwhile)
+      const calls = (yield* cluster.calls).slice(before).filter((name) => !presenceOperations.has(name))
       assert.isTrue(calls.length >= 1 && calls.length <= 2, calls.join())
       assert.isTrue(
         calls.every((name) => name === "claimSockets"),

@@ -5,12 +5,16 @@
  * client are queued as they arrive and handled one at a time by one fiber, so bumps run
  * in the order sent; frames to the client go through the connection's queue (see
  * `Sockets`). When the socket closes, or the server shuts down, the connection is
- * detached and the token's record removed.
+ * detached and the token's record removed. A socket whose token another worker took over
+ * (this worker seemed gone to it) is closed by the server with code 4001, and its tab
+ * reconnects. A tab whose record was taken over from a dead worker keeps its token, and
+ * is sent its current state as on every link.
  */
 import { randomUUID } from "node:crypto"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Socket from "@effect/platform/Socket"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -43,6 +47,9 @@ export const reloadGrace = Duration.seconds(1)
 
 const reloadPoll = Duration.millis(50)
 
+/** The close code of a socket whose token another worker's socket holds now: the client reconnects. */
+export const lostCloseCode = 4001
+
 /** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
 const linkTab = (asked: string | undefined, id: string) =>
   Effect.gen(function* () {
@@ -52,7 +59,11 @@ const linkTab = (asked: string | undefined, id: string) =>
         Effect.catchTag("RecordNotStored", (error) =>
           // Linked here; the record is written once the store is back (see TokenManager).
           // A fresh token must still reach the tab, or its socket and its reloads part ways.
-          Effect.as(Effect.logWarning(error.message), { token: error.token, fresh: error.fresh === true })
+          Effect.as(Effect.logWarning(error.message), {
+            token: error.token,
+            fresh: error.fresh === true,
+            takenOver: false
+          })
         )
       )
     const linked = yield* link(asked ?? freshToken())
@@ -123,6 +134,14 @@ export const handler = Effect.gen(function* () {
       Effect.catchAll((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
     )
   )
+  // Closed from the server: the token is held by a socket of another worker now.
+  const closedHere = Deferred.await(connection.closed).pipe(
+    Effect.zipRight(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
+    Effect.zipRight(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+    Effect.ignore
+  )
+  if (linked.takenOver)
+    yield* Effect.logInfo(`socket ${id}: token ${linked.token} taken over from a worker that was gone`)
   yield* socket
     .runRaw((data) => {
       // Queued synchronously, in the order the frames arrived.
@@ -137,7 +156,8 @@ export const handler = Effect.gen(function* () {
     .pipe(
       Effect.catchIf(Socket.isSocketError, (error) =>
         Effect.logDebug(`socket ${id} closed: ${error.reason}`).pipe(Effect.annotateLogs({ token: connection.token }))
-      )
+      ),
+      Effect.raceFirst(closedHere)
     )
   return HttpServerResponse.empty()
 }).pipe(

@@ -19,6 +19,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import { InstanceId } from "../../src/InstanceId.js"
 import type { InvalidConfig } from "../../src/LeaseholdConfig.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
@@ -26,6 +27,7 @@ import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import type { Store } from "../../src/Store.js"
 import type { StoreUnavailable } from "../../src/StoreError.js"
+import * as TokenManager from "../../src/TokenManager.js"
 import * as Worker from "../../src/Worker.js"
 import * as Api from "./Api.js"
 import type { AppSettings } from "./AppConfig.js"
@@ -66,6 +68,15 @@ export const workerLayer = (settings: AppSettings) =>
     schema: Count,
     deliver: (token, count) => Effect.flatMap(Sockets.Sockets, (sockets) => sockets.deliver(token, count))
   }).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
+
+/** Close every socket whose token another worker took over (it found this worker gone). */
+const closeLost = Layer.scopedDiscard(
+  Effect.gen(function* () {
+    const tokens = yield* TokenManager.TokenManager
+    const sockets = yield* Sockets.Sockets
+    yield* Effect.forkScoped(Stream.runForEach(tokens.lost, (lost) => sockets.close(lost.token, lost.connectionId)))
+  })
+)
 
 const announce = Layer.scopedDiscard(
   Effect.gen(function* () {
@@ -129,7 +140,7 @@ export const layer = (settings: AppSettings) =>
 const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer>) => {
   // Released before the HTTP server (which it needs), so the grace starts as closing does.
   const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
-  return Layer.mergeAll(HttpServer.serve(router), announce).pipe(
+  return Layer.mergeAll(HttpServer.serve(router), announce, closeLost).pipe(
     httpTracing(settings.httpTracing),
     Layer.provide(cutOnClose),
     Layer.provide(

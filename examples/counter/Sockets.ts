@@ -11,6 +11,7 @@
  * connection's writer empties.
  */
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
@@ -26,6 +27,8 @@ export interface Connection {
   readonly outgoing: Queue.Queue<string>
   /** The version of the last state sent. */
   last: Pick<Count, "v" | "epoch">
+  /** Done when the server closes the socket (its token is held by a socket of another worker now). */
+  readonly closed: Deferred.Deferred<void>
 }
 
 /** Sockets open on this worker. */
@@ -47,6 +50,11 @@ export class Sockets extends Context.Tag("counter/Sockets")<
     readonly send: (connection: Connection, message: ServerMessage) => Effect.Effect<void>
     /** Send a state of the counter, unless a newer one was sent already. */
     readonly sendCount: (connection: Connection, type: "state" | "update", count: Count) => Effect.Effect<void>
+    /**
+     * Close the socket `id` of `token`: another worker's socket holds the token now (it
+     * took the record over while this worker seemed gone). The tab reconnects there.
+     */
+    readonly close: (token: string, id: string) => Effect.Effect<void>
     /** The `deliver` of the worker's mailbox: the update to the token's socket on this worker. */
     readonly deliver: (token: string, count: Count) => Effect.Effect<void>
   }
@@ -73,7 +81,8 @@ export const layer = Layer.sync(Sockets, () => {
           id,
           token,
           outgoing: yield* Queue.unbounded<string>(),
-          last: { v: -1, epoch: Number.NEGATIVE_INFINITY }
+          last: { v: -1, epoch: Number.NEGATIVE_INFINITY },
+          closed: yield* Deferred.make<void>()
         }
         byToken.set(token, connection)
         yield* Metric.increment(open)
@@ -87,6 +96,13 @@ export const layer = Layer.sync(Sockets, () => {
       }),
     send,
     sendCount,
+    close: (token, id) =>
+      Effect.suspend(() => {
+        const connection = byToken.get(token)
+        return connection === undefined || connection.id !== id
+          ? Effect.void
+          : Effect.asVoid(Deferred.succeed(connection.closed, undefined))
+      }),
     deliver: (token, count) =>
       Effect.suspend(() => {
         const connection = byToken.get(token)

@@ -1,6 +1,6 @@
 /**
  * The wire forms of what the stores keep as strings: signals on a token's channel, notices
- * on a worker's channel, and socket records. Decoding never throws: a message that is not
+ * on a worker's channel, socket records and presence messages. Decoding never throws: a message that is not
  * a signal (or not a notice about the token asked for) is `undefined`, a record that does
  * not decode is `CorruptValue`.
  *
@@ -8,7 +8,7 @@
  */
 import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
-import type { Notice, Signal, SocketRecord } from "../Store.js"
+import type { Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
 import { describeParseError, parseSafely } from "./parse.js"
 import { parseFence } from "./store/replies.js"
@@ -92,3 +92,26 @@ export const encodeSocketRecord = (record: SocketRecord): string =>
 /** @internal */
 export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
   Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))
+
+const PresenceMessageSchema = Schema.Union(
+  Schema.TaggedStruct("Ask", {
+    askId: Schema.String,
+    from: Schema.String,
+    token: Schema.String,
+    connectionId: Schema.String
+  }),
+  Schema.TaggedStruct("Answer", { askId: Schema.String, linked: Schema.Boolean })
+)
+const decodePresenceJson = parseSafely(
+  PresenceMessageSchema,
+  Schema.decodeUnknownEither(Schema.parseJson(PresenceMessageSchema))
+)
+
+/** Wire form of a message on a worker's presence channel (JSON: a connection id may hold any character). @internal */
+export const encodePresenceMessage = (message: PresenceMessage): string => JSON.stringify(message)
+
+/** A presence message, or `undefined` for anything else published on the channel. @internal */
+export const decodePresenceMessage = (raw: string): PresenceMessage | undefined => {
+  const decoded = decodePresenceJson(raw)
+  return Either.isRight(decoded) ? decoded.right : undefined
+}

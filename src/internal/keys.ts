@@ -19,6 +19,17 @@ export interface Keys {
   readonly mailbox: (instanceId: string) => string
   readonly mailboxCursor: (instanceId: string) => string
   /**
+   * A worker's presence entry (a string with a TTL of the presence expiration). It carries
+   * the worker's id as its hash tag: on a Cluster it lives in a slot of its own, apart
+   * from any token's keys, so no script ever touches it together with a socket record.
+   */
+  readonly presence: (instanceId: string) => string
+  /**
+   * A worker's presence channel (questions to it, answers to its questions): a channel, not
+   * a key, with the worker's hash tag, so a Cluster's sharded pub/sub serves it.
+   */
+  readonly presenceChannel: (instanceId: string) => string
+  /**
    * A worker's one notice channel on a single server (and the embedded store), shared by
    * every token: a channel, not a key. The name is a prefix followed by the worker id
    * (`workerNotices("")` is the prefix the scripts append a worker id to).
@@ -57,6 +68,8 @@ export const makeKeys = (prefix: string): Keys => {
         : undefined,
     mailbox: (instanceId) => `${prefix}:mailbox:${instanceId}`,
     mailboxCursor: (instanceId) => `${prefix}:cursor:${instanceId}`,
+    presence: (instanceId) => `${prefix}:presence:{${instanceId}}`,
+    presenceChannel: (instanceId) => `${prefix}:presence:{${instanceId}}:ask`,
     workerNotices: (worker) => `${prefix}:w:${worker}`,
     tokenNotices: (token, worker) => `${base(token)}:w:${worker}`,
     // A valid token has no glob character, so it is matched literally.

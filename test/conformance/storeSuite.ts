@@ -588,6 +588,52 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.claimSocket("tok", recordB), { _tag: "Claimed" })
       }))
 
+    test("takeOverSocket writes only over exactly the record expected, and returns what is there otherwise", (fx) =>
+      Effect.gen(function* () {
+        deepStrictEqual(yield* fx.store.takeOverSocket("tok", recordA, recordB), {
+          _tag: "Changed",
+          record: Option.none()
+        })
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.none())
+        yield* fx.store.claimSocket("tok", recordA)
+        const sameInstance: SocketRecord = { instanceId: recordA.instanceId, connectionId: "conn-other" }
+        deepStrictEqual(yield* fx.store.takeOverSocket("tok", sameInstance, recordB), {
+          _tag: "Changed",
+          record: Option.some(recordA)
+        })
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
+        deepStrictEqual(yield* fx.store.takeOverSocket("tok", recordA, recordB), { _tag: "TakenOver" })
+        deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordB))
+        // the second of two take-overs of the same record finds the first one's
+        deepStrictEqual(yield* fx.store.takeOverSocket("tok", recordA, sameInstance), {
+          _tag: "Changed",
+          record: Option.some(recordB)
+        })
+        yield* fx.putRaw(fx.keys.socket("bad"), "{not json")
+        const corrupt = yield* Effect.flip(fx.store.takeOverSocket("bad", recordA, recordB))
+        assert.strictEqual(corrupt._tag, "CorruptValue")
+        const invalid = yield* Effect.flip(fx.store.takeOverSocket("tok", { ...recordA, instanceId: "a b" }, recordB))
+        assert.strictEqual(invalid._tag, "InvalidToken")
+      }))
+
+    test("presence: refresh tells whether the entry was there; remove; a message reaches the worker's subscriber", (fx) =>
+      Effect.gen(function* () {
+        assert.isFalse(yield* fx.store.isPresent("worker-1"))
+        assert.isFalse(yield* fx.store.refreshPresence("worker-1", 60_000))
+        assert.isTrue(yield* fx.store.isPresent("worker-1"))
+        assert.isTrue(yield* fx.store.refreshPresence("worker-1", 60_000))
+        yield* fx.store.removePresence("worker-1")
+        assert.isFalse(yield* fx.store.isPresent("worker-1"))
+        const messages = yield* fx.store.presenceMessages("worker-1")
+        const first = yield* Effect.fork(Stream.runHead(messages))
+        yield* fx.settle
+        const ask = { _tag: "Ask", askId: "q1", from: "worker-2", token: "tok", connectionId: "c 1" } as const
+        yield* fx.store.sendPresence("worker-1", ask)
+        deepStrictEqual(yield* Fiber.join(first), Option.some(ask))
+        const invalid = yield* Effect.flip(fx.store.sendPresence("worker-1", { ...ask, from: "not valid" }))
+        assert.strictEqual(invalid._tag, "InvalidToken")
+      }))
+
     test("refreshSocket succeeds only for the owner", (fx) =>
       Effect.gen(function* () {
         assert.isFalse(yield* fx.store.refreshSocket("tok", recordA))

@@ -9,6 +9,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
@@ -56,6 +57,9 @@ const allTokens = (w: TokenWorker) =>
 const writeWarnings = (cluster: TokenCluster) =>
   cluster.logs.filter((line) => line.level === "WARN" && line.message.startsWith("socket records:")).length
 
+/** A presence refreshed every 200 s: the presence loop's own commands stay out of a count of store operations. */
+const quietPresence = { presenceExpiration: 600_000 }
+
 export const tokenSuite = (backend: TokenBackend) => {
   const test = (
     name: string,
@@ -68,7 +72,7 @@ export const tokenSuite = (backend: TokenBackend) => {
     test("link claims the record: stored, local and owner agree (TM2, TM4)", (cluster) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
-        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false })
+        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false, takenOver: false })
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
         deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(a, "c1")))
@@ -77,16 +81,20 @@ export const tokenSuite = (backend: TokenBackend) => {
         assert.strictEqual(a.tokens.instanceId, a.id)
       }))
 
-    test("the same token and connection again: the same answer and no store operation (TM5)", (cluster) =>
-      Effect.gen(function* () {
-        const a = yield* cluster.worker()
-        yield* a.tokens.link("tab-1", "c1")
-        const before = yield* cluster.operations
-        deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false })
-        deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(a, "c1")))
-        deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
-        assert.strictEqual(yield* cluster.operations, before)
-      }))
+    test(
+      "the same token and connection again: the same answer and no store operation (TM5)",
+      (cluster) =>
+        Effect.gen(function* () {
+          const a = yield* cluster.worker()
+          yield* a.tokens.link("tab-1", "c1")
+          const before = yield* cluster.operations
+          deepStrictEqual(yield* a.tokens.link("tab-1", "c1"), { token: "tab-1", fresh: false, takenOver: false })
+          deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.some(mine(a, "c1")))
+          deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("c1"))
+          assert.strictEqual(yield* cluster.operations, before)
+        }),
+      quietPresence
+    )
 
     test("a token linked elsewhere gets a fresh token; the original record stays (TM6)", (cluster) =>
       Effect.gen(function* () {
@@ -126,27 +134,31 @@ export const tokenSuite = (backend: TokenBackend) => {
         }
       }))
 
-    test("disconnect deletes our record only; unknown or foreign disconnects do nothing (TM9)", (cluster) =>
-      Effect.gen(function* () {
-        const a = yield* cluster.worker()
-        const b = yield* cluster.worker()
-        yield* a.tokens.link("tab-1", "c1")
-        yield* b.tokens.link("tab-2", "c2")
-        const before = yield* cluster.operations
-        yield* a.tokens.disconnect("unknown", "c9")
-        yield* a.tokens.disconnect("tab-1", "c-other")
-        yield* a.tokens.disconnect("tab-2", "c2")
-        assert.strictEqual(yield* cluster.operations, before)
-        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
-        deepStrictEqual(yield* cluster.record("tab-2"), Option.some(mine(b, "c2")))
+    test(
+      "disconnect deletes our record only; unknown or foreign disconnects do nothing (TM9)",
+      (cluster) =>
+        Effect.gen(function* () {
+          const a = yield* cluster.worker()
+          const b = yield* cluster.worker()
+          yield* a.tokens.link("tab-1", "c1")
+          yield* b.tokens.link("tab-2", "c2")
+          const before = yield* cluster.operations
+          yield* a.tokens.disconnect("unknown", "c9")
+          yield* a.tokens.disconnect("tab-1", "c-other")
+          yield* a.tokens.disconnect("tab-2", "c2")
+          assert.strictEqual(yield* cluster.operations, before)
+          deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
+          deepStrictEqual(yield* cluster.record("tab-2"), Option.some(mine(b, "c2")))
 
-        yield* a.tokens.disconnect("tab-1", "c1")
-        deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
-        deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
-        deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.none())
-        // a second disconnect is a no-op
-        yield* a.tokens.disconnect("tab-1", "c1")
-      }))
+          yield* a.tokens.disconnect("tab-1", "c1")
+          deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
+          deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
+          deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.none())
+          // a second disconnect is a no-op
+          yield* a.tokens.disconnect("tab-1", "c1")
+        }),
+      quietPresence
+    )
 
     test("owners are seen from either worker (TM12), tokens of every worker are enumerated (TM11)", (cluster) =>
       Effect.gen(function* () {
@@ -220,7 +232,7 @@ export const tokenSuite = (backend: TokenBackend) => {
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "c1")))
         deepStrictEqual(yield* cluster.record("tab-0"), Option.some(mine(a, "c0")))
         deepStrictEqual(yield* cluster.record("tab-2"), Option.none())
-        deepStrictEqual(yield* a.tokens.link("tab-3", "c3"), { token: "tab-3", fresh: false })
+        deepStrictEqual(yield* a.tokens.link("tab-3", "c3"), { token: "tab-3", fresh: false, takenOver: false })
         assert.strictEqual(writeWarnings(cluster), 1)
       }))
 
@@ -308,6 +320,29 @@ export const tokenSuite = (backend: TokenBackend) => {
         yield* a.tokens.disconnect("tab-1", "c1")
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
       }))
+
+    test(
+      "a dead owner's record is taken over and the tab keeps its token: an absent owner at once, a silent one after the presence expiration",
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
+          const b = yield* cluster.worker()
+          // b judges others dead only once it has been steady for a whole expiration
+          yield* tools.advance(800)
+          yield* cluster.overwrite("tab-d", dead)
+          deepStrictEqual(yield* b.tokens.link("tab-d", "cb"), { token: "tab-d", fresh: false, takenOver: true })
+          deepStrictEqual(yield* cluster.record("tab-d"), Option.some(mine(b, "cb")))
+          // present (its entry outlives it) but silent: its presence lives in another slot than the record
+          yield* Effect.orDie(cluster.store.refreshPresence(dead.instanceId, 60_000))
+          yield* cluster.overwrite("tab-e", dead)
+          const link = yield* Effect.fork(b.tokens.link("tab-e", "cb2"))
+          yield* tools.advance(800)
+          yield* tools.until("the silent owner's record taken over", Effect.map(Fiber.poll(link), Option.isSome))
+          deepStrictEqual(yield* Fiber.join(link), { token: "tab-e", fresh: false, takenOver: true })
+          deepStrictEqual(yield* cluster.record("tab-e"), Option.some(mine(b, "cb2")))
+        }),
+      { presenceExpiration: 600 }
+    )
 
     test(
       "keyspace mode: the expired record of a live socket is claimed again",

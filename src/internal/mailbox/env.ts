@@ -50,7 +50,8 @@ export const forwarded = Metric.counter("leasehold_mailbox_forwarded_total", {
 /**
  * Updates dropped, by `reason`: `no-owner`, `not-owner` (already forwarded once), `overflow`,
  * `undecodable`, `deliver-failed`, `forward-failed` (the store refused the lookup or the append),
- * `duplicate` (a copy of an update already delivered: its append was retried).
+ * `duplicate` (a copy of an update already delivered: its append was retried), `taken-over`
+ * (its socket's record was taken over by another worker, which sent the tab its state).
  *
  * @internal
  */
@@ -76,6 +77,7 @@ type DropReason =
   | "deliver-failed"
   | "forward-failed"
   | "duplicate"
+  | "taken-over"
 
 export const drop = (reason: DropReason) => Metric.increment(Metric.tagged(dropped, "reason", reason))
 

@@ -81,6 +81,9 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
     const { token, update, from, seq } = decoded.right
     if (from !== undefined && seq !== undefined && !reader.seen.offer(from, seq)) return yield* drop("duplicate")
     if (Option.isSome(yield* env.tokens.local(token))) return yield* deliver(env, token, update)
+    // Another worker took the token over from this one and sent the tab its state: an
+    // update sent here before is not passed on.
+    if (yield* env.tokens.isLost(token)) return yield* drop("taken-over")
     if (decoded.right.forwarded) return yield* drop("not-owner")
     const owner = yield* env.tokens.owner(token, { refresh: true })
     if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")

@@ -170,6 +170,7 @@ export const make = (
       ...queuePart(space, op, listen),
       ...signalPart(state, space, op, listen),
       ...socketPart(state, space, op, socketChanges),
+      ...presencePart(space, op, listen),
       ...mailboxPart(space, op, mailboxReaders),
       tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token))
     }
@@ -313,6 +314,10 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
           }
         })
       ),
+    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
+      op("takeOverSocket", (now) =>
+        Scripts.takeOverSocket(space, now, token, expectedInstance, expectedConnection, record)
+      ),
     enableSocketEvents: Effect.suspend(() => {
       if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
       return Effect.succeed(
@@ -326,6 +331,23 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
       const dequeue = yield* PubSub.subscribe(socketChanges)
       return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
     })
+  } satisfies Partial<Driver>
+}
+
+/** Presence: the refresh twin, plain reads and deletes, and the worker's channel. */
+const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
+  const { keys, ks } = space
+  return {
+    refreshPresence: (instanceId, ttlMs) =>
+      op("refreshPresence", (now) => Scripts.refreshPresence(space, now, instanceId, ttlMs)),
+    isPresent: (instanceId) => op("isPresent", (now) => ks.get(keys.presence(instanceId), now) !== undefined),
+    removePresence: (instanceId) =>
+      op("removePresence", () => {
+        ks.delete(keys.presence(instanceId))
+      }),
+    presencePublish: (instanceId, message) =>
+      op("presencePublish", () => space.publish(keys.presenceChannel(instanceId), message)),
+    presenceMessages: (instanceId) => listen("presenceMessages", keys.presenceChannel(instanceId))
   } satisfies Partial<Driver>
 }
 

@@ -23,7 +23,7 @@ import type { Keys } from "../keys.js"
 import type * as Holder from "../redis/scripts/holder.js"
 import type * as Release from "../redis/scripts/release.js"
 import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
-import type { Guarded, RawClaim } from "../store/driver.js"
+import type { Guarded, RawClaim, RawTakeOver } from "../store/driver.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
 import { isExpired, type Keyspace, nextStreamId, type StreamEntry, type StringEntry } from "./keyspace.js"
 
@@ -248,6 +248,34 @@ export const refreshSocket = (
   if (entry === undefined) return false
   s.ks.expire(key, entry, now + s.tokenMs, now)
   return true
+}
+
+/** Compare-and-set of a record on the expected instance and connection; the record there otherwise. @internal */
+export const takeOverSocket = (
+  s: Space,
+  now: number,
+  token: string,
+  expectedInstance: string,
+  expectedConnection: string,
+  record: string
+): RawTakeOver => {
+  const key = s.keys.socket(token)
+  const existing = s.ks.getString(key, now)
+  if (existing === undefined) return { _tag: "Changed", raw: undefined }
+  if (ownRecord(s, now, key, expectedInstance, expectedConnection) === undefined) {
+    return { _tag: "Changed", raw: existing.value }
+  }
+  s.ks.setString(key, record, now + s.tokenMs)
+  s.keyEvent(key, "set")
+  return { _tag: "TakenOver" }
+}
+
+/** EXISTS, then SET with a TTL: whether the worker's presence entry was still there. @internal */
+export const refreshPresence = (s: Space, now: number, instanceId: string, ttlMs: number): boolean => {
+  const key = s.keys.presence(instanceId)
+  const was = s.ks.get(key, now) !== undefined
+  s.ks.setString(key, "1", now + ttlMs)
+  return was
 }
 
 /** XTRIM MAXLEN ~: keep the newest `maxLen` entries. */

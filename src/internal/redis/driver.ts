@@ -17,7 +17,7 @@ import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
 import { type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import type { Driver, Guarded, RawClaim, ScannedRecord } from "../store/driver.js"
+import type { Driver, Guarded, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
 import { acquireResult, lockHolder } from "../store/replies.js"
 import type { Blocking } from "./blocking.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
@@ -281,6 +281,15 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
         }
         return results
       }),
+    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
+      Effect.map(
+        runScript("takeOverSocket", Scripts.takeOverSocket, {
+          keys: { socket: keys.socket(token) },
+          args: { expectedInstance, expectedConnection, record, tokenMs }
+        }),
+        (reply): RawTakeOver =>
+          reply._tag === "TakenOver" ? reply : { _tag: "Changed", raw: reply.raw === null ? undefined : reply.raw }
+      ),
     // Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses.
     enableSocketEvents: Effect.suspend(() => {
       const all = topology.nodes()
@@ -293,6 +302,27 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     socketEvents: pubsub.socketEvents
   } satisfies Partial<Driver>
 }
+
+/** Presence: the refresh script, plain reads and deletes, the worker's channel (sharded on a Cluster). */
+const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
+  ({
+    refreshPresence: (instanceId, ttlMs) =>
+      runScript("refreshPresence", Scripts.refreshPresence, {
+        keys: { presence: keys.presence(instanceId) },
+        args: { ttlMs }
+      }),
+    isPresent: (instanceId) =>
+      Effect.map(
+        run("isPresent", (c) => c.exists(keys.presence(instanceId))),
+        (count) => count > 0
+      ),
+    removePresence: (instanceId) => Effect.asVoid(run("removePresence", (c) => c.del(keys.presence(instanceId)))),
+    presencePublish: (instanceId, message) =>
+      Effect.asVoid(
+        run("presencePublish", (c) => topology.channels.publish(c, keys.presenceChannel(instanceId), message))
+      ),
+    presenceMessages: (instanceId) => pubsub.subscribe(keys.presenceChannel(instanceId))
+  }) satisfies Partial<Driver>
 
 /** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
 const mailboxPart = ({ blocking, keys, run, runScript }: Context) =>
@@ -402,6 +432,7 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
     ...queuePart(context),
     ...signalPart(context),
     ...socketPart(context),
+    ...presencePart(context),
     ...mailboxPart(context),
     ...inspectPart(context)
   }

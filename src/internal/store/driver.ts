@@ -49,6 +49,11 @@ export type Guarded<A> =
 /** A socket claim as stored: ours now, or the raw record there (which may not decode). */
 export type RawClaim = { readonly _tag: "Claimed" } | { readonly _tag: "Taken"; readonly raw: string }
 
+/** A take-over as stored: ours now, or the raw record there instead (`undefined`: none). */
+export type RawTakeOver =
+  | { readonly _tag: "TakenOver" }
+  | { readonly _tag: "Changed"; readonly raw: string | undefined }
+
 /** A socket key found by a scan, with its raw value; the token may not be a valid one. */
 export interface ScannedRecord {
   readonly key: string
@@ -159,8 +164,27 @@ export interface Driver {
   readonly claimSockets: (
     claims: ReadonlyArray<readonly [token: string, record: string]>
   ) => Effect.Effect<ReadonlyArray<Either.Either<RawClaim, StoreRefused>>, StoreError>
+  /** Overwrite the record with `record` only while it names exactly the expected instance and connection. */
+  readonly takeOverSocket: (
+    token: string,
+    expectedInstance: string,
+    expectedConnection: string,
+    record: string
+  ) => Effect.Effect<RawTakeOver, StoreError>
   readonly enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable>
   readonly socketEvents: Effect.Effect<Stream.Stream<RawSocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
+
+  // --- presence -----------------------------------------------------------------------
+  /** Set the worker's presence entry with a TTL of `ttlMs`; `true` when it was still there. */
+  readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, StoreError>
+  readonly isPresent: (instanceId: string) => Effect.Effect<boolean, StoreError>
+  readonly removePresence: (instanceId: string) => Effect.Effect<void, StoreError>
+  /** Publish on the worker's presence channel. */
+  readonly presencePublish: (instanceId: string, message: string) => Effect.Effect<void, StoreError>
+  /** Raw messages of the worker's presence channel, from the confirmed subscription on. */
+  readonly presenceMessages: (
+    instanceId: string
+  ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- mailboxes ----------------------------------------------------------------------
   readonly mailboxAppend: (

@@ -17,14 +17,24 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import type { ClaimResult, Signal, SocketEvent, SocketRecord, Store } from "../../Store.js"
+import type {
+  ClaimResult,
+  PresenceMessage,
+  Signal,
+  SocketEvent,
+  SocketRecord,
+  Store,
+  TakeOverResult
+} from "../../Store.js"
 import { type CorruptValue, type InvalidToken, LockLost, type StoreRefused } from "../../StoreError.js"
 import {
   decodeNotice,
+  decodePresenceMessage,
   decodeSignal,
   decodeSocketRecord,
   decodeTokenNotice,
   encodeNotice,
+  encodePresenceMessage,
   encodeSignal,
   encodeSocketRecord
 } from "../codec.js"
@@ -240,10 +250,48 @@ const socketPart = (driver: Driver) => {
             Either.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
         )
       }),
+    takeOverSocket: (token, expected, record) =>
+      checked(tokensError(token, expected.instanceId, record.instanceId), () =>
+        Effect.flatMap(
+          driver.takeOverSocket(token, expected.instanceId, expected.connectionId, encodeSocketRecord(record)),
+          (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
+            outcome._tag === "TakenOver"
+              ? Effect.succeed(outcome)
+              : outcome.raw === undefined
+                ? Effect.succeed({ _tag: "Changed", record: Option.none() })
+                : Effect.map(decodeSocketRecord(keys.socket(token), outcome.raw), (found) => ({
+                    _tag: "Changed",
+                    record: Option.some(found)
+                  }))
+        )
+      ),
     enableSocketEvents: driver.enableSocketEvents,
     socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent))
   } satisfies Partial<Store.Service>
 }
+
+/** What is wrong with the instance ids a presence message names (its token too, for a question). */
+const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
+  message._tag === "Ask" ? tokensError(instanceId, message.from, message.token) : tokenError(instanceId)
+
+/** Presence: the entry with its TTL, and the worker's channel of questions and answers. */
+const presencePart = (driver: Driver) =>
+  ({
+    refreshPresence: (instanceId, ttlMs) =>
+      checked(tokenError(instanceId), () => driver.refreshPresence(instanceId, wholeMs(ttlMs))),
+    isPresent: (instanceId) => checked(tokenError(instanceId), () => driver.isPresent(instanceId)),
+    removePresence: (instanceId) => checked(tokenError(instanceId), () => driver.removePresence(instanceId)),
+    sendPresence: (instanceId, message) =>
+      checked(presenceMessageError(instanceId, message), () =>
+        driver.presencePublish(instanceId, encodePresenceMessage(message))
+      ),
+    presenceMessages: (instanceId) =>
+      checked(tokenError(instanceId), () =>
+        Effect.map(driver.presenceMessages(instanceId), (messages) =>
+          Stream.filterMap(messages, (message) => Option.fromNullable(decodePresenceMessage(message)))
+        )
+      )
+  }) satisfies Partial<Store.Service>
 
 /** Mailboxes: append, read (blocking or not), trim, expire, and the reader's cursor. */
 const mailboxPart = (driver: Driver) =>
@@ -282,6 +330,7 @@ export const make = (driver: Driver): Store.Service => ({
   ...queuePart(driver),
   ...signalPart(driver),
   ...socketPart(driver),
+  ...presencePart(driver),
   ...mailboxPart(driver),
   tokenKeys: (token) => checked(tokenError(token), () => driver.tokenKeys(token))
 })

@@ -1,7 +1,8 @@
 /**
  * Linking and unlinking the sockets of a token manager: claiming a token's record
- * atomically and linking it locally in the same step, a fresh token for a duplicate tab,
- * and unlinking (the local entry first, then our record, deleted whatever happens to the
+ * atomically and linking it locally in the same step; when another socket's record is
+ * there, asking its owner (`presence.ts`) and taking the record over by compare-and-set
+ * when that socket is gone, or a fresh token for a duplicate tab; and unlinking (the local entry first, then our record, deleted whatever happens to the
  * caller), one socket at a time or all of them on shutdown.
  *
  * @internal
@@ -13,10 +14,20 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { SocketRecord } from "../../Store.js"
-import type { StoreError } from "../../StoreError.js"
+import type { CorruptValue, StoreError } from "../../StoreError.js"
 import type { Linked } from "../../TokenManager.js"
 import { validateToken } from "../validate.js"
-import { concurrentWrites, type Entry, isOurs, sameRecord, storeFailed, storeWorked, type Table } from "./table.js"
+import { judge, type Presence } from "./presence.js"
+import {
+  concurrentWrites,
+  type Entry,
+  isOurs,
+  sameRecord,
+  storeFailed,
+  storeWorked,
+  type Table,
+  whileLinking
+} from "./table.js"
 
 /**
  * `link` made the local link but could not write the socket record: the store failed.
@@ -61,6 +72,20 @@ export const duplicates = Metric.counter("leasehold_socket_duplicates_total", {
   incremental: true
 })
 
+/**
+ * Records taken over from a worker that was gone (dead, or its socket closed), instead of
+ * a fresh token.
+ *
+ * @internal
+ */
+export const takeovers = Metric.counter("leasehold_socket_takeovers_total", {
+  description: "records of a gone socket taken over by a link of its token, which kept its token",
+  incremental: true
+})
+
+/** Rounds of claim, question and take-over before a link settles for a fresh token. */
+const takeOverRounds = 3
+
 /** Tries at a fresh token: a random UUID is never taken, a store that says otherwise is broken. */
 const freshAttempts = 3
 
@@ -91,26 +116,55 @@ const unlink = (table: Table, token: string, entry: Entry): Effect.Effect<void> 
     })
   )
 
-type Claim = "ours" | "taken"
+/**
+ * Ours; or another socket's record there; or none any more (a take-over found the record
+ * gone); or one that does not decode, which still names some other socket.
+ */
+type Claim =
+  | { readonly _tag: "ours" }
+  | { readonly _tag: "taken"; readonly record: SocketRecord }
+  | { readonly _tag: "absent" }
+  | { readonly _tag: "corrupt" }
+
+const ours: Claim = { _tag: "ours" }
+const corrupt = (token: string) => (error: CorruptValue) =>
+  Effect.as(Effect.logWarning(`socket records: token ${token} treated as taken: ${error.message}`), {
+    _tag: "corrupt"
+  } satisfies Claim)
 
 const claim = (table: Table, token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
   table.store.claimSocket(token, record).pipe(
-    Effect.map((result): Claim => (result._tag === "Claimed" || sameRecord(result.record, record) ? "ours" : "taken")),
+    Effect.map(
+      (result): Claim =>
+        result._tag === "Claimed" || sameRecord(result.record, record) ? ours : { _tag: "taken", record: result.record }
+    ),
     Effect.catchTags({
       // A record nobody can read still names some other socket: the token is not free.
-      CorruptValue: (error) =>
-        Effect.as(
-          Effect.logWarning(`socket records: token ${token} treated as taken: ${error.message}`),
-          "taken" as const
-        ),
+      CorruptValue: corrupt(token),
       InvalidToken: (error) => Effect.die(error)
     })
   )
 
-const linkAs = (table: Table, token: string, connectionId: string, fresh: boolean) =>
+/** Compare-and-set of the record as read; what is there instead when it changed. */
+const takeOver = (table: Table, token: string, expected: SocketRecord, record: SocketRecord) =>
+  table.store.takeOverSocket(token, expected, record).pipe(
+    Effect.map(
+      (result): Claim =>
+        result._tag === "TakenOver"
+          ? ours
+          : Option.match(result.record, {
+              onNone: () => ({ _tag: "absent" }),
+              onSome: (found) => ({ _tag: "taken", record: found })
+            })
+    ),
+    Effect.catchTags({ CorruptValue: corrupt(token), InvalidToken: (error) => Effect.die(error) })
+  )
+
+const linkAs = (table: Table, token: string, connectionId: string, fresh: boolean, takenOver = false) =>
   Effect.sync((): Linked => {
     table.entries.set(token, { connectionId, record: { instanceId: table.instanceId, connectionId } })
-    return { token, fresh }
+    table.lostTokens.delete(token)
+    return { token, fresh, takenOver }
   })
 
 const notStored = (table: Table, token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
@@ -123,24 +177,42 @@ const notStored = (table: Table, token: string, connectionId: string, fresh: boo
     )
   )
 
+/** A link made, or what was found in its way. */
+type Outcome = { readonly _tag: "Linked"; readonly linked: Linked } | Exclude<Claim, { readonly _tag: "ours" }>
+
 /**
- * Claim `token` and, when it is ours, link it locally in the same step: `None` when it is
- * taken. A claim interrupted in flight may have been applied all the same, so its record
- * is deleted again; once the claim answered, the local link is made without a gap.
+ * Claim `token` (or, with `expected`, take its record over from `expected`) and, when it is
+ * ours, link it locally in the same step; otherwise the record found there. While the step
+ * is in flight the link counts as made for the owner's questions, so a worker asking about
+ * a record just written is told it is linked. A step interrupted in flight may have been
+ * applied all the same, so its record is deleted again; once it answered, the local link
+ * is made without a gap.
  */
-const claimAndLink = (table: Table, token: string, connectionId: string, fresh: boolean) => {
+const claimAndLink = (
+  table: Table,
+  token: string,
+  connectionId: string,
+  fresh: boolean,
+  expected?: SocketRecord
+): Effect.Effect<Outcome, RecordNotStored> => {
   const record: SocketRecord = { instanceId: table.instanceId, connectionId }
+  const step = expected === undefined ? claim(table, token, record) : takeOver(table, token, expected, record)
   return Effect.uninterruptibleMask((restore) =>
-    restore(claim(table, token, record)).pipe(
-      Effect.onInterrupt(() => forget(table, token, record, `deleting the record of interrupted link ${token}`)),
-      Effect.catchAll(notStored(table, token, connectionId, fresh)),
-      Effect.flatMap((outcome) =>
-        outcome === "taken"
-          ? Effect.succeedNone
-          : Effect.zipRight(
-              Effect.zipRight(Metric.increment(links), storeWorked(table)),
-              linkAs(table, token, connectionId, fresh)
-            ).pipe(Effect.map(Option.some))
+    whileLinking(
+      table,
+      token,
+      connectionId,
+      restore(step).pipe(
+        Effect.onInterrupt(() => forget(table, token, record, `deleting the record of interrupted link ${token}`)),
+        Effect.catchAll(notStored(table, token, connectionId, fresh)),
+        Effect.flatMap((outcome) =>
+          outcome._tag !== "ours"
+            ? Effect.succeed<Outcome>(outcome)
+            : Effect.zipRight(
+                Effect.zipRight(Metric.increment(expected === undefined ? links : takeovers), storeWorked(table)),
+                linkAs(table, token, connectionId, fresh, expected !== undefined)
+              ).pipe(Effect.map((linked): Outcome => ({ _tag: "Linked", linked })))
+        )
       )
     )
   )
@@ -151,24 +223,68 @@ const linkFresh = (table: Table, connectionId: string) =>
     yield* Metric.increment(duplicates)
     for (let attempt = 0; attempt < freshAttempts; attempt++) {
       const linked = yield* claimAndLink(table, randomUUID(), connectionId, true)
-      if (Option.isSome(linked)) return linked.value
+      if (linked._tag === "Linked") return linked.linked
     }
     return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
   })
 
-/** `TokenManager.link`. */
-export const link = (table: Table, token: string, connectionId: string) =>
+/**
+ * Claim the token; while another socket's record is there, ask its owner, and take the
+ * record over (as read) when that socket is gone. `None`: the tab is a duplicate.
+ */
+const claimOrTakeOver = (presence: Presence, token: string, connectionId: string) =>
   Effect.gen(function* () {
+    const { table } = presence
+    let found = yield* claimAndLink(table, token, connectionId, false)
+    for (let round = 0; round < takeOverRounds; round++) {
+      if (found._tag === "Linked") return Option.some(found.linked)
+      // The record vanished meanwhile: an ordinary claim again.
+      if (found._tag === "absent") {
+        found = yield* claimAndLink(table, token, connectionId, false)
+        continue
+      }
+      // A record that does not decode names nobody to ask.
+      if (found._tag === "corrupt") return Option.none()
+      const holder = found.record
+      const verdict = yield* judge(presence, token, holder).pipe(
+        Effect.catchAll((error) =>
+          Effect.as(
+            Effect.logWarning(`socket records: the owner of token ${token} could not be asked: ${error.message}`),
+            "unsure" as const
+          )
+        )
+      )
+      if (verdict !== "gone") {
+        if (verdict === "unsure") {
+          yield* Effect.logInfo(
+            `socket records: token ${token} is held by ${holder.instanceId}, whose presence this worker cannot judge yet; a fresh token instead`
+          )
+        }
+        return Option.none()
+      }
+      yield* Effect.logInfo(
+        `socket records: token ${token}: the socket of ${holder.instanceId} is gone; taking its record over`
+      )
+      found = yield* claimAndLink(table, token, connectionId, false, holder)
+    }
+    return found._tag === "Linked" ? Option.some(found.linked) : Option.none()
+  })
+
+/** `TokenManager.link`. */
+export const link = (presence: Presence, token: string, connectionId: string) => {
+  const { table } = presence
+  return Effect.gen(function* () {
     yield* validateToken(token)
     const current = table.entries.get(token)
     if (current !== undefined && current.connectionId === connectionId && isOurs(table, current)) {
-      return { token, fresh: false } satisfies Linked
+      return { token, fresh: false, takenOver: false } satisfies Linked
     }
     // Another live socket of ours holds the token: a duplicate, known without asking the store.
     if (current !== undefined && isOurs(table, current)) return yield* linkFresh(table, connectionId)
-    const linked = yield* claimAndLink(table, token, connectionId, false)
+    const linked = yield* claimOrTakeOver(presence, token, connectionId)
     return Option.isSome(linked) ? linked.value : yield* linkFresh(table, connectionId)
   }).pipe(Effect.withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
+}
 
 /** `TokenManager.disconnect`. */
 export const disconnect = (table: Table, token: string, connectionId: string) =>

@@ -119,7 +119,7 @@ const maintain = (table: Table, what: string, pass: Effect.Effect<void, StoreErr
  * it and the supervisor tries again, since nothing else would write those records back
  * while the store stays up (a cluster answering before every slot is served again).
  */
-const restore = (table: Table) =>
+export const restore = (table: Table) =>
   table.maintenance.withPermits(1)(
     Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
       Effect.zipRight(storeWorked(table)),

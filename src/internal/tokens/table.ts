@@ -2,14 +2,16 @@
  * The local socket table of a token manager: which connection of this worker holds each
  * token, under which record (ours, or another socket's that it adopted), and the state
  * every reader and writer of the table shares: the store, the maintenance permit and the
- * current store-failure episode. Also the lookup of a token's owner, which answers from
- * the table first and adopts a record the store shows another socket won.
+ * current store-failure episode, the links in flight, and the sockets that lost their token
+ * to another worker. Also the lookup of a token's owner, which answers from the table
+ * first and adopts a record the store shows another socket won.
  *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as PubSub from "effect/PubSub"
 import type { SocketRecord, Store } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
 import { validateToken } from "../validate.js"
@@ -33,6 +35,23 @@ export interface Entry {
 export const sameRecord = (a: SocketRecord, b: SocketRecord): boolean =>
   a.instanceId === b.instanceId && a.connectionId === b.connectionId
 
+/**
+ * A socket of this worker whose token another worker's socket holds now (it took the
+ * record over, or won it while ours was not written): the app closes it, and its tab
+ * reconnects to the worker that holds the token.
+ *
+ * @internal
+ */
+export interface LostSocket {
+  readonly token: string
+  readonly connectionId: string
+  /** The record there now. */
+  readonly holder: SocketRecord
+}
+
+/** How many lost tokens the table remembers (for the mailbox, which drops their old updates). */
+const lostRemembered = 10_000
+
 /** How many record deletions or refreshes are in flight at once. */
 export const concurrentWrites = 16
 
@@ -49,6 +68,42 @@ export interface Table {
   readonly maintenance: Effect.Semaphore
   /** One warning per failure episode: a store that is down fails every write until it returns. */
   failing: boolean
+  /** Links whose claim or take-over is in flight, as `<token> <connectionId>` (a token has no space). */
+  readonly linking: Set<string>
+  /** Tokens a socket of ours lost to another worker, oldest first, until linked here again. */
+  readonly lostTokens: Set<string>
+  /** Every socket that lost its token, as it happens. */
+  readonly lost: PubSub.PubSub<LostSocket>
+}
+
+const linkKey = (token: string, connectionId: string) => `${token} ${connectionId}`
+
+/** Mark a link of `token` to `connectionId` as in flight until `effect` ends. */
+export const whileLinking = <A, E, R>(
+  table: Table,
+  token: string,
+  connectionId: string,
+  effect: Effect.Effect<A, E, R>
+) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => table.linking.add(linkKey(token, connectionId))),
+    () => effect,
+    () => Effect.sync(() => table.linking.delete(linkKey(token, connectionId)))
+  )
+
+export const isLinking = (table: Table, token: string, connectionId: string): boolean =>
+  table.linking.has(linkKey(token, connectionId))
+
+/** Record that a socket of ours lost `token`, and tell the app. */
+const markLost = (table: Table, token: string, connectionId: string, holder: SocketRecord) => {
+  const { lostTokens } = table
+  lostTokens.delete(token)
+  lostTokens.add(token)
+  if (lostTokens.size > lostRemembered) {
+    const oldest = lostTokens.values().next()
+    if (oldest.done !== true) lostTokens.delete(oldest.value)
+  }
+  return PubSub.publish(table.lost, { token, connectionId, holder })
 }
 
 export const isOurs = (table: Table, entry: Entry): boolean =>
@@ -78,8 +133,12 @@ export const adopt = (table: Table, token: string, entry: Entry, record: SocketR
     if (entries.get(token) !== entry) return Effect.void
     entries.set(token, { connectionId: entry.connectionId, record })
     return Effect.zipRight(
-      Metric.increment(recordsAdopted),
-      Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
+      Effect.zipRight(
+        Metric.increment(recordsAdopted),
+        Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
+      ),
+      // Only a socket that held the token under its own record lost it; one that had adopted already was told.
+      isOurs(table, entry) ? markLost(table, token, entry.connectionId, record) : Effect.void
     )
   })
 

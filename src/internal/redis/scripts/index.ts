@@ -12,6 +12,7 @@ import * as DescribeKeys from "./describeKeys.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
 import * as MailboxAppend from "./mailboxAppend.js"
+import * as Presence from "./presence.js"
 import * as Queue from "./queue.js"
 import * as ReadSlices from "./readSlices.js"
 import * as Release from "./release.js"
@@ -40,6 +41,10 @@ export const claimSocket = Sockets.claim
 export const deleteSocketIfOwner = Sockets.deleteIfOwner
 /** @internal */
 export const refreshSocket = Sockets.refresh
+/** @internal */
+export const takeOverSocket = Sockets.takeOver
+/** @internal */
+export const refreshPresence = Presence.refresh
 /** @internal */
 export const mailboxAppend = MailboxAppend.script
 /** @internal */
@@ -76,5 +81,7 @@ export const all: ReadonlyArray<AnyScript> = [
   commitAndReleaseQueued,
   leaveQueue,
   queueLength,
-  queue
+  queue,
+  takeOverSocket,
+  refreshPresence
 ]

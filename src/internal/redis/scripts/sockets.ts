@@ -69,3 +69,38 @@ return 1
 `,
   decode: done
 })
+
+/** @internal */
+export type TakeOverReply = { readonly _tag: "TakenOver" } | { readonly _tag: "Changed"; readonly raw: string | null }
+
+/**
+ * Compare-and-set on the record alone: overwrite it with `record` only while it still names
+ * exactly the expected instance and connection (decoded inside the script, as the owner
+ * checks do); otherwise write nothing and return the record there, or none. The owner's
+ * presence is not read here: it lives in another slot, and was only the caller's reason to
+ * try.
+ */
+export const takeOver = define({
+  name: "leaseholdTakeOverSocket",
+  keys: ["socket"],
+  args: ["expectedInstance", "expectedConnection", "record", "tokenMs"],
+  body: () => `
+local raw = redis.call("GET", socket)
+if not raw then
+  return {0}
+end
+local ok, stored = pcall(cjson.decode, raw)
+if not ok or type(stored) ~= "table" or stored.instanceId ~= expectedInstance or stored.connectionId ~= expectedConnection then
+  return {0, raw}
+end
+redis.call("SET", socket, record, "PX", tokenMs)
+return {1}
+`,
+  decode: (reply): TakeOverReply | undefined => {
+    const list = asArray(reply)
+    if (list?.[0] === 1 && list.length === 1) return { _tag: "TakenOver" }
+    if (list?.[0] === 0 && list.length === 1) return { _tag: "Changed", raw: null }
+    if (list?.[0] === 0 && typeof list[1] === "string") return { _tag: "Changed", raw: list[1] }
+    return undefined
+  }
+})

@@ -1,0 +1,179 @@
+/**
+ * A dead owner is not a duplicate (memory store, time on the TestClock): a record whose
+ * worker is absent, silent, or says its socket is gone is taken over and the tab keeps its
+ * token; a live owner's socket still makes a duplicate; two takeovers at once have one
+ * winner; a store outage is not taken for death; a worker whose presence lapsed finds the
+ * records taken from it and reports their sockets as lost.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as TestClock from "effect/TestClock"
+import { makeKeys } from "../src/internal/keys.js"
+import type { SocketRecord } from "../src/Store.js"
+import { settle } from "./support/testClock.js"
+import { memoryCluster, type TokenWorker } from "./tokens/cluster.js"
+
+const presenceMs = 600
+const input = { presenceExpiration: presenceMs }
+
+const mine = (worker: TokenWorker, connectionId: string): SocketRecord => ({ instanceId: worker.id, connectionId })
+
+/** A record left by a worker that was SIGKILLed: its presence entry lives on until it expires. */
+const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
+
+/** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
+const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
+  Effect.gen(function* () {
+    for (let elapsed = 0; elapsed < limitMs; elapsed += 50) {
+      if (Option.isSome(yield* Fiber.poll(fiber))) break
+      yield* TestClock.adjust(50)
+      yield* settle
+    }
+    return yield* Fiber.join(fiber)
+  })
+
+/** Let a worker's presence loop become steady (a whole presence expiration). */
+const steady = Effect.zipRight(TestClock.adjust(presenceMs + 100), settle)
+
+describe("TokenManager (memory): a dead owner is not a duplicate", () => {
+  it.scoped("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const b = yield* cluster.worker()
+      yield* cluster.overwrite("tab-1", dead)
+      yield* steady
+      const linked = yield* b.tokens.link("tab-1", "cb")
+      deepStrictEqual(linked, { token: "tab-1", fresh: false, takenOver: true })
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
+      deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
+    })
+  )
+
+  it.scoped("a present owner that does not answer is dead after the presence expiration, not before", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const b = yield* cluster.worker()
+      yield* steady
+      // the crashed worker's last refresh: its entry outlives it by up to an expiration
+      yield* cluster.store.refreshPresence(dead.instanceId, presenceMs)
+      yield* cluster.overwrite("tab-1", dead)
+      const link = yield* Effect.fork(b.tokens.link("tab-1", "cb"))
+      yield* settle
+      yield* TestClock.adjust(presenceMs / 2)
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(link)), "answered before the presence expiration")
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
+      const linked = yield* runFor(link, presenceMs * 3)
+      deepStrictEqual(linked, { token: "tab-1", fresh: false, takenOver: true })
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
+    })
+  )
+
+  it.scoped(
+    "a live owner that holds the socket: a duplicate, at once; one that no longer does: taken over, at once",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        yield* a.tokens.link("tab-1", "ca")
+        const duplicate = yield* b.tokens.link("tab-1", "cb")
+        assert.isTrue(duplicate.fresh && !duplicate.takenOver && duplicate.token !== "tab-1")
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
+        // a record of a's that no socket of a holds (its delete was lost): a says so, no wait
+        yield* cluster.overwrite("tab-2", mine(a, "c-closed"))
+        deepStrictEqual(yield* b.tokens.link("tab-2", "cb2"), { token: "tab-2", fresh: false, takenOver: true })
+        deepStrictEqual(yield* cluster.record("tab-2"), Option.some(mine(b, "cb2")))
+      })
+  )
+
+  it.scoped("two workers taking the same dead record over at once: one wins, the other gets a fresh token", () =>
+    Effect.gen(function* () {
+      // Both take-overs wait for each other before they reach the store: each read the dead
+      // record, each sends its compare-and-set.
+      let arrived = 0
+      let bothThere = yield* Deferred.make<void>()
+      const cluster = yield* memoryCluster(input, {
+        before: (operation) =>
+          operation !== "takeOverSocket"
+            ? Effect.void
+            : Effect.suspend(() =>
+                ++arrived === 2 ? Deferred.succeed(bothThere, undefined) : Deferred.await(bothThere)
+              )
+      })
+      const b = yield* cluster.worker()
+      const c = yield* cluster.worker()
+      yield* steady
+      for (const token of ["race-1", "race-2", "race-3"]) {
+        arrived = 0
+        bothThere = yield* Deferred.make<void>()
+        yield* cluster.overwrite(token, dead)
+        const both = yield* Effect.fork(
+          Effect.all([b.tokens.link(token, "cb"), c.tokens.link(token, "cc")], { concurrency: "unbounded" })
+        )
+        const [fromB, fromC] = yield* runFor(both, presenceMs * 4)
+        assert.strictEqual(arrived, 2, "both tried to take the record over")
+        assert.strictEqual([fromB, fromC].filter((linked) => linked.takenOver).length, 1, token)
+        const [winner, connection, loser] = fromB.takenOver ? [b, "cb", fromC] : [c, "cc", fromB]
+        assert.isTrue(loser.fresh && loser.token !== token, token)
+        deepStrictEqual(yield* cluster.record(token), Option.some(mine(winner, connection)))
+      }
+    })
+  )
+
+  it.scoped("a store outage longer than the presence expiration takes no live tab over", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster(input)
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      yield* a.tokens.link("tab-1", "ca")
+      yield* steady
+      yield* cluster.outage.begin
+      yield* TestClock.adjust(presenceMs * 4)
+      yield* settle
+      yield* cluster.outage.end
+      yield* settle
+      // a's presence is not back yet (the store lost it, a's next refresh is still to come)
+      yield* cluster.control.setRaw(makeKeys("leasehold").presence(a.id), "", 0)
+      const linked = yield* runFor(yield* Effect.fork(b.tokens.link("tab-1", "cb")), presenceMs * 6)
+      assert.isTrue(linked.fresh && !linked.takenOver)
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
+      deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
+    })
+  )
+
+  it.scoped(
+    "a worker whose presence lapsed finds the record taken over, reports its socket lost, deletes nothing",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(a.tokens.lost, 1)))
+        yield* settle
+        yield* a.tokens.link("tab-1", "ca")
+        yield* b.tokens.link("tab-x", "cb")
+        // As while a was paused: its presence expired and b's link took the record over.
+        yield* cluster.control.setRaw(makeKeys("leasehold").presence(a.id), "", 0)
+        yield* cluster.overwrite("tab-1", mine(b, "cb-new"))
+        yield* TestClock.adjust(presenceMs)
+        yield* settle
+        const reported = Chunk.toReadonlyArray(yield* Fiber.join(lost))
+        deepStrictEqual(reported, [{ token: "tab-1", connectionId: "ca", holder: mine(b, "cb-new") }])
+        assert.isTrue(yield* a.tokens.isLost("tab-1"))
+        deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
+        yield* a.tokens.disconnect("tab-1", "ca")
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb-new")))
+        // linked here again: no longer lost
+        yield* b.tokens.disconnect("tab-x", "cb")
+        yield* a.tokens.link("tab-x", "ca2")
+        assert.isFalse(yield* a.tokens.isLost("tab-x"))
+      })
+  )
+})
