@@ -10,11 +10,12 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import type { Request } from "../../Lease.js"
+import type { Outcome, Request, Turn } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import type { LockLost, StoreError } from "../../StoreError.js"
+import { OneShot } from "../oneShot.js"
 import type { Wheel } from "../timers.js"
-import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
+import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnHeld, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
 import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoop } from "./session.js"
 
@@ -54,6 +55,16 @@ interface HoldState {
   watching: boolean
   /** A lease's or a batch's `keepAlive`, for its whole hold. */
   keeper: KeepAlive | undefined
+  /** The clock of the hold's fiber, read synchronously by the relay. */
+  readonly clock: Clock.Clock
+  /** When the serving last waited for the store (or for the event loop). */
+  ioAt: number
+  /** When the turn in progress was given. */
+  turnAt: number
+  /** Completed when the relay of turns ends (`relay`); `undefined` when none runs. */
+  relayEnd: OneShot<void> | undefined
+  /** Modifications that held the lock too long in the relay, logged by the fiber: with their held time. */
+  longHolds: Array<readonly [Request, number]>
 }
 
 /**
@@ -89,7 +100,12 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
       failed: undefined,
       timer: undefined,
       watching: session.signals !== undefined,
-      keeper: undefined
+      keeper: undefined,
+      clock: yield* Effect.clock,
+      ioAt: grant.grantedAt,
+      turnAt: 0,
+      relayEnd: undefined,
+      longHolds: []
     }
     // a batch that nobody contends lasts as long as modifications queue here
     state.keeper = mode === "lease" || mode === "batch" ? yield* keepAlive(state) : undefined
@@ -215,43 +231,116 @@ const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
     (keeper) => Effect.sync(keeper.stop)
   )
 
-const serveOne = (state: HoldState, request: Request) =>
+/**
+ * Give `request` its turn (taken off the queue only now: after a failed read it waits for
+ * the next grant, or fails with the store's error, instead of waiting for a turn nobody
+ * gives). `false` for a request cancelled meanwhile.
+ */
+const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
+  const { session, cache } = state
+  if (session.queue[0] === request) session.queue.shift()
+  if (request.cancelled) return false
+  state.inProgress = request
+  state.turnAt = now
+  state.served++
+  const turn: Turn = {
+    values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
+    fence: state.grant.fence
+  }
+  // a plain function is decided here and now: its caller waits for the outcome alone
+  if (request.decideNow !== undefined) request.done.done(Exit.succeed(request.decideNow(turn)))
+  else request.turn.done(Exit.succeed(turn))
+  return true
+}
+
+/** What the caller decided, taken into the hold: its writes, and its acknowledgement (now, or once written). */
+const record = (state: HoldState, request: Request, outcome: Outcome, now: number) => {
+  const heldMs = now - state.turnAt
+  if (heldMs > state.env.warnMs) state.longHolds.push([request, heldMs])
+  if (outcome._tag === "Abort") return
+  for (const [name, value] of outcome.writes) {
+    state.cache.set(name, Option.some(value))
+    state.dirty.set(name, value)
+  }
+  // a batch (the oplock off) acknowledges a modification once it is written
+  if ((state.mode === "lease" || state.mode === "quantum") && !state.env.durable) request.ack.done(Exit.void)
+  else state.unacked.push(request)
+}
+
+/**
+ * The next request the relay may give its turn to at once, without the fiber: the
+ * conditions under which the serving loop would serve it from memory straight away.
+ * `undefined` when the loop has something else to do first (a signal to read, a write
+ * or a turn of the event loop due, the deadline, a slice to read, nothing queued).
+ */
+const relayNext = (state: HoldState, now: number): Request | undefined => {
+  const { env, session, mode } = state
+  if (state.failed !== undefined || mode === "single") return undefined
+  const leased = mode === "lease" || mode === "batch"
+  if (leased && !state.contended && (session.signals?.size ?? 0) > 0) return undefined
+  if (now - state.ioAt >= env.yieldMs || now >= state.deadline) return undefined
+  const request = nextRequest(state)
+  if (request === undefined || (leased && !state.watching)) return undefined
+  for (const name of request.slices) if (!state.cache.has(name)) return undefined
+  return request
+}
+
+/**
+ * A relay of turns: the caller whose turn ends hands the grant to the next request queued
+ * here, in its own call stack (`OneShot.listen`), with no step of the hold's fiber in
+ * between; a request decided at once (`decideNow`) hands it on in the same loop. The
+ * fiber, waiting on `relayEnd`, resumes once the relay can go no further (`false` when
+ * that is at once). An interrupted fiber ends the relay first (`finish` takes the turn in
+ * progress over).
+ */
+const relay = (state: HoldState, first: Request, now: number): boolean => {
+  let request: Request | undefined = first
+  let at = now
+  while (request !== undefined) {
+    if (giveTurn(state, request, at)) {
+      const decided = request.done.poll()
+      if (decided === undefined) {
+        listenForTurnEnd(state, request)
+        return true
+      }
+      state.inProgress = undefined
+      at = state.clock.unsafeCurrentTimeMillis()
+      if (Exit.isSuccess(decided)) record(state, request, decided.value, at)
+    }
+    request = relayNext(state, at)
+  }
+  return false
+}
+
+const listenForTurnEnd = (state: HoldState, request: Request) =>
+  request.done.listen((exit) => {
+    const end = state.relayEnd
+    if (state.inProgress !== request || end === undefined) return
+    state.inProgress = undefined
+    const at = state.clock.unsafeCurrentTimeMillis()
+    if (Exit.isSuccess(exit)) record(state, request, exit.value, at)
+    const next = relayNext(state, at)
+    if (next === undefined || !relay(state, next, at)) end.done(Exit.void)
+  })
+
+/** Serve `request` and, through the relay, the requests queued behind it that memory can serve. */
+const serveFrom = (state: HoldState, request: Request) =>
   Effect.gen(function* () {
-    const { env, session, token, cache, dirty } = state
+    const { env, token, cache } = state
     const missing = request.slices.filter((name) => !cache.has(name))
     if (missing.length > 0) {
       // Fetched under the lock this worker holds: as current as the grant's reads.
       const values = yield* env.store.readSlices(token, missing)
       for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
     }
-    const given = yield* Effect.sync(() => {
-      // Taken off the queue only now: after a failed read it waits for the next grant,
-      // or fails with the store's error, instead of waiting for a turn nobody gives.
-      if (session.queue[0] === request) session.queue.shift()
-      if (request.cancelled) return false
-      state.inProgress = request
-      state.served++
-      request.turn.done(
-        Exit.succeed({
-          values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
-          fence: state.grant.fence
-        })
-      )
-      return true
-    })
-    if (!given) return
-    const started = yield* Clock.currentTimeMillis
-    const outcome = yield* request.done.await
-    state.inProgress = undefined
-    yield* warnIfLong(env, token, request, started)
-    if (outcome._tag === "Abort") return
-    for (const [name, value] of outcome.writes) {
-      cache.set(name, Option.some(value))
-      dirty.set(name, value)
-    }
-    // a batch (the oplock off) acknowledges a modification once it is written
-    if ((state.mode === "lease" || state.mode === "quantum") && !env.durable) request.ack.done(Exit.void)
-    else state.unacked.push(request)
+    const end = new OneShot<void>()
+    state.relayEnd = end
+    if (relay(state, request, state.clock.unsafeCurrentTimeMillis())) yield* end.await
+    state.relayEnd = undefined
+    const longHolds = state.longHolds
+    if (longHolds.length === 0) return
+    state.longHolds = []
+    for (const [held, heldMs] of longHolds) yield* warnHeld(env, token, held, heldMs)
   })
 
 /** Group commit: one write for every modification served since the last one. */
@@ -292,8 +381,6 @@ const serve = (state: HoldState) =>
       yield* Metric.increment(leasesStarted)
       session.lease = { cache: state.cache }
     }
-    // when the serving last waited for the store (or for the event loop)
-    let ioAt = state.grant.grantedAt
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
@@ -307,14 +394,14 @@ const serve = (state: HoldState) =>
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
       // A batch writes what it served at least every quantum: its acknowledgements wait for it.
-      if (mode === "batch" && state.unacked.length > 0 && now - ioAt >= env.yieldMs) {
+      if (mode === "batch" && state.unacked.length > 0 && now - state.ioAt >= env.yieldMs) {
         yield* flush(state)
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
-      if (mode !== "single" && now - ioAt >= env.yieldMs) {
+      if (mode !== "single" && now - state.ioAt >= env.yieldMs) {
         yield* turnEventLoop
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
@@ -327,7 +414,7 @@ const serve = (state: HoldState) =>
       }
       if (request !== undefined) {
         lingered = false
-        yield* serveOne(state, request)
+        yield* serveFrom(state, request)
         continue
       }
       if (now >= state.deadline) return
@@ -347,10 +434,10 @@ const serve = (state: HoldState) =>
         if (state.failed !== undefined) return
         lingered = true
         yield* turnEventLoop
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
-      if (env.durable && (yield* flush(state))) ioAt = yield* Clock.currentTimeMillis
+      if (env.durable && (yield* flush(state))) state.ioAt = yield* Clock.currentTimeMillis
       // a failed write ends the lease at once: it can write nothing more
       if (state.failed !== undefined) return
       if (mode === "lease" && !state.watching) {
@@ -368,6 +455,8 @@ const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined
+    // the relay ends here: the turn in progress, if any, is taken over below
+    state.relayEnd = undefined
     state.timer?.()
     state.timer = undefined
     if (state.inProgress !== undefined) {
