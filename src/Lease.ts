@@ -72,6 +72,12 @@ export interface Request {
   readonly turn: OneShot<Turn, InvalidToken | StoreError>
   /** Completed by the caller once its modification is decided. */
   readonly done: OneShot<Outcome>
+  /**
+   * A modification decided by a plain function (`StateManager.modify`): the session
+   * decides it itself when its turn comes, in the step that gives the turn, instead of
+   * completing `turn` and waiting for the caller's fiber to run. It completes nothing.
+   */
+  readonly decideNow?: ((turn: Turn) => Outcome) | undefined
   /** Completed by the session once the outcome is durable (or failed). */
   readonly ack: OneShot<void, LockExpired | StoreError>
   cancelled: boolean

@@ -21,7 +21,7 @@ import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { parseSafely } from "./internal/parse.js"
 import { decodeOr } from "./internal/state/decode.js"
-import { currentFence, type Env, run } from "./internal/state/modify.js"
+import { currentFence, type Env, run, runPure } from "./internal/state/modify.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
@@ -203,7 +203,17 @@ export const make = Effect.gen(function* () {
 
   return StateManager.of({
     get,
-    modify: (token, s, f, options) => modifyEffect(token, s, (value) => Effect.sync(() => f(value)), options),
+    modify: (token, s, f, options) =>
+      runPure(
+        env,
+        token,
+        [s],
+        (values) => {
+          const [b, next] = f(values[0] as any)
+          return [b, [next]] as const
+        },
+        options
+      ),
     modifyEffect,
     modifyAll
   })

@@ -77,6 +77,36 @@ describe("signals lost with the subscriber connection", () => {
   )
 })
 
+describe("plain modifications decided by the session", () => {
+  it.scoped(
+    "one decided while the next caller holds its turn: interrupted, it ends only once its write is acknowledged",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster()
+        const w = yield* cluster.worker()
+        const first = yield* holding(w, "t")
+        const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+        const gate = yield* Deferred.make<void>()
+        const second = yield* Effect.fork(
+          w.states.modifyEffect("t", Counter, (s) => Effect.as(Deferred.await(gate), [null, { n: s.n + 1 }] as const))
+        )
+        yield* settle
+        // the first turn's end decides the plain one and gives the next turn to the second
+        yield* first.open
+        yield* settle
+        yield* Fiber.interruptFork(plain)
+        yield* settle
+        // decided, its write waits for the grant's next write (after the second's turn): so does its end
+        assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+        assert.strictEqual(yield* cluster.stored("t"), 0)
+        yield* Deferred.succeed(gate, undefined)
+        yield* Fiber.await(plain)
+        yield* Fiber.join(second)
+        assert.strictEqual(yield* cluster.stored("t"), 12)
+      })
+  )
+})
+
 describe("modifications that take the lock in their caller's fiber", () => {
   it.scoped("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
     Effect.gen(function* () {

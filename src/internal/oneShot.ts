@@ -27,6 +27,19 @@ export class OneShot<A, E = never> {
     return true
   }
 
+  /**
+   * Call `callback` with the exit once completed (at once when it already is), in the
+   * completer's call stack: for a plain state machine that reacts to it without a fiber.
+   */
+  listen(callback: (exit: Exit.Exit<A, E>) => void): void {
+    if (this.exit !== undefined) {
+      callback(this.exit)
+      return
+    }
+    if (this.waiters === undefined) this.waiters = []
+    this.waiters.push(callback)
+  }
+
   /** The exit, once completed. */
   poll(): Exit.Exit<A, E> | undefined {
     return this.exit

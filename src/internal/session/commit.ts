@@ -70,18 +70,23 @@ export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "l
         ? "lease"
         : "quantum"
 
+/**
+ * The warning for a modification that held the lock `heldMs`, when that is over the threshold.
+ *
+ * @internal
+ */
+export const warnHeld = (env: SessionEnv, token: string, request: Request, heldMs: number) =>
+  heldMs > env.warnMs
+    ? Effect.logWarning(
+        `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
+          `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+          `the threshold is ${env.warnMs} ms. Move long work out of modifications.`
+      )
+    : Effect.void
+
 /** @internal */
 export const warnIfLong = (env: SessionEnv, token: string, request: Request, started: number) =>
-  Effect.clockWith((clock) => {
-    const heldMs = clock.unsafeCurrentTimeMillis() - started
-    return heldMs > env.warnMs
-      ? Effect.logWarning(
-          `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
-            `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
-            `the threshold is ${env.warnMs} ms. Move long work out of modifications.`
-        )
-      : Effect.void
-  })
+  Effect.clockWith((clock) => warnHeld(env, token, request, clock.unsafeCurrentTimeMillis() - started))
 
 /**
  * After a hold that did not put this worker back in the queue.

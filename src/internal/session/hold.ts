@@ -9,18 +9,18 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
-import type { LockLost, StoreError } from "../../StoreError.js"
 import * as Retry from "../retry.js"
+import { OneShot } from "../oneShot.js"
 import type { Wheel } from "../timers.js"
-import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnIfLong, writeOrFail } from "./commit.js"
+import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnHeld, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
-import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoop } from "./session.js"
+import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
+import { notify, openSignals, type Session, type SessionEnv, turnEventLoop } from "./session.js"
 
 /**
  * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
@@ -32,32 +32,6 @@ import { notify, openSignals, prune, type Session, type SessionEnv, turnEventLoo
 export interface Carried {
   readonly writes: ReadonlyArray<readonly [name: string, value: string]>
   readonly request: Request
-}
-
-/** One hold of a grant: what it read and wrote, and where its serving stands. */
-interface HoldState {
-  readonly env: SessionEnv
-  readonly session: Session
-  readonly grant: Grant
-  readonly token: string
-  readonly lockId: string
-  readonly mode: "single" | "quantum" | "lease" | "batch"
-  readonly cache: Map<string, Option.Option<string>>
-  readonly dirty: Map<string, string>
-  unacked: Array<Request>
-  inProgress: Request | undefined
-  served: number
-  deadline: number
-  /** How long the last group commit took (ms): what a write now would add to the hold. */
-  writeMs: number
-  contended: boolean
-  failed: LockLost | StoreError | undefined
-  /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
-  timer: (() => void) | undefined
-  /** Whether contention is watched already (`watchContention`). */
-  watching: boolean
-  /** A lease's or a batch's `keepAlive`, for its whole hold. */
-  keeper: KeepAlive | undefined
 }
 
 /**
@@ -93,7 +67,12 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
       failed: undefined,
       timer: undefined,
       watching: session.signals !== undefined,
-      keeper: undefined
+      keeper: undefined,
+      clock: yield* Effect.clock,
+      ioAt: grant.grantedAt,
+      turnAt: 0,
+      relayEnd: undefined,
+      longHolds: []
     }
     // a batch that nobody contends lasts as long as modifications queue here
     state.keeper = mode === "lease" || mode === "batch" ? yield* keepAlive(state) : undefined
@@ -167,11 +146,6 @@ const checkSignals = (state: HoldState) =>
     return resubscribed ? recheckContenders(state) : Effect.void
   })
 
-/** A running keep-alive: `stop` ends it (an extension under way may still finish). */
-interface KeepAlive {
-  readonly stop: () => void
-}
-
 /**
  * When a keep-alive extends next, given the outcome of an extension: `every` after one that
  * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
@@ -232,43 +206,24 @@ const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
     (keeper) => Effect.sync(keeper.stop)
   )
 
-const serveOne = (state: HoldState, request: Request) =>
+/** Serve `request` and, through the relay, the requests queued behind it that memory can serve. */
+const serveFrom = (state: HoldState, request: Request) =>
   Effect.gen(function* () {
-    const { env, session, token, cache, dirty } = state
+    const { env, token, cache } = state
     const missing = request.slices.filter((name) => !cache.has(name))
     if (missing.length > 0) {
       // Fetched under the lock this worker holds: as current as the grant's reads.
       const values = yield* env.store.readSlices(token, missing)
       for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
     }
-    const given = yield* Effect.sync(() => {
-      // Taken off the queue only now: after a failed read it waits for the next grant,
-      // or fails with the store's error, instead of waiting for a turn nobody gives.
-      if (session.queue[0] === request) session.queue.shift()
-      if (request.cancelled) return false
-      state.inProgress = request
-      state.served++
-      request.turn.done(
-        Exit.succeed({
-          values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
-          fence: state.grant.fence
-        })
-      )
-      return true
-    })
-    if (!given) return
-    const started = yield* Clock.currentTimeMillis
-    const outcome = yield* request.done.await
-    state.inProgress = undefined
-    yield* warnIfLong(env, token, request, started)
-    if (outcome._tag === "Abort") return
-    for (const [name, value] of outcome.writes) {
-      cache.set(name, Option.some(value))
-      dirty.set(name, value)
-    }
-    // a batch (the oplock off) acknowledges a modification once it is written
-    if ((state.mode === "lease" || state.mode === "quantum") && !env.durable) request.ack.done(Exit.void)
-    else state.unacked.push(request)
+    const end = new OneShot<void>()
+    state.relayEnd = end
+    if (relay(state, request, state.clock.unsafeCurrentTimeMillis())) yield* end.await
+    state.relayEnd = undefined
+    const longHolds = state.longHolds
+    if (longHolds.length === 0) return
+    state.longHolds = []
+    for (const [held, heldMs] of longHolds) yield* warnHeld(env, token, held, heldMs)
   })
 
 /** Group commit: one write for every modification served since the last one. */
@@ -296,11 +251,6 @@ const flush = (state: HoldState) =>
     return true
   })
 
-const nextRequest = (state: HoldState) => {
-  prune(state.session)
-  return state.session.queue[0]
-}
-
 const serve = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, mode } = state
@@ -309,8 +259,6 @@ const serve = (state: HoldState) =>
       yield* Metric.increment(leasesStarted)
       session.lease = { cache: state.cache }
     }
-    // when the serving last waited for the store (or for the event loop)
-    let ioAt = state.grant.grantedAt
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
@@ -324,14 +272,14 @@ const serve = (state: HoldState) =>
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
       // A batch writes what it served at least every quantum: its acknowledgements wait for it.
-      if (mode === "batch" && state.unacked.length > 0 && now - ioAt >= env.yieldMs) {
+      if (mode === "batch" && state.unacked.length > 0 && now - state.ioAt >= env.yieldMs) {
         yield* flush(state)
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
-      if (mode !== "single" && now - ioAt >= env.yieldMs) {
+      if (mode !== "single" && now - state.ioAt >= env.yieldMs) {
         yield* turnEventLoop
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
@@ -344,7 +292,7 @@ const serve = (state: HoldState) =>
       }
       if (request !== undefined) {
         lingered = false
-        yield* serveOne(state, request)
+        yield* serveFrom(state, request)
         continue
       }
       if (now >= state.deadline) return
@@ -364,10 +312,10 @@ const serve = (state: HoldState) =>
         if (state.failed !== undefined) return
         lingered = true
         yield* turnEventLoop
-        ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = yield* Clock.currentTimeMillis
         continue
       }
-      if (env.durable && (yield* flush(state))) ioAt = yield* Clock.currentTimeMillis
+      if (env.durable && (yield* flush(state))) state.ioAt = yield* Clock.currentTimeMillis
       // a failed write ends the lease at once: it can write nothing more
       if (state.failed !== undefined) return
       if (mode === "lease" && !state.watching) {
@@ -385,6 +333,8 @@ const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined
+    // the relay ends here: the turn in progress, if any, is taken over below
+    state.relayEnd = undefined
     state.timer?.()
     state.timer = undefined
     if (state.inProgress !== undefined) {

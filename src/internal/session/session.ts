@@ -120,6 +120,10 @@ const none: ReadonlyArray<SignalEvent> = []
  */
 export class Inbox implements SignalInbox {
   private items: Array<SignalEvent> = []
+  /** How many signals wait to be taken. */
+  get size(): number {
+    return this.items.length
+  }
   push(event: SignalEvent): void {
     this.items.push(event)
   }

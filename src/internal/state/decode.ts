@@ -43,6 +43,26 @@ export const decodeOr = <A, I>(token: string, s: Slice<A, I>, raw: Option.Option
 }
 
 /**
+ * The decoded values of a turn, with the warnings to log (`undefined`: every value decoded).
+ *
+ * @internal
+ */
+export const decodeNow = (
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  current: ReadonlyArray<Option.Option<string>>
+): { readonly values: Array<unknown>; readonly warnings: Effect.Effect<void> | undefined } => {
+  let warnings: Array<Effect.Effect<void>> | undefined
+  const values = slices.map((s, i) =>
+    decodeStored(s, current[i]!, (error) => {
+      warnings ??= []
+      warnings.push(undecodable(token, s, error))
+    })
+  )
+  return { values, warnings: warnings === undefined ? undefined : Effect.all(warnings, { discard: true }) }
+}
+
+/**
  * The decoded values of a turn; the warnings are logged only when a value did not decode.
  *
  * @internal

@@ -19,7 +19,7 @@ import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import { formatParseError } from "../parse.js"
 import { validateToken } from "../validate.js"
-import { decodeAll } from "./decode.js"
+import { decodeAll, decodeNow } from "./decode.js"
 
 /**
  * What a state manager's modifications work with, built once by `StateManager.make`.
@@ -38,7 +38,37 @@ export interface Env {
  */
 export const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
 
-const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed({ _tag: "Abort" })
+const abortOutcome: Lease.Outcome = { _tag: "Abort" }
+const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed(abortOutcome)
+
+/** The slices whose encoding changed (only those are written), or why a value cannot be written. */
+const encodeWrites = (
+  env: Env,
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  current: ReadonlyArray<Option.Option<string>>,
+  next: ReadonlyArray<unknown>
+): Either.Either<ReadonlyArray<SliceEntry>, InvalidSliceValue | ValueTooLarge> => {
+  const { maxValueBytes } = env
+  const writes: Array<SliceEntry> = []
+  for (const [i, s] of slices.entries()) {
+    const encoded = s.encode(next[i])
+    if (Either.isLeft(encoded)) {
+      return Either.left(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.left) }))
+    }
+    const bytes = Buffer.byteLength(encoded.right, "utf8")
+    if (bytes > maxValueBytes) {
+      return Either.left(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
+    }
+    // Nothing stored means the initial value: writing it would change nothing.
+    const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
+    if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+  }
+  return Either.right(writes)
+}
+
+const currentOf = (slices: ReadonlyArray<Slice<any, any>>, turn: Lease.Turn) =>
+  slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
 
 /** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
 const decide = <B, E, R>(
@@ -53,31 +83,12 @@ const decide = <B, E, R>(
   R
 > =>
   Effect.gen(function* () {
-    const { maxValueBytes } = env
-    const current = slices.map((s) => turn.values.get(s.name) ?? Option.none<string>())
+    const current = currentOf(slices, turn)
     const decoded = yield* decodeAll(token, slices, current)
     const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
-    const writes: Array<SliceEntry> = []
-    for (const [i, s] of slices.entries()) {
-      const encoded = s.encode(next[i])
-      if (Either.isLeft(encoded)) {
-        return yield* Effect.fail(
-          new InvalidSliceValue({
-            token,
-            slice: s.name,
-            reason: formatParseError(encoded.left)
-          })
-        )
-      }
-      const bytes = Buffer.byteLength(encoded.right, "utf8")
-      if (bytes > maxValueBytes) {
-        return yield* Effect.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
-      }
-      // Nothing stored means the initial value: writing it would change nothing.
-      const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
-      if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
-    }
-    return { value, writes }
+    const writes = encodeWrites(env, token, slices, current, next)
+    if (Either.isLeft(writes)) return yield* Effect.fail(writes.left)
+    return { value, writes: writes.right }
   })
 
 /**
@@ -137,3 +148,84 @@ export const run = <B, E, R>(
     // no stack capture: it costs more than the rest of an uncontended modification
     Effect.withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false })
   )
+
+/**
+ * `run` for a plain function (`StateManager.modify`): the session decides it when its turn
+ * comes (`Request.decideNow`), with no step of the caller's fiber in between, and the
+ * caller waits once, for its result (its value once the writes are acknowledged, or the
+ * error). Interrupted before its turn, it leaves; decided, its outcome is awaited all the
+ * same, as `run` does.
+ *
+ * @internal
+ */
+export const runPure = <B>(
+  env: Env,
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  f: (values: ReadonlyArray<unknown>) => readonly [B, ReadonlyArray<unknown>],
+  options: ModifyOptions | undefined
+): Effect.Effect<B, ModifyError> =>
+  Effect.gen(function* () {
+    const { lease } = env
+    yield* validateToken(token)
+    const result = new OneShot<B, ModifyError>()
+    let warnings: Effect.Effect<void> | undefined
+    const decideNow = (turn: Lease.Turn): Lease.Outcome => {
+      const current = currentOf(slices, turn)
+      const decoded = decodeNow(token, slices, current)
+      warnings = decoded.warnings
+      let value: B
+      let next: ReadonlyArray<unknown>
+      try {
+        ;[value, next] = f(decoded.values)
+      } catch (defect) {
+        result.done(Exit.die(defect))
+        return abortOutcome
+      }
+      const writes = encodeWrites(env, token, slices, current, next)
+      if (Either.isLeft(writes)) {
+        result.done(Exit.fail(writes.left))
+        return abortOutcome
+      }
+      if (writes.right.length === 0) {
+        result.done(Exit.succeed(value))
+        return abortOutcome
+      }
+      request.ack.listen((acked) =>
+        result.done(Exit.isSuccess(acked) ? Exit.succeed(value) : Exit.failCause(acked.cause))
+      )
+      return { _tag: "Commit", writes: writes.right }
+    }
+    const request: Lease.Request = {
+      slices: slices.map((s) => s.name),
+      event: Option.fromNullable(options?.event),
+      turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
+      done: new OneShot<Lease.Outcome>(),
+      ack: new OneShot<void, LockExpired | StoreError>(),
+      cancelled: false,
+      decideNow
+    }
+    // a turn that cannot come (the session failed or closed) ends the wait with its error
+    request.turn.listen((turn) => {
+      if (Exit.isFailure(turn)) result.done(Exit.failCause(turn.cause))
+    })
+    return yield* Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function* () {
+        const own = yield* lease.begin(token, request)
+        if (Option.isSome(own)) {
+          request.done.done(Exit.succeed(decideNow(own.value)))
+          yield* lease.complete(token, request)
+        } else {
+          const waited = yield* Effect.exit(restore(result.await))
+          if (Exit.isFailure(waited) && result.poll() === undefined) {
+            yield* lease.cancel(token, request)
+            // not decided yet: it never will be
+            if (request.done.poll() === undefined) return yield* Effect.failCause(waited.cause)
+          }
+        }
+        if (warnings !== undefined) yield* warnings
+        // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
+        return yield* result.await
+      })
+    )
+  }).pipe(Effect.withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false }))

@@ -1,0 +1,162 @@
+/**
+ * The state of one hold of a grant, and its relay of turns: the caller whose turn ends
+ * hands the grant to the next request queued here, in its own call stack, while the
+ * serving loop of `hold.ts` would serve that request from memory at once.
+ *
+ * @internal
+ */
+import type * as Clock from "effect/Clock"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import type { Outcome, Request, Turn } from "../../Lease.js"
+import type { Grant } from "../../Lock.js"
+import type { LockLost, StoreError } from "../../StoreError.js"
+import type { OneShot } from "../oneShot.js"
+import { prune, type Session, type SessionEnv } from "./session.js"
+
+/**
+ * One hold of a grant: what it read and wrote, and where its serving stands.
+ *
+ * @internal
+ */
+export interface HoldState {
+  readonly env: SessionEnv
+  readonly session: Session
+  readonly grant: Grant
+  readonly token: string
+  readonly lockId: string
+  readonly mode: "single" | "quantum" | "lease" | "batch"
+  readonly cache: Map<string, Option.Option<string>>
+  readonly dirty: Map<string, string>
+  unacked: Array<Request>
+  inProgress: Request | undefined
+  served: number
+  deadline: number
+  /** How long the last group commit took (ms): what a write now would add to the hold. */
+  writeMs: number
+  contended: boolean
+  failed: LockLost | StoreError | undefined
+  /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
+  timer: (() => void) | undefined
+  /** Whether contention is watched already (`watchContention`). */
+  watching: boolean
+  /** A lease's or a batch's `keepAlive`, for its whole hold. */
+  keeper: KeepAlive | undefined
+  /** The clock of the hold's fiber, read synchronously by the relay. */
+  readonly clock: Clock.Clock
+  /** When the serving last waited for the store (or for the event loop). */
+  ioAt: number
+  /** When the turn in progress was given. */
+  turnAt: number
+  /** Completed when the relay of turns ends (`relay`); `undefined` when none runs. */
+  relayEnd: OneShot<void> | undefined
+  /** Modifications that held the lock too long in the relay, logged by the fiber: with their held time. */
+  longHolds: Array<readonly [Request, number]>
+}
+
+/**
+ * A running keep-alive: `stop` ends it (an extension under way may still finish).
+ *
+ * @internal
+ */
+export interface KeepAlive {
+  readonly stop: () => void
+}
+
+/** @internal */
+export const nextRequest = (state: HoldState) => {
+  prune(state.session)
+  return state.session.queue[0]
+}
+
+/**
+ * Give `request` its turn (taken off the queue only now: after a failed read it waits for
+ * the next grant, or fails with the store's error, instead of waiting for a turn nobody
+ * gives). `false` for a request cancelled meanwhile.
+ */
+const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
+  const { session, cache } = state
+  if (session.queue[0] === request) session.queue.shift()
+  if (request.cancelled) return false
+  state.inProgress = request
+  state.turnAt = now
+  state.served++
+  const turn: Turn = {
+    values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
+    fence: state.grant.fence
+  }
+  // a plain function is decided here and now: its caller waits for the outcome alone
+  if (request.decideNow !== undefined) request.done.done(Exit.succeed(request.decideNow(turn)))
+  else request.turn.done(Exit.succeed(turn))
+  return true
+}
+
+/** What the caller decided, taken into the hold: its writes, and its acknowledgement (now, or once written). */
+const record = (state: HoldState, request: Request, outcome: Outcome, now: number) => {
+  const heldMs = now - state.turnAt
+  if (heldMs > state.env.warnMs) state.longHolds.push([request, heldMs])
+  if (outcome._tag === "Abort") return
+  for (const [name, value] of outcome.writes) {
+    state.cache.set(name, Option.some(value))
+    state.dirty.set(name, value)
+  }
+  // a batch (the oplock off) acknowledges a modification once it is written
+  if ((state.mode === "lease" || state.mode === "quantum") && !state.env.durable) request.ack.done(Exit.void)
+  else state.unacked.push(request)
+}
+
+/**
+ * The next request the relay may give its turn to at once, without the fiber: the
+ * conditions under which the serving loop would serve it from memory straight away.
+ * `undefined` when the loop has something else to do first (a signal to read, a write
+ * or a turn of the event loop due, the deadline, a slice to read, nothing queued).
+ */
+const relayNext = (state: HoldState, now: number): Request | undefined => {
+  const { env, session, mode } = state
+  if (state.failed !== undefined || mode === "single") return undefined
+  const leased = mode === "lease" || mode === "batch"
+  if (leased && !state.contended && (session.signals?.size ?? 0) > 0) return undefined
+  if (now - state.ioAt >= env.yieldMs || now >= state.deadline) return undefined
+  const request = nextRequest(state)
+  if (request === undefined || (leased && !state.watching)) return undefined
+  for (const name of request.slices) if (!state.cache.has(name)) return undefined
+  return request
+}
+
+/**
+ * A relay of turns: the caller whose turn ends hands the grant to the next request queued
+ * here, in its own call stack (`OneShot.listen`), with no step of the hold's fiber in
+ * between; a request decided at once (`decideNow`) hands it on in the same loop. The
+ * fiber, waiting on `relayEnd`, resumes once the relay can go no further (`false` when
+ * that is at once). An interrupted fiber ends the relay first (`finish` takes the turn in
+ * progress over).
+ */
+export const relay = (state: HoldState, first: Request, now: number): boolean => {
+  let request: Request | undefined = first
+  let at = now
+  while (request !== undefined) {
+    if (giveTurn(state, request, at)) {
+      const decided = request.done.poll()
+      if (decided === undefined) {
+        listenForTurnEnd(state, request)
+        return true
+      }
+      state.inProgress = undefined
+      at = state.clock.unsafeCurrentTimeMillis()
+      if (Exit.isSuccess(decided)) record(state, request, decided.value, at)
+    }
+    request = relayNext(state, at)
+  }
+  return false
+}
+
+const listenForTurnEnd = (state: HoldState, request: Request) =>
+  request.done.listen((exit) => {
+    const end = state.relayEnd
+    if (state.inProgress !== request || end === undefined) return
+    state.inProgress = undefined
+    const at = state.clock.unsafeCurrentTimeMillis()
+    if (Exit.isSuccess(exit)) record(state, request, exit.value, at)
+    const next = relayNext(state, at)
+    if (next === undefined || !relay(state, next, at)) end.done(Exit.void)
+  })
