@@ -36,6 +36,7 @@ import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
 import type { LostSocket } from "./internal/tokens/table.js"
 import * as SocketTable from "./internal/tokens/table.js"
+import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
@@ -157,6 +158,25 @@ export class TokenManager extends Context.Tag("leasehold/TokenManager")<TokenMan
  * @category models
  */
 export type KeepAlive = "events" | "refresh"
+
+/**
+ * What is wrong with `token` as a token (1–128 characters of `[A-Za-z0-9_.:-]`), in a few
+ * words, or `undefined` when nothing is. Every operation refuses such a token with
+ * `InvalidToken` before any I/O; an app checks what a client sent with this first, to
+ * answer it plainly (a 400, a fresh token).
+ *
+ * @since 0.2.0
+ * @category validation
+ */
+export const tokenProblem: (token: unknown) => string | undefined = Validate.tokenProblem
+
+/**
+ * Whether `token` is a valid token: `tokenProblem(token)` is `undefined`.
+ *
+ * @since 0.2.0
+ * @category validation
+ */
+export const isValidToken: (token: unknown) => token is string = Validate.isValidToken
 
 /**
  * The name of the supervised loop that keeps socket records.

@@ -16,7 +16,7 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
-import * as NodeMain from "../../src/NodeMain.js"
+import * as NodeMain from "leasehold/NodeMain"
 import type { AppSettings } from "./AppConfig.js"
 
 /** A worker exited before it listened: the app cannot start. */

@@ -11,8 +11,8 @@ import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
-import * as State from "../../src/StateManager.js"
-import { StateManager } from "../../src/StateManager.js"
+import * as State from "leasehold/StateManager"
+import { StateManager } from "leasehold/StateManager"
 
 /** The stored counter, and the update sent to the tab's socket after each change. */
 export const Count = Schema.Struct({

@@ -14,7 +14,6 @@
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import { describeParseError, parseSafely } from "../../src/internal/parse.js"
 import { maxStep } from "./Counter.js"
 
 /** A step of a bump: an integer within ±`maxStep`. */
@@ -26,12 +25,10 @@ export const Step = Schema.Int.pipe(
 export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Step })
 export type Bump = typeof Bump.Type
 
-// A frame nested too deeply (`[[[[…]]]]`) is a parse failure like any other, not a thrown
-// stack overflow that would end the socket's frame handler.
-const decodeBump = parseSafely(
-  Schema.parseJson(Bump),
-  Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
-)
+// A value nested too deeply (`[[[[…]]]]`) makes Schema's recursive decoder and formatters
+// overflow the stack: below, that is a reason like any other, not a thrown RangeError that
+// would end the socket's frame handler.
+const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
 
 /** The innermost reason of a parse error, on one line (a value too deep to describe, in short). */
 export const problem = (error: ParseResult.ParseError): string => {
@@ -39,14 +36,20 @@ export const problem = (error: ParseResult.ParseError): string => {
     return ParseResult.ArrayFormatter.formatErrorSync(error)
       .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
       .join("; ")
-  } catch {
-    return describeParseError(error)
+  } catch (cause) {
+    return cause instanceof RangeError ? "invalid, and nested too deeply to describe" : "invalid"
   }
 }
 
 /** A client frame as a bump, or the reason it is not one. */
-export const parseClientMessage = (text: string): Either.Either<Bump, string> =>
-  Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
+export const parseClientMessage = (text: string): Either.Either<Bump, string> => {
+  try {
+    return Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
+  } catch (cause) {
+    const reason = cause instanceof RangeError ? "nested too deeply to parse" : String(cause)
+    return Either.left(`malformed message: ${reason} (${text.length} characters)`)
+  }
+}
 
 /** A frame the server sends. */
 export type ServerMessage =

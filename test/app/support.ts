@@ -1,5 +1,5 @@
 /**
- * End-to-end harness for the counter app: the app as a real process (as `npm start` runs
+ * End-to-end harness for the example apps: the app as a real process (as `npm start` runs
  * it, or `npm start` itself), plain HTTP requests on fresh connections, and WebSocket
  * clients that record every frame. Processes are killed when the test's scope closes.
  */
@@ -15,6 +15,12 @@ import * as RedisServer from "../support/RedisServer.js"
 import { waitUntil } from "../support/waitUntil.js"
 
 export const root = path.resolve(import.meta.dirname, "../..")
+
+/**
+ * How node runs an example: TypeScript through tsx, and `from "leasehold"` resolved to
+ * `src/` (the `leasehold-source` condition of package.json's exports), as `npm start` does.
+ */
+export const sourceFlags = ["--conditions=leasehold-source", "--import", "tsx"] as const
 
 /** A free loopback port (the OS picks it; it is released before the app binds it). */
 export const freePort: Effect.Effect<number> = Effect.promise(RedisServer.freePort)
@@ -39,8 +45,11 @@ export interface App {
 }
 
 export interface StartOptions {
-  readonly env?: Record<string, string>
+  /** Added to the environment; `undefined` unsets a variable. */
+  readonly env?: Record<string, string | undefined>
   readonly port?: number
+  /** The app's entry point (default: the counter's `examples/counter/main.ts`). */
+  readonly entry?: string
   /** Run `npm start` rather than node on the entry point. */
   readonly npm?: boolean
   /** Wait for this line before returning (default: the listening line of one or all workers). */
@@ -76,7 +85,7 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
       Effect.sync(() =>
         options.npm === true
           ? spawn("npm", ["start", "--silent"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"], detached: true })
-          : spawn(process.execPath, ["--import", "tsx", "examples/counter/main.ts"], {
+          : spawn(process.execPath, [...sourceFlags, options.entry ?? "examples/counter/main.ts"], {
               cwd: root,
               env,
               stdio: ["ignore", "pipe", "pipe"],
