@@ -154,19 +154,21 @@ const ask = (presence: Presence, token: string, owner: SocketRecord) =>
     const { table } = presence
     const askId = randomUUID()
     const answer = yield* Deferred.make<boolean>()
-    presence.asks.set(askId, answer)
-    return yield* table.store
-      .sendPresence(owner.instanceId, {
-        _tag: "Ask",
-        askId,
-        from: table.instanceId,
-        token,
-        connectionId: owner.connectionId
-      })
-      .pipe(
-        Effect.zipRight(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs)),
-        Effect.ensuring(Effect.sync(() => presence.asks.delete(askId)))
-      )
+    // registered and removed as a resource: an interruption at any point leaves no entry behind
+    return yield* Effect.acquireUseRelease(
+      Effect.sync(() => presence.asks.set(askId, answer)),
+      () =>
+        table.store
+          .sendPresence(owner.instanceId, {
+            _tag: "Ask",
+            askId,
+            from: table.instanceId,
+            token,
+            connectionId: owner.connectionId
+          })
+          .pipe(Effect.zipRight(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs))),
+      () => Effect.sync(() => presence.asks.delete(askId))
+    )
   })
 
 /**
