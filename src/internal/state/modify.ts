@@ -26,6 +26,22 @@ import { decodeAll, decodeNow } from "./decode.js"
  *
  * @internal
  */
+/** A modification's request for its session: its slices, its event, and the signals of its turn. */
+const newRequest = (
+  slices: ReadonlyArray<Slice<any, any>>,
+  options: ModifyOptions | undefined,
+  decideNow?: Lease.Request["decideNow"]
+): Lease.Request => ({
+  slices: slices.map((s) => s.name),
+  event: Option.fromNullable(options?.event),
+  turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
+  done: new OneShot<Lease.Outcome>(),
+  ack: new OneShot<void, LockExpired | StoreError>(),
+  cancelled: false,
+  // always present, so that every request has one shape
+  decideNow
+})
+
 export interface Env {
   readonly lease: Lease.Lease.Service
   readonly maxValueBytes: number
@@ -106,14 +122,7 @@ export const run = <B, E, R>(
   Effect.gen(function* () {
     const { lease } = env
     yield* validateToken(token)
-    const request: Lease.Request = {
-      slices: slices.map((s) => s.name),
-      event: Option.fromNullable(options?.event),
-      turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
-      done: new OneShot<Lease.Outcome>(),
-      ack: new OneShot<void, LockExpired | StoreError>(),
-      cancelled: false
-    }
+    const request = newRequest(slices, options)
     return yield* Effect.uninterruptibleMask((restore) =>
       Effect.gen(function* () {
         const own = yield* lease.begin(token, request)
@@ -196,15 +205,7 @@ export const runPure = <B>(
       )
       return { _tag: "Commit", writes: writes.right }
     }
-    const request: Lease.Request = {
-      slices: slices.map((s) => s.name),
-      event: Option.fromNullable(options?.event),
-      turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
-      done: new OneShot<Lease.Outcome>(),
-      ack: new OneShot<void, LockExpired | StoreError>(),
-      cancelled: false,
-      decideNow
-    }
+    const request = newRequest(slices, options, decideNow)
     // a turn that cannot come (the session failed or closed) ends the wait with its error
     request.turn.listen((turn) => {
       if (Exit.isFailure(turn)) result.done(Exit.failCause(turn.cause))
