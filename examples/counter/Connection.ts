@@ -25,6 +25,7 @@ import { isValidToken, TokenManager } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
 import { parseClientMessage } from "./Protocol.js"
 import { type Connection, Sockets } from "./Sockets.js"
+import { isTooBig, tooBigCloseCode, Upgrades } from "./Upgrade.js"
 
 /**
  * The most frames of one socket waiting to be handled. A client that sends faster than
@@ -108,7 +109,8 @@ export const handler = Effect.gen(function* () {
   const tokens = yield* TokenManager
   const sockets = yield* Sockets
   const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
-  const socket = yield* request.upgrade
+  // Not the platform's `request.upgrade`: its WebSocket server buffers messages of up to 100 MiB.
+  const socket = yield* Effect.flatMap(Upgrades, (upgrades) => upgrades.upgrade(request))
   const write = yield* socket.writer
   const id = randomUUID()
 
@@ -154,7 +156,10 @@ export const handler = Effect.gen(function* () {
     })
     .pipe(
       Effect.catchIf(Socket.isSocketError, (error) =>
-        Effect.logDebug(`socket ${id} closed: ${error.reason}`).pipe(Effect.annotateLogs({ token: connection.token }))
+        (isTooBig(error)
+          ? Effect.logWarning(`socket ${id}: a message over MAX_FRAME_BYTES, closed with ${tooBigCloseCode}`)
+          : Effect.logDebug(`socket ${id} closed: ${error.reason}`)
+        ).pipe(Effect.annotateLogs({ token: connection.token }))
       ),
       Effect.raceFirst(closedHere)
     )
