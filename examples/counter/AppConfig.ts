@@ -82,7 +82,11 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
     Config.withDefault(false),
     Config.withDescription("a server span per HTTP request (for an installed tracer); default off")
   ),
-  maxFrameBytes: bytes("MAX_FRAME_BYTES", defaultMaxFrameBytes, "largest WebSocket message from a client (else close 1009)"),
+  maxFrameBytes: bytes(
+    "MAX_FRAME_BYTES",
+    defaultMaxFrameBytes,
+    "largest WebSocket message from a client (else close 1009)"
+  ),
   maxBodyBytes: bytes("MAX_BODY_BYTES", defaultMaxBodyBytes, "largest HTTP request body (else 413)"),
   maxUrlBytes: bytes("MAX_URL_BYTES", defaultMaxUrlBytes, "longest HTTP request target, path and query (else 414)")
 })

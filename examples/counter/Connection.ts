@@ -8,7 +8,8 @@
  * detached and the token's record removed. A socket whose token another worker took over
  * (this worker seemed gone to it) is closed by the server with code 4001, and its tab
  * reconnects. A tab whose record was taken over from a dead worker keeps its token, and
- * is sent its current state as on every link.
+ * is sent its current state as on every link. A message over `MAX_FRAME_BYTES` closes the
+ * socket with code 1009 before it is read (see `Upgrade`).
  */
 import { randomUUID } from "node:crypto"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"

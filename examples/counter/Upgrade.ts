@@ -80,7 +80,10 @@ export const isTooBig = (error: Socket.SocketError): boolean => {
 }
 
 /** The upgrader of requests tracked in `pending`, for messages of at most `maxFrameBytes`. */
-export const layer = (pending: Pending, options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }) =>
+export const layer = (
+  pending: Pending,
+  options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }
+) =>
   Layer.scoped(
     Upgrades,
     Effect.gen(function* () {

@@ -121,7 +121,12 @@ const rawSocket = (app: App) =>
       "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
-    yield* waitUntil(listeners, () => (upgraded ? true : undefined), 15_000, () => "no 101 answer")
+    yield* waitUntil(
+      listeners,
+      () => (upgraded ? true : undefined),
+      15_000,
+      () => "no 101 answer"
+    )
     return {
       write: (data: Buffer) =>
         Effect.async<void>((resume) => {
@@ -163,67 +168,70 @@ const post = (url: string, headers: Record<string, string | number>, chunks: Rea
     return Effect.sync(() => req.destroy())
   })
 
-layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter app: bounds on what a client sends", (it) => {
-  it.scoped("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
-    Effect.gen(function* () {
-      const app = yield* Shared
-      const client = yield* connect(app)
-      yield* client.send(bumpFrame(64 * KiB))
-      assert.strictEqual((yield* client.waitFor((frame) => frame.type === "update")).n, 1)
-      assert.isTrue(client.isOpen())
-      assert.strictEqual((yield* sendAndAwaitClose(app, bumpFrame(64 * KiB + 1))).code, 1009)
-      yield* app.waitFor(/a message over MAX_FRAME_BYTES, closed with 1009/)
-      // the app goes on serving
-      const again = yield* connect(app)
-      yield* again.send(bumpFrame(100))
-      yield* again.waitFor((frame) => frame.type === "update")
-    })
-  )
+layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
+  "counter app: bounds on what a client sends",
+  (it) => {
+    it.scoped("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
+      Effect.gen(function* () {
+        const app = yield* Shared
+        const client = yield* connect(app)
+        yield* client.send(bumpFrame(64 * KiB))
+        assert.strictEqual((yield* client.waitFor((frame) => frame.type === "update")).n, 1)
+        assert.isTrue(client.isOpen())
+        assert.strictEqual((yield* sendAndAwaitClose(app, bumpFrame(64 * KiB + 1))).code, 1009)
+        yield* app.waitFor(/a message over MAX_FRAME_BYTES, closed with 1009/)
+        // the app goes on serving
+        const again = yield* connect(app)
+        yield* again.send(bumpFrame(100))
+        yield* again.waitFor((frame) => frame.type === "update")
+      })
+    )
 
-  it.scoped("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
-    Effect.gen(function* () {
-      const app = yield* Shared
-      const raw = yield* rawSocket(app)
-      // The header and the first MiB of the payload; the other 49 MB are never sent.
-      yield* raw.write(frameHeader(50 * MB))
-      yield* raw.write(Buffer.alloc(MB, 0x20))
-      assert.strictEqual(yield* raw.closed(10_000), 1009)
-    })
-  )
+    it.scoped("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
+      Effect.gen(function* () {
+        const app = yield* Shared
+        const raw = yield* rawSocket(app)
+        // The header and the first MiB of the payload; the other 49 MB are never sent.
+        yield* raw.write(frameHeader(50 * MB))
+        yield* raw.write(Buffer.alloc(MB, 0x20))
+        assert.strictEqual(yield* raw.closed(10_000), 1009)
+      })
+    )
 
-  it.scoped("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
-    Effect.gen(function* () {
-      const app = yield* Shared
-      const url = `${app.url}/api/bump?token=tab-body`
-      // within the bound: the bump is served (the body is not read)
-      assert.strictEqual(yield* post(url, { "content-length": 64 * KiB }, [Buffer.alloc(64 * KiB)]), 200)
-      assert.strictEqual(yield* post(url, { "transfer-encoding": "chunked" }, [Buffer.alloc(64 * KiB)]), 200)
-      // a declared 50 MB: refused from the header, with only its first 64 KiB sent
-      assert.strictEqual(yield* post(url, { "content-length": 50 * MB }, []), 413)
-      assert.strictEqual(yield* post(url, { "content-length": 64 * KiB + 1 }, [Buffer.alloc(64 * KiB + 1)]), 413)
-      // no length: refused once past the bound
-      const chunks = Array.from({ length: 5 }, () => Buffer.alloc(16 * KiB + 1))
-      assert.strictEqual(yield* post(url, { "transfer-encoding": "chunked" }, chunks), 413)
-      // the refused bumps did not happen
-      assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-body`)).body.n, 2)
-    })
-  )
+    it.scoped("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
+      Effect.gen(function* () {
+        const app = yield* Shared
+        const url = `${app.url}/api/bump?token=tab-body`
+        // within the bound: the bump is served (the body is not read)
+        assert.strictEqual(yield* post(url, { "content-length": 64 * KiB }, [Buffer.alloc(64 * KiB)]), 200)
+        assert.strictEqual(yield* post(url, { "transfer-encoding": "chunked" }, [Buffer.alloc(64 * KiB)]), 200)
+        // a declared 50 MB: refused from the header, with only its first 64 KiB sent
+        assert.strictEqual(yield* post(url, { "content-length": 50 * MB }, []), 413)
+        assert.strictEqual(yield* post(url, { "content-length": 64 * KiB + 1 }, [Buffer.alloc(64 * KiB + 1)]), 413)
+        // no length: refused once past the bound
+        const chunks = Array.from({ length: 5 }, () => Buffer.alloc(16 * KiB + 1))
+        assert.strictEqual(yield* post(url, { "transfer-encoding": "chunked" }, chunks), 413)
+        // the refused bumps did not happen
+        assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-body`)).body.n, 2)
+      })
+    )
 
-  it.scoped("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
-    Effect.gen(function* () {
-      const app = yield* Shared
-      const base = `/api/state?token=tab-url&pad=`
-      const at = (length: number) => `${app.url}${base}${"a".repeat(length - base.length)}`
-      assert.strictEqual((yield* request("GET", at(8 * KiB))).status, 200)
-      const refused = yield* request("GET", at(8 * KiB + 1))
-      assert.strictEqual(refused.status, 414)
-      assert.strictEqual(refused.body.code, "UrlTooLong")
-      // "/api/bump" is one byte shorter than "/api/state"
-      assert.strictEqual((yield* request("POST", at(8 * KiB + 2).replace("/api/state", "/api/bump"))).status, 414)
-      assert.strictEqual((yield* bump(app, "tab-url")).body.n, 1)
-    })
-  )
-})
+    it.scoped("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
+      Effect.gen(function* () {
+        const app = yield* Shared
+        const base = `/api/state?token=tab-url&pad=`
+        const at = (length: number) => `${app.url}${base}${"a".repeat(length - base.length)}`
+        assert.strictEqual((yield* request("GET", at(8 * KiB))).status, 200)
+        const refused = yield* request("GET", at(8 * KiB + 1))
+        assert.strictEqual(refused.status, 414)
+        assert.strictEqual(refused.body.code, "UrlTooLong")
+        // "/api/bump" is one byte shorter than "/api/state"
+        assert.strictEqual((yield* request("POST", at(8 * KiB + 2).replace("/api/state", "/api/bump"))).status, 414)
+        assert.strictEqual((yield* bump(app, "tab-url")).body.n, 1)
+      })
+    )
+  }
+)
 
 describe("counter app: bounds", () => {
   it.scopedLive(
@@ -256,7 +264,10 @@ describe("counter app: bounds", () => {
       const url = `${app.url}/api/bump?token=tab-env`
       assert.strictEqual(yield* post(url, { "content-length": 10 }, [Buffer.alloc(10)]), 200)
       assert.strictEqual(yield* post(url, { "content-length": 11 }, [Buffer.alloc(11)]), 413)
-      assert.strictEqual((yield* request("GET", `${url}&pad=${"a".repeat(100)}`)).status, 414)
+      assert.strictEqual(
+        (yield* request("GET", `${app.url}/api/state?token=tab-env&pad=${"a".repeat(100)}`)).status,
+        414
+      )
     })
   )
 
