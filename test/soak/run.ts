@@ -253,6 +253,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       let relinkNotTakenOver = 0
       let relinkLost = 0
       const moved = new Set<string>()
+      /** Tabs of a killed incarnation whose re-link has not answered yet. */
+      const waiting = new Set<string>()
       /** The tab of `token` reconnects to `proc` (a new socket, the same token), as a page does. */
       const relink = async (token: string, proc: Proc) => {
         relinks++
@@ -264,6 +266,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         const event = await proc
           .waitFor("linked", 30_000, (event) => event.connectionId === connectionId)
           .catch((error: unknown) => String(error))
+        waiting.delete(token)
         if (typeof event === "string") {
           relinkLost++
           tabDetails.push(`tab ${token}: no answer to its re-link: ${event}`)
@@ -355,7 +358,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             async () => {
               const killedAt = Date.now()
               proc.child.kill("SIGKILL")
-              for (const token of tabs) holding(token)!.to = killedAt
+              for (const token of tabs) {
+                holding(token)!.to = killedAt
+                waiting.add(token)
+              }
               await proc.exited
               live.delete(victim)
               const elsewhere = Promise.all(
@@ -406,6 +412,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const instanceOf = (proc: Proc) => proc.events.find((event) => event.t === "ready")?.instanceId
       // Every tab's record names the socket it was linked with last (before the workers close theirs).
       let recordsWrong = 0
+      for (const token of waiting) {
+        relinkLost++
+        tabDetails.push(`tab ${token}: never linked again after its worker was killed`)
+      }
       for (const token of tokens) {
         const held = holding(token)
         if (held === undefined) continue
