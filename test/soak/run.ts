@@ -12,8 +12,8 @@
  * The server runs with `appendonly yes` and `appendfsync always`, so that a SIGKILLed server
  * keeps every write it acknowledged (without persistence a restart empties it, and no count
  * can survive that). Every token is one browser tab, whose socket one worker holds; the
- * killed worker holds some. When it dies, each of its tabs reconnects a second later, as a
- * page does, to another live worker or to the killed one's next incarnation, with the same
+ * killed worker holds some. When it dies, each of its tabs reconnects about a second later,
+ * as a page does, to another live worker or to the killed one's next incarnation, with the same
  * token: it must be linked again under that token, the dead worker's record taken over, and
  * the updates sent to it from then on delivered there.
  */
