@@ -1,0 +1,121 @@
+/**
+ * The caller's side of a modification: `begin`, which queues it behind the token's session
+ * on this worker or, with none, makes the uncontended attempt in the caller's own fiber;
+ * and `complete`, which writes and releases a grant the caller held for its own
+ * modification (or hands it to a session for the modifications queued meanwhile).
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import type { Request, Turn } from "../../Lease.js"
+import { commitAndRelease, modeOf, warnIfLong } from "./commit.js"
+import { start } from "./run.js"
+import { newSession, notify, prune, type SessionEnv } from "./session.js"
+
+/** Queued behind an existing session: `true`; the caller then awaits its turn. */
+const join = (env: SessionEnv, token: string, request: Request) => {
+  const existing = env.sessions.get(token)
+  if (existing === undefined) return false
+  existing.queue.push(request)
+  notify(existing)
+  return true
+}
+
+const noOwnTurn = Effect.succeed(Option.none<Turn>())
+
+/**
+ * Start a modification (`Lease.Service.begin`). A session in the map always has a fiber or
+ * a caller holding its grant (`own`): whoever holds it looks at the queue when it is done,
+ * so a request queued meanwhile is served.
+ *
+ * @internal
+ */
+export const begin = (env: SessionEnv, token: string, request: Request) =>
+  Effect.suspend(() => {
+    const { lock, signals, sessions, store, instanceId, scope } = env
+    if (join(env, token, request)) return noOwnTurn
+    const session = newSession(env, token)
+    // before the attempt is sent: a notice it causes comes after this
+    const mark = signals.mark(token)
+    return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
+      // Whatever ended the attempt (an error, a defect, an interruption), the session must
+      // not stay in the map with nobody serving it: the requests queued meanwhile would
+      // wait for ever.
+      onFailure: (cause) => {
+        // The requests queued meanwhile make their own attempts. A failed attempt may
+        // still have queued this worker: the session leaves the queue if it ends
+        // without a grant (the entry's own deadline covers the rest).
+        if (session.queue.length > 0) {
+          return Effect.zipRight(start(env, session, { queued: true }), Effect.failCause(cause))
+        }
+        if (sessions.get(token) === session) sessions.delete(token)
+        // the failed attempt may still have queued this worker, and nobody waits here:
+        // leave at once rather than have a grant handed to nobody
+        // (in the background: the caller's failure does not wait a command timeout more)
+        return Effect.zipRight(
+          Effect.forkIn(Effect.ignore(store.leaveQueue(token, instanceId)), scope),
+          Effect.failCause(cause)
+        )
+      },
+      onSuccess: (attempt) => {
+        if (Either.isLeft(attempt)) {
+          session.queue.unshift(request)
+          // the refused attempt queued this worker
+          return Effect.as(
+            start(env, session, { queued: true, attempted: true, remainingMs: attempt.left, mark }),
+            Option.none()
+          )
+        }
+        const grant = attempt.right
+        // a quantum or a lease serves the modifications that queue meanwhile: its fiber
+        // does; with the oplock off the caller holds the grant for its own modification
+        const mode = modeOf(env, grant)
+        if (mode === "quantum" || mode === "lease") {
+          session.queue.unshift(request)
+          return Effect.as(start(env, session, grant), Option.none())
+        }
+        session.own = grant
+        return Effect.succeed(Option.some<Turn>({ values: grant.values, fence: grant.fence }))
+      }
+    })
+  })
+
+/**
+ * After a turn from `begin`, with `done` completed: write, release, then complete `ack`
+ * (`Lease.Service.complete`).
+ *
+ * @internal
+ */
+export const complete = (env: SessionEnv, token: string, request: Request) =>
+  Effect.gen(function* () {
+    const { sessions, store, instanceId } = env
+    const session = sessions.get(token)
+    const own = session?.own
+    if (session === undefined || own === undefined)
+      return yield* Effect.dieMessage("complete without a turn from begin")
+    session.own = undefined
+    const { lockId } = own
+    const outcome = request.done.poll()
+    const writes =
+      outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit" ? outcome.value.writes : []
+    yield* warnIfLong(env, token, request, own.grantedAt)
+    prune(session)
+    if (!env.oplock && env.quantumMs > 0 && session.queue.length > 0) {
+      // The modifications queued here meanwhile are served under the same grant (with
+      // this one written in their first batch), for at most a quantum once another
+      // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
+      return yield* start(env, session, own, { writes, request })
+    }
+    const after = yield* commitAndRelease(env, session, lockId, writes, [request])
+    prune(session)
+    if (session.queue.length > 0) return yield* start(env, session, after)
+    sessions.delete(token)
+    if (after.queued) yield* Effect.ignore(store.leaveQueue(token, instanceId))
+    // A store that answers synchronously (the embedded one) never made this fiber wait:
+    // without a yield, a loop of modifications would keep every other fiber (and timer)
+    // from running. On Redis the yield costs next to nothing beside its round trips.
+    yield* Effect.yieldNow()
+  })
