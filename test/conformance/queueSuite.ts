@@ -604,7 +604,9 @@ export const queueHandoff = (backend: Backend): void => {
       ] as const) {
         const a = yield* takes(fx, token, "A")
         yield* fx.putRaw(key, "not a set")
-        const steps: ReadonlyArray<readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | AcknowledgedError>]> = [
+        const steps: ReadonlyArray<
+          readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | AcknowledgedError>]
+        > = [
           ["acquireQueued", attempt(fx, token, "B", { slices: ["a"] })],
           ["releaseQueued", release(fx, token, "A", { requeue: true })],
           ["commitAndReleaseQueued", fx.store.commitAndReleaseQueued(token, "A:1", [["a", "x"]], { instanceId: "A" })],

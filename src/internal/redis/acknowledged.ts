@@ -75,7 +75,15 @@ interface Step {
   withdrawn: boolean
 }
 
-type Replied = { readonly ok: true; readonly reply: unknown } | { readonly ok: false; readonly cause: unknown }
+/** A step whose reply wrote, waiting for a WAIT; `late`: its reply came after the batch's WAIT answered. */
+interface Written {
+  readonly step: Step
+  readonly reply: unknown
+  readonly late: boolean
+}
+
+/** What a WAIT reported: the replicas that have every write before it, or the failure of the command. */
+type Waited = { readonly ok: true; readonly count: number } | { readonly ok: false; readonly cause: unknown }
 
 /** @internal */
 export const make = (
@@ -102,6 +110,28 @@ export const make = (
     let out = false
     let scheduled = false
 
+    /** Settle the steps that wrote by what a WAIT reported. */
+    const settle = (steps: ReadonlyArray<Written>, waited: Waited) => {
+      for (const { reply, step } of steps) {
+        if (!waited.ok) {
+          step.resume(Effect.fail(mapError(step.operation)(waited.cause)))
+          continue
+        }
+        step.resume(
+          waited.count >= replicas
+            ? Effect.succeed(reply)
+            : Effect.fail(
+                new NotAcknowledged({
+                  operation: step.operation,
+                  acknowledged: waited.count,
+                  required: replicas,
+                  timeoutMs
+                })
+              )
+        )
+      }
+    }
+
     const sendBatch = () => {
       scheduled = false
       if (out) return
@@ -109,49 +139,51 @@ export const make = (
       waiting = []
       if (batch.length === 0) return
       out = true
-      const replies = batch.map(
-        (step): Promise<Replied> =>
-          Promise.resolve()
-            .then(() => step.send(connection))
-            .then(
-              (reply): Replied => {
-                if (!step.needsAck(reply)) step.resume(Effect.succeed(reply))
-                return { ok: true, reply }
-              },
-              (cause): Replied => {
-                step.resume(Effect.fail(mapError(step.operation)(cause)))
-                return { ok: false, cause }
-              }
-            )
-      )
-      const acknowledged = connection.wait(replicas, timeoutMs).then(
-        (count): Replied => ({ ok: true, reply: count }),
-        (cause): Replied => ({ ok: false, cause })
-      )
-      Promise.all([Promise.all(replies), acknowledged])
-        .then(([outcomes, waited]) => {
-          for (let i = 0; i < batch.length; i++) {
-            const step = batch[i]!
-            const outcome = outcomes[i]!
-            if (!outcome.ok || !step.needsAck(outcome.reply)) continue
-            if (!waited.ok) {
-              step.resume(Effect.fail(mapError(step.operation)(waited.cause)))
-              continue
-            }
-            const count = typeof waited.reply === "number" ? waited.reply : 0
-            step.resume(
-              count >= replicas
-                ? Effect.succeed(outcome.reply)
-                : Effect.fail(
-                    new NotAcknowledged({
-                      operation: step.operation,
-                      acknowledged: count,
-                      required: replicas,
-                      timeoutMs
-                    })
-                  )
-            )
+      // Whether the WAIT after the batch has answered. A step whose reply comes after it was
+      // written after it too (ioredis sends a script's EVAL once its EVALSHA is answered
+      // NOSCRIPT, as on a primary just promoted): another WAIT covers it.
+      let answered = false
+      const replies = batch.map((step): Promise<Written | undefined> => {
+        let sent: Promise<unknown>
+        try {
+          sent = step.send(connection)
+        } catch (cause) {
+          sent = Promise.reject(cause)
+        }
+        return sent.then(
+          (reply) => {
+            if (step.needsAck(reply)) return { step, reply, late: answered }
+            step.resume(Effect.succeed(reply))
+            return undefined
+          },
+          (cause) => {
+            step.resume(Effect.fail(mapError(step.operation)(cause)))
+            return undefined
           }
+        )
+      })
+      const wait = (): Promise<Waited> =>
+        connection.wait(replicas, timeoutMs).then(
+          (count): Waited => {
+            answered = true
+            return { ok: true, count: typeof count === "number" ? count : 0 }
+          },
+          (cause): Waited => {
+            answered = true
+            return { ok: false, cause }
+          }
+        )
+      const first = wait()
+      Promise.all(replies)
+        .then(async (outcomes) => {
+          const written = outcomes.filter((outcome): outcome is Written => outcome !== undefined)
+          const waited = await first
+          settle(
+            written.filter((outcome) => !outcome.late),
+            waited
+          )
+          const late = written.filter((outcome) => outcome.late)
+          if (late.length > 0) settle(late, waited.ok ? await wait() : waited)
         })
         .finally(() => {
           out = false

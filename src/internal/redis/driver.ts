@@ -76,8 +76,14 @@ const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Du
 /** A grant's reply wrote (the lock, the fence); a refusal wrote nothing worth a replica's acknowledgement. @internal */
 export const granted = (reply: { readonly _tag: string }): boolean => reply._tag === "Acquired"
 
-/** A guarded step's reply wrote; `Lost` wrote nothing. @internal */
-export const written = (reply: { readonly _tag: string }): boolean => reply._tag !== "Lost"
+/**
+ * A guarded step wrote slices: not `Lost`, and with entries. A commit without entries is a
+ * release, whose loss breaks no promise (the lock lives on until it expires). @internal
+ */
+export const wrote =
+  (entries: ReadonlyArray<unknown>) =>
+  (reply: { readonly _tag: string }): boolean =>
+    entries.length > 0 && reply._tag !== "Lost"
 
 /** @internal */
 export interface Parts {
@@ -154,7 +160,7 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
             args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
             restArgs: entries.map(([, value]) => value)
           },
-          written
+          wrote(entries)
         ),
         guardedReply
       ),
@@ -192,7 +198,7 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
             args: { lockId, tokenMs },
             restArgs: entries.map(([, value]) => value)
           },
-          written
+          wrote(entries)
         ),
         guardedReply
       )

@@ -11,7 +11,7 @@ import * as Option from "effect/Option"
 import { StoreRefused } from "../../StoreError.js"
 import type { Driver } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
-import { type Context, granted, written } from "./driver.js"
+import { type Context, granted, wrote } from "./driver.js"
 import * as Scripts from "./scripts/index.js"
 
 /** @internal */
@@ -94,7 +94,7 @@ export const queuePart = ({
             },
             restArgs: entries.map(([, value]) => value)
           },
-          written
+          wrote(entries)
         ),
         (reply) =>
           reply._tag === "Lost"
