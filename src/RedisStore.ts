@@ -169,6 +169,16 @@ export const make = (
   Effect.gen(function* () {
     const settings = yield* LeaseholdConfig
     const { cluster, endpoint } = yield* resolveTarget(options, settings)
+    if (settings.minReplicasAck > 0 && cluster !== undefined) {
+      return yield* Effect.fail(
+        new InvalidConfig({
+          knob: "minReplicasAck",
+          value: String(settings.minReplicasAck),
+          reason: "is not supported on a Redis Cluster: one WAIT cannot cover writes spread over many masters",
+          other: { knob: "cluster", value: "true" }
+        })
+      )
+    }
     const keys = makeKeys(settings.keyPrefix)
     const timeouts = {
       commandTimeoutMs: millis(settings.commandTimeout),
@@ -182,16 +192,6 @@ export const make = (
       key: (channel) => (channel.startsWith(keyspaceHead) ? channel.slice(keyspaceHead.length) : undefined)
     })
     const blocking = yield* Blocking.make(endpoint, topology, health, timeouts)
-    if (settings.minReplicasAck > 0 && cluster !== undefined) {
-      return yield* Effect.fail(
-        new InvalidConfig({
-          knob: "minReplicasAck",
-          value: String(settings.minReplicasAck),
-          reason: "is not supported on a Redis Cluster",
-          other: { knob: "cluster", value: "true" }
-        })
-      )
-    }
     const acknowledged =
       settings.minReplicasAck > 0
         ? yield* Acknowledged.make(

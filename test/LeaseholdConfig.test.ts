@@ -8,6 +8,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import * as RedisStore from "../src/RedisStore.js"
 
 const fromEnv = (env: Record<string, string>) =>
   LeaseholdConfig.LeaseholdConfig.pipe(
@@ -269,6 +271,30 @@ describe("LeaseholdConfig", () => {
           )
         }
       })
+  )
+
+  it.effect("minReplicasAck is refused where nothing could acknowledge: the embedded store, a Redis Cluster", () =>
+    Effect.gen(function* () {
+      const memory = yield* Effect.flip(
+        Layer.build(MemoryStore.layer.pipe(Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 1 })))).pipe(
+          Effect.scoped
+        )
+      )
+      assert.strictEqual(
+        memory.message,
+        "invalid configuration: minReplicasAck = 1 needs a Redis store with replicas; the embedded store has none"
+      )
+      // refused before any connection is opened (nothing listens on this port)
+      const cluster = yield* Effect.flip(
+        Layer.build(
+          RedisStore.layer({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
+            Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 2 }))
+          )
+        ).pipe(Effect.scoped)
+      )
+      assert.strictEqual(cluster._tag, "InvalidConfig")
+      if (cluster._tag === "InvalidConfig") assert.strictEqual(cluster.knob, "minReplicasAck")
+    })
   )
 
   it.effect("a malformed number in the environment is a ConfigError", () =>
