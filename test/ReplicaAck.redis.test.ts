@@ -3,15 +3,24 @@
  * once the replica has it; a replica that does not answer makes it fail with
  * `NotAcknowledged` within the acknowledgement timeout while the shared command
  * connection goes on answering; the WAITs are shared by the steps sent together; with 0
- * nothing changes (no acknowledged connection, no WAIT).
+ * nothing changes (no acknowledged connection, no WAIT). And the store conformance suite
+ * with `minReplicasAck` 1.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as RedisStore from "../src/RedisStore.js"
+import { Store } from "../src/Store.js"
+import type { Backend, Fixture } from "./conformance/backend.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import { storeSuite } from "./conformance/storeSuite.js"
 import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -217,4 +226,87 @@ describe("RedisStore with minReplicasAck", () => {
       }),
     60_000
   )
+})
+
+const LOCK_EXPIRATION_MS = 300
+const HANDOFF_TIMEOUT_MS = 150
+const COMMAND_TIMEOUT_MS = 500
+
+/** Commands that do not touch data: the harness's own, the replica's, and the WAITs. */
+const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_wait", "cmdstat_replconf", "cmdstat_psync"])
+
+let testCount = 0
+
+/** The conformance suite's backend: a primary with a replica, every promise-carrying step acknowledged by it. */
+const acknowledgedRedis: Backend = {
+  name: "redis",
+  canHang: true,
+  test: (name, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const linked = eventuallyTrue(
+          "the replica linked again",
+          20_000,
+          Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
+        )
+        const keyPrefix = `ack${++testCount}`
+        const config = LeaseholdConfig.layerWith({
+          keyPrefix,
+          lockExpiration: LOCK_EXPIRATION_MS,
+          handoffTimeout: HANDOFF_TIMEOUT_MS,
+          lockWarningThreshold: 100,
+          commandTimeout: COMMAND_TIMEOUT_MS,
+          connectTimeout: COMMAND_TIMEOUT_MS,
+          minReplicasAck: 1,
+          // as long as the suite's short lock allows: a loaded machine's replica may take 150 ms
+          replicaAckTimeout: LOCK_EXPIRATION_MS - 10
+        })
+        const context = yield* Layer.build(RedisStore.layer({ url: primary.url }).pipe(Layer.provide(config))).pipe(
+          Effect.orDie
+        )
+        const fixture: Fixture = {
+          store: Context.get(context, Store),
+          keys: makeKeys(keyPrefix),
+          lockExpirationMs: LOCK_EXPIRATION_MS,
+          handoffTimeoutMs: HANDOFF_TIMEOUT_MS,
+          commandTimeoutMs: COMMAND_TIMEOUT_MS,
+          exactTime: false,
+          advance: (ms) => Effect.sleep(ms),
+          settle: Effect.sleep(100),
+          awaitBlockedRead: eventuallyTrue(
+            "a blocked client on the server",
+            2_000,
+            Effect.map(Effect.orDie(primary.info("clients")), (info) => Number(info.blocked_clients) > 0)
+          ),
+          putRaw: (key, value) => Effect.orDie(primary.command("SET", key, value)),
+          putRawExpiring: (key, value, ttlMs) => Effect.orDie(primary.command("SET", key, value, "PX", ttlMs)),
+          expireRaw: (key, ttlMs) => Effect.asVoid(Effect.orDie(primary.command("PEXPIRE", key, ttlMs))),
+          keyCount: Effect.orDie(primary.dbsize),
+          commandsProcessed: Option.some(
+            Effect.orDie(
+              Effect.map(primary.info("commandstats"), (stats) =>
+                RedisServer.commandCalls(stats, (command) => uncounted.has(command))
+              )
+            )
+          ),
+          channelSubscribers: Option.some((channel) => Effect.orDie(primary.numsub(channel))),
+          outage: {
+            begin: primary.kill,
+            // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
+            end: Effect.zipRight(
+              Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
+              linked
+            )
+          },
+          hang: Option.some({ begin: primary.pause, end: primary.resume }),
+          dropSubscriptions: Effect.orDie(primary.clientKill("pubsub"))
+        }
+        yield* body(fixture)
+      })
+    )
+}
+
+describe("Store conformance: RedisStore with a replica and minReplicasAck 1", () => {
+  storeSuite(acknowledgedRedis)
 })
