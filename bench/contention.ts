@@ -9,6 +9,8 @@
  *   npm run bench:contention -- --warmup 8           seconds of warm-up per cell before (default 8)
  *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
  *   npm run bench:contention -- --cluster            on a 3-master Redis Cluster instead
+ *   npm run bench:contention -- --replica --acks 0,1 on a primary with one replica; each leasehold
+ *                                                    impl once per LEASEHOLD_MIN_REPLICAS_ACK value
  *
  * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "max_ms", "stalls", "exact",
  * "cpu_us_per_op", "redis_cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
@@ -17,7 +19,8 @@
  * the cell's worker processes (Redis not included) divided by the operations done;
  * `redis_cpu_us_per_op` is the CPU time the Redis server (every node of a cluster) used over
  * the cell (`INFO cpu` before the start and after the workers exited) divided by the same, and `p999_ms` the 99.9th
- * percentile of the latencies. More rows: {"impl": "ping", "p50_ms"};
+ * percentile of the latencies. With `--replica` every row has `min_replicas_ack` (the value a
+ * leasehold row ran with; `null` for the peers, which never wait for replicas). More rows: {"impl": "ping", "p50_ms"};
  * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
  * (grant with read, then write with release) sent one after the other straight from ioredis,
  * with nothing around them: what two round trips of this work cost on this machine; and
@@ -41,6 +44,12 @@ import * as RedisServer from "../test/support/RedisServer.js"
 import { flag, has, json, percentile } from "./args.js"
 
 const onCluster = has("cluster")
+const withReplica = has("replica")
+const acks = (flag("acks") ?? "0").split(",").map(Number)
+if (acks.some((ack) => !Number.isInteger(ack) || ack < 0) || (acks.some((ack) => ack > 0) && !withReplica)) {
+  throw new Error("--acks takes whole numbers, and values above 0 need --replica")
+}
+if (withReplica && onCluster) throw new Error("--replica and --cluster do not go together")
 const seconds = Number(flag("seconds") ?? "3")
 // Every implementation runs its loop this long on the hot token before it is measured: the
 // JIT compiles the code on the path (leasehold's, with Effect's, is much larger than a
@@ -133,6 +142,23 @@ const single = Effect.map(
   })
 )
 
+/** One server with one replica linked to it; the CPU counted is both servers'. */
+const replicated = Effect.gen(function* () {
+  const server = yield* RedisServer.start()
+  const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(server.port)] })
+  const deadline = performance.now() + 20_000
+  while ((yield* Effect.orDie(replica.info("replication"))).master_link_status !== "up") {
+    if (performance.now() > deadline) return yield* Effect.dieMessage("the replica did not link to the primary")
+    yield* Effect.sleep(50)
+  }
+  return {
+    url: server.url,
+    pingUrl: server.url,
+    read: (key) => Effect.runPromise(Effect.map(RedisServer.getRaw(server, key), Option.getOrNull)),
+    redisCpuSeconds: () => cpuSeconds([server.url, replica.url])
+  } satisfies Target
+})
+
 const cluster = Effect.gen(function* () {
   const cluster = yield* RedisCluster.start()
   const hotMaster = yield* Effect.orDie(cluster.nodeFor("{hot1}"))
@@ -149,10 +175,24 @@ const cluster = Effect.gen(function* () {
   } satisfies Target
 })
 
-const runCell = ({ read, redisCpuSeconds, url }: Target, impl: string, workers: number, conc: number, token: string) =>
+const runCell = (
+  { read, redisCpuSeconds, url }: Target,
+  impl: string,
+  workers: number,
+  conc: number,
+  token: string,
+  ack: number | null
+) =>
   Effect.promise(async () => {
     const started = Array.from({ length: workers }, () =>
-      startWorker({ IMPL: impl, URL: url, TOKEN: token, CONC: String(conc), CLUSTER: onCluster ? "1" : "0" })
+      startWorker({
+        IMPL: impl,
+        URL: url,
+        TOKEN: token,
+        CONC: String(conc),
+        CLUSTER: onCluster ? "1" : "0",
+        LEASEHOLD_MIN_REPLICAS_ACK: String(ack ?? 0)
+      })
     )
     await Promise.all(started.map((w) => w.line((l) => l === "ready")))
     for (const w of started) w.child.stdin!.write(`warm ${warmupSeconds * 1000}\n`)
@@ -180,6 +220,7 @@ const runCell = ({ read, redisCpuSeconds, url }: Target, impl: string, workers: 
       impl,
       workers,
       conc,
+      ...(withReplica ? { min_replicas_ack: ack } : {}),
       ops_per_s: Math.round(ok / Math.max(elapsed, seconds)),
       p50_ms: percentile(lat, 50),
       p99_ms: percentile(lat, 99),
@@ -266,7 +307,7 @@ const scriptsFloorP50 = (url: string) =>
   })
 
 const program = Effect.gen(function* () {
-  const target = yield* onCluster ? cluster : single
+  const target = yield* onCluster ? cluster : withReplica ? replicated : single
   const rows: Array<Record<string, unknown>> = []
   const ping = yield* pingP50(target.pingUrl)
   rows.push({ impl: "ping", p50_ms: ping })
@@ -276,29 +317,34 @@ const program = Effect.gen(function* () {
   let n = 0
   for (const [workers, conc] of cells) {
     for (const impl of impls) {
-      const row = yield* runCell(target, impl, workers, conc, `hot${++n}`)
-      rows.push(row)
-      if (!json) {
-        console.log(
-          [
-            row.impl.padEnd(17),
-            `${workers}x${conc}`.padEnd(5),
-            `${row.ops_per_s} ops/s`.padStart(12),
-            `p50 ${row.p50_ms}`.padStart(10),
-            `p99 ${row.p99_ms}`.padStart(10),
-            `p99.9 ${row.p999_ms}`.padStart(12),
-            `max ${row.max_ms}`.padStart(11),
-            `stalls ${row.stalls}`.padStart(10),
-            `cpu/op ${row.cpu_us_per_op}us`.padStart(14),
-            `redis/op ${row.redis_cpu_us_per_op}us`.padStart(16),
-            row.exact ? "exact" : "NOT EXACT"
-          ].join("  ")
-        )
+      for (const ack of impl.startsWith("leasehold") ? acks : [null]) {
+        const row = yield* runCell(target, impl, workers, conc, `hot${++n}`, ack)
+        rows.push(row)
+        if (!json) {
+          console.log(
+            [
+              row.impl.padEnd(17),
+              ...(withReplica ? [`ack ${ack ?? "-"}`.padEnd(6)] : []),
+              `${workers}x${conc}`.padEnd(5),
+              `${row.ops_per_s} ops/s`.padStart(12),
+              `p50 ${row.p50_ms}`.padStart(10),
+              `p99 ${row.p99_ms}`.padStart(10),
+              `p99.9 ${row.p999_ms}`.padStart(12),
+              `max ${row.max_ms}`.padStart(11),
+              `stalls ${row.stalls}`.padStart(10),
+              `cpu/op ${row.cpu_us_per_op}us`.padStart(14),
+              `redis/op ${row.redis_cpu_us_per_op}us`.padStart(16),
+              row.exact ? "exact" : "NOT EXACT"
+            ].join("  ")
+          )
+        }
       }
     }
   }
   if (impls.includes("leasehold")) {
-    const uncontended = rows.find((r) => r.impl === "leasehold" && r.workers === 1 && r.conc === 1)
+    const uncontended = rows.find(
+      (r) => r.impl === "leasehold" && r.workers === 1 && r.conc === 1 && (r.min_replicas_ack ?? 0) === 0
+    )
     if (uncontended !== undefined)
       rows.push({ impl: "leasehold-uncontended", p50_ms: uncontended.p50_ms, ping_p50_ms: ping, floor_p50_ms: floor })
   }

@@ -31,7 +31,7 @@ import { Lock } from "./Lock.js"
 import { Signals } from "./Signals.js"
 import type { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidToken } from "./StoreError.js"
 
 /**
  * What a modification receives when its turn comes.
@@ -66,7 +66,7 @@ export interface Request {
   readonly slices: ReadonlyArray<string>
   readonly event: Option.Option<string>
   /** Completed by the session when the turn comes, or failed when it cannot come. */
-  readonly turn: OneShot<Turn, InvalidToken | StoreError>
+  readonly turn: OneShot<Turn, InvalidToken | AcknowledgedError>
   /** Completed by the caller once its modification is decided. */
   readonly done: OneShot<Outcome>
   /**
@@ -76,7 +76,7 @@ export interface Request {
    */
   readonly decideNow?: ((turn: Turn) => Outcome) | undefined
   /** Completed by the session once the outcome is durable (or failed). */
-  readonly ack: OneShot<void, LockExpired | StoreError>
+  readonly ack: OneShot<void, LockExpired | AcknowledgedError>
   cancelled: boolean
 }
 
@@ -98,7 +98,10 @@ export declare namespace Lease {
      * is queued: the caller awaits its turn. Uninterruptible: a lock granted
      * to a caller that left would stay taken until it expires.
      */
-    readonly begin: (token: string, request: Request) => Effect.Effect<Option.Option<Turn>, InvalidToken | StoreError>
+    readonly begin: (
+      token: string,
+      request: Request
+    ) => Effect.Effect<Option.Option<Turn>, InvalidToken | AcknowledgedError>
     /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
     readonly complete: (token: string, request: Request) => Effect.Effect<void>
     /** A request cancelled by its caller: the session skips it. */

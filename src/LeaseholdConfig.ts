@@ -95,6 +95,19 @@ export interface Settings {
   readonly dataFlushInterval: Duration.Duration
   readonly commandTimeout: Duration.Duration
   readonly connectTimeout: Duration.Duration
+  /**
+   * `0` (the default): a step is acknowledged once the primary has made it. At least 1:
+   * every step whose loss would break a promise (a grant and its fence, a group commit, a
+   * commit with its release) is acknowledged only once this many replicas have it (Redis'
+   * `WAIT`); fewer within `replicaAckTimeout` fail it with `NotAcknowledged`, its outcome
+   * unknown. Redis only, and not on a Redis Cluster.
+   */
+  readonly minReplicasAck: number
+  /**
+   * How long a step waits for `minReplicasAck` replicas before it fails with
+   * `NotAcknowledged`. Default: 1 s, or half the lock expiration when that is shorter.
+   */
+  readonly replicaAckTimeout: Duration.Duration
 }
 
 /**
@@ -131,7 +144,9 @@ const defaults = {
   maxValueBytes: 1_048_576,
   dataFlushIntervalMs: 250,
   commandTimeoutMs: 5_000,
-  connectTimeoutMs: 5_000
+  connectTimeoutMs: 5_000,
+  minReplicasAck: 0,
+  replicaAckTimeoutMs: 1_000
 }
 
 const ms = (name: string, fallback: number, description: string) =>
@@ -222,11 +237,23 @@ export const config: Config.Config<Input> = Config.all({
     "how long a change waits before the embedded store writes it to the data directory (ms)"
   ),
   commandTimeout: ms("LEASEHOLD_COMMAND_TIMEOUT_MS", defaults.commandTimeoutMs, "Redis command timeout (ms)"),
-  connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)")
+  connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)"),
+  minReplicasAck: Config.integer("LEASEHOLD_MIN_REPLICAS_ACK").pipe(
+    Config.withDefault(defaults.minReplicasAck),
+    Config.withDescription(
+      "replicas that must have a grant or a commit before it is acknowledged (Redis WAIT); 0: the primary alone"
+    )
+  ),
+  replicaAckTimeout: Config.option(Config.number("LEASEHOLD_REPLICA_ACK_TIMEOUT_MS")).pipe(
+    Config.withDescription(
+      "how long a grant or a commit waits for its replicas before it fails as not acknowledged (ms, < lock expiration; default 1 s or lock expiration / 2)"
+    )
+  )
 }).pipe(
   Config.map(
-    ({ handoffTimeout, leaseHoldTime, ...rest }): Input => ({
+    ({ handoffTimeout, leaseHoldTime, replicaAckTimeout, ...rest }): Input => ({
       ...rest,
+      ...Option.match(replicaAckTimeout, { onNone: () => ({}), onSome: (ms) => ({ replicaAckTimeout: ms }) }),
       ...Option.match(leaseHoldTime, { onNone: () => ({}), onSome: (ms) => ({ leaseHoldTime: ms }) }),
       ...Option.match(handoffTimeout, { onNone: () => ({}), onSome: (ms) => ({ handoffTimeout: ms }) })
     })
@@ -299,6 +326,40 @@ export const usesRedis = (settings: Settings): boolean =>
 
 const fmt = (d: Duration.Duration) => `${Duration.toMillis(d)}ms`
 
+/** The knobs that are counts, not durations. */
+const counts = new Set(["mailboxMaxLen", "maxValueBytes", "minReplicasAck"])
+
+/** The acknowledgement knobs, against the lock and the ways to reach Redis. */
+const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => {
+  const { minReplicasAck } = settings
+  if (!Number.isSafeInteger(minReplicasAck) || minReplicasAck < 0) {
+    return new InvalidConfig({
+      knob: "minReplicasAck",
+      value: String(minReplicasAck),
+      reason: "must be a whole number of replicas, 0 or more"
+    })
+  }
+  if (minReplicasAck > 0 && settings.redisCluster) {
+    // A Cluster client spreads one connection's writes over many masters: one WAIT cannot cover them.
+    return new InvalidConfig({
+      knob: "minReplicasAck",
+      value: String(minReplicasAck),
+      reason: "is not supported on a Redis Cluster",
+      other: { knob: "redisCluster", value: "true" }
+    })
+  }
+  if (minReplicasAck > 0 && Duration.greaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
+    // A grant waits for its replicas while its lock's TTL runs: it could expire before its holder knew of it.
+    return new InvalidConfig({
+      knob: "replicaAckTimeout",
+      value: fmt(settings.replicaAckTimeout),
+      reason: "must be less than lockExpiration",
+      other: { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
+    })
+  }
+  return undefined
+}
+
 /**
  * Fill defaults and check every relation between knobs.
  *
@@ -342,14 +403,19 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     dataDir: input.dataDir ?? Option.none(),
     dataFlushInterval: dur(input.dataFlushInterval, defaults.dataFlushIntervalMs),
     commandTimeout: dur(input.commandTimeout, defaults.commandTimeoutMs),
-    connectTimeout: dur(input.connectTimeout, defaults.connectTimeoutMs)
+    connectTimeout: dur(input.connectTimeout, defaults.connectTimeoutMs),
+    minReplicasAck: input.minReplicasAck ?? defaults.minReplicasAck,
+    replicaAckTimeout:
+      input.replicaAckTimeout === undefined
+        ? Duration.millis(Math.min(defaults.replicaAckTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
+        : Duration.decode(input.replicaAckTimeout)
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
     Either.left(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
 
   // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
   for (const [knob, value] of Object.entries(input)) {
-    if (typeof value === "number" && knob !== "mailboxMaxLen" && knob !== "maxValueBytes" && !(value >= 0)) {
+    if (typeof value === "number" && !counts.has(knob) && !(value >= 0)) {
       return fail(
         knob,
         `${value}ms`,
@@ -370,7 +436,8 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     ["retryDelayInitial", settings.retryDelayInitial],
     ["retryDelayMax", settings.retryDelayMax],
     ["commandTimeout", settings.commandTimeout],
-    ["connectTimeout", settings.connectTimeout]
+    ["connectTimeout", settings.connectTimeout],
+    ["replicaAckTimeout", settings.replicaAckTimeout]
   ]
   for (const [knob, value] of positive) {
     const millis = Duration.toMillis(value)
@@ -423,6 +490,8 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
   }
   const sentinelProblem = checkSentinels(settings)
   if (sentinelProblem !== undefined) return Either.left(sentinelProblem)
+  const acknowledgementProblem = checkAcknowledgement(settings)
+  if (acknowledgementProblem !== undefined) return Either.left(acknowledgementProblem)
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
   }

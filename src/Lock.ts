@@ -24,7 +24,7 @@ import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { Mark, SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * A granted lock.
@@ -129,7 +129,7 @@ export declare namespace Lock {
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Either.Either<Grant, number>, InvalidToken | StoreError>
+    ) => Effect.Effect<Either.Either<Grant, number>, InvalidToken | AcknowledgedError>
     /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is
@@ -145,7 +145,7 @@ export declare namespace Lock {
       slices: ReadonlyArray<string>,
       local: LocalQueue,
       previous: Previous
-    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | StoreError>
+    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | AcknowledgedError>
   }
 }
 

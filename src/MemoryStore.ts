@@ -28,7 +28,7 @@ import * as MemoryDisk from "./internal/memory/disk.js"
 import * as MemoryDriver from "./internal/memory/driver.js"
 import { Keyspace } from "./internal/memory/keyspace.js"
 import * as Front from "./internal/store/front.js"
-import { LeaseholdConfig } from "./LeaseholdConfig.js"
+import { InvalidConfig, LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
 import type { DataDirError } from "./StoreError.js"
 
@@ -173,48 +173,58 @@ export const fileWriteFailures = MemoryDisk.fileWriteFailures
  * store first loads the tokens kept there, then writes every change of a token's slices
  * and fencing counter back to it; closing the scope writes what is still pending. A
  * directory that cannot be created, listed or written fails the build with
- * `DataDirError`.
+ * `DataDirError`; `minReplicasAck` above 0 fails it with `InvalidConfig` (there are no replicas).
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Scope.Scope> = Effect.gen(function* () {
-  const settings = yield* LeaseholdConfig
-  const keys = makeKeys(settings.keyPrefix)
-  const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
-  const ks = new Keyspace(minSweepMs, yield* now)
-  const flushReports = yield* PubSub.unbounded<FlushReport>()
-  if (Option.isSome(settings.dataDir)) {
-    yield* MemoryDisk.attach(ks, {
-      dir: settings.dataDir.value,
-      keys,
-      flushInterval: settings.dataFlushInterval,
-      reports: flushReports
+export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, LeaseholdConfig | Scope.Scope> = Effect.gen(
+  function* () {
+    const settings = yield* LeaseholdConfig
+    if (settings.minReplicasAck > 0) {
+      // Nothing could acknowledge: accepting the knob would promise what the store cannot keep.
+      return yield* new InvalidConfig({
+        knob: "minReplicasAck",
+        value: String(settings.minReplicasAck),
+        reason: "needs a Redis store with replicas; the embedded store has none"
+      })
+    }
+    const keys = makeKeys(settings.keyPrefix)
+    const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
+    const ks = new Keyspace(minSweepMs, yield* now)
+    const flushReports = yield* PubSub.unbounded<FlushReport>()
+    if (Option.isSome(settings.dataDir)) {
+      yield* MemoryDisk.attach(ks, {
+        dir: settings.dataDir.value,
+        keys,
+        flushInterval: settings.dataFlushInterval,
+        reports: flushReports
+      })
+    }
+    const { driver, state } = yield* MemoryDriver.make(ks, keys, settings)
+
+    // The sweeper sleeps until the earliest deadline (re-planned when an earlier one is
+    // set), so an idle store does not wake and a store full of dead keys is emptied.
+    const sweepStep = Effect.gen(function* () {
+      const poke = yield* Deferred.make<void>()
+      const delay = yield* Effect.map(now, (at) => {
+        if (at >= ks.wakeAt) ks.sweep(at)
+        ks.onWakeAtLowered = () => Deferred.unsafeDone(poke, Effect.void)
+        return ks.wakeAt - at
+      })
+      if (delay === Number.POSITIVE_INFINITY) yield* Deferred.await(poke)
+      else yield* Effect.race(Effect.sleep(Duration.millis(delay)), Deferred.await(poke))
     })
+    yield* Effect.forkScoped(Effect.interruptible(Effect.forever(sweepStep)))
+
+    return {
+      ...Front.make(driver),
+      kind: "memory",
+      control: MemoryControl.make(state, flushReports),
+      residentKeys: Effect.sync(() => ks.entries.size)
+    } satisfies MemoryStore
   }
-  const { driver, state } = yield* MemoryDriver.make(ks, keys, settings)
-
-  // The sweeper sleeps until the earliest deadline (re-planned when an earlier one is
-  // set), so an idle store does not wake and a store full of dead keys is emptied.
-  const sweepStep = Effect.gen(function* () {
-    const poke = yield* Deferred.make<void>()
-    const delay = yield* Effect.map(now, (at) => {
-      if (at >= ks.wakeAt) ks.sweep(at)
-      ks.onWakeAtLowered = () => Deferred.unsafeDone(poke, Effect.void)
-      return ks.wakeAt - at
-    })
-    if (delay === Number.POSITIVE_INFINITY) yield* Deferred.await(poke)
-    else yield* Effect.race(Effect.sleep(Duration.millis(delay)), Deferred.await(poke))
-  })
-  yield* Effect.forkScoped(Effect.interruptible(Effect.forever(sweepStep)))
-
-  return {
-    ...Front.make(driver),
-    kind: "memory",
-    control: MemoryControl.make(state, flushReports),
-    residentKeys: Effect.sync(() => ks.entries.size)
-  } satisfies MemoryStore
-})
+)
 
 /**
  * The embedded store and its control. Each build is a separate store: empty, or loaded
@@ -223,6 +233,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Sc
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Store | MemoryStoreControl, DataDirError, LeaseholdConfig> = Layer.scopedContext(
-  Effect.map(make, (memory) => Context.make(Store, memory).pipe(Context.add(MemoryStoreControl, memory.control)))
-)
+export const layer: Layer.Layer<Store | MemoryStoreControl, DataDirError | InvalidConfig, LeaseholdConfig> =
+  Layer.scopedContext(
+    Effect.map(make, (memory) => Context.make(Store, memory).pipe(Context.add(MemoryStoreControl, memory.control)))
+  )

@@ -18,6 +18,12 @@
  * subscriber and blocking connections all reconnect to the new primary, the subscriptions
  * fail as on any lost connection, and the store is ready again in a new epoch.
  *
+ * With `minReplicasAck` at least 1 (`LEASEHOLD_MIN_REPLICAS_ACK`), the steps whose loss
+ * would break a promise (grants with their fence, group commits, commits with their
+ * release) go on a connection of their own, in batches each followed by one `WAIT`
+ * (`internal/redis/acknowledged`); a step whose replicas do not report in time fails with
+ * `NotAcknowledged`. On one server with replicas and behind Sentinel; not on a Cluster.
+ *
  * The connections reconnect by themselves forever; an operation issued while Redis is
  * away fails with `StoreUnavailable` within the command timeout, and operations work
  * again as soon as Redis is back. Subscription streams fail when the subscriber
@@ -32,6 +38,7 @@ import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
 import { makeKeys } from "./internal/keys.js"
+import * as Acknowledged from "./internal/redis/acknowledged.js"
 import * as Blocking from "./internal/redis/blocking.js"
 import { type ClusterEndpoint, parseClusterEndpoint } from "./internal/redis/cluster.js"
 import { type Endpoint, parseEndpoint, withLiveClock } from "./internal/redis/connection.js"
@@ -162,6 +169,16 @@ export const make = (
   Effect.gen(function* () {
     const settings = yield* LeaseholdConfig
     const { cluster, endpoint } = yield* resolveTarget(options, settings)
+    if (settings.minReplicasAck > 0 && cluster !== undefined) {
+      return yield* Effect.fail(
+        new InvalidConfig({
+          knob: "minReplicasAck",
+          value: String(settings.minReplicasAck),
+          reason: "is not supported on a Redis Cluster: one WAIT cannot cover writes spread over many masters",
+          other: { knob: "cluster", value: "true" }
+        })
+      )
+    }
     const keys = makeKeys(settings.keyPrefix)
     const timeouts = {
       commandTimeoutMs: millis(settings.commandTimeout),
@@ -175,6 +192,14 @@ export const make = (
       key: (channel) => (channel.startsWith(keyspaceHead) ? channel.slice(keyspaceHead.length) : undefined)
     })
     const blocking = yield* Blocking.make(endpoint, topology, health, timeouts)
+    const acknowledged =
+      settings.minReplicasAck > 0
+        ? yield* Acknowledged.make(
+            endpoint,
+            { ...timeouts, replicas: settings.minReplicasAck, timeoutMs: millis(settings.replicaAckTimeout) },
+            health
+          )
+        : undefined
 
     // Ready when the command connection and a subscriber for every master are.
     const { connectTimeoutMs } = timeouts
@@ -183,12 +208,13 @@ export const make = (
       .connected(connectTimeoutMs, notConnected)
       .pipe(
         Effect.zipRight(pubsub.connected(connectTimeoutMs, notConnected)),
+        Effect.zipRight(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
         Effect.timeoutFail({ duration: connectTimeoutMs, onTimeout: notConnected }),
         withLiveClock
       )
     yield* health.sync
 
-    return Front.make(RedisDriver.make(settings, { endpoint, keys, health, topology, pubsub, blocking }))
+    return Front.make(RedisDriver.make(settings, { endpoint, keys, health, topology, pubsub, blocking, acknowledged }))
   })
 
 /**

@@ -27,7 +27,7 @@ import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
 import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
 import { Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * One named, Schema-typed part of a token's state, with the value a token starts with.
@@ -75,7 +75,7 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
  * @since 0.1.0
  * @category errors
  */
-export type ModifyError = InvalidToken | StoreError | LockExpired | InvalidSliceValue | ValueTooLarge
+export type ModifyError = InvalidToken | AcknowledgedError | LockExpired | InvalidSliceValue | ValueTooLarge
 
 /**
  * @since 0.1.0

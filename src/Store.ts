@@ -22,7 +22,15 @@ import type * as Either from "effect/Either"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type { CorruptValue, InvalidToken, LockLost, StoreError, StoreRefused, StoreUnavailable } from "./StoreError.js"
+import type {
+  AcknowledgedError,
+  CorruptValue,
+  InvalidToken,
+  LockLost,
+  StoreError,
+  StoreRefused,
+  StoreUnavailable
+} from "./StoreError.js"
 import type {
   AcquireResult,
   ClaimResult,
@@ -80,7 +88,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<AcquireResult, InvalidToken | StoreError>
+    ) => Effect.Effect<AcquireResult, InvalidToken | AcknowledgedError>
     /** Compare-and-delete; publishes `Released` when it deleted (`released: false` when not the holder). */
     readonly release: (token: string, lockId: string) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
     /**
@@ -91,7 +99,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>
-    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
     /**
      * Compare-and-extend to a full lock expiration, with the fence and the named slices to a
      * full token expiration (a lock held past the token expiration of its grant's reads keeps
@@ -123,7 +131,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>
-    ) => Effect.Effect<void, InvalidToken | LockLost | StoreError>
+    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
   }
 
   /**
@@ -321,7 +329,7 @@ export declare namespace Store {
       lockId: string,
       slices: ReadonlyArray<string>,
       options: { readonly instanceId: string; readonly claim?: number }
-    ) => Effect.Effect<QueuedAcquireResult, InvalidToken | StoreError>
+    ) => Effect.Effect<QueuedAcquireResult, InvalidToken | AcknowledgedError>
     /**
      * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the
      * lock to the head. `queued`: the other workers queued, counted before the grant.
@@ -337,7 +345,7 @@ export declare namespace Store {
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
       options: { readonly instanceId: string; readonly requeue?: boolean }
-    ) => Effect.Effect<number, InvalidToken | LockLost | StoreError>
+    ) => Effect.Effect<number, InvalidToken | LockLost | AcknowledgedError>
     /** Leave the queue; a grant pending for the worker passes to the next head. */
     readonly leaveQueue: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
     /** The workers queued other than `instanceId`, in one step. */

@@ -55,6 +55,31 @@ export class StoreRefused extends Data.TaggedError("StoreRefused")<{
 }
 
 /**
+ * A step whose loss would break a promise (a grant and its fence, a group commit, a commit
+ * with its release) was made on the primary, but fewer than `required` replicas reported
+ * having it within `timeoutMs` (`minReplicasAck`, `replicaAckTimeout`). Its outcome is
+ * unknown, not acknowledged: the change may stay (the replicas catch up) or be lost (a
+ * failover promotes a replica that never had it), and others may already see it.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class NotAcknowledged extends Data.TaggedError("NotAcknowledged")<{
+  readonly operation: string
+  /** The replicas that reported having the step (and every write before it) by the timeout. */
+  readonly acknowledged: number
+  readonly required: number
+  readonly timeoutMs: number
+}> {
+  override get message(): string {
+    return (
+      `${this.operation} not acknowledged: ${this.acknowledged} of the ${this.required} replicas required had it ` +
+      `within ${this.timeoutMs}ms; it was made on the primary and a failover may lose it: its outcome is unknown`
+    )
+  }
+}
+
+/**
  * A value stored under a key could not be decoded (not JSON, or the wrong shape).
  *
  * @since 0.1.0
@@ -115,3 +140,12 @@ export class DataDirError extends Data.TaggedError("DataDirError")<{
  * @category errors
  */
 export type StoreError = StoreUnavailable | StoreRefused
+
+/**
+ * The failure of a step that a store configured with `minReplicasAck` acknowledges only
+ * once replicas have it: a grant, a commit.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type AcknowledgedError = StoreError | NotAcknowledged

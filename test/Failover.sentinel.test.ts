@@ -118,6 +118,39 @@ describe("state across a failover", () => {
       }),
     120_000
   )
+
+  it.scopedLive(
+    "with minReplicasAck 1 what the replicas never had is not acknowledged: NotAcknowledged instead of a silent loss",
+    () =>
+      Effect.gen(function* () {
+        const sentinel = yield* deployments.get
+        const cluster = yield* redisSentinelWorkers(sentinel, {
+          keyPrefix: `fo${++testCount}`,
+          commandTimeout: 1_000,
+          minReplicasAck: 1,
+          replicaAckTimeout: 1_000
+        })
+        const w = yield* cluster.worker()
+        for (let i = 0; i < 5; i++) yield* inc(w, "tok")
+        // One replica had each of them when it returned; the promise holds whichever of the
+        // two Sentinel promotes once both have them.
+        yield* sentinel.awaitReplicated
+
+        const { old, value: outcomes } = yield* sentinel.failoverLosing(
+          Effect.forEach([1, 2, 3], () => Effect.either(inc(w, "tok")))
+        )
+        yield* Effect.addFinalizer(() => sentinel.rejoin(old))
+        deepStrictEqual(
+          outcomes.map((outcome) => (Either.isLeft(outcome) ? outcome.left._tag : `acknowledged ${outcome.right}`)),
+          ["NotAcknowledged", "NotAcknowledged", "NotAcknowledged"]
+        )
+        // every modification acknowledged is kept: the next one follows the fifth
+        assert.strictEqual(yield* eventually("a modification after the promotion", 20_000, inc(w, "tok")), 6)
+        assert.strictEqual(yield* cluster.stored("tok"), 6)
+        assert.strictEqual(yield* inc(w, "tok"), 7)
+      }),
+    120_000
+  )
 })
 
 describe("tokens and mailboxes across a failover", () => {

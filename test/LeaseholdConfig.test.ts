@@ -8,6 +8,8 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import * as RedisStore from "../src/RedisStore.js"
 
 const fromEnv = (env: Record<string, string>) =>
   LeaseholdConfig.LeaseholdConfig.pipe(
@@ -207,6 +209,93 @@ describe("LeaseholdConfig", () => {
       assert.isTrue(Either.isLeft(result) && result.left.knob === "keyPrefix", keyPrefix)
     }
   })
+
+  it.effect(
+    "replica acknowledgement: off by default; a count of replicas and a timeout below the lock expiration",
+    () =>
+      Effect.gen(function* () {
+        const defaults = yield* fromEnv({})
+        assert.strictEqual(defaults.minReplicasAck, 0)
+        assert.strictEqual(millis(defaults.replicaAckTimeout), 1_000)
+        const set = yield* fromEnv({ LEASEHOLD_MIN_REPLICAS_ACK: "2", LEASEHOLD_REPLICA_ACK_TIMEOUT_MS: "250" })
+        assert.strictEqual(set.minReplicasAck, 2)
+        assert.strictEqual(millis(set.replicaAckTimeout), 250)
+        // a short lock: half of it, as the hand-off timeout
+        assert.strictEqual(
+          millis(
+            (yield* fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "600", LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "100" }))
+              .replicaAckTimeout
+          ),
+          300
+        )
+
+        // not a whole number: a ConfigError that names the variable
+        for (const value of ["two", "1.5"]) {
+          const error = yield* Effect.flip(fromEnv({ LEASEHOLD_MIN_REPLICAS_ACK: value }))
+          assert.notStrictEqual(error._tag, "InvalidConfig", value)
+          assert.include(String(error), "LEASEHOLD_MIN_REPLICAS_ACK", value)
+        }
+        const negative = yield* Effect.flip(fromEnv({ LEASEHOLD_MIN_REPLICAS_ACK: "-1" }))
+        assert.strictEqual(negative._tag, "InvalidConfig")
+        assert.strictEqual(
+          negative.message,
+          "invalid configuration: minReplicasAck = -1 must be a whole number of replicas, 0 or more"
+        )
+        const long = yield* Effect.flip(
+          fromEnv({
+            LEASEHOLD_MIN_REPLICAS_ACK: "1",
+            LEASEHOLD_REPLICA_ACK_TIMEOUT_MS: "10000",
+            LEASEHOLD_LOCK_EXPIRATION_MS: "10000"
+          })
+        )
+        assert.strictEqual(
+          long.message,
+          "invalid configuration: replicaAckTimeout = 10000ms must be less than lockExpiration (lockExpiration = 10000ms)"
+        )
+        // without acknowledgement the timeout is not used, and not checked against the lock
+        assert.isTrue(
+          Either.isRight(
+            LeaseholdConfig.resolve({ lockExpiration: 500, lockWarningThreshold: 100, replicaAckTimeout: 800 })
+          )
+        )
+        for (const replicaAckTimeout of [0, -5]) {
+          const result = LeaseholdConfig.resolve({ minReplicasAck: 1, replicaAckTimeout })
+          assert.isTrue(Either.isLeft(result) && result.left.knob === "replicaAckTimeout", String(replicaAckTimeout))
+        }
+        const onCluster = LeaseholdConfig.resolve({ minReplicasAck: 1, redisCluster: true })
+        assert.isTrue(Either.isLeft(onCluster))
+        if (Either.isLeft(onCluster)) {
+          assert.strictEqual(
+            onCluster.left.message,
+            "invalid configuration: minReplicasAck = 1 is not supported on a Redis Cluster (redisCluster = true)"
+          )
+        }
+      })
+  )
+
+  it.effect("minReplicasAck is refused where nothing could acknowledge: the embedded store, a Redis Cluster", () =>
+    Effect.gen(function* () {
+      const memory = yield* Effect.flip(
+        Layer.build(MemoryStore.layer.pipe(Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 1 })))).pipe(
+          Effect.scoped
+        )
+      )
+      assert.strictEqual(
+        memory.message,
+        "invalid configuration: minReplicasAck = 1 needs a Redis store with replicas; the embedded store has none"
+      )
+      // refused before any connection is opened (nothing listens on this port)
+      const cluster = yield* Effect.flip(
+        Layer.build(
+          RedisStore.layer({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
+            Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 2 }))
+          )
+        ).pipe(Effect.scoped)
+      )
+      assert.strictEqual(cluster._tag, "InvalidConfig")
+      if (cluster._tag === "InvalidConfig") assert.strictEqual(cluster.knob, "minReplicasAck")
+    })
+  )
 
   it.effect("a malformed number in the environment is a ConfigError", () =>
     Effect.gen(function* () {

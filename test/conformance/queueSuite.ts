@@ -14,7 +14,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import type { Notice } from "../../src/Store.js"
-import type { InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
+import type { AcknowledgedError, InvalidToken, LockLost } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
 
@@ -604,7 +604,9 @@ export const queueHandoff = (backend: Backend): void => {
       ] as const) {
         const a = yield* takes(fx, token, "A")
         yield* fx.putRaw(key, "not a set")
-        const steps: ReadonlyArray<readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | StoreError>]> = [
+        const steps: ReadonlyArray<
+          readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | AcknowledgedError>]
+        > = [
           ["acquireQueued", attempt(fx, token, "B", { slices: ["a"] })],
           ["releaseQueued", release(fx, token, "A", { requeue: true })],
           ["commitAndReleaseQueued", fx.store.commitAndReleaseQueued(token, "A:1", [["a", "x"]], { instanceId: "A" })],

@@ -15,7 +15,7 @@ import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
 import { type ClaimResult, MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
-import type { CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
+import type { AcknowledgedError, CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import {
   collectFirst,
@@ -51,7 +51,7 @@ export const invalidTokens: ReadonlyArray<readonly [label: string, token: string
   ["129 characters", "t".repeat(129)]
 ]
 
-type AnyOp = (value: string) => Effect.Effect<unknown, InvalidToken | LockLost | CorruptValue | StoreError>
+type AnyOp = (value: string) => Effect.Effect<unknown, InvalidToken | LockLost | CorruptValue | AcknowledgedError>
 
 /** Every operation that takes a token, applied to `token`. */
 const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [

@@ -310,6 +310,14 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
     return { ...cluster, server }
   })
 
+/** Workers over one RedisStore against a redis-server already running (a primary with replicas, say). */
+export const redisWorkersAt = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
+  makeCluster(RedisStore.layer({ url: server.url }), input, {
+    raw: () => (key) => RedisServer.getRaw(server, key),
+    scripts: Option.some(() => watchScripts(server)),
+    handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
+  })
+
 /**
  * Workers over one RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw` reads
  * a key from the node that holds it.

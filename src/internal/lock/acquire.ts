@@ -18,7 +18,7 @@ import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { QueuedAcquireResult, Store } from "../../Store.js"
-import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
 import type { Timers } from "../timers.js"
 
 /**
@@ -228,7 +228,7 @@ export const attemptWith = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
-): Effect.Effect<Either.Either<Grant, number>, InvalidToken | StoreError> =>
+): Effect.Effect<Either.Either<Grant, number>, InvalidToken | AcknowledgedError> =>
   Effect.clockWith((clock) =>
     Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
       result._tag === "Acquired"

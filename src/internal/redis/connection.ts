@@ -144,7 +144,7 @@ export const toStoreError =
   }
 
 /** @internal */
-export type ConnectionRole = "command" | "subscriber" | "blocking"
+export type ConnectionRole = "command" | "subscriber" | "blocking" | "acknowledged"
 
 /**
  * Options shared by every connection of a store.

@@ -15,10 +15,11 @@ import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
-import { type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
+import { type AcknowledgedError, type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Driver, Guarded, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
 import { acquireResult, lockHolder } from "../store/replies.js"
+import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
@@ -72,6 +73,18 @@ const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
+/** A grant's reply wrote (the lock, the fence); a refusal wrote nothing worth a replica's acknowledgement. @internal */
+export const granted = (reply: { readonly _tag: string }): boolean => reply._tag === "Acquired"
+
+/**
+ * A guarded step wrote slices: not `Lost`, and with entries. A commit without entries is a
+ * release, whose loss breaks no promise (the lock lives on until it expires). @internal
+ */
+export const wrote =
+  (entries: ReadonlyArray<unknown>) =>
+  (reply: { readonly _tag: string }): boolean =>
+    entries.length > 0 && reply._tag !== "Lost"
+
 /** @internal */
 export interface Parts {
   readonly endpoint: Endpoint
@@ -80,6 +93,8 @@ export interface Parts {
   readonly topology: Topology
   readonly pubsub: PubSub
   readonly blocking: Blocking
+  /** Set with `minReplicasAck`: where the steps that need replicas' acknowledgement go. */
+  readonly acknowledged: Acknowledged | undefined
 }
 
 /** What every part of the driver works with (`queuePart.ts` too). @internal */
@@ -96,18 +111,34 @@ export interface Context extends Parts {
     script: Script<K, A, R>,
     input: Input<K, A>
   ) => Effect.Effect<R, StoreError>
+  /**
+   * `runScript` for a step whose loss would break a promise (a grant, a commit): with
+   * `minReplicasAck`, on the acknowledged connection, done once replicas have it, unless
+   * `wrote` says its reply wrote nothing.
+   */
+  readonly runAcknowledged: <K extends string, A extends string, R>(
+    operation: string,
+    script: Script<K, A, R>,
+    input: Input<K, A>,
+    wrote: (reply: R) => boolean
+  ) => Effect.Effect<R, AcknowledgedError>
 }
 
 /** The lock and its slices: each operation one script. */
-const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
+const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context) =>
   ({
     tryAcquire: (token, lockId, slices) =>
       Effect.flatMap(
-        runScript("tryAcquire", Scripts.tryAcquire, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token) },
-          restKeys: slices.map((name) => keys.slice(token, name)),
-          args: { lockId, lockMs, tokenMs }
-        }),
+        runAcknowledged(
+          "tryAcquire",
+          Scripts.tryAcquire,
+          {
+            keys: { lock: keys.lock(token), fence: keys.fence(token) },
+            restKeys: slices.map((name) => keys.slice(token, name)),
+            args: { lockId, lockMs, tokenMs }
+          },
+          granted
+        ),
         (reply) =>
           reply._tag === "Acquired" && reply.values.length !== slices.length
             ? Effect.fail(unexpectedReply("tryAcquire", reply))
@@ -120,12 +151,17 @@ const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
       }),
     commitAndRelease: (token, lockId, entries, released) =>
       Effect.map(
-        runScript("commitAndRelease", Scripts.commitAndRelease, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token) },
-          restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
-          restArgs: entries.map(([, value]) => value)
-        }),
+        runAcknowledged(
+          "commitAndRelease",
+          Scripts.commitAndRelease,
+          {
+            keys: { lock: keys.lock(token), fence: keys.fence(token) },
+            restKeys: entries.map(([name]) => keys.slice(token, name)),
+            args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
+            restArgs: entries.map(([, value]) => value)
+          },
+          wrote(entries)
+        ),
         guardedReply
       ),
     extend: (token, lockId, slices) =>
@@ -153,12 +189,17 @@ const lockPart = ({ keys, lockMs, runScript, tokenMs }: Context) =>
           ),
     writeIfHolder: (token, lockId, entries) =>
       Effect.map(
-        runScript("writeIfHolder", Scripts.writeIfHolder, {
-          keys: { lock: keys.lock(token), fence: keys.fence(token) },
-          restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: { lockId, tokenMs },
-          restArgs: entries.map(([, value]) => value)
-        }),
+        runAcknowledged(
+          "writeIfHolder",
+          Scripts.writeIfHolder,
+          {
+            keys: { lock: keys.lock(token), fence: keys.fence(token) },
+            restKeys: entries.map(([name]) => keys.slice(token, name)),
+            args: { lockId, tokenMs },
+            restArgs: entries.map(([, value]) => value)
+          },
+          wrote(entries)
+        ),
         guardedReply
       )
   }) satisfies Partial<Driver>
@@ -415,8 +456,34 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
       }
     )
 
+  const { acknowledged } = parts
+  const runAcknowledged = <K extends string, A extends string, R>(
+    operation: string,
+    script: Script<K, A, R>,
+    input: Input<K, A>,
+    wrote: (reply: R) => boolean
+  ): Effect.Effect<R, AcknowledgedError> => {
+    if (acknowledged === undefined) return runScript(operation, script, input)
+    return Effect.flatMap(
+      acknowledged.run(
+        operation,
+        (c) => invoke(c, script, input),
+        (reply) => {
+          // a reply that does not decode fails below, acknowledged or not
+          const decoded = script.decode(reply)
+          return decoded === undefined || wrote(decoded)
+        }
+      ),
+      (reply) => {
+        const decoded = script.decode(reply)
+        return decoded === undefined ? Effect.fail(unexpectedReply(operation, reply)) : Effect.succeed(decoded)
+      }
+    )
+  }
+
   const context: Context = {
     ...parts,
+    runAcknowledged,
     lockMs: millis(settings.lockExpiration),
     tokenMs: millis(settings.tokenExpiration),
     handoffMs: millis(settings.handoffTimeout),

@@ -1,6 +1,7 @@
 /**
  * The readiness of a Redis store's connections, as one `ConnectionStatus`: ready when the
- * command connection and every subscriber connection are; `epoch` counts each time one of
+ * command connection, the acknowledged one (with `minReplicasAck`) and every subscriber
+ * connection are; `epoch` counts each time one of
  * them became ready (and each topology change that cost subscriptions). ioredis reports
  * through events; they update a record synchronously, and a fiber mirrors it into a
  * `SubscriptionRef` (event listeners cannot run effects).
@@ -16,18 +17,16 @@ import type { ConnectionStatus } from "../../Store.js"
 import { StoreUnavailable } from "../../StoreError.js"
 import { type Endpoint, scrub } from "./connection.js"
 
+type Role = "command" | "acknowledged" | "subscriber"
+
 /** @internal */
 export interface Health {
   readonly status: SubscriptionRef.SubscriptionRef<ConnectionStatus>
   /**
-   * Follow a connection, the command connection or a subscriber: each `ready` is a new
-   * epoch; `close` and `end` are down.
+   * Follow a connection, the command connection, the acknowledged one or a subscriber:
+   * each `ready` is a new epoch; `close` and `end` are down.
    */
-  readonly track: (
-    connection: Redis | Cluster,
-    role: "command" | "subscriber",
-    onChange?: (ready: boolean) => void
-  ) => void
+  readonly track: (connection: Redis | Cluster, role: Role, onChange?: (ready: boolean) => void) => void
   /** A subscriber connection closed for good: it no longer counts. */
   readonly forget: (connection: Redis) => void
   /** Something that cost subscriptions happened (slots moved): a new epoch, so listeners resubscribe at once. */
@@ -44,11 +43,13 @@ export interface Health {
 export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Scope> =>
   Effect.gen(function* () {
     let command = false
+    // ready unless the store has an acknowledged connection and it is not
+    let acknowledged = true
     let epoch = 0
     let lastError: string | undefined
     const subscribers = new Map<Redis | Cluster, boolean>()
     const snapshot = (): ConnectionStatus => {
-      let ready = command && subscribers.size > 0
+      let ready = command && acknowledged && subscribers.size > 0
       for (const up of subscribers.values()) ready &&= up
       return { ready, epoch }
     }
@@ -76,8 +77,9 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
     const changed = () => {
       events.unsafeOffer(undefined)
     }
-    const set = (connection: Redis | Cluster, role: "command" | "subscriber", ready: boolean) => {
+    const set = (connection: Redis | Cluster, role: Role, ready: boolean) => {
       if (role === "command") command = ready
+      else if (role === "acknowledged") acknowledged = ready
       // a subscriber forgotten (closed for good) counts no more, whatever it reports
       else if (subscribers.has(connection)) subscribers.set(connection, ready)
     }
@@ -85,6 +87,7 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
       status,
       track: (connection, role, onChange) => {
         if (role === "subscriber") subscribers.set(connection, false)
+        if (role === "acknowledged") acknowledged = false
         connection.on("ready", () => {
           set(connection, role, true)
           onChange?.(true)

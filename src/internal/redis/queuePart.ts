@@ -11,11 +11,20 @@ import * as Option from "effect/Option"
 import { StoreRefused } from "../../StoreError.js"
 import type { Driver } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
-import type { Context } from "./driver.js"
+import { type Context, granted, wrote } from "./driver.js"
 import * as Scripts from "./scripts/index.js"
 
 /** @internal */
-export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs, topology }: Context) => {
+export const queuePart = ({
+  handoffMs,
+  keys,
+  lockMs,
+  pubsub,
+  runAcknowledged,
+  runScript,
+  tokenMs,
+  topology
+}: Context) => {
   const queueKeys = (token: string) => ({
     lock: keys.lock(token),
     fence: keys.fence(token),
@@ -25,21 +34,26 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
   return {
     acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
       Effect.flatMap(
-        runScript("acquireQueued", Scripts.acquireQueued, {
-          keys: queueKeys(token),
-          restKeys: slices.map((name) => keys.slice(token, name)),
-          args: {
-            lockId,
-            lockMs,
-            tokenMs,
-            handoffMs,
-            instanceId,
-            claim: claim === undefined ? "" : String(claim),
-            noticePrefix: topology.noticePrefix(keys, token),
-            granted: notices.granted,
-            contended: notices.contended
-          }
-        }),
+        runAcknowledged(
+          "acquireQueued",
+          Scripts.acquireQueued,
+          {
+            keys: queueKeys(token),
+            restKeys: slices.map((name) => keys.slice(token, name)),
+            args: {
+              lockId,
+              lockMs,
+              tokenMs,
+              handoffMs,
+              instanceId,
+              claim: claim === undefined ? "" : String(claim),
+              noticePrefix: topology.noticePrefix(keys, token),
+              granted: notices.granted,
+              contended: notices.contended
+            }
+          },
+          granted
+        ),
         (reply) =>
           reply._tag === "Acquired" && reply.values.length !== slices.length
             ? Effect.fail(
@@ -62,21 +76,26 @@ export const queuePart = ({ handoffMs, keys, lockMs, pubsub, runScript, tokenMs,
       }),
     commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
       Effect.map(
-        runScript("commitAndReleaseQueued", Scripts.commitAndReleaseQueued, {
-          keys: queueKeys(token),
-          restKeys: entries.map(([name]) => keys.slice(token, name)),
-          args: {
-            lockId,
-            lockMs,
-            tokenMs,
-            handoffMs,
-            instanceId,
-            requeue: requeue ? "1" : "0",
-            noticePrefix: topology.noticePrefix(keys, token),
-            granted: notices.granted
+        runAcknowledged(
+          "commitAndReleaseQueued",
+          Scripts.commitAndReleaseQueued,
+          {
+            keys: queueKeys(token),
+            restKeys: entries.map(([name]) => keys.slice(token, name)),
+            args: {
+              lockId,
+              lockMs,
+              tokenMs,
+              handoffMs,
+              instanceId,
+              requeue: requeue ? "1" : "0",
+              noticePrefix: topology.noticePrefix(keys, token),
+              granted: notices.granted
+            },
+            restArgs: entries.map(([, value]) => value)
           },
-          restArgs: entries.map(([, value]) => value)
-        }),
+          wrote(entries)
+        ),
         (reply) =>
           reply._tag === "Lost"
             ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }

@@ -13,7 +13,7 @@ import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
-import type { InvalidToken, LockLost, StoreError } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidToken, LockLost } from "../../StoreError.js"
 import { flushFailures } from "./metrics.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
 
@@ -32,7 +32,7 @@ export const failAcks = (
   env: SessionEnv,
   requests: ReadonlyArray<Request>,
   lockId: string,
-  error: LockLost | StoreError
+  error: LockLost | AcknowledgedError
 ) => {
   for (const request of requests) {
     request.ack.done(Exit.fail(error._tag === "LockLost" ? lockExpired(env, request, lockId, error) : error))
@@ -44,7 +44,7 @@ export const failAcks = (
  *
  * @internal
  */
-export const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | StoreError>) =>
+export const writeOrFail = <A>(effect: Effect.Effect<A, InvalidToken | LockLost | AcknowledgedError>) =>
   Effect.catchTag(effect, "InvalidToken", (error) => Effect.die(error))
 
 /** @internal */

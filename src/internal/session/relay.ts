@@ -10,7 +10,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Outcome, Request, Turn } from "../../Lease.js"
 import type { Grant } from "../../Lock.js"
-import type { LockLost, StoreError } from "../../StoreError.js"
+import type { AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
 
@@ -35,7 +35,7 @@ export interface HoldState {
   /** How long the last group commit took (ms): what a write now would add to the hold. */
   writeMs: number
   contended: boolean
-  failed: LockLost | StoreError | undefined
+  failed: LockLost | AcknowledgedError | undefined
   /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
   timer: (() => void) | undefined
   /** Whether contention is watched already (`watchContention`). */

@@ -15,7 +15,7 @@ import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
 import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"
 import type { SliceEntry } from "../../Store.js"
-import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import { formatParseError } from "../parse.js"
 import { validateToken } from "../validate.js"
@@ -34,9 +34,9 @@ const newRequest = (
 ): Lease.Request => ({
   slices: slices.map((s) => s.name),
   event: Option.fromNullable(options?.event),
-  turn: new OneShot<Lease.Turn, InvalidToken | StoreError>(),
+  turn: new OneShot<Lease.Turn, InvalidToken | AcknowledgedError>(),
   done: new OneShot<Lease.Outcome>(),
-  ack: new OneShot<void, LockExpired | StoreError>(),
+  ack: new OneShot<void, LockExpired | AcknowledgedError>(),
   cancelled: false,
   // always present, so that every request has one shape
   decideNow

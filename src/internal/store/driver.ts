@@ -28,7 +28,7 @@ import type {
   SliceEntry,
   SocketEventsSetting
 } from "../../Store.js"
-import type { StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
+import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 
 /**
@@ -79,7 +79,7 @@ export interface Driver {
     token: string,
     lockId: string,
     slices: ReadonlyArray<string>
-  ) => Effect.Effect<AcquireResult, StoreError>
+  ) => Effect.Effect<AcquireResult, AcknowledgedError>
   /** `released` is the wire form of the `Released` signal the step publishes when it deletes. */
   readonly release: (token: string, lockId: string, released: string) => Effect.Effect<ReleaseResult, StoreError>
   readonly commitAndRelease: (
@@ -87,7 +87,7 @@ export interface Driver {
     lockId: string,
     entries: ReadonlyArray<SliceEntry>,
     released: string
-  ) => Effect.Effect<Guarded<void>, StoreError>
+  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
   readonly extend: (token: string, lockId: string, slices: ReadonlyArray<string>) => Effect.Effect<boolean, StoreError>
   readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
 
@@ -100,7 +100,7 @@ export interface Driver {
     /** The fence of the grant claimed (a `Granted` notice's), or `undefined` for none. */
     claim: number | undefined,
     notices: NoticeMessages
-  ) => Effect.Effect<QueuedAcquireResult, StoreError>
+  ) => Effect.Effect<QueuedAcquireResult, AcknowledgedError>
   /** `queued`: the other live entries, counted before the requeue and the grant. */
   readonly releaseQueued: (
     token: string,
@@ -116,7 +116,7 @@ export interface Driver {
     instanceId: string,
     requeue: boolean,
     notices: NoticeMessages
-  ) => Effect.Effect<Guarded<number>, StoreError>
+  ) => Effect.Effect<Guarded<number>, AcknowledgedError>
   readonly leaveQueue: (token: string, instanceId: string, notices: NoticeMessages) => Effect.Effect<void, StoreError>
   readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
   readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
@@ -137,7 +137,7 @@ export interface Driver {
     token: string,
     lockId: string,
     entries: ReadonlyArray<SliceEntry>
-  ) => Effect.Effect<Guarded<void>, StoreError>
+  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
 
   // --- signals ------------------------------------------------------------------------
   readonly publish: (token: string, message: string) => Effect.Effect<void, StoreError>

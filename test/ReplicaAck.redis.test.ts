@@ -1,0 +1,312 @@
+/**
+ * `minReplicasAck` on a real primary with one real replica: a modification returns only
+ * once the replica has it; a replica that does not answer makes it fail with
+ * `NotAcknowledged` within the acknowledgement timeout while the shared command
+ * connection goes on answering; the WAITs are shared by the steps sent together; with 0
+ * nothing changes (no acknowledged connection, no WAIT). And the store conformance suite
+ * with `minReplicasAck` 1.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { makeKeys } from "../src/internal/keys.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as RedisStore from "../src/RedisStore.js"
+import { Store } from "../src/Store.js"
+import type { Backend, Fixture } from "./conformance/backend.js"
+import { eventuallyTrue } from "./conformance/helpers.js"
+import { storeSuite } from "./conformance/storeSuite.js"
+import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
+import * as RedisServer from "./support/RedisServer.js"
+
+const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+
+/** A primary and a replica linked to it. */
+const replicated = Effect.gen(function* () {
+  const primary = yield* RedisServer.start()
+  const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(primary.port)] })
+  yield* eventuallyTrue(
+    "the replica linked to the primary",
+    20_000,
+    Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
+  )
+  return { primary, replica }
+})
+
+/** Wait until the replica has acknowledged everything the primary has written. */
+const caughtUp = (primary: RedisServer.RedisServer) =>
+  eventuallyTrue(
+    "the replica caught up",
+    10_000,
+    Effect.map(Effect.orDie(primary.info("replication")), (info) =>
+      (info.slave0 ?? "").includes(`offset=${info.master_repl_offset},`)
+    )
+  )
+
+/** The counter as a server holds it (0 when missing). */
+const counterOn = (server: RedisServer.RedisServer, key: string) =>
+  Effect.map(RedisServer.getRaw(server, key), (raw) =>
+    Option.match(raw, { onNone: () => 0, onSome: (text) => (JSON.parse(text) as { n: number }).n })
+  )
+
+/** The calls of some commands so far (`INFO commandstats`). */
+const calls = (server: RedisServer.RedisServer, ...commands: ReadonlyArray<string>) =>
+  Effect.map(Effect.orDie(server.info("commandstats")), (stats) =>
+    RedisServer.commandCalls(stats, (name) => !commands.some((command) => name === `cmdstat_${command}`))
+  )
+
+/** The store's connections of one role on a server. */
+const connections = (server: RedisServer.RedisServer, role: string) =>
+  Effect.map(
+    Effect.orDie(server.command("CLIENT", "LIST")),
+    (list) =>
+      String(list)
+        .split("\n")
+        .filter((line) => line.includes(`name=leasehold:${role}`)).length
+  )
+
+describe("RedisStore with minReplicasAck", () => {
+  it.scopedLive(
+    "1: a modification returns once the replica has it; while the replica is frozen it waits",
+    () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1, replicaAckTimeout: 8_000 })
+        const w = yield* cluster.worker()
+        const key = cluster.keys.slice("tok", "counter")
+        for (let i = 1; i <= 5; i++) {
+          assert.strictEqual(yield* inc(w, "tok"), i)
+          assert.strictEqual(yield* counterOn(replica, key), i, `the replica has modification ${i} when it returns`)
+        }
+        assert.strictEqual(yield* connections(primary, "acknowledged"), 1)
+
+        yield* replica.pause
+        const fiber = yield* Effect.fork(inc(w, "tok"))
+        yield* Effect.sleep(1_000)
+        const early = yield* Fiber.poll(fiber)
+        yield* replica.resume
+        assert.isTrue(Option.isNone(early), "the modification returned while the replica was frozen")
+        assert.strictEqual(yield* Fiber.join(fiber), 6)
+        assert.strictEqual(yield* counterOn(replica, key), 6)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "a frozen replica: NotAcknowledged within the timeout, and the command connection answers meanwhile",
+    () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1, replicaAckTimeout: 1_500 })
+        const w = yield* cluster.worker()
+        assert.strictEqual(yield* inc(w, "tok"), 1)
+
+        yield* replica.pause
+        const started = performance.now()
+        const fiber = yield* Effect.fork(Effect.either(inc(w, "tok")))
+        // the grant is sent, and its WAIT blocks the acknowledged connection
+        yield* Effect.sleep(300)
+        const readStarted = performance.now()
+        assert.strictEqual((yield* w.states.get("tok", Counter)).n, 1)
+        assert.isTrue(Option.isSome(yield* cluster.store.holder("tok")), "the grant is made on the primary")
+        yield* cluster.store.readSlices("other", ["counter"])
+        const readMs = performance.now() - readStarted
+        const during = yield* Fiber.poll(fiber)
+        assert.isTrue(
+          Option.isNone(during),
+          `the reads (${Math.round(readMs)} ms) waited until the modification was over: the command connection was stalled`
+        )
+
+        const result = yield* Fiber.join(fiber)
+        const elapsed = performance.now() - started
+        yield* replica.resume
+        assert.isTrue(Either.isLeft(result), "the modification succeeded without its replica")
+        if (Either.isLeft(result)) {
+          const error = result.left
+          assert.strictEqual(error._tag, "NotAcknowledged", error.message)
+          if (error._tag === "NotAcknowledged") {
+            deepStrictEqual(
+              { acknowledged: error.acknowledged, required: error.required, timeoutMs: error.timeoutMs },
+              { acknowledged: 0, required: 1, timeoutMs: 1_500 }
+            )
+            assert.include(error.message, "outcome is unknown")
+          }
+        }
+        assert.isAtLeast(elapsed, 1_400, "failed before the acknowledgement timeout")
+        assert.isBelow(elapsed, 1_500 + 5_000, "failed long after the acknowledgement timeout")
+        // the grant that was not acknowledged was released: the next modification goes on at once
+        assert.strictEqual(yield* inc(w, "tok"), 2)
+        assert.strictEqual(yield* counterOn(replica, cluster.keys.slice("tok", "counter")), 2)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "a step written after its batch's WAIT (a script resent after NOSCRIPT) waits for a WAIT of its own",
+    () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1, replicaAckTimeout: 1_000 })
+        assert.strictEqual((yield* cluster.store.tryAcquire("tok", "lock-1", []))._tag, "Acquired")
+        // The scripts forgotten, as on a primary just promoted: ioredis sends a script as
+        // EVAL once its EVALSHA is refused, after the WAIT that followed the EVALSHA, which
+        // finds nothing new to wait for.
+        yield* Effect.orDie(primary.command("SCRIPT", "FLUSH"))
+        yield* caughtUp(primary)
+        yield* replica.pause
+        const result = yield* Effect.either(cluster.store.tryAcquire("tok2", "lock-2", []))
+        yield* replica.resume
+        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", JSON.stringify(result))
+        assert.isTrue(Option.isSome(yield* RedisServer.getRaw(primary, cluster.keys.lock("tok2"))))
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "a commit not acknowledged fails, and is not undone: its outcome is unknown",
+    () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1, replicaAckTimeout: 1_000 })
+        const w = yield* cluster.worker()
+        assert.strictEqual(yield* inc(w, "tok"), 1)
+        // the grant is acknowledged; the replica freezes before the commit
+        const result = yield* Effect.either(
+          w.states.modifyEffect("tok", Counter, (s) => Effect.as(replica.pause, [s.n + 1, { n: s.n + 1 }] as const))
+        )
+        yield* replica.resume
+        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", String(result))
+        if (Either.isLeft(result) && result.left._tag === "NotAcknowledged") {
+          assert.strictEqual(result.left.operation, "commitAndReleaseQueued")
+        }
+        // made on the primary, and the replica catches up: here the change stays
+        assert.strictEqual(yield* cluster.stored("tok"), 2)
+        yield* eventuallyTrue(
+          "the replica catches up",
+          10_000,
+          Effect.map(counterOn(replica, cluster.keys.slice("tok", "counter")), (n) => n === 2)
+        )
+        assert.strictEqual(yield* inc(w, "tok"), 3)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "the steps sent together share one WAIT; with 0 there is no WAIT and no acknowledged connection",
+    () =>
+      Effect.gen(function* () {
+        const { primary } = yield* replicated
+        const acknowledged = yield* redisWorkersAt(primary, { keyPrefix: "ack", minReplicasAck: 1 })
+        const w = yield* acknowledged.worker()
+        const tokens = Array.from({ length: 40 }, (_, i) => `t${i}`)
+        const before = yield* calls(primary, "wait")
+        const steps = yield* calls(primary, "evalsha", "eval")
+        deepStrictEqual(
+          yield* Effect.forEach(tokens, (token) => inc(w, token), { concurrency: "unbounded" }),
+          tokens.map(() => 1)
+        )
+        const waits = (yield* calls(primary, "wait")) - before
+        const scripts = (yield* calls(primary, "evalsha", "eval")) - steps
+        assert.isAtLeast(scripts, 80, "a grant and a commit per modification")
+        assert.isAtLeast(waits, 2)
+        assert.isBelow(waits, 40, `${waits} WAITs for ${scripts} steps: each step had its own`)
+
+        const plain = yield* redisWorkersAt(primary, { keyPrefix: "plain" })
+        const p = yield* plain.worker()
+        const waitsBefore = yield* calls(primary, "wait")
+        for (let i = 1; i <= 5; i++) assert.strictEqual(yield* inc(p, "tok"), i)
+        assert.strictEqual((yield* calls(primary, "wait")) - waitsBefore, 0)
+        // the first store's acknowledged connection, and none of the second's
+        assert.strictEqual(yield* connections(primary, "acknowledged"), 1)
+      }),
+    60_000
+  )
+})
+
+const LOCK_EXPIRATION_MS = 300
+const HANDOFF_TIMEOUT_MS = 150
+const COMMAND_TIMEOUT_MS = 500
+
+/** Commands that do not touch data: the harness's own, the replica's, and the WAITs. */
+const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_wait", "cmdstat_replconf", "cmdstat_psync"])
+
+let testCount = 0
+
+/** The conformance suite's backend: a primary with a replica, every promise-carrying step acknowledged by it. */
+const acknowledgedRedis: Backend = {
+  name: "redis",
+  canHang: true,
+  test: (name, body) =>
+    it.scopedLive(name, () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const linked = eventuallyTrue(
+          "the replica linked again",
+          20_000,
+          Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
+        )
+        const keyPrefix = `ack${++testCount}`
+        const config = LeaseholdConfig.layerWith({
+          keyPrefix,
+          lockExpiration: LOCK_EXPIRATION_MS,
+          handoffTimeout: HANDOFF_TIMEOUT_MS,
+          lockWarningThreshold: 100,
+          commandTimeout: COMMAND_TIMEOUT_MS,
+          connectTimeout: COMMAND_TIMEOUT_MS,
+          minReplicasAck: 1,
+          // as long as the suite's short lock allows: a loaded machine's replica may take 150 ms
+          replicaAckTimeout: LOCK_EXPIRATION_MS - 10
+        })
+        const context = yield* Layer.build(RedisStore.layer({ url: primary.url }).pipe(Layer.provide(config))).pipe(
+          Effect.orDie
+        )
+        const fixture: Fixture = {
+          store: Context.get(context, Store),
+          keys: makeKeys(keyPrefix),
+          lockExpirationMs: LOCK_EXPIRATION_MS,
+          handoffTimeoutMs: HANDOFF_TIMEOUT_MS,
+          commandTimeoutMs: COMMAND_TIMEOUT_MS,
+          exactTime: false,
+          advance: (ms) => Effect.sleep(ms),
+          settle: Effect.sleep(100),
+          awaitBlockedRead: eventuallyTrue(
+            "a blocked client on the server",
+            2_000,
+            Effect.map(Effect.orDie(primary.info("clients")), (info) => Number(info.blocked_clients) > 0)
+          ),
+          putRaw: (key, value) => Effect.orDie(primary.command("SET", key, value)),
+          putRawExpiring: (key, value, ttlMs) => Effect.orDie(primary.command("SET", key, value, "PX", ttlMs)),
+          expireRaw: (key, ttlMs) => Effect.asVoid(Effect.orDie(primary.command("PEXPIRE", key, ttlMs))),
+          keyCount: Effect.orDie(primary.dbsize),
+          commandsProcessed: Option.some(
+            Effect.orDie(
+              Effect.map(primary.info("commandstats"), (stats) =>
+                RedisServer.commandCalls(stats, (command) => uncounted.has(command))
+              )
+            )
+          ),
+          channelSubscribers: Option.some((channel) => Effect.orDie(primary.numsub(channel))),
+          outage: {
+            begin: primary.kill,
+            // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
+            end: Effect.zipRight(
+              Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
+              linked
+            )
+          },
+          hang: Option.some({ begin: primary.pause, end: primary.resume }),
+          dropSubscriptions: Effect.orDie(primary.clientKill("pubsub"))
+        }
+        yield* body(fixture)
+      })
+    )
+}
+
+describe("Store conformance: RedisStore with a replica and minReplicasAck 1", () => {
+  storeSuite(acknowledgedRedis)
+})
