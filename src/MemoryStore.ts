@@ -26,6 +26,7 @@ import { makeKeys } from "./internal/keys.js"
 import * as MemoryControl from "./internal/memory/control.js"
 import * as MemoryDisk from "./internal/memory/disk.js"
 import * as MemoryDriver from "./internal/memory/driver.js"
+import { cachedKeys } from "./internal/memory/keyCache.js"
 import { Keyspace } from "./internal/memory/keyspace.js"
 import * as Front from "./internal/store/front.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
@@ -180,7 +181,7 @@ export const fileWriteFailures = MemoryDisk.fileWriteFailures
  */
 export const make: Effect.Effect<MemoryStore, DataDirError, LeaseholdConfig | Scope.Scope> = Effect.gen(function* () {
   const settings = yield* LeaseholdConfig
-  const keys = makeKeys(settings.keyPrefix)
+  const keys = cachedKeys(makeKeys(settings.keyPrefix))
   const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
   const ks = new Keyspace(minSweepMs, yield* now)
   const flushReports = yield* PubSub.unbounded<FlushReport>()

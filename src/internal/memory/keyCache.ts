@@ -1,0 +1,86 @@
+/**
+ * The embedded store's key names, each made once per token. A key built anew on every step
+ * is a new string, which the key space's `Map` hashes anew (its whole length) at every
+ * lookup; the same string object keeps its hash. So a token's keys, and what `tokenKey`
+ * reads from a key, are kept here, for at most `maxTokens` tokens (past that the cache
+ * starts over: it only saves work, it never decides anything).
+ *
+ * @internal
+ */
+import type { Keys } from "../keys.js"
+
+interface TokenKeys {
+  lock?: string
+  fence?: string
+  queue?: string
+  queueDeadlines?: string
+  signal?: string
+  socket?: string
+  readonly slices: Map<string, string>
+}
+
+/** Slice names kept per token: an app has a few; more are built each time. */
+const maxSlices = 64
+
+/**
+ * `keys`, with the per-token names and `tokenKey`'s answers kept.
+ *
+ * @internal
+ */
+export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
+  let byToken = new Map<string, TokenKeys>()
+  // `null`: not a key of a token
+  let parsed = new Map<string, readonly [token: string, name: string] | null>()
+  const of = (token: string): TokenKeys => {
+    let entry = byToken.get(token)
+    if (entry === undefined) {
+      if (byToken.size >= maxTokens) byToken = new Map()
+      entry = { slices: new Map() }
+      byToken.set(token, entry)
+    }
+    return entry
+  }
+  return {
+    ...keys,
+    lock: (token) => {
+      const entry = of(token)
+      return (entry.lock ??= keys.lock(token))
+    },
+    fence: (token) => {
+      const entry = of(token)
+      return (entry.fence ??= keys.fence(token))
+    },
+    queue: (token) => {
+      const entry = of(token)
+      return (entry.queue ??= keys.queue(token))
+    },
+    queueDeadlines: (token) => {
+      const entry = of(token)
+      return (entry.queueDeadlines ??= keys.queueDeadlines(token))
+    },
+    signal: (token) => {
+      const entry = of(token)
+      return (entry.signal ??= keys.signal(token))
+    },
+    socket: (token) => {
+      const entry = of(token)
+      return (entry.socket ??= keys.socket(token))
+    },
+    slice: (token, name) => {
+      const { slices } = of(token)
+      const known = slices.get(name)
+      if (known !== undefined) return known
+      const key = keys.slice(token, name)
+      if (slices.size < maxSlices) slices.set(name, key)
+      return key
+    },
+    tokenKey: (key) => {
+      const known = parsed.get(key)
+      if (known !== undefined) return known ?? undefined
+      const parts = keys.tokenKey(key)
+      if (parsed.size >= maxTokens * 4) parsed = new Map()
+      parsed.set(key, parts ?? null)
+      return parts
+    }
+  }
+}
