@@ -20,23 +20,25 @@ const states = (oplock: boolean) =>
 
 describe("counter", () => {
   for (const oplock of [false, true]) {
-    it.effect(`a bump counts and versions; one past the exact integers fails and changes nothing (oplock ${oplock})`, () =>
-      Effect.gen(function* () {
-        const first = yield* Counter.bump("tab-1", 2)
-        assert.strictEqual(first.n, 2)
-        assert.strictEqual(first.v, 1)
-        const second = yield* Counter.bump("tab-1", -5)
-        deepStrictEqual(second, { n: -3, v: 2, epoch: first.epoch })
+    it.effect(
+      `a bump counts and versions; one past the exact integers fails and changes nothing (oplock ${oplock})`,
+      () =>
+        Effect.gen(function* () {
+          const first = yield* Counter.bump("tab-1", 2)
+          assert.strictEqual(first.n, 2)
+          assert.strictEqual(first.v, 1)
+          const second = yield* Counter.bump("tab-1", -5)
+          deepStrictEqual(second, { n: -3, v: 2, epoch: first.epoch })
 
-        const top = Number.MAX_SAFE_INTEGER - 1
-        const manager = yield* StateManager
-        yield* manager.modify("tab-1", Counter.Counter, (count) => [null, { ...count, n: top }])
-        const overflow = yield* Effect.flip(Counter.bump("tab-1", 5))
-        assert.strictEqual(overflow._tag, "CounterOverflow")
-        deepStrictEqual(yield* Counter.read("tab-1"), { n: top, v: 2, epoch: first.epoch })
-        // still counts within the range
-        deepStrictEqual(yield* Counter.bump("tab-1", 1), { n: top + 1, v: 3, epoch: first.epoch })
-      }).pipe(Effect.provide(states(oplock)))
+          const top = Number.MAX_SAFE_INTEGER - 1
+          const manager = yield* StateManager
+          yield* manager.modify("tab-1", Counter.Counter, (count) => [null, { ...count, n: top }])
+          const overflow = yield* Effect.flip(Counter.bump("tab-1", 5))
+          assert.strictEqual(overflow._tag, "CounterOverflow")
+          deepStrictEqual(yield* Counter.read("tab-1"), { n: top, v: 2, epoch: first.epoch })
+          // still counts within the range
+          deepStrictEqual(yield* Counter.bump("tab-1", 1), { n: top + 1, v: 3, epoch: first.epoch })
+        }).pipe(Effect.provide(states(oplock)))
     )
   }
 })

@@ -40,32 +40,26 @@ export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
     }
     return entry
   }
+  /** A key made from the token alone, kept in the token's entry. */
+  const named =
+    (kind: Exclude<keyof TokenKeys, "slices">) =>
+    (token: string): string => {
+      const entry = of(token)
+      let key = entry[kind]
+      if (key === undefined) {
+        key = keys[kind](token)
+        entry[kind] = key
+      }
+      return key
+    }
   return {
     ...keys,
-    lock: (token) => {
-      const entry = of(token)
-      return (entry.lock ??= keys.lock(token))
-    },
-    fence: (token) => {
-      const entry = of(token)
-      return (entry.fence ??= keys.fence(token))
-    },
-    queue: (token) => {
-      const entry = of(token)
-      return (entry.queue ??= keys.queue(token))
-    },
-    queueDeadlines: (token) => {
-      const entry = of(token)
-      return (entry.queueDeadlines ??= keys.queueDeadlines(token))
-    },
-    signal: (token) => {
-      const entry = of(token)
-      return (entry.signal ??= keys.signal(token))
-    },
-    socket: (token) => {
-      const entry = of(token)
-      return (entry.socket ??= keys.socket(token))
-    },
+    lock: named("lock"),
+    fence: named("fence"),
+    queue: named("queue"),
+    queueDeadlines: named("queueDeadlines"),
+    signal: named("signal"),
+    socket: named("socket"),
     slice: (token, name) => {
       const { slices } = of(token)
       const known = slices.get(name)
