@@ -5,8 +5,16 @@
  * of modifications. Oplock off: every modification takes the lock, decides and commits;
  * oplock on: served from the lease's memory and written per modification (batch durability).
  *
- *   npm run bench:cpu -- --json             one JSON array of {"oplock", "cpu_us_per_op"}
+ *   npm run bench:cpu -- --json             one JSON array of rows (below)
  *   npm run bench:cpu -- --count 50000      modifications per measurement (default 20000)
+ *
+ * The `baseline` row is the same loop, one `runPromise` per modification, over an Effect
+ * `Ref` holding a Map of the token's state (read, increment, write), no leasehold: what
+ * the runtime alone costs a caller. Each leasehold row carries `over_baseline`, its CPU
+ * over the baseline's.
+ *
+ *   output: [{"store": "memory" | "baseline", "oplock" (null for the baseline),
+ *             "cpu_us_per_op", "over_baseline" (leasehold rows)}]
  *
  * Each figure is the lowest of three measurements: other work on the machine only adds.
  */
@@ -16,6 +24,7 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -26,6 +35,30 @@ import { flag, json } from "./args.js"
 const count = Number(flag("count") ?? "20000")
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
+
+/** The lowest CPU per run of `modify` over three measurements of `count` runs, one `runPromise` each. */
+const lowest = async <R>(
+  label: string,
+  runtime: ManagedRuntime.ManagedRuntime<R, unknown>,
+  modify: Effect.Effect<unknown, unknown, R>
+) => {
+  for (let i = 0; i < 2_000; i++) await runtime.runPromise(modify)
+  let best = Number.POSITIVE_INFINITY
+  for (let round = 0; round < 3; round++) {
+    const before = process.cpuUsage()
+    const started = performance.now()
+    for (let i = 0; i < count; i++) await runtime.runPromise(modify)
+    const cpu = process.cpuUsage(before)
+    const wall = performance.now() - started
+    best = Math.min(best, (cpu.user + cpu.system) / count)
+    if (!json)
+      console.log(
+        `${label}: ${((cpu.user + cpu.system) / count).toFixed(1)} µs CPU, ${((wall * 1000) / count).toFixed(1)} µs wall per modification`
+      )
+  }
+  await runtime.dispose()
+  return Math.round(best * 10) / 10
+}
 
 const measure = async (oplock: boolean) => {
   const runtime = ManagedRuntime.make(
@@ -38,30 +71,39 @@ const measure = async (oplock: boolean) => {
   const modify = Effect.flatMap(StateManager.StateManager, (states) =>
     states.modify("hot", Counter, (s) => [null, { n: s.n + 1 }])
   )
-  for (let i = 0; i < 2_000; i++) await runtime.runPromise(modify)
-  let best = Number.POSITIVE_INFINITY
-  for (let round = 0; round < 3; round++) {
-    const before = process.cpuUsage()
-    const started = performance.now()
-    for (let i = 0; i < count; i++) await runtime.runPromise(modify)
-    const cpu = process.cpuUsage(before)
-    const wall = performance.now() - started
-    best = Math.min(best, (cpu.user + cpu.system) / count)
-    if (!json)
-      console.log(
-        `oplock ${oplock}: ${((cpu.user + cpu.system) / count).toFixed(1)} µs CPU, ${((wall * 1000) / count).toFixed(1)} µs wall per modification`
-      )
-  }
-  await runtime.dispose()
-  return { oplock, cpu_us_per_op: Math.round(best * 10) / 10 }
+  return lowest(`oplock ${oplock}`, runtime, modify)
+}
+
+/** The same loop over a `Ref` holding a Map: read, increment, write, no leasehold. */
+const baseline = async () => {
+  const states = Effect.runSync(Ref.make(new Map<string, { readonly n: number }>()))
+  const runtime = ManagedRuntime.make(Logger.minimumLogLevel(LogLevel.Error))
+  const modify = Ref.modify(states, (map) => {
+    const state = map.get("hot") ?? { n: 0 }
+    map.set("hot", { n: state.n + 1 })
+    return [null, map] as const
+  })
+  return lowest("baseline", runtime, modify)
 }
 
 const main = async () => {
-  const rows = [await measure(false), await measure(true)]
+  const base = await baseline()
+  const rows: Array<{ store: string; oplock: boolean | null; cpu_us_per_op: number; over_baseline?: number }> = []
+  for (const oplock of [false, true]) {
+    const cpu = await measure(oplock)
+    rows.push({ store: "memory", oplock, cpu_us_per_op: cpu, over_baseline: Math.round((cpu / base) * 100) / 100 })
+  }
+  rows.push({ store: "baseline", oplock: null, cpu_us_per_op: base })
   console.log(
     json
       ? JSON.stringify(rows)
-      : rows.map((r) => `oplock ${r.oplock}: best ${r.cpu_us_per_op} µs CPU per modification`).join("\n")
+      : rows
+          .map((r) =>
+            r.store === "baseline"
+              ? `baseline (Ref of a Map): best ${r.cpu_us_per_op} µs CPU per modification`
+              : `oplock ${r.oplock}: best ${r.cpu_us_per_op} µs CPU per modification, ${r.over_baseline}x the baseline`
+          )
+          .join("\n")
   )
 }
 

@@ -26,6 +26,7 @@ import { makeKeys } from "./internal/keys.js"
 import * as MemoryControl from "./internal/memory/control.js"
 import * as MemoryDisk from "./internal/memory/disk.js"
 import * as MemoryDriver from "./internal/memory/driver.js"
+import { cachedKeys } from "./internal/memory/keyCache.js"
 import { Keyspace } from "./internal/memory/keyspace.js"
 import * as Front from "./internal/store/front.js"
 import { InvalidConfig, LeaseholdConfig } from "./LeaseholdConfig.js"
@@ -189,7 +190,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
         reason: "needs a Redis store with replicas; the embedded store has none"
       })
     }
-    const keys = makeKeys(settings.keyPrefix)
+    const keys = cachedKeys(makeKeys(settings.keyPrefix))
     const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
     const ks = new Keyspace(minSweepMs, yield* now)
     const flushReports = yield* PubSub.unbounded<FlushReport>()

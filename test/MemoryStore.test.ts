@@ -11,6 +11,7 @@ import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
+import { cachedKeys } from "../src/internal/memory/keyCache.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import { type ConnectionStatus, type Signal, Store } from "../src/Store.js"
@@ -318,5 +319,24 @@ describe("MemoryStore", () => {
         deepStrictEqual(yield* Fiber.join(reader), [])
       }).pipe(Effect.provide(StoreLive))
     )
+  })
+
+  it("the key cache names every key as the key layout does, also once it started over", () => {
+    const keys = makeKeys("lh")
+    const cached = cachedKeys(keys, 3)
+    for (let round = 0; round < 2; round++) {
+      for (const token of ["a", "b", "c", "d", "e"]) {
+        for (const name of ["lock", "fence", "queue", "queueDeadlines", "signal", "socket"] as const) {
+          assert.strictEqual(cached[name](token), keys[name](token))
+        }
+        assert.strictEqual(cached.slice(token, "counter"), keys.slice(token, "counter"))
+        assert.strictEqual(cached.slice(token, "other"), keys.slice(token, "other"))
+        deepStrictEqual(cached.tokenKey(cached.slice(token, "counter")), keys.tokenKey(keys.slice(token, "counter")))
+        deepStrictEqual(cached.tokenKey(cached.fence(token)), [token, "fence"])
+      }
+    }
+    assert.strictEqual(cached.tokenKey("lh:mailbox:w1"), undefined)
+    assert.strictEqual(cached.tokenKey("lh:mailbox:w1"), undefined)
+    assert.strictEqual(cached.workerNotices("w1"), keys.workerNotices("w1"))
   })
 })

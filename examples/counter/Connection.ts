@@ -29,11 +29,14 @@ import { type Connection, Sockets } from "./Sockets.js"
 import { isTooBig, tooBigCloseCode, Upgrades } from "./Upgrade.js"
 
 /**
- * The most frames of one socket waiting to be handled. A client that sends faster than
- * its bumps can be stored gets an error frame for each frame beyond it, rather than
- * growing this worker's memory without bound.
+ * The most frames of one socket waiting to be handled (beside the batch being handled). A
+ * client that sends faster than its bumps can be stored gets an error frame for each frame
+ * beyond it, rather than growing this worker's memory without bound.
  */
 export const maxPendingFrames = 10_000
+
+/** The most frames a socket's reader (or writer) takes from its queue at once. */
+const frameBatch = 64
 
 /** A token for a tab that brought none (or one that cannot be used). */
 export const freshToken = (): string => randomUUID()
@@ -82,26 +85,36 @@ const linkTab = (asked: string | undefined, id: string) =>
     return yield* link(asked)
   })
 
-/** Handle one client frame: a bump, or an error frame back. */
-const handleFrame = (connection: Connection, text: string) =>
+/**
+ * The handler of one socket's client frames: a bump, or an error frame back. Its services
+ * are looked up once per socket, not once per frame.
+ */
+const frameHandler = (connection: Connection) =>
   Effect.gen(function* () {
     const sockets = yield* Sockets
     const mailbox = yield* Mailbox
-    const bump = parseClientMessage(text)
-    if (Either.isLeft(bump)) return yield* sockets.send(connection, { type: "error", message: bump.left })
-    const count = yield* Counter.bump(connection.token, bump.right.by)
+    const refuse = (message: string) => sockets.send(connection, { type: "error", message })
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
-    yield* mailbox
-      .send(connection.token, count)
-      .pipe(Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`)))
-  }).pipe(
-    Effect.catchAll((error) =>
-      Effect.zipRight(
-        Effect.logWarning(`socket ${connection.id}: bump failed: ${error.message}`),
-        Effect.flatMap(Sockets, (sockets) => sockets.send(connection, { type: "error", message: error.message }))
+    const deliver = (count: Counter.Count) =>
+      mailbox
+        .send(connection.token, count)
+        .pipe(
+          Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
+        )
+    return (text: string) => {
+      const bump = parseClientMessage(text)
+      if (Either.isLeft(bump)) return refuse(bump.left)
+      return Counter.bump(connection.token, bump.right.by).pipe(
+        Effect.flatMap(deliver),
+        Effect.catchAll((error) =>
+          Effect.zipRight(
+            Effect.logWarning(`socket ${connection.id}: bump failed: ${error.message}`),
+            refuse(error.message)
+          )
+        )
       )
-    )
-  )
+    }
+  })
 
 /** The route of `/ws`: upgrade, link, serve the socket until it closes, then unlink. */
 export const handler = Effect.gen(function* () {
@@ -124,11 +137,22 @@ export const handler = Effect.gen(function* () {
 
   const incoming = yield* Queue.unbounded<string>()
   const decoder = new TextDecoder()
+  // Each loop takes what is waiting (up to a batch) and handles it in order: `forever`
+  // yields to the scheduler once per batch, not once per frame.
+  const handleFrame = yield* frameHandler(connection)
   yield* Effect.forkScoped(
-    Effect.forever(Effect.flatMap(incoming.take, (text) => handleFrame(connection, text))).pipe(Effect.interruptible)
+    Effect.forever(
+      Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) =>
+        Effect.forEach(texts, handleFrame, { discard: true })
+      )
+    ).pipe(Effect.interruptible)
   )
   yield* Effect.forkScoped(
-    Effect.forever(Effect.flatMap(connection.outgoing.take, write)).pipe(Effect.ignore, Effect.interruptible)
+    Effect.forever(
+      Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
+        Effect.forEach(frames, write, { discard: true })
+      )
+    ).pipe(Effect.ignore, Effect.interruptible)
   )
   yield* Effect.forkScoped(
     Counter.read(connection.token).pipe(

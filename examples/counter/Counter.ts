@@ -10,6 +10,7 @@
 import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Schema from "effect/Schema"
 import * as State from "leasehold/StateManager"
 import { StateManager } from "leasehold/StateManager"
@@ -43,22 +44,28 @@ export class CounterOverflow extends Data.TaggedError("CounterOverflow")<{
 export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epoch">): boolean =>
   a.epoch > b.epoch || (a.epoch === b.epoch && a.v > b.v)
 
-/** Add `by` to the token's counter; the new count. */
+/**
+ * Add `by` to the token's counter; the new count. A plain function (`modify`): the
+ * session decides it when its turn comes, with no step of this fiber in between, which
+ * costs a modification less than an effectful one. An overflow leaves the count as it
+ * was (nothing is written) and fails the bump.
+ */
 export const bump = (token: string, by: number) =>
   Effect.gen(function* () {
     const states = yield* StateManager
     const now = yield* Clock.currentTimeMillis
-    return yield* states.modifyEffect(
+    const outcome = yield* states.modify(
       token,
       Counter,
-      (count) => {
+      (count): readonly [Either.Either<Count, CounterOverflow>, Count] => {
         const n = count.n + by
-        if (!Number.isSafeInteger(n)) return Effect.fail(new CounterOverflow({ token, n: count.n, by }))
+        if (!Number.isSafeInteger(n)) return [Either.left(new CounterOverflow({ token, n: count.n, by })), count]
         const next: Count = { n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch }
-        return Effect.succeed([next, next] as const)
+        return [Either.right(next), next]
       },
       { event: "bump" }
     )
+    return yield* outcome
   })
 
 /** The token's counter now. */

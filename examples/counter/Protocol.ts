@@ -41,8 +41,28 @@ export const problem = (error: ParseResult.ParseError): string => {
   }
 }
 
+/**
+ * The common case without Schema's machinery: a well-formed bump. Anything else (not
+ * JSON, nested too deeply, another shape) is left to the decoder, for its reason.
+ */
+const plainBump = (text: string): Bump | undefined => {
+  let value: unknown
+  try {
+    value = JSON.parse(text)
+  } catch {
+    return undefined
+  }
+  if (typeof value !== "object" || value === null) return undefined
+  const { type, by } = value as { readonly type?: unknown; readonly by?: unknown }
+  return type === "bump" && Number.isSafeInteger(by) && Math.abs(by as number) <= maxStep
+    ? { type, by: by as number }
+    : undefined
+}
+
 /** A client frame as a bump, or the reason it is not one. */
 export const parseClientMessage = (text: string): Either.Either<Bump, string> => {
+  const plain = plainBump(text)
+  if (plain !== undefined) return Either.right(plain)
   try {
     return Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
   } catch (cause) {

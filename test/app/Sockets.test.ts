@@ -42,12 +42,25 @@ describe("counter sockets", () => {
       parseClientMessage(JSON.stringify({ type: "bump", by: -3 })),
       Either.right({ type: "bump", by: -3 })
     )
+    // other properties are left out; the bounds are the step's
+    deepStrictEqual(
+      parseClientMessage(JSON.stringify({ type: "bump", by: 1_000_000, extra: [1] })),
+      Either.right({ type: "bump", by: 1_000_000 })
+    )
+    deepStrictEqual(
+      parseClientMessage(JSON.stringify({ type: "bump", by: -1_000_000 })),
+      Either.right({ type: "bump", by: -1_000_000 })
+    )
     for (const frame of [
       "not json",
       "{}",
       JSON.stringify({ type: "bump" }),
       JSON.stringify({ type: "bump", by: 1.5 }),
       JSON.stringify({ type: "bump", by: 1e7 }),
+      JSON.stringify({ type: "bump", by: 1_000_001 }),
+      JSON.stringify({ type: "bump", by: "1" }),
+      JSON.stringify([{ type: "bump", by: 1 }]),
+      "null",
       JSON.stringify({ type: "reset", by: 1 }),
       // nested too deeply for the decoder's stack: refused, not thrown
       `{"type":"bump","by":${"[".repeat(200_000)}${"]".repeat(200_000)}}`,

@@ -179,39 +179,38 @@ export const make = (
 
 type Op = <A>(operation: string, body: (now: number) => A) => Effect.Effect<A, StoreUnavailable | StoreRefused>
 
-/** One atomic step: availability check, clock read and state change in one synchronous block. */
+/**
+ * One atomic step: availability check, clock read and state change in one synchronous
+ * block. The block runs in `clockWith`'s callback, when the step runs (each run anew): the
+ * step is two instructions of the runtime, the clock's read and its reply.
+ */
 const makeOp =
   (state: State): Op =>
   (operation, body) =>
-    Effect.clockWith((clock) =>
-      Effect.suspend((): Effect.Effect<ReturnType<typeof body>, StoreUnavailable | StoreRefused> => {
-        state.operations++
-        if (!state.available) return Effect.fail(unavailable(operation))
-        try {
-          const reply = body(clock.unsafeCurrentTimeMillis())
-          const toLose = state.repliesToLose.get(operation) ?? 0
-          if (toLose === 0) return Effect.succeed(reply)
-          if (toLose === 1) state.repliesToLose.delete(operation)
-          else state.repliesToLose.set(operation, toLose - 1)
-          return Effect.fail(new StoreUnavailable({ operation, reason: "the reply was lost" }))
-        } catch (error) {
-          if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
-            return Effect.fail(new StoreRefused({ operation, reply: error.message }))
-          }
-          throw error
+    Effect.clockWith((clock): Effect.Effect<ReturnType<typeof body>, StoreUnavailable | StoreRefused> => {
+      state.operations++
+      if (!state.available) return Effect.fail(unavailable(operation))
+      try {
+        const reply = body(clock.unsafeCurrentTimeMillis())
+        const toLose = state.repliesToLose.get(operation) ?? 0
+        if (toLose === 0) return Effect.succeed(reply)
+        if (toLose === 1) state.repliesToLose.delete(operation)
+        else state.repliesToLose.set(operation, toLose - 1)
+        return Effect.fail(new StoreUnavailable({ operation, reason: "the reply was lost" }))
+      } catch (error) {
+        if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
+          return Effect.fail(new StoreRefused({ operation, reply: error.message }))
         }
-      })
-    )
+        throw error
+      }
+    })
 
 /** The lock and its slices: each a script's twin in one step. */
 const lockPart = (space: Scripts.Space, op: Op) => {
   const { lockMs } = space
   return {
     tryAcquire: (token, lockId, slices) =>
-      Effect.map(
-        op("tryAcquire", (now) => Scripts.tryAcquire(space, now, token, lockId, slices)),
-        (reply) => acquireResult(reply, lockMs)
-      ),
+      op("tryAcquire", (now) => acquireResult(Scripts.tryAcquire(space, now, token, lockId, slices), lockMs)),
     release: (token, lockId, released) => op("release", (now) => Scripts.release(space, now, token, lockId, released)),
     commitAndRelease: (token, lockId, entries, released) =>
       op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released)),
@@ -223,10 +222,7 @@ const lockPart = (space: Scripts.Space, op: Op) => {
       ),
 
     readSlices: (token, names) =>
-      Effect.map(
-        op("readSlices", (now) => Scripts.readSlices(space, now, token, names)),
-        (values) => values.map(Option.fromNullable)
-      ),
+      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullable)),
     writeIfHolder: (token, lockId, entries) =>
       op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries))
   } satisfies Partial<Driver>
@@ -242,11 +238,11 @@ type Listen = (
 const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
   ({
     acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
-      Effect.map(
-        op("acquireQueued", (now) =>
-          QueueScripts.acquireQueued(space, now, token, lockId, slices, instanceId, claim, notices)
-        ),
-        (reply) => queuedAcquireResult(reply, space.lockMs)
+      op("acquireQueued", (now) =>
+        queuedAcquireResult(
+          QueueScripts.acquireQueued(space, now, token, lockId, slices, instanceId, claim, notices),
+          space.lockMs
+        )
       ),
     releaseQueued: (token, lockId, instanceId, requeue, notices) =>
       op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, requeue, notices)),

@@ -1,0 +1,80 @@
+/**
+ * The baseline of `bench:events`: the example's socket protocol in the example's stack
+ * (@effect/platform's HTTP server and WebSocket upgrade on Node), with no leasehold. A
+ * bump is a read-increment-write on an in-process Map; frames are handled one at a time
+ * by one fiber in the order they arrived, and frames out go through the connection's
+ * queue to its writer, as in the example. Nothing is locked, fenced, stored or delivered
+ * through a mailbox: what is left is the cost of the stack per event.
+ *
+ *   PORT=3001 HOST=127.0.0.1 node --import tsx bench/events-baseline.ts
+ *
+ * Prints `baseline: listening on <port>` once it serves.
+ */
+import { randomUUID } from "node:crypto"
+import { createServer } from "node:http"
+import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
+import * as HttpRouter from "@effect/platform/HttpRouter"
+import * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Socket from "@effect/platform/Socket"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Queue from "effect/Queue"
+
+interface Count {
+  readonly n: number
+  readonly v: number
+}
+
+const counts = new Map<string, Count>()
+
+const ws = Effect.gen(function* () {
+  const request = yield* HttpServerRequest.HttpServerRequest
+  const params = yield* HttpServerRequest.ParsedSearchParams
+  const token = typeof params.token === "string" ? params.token : randomUUID()
+  const socket = yield* request.upgrade
+  const write = yield* socket.writer
+  const outgoing = yield* Queue.unbounded<string>()
+  const incoming = yield* Queue.unbounded<string>()
+  const decoder = new TextDecoder()
+  yield* outgoing.offer(JSON.stringify({ type: "hello", token, instanceId: "baseline" }))
+  const handle = (text: string) =>
+    Effect.suspend(() => {
+      const message = JSON.parse(text) as { type?: unknown; by?: unknown }
+      if (message.type !== "bump" || typeof message.by !== "number" || !Number.isSafeInteger(message.by)) {
+        return outgoing.offer(JSON.stringify({ type: "error", message: "malformed message" }))
+      }
+      const count = counts.get(token) ?? { n: 0, v: 0 }
+      const next = { n: count.n + message.by, v: count.v + 1 }
+      counts.set(token, next)
+      return outgoing.offer(JSON.stringify({ type: "update", n: next.n, v: next.v }))
+    })
+  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(incoming.take, handle)))
+  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(outgoing.take, write)).pipe(Effect.ignore))
+  const count = counts.get(token) ?? { n: 0, v: 0 }
+  yield* outgoing.offer(JSON.stringify({ type: "state", n: count.n, v: count.v }))
+  yield* socket
+    .runRaw((data) => {
+      incoming.unsafeOffer(typeof data === "string" ? data : decoder.decode(data))
+    })
+    .pipe(Effect.catchIf(Socket.isSocketError, () => Effect.void))
+  return HttpServerResponse.empty()
+}).pipe(Effect.scoped)
+
+const router = HttpRouter.empty.pipe(HttpRouter.get("/ws", ws))
+
+const port = Number(process.env.PORT ?? "3001")
+const host = process.env.HOST ?? "127.0.0.1"
+
+const announce = Layer.effectDiscard(Effect.sync(() => console.log(`baseline: listening on ${port}`)))
+
+// As the example by default: no per-request server span.
+HttpMiddleware.withTracerDisabledWhen(HttpServer.serve(router), () => true).pipe(
+  Layer.merge(announce),
+  Layer.provide(NodeHttpServer.layer(createServer, { port, host })),
+  Layer.launch,
+  NodeRuntime.runMain
+)

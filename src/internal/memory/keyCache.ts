@@ -1,0 +1,80 @@
+/**
+ * The embedded store's key names, each made once per token. A key built anew on every step
+ * is a new string, which the key space's `Map` hashes anew (its whole length) at every
+ * lookup; the same string object keeps its hash. So a token's keys, and what `tokenKey`
+ * reads from a key, are kept here, for at most `maxTokens` tokens (past that the cache
+ * starts over: it only saves work, it never decides anything).
+ *
+ * @internal
+ */
+import type { Keys } from "../keys.js"
+
+interface TokenKeys {
+  lock?: string
+  fence?: string
+  queue?: string
+  queueDeadlines?: string
+  signal?: string
+  socket?: string
+  readonly slices: Map<string, string>
+}
+
+/** Slice names kept per token: an app has a few; more are built each time. */
+const maxSlices = 64
+
+/**
+ * `keys`, with the per-token names and `tokenKey`'s answers kept.
+ *
+ * @internal
+ */
+export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
+  let byToken = new Map<string, TokenKeys>()
+  // `null`: not a key of a token
+  let parsed = new Map<string, readonly [token: string, name: string] | null>()
+  const of = (token: string): TokenKeys => {
+    let entry = byToken.get(token)
+    if (entry === undefined) {
+      if (byToken.size >= maxTokens) byToken = new Map()
+      entry = { slices: new Map() }
+      byToken.set(token, entry)
+    }
+    return entry
+  }
+  /** A key made from the token alone, kept in the token's entry. */
+  const named =
+    (kind: Exclude<keyof TokenKeys, "slices">) =>
+    (token: string): string => {
+      const entry = of(token)
+      let key = entry[kind]
+      if (key === undefined) {
+        key = keys[kind](token)
+        entry[kind] = key
+      }
+      return key
+    }
+  return {
+    ...keys,
+    lock: named("lock"),
+    fence: named("fence"),
+    queue: named("queue"),
+    queueDeadlines: named("queueDeadlines"),
+    signal: named("signal"),
+    socket: named("socket"),
+    slice: (token, name) => {
+      const { slices } = of(token)
+      const known = slices.get(name)
+      if (known !== undefined) return known
+      const key = keys.slice(token, name)
+      if (slices.size < maxSlices) slices.set(name, key)
+      return key
+    },
+    tokenKey: (key) => {
+      const known = parsed.get(key)
+      if (known !== undefined) return known ?? undefined
+      const parts = keys.tokenKey(key)
+      if (parsed.size >= maxTokens * 4) parsed = new Map()
+      parsed.set(key, parts ?? null)
+      return parts
+    }
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * The example's counter, in process on the embedded store: a bump, and one that would
+ * leave the range of exact integers.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
+import * as MemoryStore from "leasehold/MemoryStore"
+import { StateManager } from "leasehold/StateManager"
+import * as Worker from "leasehold/Worker"
+import * as Counter from "../../examples/counter/Counter.js"
+
+const states = (oplock: boolean) =>
+  Worker.layerState.pipe(
+    Layer.provideMerge(MemoryStore.layer),
+    Layer.provideMerge(LeaseholdConfig.layerWith({ oplock }))
+  )
+
+describe("counter", () => {
+  for (const oplock of [false, true]) {
+    it.effect(
+      `a bump counts and versions; one past the exact integers fails and changes nothing (oplock ${oplock})`,
+      () =>
+        Effect.gen(function* () {
+          const first = yield* Counter.bump("tab-1", 2)
+          assert.strictEqual(first.n, 2)
+          assert.strictEqual(first.v, 1)
+          const second = yield* Counter.bump("tab-1", -5)
+          deepStrictEqual(second, { n: -3, v: 2, epoch: first.epoch })
+
+          const top = Number.MAX_SAFE_INTEGER - 1
+          const manager = yield* StateManager
+          yield* manager.modify("tab-1", Counter.Counter, (count) => [null, { ...count, n: top }])
+          const overflow = yield* Effect.flip(Counter.bump("tab-1", 5))
+          assert.strictEqual(overflow._tag, "CounterOverflow")
+          deepStrictEqual(yield* Counter.read("tab-1"), { n: top, v: 2, epoch: first.epoch })
+          // still counts within the range
+          deepStrictEqual(yield* Counter.bump("tab-1", 1), { n: top + 1, v: 3, epoch: first.epoch })
+        }).pipe(Effect.provide(states(oplock)))
+    )
+  }
+})
