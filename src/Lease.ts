@@ -20,9 +20,11 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import type { OneShot } from "./internal/oneShot.js"
 import { begin, complete } from "./internal/session/caller.js"
+import { closeParked, resumed } from "./internal/session/run.js"
 import * as metrics from "./internal/session/metrics.js"
 import { notify, type Session, type SessionEnv } from "./internal/session/session.js"
 import * as Timers from "./internal/timers.js"
@@ -134,6 +136,16 @@ export const leasesStarted: Metric.Metric.Counter<number> = metrics.leasesStarte
 export const leasesBroken: Metric.Metric.Counter<number> = metrics.leasesBroken
 
 /**
+ * Idle leases that parked: after a short wait with nothing to do, a lease lets its fiber
+ * go and holds the lock with its state alone (its keep-alive and deadline are timers); the
+ * next modification, contention or deadline continues it in a new fiber.
+ *
+ * @since 0.3.0
+ * @category metrics
+ */
+export const leasesParked: Metric.Metric.Counter<number> = metrics.leasesParked
+
+/**
  * @since 0.1.0
  * @category metrics
  */
@@ -144,6 +156,9 @@ export const flushes: Metric.Metric.Counter<number> = metrics.flushes
  * @category metrics
  */
 export const flushFailures: Metric.Metric.Counter<number> = metrics.flushFailures
+
+/** How long an idle lease keeps its fiber before it parks (at least the lease quantum). */
+const parkAfterMs = 20
 
 /**
  * @since 0.1.0
@@ -176,8 +191,15 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       yieldMs: Math.max(1, quantumMs),
       warnMs: Duration.toMillis(config.lockWarningThreshold),
       durable: config.leaseDurability === "batch",
-      oplock: config.oplock
+      oplock: config.oplock,
+      parkMs: Math.max(parkAfterMs, quantumMs),
+      resume: (session, state) => runFork(resumed(env, session, state))
     }
+    // Started from a callback (`notify`): with the services this layer was built with.
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    // Added after the timers: at shutdown, the parked holds are written and released before
+    // the timers stop (and after the session fibers, which the scope interrupts first).
+    yield* Effect.addFinalizer(() => closeParked(env))
 
     return Lease.of({
       begin: (token, request) => begin(env, token, request),

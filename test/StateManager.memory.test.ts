@@ -8,8 +8,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
+import * as Lease from "../src/Lease.js"
+import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
@@ -492,6 +495,73 @@ describe("a lease and the span of the modification that began it", () => {
       })
       assert.isUndefined(span?.deref(), "the held lease keeps the span of the modification that began it")
       assert.isTrue(worker.lease.isLeased("t"))
+    })
+  )
+})
+
+describe("an idle lease parks", () => {
+  const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
+
+  it.scoped("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      const fences: Array<number> = []
+      const bump = (w: typeof a) =>
+        w.states.modifyEffect("t", Counter, (s) =>
+          Effect.map(StateManager.fence, (fence) => {
+            if (Option.isSome(fence)) fences.push(fence.value)
+            return [s.n + 1, { n: s.n + 1 }] as const
+          })
+        )
+      const before = yield* parkedCount
+      assert.strictEqual(yield* bump(a), 1)
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual((yield* parkedCount) - before, 1, "the idle lease parked")
+      assert.isTrue(a.lease.isLeased("t"))
+      const holder = yield* cluster.store.holder("t")
+      assert.isTrue(Option.isSome(holder), "a parked lease keeps the lock")
+      // a modification continues the parked hold: the same grant, from memory
+      assert.strictEqual(yield* bump(a), 2)
+      assert.deepStrictEqual(fences.slice(0, 2), [fences[0], fences[0]])
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual((yield* parkedCount) - before, 2, "parked again once idle")
+      // another worker contends: the parked lease wakes, writes and hands the lock over
+      assert.strictEqual(yield* bump(b), 3)
+      assert.isFalse(a.lease.isLeased("t"))
+      assert.strictEqual(yield* cluster.stored("t"), 3)
+      // shutdown of a worker with a parked lease writes it and releases the lock
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual(yield* bump(a), 4)
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual((yield* parkedCount) - before, 4)
+      yield* a.close
+      assert.isTrue(Option.isNone(yield* cluster.store.holder("t")), "the parked lease's lock was released")
+      assert.strictEqual(yield* cluster.stored("t"), 4)
+    })
+  )
+
+  it.scoped("a parked lease ends at its deadline, written and released", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({
+        oplock: true,
+        leaseHoldTime: 5_000,
+        lockExpiration: 20_000,
+        leaseDurability: "memory"
+      })
+      const a = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual((yield* parkedCount) - before, 1)
+      // memory durability: nothing written while leased
+      assert.strictEqual(yield* cluster.stored("t"), 0)
+      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      assert.isFalse(a.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+      assert.strictEqual(yield* cluster.stored("t"), 2)
     })
   )
 })

@@ -9,6 +9,7 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -18,7 +19,7 @@ import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import type { Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnHeld, writeOrFail } from "./commit.js"
-import { flushes, flushFailures, leasesBroken, leasesStarted } from "./metrics.js"
+import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
 import { notify, openSignals, type Session, type SessionEnv, turnEventLoop } from "./session.js"
 
@@ -39,7 +40,12 @@ export interface Carried {
  *
  * @internal
  */
-export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: Carried): Effect.Effect<Previous> =>
+export const hold = (
+  env: SessionEnv,
+  session: Session,
+  grant: Grant,
+  carried?: Carried
+): Effect.Effect<Previous | Parking> =>
   Effect.gen(function* () {
     const { token, lockId } = grant
     const mode = modeOf(env, grant)
@@ -48,7 +54,7 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
     const state: HoldState = {
       env,
       session,
-      grant,
+      fence: grant.fence,
       token,
       lockId,
       mode,
@@ -72,14 +78,44 @@ export const hold = (env: SessionEnv, session: Session, grant: Grant, carried?: 
       ioAt: grant.grantedAt,
       turnAt: 0,
       relayEnd: undefined,
-      longHolds: []
+      longHolds: [],
+      parkDue: false,
+      parkTimer: undefined
     }
     // a batch that nobody contends lasts as long as modifications queue here
     state.keeper = mode === "lease" || mode === "batch" ? yield* keepAlive(state) : undefined
 
-    // The session's fiber is uninterruptible (see `start`): only the serving is interrupted.
-    return yield* Effect.zipRight(Effect.exit(Effect.interruptible(serve(state))), finish(state))
+    return yield* serveThenFinish(state, false)
   })
+
+/**
+ * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
+ * lock stays held.
+ *
+ * @internal
+ */
+export const parking = { _tag: "Parking" } as const
+
+/** @internal */
+export type Parking = typeof parking
+
+/**
+ * Serve, then finish (unless the serving parked). The session's fiber is uninterruptible
+ * (see `start`): only the serving is interrupted.
+ */
+const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Previous | Parking> =>
+  Effect.flatMap(
+    Effect.exit(Effect.interruptible(serve(state, resumed))),
+    (served): Effect.Effect<Previous | Parking> =>
+      Exit.isSuccess(served) && served.value === parking ? Effect.succeed(parking) : finish(state)
+  )
+
+/**
+ * Go on with a parked hold, in the fiber that resumed it.
+ *
+ * @internal
+ */
+export const resumeHold = (state: HoldState): Effect.Effect<Previous | Parking> => serveThenFinish(state, true)
 
 /**
  * Wakes the serving loop once the clock reads the deadline (an entry of the worker's
@@ -251,14 +287,16 @@ const flush = (state: HoldState) =>
     return true
   })
 
-const serve = (state: HoldState) =>
+const serve = (state: HoldState, resumed: boolean) =>
   Effect.gen(function* () {
     const { env, session, mode } = state
     const lookForContenders = checkSignals(state)
-    if (mode === "lease") {
+    if (mode === "lease" && !resumed) {
       yield* Metric.increment(leasesStarted)
       session.lease = { cache: state.cache }
     }
+    // parked, the worker's event loop ran freely: what arrived meanwhile has been read
+    if (resumed) state.ioAt = yield* Clock.currentTimeMillis
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
@@ -324,12 +362,51 @@ const serve = (state: HoldState) =>
       }
       // woken by a modification, a signal, or the deadline
       if (state.timer === undefined) yield* armTimer(state)
+      if (mode === "lease") {
+        // An idle lease parks (its fiber ends) once it was woken by nothing but its park timer.
+        if (yield* park(state, changed)) {
+          yield* Metric.increment(leasesParked)
+          return parking
+        }
+        yield* armPark(state)
+      }
       yield* changed.await
+      state.parkTimer?.()
+      state.parkTimer = undefined
     }
   })
 
+/**
+ * After `parkMs` of waiting with nothing to do, a lease's serving loop is woken to park:
+ * an entry of the worker's timers, cancelled once the wait ends otherwise.
+ */
+const armPark = (state: HoldState) =>
+  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      state.parkTimer?.()
+      state.parkTimer = wheel.after(state.env.parkMs, () => {
+        state.parkTimer = undefined
+        state.parkDue = true
+        notify(state.session)
+      })
+    })
+  )
+
+/**
+ * Park, if the park timer woke the loop and nothing changed since it looked (in the same
+ * step as the look: a change after it resumes the hold, see `notify`).
+ */
+const park = (state: HoldState, changed: OneShot<void>) =>
+  Effect.sync(() => {
+    if (!state.parkDue) return false
+    state.parkDue = false
+    if (changed.poll() !== undefined) return false
+    state.session.parked = state
+    return true
+  })
+
 /** Whatever ended the hold: finish the modification in progress, write, release. */
-const finish = (state: HoldState) =>
+export const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined

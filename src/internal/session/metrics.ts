@@ -1,6 +1,6 @@
 /**
- * The counters of the per-token sessions: leases started and broken, group commits and
- * failed writes. `Lease` re-exports them under the same names.
+ * The counters of the per-token sessions: leases started, broken and parked, group
+ * commits and failed writes. `Lease` re-exports them under the same names.
  *
  * @internal
  */
@@ -23,3 +23,9 @@ export const flushes = Metric.counter("leasehold_lease_flushes_total", {
 
 /** @internal */
 export const flushFailures = Metric.counter("leasehold_lease_flush_failures_total", { incremental: true })
+
+/** @internal */
+export const leasesParked = Metric.counter("leasehold_leases_parked_total", {
+  description: "idle leases that let their fiber go, the lock still held",
+  incremental: true
+})

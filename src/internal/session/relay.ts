@@ -9,7 +9,6 @@ import type * as Clock from "effect/Clock"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Outcome, Request, Turn } from "../../Lease.js"
-import type { Grant } from "../../Lock.js"
 import type { AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
@@ -22,7 +21,8 @@ import { prune, type Session, type SessionEnv } from "./session.js"
 export interface HoldState {
   readonly env: SessionEnv
   readonly session: Session
-  readonly grant: Grant
+  /** The fencing number of the grant held. */
+  readonly fence: number
   readonly token: string
   readonly lockId: string
   readonly mode: "single" | "quantum" | "lease" | "batch"
@@ -52,6 +52,10 @@ export interface HoldState {
   relayEnd: OneShot<void> | undefined
   /** Modifications that held the lock too long in the relay, logged by the fiber: with their held time. */
   longHolds: Array<readonly [Request, number]>
+  /** The park timer fired: the serving loop parks at its next idle wait if nothing changed. */
+  parkDue: boolean
+  /** Cancels the park timer (`armPark`). */
+  parkTimer: (() => void) | undefined
 }
 
 /**
@@ -83,7 +87,7 @@ const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
   state.served++
   const turn: Turn = {
     values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
-    fence: state.grant.fence
+    fence: state.fence
   }
   // a plain function is decided here and now: its caller waits for the outcome alone
   if (request.decideNow !== undefined) request.done.done(Exit.succeed(request.decideNow(turn)))

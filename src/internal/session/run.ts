@@ -9,24 +9,47 @@ import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as FiberId from "effect/FiberId"
 import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import type { Grant, Previous } from "../../Lock.js"
 import { noTurn } from "./commit.js"
-import { type Carried, hold } from "./hold.js"
+import { type Carried, hold, type Parking, parking, resumeHold } from "./hold.js"
+import type { HoldState } from "./relay.js"
 import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
 
-/** The session's fiber, from a grant already taken or from what the last release left. */
-const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried?: Carried) => {
+const isParking = (held: Previous | Parking): held is Parking => held === parking
+
+/** Where a session's fiber starts: a grant taken, what the last release left, or a parked hold. */
+type From = Grant | Previous | { readonly parked: HoldState }
+
+/**
+ * The session's fiber, from a grant already taken, from what the last release left, or
+ * from a parked hold. A hold that parks ends the fiber, the session going on (its hold in
+ * `Session.parked`).
+ */
+const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) => {
   // Whether this worker is in the token's store queue (put back by its last release, or
   // queued by an attempt): a fiber that ends otherwise than by leaving it normally (closed,
   // failed) leaves it in its exit, so a grant handed to it meanwhile passes on at once.
-  let queued = "lockId" in start ? false : start.queued
+  let queued = "lockId" in start || "parked" in start ? false : start.queued
+  // whether the fiber ends because its hold parked: the session lives on
+  let parked = false
   return Effect.gen(function* () {
     const { store, lock, sessions, instanceId } = env
-    let after = "lockId" in start ? yield* hold(env, session, start, carried) : start
+    let held: Previous | Parking =
+      "lockId" in start
+        ? yield* hold(env, session, start, carried)
+        : "parked" in start
+          ? yield* resumeHold(start.parked)
+          : start
+    if (isParking(held)) {
+      parked = true
+      return
+    }
+    let after: Previous = held
     queued = after.queued
     while (true) {
       const next = yield* Effect.sync(() => {
@@ -48,12 +71,18 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried
       )
       // the acquisition left the queue itself unless it was granted
       queued = false
-      after = Option.isSome(grant) ? yield* hold(env, session, grant.value) : noTurn
+      held = Option.isSome(grant) ? yield* hold(env, session, grant.value) : noTurn
+      if (isParking(held)) {
+        parked = true
+        return
+      }
+      after = held
       queued = after.queued
     }
   }).pipe(
     Effect.onExit((exit) =>
       Effect.suspend(() => {
+        if (parked && Exit.isSuccess(exit)) return Effect.void
         if (env.sessions.get(session.token) === session) env.sessions.delete(session.token)
         const left = session.queue.splice(0)
         session.unlisten?.()
@@ -86,7 +115,7 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried
  *
  * @internal
  */
-export const start = (env: SessionEnv, session: Session, from: Grant | Previous, carried?: Carried) =>
+export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
   Effect.asVoid(
     Effect.locallyWith(
       Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
@@ -96,3 +125,33 @@ export const start = (env: SessionEnv, session: Session, from: Grant | Previous,
   )
 
 const withoutParentSpan = Context.omit(Tracer.ParentSpan)
+
+/**
+ * A parked hold goes on in a new fiber of the session (`SessionEnv.resume`).
+ *
+ * @internal
+ */
+export const resumed = (env: SessionEnv, session: Session, state: HoldState) =>
+  start(env, session, { parked: state })
+
+/**
+ * At shutdown: every parked hold writes what it served and releases, as an interrupted
+ * session does (its fiber, started here, is interrupted at once: `finish` runs).
+ *
+ * @internal
+ */
+export const closeParked = (env: SessionEnv) =>
+  Effect.forEach(
+    [...env.sessions.values()],
+    (session) =>
+      Effect.suspend(() => {
+        const state = session.parked
+        if (state === undefined) return Effect.void
+        session.parked = undefined
+        return Effect.flatMap(
+          Effect.fork(Effect.uninterruptible(run(env, session, { parked: state }))),
+          Fiber.interrupt
+        )
+      }),
+    { discard: true }
+  )

@@ -18,6 +18,7 @@ import type { Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import type { Timers } from "../timers.js"
+import type { HoldState } from "./relay.js"
 
 /**
  * What the session machinery of one `Lease` service shares.
@@ -46,6 +47,13 @@ export interface SessionEnv {
   /** Leased modifications are acknowledged once written (`leaseDurability: "batch"`). */
   readonly durable: boolean
   readonly oplock: boolean
+  /**
+   * How long an idle lease's hold waits for something to do before it parks: its fiber
+   * ends, and the lease is its state alone until something wakes it (`notify`).
+   */
+  readonly parkMs: number
+  /** Continue a parked hold in a new session fiber (`notify` calls it). */
+  readonly resume: (session: Session, state: HoldState) => void
 }
 
 /** @internal */
@@ -65,6 +73,11 @@ export interface Session {
   lease: LeaseState | undefined
   /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
   own: Grant | undefined
+  /**
+   * A lease's hold with no fiber: parked once it was idle for `parkMs`, it keeps the lock
+   * (its keep-alive and deadline are timers) and goes on in a new fiber at the next change.
+   */
+  parked: HoldState | undefined
 }
 
 /**
@@ -84,6 +97,11 @@ export const notify = (session: Session) => {
   const current = session.changed
   session.changed = new OneShot<void>()
   current.done(Exit.void)
+  const parked = session.parked
+  if (parked !== undefined) {
+    session.parked = undefined
+    parked.env.resume(session, parked)
+  }
 }
 
 /** @internal */
@@ -104,7 +122,8 @@ export const newSession = (env: SessionEnv, token: string): Session => {
     unlisten: undefined,
     signals: undefined,
     lease: undefined,
-    own: undefined
+    own: undefined,
+    parked: undefined
   }
   env.sessions.set(token, session)
   return session
