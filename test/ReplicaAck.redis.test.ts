@@ -168,6 +168,26 @@ describe("RedisStore with minReplicasAck", () => {
   )
 
   it.scopedLive(
+    "a step whose reply comes before its WAIT's is covered by that WAIT: one WAIT per step, one after the other",
+    () =>
+      Effect.gen(function* () {
+        const { primary } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1 })
+        const w = yield* cluster.worker()
+        assert.strictEqual(yield* inc(w, "tok"), 1)
+        const before = yield* calls(primary, "wait")
+        const steps = yield* calls(primary, "evalsha", "eval")
+        for (let i = 2; i <= 41; i++) assert.strictEqual(yield* inc(w, "tok"), i)
+        const waits = (yield* calls(primary, "wait")) - before
+        const scripts = (yield* calls(primary, "evalsha", "eval")) - steps
+        assert.strictEqual(scripts, 80, "a grant and a commit per modification")
+        // a step taken for one written after its WAIT waits for a WAIT more
+        assert.isAtMost(waits, scripts, `${waits} WAITs for ${scripts} steps sent one after the other`)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
     "a commit not acknowledged fails, and is not undone: its outcome is unknown",
     () =>
       Effect.gen(function* () {
