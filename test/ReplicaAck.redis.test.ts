@@ -6,14 +6,16 @@
  * nothing changes (no acknowledged connection, no WAIT). And the store conformance suite
  * with `minReplicasAck` 1.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -257,6 +259,19 @@ const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_wait", "cmds
 
 let testCount = 0
 
+/**
+ * One primary with its replica for the whole conformance suite (each test starting its own
+ * pair would wait for a first sync every time): every test begins on an empty database that
+ * the replica has caught up with, under a key prefix of its own.
+ */
+const sharedScope = Effect.runSync(Scope.make())
+afterAll(() => Effect.runPromise(Scope.close(sharedScope, Exit.void)))
+let sharedPair: Promise<Effect.Effect.Success<typeof replicated>> | undefined
+const shared = Effect.promise(() => {
+  sharedPair ??= Effect.runPromise(Scope.extend(replicated, sharedScope))
+  return sharedPair
+})
+
 /** The conformance suite's backend: a primary with a replica, every promise-carrying step acknowledged by it. */
 const acknowledgedRedis: Backend = {
   name: "redis",
@@ -264,7 +279,9 @@ const acknowledgedRedis: Backend = {
   test: (name, body) =>
     it.scopedLive(name, () =>
       Effect.gen(function* () {
-        const { primary, replica } = yield* replicated
+        const { primary, replica } = yield* shared
+        yield* Effect.orDie(primary.command("FLUSHALL"))
+        yield* caughtUp(primary)
         const linked = eventuallyTrue(
           "the replica linked again",
           20_000,
