@@ -1,8 +1,9 @@
 /**
  * One worker process of `bench/contention.ts`: C concurrent fibers doing
  * "read the counter, add 1, write it" on one hot token with one implementation, until the
- * parent's deadline. Prints `ready`, waits for `go <duration_ms>` on stdin, then prints one
- * JSON line `{"ok": <successes>, "failed": <failures>, "lat": [<ms>, …], "cpu_ms": <process CPU time>}`.
+ * parent's deadline, warmed up first (see `main`). Prints one JSON line `{"ok": <measured
+ * successes>, "warm_ok": <successes while warming up>, "failed": <failures>, "lat": [<ms>, …],
+ * "cpu_ms": <process CPU time while measured>}`.
  *
  * IMPL: leasehold-oplock | leasehold-oplock-memory | leasehold | redis-semaphore | redlock | poll
  * (`leasehold-oplock-memory`: leases with `leaseDurability: "memory"`, acknowledged before
@@ -122,33 +123,61 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
   throw new Error(`unknown IMPL ${impl}`)
 }
 
+/**
+ * The protocol with the parent: `ready`; then `warm`: the fibers start their loop, and
+ * after `warm <ms>` the worker prints `warmed` and goes on looping (the token stays as
+ * contended as it will be measured); then `go <ms>`: the operations started from then on,
+ * for that long, are measured. Every success counts towards the stored counter
+ * (`warm_ok` before the go, `ok` after it).
+ */
 const main = async () => {
   const { op, close } = await makeOp()
   console.log("ready")
   const lines = readline.createInterface({ input: process.stdin })
-  const go = await new Promise<string>((resolve) => lines.once("line", resolve))
-  const durationMs = Number(go.split(" ")[1] ?? "3000")
-  const deadline = performance.now() + durationMs
-  const cpuBefore = process.cpuUsage()
+  const commands: Array<string> = []
+  const waiting: Array<(line: string) => void> = []
+  lines.on("line", (line) => {
+    const wake = waiting.shift()
+    if (wake === undefined) commands.push(line)
+    else wake(line)
+  })
+  const next = () =>
+    commands.length > 0 ? Promise.resolve(commands.shift()!) : new Promise<string>((resolve) => waiting.push(resolve))
+  const warm = await next()
+  const warmMs = Number(warm.split(" ")[1] ?? "0")
+  let measuring = false
+  let deadline = Number.POSITIVE_INFINITY
   const lat: Array<number> = []
   let ok = 0
+  let warmOk = 0
   let failed = 0
-  await Promise.all(
+  const loops = Promise.all(
     Array.from({ length: conc }, async () => {
       while (performance.now() < deadline) {
         const started = performance.now()
+        const measured = measuring
         try {
           await op()
-          ok++
-          lat.push(Math.round((performance.now() - started) * 100) / 100)
+          if (measured) {
+            ok++
+            lat.push(Math.round((performance.now() - started) * 100) / 100)
+          } else warmOk++
         } catch {
           failed++
         }
       }
     })
   )
+  await sleep(warmMs)
+  console.log("warmed")
+  const go = await next()
+  const durationMs = Number(go.split(" ")[1] ?? "3000")
+  const cpuBefore = process.cpuUsage()
+  deadline = performance.now() + durationMs
+  measuring = true
+  await loops
   const cpu = process.cpuUsage(cpuBefore)
-  console.log(JSON.stringify({ ok, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
+  console.log(JSON.stringify({ ok, warm_ok: warmOk, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
   lines.close()
   await close()
   process.exit(0)

@@ -6,7 +6,8 @@
  *   npm run soak -- --seconds 120 --seed 3
  *
  * Output: {"seconds", "faults", "operations", "violations", "lost_updates",
- * "duplicate_deliveries", …}: the full report, `details` naming each violation.
+ * "duplicate_deliveries", "relinks", "relinked", "relink_fresh", "relink_lost", …}: the full
+ * report, `details` naming each violation.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"

@@ -5,7 +5,7 @@ import { soak } from "./soak/run.js"
 
 describe("chaos soak", () => {
   it.scopedLive(
-    "4 workers, 16 tokens, faults on a seeded schedule: nothing lost, nothing doubled, nothing stale",
+    "4 workers, 16 tokens, faults on a seeded schedule: nothing lost, nothing doubled, nothing stale, every tab of a killed worker linked again under its token",
     () =>
       Effect.gen(function* () {
         const report = yield* soak({ seconds: 60, seed: 7 })
@@ -23,6 +23,10 @@ describe("chaos soak", () => {
           "worker-pause": 2
         })
         assert.strictEqual(report.fault_timeline.filter((line) => /^\d+-\d+ ms: /.test(line)).length, 13)
+        // the killed worker's tabs, each linked again under its token on another worker or on
+        // the next incarnation: 4 on the first (half of them to the next), 2 on the second, 1 on the third
+        assert.strictEqual(report.relinks, 7)
+        assert.strictEqual(report.relinked, 7)
         assert.isAbove(report.successes, 100)
         assert.isAbove(report.deliveries, 10)
       }),

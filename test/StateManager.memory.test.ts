@@ -1,3 +1,5 @@
+import * as v8 from "node:v8"
+import { runInNewContext } from "node:vm"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Clock from "effect/Clock"
@@ -12,6 +14,12 @@ import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
+
+/** A full collection (`gc`, exposed for this process). */
+const collectGarbage: () => void = (() => {
+  v8.setFlagsFromString("--expose-gc")
+  return runInNewContext("gc") as () => void
+})()
 
 const memory: StateBackend = {
   name: "memory",
@@ -457,6 +465,33 @@ describe("the timers of holds and waits", () => {
       yield* Fiber.join(closing)
       assert.isTrue(Exit.isSuccess(exit), `the modification failed: ${JSON.stringify(exit)}`)
       assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+})
+
+describe("a lease and the span of the modification that began it", () => {
+  it.scoped("the lease's session runs outside that span, and does not keep it alive", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
+      const worker = yield* cluster.worker()
+      let span: WeakRef<object> | undefined
+      yield* worker.states.modifyEffect("t", Counter, (s) =>
+        Effect.map(Effect.currentSpan, (current) => {
+          span = new WeakRef(current)
+          return [null, { n: s.n + 1 }] as const
+        })
+      )
+      // the modification began a lease, held on
+      assert.isTrue(worker.lease.isLeased("t"))
+      assert.isDefined(span?.deref())
+      yield* Effect.promise(async () => {
+        for (let i = 0; i < 5 && span?.deref() !== undefined; i++) {
+          await new Promise((resolve) => setImmediate(resolve))
+          collectGarbage()
+        }
+      })
+      assert.isUndefined(span?.deref(), "the held lease keeps the span of the modification that began it")
+      assert.isTrue(worker.lease.isLeased("t"))
     })
   )
 })

@@ -24,10 +24,37 @@ export interface AppSettings {
    * that is pure cost (docs/configuration.md has the figures).
    */
   readonly httpTracing: boolean
+  /**
+   * The largest WebSocket message a client may send, in bytes (`MAX_FRAME_BYTES`, default
+   * 64 KiB). A frame announcing more is answered with a close frame, code 1009, before its
+   * payload is read.
+   */
+  readonly maxFrameBytes: number
+  /** The largest HTTP request body, in bytes (`MAX_BODY_BYTES`, default 64 KiB): above it, 413. */
+  readonly maxBodyBytes: number
+  /** The longest request target (path and query string), in bytes (`MAX_URL_BYTES`, default 8 KiB): above it, 414. */
+  readonly maxUrlBytes: number
 }
 
 /** The data directory `npm start` uses when `LEASEHOLD_DATA_DIR` is not set. */
 export const defaultDataDir = ".leasehold"
+
+/** `MAX_FRAME_BYTES` when unset: 64 KiB, a thousand times the largest frame the page sends. */
+export const defaultMaxFrameBytes = 65_536
+
+/** `MAX_BODY_BYTES` when unset: 64 KiB (the API reads no body; a route that did would be bounded by it). */
+export const defaultMaxBodyBytes = 65_536
+
+/** `MAX_URL_BYTES` when unset: 8 KiB (a token is at most 128 characters). */
+export const defaultMaxUrlBytes = 8_192
+
+/** A bound in bytes: a whole number from 1 up. */
+const bytes = (name: string, fallback: number, description: string) =>
+  Config.integer(name).pipe(
+    Config.withDefault(fallback),
+    Config.validate({ message: `${name} must be a whole number of bytes above 0`, validation: (n) => n >= 1 }),
+    Config.withDescription(description)
+  )
 
 /** The settings, from the environment. */
 export const appConfig: Config.Config<AppSettings> = Config.all({
@@ -54,7 +81,14 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
   httpTracing: Config.boolean("HTTP_TRACING").pipe(
     Config.withDefault(false),
     Config.withDescription("a server span per HTTP request (for an installed tracer); default off")
-  )
+  ),
+  maxFrameBytes: bytes(
+    "MAX_FRAME_BYTES",
+    defaultMaxFrameBytes,
+    "largest WebSocket message from a client (else close 1009)"
+  ),
+  maxBodyBytes: bytes("MAX_BODY_BYTES", defaultMaxBodyBytes, "largest HTTP request body (else 413)"),
+  maxUrlBytes: bytes("MAX_URL_BYTES", defaultMaxUrlBytes, "longest HTTP request target, path and query (else 414)")
 })
 
 /** `WORKERS` above 1 without Redis: the workers would each have their own embedded store. */

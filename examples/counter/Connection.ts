@@ -8,7 +8,8 @@
  * detached and the token's record removed. A socket whose token another worker took over
  * (this worker seemed gone to it) is closed by the server with code 4001, and its tab
  * reconnects. A tab whose record was taken over from a dead worker keeps its token, and
- * is sent its current state as on every link.
+ * is sent its current state as on every link. A message over `MAX_FRAME_BYTES` closes the
+ * socket with code 1009 before it is read (see `Upgrade`).
  */
 import { randomUUID } from "node:crypto"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
@@ -25,6 +26,7 @@ import { isValidToken, TokenManager } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
 import { parseClientMessage } from "./Protocol.js"
 import { type Connection, Sockets } from "./Sockets.js"
+import { isTooBig, tooBigCloseCode, Upgrades } from "./Upgrade.js"
 
 /**
  * The most frames of one socket waiting to be handled. A client that sends faster than
@@ -108,7 +110,8 @@ export const handler = Effect.gen(function* () {
   const tokens = yield* TokenManager
   const sockets = yield* Sockets
   const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
-  const socket = yield* request.upgrade
+  // Not the platform's `request.upgrade`: its WebSocket server buffers messages of up to 100 MiB.
+  const socket = yield* Effect.flatMap(Upgrades, (upgrades) => upgrades.upgrade(request))
   const write = yield* socket.writer
   const id = randomUUID()
 
@@ -154,7 +157,10 @@ export const handler = Effect.gen(function* () {
     })
     .pipe(
       Effect.catchIf(Socket.isSocketError, (error) =>
-        Effect.logDebug(`socket ${id} closed: ${error.reason}`).pipe(Effect.annotateLogs({ token: connection.token }))
+        (isTooBig(error)
+          ? Effect.logWarning(`socket ${id}: a message over MAX_FRAME_BYTES, closed with ${tooBigCloseCode}`)
+          : Effect.logDebug(`socket ${id} closed: ${error.reason}`)
+        ).pipe(Effect.annotateLogs({ token: connection.token }))
       ),
       Effect.raceFirst(closedHere)
     )

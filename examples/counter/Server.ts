@@ -33,8 +33,10 @@ import * as Api from "./Api.js"
 import type { AppSettings } from "./AppConfig.js"
 import * as Connection from "./Connection.js"
 import { Count } from "./Counter.js"
+import * as Limits from "./Limits.js"
 import { page } from "./Page.js"
 import * as Sockets from "./Sockets.js"
+import * as Upgrade from "./Upgrade.js"
 
 /** Every route of the app. */
 export const router = HttpRouter.empty.pipe(
@@ -110,9 +112,13 @@ export const httpTracing =
   <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
     enabled ? layer : HttpMiddleware.withTracerDisabledWhen(layer, () => true)
 
-/** An HTTP server that remembers its open connections, and can cut them once it closes. */
+/**
+ * An HTTP server that remembers its open connections, and can cut them once it closes; and
+ * keeps each upgrade request's socket for `Upgrade`.
+ */
 const trackedServer = () => {
   const server = createServer()
+  const pending = Upgrade.track(server)
   const open = new Set<NetSocket>()
   server.on("connection", (socket) => {
     open.add(socket)
@@ -120,6 +126,7 @@ const trackedServer = () => {
   })
   return {
     server,
+    pending,
     /** From now on, cut whatever is still open after the grace. */
     cutLingering: Effect.sync(() => {
       // A timer outside the scope being closed: it must fire while the server's close waits.
@@ -140,9 +147,12 @@ export const layer = (settings: AppSettings) =>
 const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer>) => {
   // Released before the HTTP server (which it needs), so the grace starts as closing does.
   const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
-  return Layer.mergeAll(HttpServer.serve(router), announce, closeLost).pipe(
+  return Layer.mergeAll(HttpServer.serve(Limits.bounded(settings)(router)), announce, closeLost).pipe(
     httpTracing(settings.httpTracing),
     Layer.provide(cutOnClose),
+    Layer.provide(
+      Upgrade.layer(tracked.pending, { maxFrameBytes: settings.maxFrameBytes, closeGrace: connectionCloseGrace })
+    ),
     Layer.provide(
       NodeHttpServer.layer(
         () => tracked.server,

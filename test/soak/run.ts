@@ -11,7 +11,11 @@
  *
  * The server runs with `appendonly yes` and `appendfsync always`, so that a SIGKILLed server
  * keeps every write it acknowledged (without persistence a restart empties it, and no count
- * can survive that). Sockets are held by the workers that are never killed (they may be paused).
+ * can survive that). Every token is one browser tab, whose socket one worker holds; the
+ * killed worker holds some. When it dies, each of its tabs reconnects about a second later,
+ * as a page does, to another live worker or to the killed one's next incarnation, with the same
+ * token: it must be linked again under that token, the dead worker's record taken over, and
+ * the updates sent to it from then on delivered there.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
@@ -50,6 +54,20 @@ export interface Report {
   readonly lost_deliveries: number
   readonly duplicate_deliveries: number
   readonly out_of_order_deliveries: number
+  /** Deliveries on a worker that did not hold the tab's socket at the time. */
+  readonly misdirected_deliveries: number
+  /** Reconnections of the tabs of a killed incarnation (each linked again elsewhere or on its successor). */
+  readonly relinks: number
+  /** Of those, linked again under the same token, the dead worker's record taken over. */
+  readonly relinked: number
+  /** Re-links answered with a fresh token (the tab taken for a duplicate of itself). */
+  readonly relink_fresh: number
+  /** Re-links that kept the token without taking the dead worker's record over. */
+  readonly relink_not_taken_over: number
+  /** Re-links that failed or did not answer, or whose record is not the tab's at the end. */
+  readonly relink_lost: number
+  /** Sockets reported on `TokenManager.lost` (each token is one tab: none may lose it). */
+  readonly sockets_lost: number
   /** Locks, pending grants or queue entries left, records of live workers missing, loops not running, workers that did not close. */
   readonly stale_or_unhealthy: number
   readonly violations: number
@@ -72,7 +90,17 @@ interface Proc {
   readonly child: ChildProcess
   readonly events: Array<Event>
   readonly exited: Promise<number | null>
-  readonly waitFor: (t: string, ms: number) => Promise<Event>
+  /** The first event of kind `t` (and matching `where`). */
+  readonly waitFor: (t: string, ms: number, where?: (event: Event) => boolean) => Promise<Event>
+}
+
+/** A tab's socket on one worker: linking from `start`, linked from `from` until `to`. */
+interface Holding {
+  readonly proc: Proc
+  readonly connectionId: string
+  readonly start: number
+  readonly from: number
+  to: number
 }
 
 const startWorker = (name: string, env: Record<string, string>): Proc => {
@@ -107,10 +135,10 @@ const startWorker = (name: string, env: Record<string, string>): Proc => {
     stderr = (stderr + chunk).slice(-4000)
   })
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
-  const waitFor = (t: string, ms: number) =>
+  const waitFor = (t: string, ms: number, where: (event: Event) => boolean = () => true) =>
     new Promise<Event>((resolve, reject) => {
       const check = () => {
-        const found = events.find((event) => event.t === t)
+        const found = events.find((event) => event.t === t && where(event))
         if (found !== undefined) {
           listeners.delete(check)
           clearTimeout(timer)
@@ -149,12 +177,15 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
     const log = options.log ?? (() => undefined)
     const random = seeded(options.seed)
     const lockMs = 2_000
+    // Short, so that the tabs of a killed worker are taken over within the run.
+    const presenceMs = 1_200
     const server = yield* RedisServer.start({ extraArgs: ["--appendonly", "yes", "--appendfsync", "always"] })
     const tokens = Array.from({ length: tokenCount }, (_, i) => `soak-${i}`)
-    // Sockets on the workers that are never killed (all but the last).
+    const victim = workerCount - 1
+    // One tab per token: a quarter on the worker that is killed (the last), the rest on the others.
     const socketsOf = new Map<number, Array<string>>()
-    for (const token of tokens) {
-      const owner = Math.floor(random() * (workerCount - 1))
+    for (const [i, token] of tokens.entries()) {
+      const owner = i < Math.max(1, Math.floor(tokenCount / workerCount)) ? victim : Math.floor(random() * victim)
       socketsOf.set(owner, [...(socketsOf.get(owner) ?? []), token])
     }
     const env = (index: number, generation: number): Record<string, string> => ({
@@ -166,10 +197,12 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       LEASEHOLD_CONNECT_TIMEOUT_MS: "1000",
       LEASEHOLD_RETRY_DELAY_INITIAL_MS: "100",
       LEASEHOLD_RETRY_DELAY_MAX_MS: "1000",
+      LEASEHOLD_PRESENCE_EXPIRATION_MS: String(presenceMs),
       INDEX: String(index),
       GENERATION: String(generation),
       TOKENS: tokens.join(","),
-      SOCKETS: (socketsOf.get(index) ?? []).join(","),
+      // a restarted incarnation starts without sockets: tabs reconnect to it
+      SOCKETS: generation > 0 ? "" : (socketsOf.get(index) ?? []).map((token) => `${token}=tab-${token}-0`).join(","),
       FIBERS: String(fibers),
       SEED: String(options.seed)
     })
@@ -195,6 +228,71 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       await Promise.all([...live.values()].map((proc) => proc.waitFor("ready", 60_000)))
       log("all workers ready")
       const started = Date.now()
+      // --- tabs -----------------------------------------------------------------------
+      const holdings = new Map<string, Array<Holding>>()
+      const holding = (token: string) => holdings.get(token)?.find((held) => held.to === Number.POSITIVE_INFINITY)
+      const tabDetails: Array<string> = []
+      let startProblems = 0
+      for (const proc of live.values()) {
+        for (const event of proc.events) {
+          if (event.t !== "linked") continue
+          const token = String(event.token)
+          if (event.result !== token) {
+            startProblems++
+            tabDetails.push(`${proc.name}: tab ${token} linked at start as ${JSON.stringify(event)}`)
+            continue
+          }
+          const held = { proc, connectionId: String(event.connectionId), start: Number(event.started) }
+          holdings.set(token, [{ ...held, from: Number(event.at), to: Number.POSITIVE_INFINITY }])
+        }
+      }
+      const connections = new Map<string, number>()
+      let relinks = 0
+      let relinked = 0
+      let relinkFresh = 0
+      let relinkNotTakenOver = 0
+      let relinkLost = 0
+      const moved = new Set<string>()
+      /** Tabs of a killed incarnation whose re-link has not answered yet. */
+      const waiting = new Set<string>()
+      /** The tab of `token` reconnects to `proc` (a new socket, the same token), as a page does. */
+      const relink = async (token: string, proc: Proc) => {
+        relinks++
+        moved.add(token)
+        const n = (connections.get(token) ?? 0) + 1
+        connections.set(token, n)
+        const connectionId = `tab-${token}-${n}`
+        proc.child.stdin!.write(`link ${token} ${connectionId}\n`)
+        const event = await proc
+          .waitFor("linked", 30_000, (event) => event.connectionId === connectionId)
+          .catch((error: unknown) => String(error))
+        waiting.delete(token)
+        if (typeof event === "string") {
+          relinkLost++
+          tabDetails.push(`tab ${token}: no answer to its re-link: ${event}`)
+          return
+        }
+        const what = `tab ${token}: re-linked on ${proc.name} as ${JSON.stringify(event)}`
+        log(`${what}, ${Number(event.at) - Number(event.started)} ms`)
+        if (event.result !== token) {
+          if (event.fresh === true) relinkFresh++
+          else relinkLost++
+          tabDetails.push(what)
+          return
+        }
+        if (event.takenOver !== true) {
+          relinkNotTakenOver++
+          tabDetails.push(what)
+        } else relinked++
+        holdings.get(token)!.push({
+          proc,
+          connectionId,
+          start: Number(event.started),
+          from: Number(event.at),
+          to: Number.POSITIVE_INFINITY
+        })
+      }
+
       const at = (fraction: number) => started + fraction * options.seconds * 1_000 * (0.97 + 0.06 * random())
       const until = async (time: number) => {
         const wait = time - Date.now()
@@ -203,16 +301,19 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const faultCounts: Record<string, number> = {}
       const timeline: Array<string> = []
       let faults = 0
+      let lastDisturbance = started
       const fault = async (kind: string, name: string, action: () => Promise<unknown>) => {
         faults++
         faultCounts[kind] = (faultCounts[kind] ?? 0) + 1
         const begun = Date.now() - started
         log(`fault ${faults} at ${begun} ms: ${name}`)
         await action()
-        timeline.push(`${begun}-${Date.now() - started} ms: ${name}`)
+        const ended = Date.now()
+        // every fault but a worker's SIGKILL disturbs the presence of the workers that live on
+        if (kind !== "worker-kill") lastDisturbance = ended
+        timeline.push(`${begun}-${ended - started} ms: ${name}`)
       }
       const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(Effect.orDie(effect))
-      const victim = workerCount - 1
       const generations = new Map<number, number>()
       const pauseMs = lockMs + 1_000
 
@@ -240,15 +341,48 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           ),
         "worker-kill": () => {
           const proc = live.get(victim)!
-          return fault("worker-kill", `SIGKILL ${proc.name} (holding leases), restart after 2 s`, async () => {
-            proc.child.kill("SIGKILL")
-            await proc.exited
-            live.delete(victim)
-            await sleep(2_000)
-            const generation = (generations.get(victim) ?? 0) + 1
-            generations.set(victim, generation)
-            await launch(victim, generation).waitFor("ready", 60_000)
-          })
+          const tabs = tokens.filter((token) => holding(token)?.proc === proc)
+          // Every other one to the next incarnation (once it is up), the rest each to another
+          // worker, 0.5-1.5 s after the kill (the dead worker's presence is there still, or
+          // not). But not in the aftermath of the fault before: a worker whose presence has just
+          // come back (after an outage of the store or of itself) cannot judge another dead
+          // yet, and gives the tab a fresh token instead, by design (docs/tokens.md).
+          const settled = lastDisturbance + 2 * presenceMs
+          const targets = tabs.map(
+            (token, i) =>
+              [token, i % 2 === 0 ? victim : Math.floor(random() * victim), 500 + Math.floor(random() * 1_000)] as const
+          )
+          return fault(
+            "worker-kill",
+            `SIGKILL ${proc.name} (holding leases and ${tabs.length} tabs), restart after 2 s; its tabs reconnect`,
+            async () => {
+              const killedAt = Date.now()
+              proc.child.kill("SIGKILL")
+              for (const token of tabs) {
+                holding(token)!.to = killedAt
+                waiting.add(token)
+              }
+              await proc.exited
+              live.delete(victim)
+              const elsewhere = Promise.all(
+                targets
+                  .filter(([, to]) => to !== victim)
+                  .map(([token, to, after]) =>
+                    until(Math.max(killedAt + after, settled)).then(() => relink(token, live.get(to)!))
+                  )
+              )
+              await sleep(2_000)
+              const generation = (generations.get(victim) ?? 0) + 1
+              generations.set(victim, generation)
+              const next = launch(victim, generation)
+              await next.waitFor("ready", 60_000)
+              log(`${next.name} ready`)
+              await Promise.all([
+                elsewhere,
+                ...targets.filter(([, to]) => to === victim).map(([token]) => relink(token, next))
+              ])
+            }
+          )
         },
         "worker-pause": () => {
           // a worker that holds sockets and leases freezes (a long GC pause, a frozen VM)
@@ -274,6 +408,26 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       // What a fault leaves behind by design (a registration whose reply was lost) expires
       // within a lock expiration: the workers stop once that has passed after the last one.
       await until(Math.max(started + 0.85 * options.seconds * 1_000, Date.now() + 2 * lockMs))
+      const keys = makeKeys("leasehold")
+      const instanceOf = (proc: Proc) => proc.events.find((event) => event.t === "ready")?.instanceId
+      // Every tab's record names the socket it was linked with last (before the workers close theirs).
+      let recordsWrong = 0
+      for (const token of waiting) {
+        relinkLost++
+        tabDetails.push(`tab ${token}: never linked again after its worker was killed`)
+      }
+      for (const token of tokens) {
+        const held = holding(token)
+        if (held === undefined) continue
+        const raw = await run(server.command("GET", keys.socket(token)))
+        const record = typeof raw === "string" ? (JSON.parse(raw) as Record<string, unknown>) : undefined
+        if (record?.instanceId === instanceOf(held.proc) && record?.connectionId === held.connectionId) continue
+        if (moved.has(token)) relinkLost++
+        else recordsWrong++
+        tabDetails.push(
+          `tab ${token}: linked last as ${held.connectionId} on ${held.proc.name}, its record at the end: ${String(raw)}`
+        )
+      }
       timeline.push(`${Date.now() - started} ms: the workers are told to stop`)
 
       log("stopping the workers")
@@ -284,8 +438,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         if (at !== undefined) timeline.push(`${Number(at) - started} ms: ${proc.name} closed`)
       }
       const seconds = (Date.now() - started) / 1_000
-      const details: Array<string> = []
-      let staleOrUnhealthy = closing.filter((result) => result.status === "rejected").length
+      const details: Array<string> = [...tabDetails]
+      let staleOrUnhealthy =
+        closing.filter((result) => result.status === "rejected").length + startProblems + recordsWrong
       for (const result of closing) if (result.status === "rejected") details.push(String(result.reason))
       for (const proc of live.values()) {
         const health = proc.events.find((event) => event.t === "health") as
@@ -315,7 +470,6 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       // Ops of a killed incarnation that never reported (in flight when it died) may be either way.
       const killedPrefixes = Array.from({ length: generations.get(victim) ?? 0 }, (_, g) => `${victim}g${g}.`)
       const killed = (op: string) => killedPrefixes.some((prefix) => op.startsWith(prefix))
-      const keys = makeKeys("leasehold")
       // Who an instance id was: every incarnation reports its id when ready.
       const nameOf = (instanceId: string) =>
         procs.find((proc) => proc.events.some((event) => event.t === "ready" && event.instanceId === instanceId))
@@ -415,43 +569,77 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       }
 
       // --- deliveries -----------------------------------------------------------------
-      // Expected: every update whose send reported it appended or delivered, and, from a
-      // sender alive at the end, every one it buffered.
+      // A socket reported lost ends its holding there (and is a violation: one tab per token).
+      let socketsLost = 0
+      for (const { proc, event } of all) {
+        if (event.t !== "lost") continue
+        socketsLost++
+        details.push(`${proc.name}: lost the socket of ${String(event.token)}: ${JSON.stringify(event)}`)
+        for (const held of holdings.get(String(event.token)) ?? []) {
+          if (held.proc === proc && held.connectionId === event.connectionId)
+            held.to = Math.min(held.to, Number(event.at))
+        }
+      }
+      // Expected: every update whose send began while its tab was linked on a worker alive at
+      // the end, and reported it appended or delivered (or, from a sender alive at the end,
+      // buffered), delivered there. One sent while the tab was on a worker that was killed,
+      // or between the kill and the tab's re-link, went to the dead worker's mailbox, which
+      // nobody reads: it may be lost (not expected), but never doubled nor misdirected.
       const survivors = new Set([...live.values()])
-      const expected = new Map<string, Array<number>>()
-      const delivered = new Map<string, Array<number>>()
+      const holderAt = (token: string, at: number) =>
+        holdings.get(token)?.find((held) => held.from <= at && at < held.to)?.proc
+      const expected = new Map<string, Array<{ readonly seq: number; readonly holder: Proc }>>()
+      const delivered = new Map<string, Array<{ readonly seq: number; readonly proc: Proc; readonly at: number }>>()
       let sends = 0
+      let misdirected = 0
       for (const { proc, event } of all) {
         if (event.t === "sent") {
           sends++
           const outcome = String(event.outcome)
           const counts =
             outcome === "sent" || outcome === "delivered" || (outcome === "buffered" && survivors.has(proc))
-          if (!counts) continue
+          const holder = holderAt(String(event.token), Number(event.at))
+          if (!counts || holder === undefined || !survivors.has(holder)) continue
           const key = `${event.token}|${proc.name}|${event.fiber}`
-          expected.set(key, [...(expected.get(key) ?? []), Number(event.seq)])
+          expected.set(key, [...(expected.get(key) ?? []), { seq: Number(event.seq), holder }])
         } else if (event.t === "dlv") {
-          const key = `${event.token}|${event.sender}|${event.fiber}`
-          delivered.set(key, [...(delivered.get(key) ?? []), Number(event.seq)])
+          const token = String(event.token)
+          const at = Number(event.at)
+          // only a worker linking or holding the tab's socket delivers to it
+          const holds = (holdings.get(token) ?? []).some(
+            (held) => held.proc === proc && held.start <= at && at <= held.to
+          )
+          if (!holds) {
+            misdirected++
+            if (misdirected <= 20) details.push(`${proc.name}: delivered ${JSON.stringify(event)} without the socket`)
+          }
+          const key = `${token}|${event.sender}|${event.fiber}`
+          delivered.set(key, [...(delivered.get(key) ?? []), { seq: Number(event.seq), proc, at }])
         }
       }
       let lostDeliveries = 0
       let duplicates = 0
       let outOfOrder = 0
       let deliveries = 0
-      for (const [key, seqs] of delivered) {
+      for (const [key, list] of delivered) {
+        // in time order: a tab that moved was delivered to by one worker, then by another
+        const seqs = [...list].sort((a, b) => a.at - b.at).map((delivery) => delivery.seq)
         deliveries += seqs.length
         const unique = new Set(seqs)
         duplicates += seqs.length - unique.size
         for (let i = 1; i < seqs.length; i++) if (seqs[i]! <= seqs[i - 1]!) outOfOrder++
         if (seqs.length !== unique.size) details.push(`${key}: delivered twice`)
       }
-      for (const [key, seqs] of expected) {
-        const got = new Set(delivered.get(key) ?? [])
-        for (const seq of seqs) {
-          if (!got.has(seq)) {
+      for (const [key, updates] of expected) {
+        const got = delivered.get(key) ?? []
+        for (const { seq, holder } of updates) {
+          if (!got.some((delivery) => delivery.seq === seq && delivery.proc === holder)) {
             lostDeliveries++
-            if (lostDeliveries <= 20) details.push(`${key}: update ${seq} not delivered`)
+            const elsewhere = got.filter((delivery) => delivery.seq === seq).map((delivery) => delivery.proc.name)
+            if (lostDeliveries <= 20)
+              details.push(
+                `${key}: update ${seq} not delivered on ${holder.name}${elsewhere.length > 0 ? ` (on ${elsewhere.join(", ")})` : ""}`
+              )
           }
         }
       }
@@ -476,7 +664,19 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const operations = all.filter((e) =>
         ["ok", "ambiguous", "failed", "interrupted", "sent"].includes(e.event.t)
       ).length
-      const violations = lost + phantom + fenceRegressions + lostDeliveries + duplicates + outOfOrder + staleOrUnhealthy
+      const violations =
+        lost +
+        phantom +
+        fenceRegressions +
+        lostDeliveries +
+        duplicates +
+        outOfOrder +
+        misdirected +
+        relinkFresh +
+        relinkNotTakenOver +
+        relinkLost +
+        socketsLost +
+        staleOrUnhealthy
       return {
         seconds: Math.round(seconds),
         faults,
@@ -492,6 +692,13 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         lost_deliveries: lostDeliveries,
         duplicate_deliveries: duplicates,
         out_of_order_deliveries: outOfOrder,
+        misdirected_deliveries: misdirected,
+        relinks,
+        relinked,
+        relink_fresh: relinkFresh,
+        relink_not_taken_over: relinkNotTakenOver,
+        relink_lost: relinkLost,
+        sockets_lost: socketsLost,
         stale_or_unhealthy: staleOrUnhealthy,
         violations,
         details: details.slice(0, 50),

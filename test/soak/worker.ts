@@ -1,10 +1,12 @@
 /**
  * One worker process of the chaos soak: a full `Worker.layerRedis` (configured from the
  * environment) whose fibers modify random tokens and send updates to random tokens'
- * sockets, and which holds the sockets of the tokens it is given. It reports every outcome
- * on stdout, one JSON object per line, and stops when it reads `stop` on stdin.
+ * sockets, and which holds the sockets of the tabs it is given. It reports every outcome
+ * on stdout, one JSON object per line (with `at`, the time it happened, where the soak
+ * needs it), and reads commands on stdin: `link <token> <connectionId>` links a socket (a
+ * tab that reconnects here, its worker having died), `stop` stops it.
  *
- *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
+ *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0=tab-t0-0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
  *
  * Each modification appends its id and its grant's fencing number to the token's log slice:
  * a lost update is an id missing from the log, a doubled one an id that appears twice, and
@@ -26,8 +28,10 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
 import * as Random from "effect/Random"
 import * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import * as Lease from "../../src/Lease.js"
@@ -49,16 +53,29 @@ const generation = Number(process.env.GENERATION ?? "0")
 /** How the soak names this process: the same in its events and in the updates it sends. */
 const name = `worker ${index}.${generation}`
 const tokens = (process.env.TOKENS ?? "t0").split(",")
-const sockets = (process.env.SOCKETS ?? "").split(",").filter((token) => token.length > 0)
+/** The tabs linked at start: `token=connectionId`. */
+const sockets = (process.env.SOCKETS ?? "")
+  .split(",")
+  .filter((pair) => pair.length > 0)
+  .map((pair) => pair.split("=") as [token: string, connectionId: string])
 const fibers = Number(process.env.FIBERS ?? "4")
 const seed = Number(process.env.SEED ?? "1")
 
 const emit = (event: Record<string, unknown>) => Effect.sync(() => process.stdout.write(`${JSON.stringify(event)}\n`))
 
+/** Links asked for on stdin, taken by the program once it is built. */
+const links: Array<readonly [token: string, connectionId: string]> = []
+let onLink = () => {}
+
 const stopped = new Promise<void>((resolve) => {
   const lines = readline.createInterface({ input: process.stdin })
   lines.on("line", (line) => {
-    if (line.trim() === "stop") resolve()
+    const [command, token, connectionId] = line.trim().split(" ")
+    if (command === "stop") resolve()
+    else if (command === "link" && token !== undefined && connectionId !== undefined) {
+      links.push([token, connectionId])
+      onLink()
+    }
   })
   lines.on("close", () => resolve())
 })
@@ -111,7 +128,7 @@ const program = Effect.gen(function* () {
     Worker.layerRedis({
       schema: Update,
       deliver: (token, update) =>
-        emit({ t: "dlv", token, sender: update.sender, fiber: update.fiber, seq: update.seq }),
+        emit({ t: "dlv", token, sender: update.sender, fiber: update.fiber, seq: update.seq, at: Date.now() }),
       readBlock: "500 millis",
       restoreGrace: "10 seconds"
     })
@@ -123,10 +140,40 @@ const program = Effect.gen(function* () {
   const instanceId = Context.get(context, InstanceId)
   const store = Context.get(context, Store)
   const lease = Context.get(context, Lease.Lease)
-  for (const token of sockets) {
-    const linked = yield* Effect.either(tokenManager.link(token, `conn-${index}-${token}`))
-    yield* emit({ t: "linked", token, result: linked._tag === "Right" ? linked.right.token : linked.left._tag })
+  /** Link a tab's socket and report what became of it: its token, or the error. */
+  const linkTab = (token: string, connectionId: string) =>
+    Effect.gen(function* () {
+      const started = Date.now()
+      const linked = yield* Effect.either(tokenManager.link(token, connectionId))
+      yield* emit({
+        t: "linked",
+        token,
+        connectionId,
+        started,
+        at: Date.now(),
+        ...(linked._tag === "Right"
+          ? { result: linked.right.token, fresh: linked.right.fresh, takenOver: linked.right.takenOver }
+          : { result: linked.left._tag, error: linked.left.message })
+      })
+    })
+  for (const [token, connectionId] of sockets) yield* linkTab(token, connectionId)
+  // A socket whose token another worker's socket holds now: the soak counts it.
+  yield* Effect.forkScoped(
+    Stream.runForEach(tokenManager.lost, (lost) =>
+      emit({ t: "lost", token: lost.token, connectionId: lost.connectionId, holder: lost.holder, at: Date.now() })
+    )
+  )
+  // Tabs that reconnect here, as the soak says, each linked in a fiber of its own.
+  const linkRequests = yield* Queue.unbounded<readonly [string, string]>()
+  onLink = () => {
+    for (const request of links.splice(0)) Effect.runSync(linkRequests.offer(request))
   }
+  onLink()
+  yield* Effect.forkScoped(
+    Effect.forever(
+      Effect.flatMap(linkRequests.take, ([token, connectionId]) => Effect.fork(linkTab(token, connectionId)))
+    )
+  )
   yield* emit({ t: "ready", instanceId })
 
   const loop = (fiber: number) =>
@@ -139,13 +186,15 @@ const program = Effect.gen(function* () {
         if ((yield* Random.next) < 0.8) {
           yield* modifyOnce(states, token, `${index}g${generation}.${fiber}.${ops++}`)
         } else {
-          current.set(fiber, { what: `send ${token}`, since: Date.now() })
+          const at = Date.now()
+          current.set(fiber, { what: `send ${token}`, since: at })
           const outcome = yield* Effect.either(mailbox.send(token, { sender: name, fiber, seq }))
           yield* emit({
             t: "sent",
             token,
             fiber,
             seq,
+            at,
             outcome: outcome._tag === "Right" ? outcome.right : outcome.left._tag
           })
           seq++

@@ -6,10 +6,13 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as FiberId from "effect/FiberId"
+import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
+import * as Tracer from "effect/Tracer"
 import type { Grant, Previous } from "../../Lock.js"
 import { noTurn } from "./commit.js"
 import { type Carried, hold } from "./hold.js"
@@ -77,7 +80,19 @@ const run = (env: SessionEnv, session: Session, start: Grant | Previous, carried
  * lock taken until it expires. Its callers are uninterruptible too, and the fiber
  * inherits that.
  *
+ * Forked outside the span of the modification that starts it: the session outlives that
+ * modification (a lease, for as long as it is held), and its writes are not the
+ * modification's children; nor does a held lease keep the span alive.
+ *
  * @internal
  */
 export const start = (env: SessionEnv, session: Session, from: Grant | Previous, carried?: Carried) =>
-  Effect.asVoid(Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope))
+  Effect.asVoid(
+    Effect.locallyWith(
+      Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
+      FiberRef.currentContext,
+      withoutParentSpan
+    )
+  )
+
+const withoutParentSpan = Context.omit(Tracer.ParentSpan)

@@ -1,0 +1,83 @@
+/**
+ * Bounds on what one HTTP request may bring, checked before any route runs:
+ *
+ * - a request target (path and query string) over `MAX_URL_BYTES` is answered 414;
+ * - a body over `MAX_BODY_BYTES` is answered 413: at once when its `Content-Length` says
+ *   so (its bytes are not read), else (a chunked body) as soon as that many bytes have
+ *   arrived (such a body is read and discarded before the route: no route of the example
+ *   takes a body). A route that read one would read at most that much too.
+ *
+ * Both answers close the connection, so a client cannot go on sending what was refused.
+ * Node refuses request headers over 16 KiB in all (`--max-http-header-size`) with 431
+ * before the app sees them; see docs/operations.md for every bound.
+ */
+import type { IncomingMessage } from "node:http"
+import * as HttpIncomingMessage from "@effect/platform/HttpIncomingMessage"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+
+export interface RequestBounds {
+  readonly maxBodyBytes: number
+  readonly maxUrlBytes: number
+}
+
+const refuse = (status: 413 | 414, message: string) =>
+  HttpServerResponse.unsafeJson(
+    { error: message, code: status === 413 ? "BodyTooLarge" : "UrlTooLong" },
+    { status, headers: { connection: "close" } }
+  )
+
+/** Apply the bounds to every request of `app`. */
+export const bounded =
+  (bounds: RequestBounds) =>
+  <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+    Effect.gen(function* () {
+      const request = yield* HttpServerRequest.HttpServerRequest
+      // The target as received: its characters are bytes (anything else is percent-encoded).
+      const target = request.originalUrl
+      if (target.length > bounds.maxUrlBytes) {
+        return refuse(414, `request target longer than ${bounds.maxUrlBytes} bytes (${target.length})`)
+      }
+      const length = request.headers["content-length"]
+      if (length !== undefined && Number(length) > bounds.maxBodyBytes) {
+        return refuse(413, `body larger than ${bounds.maxBodyBytes} bytes (${length})`)
+      }
+      const limited = HttpIncomingMessage.withMaxBodySize(app, Option.some(bounds.maxBodyBytes))
+      if (request.headers["transfer-encoding"] === undefined) return yield* limited
+      // A body of unknown length: counted as it arrives, and refused once past the bound.
+      const within = yield* drainWithin(NodeHttpServerRequest.toIncomingMessage(request), bounds.maxBodyBytes)
+      if (!within) return refuse(413, `body larger than ${bounds.maxBodyBytes} bytes`)
+      return yield* limited
+    })
+
+/**
+ * Read `source` to its end, discarding it (no route of the example reads a body): `false`
+ * as soon as more than `max` bytes have arrived, and it is left unread from there.
+ */
+const drainWithin = (source: IncomingMessage, max: number) =>
+  Effect.async<boolean>((resume) => {
+    let bytes = 0
+    const stop = () => {
+      source.off("data", onData)
+      source.off("end", onEnd)
+      source.off("error", onEnd)
+    }
+    const onData = (chunk: Buffer) => {
+      bytes += chunk.length
+      if (bytes <= max) return
+      stop()
+      source.pause()
+      resume(Effect.succeed(false))
+    }
+    const onEnd = () => {
+      stop()
+      resume(Effect.succeed(true))
+    }
+    source.on("data", onData)
+    source.once("end", onEnd)
+    source.once("error", onEnd)
+    return Effect.sync(stop)
+  })

@@ -1,0 +1,125 @@
+/**
+ * The example's WebSocket server, which bounds what a client may send in one message.
+ *
+ * `@effect/platform-node` upgrades a request with a `ws` server of its own, made with ws's
+ * defaults: a message of up to 100 MiB is buffered whole before the app sees it, and no
+ * option reaches that server. So `/ws` upgrades with this one, whose `maxPayload` is
+ * `MAX_FRAME_BYTES`: a frame whose header announces more (or a fragment that takes its
+ * message past it) is answered with a close frame, code 1009, before its payload is read;
+ * the connection is not read any further, and is cut once the close grace has passed (the
+ * client's answer to the close is queued behind what it was sending).
+ *
+ * The platform hands the route the request, not the raw socket and the bytes that came
+ * after the request's headers: `track` keeps those for each upgrade request as the server
+ * receives it, and `upgrade` completes the handshake on them.
+ */
+import type { IncomingMessage, Server } from "node:http"
+import type { Duplex } from "node:stream"
+import * as HttpServerError from "@effect/platform/HttpServerError"
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as Socket from "@effect/platform/Socket"
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { type WebSocket, WebSocketServer } from "ws"
+
+/** The close code of a socket that sent a message over `MAX_FRAME_BYTES` (RFC 6455: "message too big"). */
+export const tooBigCloseCode = 1009
+
+/** ws's error for a message over `maxPayload`. */
+const tooBigErrorCode = "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
+
+/** Upgrade requests received and not yet upgraded: their socket and first bytes. */
+export type Pending = WeakMap<IncomingMessage, { readonly socket: Duplex; readonly head: Buffer }>
+
+/** Keep the socket and first bytes of each upgrade request `server` receives, for `upgrade`. */
+export const track = (server: Server): Pending => {
+  const pending: Pending = new WeakMap()
+  // Registered before the platform's own listener, so it runs first.
+  server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    pending.set(request, { socket, head })
+  })
+  return pending
+}
+
+/** Upgrades a request to a WebSocket whose messages are bounded. */
+export class Upgrades extends Context.Tag("counter/Upgrades")<
+  Upgrades,
+  {
+    /**
+     * The request's socket, once run (as `HttpServerRequest.upgrade`). Its release closes the
+     * WebSocket and waits until the connection is closed (cut after `closeGrace`), so that
+     * nothing else is written on it after the close frame.
+     */
+    readonly upgrade: (
+      request: HttpServerRequest.HttpServerRequest
+    ) => Effect.Effect<Socket.Socket, HttpServerError.RequestError>
+  }
+>() {}
+
+/** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
+const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
+  Effect.async<void>((resume) => {
+    if (ws.readyState === ws.CLOSED) return resume(Effect.void)
+    const timer = setTimeout(() => ws.terminate(), Duration.toMillis(grace))
+    ws.once("close", () => {
+      clearTimeout(timer)
+      resume(Effect.void)
+    })
+    if (ws.readyState !== ws.CLOSING) ws.close()
+  })
+
+/** Whether a socket's failure is the close of a message over the bound (ws's error, seen through the platform's socket). */
+export const isTooBig = (error: Socket.SocketError): boolean => {
+  if (error.reason !== "Read") return false
+  const cause = (error as { readonly cause?: unknown }).cause
+  const inner = typeof cause === "object" && cause !== null && "error" in cause ? cause.error : undefined
+  return typeof inner === "object" && inner !== null && "code" in inner && inner.code === tooBigErrorCode
+}
+
+/** The upgrader of requests tracked in `pending`, for messages of at most `maxFrameBytes`. */
+export const layer = (
+  pending: Pending,
+  options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }
+) =>
+  Layer.scoped(
+    Upgrades,
+    Effect.gen(function* () {
+      const wss = yield* Effect.acquireRelease(
+        Effect.sync(() => new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes })),
+        (wss) => Effect.async<void>((resume) => wss.close(() => resume(Effect.void)))
+      )
+      return Upgrades.of({
+        upgrade: (request) => {
+          const source = NodeHttpServerRequest.toIncomingMessage(request)
+          const raw = pending.get(source)
+          if (raw === undefined) {
+            return Effect.fail(
+              new HttpServerError.RequestError({ request, reason: "Decode", description: "not an upgrade request" })
+            )
+          }
+          pending.delete(source)
+          return Socket.fromWebSocket(
+            Effect.acquireRelease(
+              Effect.async<WebSocket>((resume) =>
+                // A handshake ws refuses is answered (400) and its connection closed; the
+                // platform then interrupts the route.
+                wss.handleUpgrade(source, raw.socket, raw.head, (ws) => {
+                  ws.on("error", (error: Error & { readonly code?: string }) => {
+                    // ws has sent the close frame (1009) and drains the connection unread; stop
+                    // reading it instead, so that the client cannot go on uploading: what it
+                    // has in flight stays in the kernel's buffers until the release cuts it.
+                    if (error.code === tooBigErrorCode) setImmediate(() => raw.socket.pause())
+                  })
+                  resume(Effect.succeed(ws))
+                })
+              ),
+              (ws) => closeFully(ws, options.closeGrace)
+            ).pipe(Effect.map((ws) => ws as unknown as globalThis.WebSocket))
+          )
+        }
+      })
+    })
+  )
