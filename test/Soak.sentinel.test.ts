@@ -52,6 +52,7 @@ describe("chaos soak behind Sentinel", () => {
         assert.strictEqual(report.failovers, 1)
         assert.isAbove(report.lost_updates, 0)
         // what is lost is exactly what the primary acknowledged with its replicas cut off
+        assert.strictEqual(report.lost_updates_in_losing_failovers, report.lost_updates)
         assert.strictEqual(report.violations, report.lost_updates)
         assert.strictEqual(report.not_acknowledged, 0)
         assert.isTrue(

@@ -80,6 +80,8 @@ export interface Report {
   readonly deliveries: number
   /** Successful modifications missing from the stored logs. */
   readonly lost_updates: number
+  /** Of those, the ones acknowledged during a failover that loses writes (from the cut of the replicas to the SIGKILL). */
+  readonly lost_updates_in_losing_failovers: number
   /** Log entries of modifications that reported failure or interruption, or that appear twice. */
   readonly phantom_or_doubled: number
   /** Writes whose grant's fencing number is below that of the write they read (interleaved holders). */
@@ -680,6 +682,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         return found
       }
       let lost = 0
+      let lostInLosing = 0
       let phantom = 0
       let fenceRegressions = 0
       for (const token of tokens) {
@@ -720,6 +723,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           if (event.t === "ok" && event.token === token && !inLog.has(String(event.op))) {
             lost++
             const at = Number(event.at)
+            if (exposed(at, 0)) lostInLosing++
             details.push(
               `${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${exposed(at, 0) ? " (acknowledged during a failover that loses writes)" : ""}`
             )
@@ -874,6 +878,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         sends,
         deliveries,
         lost_updates: lost,
+        lost_updates_in_losing_failovers: lostInLosing,
         phantom_or_doubled: phantom,
         fence_regressions: fenceRegressions,
         lost_deliveries: lostDeliveries,
