@@ -1,11 +1,22 @@
 /**
- * The chaos soak for longer runs (the test runs it for 60 s): 4 worker processes on one
- * redis-server, oplock on, 16 tokens, faults on a seeded schedule (see test/soak/run.ts).
+ * The chaos soak for longer runs (the tests run it for 60 s, and behind Sentinel for 50 s):
+ * 4 worker processes on one redis-server, oplock on, 16 tokens, faults on a seeded schedule
+ * (see test/soak/run.ts).
  *
  *   npm run soak -- --json --seconds 600      one JSON object
  *   npm run soak -- --seconds 120 --seed 3
+ *   npm run soak -- --json --seconds 60 --sentinel     behind Sentinel, failovers among the faults
+ *   npm run soak -- --json --seconds 60 --sentinel --min-replicas-ack 0
  *
- * Output: {"seconds", "faults", "operations", "violations", "lost_updates",
+ * `--sentinel`: a primary, two replicas and three Sentinels instead of one server; the
+ * server's SIGKILL and SIGSTOP become failovers (SIGKILL or SIGSTOP of the primary, and one
+ * that loses the primary's last writes), every kind of fault once per minute of the run.
+ * `--min-replicas-ack N` (default 2, every replica): the workers' `LEASEHOLD_MIN_REPLICAS_ACK`;
+ * at 0 the failovers that lose writes lose acknowledged modifications, and the report says so.
+ * `--faults a,b,…`: these faults, in this order, instead of the seed's schedule (e.g.
+ * `--sentinel --min-replicas-ack 0 --seconds 20 --faults failover-losing`).
+ *
+ * Output: {"seconds", "faults", "failovers", "operations", "violations", "lost_updates",
  * "duplicate_deliveries", "relinks", "relinked", "relink_fresh", "relink_lost", …}: the full
  * report, `details` naming each violation.
  */
@@ -21,10 +32,20 @@ const flag = (name: string) => {
 const json = args.includes("--json")
 const seconds = Number(flag("seconds") ?? "60")
 const seed = Number(flag("seed") ?? "1")
+const sentinel = args.includes("--sentinel")
+const minReplicasAck = flag("min-replicas-ack")
+const faults = flag("faults")
 
 const program = Effect.gen(function* () {
   const report = yield* Effect.scoped(
-    soak({ seconds, seed, ...(json ? {} : { log: (line: string) => console.log(`[soak] ${line}`) }) })
+    soak({
+      seconds,
+      seed,
+      sentinel,
+      ...(minReplicasAck === undefined ? {} : { minReplicasAck: Number(minReplicasAck) }),
+      ...(faults === undefined ? {} : { faults: faults.split(",") }),
+      ...(json ? {} : { log: (line: string) => console.log(`[soak] ${line}`) })
+    })
   )
   if (json) console.log(JSON.stringify(report))
   else {

@@ -6,14 +6,16 @@
  * nothing changes (no acknowledged connection, no WAIT). And the store conformance suite
  * with `minReplicasAck` 1.
  */
-import { assert, describe, it } from "@effect/vitest"
+import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -168,6 +170,26 @@ describe("RedisStore with minReplicasAck", () => {
   )
 
   it.scopedLive(
+    "a step whose reply comes before its WAIT's is covered by that WAIT: one WAIT per step, one after the other",
+    () =>
+      Effect.gen(function* () {
+        const { primary } = yield* replicated
+        const cluster = yield* redisWorkersAt(primary, { minReplicasAck: 1 })
+        const w = yield* cluster.worker()
+        assert.strictEqual(yield* inc(w, "tok"), 1)
+        const before = yield* calls(primary, "wait")
+        const steps = yield* calls(primary, "evalsha", "eval")
+        for (let i = 2; i <= 41; i++) assert.strictEqual(yield* inc(w, "tok"), i)
+        const waits = (yield* calls(primary, "wait")) - before
+        const scripts = (yield* calls(primary, "evalsha", "eval")) - steps
+        assert.strictEqual(scripts, 80, "a grant and a commit per modification")
+        // a step taken for one written after its WAIT waits for a WAIT more
+        assert.isAtMost(waits, scripts, `${waits} WAITs for ${scripts} steps sent one after the other`)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
     "a commit not acknowledged fails, and is not undone: its outcome is unknown",
     () =>
       Effect.gen(function* () {
@@ -237,6 +259,19 @@ const uncounted = new Set(["cmdstat_ping", "cmdstat_info", "cmdstat_wait", "cmds
 
 let testCount = 0
 
+/**
+ * One primary with its replica for the whole conformance suite (each test starting its own
+ * pair would wait for a first sync every time): every test begins on an empty database that
+ * the replica has caught up with, under a key prefix of its own.
+ */
+const sharedScope = Effect.runSync(Scope.make())
+afterAll(() => Effect.runPromise(Scope.close(sharedScope, Exit.void)))
+let sharedPair: Promise<Effect.Effect.Success<typeof replicated>> | undefined
+const shared = Effect.promise(() => {
+  sharedPair ??= Effect.runPromise(Scope.extend(replicated, sharedScope))
+  return sharedPair
+})
+
 /** The conformance suite's backend: a primary with a replica, every promise-carrying step acknowledged by it. */
 const acknowledgedRedis: Backend = {
   name: "redis",
@@ -244,7 +279,9 @@ const acknowledgedRedis: Backend = {
   test: (name, body) =>
     it.scopedLive(name, () =>
       Effect.gen(function* () {
-        const { primary, replica } = yield* replicated
+        const { primary, replica } = yield* shared
+        yield* Effect.orDie(primary.command("FLUSHALL"))
+        yield* caughtUp(primary)
         const linked = eventuallyTrue(
           "the replica linked again",
           20_000,

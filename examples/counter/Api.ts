@@ -50,8 +50,9 @@ const stepParam = Effect.gen(function* () {
 })
 
 /**
- * Answer an API failure as JSON: 400 for bad input, 503 while the store cannot serve, 500
- * for anything else (a defect of the app).
+ * Answer an API failure as JSON: 400 for bad input, 503 while the store cannot serve (or,
+ * with `LEASEHOLD_MIN_REPLICAS_ACK`, its replicas do not acknowledge), 500 for anything
+ * else (a defect of the app).
  */
 const answerFailure = <A, E extends { readonly _tag: string; readonly message: string }, R>(
   effect: Effect.Effect<A, E, R>
@@ -70,7 +71,7 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
       Effect.catchAll((error: E | Timeout) => {
         const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
           ? 400
-          : ["StoreUnavailable", "StoreRefused", "LockExpired", "Timeout"].includes(error._tag)
+          : ["StoreUnavailable", "StoreRefused", "NotAcknowledged", "LockExpired", "Timeout"].includes(error._tag)
             ? 503
             : 500
         const log = status === 400 ? Effect.void : Effect.logWarning(`api: ${error.message}`)

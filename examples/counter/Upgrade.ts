@@ -31,6 +31,9 @@ export const tooBigCloseCode = 1009
 /** ws's error for a message over `maxPayload`. */
 const tooBigErrorCode = "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
 
+/** Why an upgrade failed when its connection closed before the handshake was completed. */
+const handshakeRefused = "the WebSocket handshake was refused, or its connection closed before it completed"
+
 /** Upgrade requests received and not yet upgraded: their socket and first bytes. */
 export type Pending = WeakMap<IncomingMessage, { readonly socket: Duplex; readonly head: Buffer }>
 
@@ -103,10 +106,17 @@ export const layer = (
           pending.delete(source)
           return Socket.fromWebSocket(
             Effect.acquireRelease(
-              Effect.async<WebSocket>((resume) =>
-                // A handshake ws refuses is answered (400) and its connection closed; the
-                // platform then interrupts the route.
+              Effect.async<WebSocket, Socket.SocketError>((resume) => {
+                // A handshake ws refuses (no key, another version) is answered (400, 405) and
+                // its connection ended, without a call back; the platform does not interrupt
+                // the route then (the connection was ended, not cut). The route fails here
+                // instead, and releases what it took (the tab's link) rather than wait for ever.
+                const refused = () =>
+                  resume(Effect.fail(new Socket.SocketGenericError({ reason: "Open", cause: handshakeRefused })))
+                if (raw.socket.destroyed || raw.socket.writableEnded) return refused()
+                raw.socket.once("close", refused)
                 wss.handleUpgrade(source, raw.socket, raw.head, (ws) => {
+                  raw.socket.off("close", refused)
                   ws.on("error", (error: Error & { readonly code?: string }) => {
                     // ws has sent the close frame (1009) and drains the connection unread; stop
                     // reading it instead, so that the client cannot go on uploading: what it
@@ -115,7 +125,8 @@ export const layer = (
                   })
                   resume(Effect.succeed(ws))
                 })
-              ),
+                return Effect.sync(() => raw.socket.off("close", refused))
+              }),
               (ws) => closeFully(ws, options.closeGrace)
             ).pipe(Effect.map((ws) => ws as unknown as globalThis.WebSocket))
           )

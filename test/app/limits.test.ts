@@ -2,7 +2,7 @@
  * The counter app refuses what a hostile client sends, as a real process: a WebSocket
  * message over `MAX_FRAME_BYTES` is closed with 1009 from its frame's header (its payload
  * is never buffered), a body over `MAX_BODY_BYTES` is answered 413, a request target over
- * `MAX_URL_BYTES` 414.
+ * `MAX_URL_BYTES` 414; a handshake refused on `/ws` leaves no tab linked.
  */
 import * as fs from "node:fs"
 import * as http from "node:http"
@@ -195,6 +195,36 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
         yield* raw.write(frameHeader(50 * MB))
         yield* raw.write(Buffer.alloc(MB, 0x20))
         assert.strictEqual(yield* raw.closed(10_000), 1009)
+      })
+    )
+
+    it.scoped("a handshake refused on /ws (400) leaves nothing behind: its token stays free for the tab", () =>
+      Effect.gen(function* () {
+        const app = yield* Shared
+        // An upgrade to /ws without a Sec-WebSocket-Key: the route links the token, then ws refuses the handshake.
+        const answer = yield* Effect.async<string>((resume) => {
+          const socket = net.connect(app.port, "127.0.0.1", () =>
+            socket.write(
+              "GET /ws?token=tab-refused HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n" +
+                "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            )
+          )
+          let received = ""
+          socket.on("data", (chunk: Buffer) => {
+            received += chunk.toString()
+          })
+          socket.on("error", () => {})
+          socket.on("close", () => resume(Effect.succeed(received)))
+          return Effect.sync(() => socket.destroy())
+        })
+        assert.match(answer, /^HTTP\/1\.1 400/)
+        // The tab of that token links it: nobody else holds it (no fresh token).
+        const client = yield* connect(app, "tab-refused")
+        assert.strictEqual(yield* client.token, "tab-refused")
+        assert.isUndefined(
+          client.frames.find((frame) => frame.type === "new_token"),
+          JSON.stringify(client.frames)
+        )
       })
     )
 

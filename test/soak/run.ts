@@ -16,12 +16,25 @@
  * as a page does, to another live worker or to the killed one's next incarnation, with the same
  * token: it must be linked again under that token, the dead worker's record taken over, and
  * the updates sent to it from then on delivered there.
+ *
+ * Behind Sentinel (`sentinel`: a primary, two replicas, three Sentinels; the workers find the
+ * primary through them, with `LEASEHOLD_MIN_REPLICAS_ACK` = `minReplicasAck`, default 2)
+ * the server's SIGKILL and SIGSTOP become failovers: SIGKILL of the primary, SIGSTOP of it
+ * until a replica is promoted, and one that loses the primary's last writes (its replicas
+ * frozen and cut off while the workers write to it alone, then it is SIGKILLed); each time
+ * the old primary comes back as a replica. A modification that fails with `NotAcknowledged`
+ * after its function decided is ambiguous, as any failure after deciding; one that fails
+ * so before deciding wrote nothing of its own. With every replica acknowledging, nothing
+ * acknowledged may be lost; with 0, what the failovers that lose writes took is reported as
+ * lost acknowledged modifications. Mailbox entries are not acknowledged by replicas: the
+ * updates appended while the primary had no replica are counted apart (`exposed_sends`).
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { makeKeys } from "../../src/internal/keys.js"
+import * as RedisSentinel from "../support/RedisSentinel.js"
 import * as RedisServer from "../support/RedisServer.js"
 
 export interface Options {
@@ -30,28 +43,58 @@ export interface Options {
   readonly workers?: number
   readonly tokens?: number
   readonly fibers?: number
+  /**
+   * Run against a primary, two replicas and three Sentinels (`test/support/RedisSentinel`)
+   * instead of one server, failovers among the faults.
+   */
+  readonly sentinel?: boolean
+  /** `LEASEHOLD_MIN_REPLICAS_ACK` of the workers; with `sentinel`, default 2 (every replica), else 0. */
+  readonly minReplicasAck?: number
+  /** The faults to inject, in this order (kinds of `faultKinds`); default: the seed's schedule. */
+  readonly faults?: ReadonlyArray<string>
   /** Progress lines (faults as they happen). */
   readonly log?: (line: string) => void
 }
 
 export interface Report {
   readonly seconds: number
+  /** One redis-server, or a primary with two replicas behind Sentinel. */
+  readonly store: "server" | "sentinel"
+  readonly min_replicas_ack: number
   readonly faults: number
+  /** Failovers among the faults (a replica promoted each time). */
+  readonly failovers: number
   /** The faults by kind. */
   readonly fault_counts: Readonly<Record<string, number>>
   /** Modifications and sends that reported an outcome. */
   readonly operations: number
   readonly successes: number
   readonly ambiguous: number
+  /**
+   * Modifications that failed with `NotAcknowledged` (fewer replicas than asked had the
+   * grant or the commit in time): ambiguous when the function had decided (counted there),
+   * else failed before anything of them was written.
+   */
+  readonly not_acknowledged: number
   readonly sends: number
   readonly deliveries: number
   /** Successful modifications missing from the stored logs. */
   readonly lost_updates: number
+  /** Of those, the ones acknowledged during a failover that loses writes (from the cut of the replicas to the SIGKILL). */
+  readonly lost_updates_in_losing_failovers: number
   /** Log entries of modifications that reported failure or interruption, or that appear twice. */
   readonly phantom_or_doubled: number
   /** Writes whose grant's fencing number is below that of the write they read (interleaved holders). */
   readonly fence_regressions: number
   readonly lost_deliveries: number
+  /**
+   * Sends appended while the primary had no replica (a failover that loses writes, from the
+   * cut to the SIGKILL): mailbox entries are not replica-acknowledged, so these may be lost
+   * (not counted in `lost_deliveries`), but not doubled nor misdirected.
+   */
+  readonly exposed_sends: number
+  /** Of those, not delivered. */
+  readonly exposed_sends_lost: number
   readonly duplicate_deliveries: number
   readonly out_of_order_deliveries: number
   /** Deliveries on a worker that did not hold the tab's socket at the time. */
@@ -77,6 +120,15 @@ export interface Report {
   /** What is left but allowed: queues whose every entry has passed its deadline. */
   readonly notes: ReadonlyArray<string>
 }
+
+/** The kinds of fault the soak injects on one server, or behind Sentinel. */
+export const faultKinds = (sentinel: boolean): ReadonlyArray<string> => [
+  "client-kill-normal",
+  "client-kill-pubsub",
+  ...(sentinel ? ["failover-kill", "failover-pause", "failover-losing"] : ["server-kill", "server-pause"]),
+  "worker-kill",
+  "worker-pause"
+]
 
 const root = path.resolve(import.meta.dirname, "../..")
 
@@ -109,7 +161,11 @@ const startWorker = (name: string, env: Record<string, string>): Proc => {
     [path.join(root, "node_modules/vite-node/vite-node.mjs"), "test/soak/worker.ts"],
     {
       cwd: root,
-      env: { ...process.env, ...env },
+      // the soak's own settings only: a LEASEHOLD_REDIS_URL of the shell would clash with Sentinels
+      env: {
+        ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("LEASEHOLD_"))),
+        ...env
+      },
       stdio: ["pipe", "pipe", "pipe"]
     }
   )
@@ -179,7 +235,31 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
     const lockMs = 2_000
     // Short, so that the tabs of a killed worker are taken over within the run.
     const presenceMs = 1_200
-    const server = yield* RedisServer.start({ extraArgs: ["--appendonly", "yes", "--appendfsync", "always"] })
+    const minReplicasAck = options.minReplicasAck ?? (options.sentinel === true ? 2 : 0)
+    if (options.sentinel !== true && minReplicasAck !== 0)
+      return yield* Effect.dieMessage("minReplicasAck needs replicas: run the soak with sentinel")
+    const unknown = (options.faults ?? []).filter((kind) => !faultKinds(options.sentinel === true).includes(kind))
+    if (unknown.length > 0)
+      return yield* Effect.dieMessage(
+        `no fault ${unknown.join(", ")} here; the kinds: ${faultKinds(options.sentinel === true).join(", ")}`
+      )
+    // One server with persistence, or a primary, two replicas and three Sentinels (without
+    // persistence: a killed primary comes back empty, as a replica, and copies the new one).
+    const deployment = options.sentinel === true ? yield* RedisSentinel.start() : undefined
+    const server =
+      deployment === undefined
+        ? yield* RedisServer.start({ extraArgs: ["--appendonly", "yes", "--appendfsync", "always"] })
+        : undefined
+    /** The server that takes writes now: the one server, or the primary the Sentinels name. */
+    const primary: Effect.Effect<RedisServer.RedisServer> = deployment?.primary ?? Effect.succeed(server!)
+    const storeEnv: Record<string, string> =
+      deployment === undefined
+        ? { LEASEHOLD_REDIS_URL: server!.url }
+        : {
+            LEASEHOLD_REDIS_SENTINELS: deployment.addresses,
+            LEASEHOLD_REDIS_SENTINEL_NAME: deployment.name,
+            LEASEHOLD_MIN_REPLICAS_ACK: String(minReplicasAck)
+          }
     const tokens = Array.from({ length: tokenCount }, (_, i) => `soak-${i}`)
     const victim = workerCount - 1
     // One tab per token: a quarter on the worker that is killed (the last), the rest on the others.
@@ -189,7 +269,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       socketsOf.set(owner, [...(socketsOf.get(owner) ?? []), token])
     }
     const env = (index: number, generation: number): Record<string, string> => ({
-      LEASEHOLD_REDIS_URL: server.url,
+      ...storeEnv,
       LEASEHOLD_OPLOCK: "true",
       LEASEHOLD_LOCK_EXPIRATION_MS: String(lockMs),
       LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "1500",
@@ -299,6 +379,12 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         if (wait > 0) await sleep(wait)
       }
       const faultCounts: Record<string, number> = {}
+      /** From the start of each failover that loses writes to the SIGKILL of its primary. */
+      const losingWindows: Array<{ readonly from: number; to: number }> = []
+      // Twice a grant's and a commit's acknowledgement timeouts (1 s each) together: a
+      // store that took a WAIT that timed out for an acknowledgement would acknowledge
+      // modifications made there, and lose them.
+      const losingMs = 4_000
       const timeline: Array<string> = []
       let faults = 0
       let lastDisturbance = started
@@ -314,15 +400,14 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         timeline.push(`${begun}-${ended - started} ms: ${name}`)
       }
       const run = <A>(effect: Effect.Effect<A, unknown>) => Effect.runPromise(Effect.orDie(effect))
+      /** A raw command on the server that takes writes now. */
+      const command = (...args: ReadonlyArray<string | number>) =>
+        run(Effect.flatMap(primary, (to) => to.command(...args)))
       const generations = new Map<number, number>()
       const pauseMs = lockMs + 1_000
 
-      /** Every kind of fault, each run as often as the schedule names it. */
-      const kinds: Record<string, () => Promise<void>> = {
-        "client-kill-normal": () =>
-          fault("client-kill-normal", "CLIENT KILL TYPE normal", () => run(server.clientKill("normal"))),
-        "client-kill-pubsub": () =>
-          fault("client-kill-pubsub", "CLIENT KILL TYPE pubsub", () => run(server.clientKill("pubsub"))),
+      /** The faults of the one server: SIGKILL and restart (it keeps what it acknowledged), SIGSTOP. */
+      const serverFaults = (server: RedisServer.RedisServer): Record<string, () => Promise<void>> => ({
         "server-kill": () =>
           fault("server-kill", "SIGKILL redis-server, restart after 1 s", async () => {
             await run(server.kill)
@@ -338,7 +423,70 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
               await sleep(pauseMs)
               await run(server.resume)
             }
+          )
+      })
+      /**
+       * The faults of a Sentinel deployment: the primary SIGKILLed or SIGSTOPped until the
+       * Sentinels promote a replica, or a failover that loses the primary's last writes
+       * (`failoverLosing`: the replicas frozen and cut off while the workers write to the
+       * primary alone for `losingMs`, then the primary SIGKILLed). After each, the old
+       * primary comes back (restarted empty, or SIGCONT) as a replica of the new one, and
+       * the fault ends once the deployment is stable again (two linked replicas, every
+       * Sentinel agreeing).
+       */
+      const failoverFaults = (sentinel: RedisSentinel.RedisSentinel): Record<string, () => Promise<void>> => {
+        const failover = (
+          kind: string,
+          name: string,
+          promote: Effect.Effect<{ readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer }>
+        ) =>
+          fault(kind, name, async () => {
+            const from = (await run(primary)).port
+            const begun = Date.now()
+            const { old, promoted } = await run(promote)
+            const promotedAt = Date.now()
+            log(`${promoted.port} promoted in place of ${from}, ${promotedAt - begun} ms`)
+            await run(sentinel.rejoin(old))
+            log(`${old.port} back as a replica, stable after ${Date.now() - promotedAt} ms`)
+          })
+        return {
+          "failover-kill": () =>
+            failover(
+              "failover-kill",
+              "failover: SIGKILL the primary, the old one back as a replica",
+              sentinel.failover("kill")
+            ),
+          "failover-pause": () =>
+            failover(
+              "failover-pause",
+              "failover: SIGSTOP the primary, SIGCONT once a replica is promoted, back as a replica",
+              sentinel.failover("pause")
+            ),
+          "failover-losing": () => {
+            const window = { from: Date.now(), to: Number.POSITIVE_INFINITY }
+            losingWindows.push(window)
+            return failover(
+              "failover-losing",
+              `failover losing writes: replicas frozen and cut off, ${losingMs} ms of writes on the primary alone, SIGKILL it`,
+              sentinel.failoverLosing(
+                Effect.sleep(losingMs).pipe(Effect.ensuring(Effect.sync(() => (window.to = Date.now()))))
+              )
+            )
+          }
+        }
+      }
+
+      /** Every kind of fault, each run as often as the schedule names it. */
+      const kinds: Record<string, () => Promise<void>> = {
+        "client-kill-normal": () =>
+          fault("client-kill-normal", "CLIENT KILL TYPE normal", () =>
+            run(Effect.flatMap(primary, (to) => to.clientKill("normal")))
           ),
+        "client-kill-pubsub": () =>
+          fault("client-kill-pubsub", "CLIENT KILL TYPE pubsub", () =>
+            run(Effect.flatMap(primary, (to) => to.clientKill("pubsub")))
+          ),
+        ...(deployment === undefined ? serverFaults(server!) : failoverFaults(deployment)),
         "worker-kill": () => {
           const proc = live.get(victim)!
           const tabs = tokens.filter((token) => holding(token)?.proc === proc)
@@ -394,15 +542,24 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           })
         }
       }
-      // Thirteen faults, every kind twice (the worker SIGKILL three times), in an
-      // order drawn from the seed, spread over 5 %-76 % of the run.
-      const schedule = [...Object.keys(kinds), ...Object.keys(kinds), "worker-kill"]
-      for (let i = schedule.length - 1; i > 0; i--) {
+      // On one server, thirteen faults, every kind twice (the worker SIGKILL three times);
+      // behind Sentinel, every kind once (three failovers) per minute of the run (a failover
+      // with the return of the old primary takes 6-9 s). In an order drawn from the seed,
+      // spread over 5 %-76 % of the run.
+      const rounds = Math.max(1, Math.floor(options.seconds / 60))
+      // (`options.faults`: these, in this order)
+      const schedule =
+        options.faults !== undefined
+          ? [...options.faults]
+          : deployment === undefined
+            ? [...Object.keys(kinds), ...Object.keys(kinds), "worker-kill"]
+            : Array.from({ length: rounds }, () => Object.keys(kinds)).flat()
+      for (let i = options.faults === undefined ? schedule.length - 1 : 0; i > 0; i--) {
         const j = Math.floor(random() * (i + 1))
         ;[schedule[i], schedule[j]] = [schedule[j]!, schedule[i]!]
       }
       for (const [i, kind] of schedule.entries()) {
-        await until(at(0.05 + (0.71 * i) / (schedule.length - 1)))
+        await until(at(0.05 + (0.71 * i) / Math.max(1, schedule.length - 1)))
         await kinds[kind]!()
       }
       // What a fault leaves behind by design (a registration whose reply was lost) expires
@@ -419,7 +576,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       for (const token of tokens) {
         const held = holding(token)
         if (held === undefined) continue
-        const raw = await run(server.command("GET", keys.socket(token)))
+        const raw = await command("GET", keys.socket(token))
         const record = typeof raw === "string" ? (JSON.parse(raw) as Record<string, unknown>) : undefined
         if (record?.instanceId === instanceOf(held.proc) && record?.connectionId === held.connectionId) continue
         if (moved.has(token)) relinkLost++
@@ -461,8 +618,14 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const ok = new Set<string>()
       const ambiguous = new Set<string>()
       const clean = new Set<string>()
+      let notAcknowledged = 0
+      /** When a time (ms since the epoch) falls in a failover that loses writes, with margins. */
+      const exposed = (at: number, before: number) =>
+        losingWindows.some((window) => at >= window.from - before && at <= window.to + 500)
+      const into = (at: number) => `${at - started} ms`
       for (const { event } of all) {
         const op = String(event.op)
+        if ((event.t === "ambiguous" || event.t === "failed") && event.reason === "NotAcknowledged") notAcknowledged++
         if (event.t === "ok") ok.add(op)
         else if (event.t === "ambiguous") ambiguous.add(op)
         else if (event.t === "failed" || event.t === "interrupted") clean.add(op)
@@ -484,9 +647,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         const found: Array<string> = []
         const since = `${Date.now() - closedAt} ms after the last worker closed`
         const lockKey = keys.lock(token)
-        const lockId = await run(server.command("GET", lockKey))
+        const lockId = await command("GET", lockKey)
         if (typeof lockId === "string") {
-          const ttl = await run(server.command("PTTL", lockKey))
+          const ttl = await command("PTTL", lockKey)
           // `?<worker>` is a grant pending for that worker; a lock id is `<worker>:<n>`
           const pending = lockId.startsWith("?")
           const owner = nameOf(pending ? lockId.slice(1) : lockId.slice(0, lockId.lastIndexOf(":")))
@@ -497,11 +660,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         const deadlinesKey = keys.queueDeadlines(token)
         // Each entry has a deadline of its own (the server's clock): one past it no longer
         // waits, and counts for nobody. A live one is a queue entry left behind.
-        const scored = await run(server.command("ZRANGE", deadlinesKey, 0, -1, "WITHSCORES"))
+        const scored = await command("ZRANGE", deadlinesKey, 0, -1, "WITHSCORES")
         if (Array.isArray(scored) && scored.length > 0) {
-          const [seconds, micros] = (await run(server.command("TIME"))) as [string, string]
+          const [seconds, micros] = (await command("TIME")) as [string, string]
           const now = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000)
-          const ttl = await run(server.command("PTTL", keys.queue(token)))
+          const ttl = await command("PTTL", keys.queue(token))
           const who: Array<string> = []
           let live = 0
           for (let i = 0; i < scored.length; i += 2) {
@@ -519,10 +682,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         return found
       }
       let lost = 0
+      let lostInLosing = 0
       let phantom = 0
       let fenceRegressions = 0
       for (const token of tokens) {
-        const raw = await run(server.command("GET", keys.slice(token, "log")))
+        const raw = await command("GET", keys.slice(token, "log"))
         const value =
           typeof raw === "string" ? (JSON.parse(raw) as { n: number; ops: Array<string> }) : { n: 0, ops: [] }
         const inLog = new Map<string, number>()
@@ -558,7 +722,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         for (const { event } of all) {
           if (event.t === "ok" && event.token === token && !inLog.has(String(event.op))) {
             lost++
-            details.push(`${token}: ${String(event.op)} acknowledged but missing`)
+            const at = Number(event.at)
+            if (exposed(at, 0)) lostInLosing++
+            details.push(
+              `${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${exposed(at, 0) ? " (acknowledged during a failover that loses writes)" : ""}`
+            )
           }
         }
         // nothing stale: no lock, no pending grant, no live queue entry
@@ -588,7 +756,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const survivors = new Set([...live.values()])
       const holderAt = (token: string, at: number) =>
         holdings.get(token)?.find((held) => held.from <= at && at < held.to)?.proc
-      const expected = new Map<string, Array<{ readonly seq: number; readonly holder: Proc }>>()
+      const expected = new Map<
+        string,
+        Array<{ readonly seq: number; readonly holder: Proc; readonly exposed: boolean }>
+      >()
       const delivered = new Map<string, Array<{ readonly seq: number; readonly proc: Proc; readonly at: number }>>()
       let sends = 0
       let misdirected = 0
@@ -601,7 +772,14 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           const holder = holderAt(String(event.token), Number(event.at))
           if (!counts || holder === undefined || !survivors.has(holder)) continue
           const key = `${event.token}|${proc.name}|${event.fiber}`
-          expected.set(key, [...(expected.get(key) ?? []), { seq: Number(event.seq), holder }])
+          // An append begun up to a command timeout before the cut may land after it; a
+          // buffered update is appended later, once its store is back (within seconds)
+          const appendedUnreplicated =
+            outcome !== "delivered" && exposed(Number(event.at), outcome === "buffered" ? 5_000 : 1_000)
+          expected.set(key, [
+            ...(expected.get(key) ?? []),
+            { seq: Number(event.seq), holder, exposed: appendedUnreplicated }
+          ])
         } else if (event.t === "dlv") {
           const token = String(event.token)
           const at = Number(event.at)
@@ -618,6 +796,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         }
       }
       let lostDeliveries = 0
+      let exposedSends = 0
+      let exposedSendsLost = 0
       let duplicates = 0
       let outOfOrder = 0
       let deliveries = 0
@@ -632,8 +812,13 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       }
       for (const [key, updates] of expected) {
         const got = delivered.get(key) ?? []
-        for (const { seq, holder } of updates) {
+        for (const { seq, holder, exposed } of updates) {
+          if (exposed) exposedSends++
           if (!got.some((delivery) => delivery.seq === seq && delivery.proc === holder)) {
+            if (exposed) {
+              exposedSendsLost++
+              continue
+            }
             lostDeliveries++
             const elsewhere = got.filter((delivery) => delivery.seq === seq).map((delivery) => delivery.proc.name)
             if (lostDeliveries <= 20)
@@ -646,14 +831,14 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
 
       // --- records of live workers ------------------------------------------------------
       // (closed workers removed theirs; every record left must be of the killed incarnation)
-      const records = await run(server.command("KEYS", "leasehold:{*}:socket"))
+      const records = await command("KEYS", "leasehold:{*}:socket")
       const killedIds = new Set(
         procs
           .filter((proc) => !survivors.has(proc))
           .map((proc) => String(proc.events.find((event) => event.t === "ready")?.instanceId))
       )
       for (const key of Array.isArray(records) ? records : []) {
-        const raw = await run(server.command("GET", String(key)))
+        const raw = await command("GET", String(key))
         const record = typeof raw === "string" ? (JSON.parse(raw) as { instanceId: string }) : undefined
         if (record !== undefined && !killedIds.has(record.instanceId)) {
           staleOrUnhealthy++
@@ -679,17 +864,26 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         staleOrUnhealthy
       return {
         seconds: Math.round(seconds),
+        store: deployment === undefined ? "server" : "sentinel",
+        min_replicas_ack: minReplicasAck,
         faults,
+        failovers: Object.entries(faultCounts)
+          .filter(([kind]) => kind.startsWith("failover-"))
+          .reduce((sum, [, count]) => sum + count, 0),
         fault_counts: faultCounts,
         operations,
         successes: ok.size,
         ambiguous: ambiguous.size,
+        not_acknowledged: notAcknowledged,
         sends,
         deliveries,
         lost_updates: lost,
+        lost_updates_in_losing_failovers: lostInLosing,
         phantom_or_doubled: phantom,
         fence_regressions: fenceRegressions,
         lost_deliveries: lostDeliveries,
+        exposed_sends: exposedSends,
+        exposed_sends_lost: exposedSendsLost,
         duplicate_deliveries: duplicates,
         out_of_order_deliveries: outOfOrder,
         misdirected_deliveries: misdirected,

@@ -8,13 +8,17 @@
  *
  *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0=tab-t0-0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
  *
+ * (or `LEASEHOLD_REDIS_SENTINELS`, `LEASEHOLD_REDIS_SENTINEL_NAME` and `LEASEHOLD_MIN_REPLICAS_ACK`
+ * instead of the URL: the soak behind Sentinel).
+ *
  * Each modification appends its id and its grant's fencing number to the token's log slice:
  * a lost update is an id missing from the log, a doubled one an id that appears twice, and
  * a fencing number smaller than the one before it a write by a holder older than the one
  * whose write it read. An interruption lands only before the function decides (as in the
  * fuzz tests): an interrupted modification must change nothing. A modification that
  * fails after deciding (the store went away under it) may or may not have been written:
- * it is reported as ambiguous.
+ * it is reported as ambiguous; so is one whose commit fewer replicas than asked
+ * acknowledged in time (`NotAcknowledged`: made on the primary, its fate unknown).
  */
 import * as readline from "node:readline"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -114,13 +118,13 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
       })
     }
     const exit = yield* Fiber.await(fiber)
-    if (Exit.isSuccess(exit)) return yield* emit({ t: "ok", token, op })
+    if (Exit.isSuccess(exit)) return yield* emit({ t: "ok", token, op, at: Date.now() })
     if (Exit.isInterrupted(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
     const reason = Option.match(Cause.failureOption(exit.cause), {
       onNone: () => "defect",
       onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
     })
-    return yield* emit({ t: state.decided ? "ambiguous" : "failed", token, op, reason })
+    return yield* emit({ t: state.decided ? "ambiguous" : "failed", token, op, reason, at: Date.now() })
   })
 
 const program = Effect.gen(function* () {

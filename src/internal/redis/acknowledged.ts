@@ -162,17 +162,26 @@ export const make = (
           }
         )
       })
+      // Taken through one promise more than a plain command's reply: a script's reply
+      // reaches `then` one promise later (ioredis chains its NOSCRIPT fallback onto it), so
+      // a step whose reply came in the same read as the WAIT's, before it, is seen before it
+      // (else it would count as late, and wait for one more WAIT, past the timeout's bound
+      // when its replicas are slow). A step resent after NOSCRIPT comes later still: its
+      // reply is read after the WAIT's, and passes through the fallback's promise too.
       const wait = (): Promise<Waited> =>
-        connection.wait(replicas, timeoutMs).then(
-          (count): Waited => {
-            answered = true
-            return { ok: true, count: typeof count === "number" ? count : 0 }
-          },
-          (cause): Waited => {
-            answered = true
-            return { ok: false, cause }
-          }
-        )
+        connection
+          .wait(replicas, timeoutMs)
+          .then((count) => count)
+          .then(
+            (count): Waited => {
+              answered = true
+              return { ok: true, count: typeof count === "number" ? count : 0 }
+            },
+            (cause): Waited => {
+              answered = true
+              return { ok: false, cause }
+            }
+          )
       const first = wait()
       Promise.all(replies)
         .then(async (outcomes) => {

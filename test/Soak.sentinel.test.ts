@@ -1,0 +1,67 @@
+import { assert, describe, it } from "@effect/vitest"
+import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Effect from "effect/Effect"
+import { soak } from "./soak/run.js"
+
+const figures = (report: object) => JSON.stringify({ ...report, details: undefined, fault_timeline: undefined })
+
+describe("chaos soak behind Sentinel", () => {
+  it.scopedLive(
+    "minReplicasAck 2 (every replica), failovers among the faults: no acknowledged modification lost, no fence going down, nothing lost, doubled or stale",
+    () =>
+      Effect.gen(function* () {
+        const report = yield* soak({ seconds: 50, seed: 7, sentinel: true })
+        console.log(`chaos soak behind Sentinel: ${figures(report)}`)
+        deepStrictEqual(report.details, [])
+        assert.strictEqual(report.violations, 0)
+        assert.strictEqual(report.min_replicas_ack, 2)
+        // every fault of the schedule ran to its end: three failovers, one of them losing
+        // what the primary wrote while its replicas were cut off
+        assert.strictEqual(report.failovers, 3)
+        deepStrictEqual(report.fault_counts, {
+          "client-kill-normal": 1,
+          "client-kill-pubsub": 1,
+          "failover-kill": 1,
+          "failover-pause": 1,
+          "failover-losing": 1,
+          "worker-kill": 1,
+          "worker-pause": 1
+        })
+        // the cut replicas acknowledged nothing: the steps of that moment were not acknowledged
+        assert.isAbove(report.not_acknowledged, 0)
+        assert.strictEqual(report.relinks, 4)
+        assert.strictEqual(report.relinked, 4)
+        assert.isAbove(report.successes, 100)
+        assert.isAbove(report.deliveries, 10)
+      }),
+    150_000
+  )
+
+  it.scopedLive(
+    "minReplicasAck 0: a failover that loses the primary's last writes loses acknowledged modifications, and the soak reports each",
+    () =>
+      Effect.gen(function* () {
+        const report = yield* soak({
+          seconds: 20,
+          seed: 7,
+          sentinel: true,
+          minReplicasAck: 0,
+          faults: ["failover-losing"]
+        })
+        console.log(`chaos soak behind Sentinel, minReplicasAck 0: ${figures(report)}`)
+        assert.strictEqual(report.failovers, 1)
+        assert.isAbove(report.lost_updates, 0)
+        // what is lost is exactly what the primary acknowledged with its replicas cut off
+        assert.strictEqual(report.lost_updates_in_losing_failovers, report.lost_updates)
+        assert.strictEqual(report.violations, report.lost_updates)
+        assert.strictEqual(report.not_acknowledged, 0)
+        assert.isTrue(
+          report.details.every((line) =>
+            /acknowledged at \d+ ms but missing \(acknowledged during a failover that loses writes\)$/.test(line)
+          ),
+          report.details.join("\n")
+        )
+      }),
+    120_000
+  )
+})
