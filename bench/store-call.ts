@@ -9,8 +9,8 @@
  *   npm run bench:store-call -- --json        [{"op", "calls_per_s", "cpu_us_per_call"}]
  *   npm run bench:store-call -- --seconds 3 --warmup 3
  *
- * - `ioredis-get`: `GET` of a slice key; `ioredis-script-17`: a one-line script with the
- *   17 keys and arguments of the store's grant script;
+ * - `ioredis-get`: `GET` of a slice key; `ioredis-script-14`: a one-line script with the
+ *   14 keys and arguments of the store's queued grant of one slice (5 keys, 9 arguments);
  * - `store-readSlices`: `Store.readSlices` of one slice (one script);
  * - `store-writeIfHolder`: `Store.writeIfHolder` of one slice under a lock this caller
  *   holds (one script);
@@ -62,16 +62,15 @@ const main = Effect.scoped(
       const store = await runtime.runPromise(Store)
       const raw = new Redis(server.url)
       raw.defineCommand("benchScript", { lua: "return redis.call('GET', KEYS[1])" })
-      const shape = Array.from({ length: 17 }, (_, i) => `leasehold:{bench}:part-${i}`)
+      const shape = Array.from({ length: 14 }, (_, i) => `leasehold:{bench}:part-${i}`)
       const lockId = "bench-holder"
       const granted = await runtime.runPromise(store.tryAcquire("bench", lockId, ["n"]))
       if (granted._tag !== "Acquired") throw new Error("the bench's token is locked")
       const ops: ReadonlyArray<readonly [string, () => Promise<unknown>]> = [
         ["ioredis-get", () => raw.get("leasehold:{bench}:s:n")],
         [
-          "ioredis-script-17",
-          () =>
-            (raw as unknown as Record<string, (...a: Array<unknown>) => Promise<unknown>>).benchScript!(15, ...shape)
+          "ioredis-script-14",
+          () => (raw as unknown as Record<string, (...a: Array<unknown>) => Promise<unknown>>).benchScript!(5, ...shape)
         ],
         ["store-readSlices", () => runtime.runPromise(store.readSlices("bench", ["n"]))],
         ["store-writeIfHolder", () => runtime.runPromise(store.writeIfHolder("bench", lockId, [["n", "1"]]))],
