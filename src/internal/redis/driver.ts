@@ -29,6 +29,7 @@ import { asArray, commandLine, type Input, invoke, type Script } from "./script.
 import * as Scripts from "./scripts/index.js"
 import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
 import type { Node, Topology } from "./topology.js"
+import { granted, wrote } from "./wrote.js"
 
 /**
  * Keyspace notification flags socket events need: `K` keyspace channels, `g` DEL, `$` SET,
@@ -72,18 +73,6 @@ const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
     : { _tag: "Done", value: undefined }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
-
-/** A grant's reply wrote (the lock, the fence); a refusal wrote nothing worth a replica's acknowledgement. @internal */
-export const granted = (reply: { readonly _tag: string }): boolean => reply._tag === "Acquired"
-
-/**
- * A guarded step wrote slices: not `Lost`, and with entries. A commit without entries is a
- * release, whose loss breaks no promise (the lock lives on until it expires). @internal
- */
-export const wrote =
-  (entries: ReadonlyArray<unknown>) =>
-  (reply: { readonly _tag: string }): boolean =>
-    entries.length > 0 && reply._tag !== "Lost"
 
 /** @internal */
 export interface Parts {

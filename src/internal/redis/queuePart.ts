@@ -11,8 +11,9 @@ import * as Option from "effect/Option"
 import { StoreRefused } from "../../StoreError.js"
 import type { Driver } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
-import { type Context, granted, wrote } from "./driver.js"
+import type { Context } from "./driver.js"
 import * as Scripts from "./scripts/index.js"
+import { granted, wrote } from "./wrote.js"
 
 /** @internal */
 export const queuePart = ({
