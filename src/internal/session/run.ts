@@ -131,8 +131,7 @@ const withoutParentSpan = Context.omit(Tracer.ParentSpan)
  *
  * @internal
  */
-export const resumed = (env: SessionEnv, session: Session, state: HoldState) =>
-  start(env, session, { parked: state })
+export const resumed = (env: SessionEnv, session: Session, state: HoldState) => start(env, session, { parked: state })
 
 /**
  * At shutdown: every parked hold writes what it served and releases, as an interrupted
