@@ -105,32 +105,54 @@ const until = (label: string, check: Effect.Effect<boolean>, logs: Effect.Effect
     return yield* Effect.dieMessage(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
   })
 
-const sentinelConfig = (primaryPort: number) =>
+const sentinelConfig = (primaryPort: number, password: string | undefined) =>
   [
     `sentinel monitor ${MASTER_NAME} 127.0.0.1 ${primaryPort} 2`,
+    ...(password === undefined ? [] : [`sentinel auth-pass ${MASTER_NAME} ${password}`]),
     `sentinel down-after-milliseconds ${MASTER_NAME} 1000`,
     `sentinel failover-timeout ${MASTER_NAME} 4000`,
     `sentinel parallel-syncs ${MASTER_NAME} 2`,
     ""
   ].join("\n")
 
+/** Options of `start`. */
+export interface StartOptions {
+  /**
+   * Every process serves TLS only with this certificate and key (see `RedisServer.start`):
+   * the replicas reach the primary, and the Sentinels the servers and each other, with TLS.
+   */
+  readonly tls?: { readonly cert: string; readonly key: string }
+  /**
+   * The data servers' `requirepass` and `masterauth`, and the Sentinels' `auth-pass`; the
+   * Sentinels themselves have none.
+   */
+  readonly password?: string
+}
+
 /**
  * Start a primary, two replicas and three Sentinels, and wait until the Sentinels know
  * each other and the replicas. Every process is SIGKILLed and its directory removed when
  * the scope closes.
  */
-export const start = (): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
+export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const first = yield* RedisServer.start()
+    const { tls, password } = options
+    const data = { ...(tls === undefined ? {} : { tls }), ...(password === undefined ? {} : { password }) }
+    const first = yield* RedisServer.start(data)
     const followers = yield* Effect.forEach(
       [0, 1],
-      () => RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(first.port)] }),
+      () => RedisServer.start({ ...data, extraArgs: ["--replicaof", "127.0.0.1", String(first.port)] }),
       { concurrency: "unbounded" }
     )
     const servers = [first, ...followers]
     const sentinels = yield* Effect.forEach(
       [0, 1, 2],
-      () => RedisServer.start({ configFile: sentinelConfig(first.port), extraArgs: ["--sentinel"] }),
+      () =>
+        RedisServer.start({
+          ...(tls === undefined ? {} : { tls }),
+          configFile: sentinelConfig(first.port, password),
+          extraArgs: ["--sentinel"]
+        }),
       { concurrency: "unbounded" }
     )
     const byPort = new Map(servers.map((server) => [server.port, server]))

@@ -24,7 +24,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import { createRunDir, forgetProcess, RUN_DIR_ENV, recordProcess } from "./processes.js"
-import { type Reply, ReplyError, sendCommand } from "./resp.js"
+import { type Access, type Reply, ReplyError, sendCommand } from "./resp.js"
 
 export type { Reply } from "./resp.js"
 
@@ -47,13 +47,22 @@ export interface StartOptions {
    * reuses the file as the server left it.
    */
   readonly configFile?: string
+  /**
+   * Serve TLS only, on the server's port (`--port 0 --tls-port <port>`), with this
+   * certificate and key, the certificate also the CA of `--tls-replication yes` (a replica,
+   * or a Sentinel, reaches the servers with TLS) and of the harness's own commands;
+   * clients present no certificate.
+   */
+  readonly tls?: { readonly cert: string; readonly key: string }
+  /** `requirepass` and `masterauth`; the harness's commands authenticate with it. */
+  readonly password?: string
 }
 
 /** A running (or deliberately stopped) redis-server owned by a test. */
 export interface RedisServer {
   /** The loopback port; `restart` reuses it. */
   readonly port: number
-  /** `redis://127.0.0.1:<port>`. */
+  /** `redis://127.0.0.1:<port>` (`rediss://` with `tls`). */
   readonly url: string
   /** The temp directory the server runs in. */
   readonly dir: string
@@ -176,12 +185,32 @@ const spawnServer = (
   dir: string,
   extraArgs: ReadonlyArray<string>,
   log: Array<string>,
-  configFile: string | undefined
+  configFile: string | undefined,
+  options: StartOptions | undefined
 ): Running => {
+  const tls = options?.tls
+  const password = options?.password
   const args = [
     ...(configFile === undefined ? [] : [configFile]),
-    "--port",
-    String(port),
+    ...(tls === undefined
+      ? ["--port", String(port)]
+      : [
+          "--port",
+          "0",
+          "--tls-port",
+          String(port),
+          "--tls-cert-file",
+          tls.cert,
+          "--tls-key-file",
+          tls.key,
+          "--tls-ca-cert-file",
+          tls.cert,
+          "--tls-auth-clients",
+          "no",
+          "--tls-replication",
+          "yes"
+        ]),
+    ...(password === undefined ? [] : ["--requirepass", password, "--masterauth", password]),
     "--bind",
     "127.0.0.1",
     "--save",
@@ -239,21 +268,27 @@ const spawnServer = (
   return { child, pid, exited: exitedPromise, isExited: () => exited }
 }
 
-const pingOnce = async (port: number, timeoutMs: number): Promise<boolean> => {
+const pingOnce = async (port: number, timeoutMs: number, access: Access): Promise<boolean> => {
   try {
-    return (await sendCommand(port, ["PING"], timeoutMs)) === "PONG"
+    return (await sendCommand(port, ["PING"], timeoutMs, access)) === "PONG"
   } catch {
     return false
   }
 }
 
-const waitReady = async (running: Running, port: number, log: Array<string>, timeoutMs = 10_000): Promise<void> => {
+const waitReady = async (
+  running: Running,
+  port: number,
+  log: Array<string>,
+  access: Access,
+  timeoutMs = 10_000
+): Promise<void> => {
   const deadline = performance.now() + timeoutMs
   while (performance.now() < deadline) {
     if (running.isExited()) {
       throw new Error(`redis-server on port ${port} exited during start:\n${log.join("\n")}`)
     }
-    if (await pingOnce(port, 250)) return
+    if (await pingOnce(port, 250, access)) return
     await sleep(10)
   }
   running.child.kill("SIGKILL")
@@ -311,6 +346,10 @@ const parseInfo = (text: string): Record<string, string> => {
 
 const launch = async (options: StartOptions | undefined): Promise<RedisServer> => {
   const extraArgs = options?.extraArgs ?? []
+  const access: Access = {
+    tls: options?.tls === undefined ? undefined : { ca: fs.readFileSync(options.tls.cert, "utf8") },
+    password: options?.password
+  }
   // inside the run directory, so that the teardown removes it even if this scope never closes
   const dir = fs.mkdtempSync(path.join(runDir(), "server-"))
   const configText = options?.configFile
@@ -322,9 +361,9 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
   let lastError: unknown
   for (let attempt = 0; attempt < 5 && current === undefined; attempt++) {
     port = await freePort()
-    const running = spawnServer(port, dir, extraArgs, log, configFile)
+    const running = spawnServer(port, dir, extraArgs, log, configFile, options)
     try {
-      await waitReady(running, port, log)
+      await waitReady(running, port, log, access)
       current = running
     } catch (error) {
       // most likely the port was taken between probing and binding: try another one
@@ -363,7 +402,7 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
 
   const commandWithTimeout = (timeoutMs: number, ...args: ReadonlyArray<string | number>) =>
     Effect.tryPromise({
-      try: () => sendCommand(port, args, timeoutMs),
+      try: () => sendCommand(port, args, timeoutMs, access),
       catch: (cause) =>
         new RedisServerError({
           operation: String(args[0]),
@@ -385,7 +424,7 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
 
   const server: RedisServer = {
     port,
-    url: `redis://127.0.0.1:${port}`,
+    url: `${options?.tls === undefined ? "redis" : "rediss"}://127.0.0.1:${port}`,
     dir,
     pid: Effect.sync(() => (current === undefined || current.isExited() ? Option.none() : Option.some(current.pid))),
     stop: Effect.promise(stopNow),
@@ -403,14 +442,14 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
     }),
     restart: Effect.promise(async () => {
       await stopNow()
-      const running = spawnServer(port, dir, extraArgs, log, configFile)
-      await waitReady(running, port, log)
+      const running = spawnServer(port, dir, extraArgs, log, configFile, options)
+      await waitReady(running, port, log, access)
       current = running
     }),
     clientKill: (type) => command("CLIENT", "KILL", "TYPE", type).pipe(Effect.flatMap(expectNumber("CLIENT KILL"))),
     command,
     commandWithTimeout,
-    ping: (timeoutMs = 200) => Effect.promise(() => pingOnce(port, timeoutMs)),
+    ping: (timeoutMs = 200) => Effect.promise(() => pingOnce(port, timeoutMs, access)),
     dbsize: command("DBSIZE").pipe(Effect.flatMap(expectNumber("DBSIZE"))),
     numsub: (channel) =>
       command("PUBSUB", "NUMSUB", channel).pipe(

@@ -4,6 +4,7 @@
  * a reconnect policy or an offline queue with the store under test.
  */
 import * as net from "node:net"
+import * as tls from "node:tls"
 
 /** An error reply (`-ERR ...`) from the server. */
 export class ReplyError {
@@ -71,14 +72,32 @@ export const encodeCommand = (args: ReadonlyArray<string | number>): Buffer => {
 }
 
 /**
+ * How the harness reaches a server: over TLS (trusting `ca`) and with a password (an
+ * `AUTH` sent first, its error reply taken for the command's), or neither.
+ */
+export interface Access {
+  readonly tls?: { readonly ca: string } | undefined
+  readonly password?: string | undefined
+}
+
+/**
  * Send one command on a fresh connection and resolve with its reply (an error reply
  * resolves as a `ReplyError` value). Rejects on a connection error or after `timeoutMs`.
  */
-export const sendCommand = (port: number, args: ReadonlyArray<string | number>, timeoutMs: number): Promise<Reply> =>
+export const sendCommand = (
+  port: number,
+  args: ReadonlyArray<string | number>,
+  timeoutMs: number,
+  access: Access = {}
+): Promise<Reply> =>
   new Promise<Reply>((resolve, reject) => {
     let buffer = Buffer.alloc(0)
     let settled = false
-    const socket = net.createConnection({ host: "127.0.0.1", port })
+    const authenticated = access.password !== undefined
+    const socket =
+      access.tls === undefined
+        ? net.createConnection({ host: "127.0.0.1", port })
+        : tls.connect({ host: "127.0.0.1", port, ca: access.tls.ca })
     const finish = (error: Error | undefined, reply?: Reply) => {
       if (settled) return
       settled = true
@@ -91,12 +110,21 @@ export const sendCommand = (port: number, args: ReadonlyArray<string | number>, 
       () => finish(new Error(`${String(args[0])} on port ${port}: no reply within ${timeoutMs} ms`)),
       timeoutMs
     )
-    socket.on("connect", () => socket.write(encodeCommand(args)))
+    socket.on(access.tls === undefined ? "connect" : "secureConnect", () =>
+      socket.write(
+        authenticated
+          ? Buffer.concat([encodeCommand(["AUTH", access.password!]), encodeCommand(args)])
+          : encodeCommand(args)
+      )
+    )
     socket.on("data", (chunk: Buffer) => {
       buffer = Buffer.concat([buffer, chunk])
       try {
         const parsed = parseReply(buffer)
-        if (parsed !== undefined) finish(undefined, parsed[0])
+        if (parsed === undefined) return
+        if (!authenticated || parsed[0] instanceof ReplyError) return finish(undefined, parsed[0])
+        const second = parseReply(buffer, parsed[1])
+        if (second !== undefined) finish(undefined, second[0])
       } catch (error) {
         finish(error instanceof Error ? error : new Error(String(error)))
       }
