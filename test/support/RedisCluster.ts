@@ -103,21 +103,17 @@ export const start = (): Effect.Effect<RedisCluster, never, Scope.Scope> =>
     const nodes = yield* Effect.forEach(
       Array.from({ length: MASTERS }),
       () =>
-        Effect.gen(function* () {
-          // The bus port would default to port + 10000, which may not exist for a high port.
-          const busPort = yield* Effect.promise(RedisServer.freePort)
-          return yield* RedisServer.start({
-            extraArgs: [
-              "--cluster-enabled",
-              "yes",
-              "--cluster-config-file",
-              "nodes.conf",
-              "--cluster-port",
-              String(busPort),
-              "--cluster-node-timeout",
-              "2000"
-            ]
-          })
+        // The bus port would default to port + 10000, which may not exist for a high port.
+        RedisServer.start({
+          extraArgs: [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000"
+          ],
+          clusterBus: true
         }),
       { concurrency: "unbounded" }
     )

@@ -42,6 +42,12 @@ export interface StartOptions {
   /** Extra `redis-server` arguments, e.g. `["--maxmemory", "1mb"]`. */
   readonly extraArgs?: ReadonlyArray<string>
   /**
+   * A Cluster node: a cluster bus port of its own (`--cluster-port`), picked with the data
+   * port on every attempt (either may be taken between probing and binding), kept by
+   * `restart`.
+   */
+  readonly clusterBus?: boolean
+  /**
    * A configuration file's text, written to `server.conf` in the server's directory and
    * passed first (a Sentinel needs one: it rewrites it with what it learns). `restart`
    * reuses the file as the server left it.
@@ -345,7 +351,7 @@ const parseInfo = (text: string): Record<string, string> => {
 // --- the service ----------------------------------------------------------------------
 
 const launch = async (options: StartOptions | undefined): Promise<RedisServer> => {
-  const extraArgs = options?.extraArgs ?? []
+  let extraArgs = options?.extraArgs ?? []
   const access: Access = {
     tls: options?.tls === undefined ? undefined : { ca: fs.readFileSync(options.tls.cert, "utf8") },
     password: options?.password
@@ -361,6 +367,9 @@ const launch = async (options: StartOptions | undefined): Promise<RedisServer> =
   let lastError: unknown
   for (let attempt = 0; attempt < 5 && current === undefined; attempt++) {
     port = await freePort()
+    if (options?.clusterBus === true) {
+      extraArgs = [...(options.extraArgs ?? []), "--cluster-port", String(await freePort())]
+    }
     const running = spawnServer(port, dir, extraArgs, log, configFile, options)
     try {
       await waitReady(running, port, log, access)
