@@ -29,6 +29,17 @@ import * as RedisServer from "./support/RedisServer.js"
 const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
 
 /** A primary and a replica linked to it. */
+/**
+ * The replica acknowledges writes: one just synced is sent nothing until its first ACK
+ * (it sends one a second), so a WAIT made before that times out. A write, then its ACK.
+ */
+const acknowledging = (primary: RedisServer.RedisServer) =>
+  Effect.gen(function* () {
+    yield* Effect.orDie(primary.command("SET", "harness:ack-probe", "1"))
+    yield* Effect.orDie(primary.command("DEL", "harness:ack-probe"))
+    yield* caughtUp(primary)
+  })
+
 const replicated = Effect.gen(function* () {
   const primary = yield* RedisServer.start()
   const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(primary.port)] })
@@ -37,6 +48,7 @@ const replicated = Effect.gen(function* () {
     20_000,
     Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
   )
+  yield* acknowledging(primary)
   return { primary, replica }
 })
 
@@ -333,7 +345,7 @@ const acknowledgedRedis: Backend = {
             // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
             end: Effect.zipRight(
               Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
-              linked
+              Effect.zipRight(linked, acknowledging(primary))
             )
           },
           hang: Option.some({ begin: primary.pause, end: primary.resume }),
