@@ -414,6 +414,9 @@ export const finish = (state: HoldState) =>
     state.relayEnd = undefined
     state.timer?.()
     state.timer = undefined
+    // an interrupted wait did not cancel it (the serving loop does after a wait it finishes)
+    state.parkTimer?.()
+    state.parkTimer = undefined
     if (state.inProgress !== undefined) {
       const inProgress = state.inProgress
       const outcome = yield* state.keeper === undefined
