@@ -3,10 +3,7 @@
  * restart that lost every key, a password and TLS. Each case runs real workers against a
  * real redis-server started for it.
  */
-import { execFileSync } from "node:child_process"
-import * as fs from "node:fs"
 import * as net from "node:net"
-import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
@@ -24,6 +21,7 @@ import { eventuallyTrue, within } from "./conformance/helpers.js"
 import { type DeliveryWorker, redisWorkers, update } from "./delivery/workers.js"
 import { capture, type LogLine } from "./support/logs.js"
 import * as RedisServer from "./support/RedisServer.js"
+import { redisHasTls, selfSignedCertificate } from "./support/tls.js"
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), { n: 0 })
@@ -138,17 +136,6 @@ const freePort = (): Promise<number> =>
       probe.close(() => (port > 0 && port !== 6379 ? resolve(port) : reject(new Error(`unusable port ${port}`))))
     })
   })
-
-/** Whether this machine's redis-server was built with TLS (an unknown option fails at once). */
-const redisHasTls = (): boolean => {
-  try {
-    execFileSync("redis-server", ["--port", "0", "--tls-port", "0"], { stdio: "pipe", timeout: 5_000 })
-    return true
-  } catch (error) {
-    const output = String((error as { stdout?: unknown }).stdout ?? "") + String((error as { stderr?: unknown }).stderr)
-    return !output.includes("Bad directive") && !output.includes("FATAL CONFIG")
-  }
-}
 
 describe("a hostile Redis", () => {
   it.scopedLive("after SCRIPT FLUSH every operation works at once: the scripts are loaded again", () =>
@@ -502,31 +489,7 @@ describe("credentials", () => {
           assertNoLeak(logs.lines, messages)
           return
         }
-        const dir = fs.mkdtempSync(path.join(RedisServer.runDir(), "tls-"))
-        yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true })))
-        const cert = path.join(dir, "cert.pem")
-        const key = path.join(dir, "key.pem")
-        execFileSync(
-          "openssl",
-          [
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            key,
-            "-out",
-            cert,
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1"
-          ],
-          { stdio: "pipe" }
-        )
+        const { cert, key } = yield* selfSignedCertificate
         const tlsPort = yield* Effect.promise(freePort)
         // The harness waits for a PING without a password: the password is set after the start.
         const running = yield* RedisServer.start({

@@ -13,9 +13,6 @@
  *
  * Skipped when this machine's redis-server was built without TLS.
  */
-import { execFileSync } from "node:child_process"
-import * as fs from "node:fs"
-import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
@@ -28,17 +25,7 @@ import { capture } from "./support/logs.js"
 import * as RedisSentinel from "./support/RedisSentinel.js"
 import * as RedisServer from "./support/RedisServer.js"
 import { sendCommand } from "./support/resp.js"
-
-/** Whether this machine's redis-server was built with TLS (an unknown option fails at once). */
-const redisHasTls = (): boolean => {
-  try {
-    execFileSync("redis-server", ["--port", "0", "--tls-port", "0"], { stdio: "pipe", timeout: 5_000 })
-    return true
-  } catch (error) {
-    const output = String((error as { stdout?: unknown }).stdout ?? "") + String((error as { stderr?: unknown }).stderr)
-    return !output.includes("Bad directive") && !output.includes("FATAL CONFIG")
-  }
-}
+import { redisHasTls, selfSignedCertificate } from "./support/tls.js"
 
 const tls = redisHasTls()
 
@@ -46,36 +33,6 @@ const secret = "s3cr3t/p@ss:w0rd"
 const encoded = encodeURIComponent(secret)
 const secrets = [secret, encoded, "s3cr3t"]
 const leaking = (texts: ReadonlyArray<string>) => texts.filter((text) => secrets.some((s) => text.includes(s)))
-
-/** A self-signed certificate for 127.0.0.1, in a directory removed with the scope. */
-const certificate = Effect.gen(function* () {
-  const dir = fs.mkdtempSync(path.join(RedisServer.runDir(), "tls-"))
-  yield* Effect.addFinalizer(() => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true })))
-  const cert = path.join(dir, "cert.pem")
-  const key = path.join(dir, "key.pem")
-  execFileSync(
-    "openssl",
-    [
-      "req",
-      "-x509",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      key,
-      "-out",
-      cert,
-      "-days",
-      "1",
-      "-subj",
-      "/CN=127.0.0.1",
-      "-addext",
-      "subjectAltName=IP:127.0.0.1"
-    ],
-    { stdio: "pipe" }
-  )
-  return { cert, key }
-})
 
 /** Whether a plain-TCP PING to `port` gets no answer (the port speaks TLS only). */
 const refusesPlain = (port: number) =>
@@ -87,7 +44,7 @@ const refusesPlain = (port: number) =>
   )
 
 const deployment = Effect.gen(function* () {
-  const files = yield* certificate
+  const files = yield* selfSignedCertificate
   const sentinel = yield* RedisSentinel.start({ tls: files, password: secret })
   for (const node of [...sentinel.servers, ...sentinel.sentinels]) assert.isTrue(yield* refusesPlain(node.port))
   const url = `rediss://:${encoded}@${sentinel.addresses}`
