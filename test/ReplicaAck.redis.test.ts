@@ -22,6 +22,7 @@ import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import { onServer } from "./conformance/onServer.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
 import * as RedisServer from "./support/RedisServer.js"
@@ -323,23 +324,7 @@ const acknowledgedRedis: Backend = {
           exactTime: false,
           advance: (ms) => Effect.sleep(ms),
           settle: Effect.sleep(100),
-          awaitBlockedRead: eventuallyTrue(
-            "a blocked client on the server",
-            2_000,
-            Effect.map(Effect.orDie(primary.info("clients")), (info) => Number(info.blocked_clients) > 0)
-          ),
-          putRaw: (key, value) => Effect.orDie(primary.command("SET", key, value)),
-          putRawExpiring: (key, value, ttlMs) => Effect.orDie(primary.command("SET", key, value, "PX", ttlMs)),
-          expireRaw: (key, ttlMs) => Effect.asVoid(Effect.orDie(primary.command("PEXPIRE", key, ttlMs))),
-          keyCount: Effect.orDie(primary.dbsize),
-          commandsProcessed: Option.some(
-            Effect.orDie(
-              Effect.map(primary.info("commandstats"), (stats) =>
-                RedisServer.commandCalls(stats, (command) => uncounted.has(command))
-              )
-            )
-          ),
-          channelSubscribers: Option.some((channel) => Effect.orDie(primary.numsub(channel))),
+          ...onServer(primary, uncounted),
           outage: {
             begin: primary.kill,
             // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
@@ -347,9 +332,7 @@ const acknowledgedRedis: Backend = {
               Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
               Effect.zipRight(linked, acknowledging(primary))
             )
-          },
-          hang: Option.some({ begin: primary.pause, end: primary.resume }),
-          dropSubscriptions: Effect.orDie(primary.clientKill("pubsub"))
+          }
         }
         yield* body(fixture)
       })

@@ -9,7 +9,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
+import { onServer } from "./conformance/onServer.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -20,12 +20,6 @@ const COMMAND_TIMEOUT_MS = 500
 
 /** Commands that do not touch data and that the harness itself sends. */
 const uncounted = new Set(["cmdstat_ping", "cmdstat_info"])
-
-const commandsProcessed = (server: RedisServer.RedisServer) =>
-  server.info("commandstats").pipe(
-    Effect.map((stats) => RedisServer.commandCalls(stats, (name) => uncounted.has(name))),
-    Effect.orDie
-  )
 
 let testCount = 0
 
@@ -58,24 +52,12 @@ const redis: Backend = {
           exactTime: false,
           advance: (ms) => Effect.sleep(ms),
           settle: Effect.sleep(100),
-          awaitBlockedRead: eventuallyTrue(
-            "a blocked client on the server",
-            2_000,
-            Effect.map(Effect.orDie(server.info("clients")), (info) => Number(info.blocked_clients) > 0)
-          ),
-          putRaw: (key, value) => Effect.orDie(server.command("SET", key, value)),
-          putRawExpiring: (key, value, ttlMs) => Effect.orDie(server.command("SET", key, value, "PX", ttlMs)),
-          expireRaw: (key, ttlMs) => Effect.asVoid(Effect.orDie(server.command("PEXPIRE", key, ttlMs))),
-          keyCount: Effect.orDie(server.dbsize),
-          commandsProcessed: Option.some(commandsProcessed(server)),
-          channelSubscribers: Option.some((channel) => Effect.orDie(server.numsub(channel))),
+          ...onServer(server, uncounted),
           outage: {
             begin: server.kill,
             // idempotent: the suite also runs it as a finalizer
             end: Effect.flatMap(server.pid, (pid) => (Option.isNone(pid) ? server.restart : Effect.void))
-          },
-          hang: Option.some({ begin: server.pause, end: server.resume }),
-          dropSubscriptions: Effect.orDie(server.clientKill("pubsub"))
+          }
         }
         yield* body(fixture)
       })
