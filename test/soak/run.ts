@@ -494,8 +494,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           // worker, 0.5-1.5 s after the kill (the dead worker's presence is there still, or
           // not). But not in the aftermath of the fault before: a worker whose presence has just
           // come back (after an outage of the store or of itself) cannot judge another dead
-          // yet, and gives the tab a fresh token instead, by design (docs/tokens.md).
-          const settled = lastDisturbance + 2 * presenceMs
+          // yet, and gives the tab a fresh token instead, by design (docs/tokens.md). Its
+          // connection may come back well after the fault ends on a loaded machine: a margin of
+          // two presence periods more.
+          const settled = lastDisturbance + 4 * presenceMs
           const targets = tabs.map(
             (token, i) =>
               [token, i % 2 === 0 ? victim : Math.floor(random() * victim), 500 + Math.floor(random() * 1_000)] as const
