@@ -16,7 +16,7 @@ import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
-import { settle, untilOnTestClock } from "./support/testClock.js"
+import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
 
 /** A full collection (`gc`, exposed for this process). */
 const collectGarbage: () => void = (() => {
@@ -319,7 +319,8 @@ describe("a contended lease with nothing queued", () => {
       yield* holder.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(holder.lease.isLeased("t"))
       const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
-      yield* untilOnTestClock("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      // the holder gives its callers one turn of the event loop, no clock time
+      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
       // no time passed: the lease ended when the waiter queued, not 50 ms later
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.isFalse(holder.lease.isLeased("t"))
@@ -562,6 +563,39 @@ describe("an idle lease parks", () => {
       assert.isFalse(a.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+})
+
+describe("a contended grant acknowledged from memory (leaseDurability memory)", () => {
+  it.scoped("serves the callers that come back within a turn of the event loop before the next worker", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50, leaseDurability: "memory" })
+      const first = yield* cluster.worker()
+      const looping = yield* cluster.worker()
+      const after = yield* cluster.worker()
+      yield* first.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(first.lease.isLeased("t"))
+      // queued behind the lease: `looping` first, then `after`; `looping` is granted with a
+      // worker behind it (a quantum), and its loop's callers are acknowledged at once
+      const loop = yield* Effect.fork(
+        Effect.forEach(
+          Array.from({ length: 20 }),
+          () => looping.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]),
+          {
+            discard: true
+          }
+        )
+      )
+      yield* settle
+      const seen = yield* Effect.fork(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+      // the clock stands still: the quantum never ends, so only an empty local queue after
+      // a turn of the event loop lets `after` in
+      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(seen), Option.isSome))
+      yield* Fiber.join(loop)
+      // every increment of the loop came before the waiter: one grant served them all
+      assert.strictEqual(yield* Fiber.join(seen), 21)
+      assert.strictEqual(yield* Clock.currentTimeMillis, 0)
     })
   )
 })

@@ -21,3 +21,20 @@ export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean,
       return false
     })
   )
+
+/** One turn of the real event loop (what a hold gives its callers before it releases). */
+const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+/**
+ * Until `check` holds, letting the fibers run and the event loop turn, without moving the
+ * clock: for what must happen in no clock time. Fails after `turns` turns.
+ */
+export const untilWithoutTime = <E>(label: string, check: Effect.Effect<boolean, E>, turns = 200) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < turns; i++) {
+      yield* settle
+      if (yield* check) return
+      yield* macrotask
+    }
+    return yield* Effect.dieMessage(`${label}: not within ${turns} turns of the event loop, the clock standing`)
+  })

@@ -344,10 +344,14 @@ const serve = (state: HoldState, resumed: boolean) =>
         // release. While another worker waits, only a write that ends before the deadline
         // (as long as the last one took) is made: the wait of the worker behind stays
         // within the quantum and the last write's release.
-        if (lingered || state.unacked.length === 0) return
-        if (state.contended && now + state.writeMs >= state.deadline) return
-        yield* flush(state)
-        if (state.failed !== undefined) return
+        // With nothing to write (acknowledged from memory), the turn is given all the same:
+        // the callers acknowledged at once queue their next modification within it.
+        if (lingered) return
+        if (state.unacked.length > 0) {
+          if (state.contended && now + state.writeMs >= state.deadline) return
+          yield* flush(state)
+          if (state.failed !== undefined) return
+        }
         lingered = true
         yield* turnEventLoop
         state.ioAt = yield* Clock.currentTimeMillis
