@@ -134,6 +134,12 @@ const main = async () => {
   const { op, close } = await makeOp()
   console.log("ready")
   const lines = readline.createInterface({ input: process.stdin })
+  // The parent gone (killed, or failed), its pipe closes: a worker left behind would go on
+  // loading the machine, and retrying its store, for good.
+  let measured = false
+  lines.on("close", () => {
+    if (!measured) process.exit(2)
+  })
   const commands: Array<string> = []
   const waiting: Array<(line: string) => void> = []
   lines.on("line", (line) => {
@@ -178,6 +184,7 @@ const main = async () => {
   await loops
   const cpu = process.cpuUsage(cpuBefore)
   console.log(JSON.stringify({ ok, warm_ok: warmOk, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
+  measured = true
   lines.close()
   await close()
   process.exit(0)
