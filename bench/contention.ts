@@ -7,19 +7,21 @@
  *   npm run bench:contention -- --json               one JSON array of rows
  *   npm run bench:contention -- --seconds 5          seconds measured per cell (default 3)
  *   npm run bench:contention -- --warmup 8           seconds of warm-up per cell before (default 8)
+ *   npm run bench:contention -- --warmup-ops 10000   ...and on until every worker process did this many
+ *                                                    operations, within --warmup-max seconds (default 60)
  *   npm run bench:contention -- --impls poll,leasehold --cells 4x4
  *   npm run bench:contention -- --cluster            on a 3-master Redis Cluster instead
  *   npm run bench:contention -- --replica --acks 0,1 on a primary with one replica; each leasehold
  *                                                    impl once per LEASEHOLD_MIN_REPLICAS_ACK value
  *
  * Row: {"impl", "workers", "conc", "ops_per_s", "p50_ms", "p99_ms", "p999_ms", "max_ms", "stalls", "exact",
- * "cpu_us_per_op", "redis_cpu_us_per_op"} where the latencies are of whole operations (waiting for the lock
+ * "cpu_us_per_op", "redis_cpu_us_per_op", "warmup_s"} where the latencies are of whole operations (waiting for the lock
  * included), `stalls` counts operations over 500 ms, `exact` says the stored counter equals
  * the number of operations that reported success, and `cpu_us_per_op` is the CPU time of all
  * the cell's worker processes (Redis not included) divided by the operations done;
  * `redis_cpu_us_per_op` is the CPU time the Redis server (every node of a cluster) used over
  * the cell (`INFO cpu` before the start and after the workers exited) divided by the same, and `p999_ms` the 99.9th
- * percentile of the latencies. With `--replica` every row has `min_replicas_ack` (the value a
+ * percentile of the latencies, `warmup_s` how long the cell's warm-up took. With `--replica` every row has `min_replicas_ack` (the value a
  * leasehold row ran with; `null` for the peers, which never wait for replicas). More rows: {"impl": "ping", "p50_ms"};
  * {"impl": "scripts-floor", "p50_ms"}: the two scripts of an uncontended modification
  * (grant with read, then write with release) sent one after the other straight from ioredis,
@@ -56,6 +58,10 @@ const seconds = Number(flag("seconds") ?? "3")
 // peer's few ioredis calls, and compiles over the first seconds), and the cell is measured
 // in the state a long-running server is in.
 const warmupSeconds = Number(flag("warmup") ?? "8")
+// ...and on until every worker process did this many operations (at most `--warmup-max`
+// seconds in all): a slow cell runs few operations in a fixed time, and its path stays cold.
+const warmupOps = Number(flag("warmup-ops") ?? "10000")
+const warmupMaxSeconds = Number(flag("warmup-max") ?? "60")
 const impls = (
   flag("impls") ?? "leasehold-oplock,leasehold-oplock-memory,leasehold,redis-semaphore,redlock,poll"
 ).split(",")
@@ -195,8 +201,14 @@ const runCell = (
       })
     )
     await Promise.all(started.map((w) => w.line((l) => l === "ready")))
-    for (const w of started) w.child.stdin!.write(`warm ${warmupSeconds * 1000}\n`)
-    await Promise.all(started.map((w) => w.line((l) => l === "warmed")))
+    for (const w of started) {
+      w.child.stdin!.write(
+        `warm ${warmupSeconds * 1000} ${warmupOps} ${Math.max(warmupSeconds, warmupMaxSeconds) * 1000}\n`
+      )
+    }
+    const warmedMs = await Promise.all(
+      started.map((w) => w.line((l) => l.startsWith("warmed")).then((l) => Number(l.split(" ")[1])))
+    )
     const redisBefore = await redisCpuSeconds()
     const t0 = performance.now()
     for (const w of started) w.child.stdin!.write(`go ${seconds * 1000}\n`)
@@ -229,7 +241,8 @@ const runCell = (
       stalls: lat.filter((l) => l > 500).length,
       exact: stored === ok + warmOk && reports.every((r) => r.failed === 0),
       cpu_us_per_op: Math.round((reports.reduce((sum, r) => sum + r.cpu_ms, 0) * 1000) / Math.max(1, ok)),
-      redis_cpu_us_per_op: Math.round((redisUsed * 1_000_000) / Math.max(1, ok))
+      redis_cpu_us_per_op: Math.round((redisUsed * 1_000_000) / Math.max(1, ok)),
+      warmup_s: Math.round(Math.max(...warmedMs) / 100) / 10
     }
   })
 
