@@ -346,7 +346,8 @@ const serve = (state: HoldState, resumed: boolean) =>
         // within the quantum and the last write's release.
         // With nothing to write (acknowledged from memory), the turn is given all the same:
         // the callers acknowledged at once queue their next modification within it.
-        if (lingered) return
+        // (a grant that served nothing, its only request gone, owes its callers no turn)
+        if (lingered || (state.unacked.length === 0 && state.served === 0)) return
         if (state.unacked.length > 0) {
           if (state.contended && now + state.writeMs >= state.deadline) return
           yield* flush(state)
