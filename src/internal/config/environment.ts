@@ -34,8 +34,11 @@ export const defaults = {
 }
 
 /** A duration in ms from the environment. */
-const ms = (name: string, fallback: number, description: string) =>
-  Config.number(name).pipe(Config.withDefault(fallback), Config.withDescription(description))
+/** A setting read by `config`, with its default and its description. */
+const setting = <A>(config: Config.Config<A>, fallback: A, description: string) =>
+  config.pipe(Config.withDefault(fallback), Config.withDescription(description))
+
+const ms = (name: string, fallback: number, description: string) => setting(Config.number(name), fallback, description)
 
 /**
  * The knobs as `Config`, with the environment names of DESIGN §7.
@@ -46,9 +49,10 @@ export const config: Config.Config<Input> = Config.all({
   redisUrl: Config.option(Config.redacted("LEASEHOLD_REDIS_URL")).pipe(
     Config.withDescription("Redis URL; unset for the embedded memory store")
   ),
-  redisCluster: Config.boolean("LEASEHOLD_REDIS_CLUSTER").pipe(
-    Config.withDefault(defaults.redisCluster),
-    Config.withDescription("the Redis URL names seed nodes of a Redis Cluster (host:port list after the userinfo)")
+  redisCluster: setting(
+    Config.boolean("LEASEHOLD_REDIS_CLUSTER"),
+    defaults.redisCluster,
+    "the Redis URL names seed nodes of a Redis Cluster (host:port list after the userinfo)"
   ),
   redisSentinels: Config.option(Config.redacted("LEASEHOLD_REDIS_SENTINELS")).pipe(
     Config.withDescription(
@@ -73,10 +77,7 @@ export const config: Config.Config<Input> = Config.all({
     Config.withDescription("TTL of slices and socket records, in seconds"),
     Config.map((s) => Duration.seconds(s))
   ),
-  oplock: Config.boolean("LEASEHOLD_OPLOCK").pipe(
-    Config.withDefault(defaults.oplock),
-    Config.withDescription("keep the lock as a lease after a modification")
-  ),
+  oplock: setting(Config.boolean("LEASEHOLD_OPLOCK"), defaults.oplock, "keep the lock as a lease after a modification"),
   leaseHoldTime: Config.option(Config.number("LEASEHOLD_LEASE_HOLD_TIME_MS")).pipe(
     Config.withDescription("how long a lease is held (ms, < lock expiration; default lock expiration / 2)")
   ),
@@ -100,17 +101,20 @@ export const config: Config.Config<Input> = Config.all({
   ),
   retryDelayInitial: ms("LEASEHOLD_RETRY_DELAY_INITIAL_MS", defaults.retryDelayInitialMs, "first retry delay (ms)"),
   retryDelayMax: ms("LEASEHOLD_RETRY_DELAY_MAX_MS", defaults.retryDelayMaxMs, "cap of the retry delay (ms)"),
-  retryJitter: Config.boolean("LEASEHOLD_RETRY_JITTER").pipe(
-    Config.withDefault(defaults.retryJitter),
-    Config.withDescription("add up to 10 % random jitter to retry delays")
+  retryJitter: setting(
+    Config.boolean("LEASEHOLD_RETRY_JITTER"),
+    defaults.retryJitter,
+    "add up to 10 % random jitter to retry delays"
   ),
-  mailboxMaxLen: Config.integer("LEASEHOLD_MAILBOX_MAXLEN").pipe(
-    Config.withDefault(defaults.mailboxMaxLen),
-    Config.withDescription("approximate length cap of each mailbox stream")
+  mailboxMaxLen: setting(
+    Config.integer("LEASEHOLD_MAILBOX_MAXLEN"),
+    defaults.mailboxMaxLen,
+    "approximate length cap of each mailbox stream"
   ),
-  maxValueBytes: Config.integer("LEASEHOLD_MAX_VALUE_BYTES").pipe(
-    Config.withDefault(defaults.maxValueBytes),
-    Config.withDescription("largest encoded slice value a modification may write, in bytes")
+  maxValueBytes: setting(
+    Config.integer("LEASEHOLD_MAX_VALUE_BYTES"),
+    defaults.maxValueBytes,
+    "largest encoded slice value a modification may write, in bytes"
   ),
   dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
     Config.withDescription("directory where the embedded store keeps state; unset keeps nothing on disk")
@@ -122,11 +126,10 @@ export const config: Config.Config<Input> = Config.all({
   ),
   commandTimeout: ms("LEASEHOLD_COMMAND_TIMEOUT_MS", defaults.commandTimeoutMs, "Redis command timeout (ms)"),
   connectTimeout: ms("LEASEHOLD_CONNECT_TIMEOUT_MS", defaults.connectTimeoutMs, "Redis connect timeout (ms)"),
-  minReplicasAck: Config.integer("LEASEHOLD_MIN_REPLICAS_ACK").pipe(
-    Config.withDefault(defaults.minReplicasAck),
-    Config.withDescription(
-      "replicas that must have a grant or a commit before it is acknowledged (Redis WAIT); 0: the primary alone"
-    )
+  minReplicasAck: setting(
+    Config.integer("LEASEHOLD_MIN_REPLICAS_ACK"),
+    defaults.minReplicasAck,
+    "replicas that must have a grant or a commit before it is acknowledged (Redis WAIT); 0: the primary alone"
   ),
   replicaAckTimeout: Config.option(Config.number("LEASEHOLD_REPLICA_ACK_TIMEOUT_MS")).pipe(
     Config.withDescription(
