@@ -115,7 +115,10 @@ export const complete = (env: SessionEnv, token: string, request: Request) =>
     sessions.delete(token)
     if (after.queued) yield* Effect.ignore(store.leaveQueue(token, instanceId))
     // A store that answers synchronously (the embedded one) never made this fiber wait:
-    // without a yield, a loop of modifications would keep every other fiber (and timer)
-    // from running. On Redis the yield costs next to nothing beside its round trips.
+    // without a yield, a loop of modifications would keep every other fiber from running.
+    // The yield goes through Effect's scheduler, on microtasks: it does not turn the event
+    // loop, so a caller's own tight loop of awaited modifications on the embedded store
+    // still keeps Node's timers and sockets waiting until it pauses. On Redis the yield
+    // costs next to nothing beside its round trips.
     yield* Effect.yieldNow()
   })
