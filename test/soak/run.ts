@@ -468,9 +468,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             return failover(
               "failover-losing",
               `failover losing writes: replicas frozen and cut off, ${losingMs} ms of writes on the primary alone, SIGKILL it`,
-              sentinel.failoverLosing(
-                Effect.sleep(losingMs).pipe(Effect.ensuring(Effect.sync(() => (window.to = Date.now()))))
-              )
+              // the window ends when the old primary's process is gone (not when the writes'
+              // time is up: it serves until the SIGKILL lands, on a loaded machine a while later)
+              Effect.tap(sentinel.failoverLosing(Effect.sleep(losingMs)), ({ killedAt }) => {
+                window.to = killedAt
+              })
             )
           }
         }
@@ -621,9 +623,13 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const ambiguous = new Set<string>()
       const clean = new Set<string>()
       let notAcknowledged = 0
-      /** When a time (ms since the epoch) falls in a failover that loses writes, with margins. */
+      /**
+       * When a time (ms since the epoch) falls in a failover that loses writes, with margins:
+       * `before`, and 1 s after the SIGKILL (a worker stamps an acknowledgement when its
+       * fiber resumes, on a loaded machine that long after the reply left the server).
+       */
       const exposed = (at: number, before: number) =>
-        losingWindows.some((window) => at >= window.from - before && at <= window.to + 500)
+        losingWindows.some((window) => at >= window.from - before && at <= window.to + 1_000)
       const into = (at: number) => `${at - started} ms`
       for (const { event } of all) {
         const op = String(event.op)

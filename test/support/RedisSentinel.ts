@@ -50,12 +50,18 @@ export interface RedisSentinel {
    * A failover that loses writes, as asynchronous replication may: freeze both replicas
    * (SIGSTOP) and cut their links to the primary, run `writes` (on the primary only),
    * SIGKILL the primary, thaw the replicas, and wait for the promotion of one of them,
-   * which never had those writes.
+   * which never had those writes. `killedAt` is when the old primary was gone
+   * (`Date.now()` once its process exited): nothing it acknowledged came later.
    */
   readonly failoverLosing: <A, E, R>(
     writes: Effect.Effect<A, E, R>
   ) => Effect.Effect<
-    { readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer; readonly value: A },
+    {
+      readonly old: RedisServer.RedisServer
+      readonly promoted: RedisServer.RedisServer
+      readonly value: A
+      readonly killedAt: number
+    },
     E,
     R
   >
@@ -284,15 +290,16 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         // A frozen replica's socket still takes the replication stream into its kernel
         // buffer: cut the links, so that nothing written from now on can reach them.
         yield* Effect.orDie(old.command("CLIENT", "KILL", "TYPE", "replica"))
+        let killedAt = Number.POSITIVE_INFINITY
         const value = yield* writes.pipe(
           Effect.ensuring(
             Effect.zipRight(
-              old.kill,
+              Effect.andThen(old.kill, () => (killedAt = Date.now())),
               Effect.forEach(followers, (server) => server.resume)
             )
           )
         )
-        return { ...(yield* awaitPromotion(old)), value }
+        return { ...(yield* awaitPromotion(old)), value, killedAt }
       })
 
     const rejoin = (old: RedisServer.RedisServer) =>
