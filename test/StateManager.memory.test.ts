@@ -11,6 +11,7 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
+import * as Tracer from "effect/Tracer"
 import * as Lease from "../src/Lease.js"
 import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
@@ -474,17 +475,68 @@ describe("the timers of holds and waits", () => {
   )
 })
 
+/** The built-in tracer, recording the names of the spans it is asked for. */
+const recordingTracer = Effect.map(Effect.tracer, (base) => {
+  const names: Array<string> = []
+  const tracer = Tracer.make({
+    span: (name, parent, context, links, startTime, kind, options) => {
+      names.push(name)
+      return base.span(name, parent, context, links, startTime, kind, options)
+    },
+    context: (f, fiber) => base.context(f, fiber)
+  })
+  return { tracer, names }
+})
+
+describe("leasehold's spans", () => {
+  it.scoped(
+    "made under an installed tracer, with the token; not under Effect's built-in one, which exports nothing",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({})
+        const worker = yield* cluster.worker()
+        const inside = Effect.map(Effect.option(Effect.currentSpan), (span) =>
+          Option.map(span, (current) => [current.name, current.attributes.get("token")])
+        )
+        const seen: Array<Option.Option<Array<unknown>>> = []
+        const bump = worker.states.modifyEffect("t", Counter, (s) =>
+          Effect.map(inside, (span) => {
+            seen.push(span)
+            return [null, { n: s.n + 1 }] as const
+          })
+        )
+        yield* bump
+        deepStrictEqual(seen, [Option.none()])
+        const { tracer, names } = yield* recordingTracer
+        yield* Effect.withTracer(bump, tracer)
+        yield* Effect.withTracer(
+          worker.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]),
+          tracer
+        )
+        deepStrictEqual(seen, [Option.none(), Option.some(["StateManager.modify", "t"])])
+        deepStrictEqual(names, ["StateManager.modify", "StateManager.modify"])
+        assert.strictEqual((yield* worker.states.get("t", Counter)).n, 3)
+      })
+  )
+})
+
 describe("a lease and the span of the modification that began it", () => {
   it.scoped("the lease's session runs outside that span, and does not keep it alive", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const worker = yield* cluster.worker()
       let span: WeakRef<object> | undefined
-      yield* worker.states.modifyEffect("t", Counter, (s) =>
-        Effect.map(Effect.currentSpan, (current) => {
-          span = new WeakRef(current)
-          return [null, { n: s.n + 1 }] as const
-        })
+      // an installed tracer: under the built-in one leasehold makes no span
+      const { tracer } = yield* recordingTracer
+      yield* Effect.withTracer(
+        worker.states.modifyEffect("t", Counter, (s) =>
+          Effect.map(Effect.currentSpan, (current) => {
+            assert.strictEqual(current.name, "StateManager.modify")
+            span = new WeakRef(current)
+            return [null, { n: s.n + 1 }] as const
+          })
+        ),
+        tracer
       )
       // the modification began a lease, held on
       assert.isTrue(worker.lease.isLeased("t"))

@@ -16,6 +16,7 @@ import * as Option from "effect/Option"
 import type { SocketRecord } from "../../Store.js"
 import type { CorruptValue, StoreError } from "../../StoreError.js"
 import type { Linked } from "../../TokenManager.js"
+import { withSpan } from "../tracing.js"
 import { validateToken } from "../validate.js"
 import { judge, type Presence } from "./presence.js"
 import {
@@ -283,7 +284,7 @@ export const link = (presence: Presence, token: string, connectionId: string) =>
     if (current !== undefined && isOurs(table, current)) return yield* linkFresh(table, connectionId)
     const linked = yield* claimOrTakeOver(presence, token, connectionId)
     return Option.isSome(linked) ? linked.value : yield* linkFresh(table, connectionId)
-  }).pipe(Effect.withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
+  }).pipe(withSpan("TokenManager.link"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
 }
 
 /** `TokenManager.disconnect`. */
@@ -293,7 +294,7 @@ export const disconnect = (table: Table, token: string, connectionId: string) =>
     const entry = table.entries.get(token)
     if (entry === undefined || entry.connectionId !== connectionId) return
     yield* unlink(table, token, entry)
-  }).pipe(Effect.withSpan("TokenManager.disconnect"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
+  }).pipe(withSpan("TokenManager.disconnect"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
 
 /** `TokenManager.disconnectAll`. */
 export const disconnectAll = (table: Table) =>
@@ -308,4 +309,4 @@ export const disconnectAll = (table: Table) =>
           : unlink(table, token, entry),
       { concurrency: concurrentWrites, discard: true }
     )
-  ).pipe(Effect.withSpan("TokenManager.disconnectAll"))
+  ).pipe(withSpan("TokenManager.disconnectAll"))

@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import type { SocketRecord, Store } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
+import { withSpan } from "../tracing.js"
 import { validateToken } from "../validate.js"
 
 /**
@@ -163,5 +164,5 @@ export const owner = (table: Table, token: string, options?: { readonly refresh?
     }
     if (!sameRecord(stored.value, entry.record)) yield* adopt(table, token, entry, stored.value)
     return stored
-  }).pipe(Effect.withSpan("TokenManager.owner"))
+  }).pipe(withSpan("TokenManager.owner"))
 }
