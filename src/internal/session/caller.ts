@@ -89,36 +89,39 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
  *
  * @internal
  */
-export const complete = (env: SessionEnv, token: string, request: Request) =>
-  Effect.gen(function* () {
+export const complete = (env: SessionEnv, token: string, request: Request): Effect.Effect<void> =>
+  // Steps chained by hand, not `Effect.gen`: this is on the path of every uncontended modification.
+  Effect.suspend(() => {
     const { sessions, store, instanceId } = env
     const session = sessions.get(token)
     const own = session?.own
-    if (session === undefined || own === undefined)
-      return yield* Effect.dieMessage("complete without a turn from begin")
+    if (session === undefined || own === undefined) return Effect.dieMessage("complete without a turn from begin")
     session.own = undefined
     const { lockId } = own
     const outcome = request.done.poll()
     const writes =
       outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit" ? outcome.value.writes : []
-    yield* warnIfLong(env, token, request, own.grantedAt)
     prune(session)
-    if (!env.oplock && env.quantumMs > 0 && session.queue.length > 0) {
-      // The modifications queued here meanwhile are served under the same grant (with
-      // this one written in their first batch), for at most a quantum once another
-      // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
-      return yield* start(env, session, own, { writes, request })
-    }
-    const after = yield* commitAndRelease(env, session, lockId, writes, [request])
-    prune(session)
-    if (session.queue.length > 0) return yield* start(env, session, after)
-    sessions.delete(token)
-    if (after.queued) yield* Effect.ignore(store.leaveQueue(token, instanceId))
-    // A store that answers synchronously (the embedded one) never made this fiber wait:
-    // without a yield, a loop of modifications would keep every other fiber from running.
-    // The yield goes through Effect's scheduler, on microtasks: it does not turn the event
-    // loop, so a caller's own tight loop of awaited modifications on the embedded store
-    // still keeps Node's timers and sockets waiting until it pauses. On Redis the yield
-    // costs next to nothing beside its round trips.
-    yield* Effect.yieldNow()
+    const written =
+      !env.oplock && env.quantumMs > 0 && session.queue.length > 0
+        ? // The modifications queued here meanwhile are served under the same grant (with
+          // this one written in their first batch), for at most a quantum once another
+          // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
+          start(env, session, own, { writes, request })
+        : Effect.flatMap(commitAndRelease(env, session, lockId, writes, [request]), (after) => {
+            prune(session)
+            if (session.queue.length > 0) return start(env, session, after)
+            sessions.delete(token)
+            // A store that answers synchronously (the embedded one) never made this fiber
+            // wait: without a yield, a loop of modifications would keep every other fiber
+            // from running. The yield goes through Effect's scheduler, on microtasks: it
+            // does not turn the event loop, so a caller's own tight loop of awaited
+            // modifications on the embedded store still keeps Node's timers and sockets
+            // waiting until it pauses. On Redis the yield costs next to nothing beside its
+            // round trips.
+            return after.queued
+              ? Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId)), Effect.yieldNow())
+              : Effect.yieldNow()
+          })
+    return Effect.zipRight(warnIfLong(env, token, request, own.grantedAt), written)
   })

@@ -108,7 +108,8 @@ export const commitAndRelease = (
   writes: ReadonlyArray<SliceEntry>,
   requests: ReadonlyArray<Request>
 ): Effect.Effect<Previous> =>
-  Effect.gen(function* () {
+  // Steps chained by hand, not `Effect.gen`: this is on the path of every uncontended modification.
+  Effect.suspend(() => {
     const { store, instanceId } = env
     const { token } = session
     prune(session)
@@ -117,23 +118,28 @@ export const commitAndRelease = (
     // worker took by a re-check, a `Resubscribed` before it): the wait that may follow
     // must not act on it.
     session.signals?.take()
-    const result = yield* Effect.either(
-      writeOrFail(store.commitAndReleaseQueued(token, lockId, writes, { instanceId, requeue: waiting }))
+    return Effect.matchEffect(
+      writeOrFail(store.commitAndReleaseQueued(token, lockId, writes, { instanceId, requeue: waiting })),
+      {
+        onSuccess: (queued): Effect.Effect<Previous> => {
+          succeedAcks(requests)
+          // Others were queued: the lock went to the first of them and this worker is behind
+          // them, so an attempt before waiting would only be refused (and tell the new holder
+          // again). Alone, the release granted the lock back to this worker: the attempt claims it.
+          return Effect.succeed(
+            waiting && queued > 0 ? { queued: true, attempted: true, remainingMs: env.handoffMs } : { queued: waiting }
+          )
+        },
+        onFailure: (error) =>
+          Effect.gen(function* () {
+            yield* Metric.increment(flushFailures)
+            yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${error.message}`)
+            failAcks(env, requests, lockId, error)
+            // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
+            // would block every worker on this token until it expires.
+            if (error._tag !== "LockLost") yield* Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
+            return noTurn
+          })
+      }
     )
-    if (result._tag === "Right") {
-      succeedAcks(requests)
-      // Others were queued: the lock went to the first of them and this worker is behind
-      // them, so an attempt before waiting would only be refused (and tell the new holder
-      // again). Alone, the release granted the lock back to this worker: the attempt claims it.
-      return waiting && result.right > 0
-        ? { queued: true, attempted: true, remainingMs: env.handoffMs }
-        : { queued: waiting }
-    }
-    yield* Metric.increment(flushFailures)
-    yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${result.left.message}`)
-    failAcks(env, requests, lockId, result.left)
-    // A refused commit (no memory left) wrote nothing and kept the lock: left held, it
-    // would block every worker on this token until it expires.
-    if (result.left._tag !== "LockLost") yield* Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
-    return noTurn
   })
