@@ -15,6 +15,7 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
+import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import type { Wheel } from "../timers.js"
@@ -243,48 +244,75 @@ const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
   )
 
 /** Serve `request` and, through the relay, the requests queued behind it that memory can serve. */
-const serveFrom = (state: HoldState, request: Request) =>
-  Effect.gen(function* () {
+const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, InvalidToken | StoreError> =>
+  // Steps chained by hand, not `Effect.gen`: every leased modification makes one.
+  Effect.suspend(() => {
     const { env, token, cache } = state
     const missing = request.slices.filter((name) => !cache.has(name))
-    if (missing.length > 0) {
-      // Fetched under the lock this worker holds: as current as the grant's reads.
-      const values = yield* env.store.readSlices(token, missing)
-      for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
-    }
-    const end = new OneShot<void>()
-    state.relayEnd = end
-    if (relay(state, request, state.clock.unsafeCurrentTimeMillis())) yield* end.await
-    state.relayEnd = undefined
-    const longHolds = state.longHolds
-    if (longHolds.length === 0) return
-    state.longHolds = []
-    for (const [held, heldMs] of longHolds) yield* warnHeld(env, token, held, heldMs)
+    const served = Effect.suspend(() => {
+      const end = new OneShot<void>()
+      state.relayEnd = end
+      const relayed = relay(state, request, state.clock.unsafeCurrentTimeMillis())
+      return relayed
+        ? Effect.zipRight(
+            end.await,
+            Effect.suspend(() => afterRelay(state))
+          )
+        : afterRelay(state)
+    })
+    if (missing.length === 0) return served
+    // Fetched under the lock this worker holds: as current as the grant's reads.
+    return Effect.zipRight(
+      Effect.map(env.store.readSlices(token, missing), (values) => {
+        for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
+      }),
+      served
+    )
   })
 
-/** Group commit: one write for every modification served since the last one. */
-const flush = (state: HoldState) =>
-  Effect.gen(function* () {
-    const { env, token, lockId, dirty } = state
-    if (state.unacked.length === 0) return false
+/** The relay has ended: the warnings of the modifications that held the lock too long in it. */
+const afterRelay = (state: HoldState): Effect.Effect<void> => {
+  state.relayEnd = undefined
+  const longHolds = state.longHolds
+  if (longHolds.length === 0) return Effect.void
+  state.longHolds = []
+  return Effect.forEach(longHolds, ([held, heldMs]) => warnHeld(state.env, state.token, held, heldMs), {
+    discard: true
+  })
+}
+
+/** Group commit: one write for every modification served since the last one (`false`: nothing to write). */
+const flush = (state: HoldState): Effect.Effect<boolean> =>
+  // Steps chained by hand, not `Effect.gen`: a leased modification written alone makes one.
+  Effect.suspend(() => {
+    const { env, token, lockId, dirty, clock } = state
+    if (state.unacked.length === 0) return Effect.succeed(false)
     const batch = state.unacked
     state.unacked = []
     const entries = [...dirty.entries()]
     dirty.clear()
-    const started = yield* Clock.currentTimeMillis
-    const result = yield* Effect.either(writeOrFail(env.store.writeIfHolder(token, lockId, entries)))
-    state.writeMs = (yield* Clock.currentTimeMillis) - started
-    if (result._tag === "Right") {
-      yield* Metric.increment(flushes)
-      succeedAcks(batch)
-      return true
-    }
-    // The lock is lost or the store is away: this lease writes nothing more.
-    yield* Metric.increment(flushFailures)
-    yield* Effect.logWarning(`writing the leased modifications of token ${token} failed: ${result.left.message}`)
-    state.failed = result.left
-    failAcks(env, batch, lockId, result.left)
-    return true
+    const started = clock.unsafeCurrentTimeMillis()
+    return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries)), {
+      onSuccess: () => {
+        state.writeMs = clock.unsafeCurrentTimeMillis() - started
+        succeedAcks(batch)
+        return Effect.as(Metric.increment(flushes), true)
+      },
+      onFailure: (error) => {
+        state.writeMs = clock.unsafeCurrentTimeMillis() - started
+        // The lock is lost or the store is away: this lease writes nothing more.
+        return Metric.increment(flushFailures).pipe(
+          Effect.zipRight(
+            Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
+          ),
+          Effect.map(() => {
+            state.failed = error
+            failAcks(env, batch, lockId, error)
+            return true
+          })
+        )
+      }
+    })
   })
 
 const serve = (state: HoldState, resumed: boolean) =>
@@ -296,7 +324,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       session.lease = { cache: state.cache }
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
-    if (resumed) state.ioAt = yield* Clock.currentTimeMillis
+    if (resumed) state.ioAt = state.clock.unsafeCurrentTimeMillis()
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
@@ -305,19 +333,19 @@ const serve = (state: HoldState, resumed: boolean) =>
       if (mode === "lease" || mode === "batch") yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = session.changed
-      const now = yield* Clock.currentTimeMillis
+      const now = state.clock.unsafeCurrentTimeMillis()
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
       // A batch writes what it served at least every quantum: its acknowledgements wait for it.
       if (mode === "batch" && state.unacked.length > 0 && now - state.ioAt >= env.yieldMs) {
         yield* flush(state)
-        state.ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = state.clock.unsafeCurrentTimeMillis()
         continue
       }
       if (mode !== "single" && now - state.ioAt >= env.yieldMs) {
         yield* turnEventLoop
-        state.ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = state.clock.unsafeCurrentTimeMillis()
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
@@ -355,10 +383,10 @@ const serve = (state: HoldState, resumed: boolean) =>
         }
         lingered = true
         yield* turnEventLoop
-        state.ioAt = yield* Clock.currentTimeMillis
+        state.ioAt = state.clock.unsafeCurrentTimeMillis()
         continue
       }
-      if (env.durable && (yield* flush(state))) state.ioAt = yield* Clock.currentTimeMillis
+      if (env.durable && (yield* flush(state))) state.ioAt = state.clock.unsafeCurrentTimeMillis()
       // a failed write ends the lease at once: it can write nothing more
       if (state.failed !== undefined) return
       if (mode === "lease" && !state.watching) {
