@@ -16,6 +16,7 @@ import type * as Exit from "effect/Exit"
 export class OneShot<A, E = never> {
   private exit: Exit.Exit<A, E> | undefined = undefined
   private waiters: Array<(exit: Exit.Exit<A, E>) => void> | undefined = undefined
+  private awaiting: Effect.Effect<A, E> | undefined = undefined
 
   /** Complete it; `false` when it already was. */
   done(exit: Exit.Exit<A, E>): boolean {
@@ -45,14 +46,17 @@ export class OneShot<A, E = never> {
     return this.exit
   }
 
-  /** Wait for it (interruptible: the waiter is removed). */
-  readonly await: Effect.Effect<A, E> = Effect.async<A, E>((resume) => {
-    if (this.exit !== undefined) return resume(this.exit)
-    if (this.waiters === undefined) this.waiters = []
-    this.waiters.push(resume)
-    return Effect.sync(() => {
-      const index = this.waiters?.indexOf(resume) ?? -1
-      if (index >= 0) this.waiters!.splice(index, 1)
+  /** Wait for it (interruptible: the waiter is removed). Made at its first use: most are never awaited. */
+  get await(): Effect.Effect<A, E> {
+    this.awaiting ??= Effect.async<A, E>((resume) => {
+      if (this.exit !== undefined) return resume(this.exit)
+      if (this.waiters === undefined) this.waiters = []
+      this.waiters.push(resume)
+      return Effect.sync(() => {
+        const index = this.waiters?.indexOf(resume) ?? -1
+        if (index >= 0) this.waiters!.splice(index, 1)
+      })
     })
-  })
+    return this.awaiting
+  }
 }
