@@ -101,9 +101,9 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     const outcome = request.done.poll()
     const writes =
       outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit" ? outcome.value.writes : []
-    prune(session)
-    const written =
-      !env.oplock && env.quantumMs > 0 && session.queue.length > 0
+    const written = () => {
+      prune(session)
+      return !env.oplock && env.quantumMs > 0 && session.queue.length > 0
         ? // The modifications queued here meanwhile are served under the same grant (with
           // this one written in their first batch), for at most a quantum once another
           // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
@@ -123,5 +123,6 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
               ? Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId)), Effect.yieldNow())
               : Effect.yieldNow()
           })
-    return Effect.zipRight(warnIfLong(env, token, request, own.grantedAt), written)
+    }
+    return Effect.flatMap(warnIfLong(env, token, request, own.grantedAt), written)
   })

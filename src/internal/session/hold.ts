@@ -295,8 +295,10 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries)), {
       onSuccess: () => {
         state.writeMs = clock.unsafeCurrentTimeMillis() - started
-        succeedAcks(batch)
-        return Effect.as(Metric.increment(flushes), true)
+        return Effect.map(Metric.increment(flushes), () => {
+          succeedAcks(batch)
+          return true
+        })
       },
       onFailure: (error) => {
         state.writeMs = clock.unsafeCurrentTimeMillis() - started

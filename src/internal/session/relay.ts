@@ -42,7 +42,7 @@ export interface HoldState {
   watching: boolean
   /** A lease's or a batch's `keepAlive`, for its whole hold. */
   keeper: KeepAlive | undefined
-  /** The clock of the hold's fiber, read synchronously by the relay. */
+  /** The clock of the fiber that began the hold, read synchronously by the relay and the serving. */
   readonly clock: Clock.Clock
   /** When the serving last waited for the store (or for the event loop). */
   ioAt: number
