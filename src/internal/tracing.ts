@@ -1,9 +1,10 @@
 /**
  * leasehold's spans (`StateManager.modify`, `TokenManager.link` …), made where a tracer
  * exports them. Under Effect's built-in tracer, which a program has until it installs
- * another (an OpenTelemetry layer, say) and which hands its spans to nobody, a span is
- * only cost: about a fifth of the CPU of an uncontended modification on the embedded
- * store (its two random ids, its attributes, a copy of the fiber's context).
+ * another (an OpenTelemetry layer, say) and which hands its spans to nobody, a span costs
+ * about a fifth of the CPU of an uncontended modification on the embedded store (its two
+ * random ids, its attributes, a copy of the fiber's context) and gives only a name in a
+ * failure's `Cause.pretty` (docs/operations.md, "Tracing").
  *
  * @internal
  */

@@ -33,11 +33,11 @@ export const defaults = {
   replicaAckTimeoutMs: 1_000
 }
 
-/** A duration in ms from the environment. */
 /** A setting read by `config`, with its default and its description. */
 const setting = <A>(config: Config.Config<A>, fallback: A, description: string) =>
   config.pipe(Config.withDefault(fallback), Config.withDescription(description))
 
+/** A duration in ms from the environment. */
 const ms = (name: string, fallback: number, description: string) => setting(Config.number(name), fallback, description)
 
 /**
