@@ -32,6 +32,7 @@
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import type * as Scope from "effect/Scope"
 import { makeKeys } from "../../src/internal/keys.js"
 import * as RedisSentinel from "../support/RedisSentinel.js"
@@ -469,10 +470,15 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
               "failover-losing",
               `failover losing writes: replicas frozen and cut off, ${losingMs} ms of writes on the primary alone, SIGKILL it`,
               // the window ends when the old primary's process is gone (not when the writes'
-              // time is up: it serves until the SIGKILL lands, on a loaded machine a while later)
-              Effect.tap(sentinel.failoverLosing(Effect.sleep(losingMs)), ({ killedAt }) => {
-                window.to = killedAt
-              })
+              // time is up: it serves until the SIGKILL lands, on a loaded machine a while later);
+              // a failover that fails ends it where it failed
+              sentinel.failoverLosing(Effect.sleep(losingMs)).pipe(
+                Effect.onExit((exit) =>
+                  Effect.sync(() => {
+                    window.to = Exit.isSuccess(exit) ? exit.value.killedAt : Date.now()
+                  })
+                )
+              )
             )
           }
         }
@@ -733,9 +739,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             const at = Number(event.at)
             // up to 1 s before the replicas froze: what the primary acknowledged then may not
             // have reached them yet (replication is asynchronous; a loaded machine lags)
-            if (exposed(at, 1_000)) lostInLosing++
+            const inLosing = exposed(at, 1_000)
+            if (inLosing) lostInLosing++
             details.push(
-              `${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${exposed(at, 1_000) ? " (acknowledged during a failover that loses writes)" : ""}`
+              `${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${inLosing ? " (acknowledged during a failover that loses writes)" : ""}`
             )
           }
         }
