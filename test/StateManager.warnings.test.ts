@@ -1,0 +1,83 @@
+/**
+ * The warning for a modification that holds the lock longer than `lockWarningThreshold`:
+ * logged once, with the time held, the event and the threshold, whichever path served the
+ * modification (its caller's own grant, or the relay of a lease); none under the threshold.
+ * Embedded store, TestClock: the time held is exactly the time the clock was moved.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/TestClock"
+import { Counter, memoryCluster } from "./state/workers.js"
+import * as Logs from "./support/logs.js"
+import { settle, untilOnTestClock } from "./support/testClock.js"
+
+const warning = (heldMs: number, event: string) =>
+  `lock of token t was held too long: ${heldMs} ms by one modification (event ${event}); ` +
+  "the threshold is 200 ms. Move long work out of modifications."
+
+/** The warnings about locks held too long, among the captured lines. */
+const heldTooLong = (lines: ReadonlyArray<Logs.LogLine>) =>
+  Logs.atLevels(lines, ["WARN"])
+    .map((line) => line.message)
+    .filter((message) => message.includes("held too long"))
+
+const run = (oplock: boolean) =>
+  Effect.gen(function* () {
+    const logs = Logs.capture()
+    const outcome = yield* Logs.withCapture(
+      logs,
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({ oplock, lockExpiration: 2_000, lockWarningThreshold: 200 })
+        const w = yield* cluster.worker()
+        // With the oplock, the first modification takes the lease that serves the others.
+        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }], { event: "first" })
+        assert.strictEqual(w.lease.isLeased("t"), oplock)
+        // one under the threshold: no warning
+        const quick = yield* Effect.fork(
+          w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(150), [null, { n: s.n + 1 }] as const), {
+            event: "quick"
+          })
+        )
+        yield* settle
+        yield* TestClock.adjust(150)
+        yield* untilOnTestClock("the quick modification finished", Effect.map(Fiber.poll(quick), Option.isSome))
+        assert.isTrue(Exit.isSuccess(yield* Fiber.await(quick)))
+        // one over it: one warning, with the time it held the lock
+        const slow = yield* Effect.fork(
+          w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(300), [null, { n: s.n + 1 }] as const), {
+            event: "slow"
+          })
+        )
+        yield* settle
+        yield* TestClock.adjust(300)
+        yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
+        assert.isTrue(Exit.isSuccess(yield* Fiber.await(slow)))
+        // the lease's relay logs from its own fiber, once the relay has ended
+        yield* settle
+        return { stored: yield* cluster.stored("t"), leased: w.lease.isLeased("t") }
+      })
+    )
+    return { ...outcome, warnings: heldTooLong(logs.lines) }
+  })
+
+describe("a modification that holds the lock too long", () => {
+  it.scoped("served under its caller's own grant (oplock off): one warning, with its time, event and threshold", () =>
+    Effect.gen(function* () {
+      const { stored, warnings } = yield* run(false)
+      assert.strictEqual(stored, 3)
+      assert.deepStrictEqual(warnings, [warning(300, "slow")])
+    })
+  )
+
+  it.scoped("served by a lease's relay (oplock on): the same warning, logged once", () =>
+    Effect.gen(function* () {
+      const { stored, leased, warnings } = yield* run(true)
+      assert.isTrue(leased)
+      assert.strictEqual(stored, 3)
+      assert.deepStrictEqual(warnings, [warning(300, "slow")])
+    })
+  )
+})
