@@ -11,13 +11,13 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
-import * as Tracer from "effect/Tracer"
 import * as Lease from "../src/Lease.js"
 import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
 import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
+import { recordingTracer } from "./support/tracer.js"
 
 /** A full collection (`gc`, exposed for this process). */
 const collectGarbage: () => void = (() => {
@@ -476,18 +476,6 @@ describe("the timers of holds and waits", () => {
 })
 
 /** The built-in tracer, recording the names of the spans it is asked for. */
-const recordingTracer = Effect.map(Effect.tracer, (base) => {
-  const names: Array<string> = []
-  const tracer = Tracer.make({
-    span: (name, parent, context, links, startTime, kind, options) => {
-      names.push(name)
-      return base.span(name, parent, context, links, startTime, kind, options)
-    },
-    context: (f, fiber) => base.context(f, fiber)
-  })
-  return { tracer, names }
-})
-
 describe("leasehold's spans", () => {
   it.scoped(
     "made under an installed tracer, with the token; not under Effect's built-in one, which exports nothing",

@@ -6,6 +6,7 @@ import * as Option from "effect/Option"
 import * as TestClock from "effect/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
+import { recordingTracer } from "./support/tracer.js"
 import { memoryCluster } from "./tokens/cluster.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 
@@ -104,6 +105,36 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
       deepStrictEqual(yield* cluster.record("tab-2"), Option.some({ instanceId: a.id, connectionId: "c2" }))
       deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
       deepStrictEqual(yield* a.tokens.owner("tab-1"), Option.none())
+    })
+  )
+})
+
+describe("TokenManager (memory): leasehold's spans", () => {
+  it.scoped("link, owner, disconnect and disconnectAll each make their span under an installed tracer", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const a = yield* cluster.worker()
+      const { tracer, names } = yield* recordingTracer
+      const linked = yield* Effect.withTracer(a.tokens.link("tab-1", "c-1"), tracer)
+      assert.strictEqual(linked.token, "tab-1")
+      deepStrictEqual(names, ["TokenManager.link"])
+      // from the store: another worker's view
+      const b = yield* cluster.worker()
+      const owner = yield* Effect.withTracer(b.tokens.owner("tab-1"), tracer)
+      deepStrictEqual(
+        Option.map(owner, (record) => record.instanceId),
+        Option.some(a.id)
+      )
+      yield* Effect.withTracer(a.tokens.disconnect("tab-1", "c-1"), tracer)
+      yield* a.tokens.link("tab-2", "c-2")
+      yield* Effect.withTracer(a.tokens.disconnectAll, tracer)
+      deepStrictEqual(names, [
+        "TokenManager.link",
+        "TokenManager.owner",
+        "TokenManager.disconnect",
+        "TokenManager.disconnectAll"
+      ])
+      deepStrictEqual(yield* cluster.record("tab-2"), Option.none())
     })
   )
 })
