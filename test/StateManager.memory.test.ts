@@ -475,7 +475,6 @@ describe("the timers of holds and waits", () => {
   )
 })
 
-/** The built-in tracer, recording the names of the spans it is asked for. */
 describe("leasehold's spans", () => {
   it.scoped(
     "made under an installed tracer, with the token; not under Effect's built-in one, which exports nothing",

@@ -35,26 +35,26 @@ const run = (oplock: boolean) =>
         // With the oplock, the first modification takes the lease that serves the others.
         yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }], { event: "first" })
         assert.strictEqual(w.lease.isLeased("t"), oplock)
+        // A modification that takes `ms` on the clock, run to its end.
+        const taking = (ms: number, event: string) =>
+          Effect.gen(function* () {
+            const running = yield* Effect.fork(
+              w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(ms), [null, { n: s.n + 1 }] as const), {
+                event
+              })
+            )
+            yield* settle
+            yield* TestClock.adjust(ms)
+            yield* untilOnTestClock(
+              `the ${event} modification finished`,
+              Effect.map(Fiber.poll(running), Option.isSome)
+            )
+            assert.isTrue(Exit.isSuccess(yield* Fiber.await(running)))
+          })
         // one under the threshold: no warning
-        const quick = yield* Effect.fork(
-          w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(150), [null, { n: s.n + 1 }] as const), {
-            event: "quick"
-          })
-        )
-        yield* settle
-        yield* TestClock.adjust(150)
-        yield* untilOnTestClock("the quick modification finished", Effect.map(Fiber.poll(quick), Option.isSome))
-        assert.isTrue(Exit.isSuccess(yield* Fiber.await(quick)))
+        yield* taking(150, "quick")
         // one over it: one warning, with the time it held the lock
-        const slow = yield* Effect.fork(
-          w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(300), [null, { n: s.n + 1 }] as const), {
-            event: "slow"
-          })
-        )
-        yield* settle
-        yield* TestClock.adjust(300)
-        yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
-        assert.isTrue(Exit.isSuccess(yield* Fiber.await(slow)))
+        yield* taking(300, "slow")
         // the lease's relay logs from its own fiber, once the relay has ended
         yield* settle
         return { stored: yield* cluster.stored("t"), leased: w.lease.isLeased("t") }
