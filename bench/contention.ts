@@ -277,7 +277,8 @@ const scriptsFloorP50 = (url: string) =>
       lock: keys.lock(token),
       fence: keys.fence(token),
       queue: keys.queue(token),
-      deadlines: keys.queueDeadlines(token)
+      deadlines: keys.queueDeadlines(token),
+      ids: keys.queueIds(token)
     }
     const expirations = { lockMs: 10_000, tokenMs: 3_600_000, handoffMs: 1_000 }
     // a single server's notice channels: one per worker, its id appended by the scripts
@@ -303,7 +304,7 @@ const scriptsFloorP50 = (url: string) =>
       await invoke(client, Scripts.commitAndReleaseQueued, {
         keys: queueKeys,
         restKeys: [keys.slice(token, "counter")],
-        args: { lockId, ...expirations, instanceId, requeue: "0", ...notices },
+        args: { lockId, ...expirations, instanceId, requeue: "0", queueAs: "", ...notices },
         restArgs: [JSON.stringify({ n: n + 1 })]
       })
     }

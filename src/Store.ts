@@ -67,6 +67,23 @@ export type * from "./StoreModel.js"
 export { MailboxStart } from "./StoreModel.js"
 
 /**
+ * How a release of the queue protocol hands the lock on (`releaseQueued`,
+ * `commitAndReleaseQueued`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface ReleaseOptions {
+  readonly instanceId: string
+  /** Queue the worker again at the tail (it has more to do). */
+  readonly requeue?: boolean
+  /** With `requeue`: the lock id it queues under (a grant to it installs that id). */
+  readonly queueAs?: string
+  /** Slices (names) whose values the grant's notice carries to the next holder. */
+  readonly carry?: ReadonlyArray<string>
+}
+
+/**
  * @since 0.1.0
  * @category models
  */
@@ -303,7 +320,11 @@ export declare namespace Store {
   /**
    * The token's queue of waiting workers and the hand-off of its lock (DESIGN §4): a
    * release grants the lock to the queue's head in the same step and notifies that worker
-   * alone; the grantee claims it with a lock id of its own. Every step drops the entries
+   * alone. A worker queues under a lock id of its own (the attempt's); the grant installs
+   * it (for the hand-off timeout, which the grantee extends as it holds the lock) and its
+   * notice carries the values of the slices the releasing step had at hand, so the grantee
+   * holds the lock from the notice on, without a claim. A grantee that needs other slices,
+   * or whose notice was lost, claims the grant with an attempt. Every step drops the entries
    * whose deadline (a lock expiration after their last refresh) has passed, and one that
    * finds the lock free with a non-empty queue grants it to the head.
    *
@@ -313,9 +334,9 @@ export declare namespace Store {
   export interface Queueing {
     /**
      * Take the lock with `lockId` when it is free and no other worker is queued ahead, or
-     * when it is a grant pending for this worker. Otherwise queue the worker (once; a later
-     * call refreshes its deadline and tells the holder again) and answer `Queued`. Taking
-     * increments the fence and reads `slices`.
+     * when it is a grant pending for this worker. Otherwise queue the worker under `lockId`
+     * (once; a later call refreshes its deadline and its lock id, and tells the holder again)
+     * and answer `Queued`. Taking increments the fence and reads `slices`.
      *
      * `claim` is the `fence` of the `Granted` notice the worker claims for. While the
      * token's fence still equals it, nobody has claimed since that grant was made: the grant
@@ -337,17 +358,28 @@ export declare namespace Store {
     readonly releaseQueued: (
       token: string,
       lockId: string,
-      options: { readonly instanceId: string; readonly requeue?: boolean }
+      options: ReleaseOptions
     ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, InvalidToken | StoreError>
-    /** `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the holder. */
+    /**
+     * `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the
+     * holder. The grant's notice carries the written slices and those of `carry`.
+     */
     readonly commitAndReleaseQueued: (
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
-      options: { readonly instanceId: string; readonly requeue?: boolean }
+      options: ReleaseOptions
     ) => Effect.Effect<number, InvalidToken | LockLost | AcknowledgedError>
-    /** Leave the queue; a grant pending for the worker passes to the next head. */
-    readonly leaveQueue: (token: string, instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    /**
+     * Leave the queue; a grant pending for the worker passes to the next head. With `lockId`
+     * (the last lock id the worker queued under) only that entry leaves and only a grant made
+     * under it passes: a newer attempt of the same worker keeps its place and its grant.
+     */
+    readonly leaveQueue: (
+      token: string,
+      instanceId: string,
+      lockId?: string
+    ) => Effect.Effect<void, InvalidToken | StoreError>
     /** The workers queued other than `instanceId`, in one step. */
     readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
     /** The workers queued, head first (for inspection and tests). */

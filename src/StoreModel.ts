@@ -63,16 +63,37 @@ export type QueuedAcquireResult =
  * A notice to one worker about one token: the lock was handed to it (`Granted`), or
  * another worker queued behind the lock it holds (`Contended`).
  *
- * A `Granted` notice names its grant by `fence`: the token's fence when the grant was made
- * (the grantee's claim then takes `fence + 1`). Passed back as `acquireQueued`'s `claim`, it
+ * A `Granted` notice names its grant by `fence`. Passed back as `acquireQueued`'s `claim`, it
  * lets the store tell a grant that expired unclaimed from one already claimed or replaced
  * since, so a notice that arrives late takes nothing. A notice in the older form, without a
  * number, has no `fence`.
  *
+ * With `handedOver`, the grant installed the lock id the worker queued under: the worker
+ * holds the lock (for the hand-off timeout, until it extends it) with the fence named, and
+ * the notice carries the values of the slices the releasing step had at hand. Without it,
+ * the grant is pending: the grantee claims it with an attempt (its fence then moves on).
+ *
  * @since 0.2.0
  * @category models
  */
-export type Notice = { readonly _tag: "Granted"; readonly fence?: number } | { readonly _tag: "Contended" }
+export type Notice =
+  | { readonly _tag: "Granted"; readonly fence?: number; readonly handedOver?: HandedOver }
+  | { readonly _tag: "Contended" }
+
+/**
+ * What a grant that installed the grantee's own lock id tells it (see `Notice`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface HandedOver {
+  /** The lock id the grant installed: the one the worker queued under. */
+  readonly lockId: string
+  /** The other workers still queued. */
+  readonly queued: number
+  /** The slices carried (`None`: nothing stored); a slice not named here was not read. */
+  readonly values: ReadonlyMap<string, Option.Option<string>>
+}
 
 /**
  * A notice with the token it is about, as a worker's notice channel carries it (one channel

@@ -56,12 +56,12 @@ describe("MemoryStore", () => {
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.tryAcquire("t1", "L1", []) // lock (10 s) and fence (1 h)
-        yield* memory.acquireQueued("t1", "w1:1", [], { instanceId: "w1" }) // queue and its deadlines (10 s)
+        yield* memory.acquireQueued("t1", "w1:1", [], { instanceId: "w1" }) // queue, its deadlines and lock ids (10 s)
         yield* memory.writeIfHolder("t1", "L1", [["counter", "1"]]) // slice (1 h)
         yield* memory.claimSocket("t1", { instanceId: "w1", connectionId: "c1" }) // record (1 h)
         yield* memory.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
         yield* memory.mailboxExpire("w1", 30_000) // mailbox (30 s)
-        assert.strictEqual(yield* memory.residentKeys, 7)
+        assert.strictEqual(yield* memory.residentKeys, 8)
 
         yield* TestClock.adjust("11 seconds")
         assert.strictEqual(yield* memory.residentKeys, 4)
@@ -121,7 +121,7 @@ describe("MemoryStore", () => {
       yield* store.writeIfHolder("t1", "L1", [["counter", "1"]])
       yield* store.claimSocket("t1", { instanceId: "w1", connectionId: "c1" })
       yield* store.mailboxAppend("w1", "payload", { maxLen: 10, ttlMs: 60_000 })
-      assert.strictEqual(yield* control.keyCount, 7)
+      assert.strictEqual(yield* control.keyCount, 8)
       yield* store.leaveQueue("t1", "w1")
       assert.strictEqual(yield* control.keyCount, 5)
       assert.isTrue((yield* store.release("t1", "L1")).released)

@@ -1,10 +1,12 @@
 /**
- * The wire form of a worker's notices: `granted:<token> <fence>` and `contended:<token>`.
+ * The wire form of a worker's notices: `granted:<token> <fence>`, with what a grant that
+ * installed the grantee's lock id carries after a second space, and `contended:<token>`.
  * A token may contain `:` but never a space, so the fence is never read as part of it, and
  * a notice of the older form (no number) is a `Granted` without a fence.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Option from "effect/Option"
 import { decodeNotice, decodeTokenNotice, encodeNotice } from "../src/internal/codec.js"
 
 describe("notices on the wire", () => {
@@ -41,5 +43,47 @@ describe("notices on the wire", () => {
     }
     assert.isUndefined(decodeTokenNotice(`granted:tok ${"9".repeat(17)}`))
     deepStrictEqual(decodeNotice("a:b", "contended:a:b"), { _tag: "Contended" })
+  })
+
+  it("a grant that installed the grantee's lock id carries the lock id, the workers queued and the slices", () => {
+    // as the scripts publish it (Redis's cjson escapes "/", which JSON reads the same)
+    const wire = `granted:a:b 12 [2,"w1:7","counter","{\\"n\\":1,\\"p\\":\\"a\\/b\\"}","gone",false]`
+    deepStrictEqual(decodeNotice("a:b", wire), {
+      _tag: "Granted",
+      fence: 12,
+      handedOver: {
+        lockId: "w1:7",
+        queued: 2,
+        values: new Map([
+          ["counter", Option.some('{"n":1,"p":"a/b"}')],
+          ["gone", Option.none()]
+        ])
+      }
+    })
+    // nothing carried
+    deepStrictEqual(decodeNotice("t", 'granted:t 3 [0,"w:1"]'), {
+      _tag: "Granted",
+      fence: 3,
+      handedOver: { lockId: "w:1", queued: 0, values: new Map() }
+    })
+  })
+
+  it("a carried part that does not decode leaves a plain Granted with its fence: the grantee claims it", () => {
+    for (const tail of [
+      "not json",
+      "{}",
+      "[]",
+      '[1,"w:1","a"]',
+      '["1","w:1"]',
+      '[-1,"w:1"]',
+      '[1,""]',
+      '[1,"w:1",3,"v"]',
+      '[1,"w:1","a",3]',
+      '[1,"w:1","a",null]'
+    ]) {
+      deepStrictEqual(decodeNotice("t", `granted:t 5 ${tail}`), { _tag: "Granted", fence: 5 }, tail)
+    }
+    // the fence must still be one
+    assert.isUndefined(decodeNotice("t", 'granted:t x [0,"w:1"]'))
   })
 })

@@ -11,7 +11,7 @@ import * as Scripts from "../src/internal/redis/scripts/index.js"
 describe("Redis scripts", () => {
   it("the command line follows the script's declared order, whatever the order of the call's fields", () => {
     const input = {
-      keys: { deadlines: "d", queue: "q", fence: "f", lock: "l" },
+      keys: { ids: "x", deadlines: "d", queue: "q", fence: "f", lock: "l" },
       restKeys: ["s1", "s2"],
       args: {
         contended: "c",
@@ -27,11 +27,12 @@ describe("Redis scripts", () => {
     }
     deepStrictEqual(commandLine(Scripts.acquireQueued, input), [
       "leaseholdAcquireQueued",
-      "6",
+      "7",
       "l",
       "f",
       "q",
       "d",
+      "x",
       "s1",
       "s2",
       "id",
@@ -48,19 +49,23 @@ describe("Redis scripts", () => {
 
   it("the Lua opens with one named local per key and argument, in the same order", () => {
     const lua = Scripts.releaseQueued.lua(singleServer)
-    const header = lua.split("\n").slice(0, 11)
+    const header = lua.split("\n").slice(0, 15)
     deepStrictEqual(header, [
       "local lock = KEYS[1]",
       "local fence = KEYS[2]",
       "local queue = KEYS[3]",
       "local deadlines = KEYS[4]",
+      "local ids = KEYS[5]",
+      "local slices = {unpack(KEYS, 6)}",
       "local lockId = ARGV[1]",
       "local lockMs = ARGV[2]",
-      "local handoffMs = ARGV[3]",
-      "local instanceId = ARGV[4]",
-      "local requeue = ARGV[5]",
-      "local noticePrefix = ARGV[6]",
-      "local granted = ARGV[7]"
+      "local tokenMs = ARGV[3]",
+      "local handoffMs = ARGV[4]",
+      "local instanceId = ARGV[5]",
+      "local requeue = ARGV[6]",
+      "local queueAs = ARGV[7]",
+      "local noticePrefix = ARGV[8]",
+      "local granted = ARGV[9]"
     ])
   })
 

@@ -7,8 +7,9 @@
  * @internal
  */
 import * as Either from "effect/Either"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
-import type { Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
+import type { HandedOver, Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
 import { describeParseError, parseSafely } from "./parse.js"
 import { parseFence } from "./store/replies.js"
@@ -39,7 +40,8 @@ export const decodeSignal = (message: string): Signal | undefined => {
  * server, so the token is always part of the message; a token may contain `:` but never a
  * space, so the fence after the space is never part of it. The queue steps publish the
  * `granted:<token>` of a notice without a fence, and append ` <fence>` themselves (the
- * fence as the grant finds it); a notice without a number (an older store's, or a fence
+ * fence as the grant finds it), then, for a grant that installed the grantee's lock id,
+ * ` <json>` (see `handedOver`); a notice without a number (an older store's, or a fence
  * that was not one) decodes as a `Granted` without `fence`.
  *
  * @internal
@@ -54,12 +56,48 @@ export const encodeNotice = (token: string, notice: Notice): string =>
 const granted: Notice = { _tag: "Granted" }
 const contended: Notice = { _tag: "Contended" }
 
-/** `granted:<token>` with its fence, if any; `undefined` when the part after the space is not a fence. */
+/**
+ * The JSON a grant that installed the grantee's lock id appends: `[queued, lockId, name,
+ * value | false, ...]`. `undefined` when it is not that (the notice is then an ordinary
+ * `Granted`: the grantee claims the grant).
+ */
+const handedOver = (json: string): HandedOver | undefined => {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(json)
+  } catch {
+    return undefined
+  }
+  if (!Array.isArray(parsed) || parsed.length % 2 !== 0) return undefined
+  const [queued, lockId] = parsed
+  if (typeof queued !== "number" || !Number.isInteger(queued) || queued < 0) return undefined
+  if (typeof lockId !== "string" || lockId.length === 0) return undefined
+  const values = new Map<string, Option.Option<string>>()
+  for (let i = 2; i < parsed.length; i += 2) {
+    const name: unknown = parsed[i]
+    const value: unknown = parsed[i + 1]
+    if (typeof name !== "string" || (value !== false && typeof value !== "string")) return undefined
+    values.set(name, value === false ? Option.none() : Option.some(value))
+  }
+  return { lockId, queued, values }
+}
+
+/**
+ * `granted:<token>` with its fence, if any, and what a grant that installed the grantee's
+ * lock id carries; `undefined` when the part after the space is not a fence.
+ */
 const grantedNotice = (rest: string): { readonly token: string; readonly notice: Notice } | undefined => {
   const space = rest.indexOf(" ")
   if (space < 0) return { token: rest, notice: granted }
-  const fence = parseFence(rest.slice(space + 1))
-  return fence === undefined ? undefined : { token: rest.slice(0, space), notice: { _tag: "Granted", fence } }
+  const token = rest.slice(0, space)
+  const second = rest.indexOf(" ", space + 1)
+  const fence = parseFence(second < 0 ? rest.slice(space + 1) : rest.slice(space + 1, second))
+  if (fence === undefined) return undefined
+  const over = second < 0 ? undefined : handedOver(rest.slice(second + 1))
+  return {
+    token,
+    notice: over === undefined ? { _tag: "Granted", fence } : { _tag: "Granted", fence, handedOver: over }
+  }
 }
 
 /** A message of a worker's notice channel as the notice and its token; `undefined` for anything else. @internal */

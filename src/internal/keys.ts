@@ -11,6 +11,11 @@ export interface Keys {
   readonly queue: (token: string) => string
   /** Each queued worker's deadline (sorted set: worker id scored by its deadline, ms on the server clock). */
   readonly queueDeadlines: (token: string) => string
+  /**
+   * The lock id each queued worker waits under (sorted set, every score 0: members
+   * `<worker> <lock id>`, at most one per worker): a grant to the worker installs it.
+   */
+  readonly queueIds: (token: string) => string
   readonly slice: (token: string, name: string) => string
   readonly signal: (token: string) => string
   readonly socket: (token: string) => string
@@ -58,6 +63,7 @@ export const makeKeys = (prefix: string): Keys => {
     fence: (token) => `${base(token)}:fence`,
     queue: (token) => `${base(token)}:queue`,
     queueDeadlines: (token) => `${base(token)}:queue:d`,
+    queueIds: (token) => `${base(token)}:queue:i`,
     slice: (token, name) => `${base(token)}:s:${name}`,
     signal: (token) => `${base(token)}:signal`,
     socket: (token) => `${base(token)}:socket`,

@@ -5,7 +5,10 @@
  * block, so they run on every backend the suite runs on.
  *
  * Workers are named `A`, `B`, `C`…; their lock ids are `<worker>:<n>`, as the protocol makes
- * them, so the store can tell a holder's worker from its lock id.
+ * them, so the store can tell a holder's worker from its lock id. A worker queues under the
+ * lock id of its attempt, and a grant installs that lock id: the lock is the grantee's from
+ * the grant on (a worker queued without one, by a release with `requeue` alone, gets a
+ * pending grant, `?<worker>`, that it claims).
  */
 import { assert } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
@@ -18,8 +21,13 @@ import type { AcknowledgedError, InvalidToken, LockLost } from "../../src/StoreE
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
 
-/** The notice of a grant made while the token's fence was `fence` (its claim takes `fence + 1`). */
-const grantedAt = (fence: number): Notice => ({ _tag: "Granted", fence })
+/** The notice of a grant that installed `lockId` under `fence`, `queued` others behind it, carrying `values`. */
+const handedOver = (
+  fence: number,
+  lockId: string,
+  queued: number,
+  values: ReadonlyArray<readonly [string, Option.Option<string>]> = []
+): Notice => ({ _tag: "Granted", fence, handedOver: { lockId, queued, values: new Map(values) } })
 const contended: Notice = { _tag: "Contended" }
 
 /** A lock id as the protocol makes it: `<worker>:<n>`. */
@@ -60,7 +68,7 @@ const waits = (fx: Fixture, token: string, worker: string, options: Attempt = {}
 const release = (fx: Fixture, token: string, worker: string, options: { readonly requeue?: boolean } = {}) =>
   fx.store.releaseQueued(token, lockOf(worker), { instanceId: worker, requeue: options.requeue === true })
 
-/** The raw lock value: a lock id, `?<worker>` for a pending grant, `undefined` when free. */
+/** The raw lock value: a lock id (a grant's included), `?<worker>` for a pending grant, `undefined` when free. */
 const lockValue = (fx: Fixture, token: string) =>
   Effect.map(fx.store.holder(token), (holder) => Option.getOrUndefined(Option.map(holder, (h) => h.lockId)))
 
@@ -144,10 +152,11 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "tok", "B")
       const headSees = yield* recordNotices(fx, "tok", "B")
       deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      // B's own lock id, under the next fence
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
       deepStrictEqual(yield* fx.store.queue("tok"), [])
-      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [grantedAt(a.fence)])
-      // a newcomer finds the lock reserved for B, for at most the hand-off timeout
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [handedOver(a.fence + 1, "B:1", 0)])
+      // a newcomer finds the lock granted to B, for at most the hand-off timeout
       const newcomer = yield* waits(fx, "tok", "C")
       assert.isTrue(
         newcomer.remainingMs > 0 && newcomer.remainingMs <= fx.handoffTimeoutMs,
@@ -156,6 +165,7 @@ export const queueHandoff = (backend: Backend): void => {
       // and so does the worker that just released it
       yield* waits(fx, "tok", "A", { n: 2 })
       deepStrictEqual(yield* fx.store.queue("tok"), ["C", "A"])
+      // an attempt of B (its notice lost) takes its grant over, under the grant's fence
       const b = yield* takes(fx, "tok", "B")
       assert.strictEqual(b.fence, a.fence + 1)
       assert.strictEqual(b.queued, 2)
@@ -175,7 +185,7 @@ export const queueHandoff = (backend: Backend): void => {
         ["D", 0]
       ] as const) {
         deepStrictEqual(yield* release(fx, "tok", holder), { released: true, queued: behind + 1 })
-        assert.strictEqual(yield* lockValue(fx, "tok"), `?${next}`)
+        assert.strictEqual(yield* lockValue(fx, "tok"), lockOf(next))
         assert.strictEqual((yield* takes(fx, "tok", next)).queued, behind)
         holder = next
       }
@@ -192,7 +202,7 @@ export const queueHandoff = (backend: Backend): void => {
       for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
       deepStrictEqual(yield* noticesSeen(fx, holderSees, 3), [contended, contended, contended])
       yield* release(fx, "tok", "A")
-      deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [grantedAt(a.fence)])
+      deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [handedOver(a.fence + 1, "B:1", 2)])
       // settled: whatever else the release published has arrived by now
       deepStrictEqual(yield* Ref.get(seen.get("C")!), [])
       deepStrictEqual(yield* Ref.get(seen.get("D")!), [])
@@ -233,15 +243,26 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "tok", "C")
       // counted before the requeue
       deepStrictEqual(yield* release(fx, "tok", "A", { requeue: true }), { released: true, queued: 2 })
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
       deepStrictEqual(yield* fx.store.queue("tok"), ["C", "A"])
       yield* takes(fx, "tok", "B")
+      // B queues again under a lock id of its own: its next grant installs it
       assert.strictEqual(
-        yield* fx.store.commitAndReleaseQueued("tok", "B:1", [["a", "1"]], { instanceId: "B", requeue: true }),
+        yield* fx.store.commitAndReleaseQueued("tok", "B:1", [["a", "1"]], {
+          instanceId: "B",
+          requeue: true,
+          queueAs: "B:2"
+        }),
         2
       )
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
       deepStrictEqual(yield* fx.store.queue("tok"), ["A", "B"])
+      yield* release(fx, "tok", "C")
+      // A queued with no lock id of its own: its grant is a pending one, claimed by an attempt
+      assert.strictEqual(yield* lockValue(fx, "tok"), "?A")
+      yield* takes(fx, "tok", "A", { n: 3 })
+      yield* fx.store.releaseQueued("tok", "A:3", { instanceId: "A" })
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:2")
     }))
 
   test("a release with requeue by a worker that does not hold the lock queues it all the same", (fx) =>
@@ -270,13 +291,13 @@ export const queueHandoff = (backend: Backend): void => {
       const nextSees = yield* recordNotices(fx, "tok", "C")
       yield* release(fx, "tok", "A")
       yield* fx.store.leaveQueue("tok", "D")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
       deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
       yield* fx.store.leaveQueue("tok", "B")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
       deepStrictEqual(yield* fx.store.queue("tok"), [])
-      // nobody claimed B's grant: C's names the same fence
-      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [grantedAt(a.fence)])
+      // each grant takes a fence: B's, unused, then C's
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [handedOver(a.fence + 2, "C:1", 0)])
       // the grant is C's now: B has to queue
       yield* waits(fx, "tok", "B")
       yield* takes(fx, "tok", "C")
@@ -293,9 +314,10 @@ export const queueHandoff = (backend: Backend): void => {
       assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
       // D, a newcomer, does not take the free lock: C is queued ahead, and D's attempt grants it to C
       const newcomer = yield* waits(fx, "tok", "D")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
       if (fx.exactTime) assert.strictEqual(newcomer.remainingMs, fx.handoffTimeoutMs)
-      deepStrictEqual(yield* noticesSeen(fx, nextSees, 1), [grantedAt(a.fence)])
+      // C holds the lock now: D's attempt told it so
+      deepStrictEqual(yield* noticesSeen(fx, nextSees, 2), [handedOver(a.fence + 2, "C:1", 0), contended])
       deepStrictEqual(yield* fx.store.queue("tok"), ["D"])
     }))
 
@@ -316,21 +338,22 @@ export const queueHandoff = (backend: Backend): void => {
       yield* fx.advance(fx.handoffTimeoutMs + 50)
 
       // C is the head, the lock free: the claim of the grant that expired takes it all the same
-      const b = yield* takes(fx, "t1", "B", { claim: a1.fence })
-      assert.strictEqual(b.fence, a1.fence + 1)
+      const b = yield* takes(fx, "t1", "B", { claim: a1.fence + 1, n: 2 })
+      assert.strictEqual(b.fence, a1.fence + 2)
       assert.strictEqual(b.queued, 1)
-      assert.strictEqual(yield* lockValue(fx, "t1"), "B:1")
+      assert.strictEqual(yield* lockValue(fx, "t1"), "B:2")
       deepStrictEqual(yield* fx.store.queue("t1"), ["C"])
 
-      // D's attempt passes C's expired grant to E (nobody claims: the fence stays)
+      // D's attempt passes C's expired grant to E, whose grant takes the next fence
       yield* waits(fx, "t2", "D")
-      assert.strictEqual(yield* lockValue(fx, "t2"), "?E")
-      yield* waits(fx, "t2", "C", { claim: a2.fence })
+      assert.strictEqual(yield* lockValue(fx, "t2"), "E:1")
+      // C's claim names the fence before E's: the grant its expiry passed on; C goes first again
+      yield* waits(fx, "t2", "C", { claim: a2.fence + 1, n: 2 })
       deepStrictEqual(yield* fx.store.queue("t2"), ["C", "D"])
-      assert.strictEqual(yield* lockValue(fx, "t2"), "?E")
+      assert.strictEqual(yield* lockValue(fx, "t2"), "E:1")
       // the fences claimed with are the ones the grants' notices named
-      deepStrictEqual(yield* noticesSeen(fx, bSees, 1), [grantedAt(a1.fence)])
-      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [grantedAt(a2.fence)])
+      deepStrictEqual(yield* noticesSeen(fx, bSees, 1), [handedOver(a1.fence + 1, "B:1", 1)])
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [handedOver(a2.fence + 1, "C:1", 1)])
     }))
 
   test("a claim whose fence has moved on is an ordinary attempt: the queue's head gets the free lock", (fx) =>
@@ -342,10 +365,11 @@ export const queueHandoff = (backend: Backend): void => {
       yield* release(fx, "t2", "A")
       yield* fx.advance(fx.handoffTimeoutMs + 50)
       yield* waits(fx, "t2", "D")
-      assert.strictEqual(yield* lockValue(fx, "t2"), "?C")
-      assert.strictEqual((yield* takes(fx, "t2", "C")).fence, a2.fence + 1)
+      assert.strictEqual(yield* lockValue(fx, "t2"), "C:1")
+      // B's grant took a fence, C's the next
+      assert.strictEqual((yield* takes(fx, "t2", "C")).fence, a2.fence + 2)
       yield* release(fx, "t2", "C")
-      assert.strictEqual(yield* lockValue(fx, "t2"), "?D")
+      assert.strictEqual(yield* lockValue(fx, "t2"), "D:1")
       yield* waits(fx, "t2", "E")
       // t1, the late notice: B's grant was claimed (by a re-check) and released since
       const a1 = yield* takes(fx, "t1", "A")
@@ -355,7 +379,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "t1", "C")
       yield* waits(fx, "t1", "D")
       yield* release(fx, "t1", "B")
-      assert.strictEqual(yield* lockValue(fx, "t1"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "t1"), "C:1")
       // C's grant (t1) and D's (t2) expire unclaimed: each lock is free, with a worker queued
       yield* fx.advance(fx.handoffTimeoutMs + 50)
       for (const [token, stale, head] of [
@@ -366,15 +390,15 @@ export const queueHandoff = (backend: Backend): void => {
         deepStrictEqual(yield* fx.store.queue(token), [head], token)
         // B claims with the fence of its old grant: it takes nothing, and queues behind the head
         yield* waits(fx, token, "B", { claim: stale, n: 2 })
-        assert.strictEqual(yield* lockValue(fx, token), `?${head}`, token)
+        assert.strictEqual(yield* lockValue(fx, token), lockOf(head), token)
         deepStrictEqual(yield* fx.store.queue(token), ["B"], token)
         yield* takes(fx, token, head)
         deepStrictEqual(yield* release(fx, token, head), { released: true, queued: 1 }, token)
-        assert.strictEqual(yield* lockValue(fx, token), "?B", token)
+        assert.strictEqual(yield* lockValue(fx, token), "B:2", token)
       }
     }))
 
-  test("a Granted notice names the fence as the grant found it: the grantee's claim takes the next one", (fx) =>
+  test("a Granted notice names the grant's fence and lock id: the grantee holds it under that fence", (fx) =>
     Effect.gen(function* () {
       const a = yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
@@ -382,15 +406,68 @@ export const queueHandoff = (backend: Backend): void => {
       const bSees = yield* recordNotices(fx, "tok", "B")
       const cSees = yield* recordNotices(fx, "tok", "C")
       yield* release(fx, "tok", "A")
-      const [notice] = yield* noticesSeen(fx, bSees, 1)
-      deepStrictEqual(notice, grantedAt(a.fence))
-      // the pending grant is claimed with the notice's fence
-      const b = yield* takes(fx, "tok", "B", { claim: a.fence })
+      // taken over with the notice's fence (a grantee that claims it, within the hand-off
+      // timeout), the fence stays
+      const b = yield* takes(fx, "tok", "B", { claim: a.fence + 1 })
       assert.strictEqual(b.fence, a.fence + 1)
+      const [notice] = yield* noticesSeen(fx, bSees, 1)
+      deepStrictEqual(notice, handedOver(a.fence + 1, "B:1", 1))
+      // B writes under the grant's own lock id, then releases
+      yield* fx.store.writeIfHolder("tok", "B:1", [["a", "1"]])
       yield* release(fx, "tok", "B")
-      // the next grant names the fence B's claim took
-      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [grantedAt(b.fence)])
+      // the next grant takes the next fence (taken over at once, within the hand-off timeout)
       assert.strictEqual((yield* takes(fx, "tok", "C")).fence, b.fence + 1)
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [handedOver(b.fence + 1, "C:1", 0)])
+    }))
+
+  test("a grant's notice carries the slices the release names; a grantee that needs another takes the grant over", (fx) =>
+    Effect.gen(function* () {
+      const a = yield* takes(fx, "tok", "A", { slices: ["a"] })
+      yield* waits(fx, "tok", "B", { slices: ["a", "b"] })
+      const bSees = yield* recordNotices(fx, "tok", "B")
+      // written (a), carried as read (c, never stored), and b is not named
+      yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A", carry: ["a", "c"] })
+      // B needs b too: an attempt takes its grant over (the same fence, within the hand-off
+      // timeout) and reads both
+      const b = yield* takes(fx, "tok", "B", { slices: ["a", "b"], n: 2 })
+      assert.strictEqual(b.fence, a.fence + 1)
+      deepStrictEqual(b.values, [Option.some("1"), Option.none()])
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:2")
+      deepStrictEqual(yield* noticesSeen(fx, bSees, 1), [
+        handedOver(a.fence + 1, "B:1", 0, [
+          ["a", Option.some("1")],
+          ["c", Option.none()]
+        ])
+      ])
+      // a plain release carries what it names
+      yield* waits(fx, "tok", "C")
+      const cSees = yield* recordNotices(fx, "tok", "C")
+      yield* fx.store.releaseQueued("tok", "B:2", { instanceId: "B", carry: ["a"] })
+      deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [handedOver(b.fence + 1, "C:1", 0, [["a", Option.some("1")]])])
+    }))
+
+  test("a leave that names a lock id leaves only the entry queued under it, and passes on only its grant", (fx) =>
+    Effect.gen(function* () {
+      yield* takes(fx, "tok", "A")
+      yield* waits(fx, "tok", "B")
+      // B's next attempt waits under B:2: a leave for its earlier attempt takes nothing
+      yield* waits(fx, "tok", "B", { n: 2 })
+      yield* fx.store.leaveQueue("tok", "B", "B:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
+      // granted under B:2: the late leave passes nothing on either
+      yield* waits(fx, "tok", "C")
+      yield* release(fx, "tok", "A")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:2")
+      yield* fx.store.leaveQueue("tok", "B", "B:1")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:2")
+      // B's own leave, under the lock id of its grant, passes it on to C
+      yield* fx.store.leaveQueue("tok", "B", "B:2")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
+      // a queued entry leaves under its own lock id
+      yield* waits(fx, "tok", "D", { n: 4 })
+      yield* fx.store.leaveQueue("tok", "D", "D:4")
+      deepStrictEqual(yield* fx.store.queue("tok"), [])
     }))
 
   test("a claim that is not a fence is refused before any I/O", (fx) =>
@@ -414,7 +491,7 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* fx.store.queue("tok"), ["C"])
       assert.strictEqual(yield* fx.store.queueLength("tok", "A"), 1)
       deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
       // B's next attempt queues it anew
       yield* waits(fx, "tok", "B")
       deepStrictEqual(yield* fx.store.queue("tok"), ["B"])
@@ -437,7 +514,7 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* fx.store.queue("tok"), ["live"])
       assert.strictEqual(yield* fx.store.queueLength("tok", "live"), 0)
       deepStrictEqual(yield* release(fx, "tok", "A"), { released: true, queued: 1 })
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?live")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "live:1")
       // a lone worker is not contended: it may take a lease
       assert.strictEqual((yield* takes(fx, "tok", "live")).queued, 0)
       deepStrictEqual(yield* release(fx, "tok", "live"), { released: true, queued: 0 })
@@ -478,11 +555,15 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "tok", "B")
       const headSees = yield* recordNotices(fx, "tok", "B")
       assert.strictEqual(yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A" }), 1)
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
-      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [grantedAt(a.fence)])
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
+      // taken over within the hand-off timeout: the grant's fence
       const b = yield* takes(fx, "tok", "B", { slices: ["a"] })
       deepStrictEqual(b.values, [Option.some("1")])
       assert.strictEqual(b.fence, a.fence + 1)
+      // the notice carries what was written
+      deepStrictEqual(yield* noticesSeen(fx, headSees, 1), [
+        handedOver(a.fence + 1, "B:1", 0, [["a", Option.some("1")]])
+      ])
 
       // B's lock expires while C waits, refreshing its entry
       const half = Math.floor(fx.lockExpirationMs / 2) + 10
@@ -504,7 +585,7 @@ export const queueHandoff = (backend: Backend): void => {
 
       // the holder died: a newcomer's attempt does not take the free lock, it grants it to C
       yield* waits(fx, "tok", "E")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?C")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "C:1")
       // a commit by a worker that does not hold the lock names the holder
       yield* takes(fx, "tok", "C")
       const other = yield* failsWith(
@@ -536,7 +617,7 @@ export const queueHandoff = (backend: Backend): void => {
       )
     }))
 
-  test("tokenKeys lists the queue and its deadlines: sets that live as long as the newest entry", (fx) =>
+  test("tokenKeys lists the queue, its deadlines and its lock ids: sets that live as long as the newest entry", (fx) =>
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
@@ -544,7 +625,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "tok", "C")
       const infos = yield* fx.store.tokenKeys("tok")
       const lockMs = fx.lockExpirationMs
-      for (const name of ["queue", "queue:d"]) {
+      for (const name of ["queue", "queue:d", "queue:i"]) {
         const info = infos.find((key) => key.name === name)
         assert.isDefined(info, `${name} in ${infos.map((key) => key.name).join(", ")}`)
         assert.strictEqual(info!.kind, "set", name)
@@ -560,6 +641,7 @@ export const queueHandoff = (backend: Backend): void => {
       const names = (yield* fx.store.tokenKeys("tok")).map((key) => key.name)
       assert.notInclude(names, "queue")
       assert.notInclude(names, "queue:d")
+      assert.notInclude(names, "queue:i")
     }))
 
   test("an entry's refresh only lengthens the queue's life: a shorter lock expiration cuts no other entry short", (fx) =>
@@ -586,13 +668,13 @@ export const queueHandoff = (backend: Backend): void => {
       yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
       yield* release(fx, "tok", "A")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
       yield* fx.putRaw(fx.keys.fence("tok"), "not a number")
-      yield* failsWith(attempt(fx, "tok", "B"), "StoreRefused")
+      yield* failsWith(attempt(fx, "tok", "B", { n: 2 }), "StoreRefused")
       // repaired (the holder's report reads the fence too), the grant is still B's
-      yield* fx.putRaw(fx.keys.fence("tok"), "1")
-      assert.strictEqual(yield* lockValue(fx, "tok"), "?B")
-      const b = yield* takes(fx, "tok", "B")
+      yield* fx.putRaw(fx.keys.fence("tok"), "2")
+      assert.strictEqual(yield* lockValue(fx, "tok"), "B:1")
+      const b = yield* takes(fx, "tok", "B", { n: 2 })
       assert.strictEqual(b.fence, 2)
     }))
 
@@ -600,7 +682,8 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       for (const [token, key] of [
         ["t1", fx.keys.queue("t1")],
-        ["t2", fx.keys.queueDeadlines("t2")]
+        ["t2", fx.keys.queueDeadlines("t2")],
+        ["t3", fx.keys.queueIds("t3")]
       ] as const) {
         const a = yield* takes(fx, token, "A")
         yield* fx.putRaw(key, "not a set")

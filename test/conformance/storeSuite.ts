@@ -1005,6 +1005,7 @@ export const storeSuite = (backend: Backend): void => {
             ["lock", "string", "lock-a".length],
             ["queue", "set", 1],
             ["queue:d", "set", 1],
+            ["queue:i", "set", 1],
             ["s:counter", "string", 5],
             ["socket", "string", encodeSocketRecord(recordA).length]
           ]

@@ -244,14 +244,14 @@ const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
           space.lockMs
         )
       ),
-    releaseQueued: (token, lockId, instanceId, requeue, notices) =>
-      op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, requeue, notices)),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
+    releaseQueued: (token, lockId, instanceId, handoff, notices) =>
+      op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, handoff, notices)),
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, notices) =>
       op("commitAndReleaseQueued", (now) =>
-        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, requeue, notices)
+        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, handoff, notices)
       ),
-    leaveQueue: (token, instanceId, notices) =>
-      op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, notices)),
+    leaveQueue: (token, instanceId, lockId, notices) =>
+      op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, lockId, notices)),
     queueLength: (token, instanceId) =>
       op("queueLength", (now) => QueueScripts.queueLength(space, now, token, instanceId)),
     queue: (token) => op("queue", (now) => QueueScripts.queue(space, now, token)),

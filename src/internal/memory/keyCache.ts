@@ -14,6 +14,7 @@ interface TokenKeys {
   fence?: string
   queue?: string
   queueDeadlines?: string
+  queueIds?: string
   signal?: string
   socket?: string
   readonly slices: Map<string, string>
@@ -58,6 +59,7 @@ export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
     fence: named("fence"),
     queue: named("queue"),
     queueDeadlines: named("queueDeadlines"),
+    queueIds: named("queueIds"),
     signal: named("signal"),
     socket: named("socket"),
     slice: (token, name) => {

@@ -4,14 +4,15 @@
  * and of the fragments they share (`queueLua.ts`), over the shared parts of `./scripts.ts`.
  *
  * The queue is two sets with a number per member, as on Redis: `queue` (arrival order, the
- * lowest first) and `deadlines`. A twin reads both (a key of another kind throws
+ * lowest first) and `deadlines`; a third, `ids`, holds `<worker> <lock id>` members (the lock
+ * id each worker queued under). A twin reads all three (a key of another kind throws
  * `WrongTypeError` there) and the lock before it writes anything.
  *
  * @internal
  */
 import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
 import type * as ReleaseQueued from "../redis/scripts/releaseQueued.js"
-import type { Guarded, NoticeMessages } from "../store/driver.js"
+import type { Guarded, Handoff, NoticeMessages } from "../store/driver.js"
 import { parseFence } from "../store/replies.js"
 import type { SetEntry } from "./keyspace.js"
 import { lost, NotAnInteger, pttl, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
@@ -24,14 +25,17 @@ interface Queue {
   readonly lockKey: string
   readonly orderKey: string
   readonly deadlineKey: string
+  readonly idsKey: string
   order: SetEntry | undefined
   deadlines: SetEntry | undefined
+  ids: SetEntry | undefined
 }
 
 /** The reads every step makes first (`findLate`): both sets, type-checked. */
 const openQueue = (s: Space, now: number, token: string): Queue => {
   const orderKey = s.keys.queue(token)
   const deadlineKey = s.keys.queueDeadlines(token)
+  const idsKey = s.keys.queueIds(token)
   return {
     s,
     now,
@@ -39,10 +43,34 @@ const openQueue = (s: Space, now: number, token: string): Queue => {
     lockKey: s.keys.lock(token),
     orderKey,
     deadlineKey,
+    idsKey,
     order: s.ks.getSet(orderKey, now),
-    deadlines: s.ks.getSet(deadlineKey, now)
+    deadlines: s.ks.getSet(deadlineKey, now),
+    ids: s.ks.getSet(idsKey, now)
   }
 }
+
+/** `idOf`: the lock id the worker queued under, if recorded. */
+const idOf = (q: Queue, worker: string): string | undefined => {
+  const head = `${worker} `
+  for (const member of q.ids?.members.keys() ?? []) if (member.startsWith(head)) return member.slice(head.length)
+  return undefined
+}
+
+/** `forget`: the worker's lock id is dropped (the set deleted with its last member). */
+const forget = (q: Queue, worker: string): void => {
+  if (q.ids === undefined) return
+  const head = `${worker} `
+  for (const member of [...q.ids.members.keys()]) if (member.startsWith(head)) q.ids.members.delete(member)
+  if (q.ids.members.size === 0) {
+    q.s.ks.delete(q.idsKey)
+    q.ids = undefined
+  }
+}
+
+/** `pendingFor`: the lock's value is a grant the worker has not claimed. */
+const pendingFor = (q: Queue, value: string | undefined, worker: string): boolean =>
+  value !== undefined && (value === `?${worker}` || value === idOf(q, worker))
 
 /** ZREM from both sets; a set left empty is deleted, as Redis deletes it. */
 const remove = (q: Queue, member: string): void => {
@@ -62,10 +90,13 @@ const remove = (q: Queue, member: string): void => {
   }
 }
 
-/** `dropLate`: the entries whose deadline has passed leave both sets. */
+/** `dropLate`: the entries whose deadline has passed leave the queue, their lock ids with them. */
 const dropLate = (q: Queue): void => {
   const late = [...(q.deadlines?.members ?? [])].filter(([, deadline]) => deadline <= q.now)
-  for (const [member] of late) remove(q, member)
+  for (const [member] of late) {
+    remove(q, member)
+    forget(q, member)
+  }
 }
 
 /** ZRANGE queue 0 -1: by score, then by member (as Redis orders equal scores). */
@@ -82,11 +113,12 @@ const countQueued = (deadlines: SetEntry | undefined, instanceId: string, now: n
 }
 
 /**
- * `enqueue`: a new member at the tail (or the head); its deadline `lockMs` from now, and both
- * sets' at least as late (a set's deadline is only ever moved later: a worker with a shorter
- * lock expiration than another's must not cut the other's entry short).
+ * `enqueue`: a new member at the tail (or the head); its deadline `lockMs` from now, its lock
+ * id `id` (none for ""), and the sets' deadlines at least as late (a set's deadline is only
+ * ever moved later: a worker with a shorter lock expiration than another's must not cut the
+ * other's entry short).
  */
-const enqueue = (q: Queue, member: string, atHead: boolean): void => {
+const enqueue = (q: Queue, member: string, atHead: boolean, id: string): void => {
   const { ks, lockMs } = q.s
   if (q.order === undefined) {
     q.order = { _tag: "set", members: new Map(), deadline: undefined }
@@ -103,10 +135,20 @@ const enqueue = (q: Queue, member: string, atHead: boolean): void => {
   }
   const deadline = q.now + lockMs
   q.deadlines.members.set(member, deadline)
+  forget(q, member)
+  if (id !== "") {
+    if (q.ids === undefined) {
+      q.ids = { _tag: "set", members: new Map(), deadline: undefined }
+      ks.insert(q.idsKey, q.ids)
+    }
+    q.ids.members.set(`${member} ${id}`, 0)
+  }
   for (const [key, set] of [
     [q.orderKey, q.order],
-    [q.deadlineKey, q.deadlines]
+    [q.deadlineKey, q.deadlines],
+    [q.idsKey, q.ids]
   ] as const) {
+    if (set === undefined) continue
     // a new set, without a deadline yet, as a new key's PTTL of -1
     if (set.deadline === undefined || set.deadline < deadline) ks.expire(key, set, deadline, q.now)
   }
@@ -126,20 +168,41 @@ const fenceNow = (q: Queue): string | undefined => {
 }
 
 /**
- * `grantNext`: a free lock becomes the head's pending grant, and the head alone is told, by
- * `granted <fence>` (the fence as it stands: the notice names the grant), or by `granted`
- * alone when the fence is not a number.
+ * `grantNext`: a free lock becomes the head's own, under the lock id it queued with (for the
+ * hand-off timeout, the fence incremented), and the head alone is told, by
+ * `granted <fence> <json>`: the workers still queued, the lock id, then the name and value
+ * (`false`: none) of each slice of `carry` that reads as a string or nothing (its TTL
+ * refreshed). A head queued without a lock id, or a fence that is not a number, gets a pending
+ * grant (`?<worker>`) and `granted <fence>` (the fence as it stands), or `granted` alone.
  */
-const grantNext = (q: Queue, granted: string): void => {
+const grantNext = (q: Queue, granted: string, carry: ReadonlyArray<string>): void => {
   const { keys, ks } = q.s
   // EXISTS: a key of any kind
   if (ks.get(q.lockKey, q.now) !== undefined) return
   const head = ordered(q)[0]
   if (head === undefined) return
   const named = fenceNow(q)
+  const id = idOf(q, head)
   remove(q, head)
-  ks.setString(q.lockKey, `?${head}`, q.now + q.s.handoffMs)
-  q.s.publish(keys.workerNotices(head), named === undefined ? granted : `${granted} ${named}`)
+  if (named === undefined || id === undefined) {
+    ks.setString(q.lockKey, `?${head}`, q.now + q.s.handoffMs)
+    q.s.publish(keys.workerNotices(head), named === undefined ? granted : `${granted} ${named}`)
+    return
+  }
+  const fenced = Number(named) + 1
+  ks.setString(keys.fence(q.token), String(fenced), q.now + q.s.tokenMs)
+  ks.setString(q.lockKey, id, q.now + q.s.handoffMs)
+  const carried: Array<string | number | false> = [q.order?.members.size ?? 0, id]
+  for (const name of carry) {
+    const key = keys.slice(q.token, name)
+    const entry = ks.get(key, q.now)
+    if (entry === undefined) carried.push(name, false)
+    else if (entry._tag === "string") {
+      ks.expire(key, entry, q.now + q.s.tokenMs, q.now)
+      carried.push(name, entry.value)
+    }
+  }
+  q.s.publish(keys.workerNotices(head), `${granted} ${fenced} ${JSON.stringify(carried)}`)
 }
 
 /** `noticeHolder`: the worker of the lock id holding the lock (before its last `:`) hears of the queue. */
@@ -167,20 +230,29 @@ export const acquireQueued = (
   const value = s.ks.getString(q.lockKey, now)?.value
   dropLate(q)
   const head = ordered(q)[0]
-  // the grant claimed is still the last one made: nobody has claimed since
-  const claimed = claim !== undefined && fenceNow(q) === String(claim)
-  if (value === `?${instanceId}` || (value === undefined && (head === undefined || head === instanceId || claimed))) {
+  // the grant claimed is still the last one made: nobody has taken the lock since; or one
+  // grant only came since, the one its expiry passed on
+  const current = fenceNow(q)
+  const claimed = claim !== undefined && current === String(claim)
+  const passedOn = claim !== undefined && current !== undefined && Number(current) === claim + 1
+  if (
+    pendingFor(q, value, instanceId) ||
+    (value === undefined && (head === undefined || head === instanceId || claimed))
+  ) {
     // Read before anything is written: a fence or a slice that cannot be read refuses the step.
     const fence = readFence(s, token, now)
     if (fence === undefined) throw new NotAnInteger()
     const values = readAndRefresh(s, token, slices, now)
+    // a grant handed over to this worker took its fence already: taking it over keeps it
+    const next = value !== undefined && value !== `?${instanceId}` && fence > 0 ? fence : fence + 1
     s.ks.setString(q.lockKey, lockId, now + s.lockMs)
-    s.ks.setString(s.keys.fence(token), String(fence + 1), now + s.tokenMs)
+    s.ks.setString(s.keys.fence(token), String(next), now + s.tokenMs)
     remove(q, instanceId)
-    return { _tag: "Acquired", fence: fence + 1, queued: q.order?.members.size ?? 0, values }
+    forget(q, instanceId)
+    return { _tag: "Acquired", fence: next, queued: q.order?.members.size ?? 0, values }
   }
-  if (value === undefined) grantNext(q, notices.granted)
-  enqueue(q, instanceId, claimed)
+  if (value === undefined) grantNext(q, notices.granted, slices)
+  enqueue(q, instanceId, claimed || (passedOn && s.ks.get(q.lockKey, now) !== undefined), lockId)
   noticeHolder(q, notices.contended)
   const lock = s.ks.getString(q.lockKey, now)
   return { _tag: "Queued", pttl: lock === undefined ? -2 : pttl(lock, now) }
@@ -193,7 +265,7 @@ export const releaseQueued = (
   token: string,
   lockId: string,
   instanceId: string,
-  requeue: boolean,
+  handoff: Handoff,
   notices: NoticeMessages
 ): ReleaseQueued.Reply => {
   const q = openQueue(s, now, token)
@@ -202,9 +274,24 @@ export const releaseQueued = (
   dropLate(q)
   const released = value === lockId
   if (released) s.ks.delete(q.lockKey)
-  if (requeue) enqueue(q, instanceId, false)
-  grantNext(q, notices.granted)
+  passOn(q, lockId, instanceId, handoff, notices, [])
   return { released, queued }
+}
+
+/** The end of a release: the worker's lock id forgotten, its requeue, the grant to the head. */
+const passOn = (
+  q: Queue,
+  lockId: string,
+  instanceId: string,
+  handoff: Handoff,
+  notices: NoticeMessages,
+  written: ReadonlyArray<string>
+): void => {
+  if (idOf(q, instanceId) === lockId) forget(q, instanceId)
+  if (handoff.requeue) enqueue(q, instanceId, false, handoff.queueAs)
+  const carry =
+    written.length === 0 ? handoff.carry : [...written, ...handoff.carry.filter((name) => !written.includes(name))]
+  grantNext(q, notices.granted, carry)
 }
 
 /** @internal */
@@ -215,7 +302,7 @@ export const commitAndReleaseQueued = (
   lockId: string,
   entries: ReadonlyArray<readonly [string, string]>,
   instanceId: string,
-  requeue: boolean,
+  handoff: Handoff,
   notices: NoticeMessages
 ): Guarded<number> => {
   const lock = s.ks.getString(s.keys.lock(token), now)
@@ -225,19 +312,38 @@ export const commitAndReleaseQueued = (
   writeSlices(s, token, entries, now)
   dropLate(q)
   s.ks.delete(q.lockKey)
-  if (requeue) enqueue(q, instanceId, false)
-  grantNext(q, notices.granted)
+  passOn(
+    q,
+    lockId,
+    instanceId,
+    handoff,
+    notices,
+    entries.map(([name]) => name)
+  )
   return { _tag: "Done", value: queued }
 }
 
 /** @internal */
-export const leaveQueue = (s: Space, now: number, token: string, instanceId: string, notices: NoticeMessages): void => {
+export const leaveQueue = (
+  s: Space,
+  now: number,
+  token: string,
+  instanceId: string,
+  lockId: string | undefined,
+  notices: NoticeMessages
+): void => {
   const q = openQueue(s, now, token)
   const value = s.ks.getString(q.lockKey, now)?.value
   dropLate(q)
-  remove(q, instanceId)
-  if (value === `?${instanceId}`) s.ks.delete(q.lockKey)
-  grantNext(q, notices.granted)
+  const recorded = idOf(q, instanceId)
+  if (lockId === undefined || recorded === undefined || recorded === lockId) {
+    remove(q, instanceId)
+    forget(q, instanceId)
+  }
+  if (value !== undefined && (value === `?${instanceId}` || value === (lockId ?? recorded))) {
+    s.ks.delete(q.lockKey)
+  }
+  grantNext(q, notices.granted, [])
 }
 
 /** Reads only. @internal */

@@ -30,8 +30,14 @@ export const queuePart = ({
     lock: keys.lock(token),
     fence: keys.fence(token),
     queue: keys.queue(token),
-    deadlines: keys.queueDeadlines(token)
+    deadlines: keys.queueDeadlines(token),
+    ids: keys.queueIds(token)
   })
+  /** The slice keys of a release: the written ones (one value each, in order), then the others carried. */
+  const releaseKeys = (token: string, written: ReadonlyArray<string>, carry: ReadonlyArray<string>) => {
+    const names = written.length === 0 ? carry : [...written, ...carry.filter((name) => !written.includes(name))]
+    return names.map((name) => keys.slice(token, name))
+  }
   return {
     acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
       Effect.flatMap(
@@ -62,34 +68,42 @@ export const queuePart = ({
               )
             : Effect.succeed(queuedAcquireResult(reply, lockMs))
       ),
-    releaseQueued: (token, lockId, instanceId, requeue, notices) =>
+    releaseQueued: (token, lockId, instanceId, handoff, notices) =>
       runScript("releaseQueued", Scripts.releaseQueued, {
         keys: queueKeys(token),
+        restKeys: releaseKeys(token, [], handoff.carry),
         args: {
           lockId,
           lockMs,
+          tokenMs,
           handoffMs,
           instanceId,
-          requeue: requeue ? "1" : "0",
+          requeue: handoff.requeue ? "1" : "0",
+          queueAs: handoff.queueAs,
           noticePrefix: topology.noticePrefix(keys, token),
           granted: notices.granted
         }
       }),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, requeue, notices) =>
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, notices) =>
       Effect.map(
         runAcknowledged(
           "commitAndReleaseQueued",
           Scripts.commitAndReleaseQueued,
           {
             keys: queueKeys(token),
-            restKeys: entries.map(([name]) => keys.slice(token, name)),
+            restKeys: releaseKeys(
+              token,
+              entries.map(([name]) => name),
+              handoff.carry
+            ),
             args: {
               lockId,
               lockMs,
               tokenMs,
               handoffMs,
               instanceId,
-              requeue: requeue ? "1" : "0",
+              requeue: handoff.requeue ? "1" : "0",
+              queueAs: handoff.queueAs,
               noticePrefix: topology.noticePrefix(keys, token),
               granted: notices.granted
             },
@@ -102,11 +116,18 @@ export const queuePart = ({
             ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
             : { _tag: "Done", value: reply.queued }
       ),
-    leaveQueue: (token, instanceId, notices) =>
+    leaveQueue: (token, instanceId, lockId, notices) =>
       Effect.asVoid(
         runScript("leaveQueue", Scripts.leaveQueue, {
           keys: queueKeys(token),
-          args: { instanceId, handoffMs, noticePrefix: topology.noticePrefix(keys, token), granted: notices.granted }
+          args: {
+            instanceId,
+            lockId: lockId ?? "",
+            tokenMs,
+            handoffMs,
+            noticePrefix: topology.noticePrefix(keys, token),
+            granted: notices.granted
+          }
         })
       ),
     queueLength: (token, instanceId) =>

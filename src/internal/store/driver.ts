@@ -67,6 +67,19 @@ export interface RawSocketEvent {
   readonly event: string
 }
 
+/**
+ * What a release passes on with the lock (DESIGN §4.5): whether the worker queues again
+ * (under the lock id `queueAs`, `""` for none), and the slices whose values the grant's
+ * notice carries to the next holder (which then needs no claim to read them).
+ *
+ * @internal
+ */
+export interface Handoff {
+  readonly requeue: boolean
+  readonly queueAs: string
+  readonly carry: ReadonlyArray<string>
+}
+
 /** @internal */
 export interface Driver {
   readonly kind: "memory" | "redis"
@@ -106,7 +119,7 @@ export interface Driver {
     token: string,
     lockId: string,
     instanceId: string,
-    requeue: boolean,
+    handoff: Handoff,
     notices: NoticeMessages
   ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, StoreError>
   readonly commitAndReleaseQueued: (
@@ -114,10 +127,16 @@ export interface Driver {
     lockId: string,
     entries: ReadonlyArray<SliceEntry>,
     instanceId: string,
-    requeue: boolean,
+    handoff: Handoff,
     notices: NoticeMessages
   ) => Effect.Effect<Guarded<number>, AcknowledgedError>
-  readonly leaveQueue: (token: string, instanceId: string, notices: NoticeMessages) => Effect.Effect<void, StoreError>
+  /** `lockId`: only the entry queued under it leaves, and only a grant made under it passes on; `undefined`: any. */
+  readonly leaveQueue: (
+    token: string,
+    instanceId: string,
+    lockId: string | undefined,
+    notices: NoticeMessages
+  ) => Effect.Effect<void, StoreError>
   readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
   readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
   /** The name of the worker's notice channel that carries the token's notices. */

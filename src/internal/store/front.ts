@@ -48,7 +48,7 @@ import {
   tokenError,
   tokensError
 } from "../validate.js"
-import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
+import type { Driver, Guarded, Handoff, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -109,6 +109,20 @@ const noticeMessages = (token: string): NoticeMessages => ({
 const queueStepError = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
   tokensError(token, instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
 
+/** A release's `queueAs`: a lock id, when given. */
+const queueAsError = (queueAs: string | undefined) => (queueAs === undefined ? undefined : lockIdError(queueAs))
+
+/** A release's hand-off as the driver takes it. */
+const handoffOf = (options: {
+  readonly requeue?: boolean
+  readonly queueAs?: string
+  readonly carry?: ReadonlyArray<string>
+}): Handoff => ({
+  requeue: options.requeue === true,
+  queueAs: options.queueAs ?? "",
+  carry: options.carry ?? []
+})
+
 /** The queue of waiting workers and the hand-off of the lock (DESIGN §4). */
 const queuePart = (driver: Driver) =>
   ({
@@ -117,25 +131,31 @@ const queuePart = (driver: Driver) =>
         driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim, noticeMessages(token))
       ),
     releaseQueued: (token, lockId, options) =>
-      checked(queueStepError(token, options.instanceId, lockId, []), () =>
-        driver.releaseQueued(token, lockId, options.instanceId, options.requeue === true, noticeMessages(token))
+      checked(
+        queueStepError(token, options.instanceId, lockId, options.carry ?? []) ?? queueAsError(options.queueAs),
+        () => driver.releaseQueued(token, lockId, options.instanceId, handoffOf(options), noticeMessages(token))
       ),
     commitAndReleaseQueued: (token, lockId, entries, options) =>
-      checked(queueStepError(token, options.instanceId, lockId, sliceNames(entries)), () =>
-        Effect.flatMap(
-          driver.commitAndReleaseQueued(
-            token,
-            lockId,
-            entries,
-            options.instanceId,
-            options.requeue === true,
-            noticeMessages(token)
-          ),
-          (outcome) => guarded(token, lockId, outcome)
-        )
+      checked(
+        queueStepError(token, options.instanceId, lockId, [...sliceNames(entries), ...(options.carry ?? [])]) ??
+          queueAsError(options.queueAs),
+        () =>
+          Effect.flatMap(
+            driver.commitAndReleaseQueued(
+              token,
+              lockId,
+              entries,
+              options.instanceId,
+              handoffOf(options),
+              noticeMessages(token)
+            ),
+            (outcome) => guarded(token, lockId, outcome)
+          )
       ),
-    leaveQueue: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () => driver.leaveQueue(token, instanceId, noticeMessages(token))),
+    leaveQueue: (token, instanceId, lockId) =>
+      checked(tokensError(token, instanceId) ?? (lockId === undefined ? undefined : lockIdError(lockId)), () =>
+        driver.leaveQueue(token, instanceId, lockId, noticeMessages(token))
+      ),
     queueLength: (token, instanceId) =>
       checked(tokensError(token, instanceId), () => driver.queueLength(token, instanceId)),
     queue: (token) => checked(tokenError(token), () => driver.queue(token)),

@@ -1,13 +1,16 @@
 /**
  * `acquireQueued` (DESIGN §4.4, §4.6): take the lock when it is a grant pending for this
- * worker, or when it is free and nobody else is queued ahead (the queue is empty, its head
- * is this worker, or a claim of a grant that expired unclaimed: `claim` equals the fence,
- * which has not moved since that grant was made). Taking sets the lock id, reads the
- * slices, increments the fence and takes the worker out of the queue. Otherwise a free lock
- * goes to the queue's head, and the worker is queued (once: at the head for a claim that
- * still names the fence, else at the tail), its deadline refreshed, and the lock's holder
- * told again. A claim whose fence has moved on (a late notice: its grant was claimed, or
- * another claim came since) is an ordinary attempt.
+ * worker (a `?<worker>` grant, or the lock id the worker was queued under, which a grant
+ * installs with its fence taken: its notice was lost or is late, and this attempt takes it
+ * over with the same fence), or when it is free and nobody else is queued ahead (the queue
+ * is empty, its head is this worker, or a claim of a grant that expired unclaimed: `claim`
+ * equals the fence, which has not moved since that grant was made). Taking sets the lock
+ * id, reads the slices, increments the fence (but for a take-over) and takes the worker out
+ * of the queue. Otherwise a free lock goes to the queue's head (its notice carrying the
+ * slices named here), and the worker is queued under `lockId` (once: at the head for a claim
+ * that still names the fence, or names the one before it while the lock is held, which is the
+ * grant its expiry passed on; else at the tail), its deadline refreshed, and the lock's
+ * holder told again. A claim whose fence has moved on further is an ordinary attempt.
  *
  * Redis does not roll back a script that fails half-way: a read that fails (a slice key of
  * the wrong type) deletes the lock it just set, as `tryAcquire` does.
@@ -15,7 +18,7 @@
  * @internal
  */
 import { asArray, asNullableString, asNumber, define } from "../script.js"
-import { dropLate, enqueue, findLate, grantNext, noticeHolder, serverNow } from "./queueLua.js"
+import { dropLate, enqueue, findLate, grantNext, ids, noticeHolder, pendingFor, serverNow } from "./queueLua.js"
 
 /** @internal */
 export type Reply =
@@ -32,19 +35,21 @@ export type Reply =
 /** @internal */
 export const script = define({
   name: "leaseholdAcquireQueued",
-  keys: ["lock", "fence", "queue", "deadlines"],
+  keys: ["lock", "fence", "queue", "deadlines", "ids"],
   restKeys: "slices",
   // claim: the fence of the grant claimed, "" for none; noticePrefix: a worker's notice
   // channel is noticePrefix .. <worker>
   args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "claim", "noticePrefix", "granted", "contended"],
-  body: (dialect) => `${serverNow}${findLate}
+  body: (dialect) => `${serverNow}${ids}${findLate}
 local value = redis.call("GET", lock)
-${dropLate}${enqueue}${grantNext(dialect)}
+${dropLate}${enqueue}${grantNext(dialect)}${pendingFor}
 local head = redis.call("ZRANGE", queue, 0, 0)[1]
--- the grant claimed is still the last one made: nobody has claimed since (strings compared,
--- both canonical)
-local claimed = claim ~= "" and fenceNow() == claim
-if value == "?" .. instanceId or (not value and (not head or head == instanceId or claimed)) then
+-- the grant claimed is still the last one made: nobody has taken the lock since (strings
+-- compared, both canonical); or one grant only came since, the one its expiry passed on
+local current = fenceNow()
+local claimed = claim ~= "" and current == claim
+local passedOn = claim ~= "" and current ~= nil and tonumber(current) == tonumber(claim) + 1
+if pendingFor(value, instanceId) or (not value and (not head or head == instanceId or claimed)) then
   -- A step refused half-way (a slice of another type, a fence that is not a number) leaves
   -- the lock as it found it: a grant pending for this worker stays pending.
   local pendingMs = value and redis.call("PTTL", lock) or 0
@@ -66,7 +71,12 @@ if value == "?" .. instanceId or (not value and (not head or head == instanceId 
     end
     result[i + 3] = found
   end
-  local fenced = redis.pcall("INCR", fence)
+  -- a grant handed over to this worker took its fence already: taking it over keeps it (the
+  -- lock id it installed was never used: its notice is answered by this attempt)
+  local fenced = redis.pcall("INCRBY", fence, (value and value ~= "?" .. instanceId) and 0 or 1)
+  if fenced == 0 then
+    fenced = redis.pcall("INCR", fence)
+  end
   if type(fenced) == "table" and fenced.err then
     undo()
     return fenced
@@ -74,14 +84,15 @@ if value == "?" .. instanceId or (not value and (not head or head == instanceId 
   redis.call("PEXPIRE", fence, tokenMs)
   redis.call("ZREM", queue, instanceId)
   redis.call("ZREM", deadlines, instanceId)
+  forget(instanceId)
   result[2] = fenced
   result[3] = redis.call("ZCARD", queue)
   return result
 end
 if not value then
-  grantNext()
+  grantNext(slices)
 end
-enqueue(instanceId, claimed)
+enqueue(instanceId, claimed or (passedOn and redis.call("EXISTS", lock) == 1), lockId)
 ${noticeHolder(dialect)}
 return {0, redis.call("PTTL", lock)}
 `,

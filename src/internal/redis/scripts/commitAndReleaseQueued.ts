@@ -3,13 +3,15 @@
  * last round trip under the queue protocol. When `lockId` no longer holds the lock nothing at
  * all is written, queued, granted or published: the reply names the holder found.
  * Otherwise the other live entries are counted, the slices written (the fence's TTL with
- * them), the lock deleted, the worker queued again at the tail with `requeue` "1", and the
- * lock granted to the queue's head.
+ * them), the lock deleted, the worker queued again at the tail with `requeue` "1" (under the
+ * lock id `queueAs`), and the lock granted to the queue's head. The slice keys are the
+ * written ones (one value each, in order), then those only carried: the grant's notice
+ * carries the values of all of them.
  *
  * @internal
  */
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext, serverNow } from "./queueLua.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "./queueLua.js"
 import { decodeHolderCheck } from "./writeIfHolder.js"
 
 /** @internal */
@@ -20,28 +22,31 @@ export type Reply =
 /** @internal */
 export const script = define({
   name: "leaseholdCommitAndReleaseQueued",
-  keys: ["lock", "fence", "queue", "deadlines"],
+  keys: ["lock", "fence", "queue", "deadlines", "ids"],
   restKeys: "slices",
-  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "requeue", "noticePrefix", "granted"],
+  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "requeue", "queueAs", "noticePrefix", "granted"],
   restArgs: "values",
   body: (dialect) => `
 local holder = redis.call("GET", lock)
 if holder ~= lockId then
   return {0, holder}
 end
-${serverNow}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
+${serverNow}${ids}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
 -- the writes first (see writeIfHolder): an out-of-memory refusal comes before any write,
 -- dropping the late entries included
-for i, key in ipairs(slices) do
-  redis.call("SET", key, values[i], "PX", tokenMs)
+for i = 1, #values do
+  redis.call("SET", slices[i], values[i], "PX", tokenMs)
 end
 redis.call("PEXPIRE", fence, tokenMs)
 ${dropLate}
 redis.call("DEL", lock)
-if requeue == "1" then
-  enqueue(instanceId, false)
+if idOf(instanceId) == lockId then
+  forget(instanceId)
 end
-grantNext()
+if requeue == "1" then
+  enqueue(instanceId, false, queueAs)
+end
+grantNext(slices)
 return {1, queued}
 `,
   decode: (reply): Reply | undefined => {

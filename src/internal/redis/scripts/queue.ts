@@ -1,29 +1,34 @@
 /**
  * The queue on its own (DESIGN §4.3): `leave` (and a grant pending for the worker passes to
- * the next head), the number of other live entries, the live entries in order. The two
+ * the next head; with a lock id, only an entry queued under it leaves, and only a grant made
+ * under it passes: a newer attempt of the same worker keeps its place and its grant), the number of other live entries, the live entries in order. The two
  * reads skip the entries past their deadline without removing them: they write nothing
  * (the next step that writes drops them).
  *
  * @internal
  */
 import { asArray, define } from "../script.js"
-import { countQueued, dropLate, findLate, grantNext, serverNow } from "./queueLua.js"
+import { countQueued, dropLate, findLate, grantNext, ids, serverNow } from "./queueLua.js"
 
 /** @internal */
 export const leave = define({
   name: "leaseholdLeaveQueue",
-  // fence: read (never written) for the grant's notice
-  keys: ["lock", "fence", "queue", "deadlines"],
-  args: ["instanceId", "handoffMs", "noticePrefix", "granted"],
-  body: (dialect) => `${serverNow}${findLate}
+  keys: ["lock", "fence", "queue", "deadlines", "ids"],
+  // lockId: the lock id the worker queued under, "" for any
+  args: ["instanceId", "lockId", "tokenMs", "handoffMs", "noticePrefix", "granted"],
+  body: (dialect) => `${serverNow}${ids}${findLate}
 local value = redis.call("GET", lock)
 ${dropLate}${grantNext(dialect)}
-redis.call("ZREM", queue, instanceId)
-redis.call("ZREM", deadlines, instanceId)
-if value == "?" .. instanceId then
+local recorded = idOf(instanceId)
+if lockId == "" or not recorded or recorded == lockId then
+  redis.call("ZREM", queue, instanceId)
+  redis.call("ZREM", deadlines, instanceId)
+  forget(instanceId)
+end
+if value and (value == "?" .. instanceId or (lockId == "" and value == recorded) or (lockId ~= "" and value == lockId)) then
   redis.call("DEL", lock)
 end
-grantNext()
+grantNext({})
 return 1
 `,
   decode: (reply): true | undefined => (reply === 1 ? true : undefined)

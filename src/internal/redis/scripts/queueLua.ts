@@ -2,11 +2,14 @@
  * The Lua shared by the scripts of a token's queue of waiting workers (DESIGN §4): two sorted
  * sets, `queue` (worker id scored by arrival order, head first) and `deadlines` (worker id
  * scored by its deadline on the server's clock, `lockMs` after its last enqueue or refresh).
- * An entry is in both or in neither; both keys expire with the newest deadline.
+ * An entry is in both or in neither; both keys expire with the newest deadline. A third,
+ * `ids`, holds the lock id each worker was queued under (`<worker> <lock id>`, score 0): a
+ * grant installs it as the lock, so the grantee holds the lock from the grant on, and the
+ * grant's notice carries what a claim would have read.
  *
  * Each fragment reads the named locals of the script it is spliced into (`lock`, `fence`,
- * `queue`, `deadlines`, `instanceId`, `lockMs`, `handoffMs`, `noticePrefix`, `granted`,
- * `contended`)
+ * `queue`, `deadlines`, `ids`, `instanceId`, `lockMs`, `tokenMs`, `handoffMs`, `noticePrefix`,
+ * `granted`, `contended`)
  * and the `now` of `serverNow`. The reads come before the writes (`findLate`, `countQueued`),
  * so that a key of another kind refuses a whole step before anything is written.
  *
@@ -28,14 +31,32 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
  */
 export const findLate = `
 redis.call("ZCARD", queue)
+redis.call("ZCARD", ids)
 local late = redis.call("ZRANGEBYSCORE", deadlines, "-inf", now)
 `
 
-/** Drop the `late` entries from both keys (Redis deletes a sorted set with its last member). @internal */
+/**
+ * `idOf(worker)`: the lock id the worker is queued under, or `false`; `forget(worker)` drops
+ * it. A worker id has no space, so its members are those between `<worker> ` and `<worker>!`.
+ *
+ * @internal
+ */
+export const ids = `
+local function idOf(worker)
+  local found = redis.call("ZRANGEBYLEX", ids, "[" .. worker .. " ", "(" .. worker .. "!", "LIMIT", 0, 1)[1]
+  return found and string.sub(found, #worker + 2) or false
+end
+local function forget(worker)
+  redis.call("ZREMRANGEBYLEX", ids, "[" .. worker .. " ", "(" .. worker .. "!")
+end
+`
+
+/** Drop the `late` entries from the queue's keys (Redis deletes a sorted set with its last member). @internal */
 export const dropLate = `
 for _, member in ipairs(late) do
   redis.call("ZREM", queue, member)
   redis.call("ZREM", deadlines, member)
+  forget(member)
 end
 `
 
@@ -49,16 +70,17 @@ end
 `
 
 /**
- * `enqueue(member, atHead)`: a worker not yet queued goes to the tail (1 + the last score) or,
- * `atHead`, to the head (the first score - 1); one already queued keeps its place. Either way
- * its deadline is `lockMs` from now, and both keys live at least that long: their TTL is only
- * ever lengthened, since a worker with a shorter lock expiration than another's must not cut
- * the other's entry short (a new key, without a TTL, reads -1).
+ * `enqueue(member, atHead, id)`: a worker not yet queued goes to the tail (1 + the last score)
+ * or, `atHead`, to the head (the first score - 1); one already queued keeps its place. Either
+ * way its deadline is `lockMs` from now, it is queued under the lock id `id` from now on (none
+ * for ""), and the keys live at least that long: their TTL is only ever lengthened, since a
+ * worker with a shorter lock expiration than another's must not cut the other's entry short
+ * (a new key, without a TTL, reads -1).
  *
  * @internal
  */
 export const enqueue = `
-local function enqueue(member, atHead)
+local function enqueue(member, atHead, id)
   if not redis.call("ZSCORE", queue, member) then
     local score = 1
     if atHead then
@@ -75,7 +97,11 @@ local function enqueue(member, atHead)
     redis.call("ZADD", queue, score, member)
   end
   redis.call("ZADD", deadlines, now + tonumber(lockMs), member)
-  for _, key in ipairs({queue, deadlines}) do
+  forget(member)
+  if id ~= "" then
+    redis.call("ZADD", ids, 0, member .. " " .. id)
+  end
+  for _, key in ipairs({queue, deadlines, ids}) do
     if redis.call("PTTL", key) < tonumber(lockMs) then
       redis.call("PEXPIRE", key, lockMs)
     end
@@ -104,17 +130,22 @@ end
 `
 
 /**
- * `grantNext()`: when the lock is free and someone is queued, the head leaves the queue, the
- * lock becomes its pending grant (`?<worker>`, which no lock id can equal, for `handoffMs`)
- * and that worker alone is told, by `granted .. " " .. <fence>`: the notice names the grant
- * (the fence as it stands, see `fenceNow`), so a claim made on a late notice can be told from
- * one on a grant that expired unclaimed. A fence that is not a number gives the notice
- * without one (its claim is then an ordinary attempt). Defines `fenceNow` too.
+ * `grantNext(carry)`: when the lock is free and someone is queued, the head leaves the queue
+ * and the lock becomes its own: the lock id it was queued under, for `handoffMs` (it extends
+ * the lock as it holds it), with the fence incremented, and that worker alone is told by
+ * `granted .. " " .. <fence> .. " " .. <json>`, where the JSON array holds the workers still
+ * queued, the lock id, then the name and value (`false`: none) of each slice of `carry` (the
+ * slice keys the step has at hand, their TTL refreshed as a claim refreshes it). A slice that
+ * cannot be read (a key of another kind) is left out: the grantee then claims the grant to read
+ * it, and hears the error. A head queued without a lock id, or a fence that is not a number,
+ * gets a pending grant (`?<worker>`, which no lock id can equal) and the notice
+ * `granted .. " " .. <fence>` (the fence as it stands: the notice names the grant) or
+ * `granted` alone; it claims it. Defines `fenceNow` too.
  *
  * @internal
  */
 export const grantNext = (dialect: Dialect) => `${fenceNow}
-local function grantNext()
+local function grantNext(carry)
   if redis.call("EXISTS", lock) == 1 then
     return
   end
@@ -123,10 +154,43 @@ local function grantNext()
     return
   end
   local named = fenceNow()
+  local id = idOf(head)
   redis.call("ZREM", queue, head)
   redis.call("ZREM", deadlines, head)
-  redis.call("SET", lock, "?" .. head, "PX", handoffMs)
-  redis.call("${dialect.publish}", noticePrefix .. head, named and (granted .. " " .. named) or granted)
+  if not (named and id) then
+    redis.call("SET", lock, "?" .. head, "PX", handoffMs)
+    redis.call("${dialect.publish}", noticePrefix .. head, named and (granted .. " " .. named) or granted)
+    return
+  end
+  local fenced = redis.call("INCR", fence)
+  redis.call("PEXPIRE", fence, tokenMs)
+  redis.call("SET", lock, id, "PX", handoffMs)
+  local carried = {redis.call("ZCARD", queue), id}
+  for _, key in ipairs(carry) do
+    local found = redis.pcall("GETEX", key, "PX", tokenMs)
+    local at = string.find(key, "}:s:", 1, true)
+    if type(found) ~= "table" and at then
+      carried[#carried + 1] = string.sub(key, at + 4)
+      carried[#carried + 1] = found
+    end
+  end
+  redis.call("${dialect.publish}", noticePrefix .. head, granted .. " " .. fenced .. " " .. cjson.encode(carried))
+end
+`
+
+/**
+ * `pendingFor(value, worker)`: whether the lock's value is a grant the worker has not
+ * claimed: a pending grant to it, or the lock id it is still recorded as queued under (a
+ * grant installs it; taking or releasing the lock forgets it).
+ *
+ * @internal
+ */
+export const pendingFor = `
+local function pendingFor(value, worker)
+  if not value then
+    return false
+  end
+  return value == "?" .. worker or value == idOf(worker)
 end
 `
 

@@ -1,13 +1,13 @@
 /**
  * `releaseQueued` (DESIGN §4.5): compare-and-delete, then (with `requeue` "1") the worker
- * goes back to the tail of the queue, then a free lock is granted to the queue's head, in
- * the same step. `queued` counts the other live entries before the requeue and the grant.
+ * goes back to the tail of the queue (under the lock id `queueAs`), then a free lock is
+ * granted to the queue's head, in the same step, its notice carrying the slices named. `queued` counts the other live entries before the requeue and the grant.
  * Whether or not the lock was still the caller's, the requeue and the grant happen.
  *
  * @internal
  */
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext, serverNow } from "./queueLua.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "./queueLua.js"
 
 /** @internal */
 export interface Reply {
@@ -18,11 +18,12 @@ export interface Reply {
 /** @internal */
 export const script = define({
   name: "leaseholdReleaseQueued",
-  // fence: read (never written) for the grant's notice
-  keys: ["lock", "fence", "queue", "deadlines"],
+  keys: ["lock", "fence", "queue", "deadlines", "ids"],
+  // the slices a grant's notice carries
+  restKeys: "slices",
   // requeue "1" / "0"
-  args: ["lockId", "lockMs", "handoffMs", "instanceId", "requeue", "noticePrefix", "granted"],
-  body: (dialect) => `${serverNow}${findLate}
+  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "requeue", "queueAs", "noticePrefix", "granted"],
+  body: (dialect) => `${serverNow}${ids}${findLate}
 local value = redis.call("GET", lock)
 ${countQueued}${dropLate}${enqueue}${grantNext(dialect)}
 local released = 0
@@ -30,10 +31,13 @@ if value == lockId then
   redis.call("DEL", lock)
   released = 1
 end
-if requeue == "1" then
-  enqueue(instanceId, false)
+if idOf(instanceId) == lockId then
+  forget(instanceId)
 end
-grantNext()
+if requeue == "1" then
+  enqueue(instanceId, false, queueAs)
+end
+grantNext(slices)
 return {released, queued}
 `,
   decode: (reply): Reply | undefined => {
