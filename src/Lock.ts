@@ -44,6 +44,23 @@ export interface Grant {
   readonly contenders: number
   /** Clock time of the grant (ms). */
   readonly grantedAt: number
+  /**
+   * The lock was handed over by the store (a release installed this worker's lock id): it
+   * lives for the hand-off timeout from the grant, not a lock expiration, until extended.
+   */
+  readonly handedOver?: boolean
+}
+
+/**
+ * An attempt that did not take the lock: how long the lock has left, and the lock id the
+ * worker is now queued under.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface Refused {
+  readonly remainingMs: number
+  readonly lockId: string
 }
 
 /**
@@ -106,6 +123,11 @@ export interface Previous {
    * once, unless this says that no notice about the token can have been missed.
    */
   readonly mark?: Mark
+  /**
+   * With `attempted`: the lock id the worker was queued under by that step. A grant that
+   * installs it comes with its notice, and is held from there without a claim.
+   */
+  readonly lockId?: string
 }
 
 /**
@@ -119,22 +141,25 @@ export declare namespace Lock {
    */
   export interface Service {
     readonly instanceId: string
+    /** A lock id unique to this worker (for a release that queues the worker again: `Previous.lockId`). */
+    readonly nextLockId: () => string
     /**
      * One attempt to take the token's lock, reading `slices` with the grant: the first step
      * of `acquire` on its own, for a caller with no local waiter before it. `Left` with the
      * time the lock has left when it is held or other workers are queued: the worker is then
-     * queued in the same step, and the holder told (pass `queued: true, attempted: true` and
-     * that time to `acquire`, which leaves the queue if it ends without a grant).
+     * queued in the same step under the attempt's lock id, and the holder told (pass
+     * `queued: true, attempted: true`, that time and that lock id to `acquire`, which leaves
+     * the queue if it ends without a grant).
      */
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Either.Either<Grant, number>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError>
     /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is
-     * queued in the store and waits for the lock to be handed to it (a `Granted` notice,
-     * then a claim), for a resubscription, or for `min(remaining + 5 ms, lockExpiration /
+     * queued in the store and waits for the lock to be handed to it (a `Granted` notice
+     * that hands it over, or one it claims), for a resubscription, or for `min(remaining + 5 ms, lockExpiration /
      * 10, handoffTimeout / 2)`, after which it checks again (and claims a grant whose notice
      * was lost before the grant expires).
      * `None` when every local waiter left meanwhile (the worker leaves the queue, and a
@@ -183,12 +208,22 @@ export const make = Effect.gen(function* () {
   const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
   const timers = yield* Timers.make
   const scope = yield* Effect.scope
-  const env: Env = { store, instanceId, recheckMs, nextLockId, timers, scope, lockWait }
+  const env: Env = {
+    store,
+    instanceId,
+    recheckMs,
+    handoffMs: Duration.toMillis(config.handoffTimeout),
+    nextLockId,
+    timers,
+    scope,
+    lockWait
+  }
 
   const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
 
   return Lock.of({
     instanceId,
+    nextLockId,
     acquire: (token, slices, local, previous) => acquire(env, token, slices, local, previous),
     attempt
   })

@@ -236,6 +236,72 @@ describe("a lease's timer", () => {
   )
 })
 
+describe("a lock handed over", () => {
+  // the hand-off timeout (1 s) far below the lock expiration (30 s); held for one
+  // modification (oplock off, no quantum) or a quantum's worth (oplock on, another worker queued)
+  for (const oplock of [false, true]) {
+    it.scoped(
+      `lives as long as a slow modification under it: it is extended, not left to the hand-off timeout (oplock ${oplock ? "on" : "off"})`,
+      () =>
+        Effect.gen(function* () {
+          const cluster = yield* memoryCluster({
+            lockExpiration: 30_000,
+            handoffTimeout: 1_000,
+            lockWarningThreshold: 20_000,
+            oplock,
+            ...(oplock ? {} : { leaseQuantum: 0 })
+          })
+          const a = yield* cluster.worker()
+          const b = yield* cluster.worker()
+          const c = yield* cluster.worker()
+          const { fiber: first, open } = yield* holding(a, "t")
+          const gate = yield* Deferred.make<void>()
+          const entered = yield* Deferred.make<void>()
+          const slow = yield* Effect.fork(
+            b.states.modifyEffect("t", Counter, (s) =>
+              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                null,
+                { n: s.n + 10 }
+              ] as const)
+            )
+          )
+          yield* untilOnTestClock(
+            "b queued",
+            Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
+          )
+          // c waits behind b all along
+          const waiter = yield* Effect.fork(c.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+          yield* untilOnTestClock(
+            "c queued",
+            Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
+          )
+          yield* settle
+          // a's release hands the lock to b: its notice is the grant
+          yield* open
+          yield* Fiber.join(first)
+          yield* untilOnTestClock("b's slow modification entered", Deferred.isDone(entered))
+          const granted = Option.getOrThrow(yield* cluster.store.holder("t"))
+          assert.isTrue(granted.lockId.startsWith(`${b.id}:`), granted.lockId)
+          // five hand-off timeouts pass while b's modification runs
+          for (let i = 0; i < 50; i++) {
+            yield* TestClock.adjust(100)
+            yield* settle
+          }
+          deepStrictEqual(
+            Option.map(yield* cluster.store.holder("t"), (holder) => holder.lockId),
+            Option.some(granted.lockId)
+          )
+          assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "c took the lock from under b")
+          yield* Deferred.succeed(gate, undefined)
+          yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(slow), Option.isSome))
+          assert.isTrue(Exit.isSuccess(yield* Fiber.await(slow)))
+          yield* untilOnTestClock("c's modification is done", Effect.map(Fiber.poll(waiter), Option.isSome))
+          assert.strictEqual(yield* cluster.stored("t"), 111)
+        })
+    )
+  }
+})
+
 describe("lost notices", () => {
   // re-checks every 2 s: a tenth of the lock expiration, under half the hand-off timeout
   const input = { lockExpiration: 20_000, handoffTimeout: 5_000, lockWarningThreshold: 10_000 }
@@ -264,11 +330,9 @@ describe("lost notices", () => {
       yield* open
       yield* Fiber.join(first)
       yield* settle
-      // the grant waits for b, who was not told
-      assert.strictEqual(
-        Option.getOrUndefined(Option.map(yield* cluster.store.holder("t"), (h) => h.lockId)),
-        `?${b.id}`
-      )
+      // the grant installed b's lock id, and waits for b, who was not told
+      const granted = Option.getOrUndefined(Option.map(yield* cluster.store.holder("t"), (h) => h.lockId))
+      assert.isTrue(granted?.startsWith(`${b.id}:`), `lock ${granted}`)
       assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
       yield* TestClock.adjust(1_990)
       yield* settle

@@ -63,8 +63,9 @@ export interface Handoffs {
     release: Effect.Effect<unknown, unknown>
   ) => Effect.Effect<Effect.Effect<void>>
   /**
-   * Run `release` so that the grantee's claim runs but its reply is lost: memory, the reply
-   * of its next `acquireQueued`; Redis, its re-check waits behind a pause longer than a
+   * Run `release` so that the grantee's claim runs but its reply is lost: memory, the grant's
+   * notice is lost and so is the reply of the grantee's next `acquireQueued` (its re-check);
+   * Redis, its re-check waits behind a pause longer than a
    * re-check interval and the command timeout. Returns once the claim has run (and, on Redis,
    * what the grantee sent after it).
    */
@@ -280,7 +281,9 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
           }),
         claimReplyLost: (_token, _grantee, release) =>
           Effect.gen(function* () {
-            // the grantee's claim is the next attempt: it follows the grant's notice
+            // the grant's notice is lost (a notice that hands the lock over needs no claim):
+            // the grantee's claim is its next attempt, at its re-check
+            yield* control(shared).loseNotices(1)
             yield* control(shared).loseReplies("acquireQueued", 1)
             yield* Effect.orDie(release)
             yield* settle

@@ -3,7 +3,8 @@
  * worker in the store when it cannot take the lock; the wait for the lock to be handed to
  * it (a `Granted` notice, a resubscription, the local queue, or a re-check interval); and
  * the attempts between waits, which refresh the worker's place in the queue and claim a
- * grant pending for it. An exit without a grant leaves no lock taken and no queue entry
+ * grant pending for it. A notice of a grant that installed the lock id of the last attempt,
+ * carrying every slice asked for, is the grant itself: no claim follows it. An exit without a grant leaves no lock taken and no queue entry
  * or pending grant behind.
  *
  * @internal
@@ -15,9 +16,9 @@ import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { Grant, LocalQueue, Previous } from "../../Lock.js"
+import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
-import type { QueuedAcquireResult, Store } from "../../Store.js"
+import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
 import type { Timers } from "../timers.js"
 
@@ -35,6 +36,8 @@ export interface Env {
    * notice was lost claims its grant before the grant expires.
    */
   readonly recheckMs: number
+  /** `handoffTimeout`, in ms. */
+  readonly handoffMs: number
   /** A lock id unique to this worker's acquisition. */
   readonly nextLockId: () => string
   /** The worker's timers, for the re-check interval of a wait. */
@@ -60,9 +63,18 @@ const makeGrant = (
   grantedAt
 })
 
-/** How a wait ended: a `Granted` notice (with its grant's fence, if it named one), a re-check, or the local queue. */
+/**
+ * How a wait ended: a `Granted` notice (with its grant's fence, if it named one, and what a
+ * grant that installed the worker's lock id carries), a re-check, or the local queue.
+ */
 type Woken =
-  | { readonly _tag: "granted"; readonly fence: number | undefined }
+  | {
+      readonly _tag: "granted"
+      readonly fence: number | undefined
+      readonly handedOver: HandedOver | undefined
+      /** A `Contended` came after the notice. */
+      readonly contended: boolean
+    }
   | { readonly _tag: "recheck" }
   | { readonly _tag: "local" }
 
@@ -101,10 +113,19 @@ const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wa
           const { changed, wanted } = yield* local.look
           if (stop(wanted)) return localChange
           const events = signals.take()
-          // the newest grant: an older one's notice names a fence that has moved on
+          // the newest grant: an older one's notice names a fence that has moved on; a
+          // worker that queued behind it since told it so (its notice counted those before)
           let grant: Extract<SignalEvent, { readonly _tag: "Granted" }> | undefined
-          for (const event of events) if (event._tag === "Granted") grant = event
-          if (grant !== undefined) return { _tag: "granted", fence: grant.fence } satisfies Woken
+          let contended = false
+          for (const event of events) {
+            if (event._tag === "Granted") {
+              grant = event
+              contended = false
+            } else if (event._tag === "Contended") contended = true
+          }
+          if (grant !== undefined) {
+            return { _tag: "granted", fence: grant.fence, handedOver: grant.handedOver, contended } satisfies Woken
+          }
           if (events.some((event) => event._tag === "Resubscribed")) return recheck
           if (timedOut) return recheck
           yield* changed
@@ -112,6 +133,36 @@ const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wa
       }),
     (cancel) => Effect.sync(cancel)
   )
+}
+
+/**
+ * The grant a `Granted` notice hands over, when it installed the lock id the worker is queued
+ * under (`queuedAs`) and carries every slice asked for; otherwise the notice is claimed.
+ */
+const handedGrant = (
+  token: string,
+  slices: ReadonlyArray<string>,
+  queuedAs: string | undefined,
+  woken: Extract<Woken, { readonly _tag: "granted" }>,
+  now: number
+): Grant | undefined => {
+  const over = woken.handedOver
+  if (over === undefined || woken.fence === undefined || queuedAs === undefined || over.lockId !== queuedAs) return
+  const values = new Map<string, Option.Option<string>>()
+  for (const name of slices) {
+    const value = over.values.get(name)
+    if (value === undefined) return
+    values.set(name, value)
+  }
+  return {
+    token,
+    lockId: over.lockId,
+    fence: woken.fence,
+    values,
+    contenders: woken.contended ? Math.max(1, over.queued) : over.queued,
+    grantedAt: now,
+    handedOver: true
+  }
 }
 
 /**
@@ -130,8 +181,15 @@ export const acquire = (
   // `attempting`: the lock id of the last attempt, until it is known refused. An exit
   // other than success with it set (an interruption between the grant and the return,
   // or an attempt whose reply was lost) releases it: lock ids are unique, so releasing
-  // one this worker was not granted deletes nothing.
-  const state = { queued: previous.queued, granted: false, attempting: undefined as string | undefined }
+  // one this worker was not granted deletes nothing. `queuedAs`: the lock id the worker is
+  // queued under (the last attempt's): a grant installs it, and leaving names it, so that a
+  // leave never takes a newer attempt's place or grant.
+  const state = {
+    queued: previous.queued,
+    granted: false,
+    attempting: undefined as string | undefined,
+    queuedAs: previous.attempted === true ? previous.lockId : undefined
+  }
   // `claim`: the fence a `Granted` notice named. The store honours it only while no claim
   // came since that grant: a notice that arrives late (its grant claimed by a re-check, or
   // used and released) makes an ordinary attempt, never one ahead of the queue's head.
@@ -141,6 +199,7 @@ export const acquire = (
       state.attempting = lockId
       // a failed attempt may have queued the worker all the same: it leaves on exit
       state.queued = true
+      state.queuedAs = lockId
       const result = yield* store.acquireQueued(
         token,
         lockId,
@@ -187,7 +246,20 @@ export const acquire = (
           (wanted) => !wanted
         )
         if (woken._tag === "local") continue
-        claim = woken._tag === "granted" ? woken.fence : undefined
+        if (woken._tag === "granted") {
+          const handed = handedGrant(token, slices, state.queuedAs, woken, yield* Clock.currentTimeMillis)
+          if (handed !== undefined) {
+            state.queued = false
+            state.granted = true
+            yield* Metric.update(lockWait, handed.grantedAt - started)
+            return Option.some(handed)
+          }
+        }
+        // a grant handed to another of this worker's entries (an earlier wait's) is not this one's to claim
+        claim =
+          woken._tag === "granted" && (woken.handedOver === undefined || woken.handedOver.lockId === state.queuedAs)
+            ? woken.fence
+            : undefined
       }
       checkFirst = false
       const next = yield* attempt(claim)
@@ -210,7 +282,10 @@ export const acquire = (
           Exit.isFailure(exit) && lockId !== undefined
             ? Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
             : Effect.void
-        const leave = state.queued && !state.granted ? Effect.ignore(store.leaveQueue(token, instanceId)) : Effect.void
+        const leave =
+          state.queued && !state.granted
+            ? Effect.ignore(store.leaveQueue(token, instanceId, state.queuedAs))
+            : Effect.void
         return Effect.zipRight(release, leave)
       })
     )
@@ -228,18 +303,25 @@ export const attemptWith = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
-): Effect.Effect<Either.Either<Grant, number>, InvalidToken | AcknowledgedError> =>
+): Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError> =>
   Effect.clockWith((clock) =>
     Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
       result._tag === "Acquired"
         ? Either.right(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
-        : Either.left(result.remainingMs)
+        : Either.left({ remainingMs: result.remainingMs, lockId })
     )
   ).pipe(
-    // A failed attempt may have taken the lock all the same (its reply lost): nobody has
-    // its lock id, so it is released (a release of a lock id not held deletes nothing), in
+    // A failed attempt may have taken the lock all the same (its reply lost), or queued the
+    // worker under its lock id: nobody has that id, so it is released (a release of a lock
+    // id not held deletes nothing) and its entry leaves (only an entry queued under it), in
     // the background: the caller's failure does not wait another command timeout for it.
     Effect.onError(() =>
-      Effect.forkIn(Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })), env.scope)
+      Effect.forkIn(
+        Effect.zipRight(
+          Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
+          Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))
+        ),
+        env.scope
+      )
     )
   )

@@ -35,7 +35,7 @@ const noOwnTurn = Effect.succeed(Option.none<Turn>())
  */
 export const begin = (env: SessionEnv, token: string, request: Request) =>
   Effect.suspend(() => {
-    const { lock, signals, sessions, store, instanceId, scope } = env
+    const { lock, signals, sessions } = env
     if (join(env, token, request)) return noOwnTurn
     const session = newSession(env, token)
     // before the attempt is sent: a notice it causes comes after this
@@ -52,20 +52,23 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
           return Effect.zipRight(start(env, session, { queued: true }), Effect.failCause(cause))
         }
         if (sessions.get(token) === session) sessions.delete(token)
-        // the failed attempt may still have queued this worker, and nobody waits here:
-        // leave at once rather than have a grant handed to nobody
-        // (in the background: the caller's failure does not wait a command timeout more)
-        return Effect.zipRight(
-          Effect.forkIn(Effect.ignore(store.leaveQueue(token, instanceId)), scope),
-          Effect.failCause(cause)
-        )
+        // the failed attempt may still have queued this worker, and nobody waits here: the
+        // attempt itself leaves the queue, in the background, under its own lock id (a
+        // newer attempt keeps its place and its grant)
+        return Effect.failCause(cause)
       },
       onSuccess: (attempt) => {
         if (Either.isLeft(attempt)) {
           session.queue.unshift(request)
           // the refused attempt queued this worker
           return Effect.as(
-            start(env, session, { queued: true, attempted: true, remainingMs: attempt.left, mark }),
+            start(env, session, {
+              queued: true,
+              attempted: true,
+              remainingMs: attempt.left.remainingMs,
+              lockId: attempt.left.lockId,
+              mark
+            }),
             Option.none()
           )
         }
@@ -108,7 +111,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
           // this one written in their first batch), for at most a quantum once another
           // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
           start(env, session, own, { writes, request })
-        : Effect.flatMap(commitAndRelease(env, session, lockId, writes, [request]), (after) => {
+        : Effect.flatMap(commitAndRelease(env, session, lockId, writes, [request], [...own.values.keys()]), (after) => {
             prune(session)
             if (session.queue.length > 0) return start(env, session, after)
             sessions.delete(token)
@@ -120,7 +123,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
             // waiting until it pauses. On Redis the yield costs next to nothing beside its
             // round trips.
             return after.queued
-              ? Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId)), Effect.yieldNow())
+              ? Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId, after.lockId)), Effect.yieldNow())
               : Effect.yieldNow()
           })
     }

@@ -97,7 +97,8 @@ export const noTurn: Previous = { queued: false }
 
 /**
  * The last write of a grant, with its release (the store hands the lock to the next worker
- * queued); this worker goes back to the tail of the queue if requests wait here.
+ * queued, its notice carrying the slices of `carry`, which the grant read or wrote); this
+ * worker goes back to the tail of the queue if requests wait here, under a new lock id.
  *
  * @internal
  */
@@ -106,7 +107,8 @@ export const commitAndRelease = (
   session: Session,
   lockId: string,
   writes: ReadonlyArray<SliceEntry>,
-  requests: ReadonlyArray<Request>
+  requests: ReadonlyArray<Request>,
+  carry: ReadonlyArray<string>
 ): Effect.Effect<Previous> =>
   // Steps chained by hand, not `Effect.gen`: this is on the path of every uncontended modification.
   Effect.suspend(() => {
@@ -114,20 +116,31 @@ export const commitAndRelease = (
     const { token } = session
     prune(session)
     const waiting = session.queue.length > 0
+    const queueAs = waiting ? env.lock.nextLockId() : undefined
     // What was signalled so far is answered by this step (a `Granted` for a grant this
     // worker took by a re-check, a `Resubscribed` before it): the wait that may follow
     // must not act on it.
     session.signals?.take()
     return Effect.matchEffect(
-      writeOrFail(store.commitAndReleaseQueued(token, lockId, writes, { instanceId, requeue: waiting })),
+      writeOrFail(
+        store.commitAndReleaseQueued(token, lockId, writes, {
+          instanceId,
+          requeue: waiting,
+          carry,
+          ...(queueAs === undefined ? {} : { queueAs })
+        })
+      ),
       {
         onSuccess: (queued): Effect.Effect<Previous> => {
           succeedAcks(requests)
-          // Others were queued: the lock went to the first of them and this worker is behind
-          // them, so an attempt before waiting would only be refused (and tell the new holder
-          // again). Alone, the release granted the lock back to this worker: the attempt claims it.
+          // The release queued this worker again under `queueAs`: behind the others, to whom
+          // the lock went (an attempt before waiting would only be refused, and tell the new
+          // holder again), or, alone, first, the lock handed back to it at once. Either way its
+          // grant comes with a notice.
           return Effect.succeed(
-            waiting && queued > 0 ? { queued: true, attempted: true, remainingMs: env.handoffMs } : { queued: waiting }
+            queueAs !== undefined
+              ? { queued: true, attempted: true, remainingMs: queued > 0 ? env.handoffMs : 0, lockId: queueAs }
+              : noTurn
           )
         },
         onFailure: (error) =>

@@ -83,8 +83,12 @@ export const hold = (
       parkDue: false,
       parkTimer: undefined
     }
-    // a batch that nobody contends lasts as long as modifications queue here
-    state.keeper = mode === "lease" || mode === "batch" ? yield* keepAlive(state) : undefined
+    // a batch that nobody contends lasts as long as modifications queue here; a lock handed
+    // over lives for the hand-off timeout until extended, whatever the hold
+    state.keeper =
+      mode === "lease" || mode === "batch" || grant.handedOver === true
+        ? yield* keepAlive(state, grant.handedOver === true ? env.handoffMs : env.lockMs)
+        : undefined
 
     return yield* serveThenFinish(state, false)
   })
@@ -206,10 +210,11 @@ const cadence = (every: number, again: number) =>
  * not a fiber sleeping beside every held lease, and its driver is made at the first
  * extension, so a hold shorter than a third of the lock expiration costs none.
  */
-const keepAlive = (state: HoldState): Effect.Effect<KeepAlive> =>
-  Effect.map(state.env.timers.wheel, (timers) => keepAliveOn(state, timers))
+const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
+  Effect.map(state.env.timers.wheel, (timers) => keepAliveOn(state, timers, ttlMs))
 
-const keepAliveOn = (state: HoldState, timers: Wheel): KeepAlive => {
+/** `ttlMs`: how long the lock lives from the grant (the first extension comes at a third of it). */
+const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive => {
   const { store } = state.env
   const every = Math.max(1, Math.floor(state.env.lockMs / 3))
   const again = Math.max(1, Math.floor(every / 4))
@@ -226,7 +231,7 @@ const keepAliveOn = (state: HoldState, timers: Wheel): KeepAlive => {
   const schedule = (delay: number) => {
     cancel = timers.after(delay, () => (stopped ? undefined : extendOnce))
   }
-  schedule(every)
+  schedule(Math.max(1, Math.min(every, Math.floor(ttlMs / 3))))
   return {
     stop: () => {
       stopped = true
@@ -236,9 +241,9 @@ const keepAliveOn = (state: HoldState, timers: Wheel): KeepAlive => {
 }
 
 /** `effect` with a keep-alive for as long as it runs. */
-const withKeepAlive = <A>(state: HoldState, effect: Effect.Effect<A>) =>
+const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect.Effect<A>) =>
   Effect.acquireUseRelease(
-    keepAlive(state),
+    keepAlive(state, ttlMs),
     () => effect,
     (keeper) => Effect.sync(keeper.stop)
   )
@@ -455,7 +460,7 @@ export const finish = (state: HoldState) =>
     if (state.inProgress !== undefined) {
       const inProgress = state.inProgress
       const outcome = yield* state.keeper === undefined
-        ? withKeepAlive(state, inProgress.done.await)
+        ? withKeepAlive(state, env.lockMs, inProgress.done.await)
         : inProgress.done.await
       if (outcome._tag === "Commit") {
         for (const [name, value] of outcome.writes) dirty.set(name, value)
@@ -470,5 +475,5 @@ export const finish = (state: HoldState) =>
       yield* Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId }))
       return noTurn
     }
-    return yield* commitAndRelease(env, session, lockId, [...dirty.entries()], state.unacked)
+    return yield* commitAndRelease(env, session, lockId, [...dirty.entries()], state.unacked, [...state.cache.keys()])
   })

@@ -34,13 +34,15 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
   // Whether this worker is in the token's store queue (put back by its last release, or
   // queued by an attempt): a fiber that ends otherwise than by leaving it normally (closed,
   // failed) leaves it in its exit, so a grant handed to it meanwhile passes on at once.
-  let queued = "lockId" in start || "parked" in start ? false : start.queued
+  let queued = "fence" in start || "parked" in start ? false : start.queued
+  // the lock id it is queued under, when known: a leave names it (a newer attempt keeps its place)
+  let queuedAs = "fence" in start || "parked" in start ? undefined : start.lockId
   // whether the fiber ends because its hold parked: the session lives on
   let parked = false
   return Effect.gen(function* () {
     const { store, lock, sessions, instanceId } = env
     let held: Previous | Parking =
-      "lockId" in start
+      "fence" in start
         ? yield* hold(env, session, start, carried)
         : "parked" in start
           ? yield* resumeHold(start.parked)
@@ -51,6 +53,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
     }
     let after: Previous = held
     queued = after.queued
+    queuedAs = after.lockId
     while (true) {
       const next = yield* Effect.sync(() => {
         prune(session)
@@ -61,7 +64,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
       if (next === "exit") {
         // queued by the last release for waiters that have left since (a grant already
         // pending for this worker passes to the next one)
-        if (after.queued) yield* Effect.ignore(store.leaveQueue(session.token, instanceId))
+        if (after.queued) yield* Effect.ignore(store.leaveQueue(session.token, instanceId, after.lockId))
         queued = false
         return
       }
@@ -78,6 +81,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
       }
       after = held
       queued = after.queued
+      queuedAs = after.lockId
     }
   }).pipe(
     Effect.onExit((exit) =>
@@ -87,7 +91,9 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
         const left = session.queue.splice(0)
         session.unlisten?.()
         session.unlisten = undefined
-        const closeScope = queued ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId)) : Effect.void
+        const closeScope = queued
+          ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId, queuedAs))
+          : Effect.void
         if (Exit.isSuccess(exit)) return closeScope
         const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
         return Effect.forEach(
