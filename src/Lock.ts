@@ -42,7 +42,10 @@ export interface Grant {
   readonly values: ReadonlyMap<string, Option.Option<string>>
   /** Other workers queued for the lock at the grant. */
   readonly contenders: number
-  /** Clock time of the grant (ms). */
+  /**
+   * Clock time of the grant (ms, with the fraction of a millisecond the clock's nanoseconds
+   * give: a quantum of 2 ms is timed from it).
+   */
   readonly grantedAt: number
   /**
    * The lock was handed over by the store (a release installed this worker's lock id): it

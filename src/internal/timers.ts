@@ -22,6 +22,19 @@ import { OneShot } from "./oneShot.js"
  *
  * @internal
  */
+/**
+ * The clock's time in milliseconds with a fraction: `Clock.unsafeCurrentTimeMillis` reads
+ * whole milliseconds, too coarse for a quantum of two. Under `TestClock` the two agree.
+ * Not to be compared with the wheel's times (whole milliseconds of the wall clock): a
+ * wait measured with it goes to the wheel as a delay (`Wheel.after`).
+ *
+ * @internal
+ */
+export const fineMillis = (clock: Clock.Clock): number => Number(clock.unsafeCurrentTimeNanos()) / 1_000_000
+
+/** `fineMillis` of the fiber's clock. @internal */
+export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
+
 export type Action = () => Effect.Effect<void> | undefined | void
 
 /**

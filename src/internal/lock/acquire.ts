@@ -9,7 +9,6 @@
  *
  * @internal
  */
-import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
@@ -20,7 +19,7 @@ import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
-import type { Timers } from "../timers.js"
+import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.
@@ -212,10 +211,10 @@ export const acquire = (
       }
       state.queued = false
       state.granted = true
-      return Either.right(makeGrant(token, lockId, slices, result, yield* Clock.currentTimeMillis))
+      return Either.right(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
     })
   return Effect.gen(function* () {
-    const started = yield* Clock.currentTimeMillis
+    const started = yield* currentFineMillis
     let listening = yield* local.listening
     let remainingMs = previous.remainingMs ?? 0
     if (previous.attempted !== true) {
@@ -247,7 +246,7 @@ export const acquire = (
         )
         if (woken._tag === "local") continue
         if (woken._tag === "granted") {
-          const handed = handedGrant(token, slices, state.queuedAs, woken, yield* Clock.currentTimeMillis)
+          const handed = handedGrant(token, slices, state.queuedAs, woken, yield* currentFineMillis)
           if (handed !== undefined) {
             state.queued = false
             state.granted = true
@@ -307,7 +306,7 @@ export const attemptWith = (
   Effect.clockWith((clock) =>
     Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
       result._tag === "Acquired"
-        ? Either.right(makeGrant(token, lockId, slices, result, clock.unsafeCurrentTimeMillis()))
+        ? Either.right(makeGrant(token, lockId, slices, result, fineMillis(clock)))
         : Either.left({ remainingMs: result.remainingMs, lockId })
     )
   ).pipe(

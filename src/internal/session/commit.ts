@@ -14,6 +14,7 @@ import type { Grant, Previous } from "../../Lock.js"
 import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, LockLost } from "../../StoreError.js"
+import { fineMillis } from "../timers.js"
 import { flushFailures } from "./metrics.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
 
@@ -86,7 +87,7 @@ export const warnHeld = (env: SessionEnv, token: string, request: Request, heldM
 
 /** @internal */
 export const warnIfLong = (env: SessionEnv, token: string, request: Request, started: number) =>
-  Effect.clockWith((clock) => warnHeld(env, token, request, clock.unsafeCurrentTimeMillis() - started))
+  Effect.clockWith((clock) => warnHeld(env, token, request, fineMillis(clock) - started))
 
 /**
  * After a hold that did not put this worker back in the queue.

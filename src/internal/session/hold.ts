@@ -5,7 +5,6 @@
  *
  * @internal
  */
-import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -18,7 +17,7 @@ import type { Grant, Previous } from "../../Lock.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
-import type { Wheel } from "../timers.js"
+import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnHeld, writeOrFail } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
@@ -132,7 +131,7 @@ const armTimer = (state: HoldState) =>
     Effect.sync(() => {
       state.timer?.()
       // Gone once it ran: a wake-up that finds the deadline not yet reached arms it again.
-      state.timer = wheel.at(state.deadline, () => {
+      state.timer = wheel.after(Math.max(0, state.deadline - fineMillis(state.clock)), () => {
         state.timer = undefined
         notify(state.session)
       })
@@ -140,7 +139,7 @@ const armTimer = (state: HoldState) =>
   )
 
 const contend = (state: HoldState) =>
-  Effect.flatMap(Clock.currentTimeMillis, (now) =>
+  Effect.flatMap(currentFineMillis, (now) =>
     Effect.suspend(() => {
       if (state.contended) return Effect.void
       state.contended = true
@@ -257,7 +256,7 @@ const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, Inva
     const served = Effect.suspend(() => {
       const end = new OneShot<void>()
       state.relayEnd = end
-      const relayed = relay(state, request, state.clock.unsafeCurrentTimeMillis())
+      const relayed = relay(state, request, fineMillis(state.clock))
       return relayed
         ? Effect.zipRight(
             end.await,
@@ -296,17 +295,17 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     state.unacked = []
     const entries = [...dirty.entries()]
     dirty.clear()
-    const started = clock.unsafeCurrentTimeMillis()
+    const started = fineMillis(clock)
     return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries)), {
       onSuccess: () => {
-        state.writeMs = clock.unsafeCurrentTimeMillis() - started
+        state.writeMs = fineMillis(clock) - started
         return Effect.map(Metric.increment(flushes), () => {
           succeedAcks(batch)
           return true
         })
       },
       onFailure: (error) => {
-        state.writeMs = clock.unsafeCurrentTimeMillis() - started
+        state.writeMs = fineMillis(clock) - started
         // The lock is lost or the store is away: this lease writes nothing more.
         return Metric.increment(flushFailures).pipe(
           Effect.zipRight(
@@ -331,7 +330,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       session.lease = { cache: state.cache }
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
-    if (resumed) state.ioAt = state.clock.unsafeCurrentTimeMillis()
+    if (resumed) state.ioAt = fineMillis(state.clock)
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
@@ -340,19 +339,19 @@ const serve = (state: HoldState, resumed: boolean) =>
       if (mode === "lease" || mode === "batch") yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = session.changed
-      const now = state.clock.unsafeCurrentTimeMillis()
+      const now = fineMillis(state.clock)
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
       // A batch writes what it served at least every quantum: its acknowledgements wait for it.
       if (mode === "batch" && state.unacked.length > 0 && now - state.ioAt >= env.yieldMs) {
         yield* flush(state)
-        state.ioAt = state.clock.unsafeCurrentTimeMillis()
+        state.ioAt = fineMillis(state.clock)
         continue
       }
       if (mode !== "single" && now - state.ioAt >= env.yieldMs) {
         yield* turnEventLoop
-        state.ioAt = state.clock.unsafeCurrentTimeMillis()
+        state.ioAt = fineMillis(state.clock)
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
@@ -390,10 +389,10 @@ const serve = (state: HoldState, resumed: boolean) =>
         }
         lingered = true
         yield* turnEventLoop
-        state.ioAt = state.clock.unsafeCurrentTimeMillis()
+        state.ioAt = fineMillis(state.clock)
         continue
       }
-      if (env.durable && (yield* flush(state))) state.ioAt = state.clock.unsafeCurrentTimeMillis()
+      if (env.durable && (yield* flush(state))) state.ioAt = fineMillis(state.clock)
       // a failed write ends the lease at once: it can write nothing more
       if (state.failed !== undefined) return
       if (mode === "lease" && !state.watching) {

@@ -11,6 +11,7 @@ import * as Option from "effect/Option"
 import type { Outcome, Request, Turn } from "../../Lease.js"
 import type { AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
+import { fineMillis } from "../timers.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
 
 /**
@@ -146,7 +147,7 @@ export const relay = (state: HoldState, first: Request, now: number): boolean =>
         return true
       }
       state.inProgress = undefined
-      at = state.clock.unsafeCurrentTimeMillis()
+      at = fineMillis(state.clock)
       if (Exit.isSuccess(decided)) record(state, request, decided.value, at)
     }
     request = relayNext(state, at)
@@ -159,7 +160,7 @@ const listenForTurnEnd = (state: HoldState, request: Request) =>
     const end = state.relayEnd
     if (state.inProgress !== request || end === undefined) return
     state.inProgress = undefined
-    const at = state.clock.unsafeCurrentTimeMillis()
+    const at = fineMillis(state.clock)
     if (Exit.isSuccess(exit)) record(state, request, exit.value, at)
     const next = relayNext(state, at)
     if (next === undefined || !relay(state, next, at)) end.done(Exit.void)

@@ -1,0 +1,34 @@
+import { assert, describe, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as TestClock from "effect/TestClock"
+import { currentFineMillis, fineMillis } from "../src/internal/timers.js"
+
+// A hold's quantum (2 ms by default) is timed with this clock: read in whole milliseconds,
+// a hold that began late in one lost up to a millisecond of it.
+describe("fineMillis", () => {
+  it.effect("under TestClock it reads the test clock's milliseconds, no more", () =>
+    Effect.gen(function* () {
+      assert.strictEqual(yield* currentFineMillis, yield* Clock.currentTimeMillis)
+      yield* TestClock.adjust("1234 millis")
+      const clock = yield* Effect.clock
+      assert.strictEqual(fineMillis(clock), clock.unsafeCurrentTimeMillis())
+      assert.strictEqual(yield* currentFineMillis, 1234)
+    })
+  )
+
+  it.live("on the live clock it reads fractions of a millisecond, close to the wall clock", () =>
+    Effect.gen(function* () {
+      const clock = yield* Effect.clock
+      const reads: Array<number> = []
+      for (let i = 0; i < 1000; i++) reads.push(fineMillis(clock))
+      assert.isTrue(
+        reads.some((read) => !Number.isInteger(read)),
+        "every read a whole millisecond"
+      )
+      for (let i = 1; i < reads.length; i++) assert.isAtLeast(reads[i]!, reads[i - 1]!)
+      // aligned with the wall clock when it was first read; generous for a clock slewed since
+      assert.isBelow(Math.abs(fineMillis(clock) - Date.now()), 1_000)
+    })
+  )
+})
