@@ -373,7 +373,7 @@ const serve = (state: HoldState, resumed: boolean) =>
         // now under the grant kept, they are acknowledged, and their callers usually queue
         // their next modification at once (a loop, a burst of events): one turn of the
         // event loop lets them, and the grant serves those too (within the quantum once
-        // another worker waits) instead of a release, a hand-off and a claim per round.
+        // another worker waits) instead of a release and a hand-off per round.
         // A caller that does not come back costs the grant one write more before its
         // release. While another worker waits, only a write that ends before the deadline
         // (as long as the last one took) is made: the wait of the worker behind stays
