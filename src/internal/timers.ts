@@ -17,12 +17,6 @@ import * as Scope from "effect/Scope"
 import { OneShot } from "./oneShot.js"
 
 /**
- * What an entry does when its time comes: something quick (mark, `notify`), and, where its
- * work waits for I/O, the effect to start for it (in a fiber of the timers' scope).
- *
- * @internal
- */
-/**
  * The clock's time in milliseconds with a fraction: `Clock.unsafeCurrentTimeMillis` reads
  * whole milliseconds, too coarse for a quantum of two. Under `TestClock` the two agree.
  * Not to be compared with the wheel's times (whole milliseconds of the wall clock): a
@@ -35,6 +29,12 @@ export const fineMillis = (clock: Clock.Clock): number => Number(clock.unsafeCur
 /** `fineMillis` of the fiber's clock. @internal */
 export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
 
+/**
+ * What an entry does when its time comes: something quick (mark, `notify`), and, where its
+ * work waits for I/O, the effect to start for it (in a fiber of the timers' scope).
+ *
+ * @internal
+ */
 export type Action = () => Effect.Effect<void> | undefined | void
 
 /**
