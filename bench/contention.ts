@@ -304,7 +304,7 @@ const scriptsFloorP50 = (url: string) =>
       await invoke(client, Scripts.commitAndReleaseQueued, {
         keys: queueKeys,
         restKeys: [keys.slice(token, "counter")],
-        args: { lockId, ...expirations, instanceId, requeue: "0", queueAs: "", ...notices },
+        args: { lockId, claim: "", ...expirations, instanceId, requeue: "0", queueAs: "", ...notices },
         restArgs: [JSON.stringify({ n: n + 1 })]
       })
     }

@@ -81,6 +81,26 @@ export interface ReleaseOptions {
   readonly queueAs?: string
   /** Slices (names) whose values the grant's notice carries to the next holder. */
   readonly carry?: ReadonlyArray<string>
+  /** `commitAndReleaseQueued` only: as `HolderOptions.claim`. */
+  readonly claim?: number
+}
+
+/**
+ * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
+ * `extend`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface HolderOptions {
+  /**
+   * The fence of the grant that handed `lockId` over (a lock installed by a release, which
+   * lives `handoffTimeout` until its holder extends it). Found free with the fence still at
+   * this value, the lock was granted to nobody since that grant expired: nobody has written
+   * under it, the step takes it back for `lockId` (a full lock expiration) and goes on. A
+   * whole number, at least 0; `undefined` for none.
+   */
+  readonly claim?: number | undefined
 }
 
 /**
@@ -125,7 +145,8 @@ export declare namespace Store {
     readonly extend: (
       token: string,
       lockId: string,
-      slices?: ReadonlyArray<string>
+      slices?: ReadonlyArray<string>,
+      options?: HolderOptions
     ) => Effect.Effect<boolean, InvalidToken | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
@@ -147,7 +168,8 @@ export declare namespace Store {
     readonly writeIfHolder: (
       token: string,
       lockId: string,
-      entries: ReadonlyArray<SliceEntry>
+      entries: ReadonlyArray<SliceEntry>,
+      options?: HolderOptions
     ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
   }
 

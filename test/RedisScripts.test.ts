@@ -117,13 +117,14 @@ describe("Redis scripts", () => {
   it("a call that misnames a key or an argument does not compile", () => {
     const line = () =>
       commandLine(Scripts.extend, {
-        keys: { lock: "l", fence: "f" },
+        keys: { lock: "l", fence: "f", queue: "q", ids: "i" },
         // @ts-expect-error: the argument is `lockId`
-        args: { lockID: "id", lockMs: 1, tokenMs: 2 }
+        args: { lockID: "id", claim: "", lockMs: 1, tokenMs: 2 }
       })
+    const keys = { lock: "l", fence: "f", queue: "q", ids: "i" }
     const missing = () =>
       // @ts-expect-error: `lockMs` is missing
-      commandLine(Scripts.extend, { keys: { lock: "l", fence: "f" }, args: { lockId: "id", tokenMs: 2 } })
+      commandLine(Scripts.extend, { keys, args: { lockId: "id", claim: "", tokenMs: 2 } })
     assert.isFunction(line)
     assert.isFunction(missing)
   })

@@ -356,6 +356,85 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* noticesSeen(fx, cSees, 1), [handedOver(a2.fence + 1, "C:1", 1)])
     }))
 
+  test("a lock handed over that expired unextended: a write, an extension or a commit with its grant's fence takes it back while nobody had it since", (fx) =>
+    Effect.gen(function* () {
+      /** A releases `token` to B, whose lock (`B:1`) then expires unextended; the grant's fence. */
+      const expiredGrant = (token: string) =>
+        Effect.gen(function* () {
+          const a = yield* takes(fx, token, "A")
+          yield* waits(fx, token, "B")
+          yield* release(fx, token, "A")
+          assert.strictEqual(yield* lockValue(fx, token), "B:1")
+          return a.fence + 1
+        })
+      const w = yield* expiredGrant("w")
+      const e = yield* expiredGrant("e")
+      const c = yield* expiredGrant("c")
+      yield* expiredGrant("n")
+      const m = yield* expiredGrant("m")
+      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      for (const token of ["w", "e", "c", "n", "m"]) assert.strictEqual(yield* lockValue(fx, token), undefined)
+
+      // a write: the lock is B's again, for a full lock expiration
+      yield* fx.store.writeIfHolder("w", "B:1", [["a", "1"]], { claim: w })
+      deepStrictEqual(yield* fx.store.readSlices("w", ["a"]), [Option.some("1")])
+      const held = Option.getOrThrow(yield* fx.store.holder("w"))
+      assert.strictEqual(held.lockId, "B:1")
+      assert.strictEqual(held.fence, w)
+      if (fx.exactTime) assert.strictEqual(held.remainingMs, fx.lockExpirationMs)
+      else assert.isAbove(held.remainingMs, fx.handoffTimeoutMs)
+      // an extension
+      assert.isTrue(yield* fx.store.extend("e", "B:1", [], { claim: e }))
+      assert.strictEqual(yield* lockValue(fx, "e"), "B:1")
+      // a commit: written and released
+      assert.strictEqual(
+        yield* fx.store.commitAndReleaseQueued("c", "B:1", [["a", "1"]], { instanceId: "B", claim: c }),
+        0
+      )
+      deepStrictEqual(yield* fx.store.readSlices("c", ["a"]), [Option.some("1")])
+      assert.strictEqual(yield* lockValue(fx, "c"), undefined)
+      // without the claim, an expired lock is lost as before
+      deepStrictEqual(
+        (yield* failsWith(fx.store.writeIfHolder("n", "B:1", [["a", "1"]]), "LockLost")).holder,
+        Option.none()
+      )
+      assert.isFalse(yield* fx.store.extend("n", "B:1"))
+
+      // C took the free lock meanwhile: B's claim takes nothing back, and writes nothing
+      yield* takes(fx, "m", "C")
+      const taken = yield* failsWith(fx.store.writeIfHolder("m", "B:1", [["a", "1"]], { claim: m }), "LockLost")
+      deepStrictEqual(taken.holder, Option.some("C:1"))
+      // C released it: free again, but the fence moved on with C's grant
+      yield* release(fx, "m", "C")
+      deepStrictEqual(
+        (yield* failsWith(fx.store.writeIfHolder("m", "B:1", [["a", "1"]], { claim: m }), "LockLost")).holder,
+        Option.none()
+      )
+      assert.isFalse(yield* fx.store.extend("m", "B:1", [], { claim: m }))
+      yield* failsWith(
+        fx.store.commitAndReleaseQueued("m", "B:1", [["a", "1"]], { instanceId: "B", claim: m }),
+        "LockLost"
+      )
+      deepStrictEqual(yield* fx.store.readSlices("m", ["a"]), [Option.none()])
+      assert.strictEqual(yield* lockValue(fx, "m"), undefined)
+      // A failover that lost writes can bring the fence back to a number already granted: B,
+      // queued under B:1, was granted it at F + 1 on the lost primary; on the one promoted the
+      // lock is free and the fence has reached F + 1 through other grants, with B still queued.
+      // B's claim of that grant takes nothing: B was never granted it on this timeline.
+      const f = yield* takes(fx, "f", "A")
+      yield* waits(fx, "f", "B")
+      yield* fx.putRaw(fx.keys.fence("f"), String(f.fence + 1))
+      yield* fx.expireRaw(fx.keys.lock("f"), 1)
+      yield* fx.advance(20)
+      assert.strictEqual(yield* lockValue(fx, "f"), undefined)
+      yield* failsWith(fx.store.writeIfHolder("f", "B:1", [["a", "1"]], { claim: f.fence + 1 }), "LockLost")
+      deepStrictEqual(yield* fx.store.readSlices("f", ["a"]), [Option.none()])
+
+      // a claim that is not a fence is refused before any I/O
+      yield* failsWith(fx.store.writeIfHolder("m", "B:1", [["a", "1"]], { claim: -1 }), "InvalidToken")
+      yield* failsWith(fx.store.extend("m", "B:1", [], { claim: 1.5 }), "InvalidToken")
+    }))
+
   test("a claim whose fence has moved on is an ordinary attempt: the queue's head gets the free lock", (fx) =>
     Effect.gen(function* () {
       // t2: B's grant expired unclaimed, then another grant was made and claimed since

@@ -214,7 +214,8 @@ const lockPart = (space: Scripts.Space, op: Op) => {
     release: (token, lockId, released) => op("release", (now) => Scripts.release(space, now, token, lockId, released)),
     commitAndRelease: (token, lockId, entries, released) =>
       op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released)),
-    extend: (token, lockId, slices) => op("extend", (now) => Scripts.extend(space, now, token, lockId, slices)),
+    extend: (token, lockId, slices, claim) =>
+      op("extend", (now) => Scripts.extend(space, now, token, lockId, slices, claim)),
     holder: (token) =>
       Effect.flatMap(
         op("holder", (now) => Scripts.holder(space, now, token)),
@@ -223,8 +224,8 @@ const lockPart = (space: Scripts.Space, op: Op) => {
 
     readSlices: (token, names) =>
       op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullable)),
-    writeIfHolder: (token, lockId, entries) =>
-      op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries))
+    writeIfHolder: (token, lockId, entries, claim) =>
+      op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries, claim))
   } satisfies Partial<Driver>
 }
 
@@ -246,9 +247,9 @@ const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
       ),
     releaseQueued: (token, lockId, instanceId, handoff, notices) =>
       op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, handoff, notices)),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, notices) =>
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
       op("commitAndReleaseQueued", (now) =>
-        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, handoff, notices)
+        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, handoff, claim, notices)
       ),
     leaveQueue: (token, instanceId, lockId, notices) =>
       op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, lockId, notices)),

@@ -15,7 +15,16 @@ import type * as ReleaseQueued from "../redis/scripts/releaseQueued.js"
 import type { Guarded, Handoff, NoticeMessages } from "../store/driver.js"
 import { parseFence } from "../store/replies.js"
 import type { SetEntry } from "./keyspace.js"
-import { lost, NotAnInteger, pttl, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
+import {
+  holderOrClaim,
+  NotAnInteger,
+  pttl,
+  readAndRefresh,
+  readFence,
+  recordedId,
+  type Space,
+  writeSlices
+} from "./scripts.js"
 
 /** A token's queue as one step sees it. */
 interface Queue {
@@ -51,11 +60,7 @@ const openQueue = (s: Space, now: number, token: string): Queue => {
 }
 
 /** `idOf`: the lock id the worker queued under, if recorded. */
-const idOf = (q: Queue, worker: string): string | undefined => {
-  const head = `${worker} `
-  for (const member of q.ids?.members.keys() ?? []) if (member.startsWith(head)) return member.slice(head.length)
-  return undefined
-}
+const idOf = (q: Queue, worker: string): string | undefined => recordedId(q.ids, worker)
 
 /** `forget`: the worker's lock id is dropped (the set deleted with its last member). */
 const forget = (q: Queue, worker: string): void => {
@@ -303,10 +308,11 @@ export const commitAndReleaseQueued = (
   entries: ReadonlyArray<readonly [string, string]>,
   instanceId: string,
   handoff: Handoff,
+  claim: number | undefined,
   notices: NoticeMessages
 ): Guarded<number> => {
-  const lock = s.ks.getString(s.keys.lock(token), now)
-  if (lock?.value !== lockId) return lost(lock)
+  const holder = holderOrClaim(s, now, token, lockId, claim)
+  if (typeof holder !== "string") return holder
   const q = openQueue(s, now, token)
   const queued = countQueued(q.deadlines, instanceId, now)
   writeSlices(s, token, entries, now)

@@ -25,7 +25,14 @@ import type * as Release from "../redis/scripts/release.js"
 import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
 import type { Guarded, RawClaim, RawTakeOver } from "../store/driver.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
-import { isExpired, type Keyspace, nextStreamId, type StreamEntry, type StringEntry } from "./keyspace.js"
+import {
+  isExpired,
+  type Keyspace,
+  nextStreamId,
+  type SetEntry,
+  type StreamEntry,
+  type StringEntry
+} from "./keyspace.js"
 
 /** What a twin works on: the key space, the key layout, the store's expirations, and its outlets. */
 export interface Space {
@@ -91,6 +98,42 @@ export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
   holder: Option.map(Option.fromNullable(lock), (entry) => entry.value)
 })
 
+/** The lock id `worker` is recorded under in a queue's `ids` set (`<worker> <lock id>`), if any. @internal */
+export const recordedId = (ids: SetEntry | undefined, worker: string): string | undefined => {
+  const head = `${worker} `
+  for (const member of ids?.members.keys() ?? []) if (member.startsWith(head)) return member.slice(head.length)
+  return undefined
+}
+
+/**
+ * The holder check of the steps that write or extend under a lock (as the scripts'
+ * `holderOrClaim`): `"held"` when `lockId` holds the lock; `"reclaimed"` when `claim` is
+ * the fence of the grant that handed `lockId` over and nobody was granted the lock since
+ * that grant expired unused (the lock free, the fence still at the claim, the worker of
+ * `lockId` recorded under it and no longer queued); else `Lost`.
+ *
+ * @internal
+ */
+export const holderOrClaim = (
+  s: Space,
+  now: number,
+  token: string,
+  lockId: string,
+  claim: number | undefined
+): "held" | "reclaimed" | Guarded<never> => {
+  const lock = s.ks.getString(s.keys.lock(token), now)
+  if (lock?.value === lockId) return "held"
+  const worker = lockId.slice(0, Math.max(0, lockId.lastIndexOf(":")))
+  const free =
+    lock === undefined &&
+    claim !== undefined &&
+    worker !== "" &&
+    s.ks.getString(s.keys.fence(token), now)?.value === String(claim) &&
+    s.ks.getSet(s.keys.queue(token), now)?.members.has(worker) !== true &&
+    recordedId(s.ks.getSet(s.keys.queueIds(token), now), worker) === lockId
+  return free ? "reclaimed" : lost(lock)
+}
+
 /** Thrown when INCR meets a fence that is not an integer: the step is refused. */
 export class NotAnInteger extends Error {
   constructor() {
@@ -136,11 +179,13 @@ export const writeIfHolder = (
   now: number,
   token: string,
   lockId: string,
-  entries: ReadonlyArray<readonly [string, string]>
+  entries: ReadonlyArray<readonly [string, string]>,
+  claim: number | undefined
 ): Guarded<void> => {
-  const lock = s.ks.getString(s.keys.lock(token), now)
-  if (lock?.value !== lockId) return lost(lock)
+  const holder = holderOrClaim(s, now, token, lockId, claim)
+  if (typeof holder !== "string") return holder
   writeSlices(s, token, entries, now)
+  if (holder === "reclaimed") s.ks.setString(s.keys.lock(token), lockId, now + s.lockMs)
   return { _tag: "Done", value: undefined }
 }
 
@@ -168,12 +213,14 @@ export const extend = (
   now: number,
   token: string,
   lockId: string,
-  slices: ReadonlyArray<string>
+  slices: ReadonlyArray<string>,
+  claim: number | undefined
 ): boolean => {
   const lockKey = s.keys.lock(token)
   const lock = s.ks.getString(lockKey, now)
-  if (lock?.value !== lockId) return false
-  s.ks.expire(lockKey, lock, now + s.lockMs, now)
+  if (lock?.value === lockId) s.ks.expire(lockKey, lock, now + s.lockMs, now)
+  else if (holderOrClaim(s, now, token, lockId, claim) === "reclaimed") s.ks.setString(lockKey, lockId, now + s.lockMs)
+  else return false
   refreshTokenKey(s, s.keys.fence(token), now)
   for (const name of slices) refreshTokenKey(s, s.keys.slice(token, name), now)
   return true

@@ -25,7 +25,7 @@ import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
 import type { PubSub } from "./pubsub.js"
 import { queuePart } from "./queuePart.js"
-import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
+import { asArray, claimArg, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
 import type { Node, Topology } from "./topology.js"
@@ -114,8 +114,15 @@ export interface Context extends Parts {
 }
 
 /** The lock and its slices: each operation one script. */
-const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context) =>
-  ({
+const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context) => {
+  /** The keys of a holder check that may take a lock handed over back (`holderOrClaim`). */
+  const holderKeys = (token: string) => ({
+    lock: keys.lock(token),
+    fence: keys.fence(token),
+    queue: keys.queue(token),
+    ids: keys.queueIds(token)
+  })
+  return {
     tryAcquire: (token, lockId, slices) =>
       Effect.flatMap(
         runAcknowledged(
@@ -153,11 +160,11 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
         ),
         guardedReply
       ),
-    extend: (token, lockId, slices) =>
+    extend: (token, lockId, slices, claim) =>
       runScript("extend", Scripts.extend, {
-        keys: { lock: keys.lock(token), fence: keys.fence(token) },
+        keys: holderKeys(token),
         restKeys: slices.map((name) => keys.slice(token, name)),
-        args: { lockId, lockMs, tokenMs }
+        args: { lockId, claim: claimArg(claim), lockMs, tokenMs }
       }),
     holder: (token) =>
       Effect.flatMap(
@@ -176,22 +183,23 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
             }),
             (values) => names.map((_, i) => Option.fromNullable(values[i]))
           ),
-    writeIfHolder: (token, lockId, entries) =>
+    writeIfHolder: (token, lockId, entries, claim) =>
       Effect.map(
         runAcknowledged(
           "writeIfHolder",
           Scripts.writeIfHolder,
           {
-            keys: { lock: keys.lock(token), fence: keys.fence(token) },
+            keys: holderKeys(token),
             restKeys: entries.map(([name]) => keys.slice(token, name)),
-            args: { lockId, tokenMs },
+            args: { lockId, claim: claimArg(claim), lockMs, tokenMs },
             restArgs: entries.map(([, value]) => value)
           },
           wrote(entries)
         ),
         guardedReply
       )
-  }) satisfies Partial<Driver>
+  } satisfies Partial<Driver>
+}
 
 /** Publishing from the command connection; subscriptions and the status from their own parts. */
 const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>

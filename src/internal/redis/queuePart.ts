@@ -12,6 +12,7 @@ import { StoreRefused } from "../../StoreError.js"
 import type { Driver } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
 import type { Context } from "./driver.js"
+import { claimArg } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import { granted, wrote } from "./wrote.js"
 
@@ -53,7 +54,7 @@ export const queuePart = ({
               tokenMs,
               handoffMs,
               instanceId,
-              claim: claim === undefined ? "" : String(claim),
+              claim: claimArg(claim),
               noticePrefix: topology.noticePrefix(keys, token),
               granted: notices.granted,
               contended: notices.contended
@@ -84,7 +85,7 @@ export const queuePart = ({
           granted: notices.granted
         }
       }),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, notices) =>
+    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
       Effect.map(
         runAcknowledged(
           "commitAndReleaseQueued",
@@ -98,6 +99,7 @@ export const queuePart = ({
             ),
             args: {
               lockId,
+              claim: claimArg(claim),
               lockMs,
               tokenMs,
               handoffMs,

@@ -132,3 +132,6 @@ export const asNullableString = (value: unknown): string | null | undefined =>
 
 /** @internal */
 export const asNumber = (value: unknown): number | undefined => (typeof value === "number" ? value : undefined)
+
+/** A claim (a fence) as the scripts take it, "" for none. @internal */
+export const claimArg = (claim: number | undefined): string => (claim === undefined ? "" : String(claim))

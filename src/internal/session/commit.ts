@@ -100,6 +100,7 @@ export const noTurn: Previous = { queued: false }
  * The last write of a grant, with its release (the store hands the lock to the next worker
  * queued, its notice carrying the slices of `carry`, which the grant read or wrote); this
  * worker goes back to the tail of the queue if requests wait here, under a new lock id.
+ * `claim`: the fence of a lock handed over and not yet extended (`HoldState.claim`).
  *
  * @internal
  */
@@ -109,7 +110,8 @@ export const commitAndRelease = (
   lockId: string,
   writes: ReadonlyArray<SliceEntry>,
   requests: ReadonlyArray<Request>,
-  carry: ReadonlyArray<string>
+  carry: ReadonlyArray<string>,
+  claim?: number
 ): Effect.Effect<Previous> =>
   // Steps chained by hand, not `Effect.gen`: this is on the path of every uncontended modification.
   Effect.suspend(() => {
@@ -128,7 +130,8 @@ export const commitAndRelease = (
           instanceId,
           requeue: waiting,
           carry,
-          ...(queueAs === undefined ? {} : { queueAs })
+          ...(queueAs === undefined ? {} : { queueAs }),
+          ...(claim === undefined ? {} : { claim })
         })
       ),
       {

@@ -55,6 +55,7 @@ export const hold = (
       env,
       session,
       fence: grant.fence,
+      claim: grant.handedOver === true ? grant.fence : undefined,
       token,
       lockId,
       mode,
@@ -222,7 +223,11 @@ const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive 
   let retry: Retry.Retry<Either.Either<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
     // the slices read under this lock, and the fence, live as long as it is held
-    const extended = yield* Effect.either(store.extend(state.token, state.lockId, [...state.cache.keys()]))
+    const extended = yield* Effect.either(
+      store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
+    )
+    // extended: the lock lives a full lock expiration, no longer the hand-off's
+    if (Either.isRight(extended) && extended.right) state.claim = undefined
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
     if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
@@ -296,7 +301,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     const entries = [...dirty.entries()]
     dirty.clear()
     const started = fineMillis(clock)
-    return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries)), {
+    return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })), {
       onSuccess: () => {
         state.writeMs = fineMillis(clock) - started
         return Effect.map(Metric.increment(flushes), () => {
@@ -474,5 +479,13 @@ export const finish = (state: HoldState) =>
       yield* Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId }))
       return noTurn
     }
-    return yield* commitAndRelease(env, session, lockId, [...dirty.entries()], state.unacked, [...state.cache.keys()])
+    return yield* commitAndRelease(
+      env,
+      session,
+      lockId,
+      [...dirty.entries()],
+      state.unacked,
+      [...state.cache.keys()],
+      state.claim
+    )
   })

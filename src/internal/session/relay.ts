@@ -24,6 +24,14 @@ export interface HoldState {
   readonly session: Session
   /** The fencing number of the grant held. */
   readonly fence: number
+  /**
+   * A lock handed over by a release lives `handoffTimeout` until its first extension: till
+   * then its writes and extensions carry the grant's fence as a claim (`Store.HolderOptions`),
+   * so that a hold slower than that (a stalled event loop) takes back the lock it was
+   * handed if nobody had it since, instead of failing its modifications. `undefined` once
+   * extended, and for any other grant.
+   */
+  claim: number | undefined
   readonly token: string
   readonly lockId: string
   readonly mode: "single" | "quantum" | "lease" | "batch"

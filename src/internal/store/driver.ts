@@ -101,7 +101,13 @@ export interface Driver {
     entries: ReadonlyArray<SliceEntry>,
     released: string
   ) => Effect.Effect<Guarded<void>, AcknowledgedError>
-  readonly extend: (token: string, lockId: string, slices: ReadonlyArray<string>) => Effect.Effect<boolean, StoreError>
+  /** `claim`: the fence of the grant that handed `lockId` over (`Store.HolderOptions`), or `undefined`. */
+  readonly extend: (
+    token: string,
+    lockId: string,
+    slices: ReadonlyArray<string>,
+    claim: number | undefined
+  ) => Effect.Effect<boolean, StoreError>
   readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
 
   // --- queue (DESIGN §4) ----------------------------------------------------------------
@@ -128,6 +134,7 @@ export interface Driver {
     entries: ReadonlyArray<SliceEntry>,
     instanceId: string,
     handoff: Handoff,
+    claim: number | undefined,
     notices: NoticeMessages
   ) => Effect.Effect<Guarded<number>, AcknowledgedError>
   /** `lockId`: only the entry queued under it leaves, and only a grant made under it passes on; `undefined`: any. */
@@ -155,7 +162,8 @@ export interface Driver {
   readonly writeIfHolder: (
     token: string,
     lockId: string,
-    entries: ReadonlyArray<SliceEntry>
+    entries: ReadonlyArray<SliceEntry>,
+    claim: number | undefined
   ) => Effect.Effect<Guarded<void>, AcknowledgedError>
 
   // --- signals ------------------------------------------------------------------------

@@ -87,15 +87,19 @@ const lockPart = (driver: Driver) =>
           guarded(token, lockId, outcome)
         )
       ),
-    extend: (token, lockId, slices = []) =>
-      checked(tokenError(token) ?? sliceNamesError(slices), () => driver.extend(token, lockId, slices)),
+    extend: (token, lockId, slices = [], options) =>
+      checked(tokenError(token) ?? sliceNamesError(slices) ?? claimError(options?.claim), () =>
+        driver.extend(token, lockId, slices, options?.claim)
+      ),
     holder: (token) => checked(tokenError(token), () => driver.holder(token)),
 
     readSlices: (token, names) =>
       checked(tokenError(token) ?? sliceNamesError(names), () => driver.readSlices(token, names)),
-    writeIfHolder: (token, lockId, entries) =>
-      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)), () =>
-        Effect.flatMap(driver.writeIfHolder(token, lockId, entries), (outcome) => guarded(token, lockId, outcome))
+    writeIfHolder: (token, lockId, entries, options) =>
+      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)) ?? claimError(options?.claim), () =>
+        Effect.flatMap(driver.writeIfHolder(token, lockId, entries, options?.claim), (outcome) =>
+          guarded(token, lockId, outcome)
+        )
       )
   }) satisfies Partial<Store.Service>
 
@@ -138,7 +142,8 @@ const queuePart = (driver: Driver) =>
     commitAndReleaseQueued: (token, lockId, entries, options) =>
       checked(
         queueStepError(token, options.instanceId, lockId, [...sliceNames(entries), ...(options.carry ?? [])]) ??
-          queueAsError(options.queueAs),
+          queueAsError(options.queueAs) ??
+          claimError(options.claim),
         () =>
           Effect.flatMap(
             driver.commitAndReleaseQueued(
@@ -147,6 +152,7 @@ const queuePart = (driver: Driver) =>
               entries,
               options.instanceId,
               handoffOf(options),
+              options.claim,
               noticeMessages(token)
             ),
             (outcome) => guarded(token, lockId, outcome)

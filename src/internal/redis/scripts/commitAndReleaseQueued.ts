@@ -1,7 +1,8 @@
 /**
  * `commitAndReleaseQueued`: `writeIfHolder` and `releaseQueued` in one step, a modification's
- * last round trip under the queue protocol. When `lockId` no longer holds the lock nothing at
- * all is written, queued, granted or published: the reply names the holder found.
+ * last round trip under the queue protocol. When `lockId` no longer holds the lock (nor takes
+ * it back with `claim`: `holderOrClaim`) nothing at all is written, queued, granted or
+ * published: the reply names the holder found.
  * Otherwise the other live entries are counted, the slices written (the fence's TTL with
  * them), the lock deleted, the worker queued again at the tail with `requeue` "1" (under the
  * lock id `queueAs`), and the lock granted to the queue's head. The slice keys are the
@@ -12,7 +13,7 @@
  */
 import { asArray, asNumber, define } from "../script.js"
 import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "./queueLua.js"
-import { decodeHolderCheck } from "./writeIfHolder.js"
+import { decodeHolderCheck, holderOrClaim } from "./writeIfHolder.js"
 
 /** @internal */
 export type Reply =
@@ -24,14 +25,20 @@ export const script = define({
   name: "leaseholdCommitAndReleaseQueued",
   keys: ["lock", "fence", "queue", "deadlines", "ids"],
   restKeys: "slices",
-  args: ["lockId", "lockMs", "tokenMs", "handoffMs", "instanceId", "requeue", "queueAs", "noticePrefix", "granted"],
+  args: [
+    "lockId",
+    "claim",
+    "lockMs",
+    "tokenMs",
+    "handoffMs",
+    "instanceId",
+    "requeue",
+    "queueAs",
+    "noticePrefix",
+    "granted"
+  ],
   restArgs: "values",
-  body: (dialect) => `
-local holder = redis.call("GET", lock)
-if holder ~= lockId then
-  return {0, holder}
-end
-${serverNow}${ids}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
+  body: (dialect) => `${ids}${holderOrClaim}${serverNow}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
 -- the writes first (see writeIfHolder): an out-of-memory refusal comes before any write,
 -- dropping the late entries included
 for i = 1, #values do
