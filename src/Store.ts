@@ -95,10 +95,11 @@ export interface ReleaseOptions {
 export interface HolderOptions {
   /**
    * The fence of the grant that handed `lockId` over (a lock installed by a release, which
-   * lives `handoffTimeout` until its holder extends it). Found free with the fence still at
-   * this value, the lock was granted to nobody since that grant expired: nobody has written
-   * under it, the step takes it back for `lockId` (a full lock expiration) and goes on. A
-   * whole number, at least 0; `undefined` for none.
+   * lives `handoffTimeout` until its holder extends it). Found free, with the fence still at
+   * this value and the worker of `lockId` (before its last `:`) recorded in the queue under
+   * it and not queued again, the lock was granted to nobody since that grant expired and
+   * nobody has written under it: the step takes it back for `lockId` (a full lock
+   * expiration) and goes on. A whole number, at least 0; `undefined` for none.
    */
   readonly claim?: number | undefined
 }

@@ -38,7 +38,7 @@ export const script = define({
     "granted"
   ],
   restArgs: "values",
-  body: (dialect) => `${ids}${holderOrClaim}${serverNow}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
+  body: (dialect) => `${ids}${holderOrClaim()}${serverNow}${findLate}${countQueued}${enqueue}${grantNext(dialect)}
 -- the writes first (see writeIfHolder): an out-of-memory refusal comes before any write,
 -- dropping the late entries included
 for i = 1, #values do

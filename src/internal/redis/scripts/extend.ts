@@ -15,7 +15,7 @@ export const script = define({
   keys: ["lock", "fence", "queue", "ids"],
   restKeys: "slices",
   args: ["lockId", "claim", "lockMs", "tokenMs"],
-  body: () => `${ids}${holderOrClaim.replace("return {0, holder}", "return 0")}
+  body: () => `${ids}${holderOrClaim("0")}
 if reclaimed then
   redis.call("SET", lock, lockId, "PX", lockMs)
 else

@@ -17,18 +17,18 @@ import { ids } from "./queueLua.js"
  * and no longer queued (as its grant left it; a lock id is never granted twice on one
  * timeline, so a fence that came back to the same number after a failover lost writes does
  * not pass). The step then goes on as the lock's holder (`reclaimed` true: it sets the lock
- * again). Otherwise it ends with `{0, holder}`.
+ * again). Otherwise it returns `lost` (`{0, holder}` unless said).
  *
  * @internal
  */
-export const holderOrClaim = `
+export const holderOrClaim = (lost = "{0, holder}") => `
 local holder = redis.call("GET", lock)
 local reclaimed = false
 if holder ~= lockId then
-  local worker = string.match(lockId, "^(.*):")
+  local worker = string.match(lockId, "^(.+):")
   if holder or claim == "" or not worker or redis.call("GET", fence) ~= claim
     or redis.call("ZSCORE", queue, worker) or idOf(worker) ~= lockId then
-    return {0, holder}
+    return ${lost}
   end
   reclaimed = true
 end
@@ -44,7 +44,7 @@ export const script = define({
   restKeys: "slices",
   args: ["lockId", "claim", "lockMs", "tokenMs"],
   restArgs: "values",
-  body: () => `${ids}${holderOrClaim}
+  body: () => `${ids}${holderOrClaim()}
 -- the writes first: once a script has written, Redis lets it write past maxmemory, and an
 -- out-of-memory refusal must come before anything is written
 for i, key in ipairs(slices) do
