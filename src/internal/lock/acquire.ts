@@ -304,23 +304,29 @@ export const attemptWith = (
   slices: ReadonlyArray<string>
 ): Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError> =>
   Effect.clockWith((clock) =>
-    Effect.map(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), (result) =>
-      result._tag === "Acquired"
-        ? Either.right(makeGrant(token, lockId, slices, result, fineMillis(clock)))
-        : Either.left({ remainingMs: result.remainingMs, lockId })
-    )
-  ).pipe(
-    // A failed attempt may have taken the lock all the same (its reply lost), or queued the
-    // worker under its lock id: nobody has that id, so it is released (a release of a lock
-    // id not held deletes nothing) and its entry leaves (only an entry queued under it), in
-    // the background: the caller's failure does not wait another command timeout for it.
-    Effect.onError(() =>
-      Effect.forkIn(
-        Effect.zipRight(
-          Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
-          Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))
+    Effect.matchCauseEffect(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), {
+      onSuccess: (result) =>
+        Effect.succeed(
+          result._tag === "Acquired"
+            ? Either.right(makeGrant(token, lockId, slices, result, fineMillis(clock)))
+            : Either.left({ remainingMs: result.remainingMs, lockId })
         ),
-        env.scope
-      )
-    )
+      // A failed attempt may have taken the lock all the same (its reply lost), or queued
+      // the worker under its lock id: nobody has that id, so it is released (a release of a
+      // lock id not held deletes nothing) and its entry leaves (only an entry queued under
+      // it), in the background: the caller's failure does not wait another command timeout
+      // for it. (The attempt is made uninterruptibly, `Lease.begin`'s contract: an
+      // interruption cannot skip this, as it could skip a handler of an interruptible step.)
+      onFailure: (cause) =>
+        Effect.zipRight(
+          Effect.forkIn(
+            Effect.zipRight(
+              Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
+              Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))
+            ),
+            env.scope
+          ),
+          Effect.failCause(cause)
+        )
+    })
   )

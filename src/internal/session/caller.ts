@@ -11,7 +11,8 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Request, Turn } from "../../Lease.js"
-import { commitAndRelease, modeOf, warnIfLong } from "./commit.js"
+import { fineMillis } from "../timers.js"
+import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
 import { start } from "./run.js"
 import { newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -127,5 +128,11 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
               : Effect.yieldNow()
           })
     }
-    return Effect.flatMap(warnIfLong(env, token, request, own.grantedAt), written)
+    // the held time read in the step that goes on: one step fewer than a warning step first
+    return Effect.clockWith((clock) => {
+      const heldMs = fineMillis(clock) - own.grantedAt
+      return heldMs > env.warnMs
+        ? Effect.zipRight(warnHeld(env, token, request, heldMs), Effect.suspend(written))
+        : written()
+    })
   })

@@ -18,7 +18,7 @@ import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
-import { commitAndRelease, failAcks, modeOf, noTurn, succeedAcks, warnHeld, writeOrFail } from "./commit.js"
+import { commitAndRelease, failAcks, modeOf, noTurn, orDefect, succeedAcks, warnHeld } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
 import { notify, openSignals, type Session, type SessionEnv, turnEventLoop } from "./session.js"
@@ -301,7 +301,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     const entries = [...dirty.entries()]
     dirty.clear()
     const started = fineMillis(clock)
-    return Effect.matchEffect(writeOrFail(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })), {
+    return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
       onSuccess: () => {
         state.writeMs = fineMillis(clock) - started
         return Effect.map(Metric.increment(flushes), () => {
@@ -309,7 +309,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
           return true
         })
       },
-      onFailure: (error) => {
+      onFailure: orDefect((error) => {
         state.writeMs = fineMillis(clock) - started
         // The lock is lost or the store is away: this lease writes nothing more.
         return Metric.increment(flushFailures).pipe(
@@ -322,7 +322,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
             return true
           })
         )
-      }
+      })
     })
   })
 
