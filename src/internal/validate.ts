@@ -11,12 +11,25 @@ import { InvalidToken } from "../StoreError.js"
 /** DESIGN §1: 1–128 characters of `[A-Za-z0-9_.:-]`. Nothing here is special in a Redis glob or a hash tag. */
 const tokenPattern = /^[A-Za-z0-9_.:-]{1,128}$/
 
+/**
+ * Strings that passed, looked up before the pattern runs: a modification checks its token,
+ * the worker's instance id, its lock id and its slice names at every step, most of them
+ * the same strings each time. A valid string stays valid, so the set only saves work; it
+ * is emptied when full, so it holds at most `knownValidMax` strings of at most 128
+ * characters.
+ */
+const knownValid = new Set<string>()
+const knownValidMax = 1024
+
 /** @internal */
 export const tokenProblem = (token: unknown): string | undefined => {
   if (typeof token !== "string") return "not a string"
+  if (knownValid.has(token)) return undefined
   if (token.length === 0) return "empty"
   if (token.length > 128) return `longer than 128 characters (${token.length})`
   if (!tokenPattern.test(token)) return "characters outside [A-Za-z0-9_.:-]"
+  if (knownValid.size >= knownValidMax) knownValid.clear()
+  knownValid.add(token)
   return undefined
 }
 
