@@ -97,8 +97,9 @@ export declare namespace Lease {
      * token here, the caller makes the uncontended attempt itself; when that grants a lock
      * to be held for this one modification, the turn is returned and the caller decides in
      * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
-     * is queued: the caller awaits its turn. Uninterruptible: a lock granted
-     * to a caller that left would stay taken until it expires.
+     * is queued: the caller awaits its turn. The caller runs it uninterruptibly (as
+     * `StateManager` does, with `complete` in the same region): a lock granted to a
+     * caller that left would stay taken until it expires.
      */
     readonly begin: (
       token: string,

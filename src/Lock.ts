@@ -159,6 +159,18 @@ export declare namespace Lock {
       slices: ReadonlyArray<string>
     ) => Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError>
     /**
+     * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
+     * do): the same step without an uninterruptible region of its own. Run interruptibly,
+     * an interruption during the store's step would skip the release of a lock taken by a
+     * lost reply.
+     *
+     * @internal
+     */
+    readonly attemptMasked: (
+      token: string,
+      slices: ReadonlyArray<string>
+    ) => Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError>
+    /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is
      * queued in the store and waits for the lock to be handed to it (a `Granted` notice
@@ -222,13 +234,15 @@ export const make = Effect.gen(function* () {
     lockWait
   }
 
-  const attempt = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
+  const attemptMasked = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
 
   return Lock.of({
     instanceId,
     nextLockId,
     acquire: (token, slices, local, previous) => acquire(env, token, slices, local, previous),
-    attempt
+    // uninterruptible: its clean-up after a failure is a handler of its store step
+    attempt: (token, slices) => Effect.uninterruptible(attemptMasked(token, slices)),
+    attemptMasked
   })
 })
 

@@ -315,8 +315,9 @@ export const attemptWith = (
       // the worker under its lock id: nobody has that id, so it is released (a release of a
       // lock id not held deletes nothing) and its entry leaves (only an entry queued under
       // it), in the background: the caller's failure does not wait another command timeout
-      // for it. (The attempt is made uninterruptibly, `Lease.begin`'s contract: an
-      // interruption cannot skip this, as it could skip a handler of an interruptible step.)
+      // for it. (The attempt runs uninterruptibly: `Lock.attempt` makes it so, and
+      // `attemptMasked`'s caller, `Lease.begin`, runs so; an interruption could skip a
+      // handler of an interruptible step.)
       onFailure: (cause) =>
         Effect.zipRight(
           Effect.forkIn(

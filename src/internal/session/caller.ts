@@ -41,7 +41,8 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
     const session = newSession(env, token)
     // before the attempt is sent: a notice it causes comes after this
     const mark = signals.mark(token)
-    return Effect.matchCauseEffect(lock.attempt(token, request.slices), {
+    // `attemptMasked`: `begin` runs uninterruptibly (`Lease.Service.begin`)
+    return Effect.matchCauseEffect(lock.attemptMasked(token, request.slices), {
       // Whatever ended the attempt (an error, a defect, an interruption), the session must
       // not stay in the map with nobody serving it: the requests queued meanwhile would
       // wait for ever.
