@@ -647,6 +647,31 @@ describe("an idle lease parks", () => {
     })
   )
 
+  // The park timer stays armed across a busy lease's waits (it is not armed again at each):
+  // a lease parks after one idle wait of the park delay (20 ms here), never after a busy
+  // stretch whose waits are each shorter, however long the stretch.
+  it.scoped("a lease parks after one idle wait of the park delay, not after a busy stretch of short waits", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
+      const a = yield* cluster.worker()
+      const bump = a.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+      const before = yield* parkedCount
+      yield* bump
+      for (let i = 0; i < 10; i++) {
+        yield* Effect.zipRight(TestClock.adjust(15), settle)
+        yield* bump
+      }
+      assert.strictEqual((yield* parkedCount) - before, 0, "150 ms of waits of 15 ms each: not parked")
+      yield* Effect.zipRight(TestClock.adjust(19), settle)
+      assert.strictEqual((yield* parkedCount) - before, 0, "idle for 19 ms: not parked")
+      yield* Effect.zipRight(TestClock.adjust(1), settle)
+      assert.strictEqual((yield* parkedCount) - before, 1, "idle for 20 ms: parked")
+      assert.isTrue(a.lease.isLeased("t"))
+      assert.strictEqual(yield* bump, 12)
+      assert.strictEqual(yield* cluster.stored("t"), 12)
+    })
+  )
+
   it.scoped("a parked lease ends at its deadline, written and released", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

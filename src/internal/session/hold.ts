@@ -81,7 +81,8 @@ export const hold = (
       relayEnd: undefined,
       longHolds: [],
       parkDue: false,
-      parkTimer: undefined
+      parkTimer: undefined,
+      idleSince: undefined
     }
     // a batch that nobody contends lasts as long as modifications queue here; a lock handed
     // over lives for the hand-off timeout until extended, whatever the hold
@@ -412,27 +413,40 @@ const serve = (state: HoldState, resumed: boolean) =>
           yield* Metric.increment(leasesParked)
           return parking
         }
-        yield* armPark(state)
+        state.idleSince = fineMillis(state.clock)
+        if (state.parkTimer === undefined) yield* armPark(state)
       }
       yield* changed.await
-      state.parkTimer?.()
-      state.parkTimer = undefined
+      state.idleSince = undefined
     }
   })
 
 /**
- * After `parkMs` of waiting with nothing to do, a lease's serving loop is woken to park:
- * an entry of the worker's timers, cancelled once the wait ends otherwise.
+ * After `parkMs` of one idle wait with nothing to do, a lease's serving loop is woken to
+ * park: an entry of the worker's timers, armed by an idle wait when none is, and left armed
+ * across the waits that follow (a busy lease waits between most of its modifications: an
+ * entry in and out of the timers' heap at each would cost more than the rest of the wait).
+ * When it fires it looks at the wait in progress: idle for `parkMs`, the loop is woken to
+ * park; idle for less, it is armed again for the rest; not waiting, it is gone (the next
+ * idle wait arms it).
  */
 const armPark = (state: HoldState) =>
   Effect.flatMap(state.env.timers.wheel, (wheel) =>
     Effect.sync(() => {
-      state.parkTimer?.()
-      state.parkTimer = wheel.after(state.env.parkMs, () => {
+      const { parkMs } = state.env
+      const fire = () => {
         state.parkTimer = undefined
+        const since = state.idleSince
+        if (since === undefined) return
+        const idleMs = fineMillis(state.clock) - since
+        if (idleMs < parkMs) {
+          state.parkTimer = wheel.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
+          return
+        }
         state.parkDue = true
         notify(state.session)
-      })
+      }
+      state.parkTimer = wheel.after(parkMs, fire)
     })
   )
 

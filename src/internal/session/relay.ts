@@ -63,8 +63,10 @@ export interface HoldState {
   longHolds: Array<readonly [Request, number]>
   /** The park timer fired: the serving loop parks at its next idle wait if nothing changed. */
   parkDue: boolean
-  /** Cancels the park timer (`armPark`). */
+  /** Cancels the park timer (`armPark`); `undefined` when none is armed. */
   parkTimer: (() => void) | undefined
+  /** When the serving loop's idle wait began (`fineMillis`); `undefined` while it is not waiting. */
+  idleSince: number | undefined
 }
 
 /**
