@@ -16,7 +16,7 @@ const tokenPattern = /^[A-Za-z0-9_.:-]{1,128}$/
  * the worker's instance id, its lock id and its slice names at every step, most of them
  * the same strings each time. A valid string stays valid, so the set only saves work; it
  * is emptied when full, so it holds at most `knownValidMax` strings of at most 128
- * characters.
+ * characters (a string cut out of a larger one may keep that one alive while remembered).
  */
 const knownValid = new Set<string>()
 const knownValidMax = 1024
