@@ -5,7 +5,9 @@
  * session, no request and no turn: what fusing the modification's path could reach at most
  * with the store as it is. Beside it, in the same process and interleaved round by round:
  * the two store steps alone, `StateManager.modify` (oplock off), and the `Ref` baseline of
- * `bench:cpu`. CPU per modification (user + system, one `runPromise` each), lowest of four
+ * `bench:cpu`. And "one step": the floor of a single synchronous step of the embedded store
+ * that takes the lock, decides and commits (the same twins, the front's checks, one yield,
+ * in a key space of its own). CPU per modification (user + system, one `runPromise` each), lowest of four
  * rounds of `--count` (default 20000).
  *
  *   npm run bench:fused-floor -- --json   [{"row", "cpu_us_per_op", "over_baseline"}]
@@ -19,6 +21,12 @@ import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Schema from "effect/Schema"
+import { makeKeys } from "../src/internal/keys.js"
+import { cachedKeys } from "../src/internal/memory/keyCache.js"
+import { Keyspace } from "../src/internal/memory/keyspace.js"
+import * as QueueScripts from "../src/internal/memory/queueScripts.js"
+import type { Space } from "../src/internal/memory/scripts.js"
+import { sliceNamesError, tokensError } from "../src/internal/validate.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
@@ -82,10 +90,54 @@ const main = async () => {
       })
     })
   )
+  // The single step the 4x target needs, as its floor: the same twins the embedded store's
+  // two steps run, called in one synchronous block of a key space of the sketch's own
+  // (the front's checks of token, worker and slice names included), then one yield.
+  const clockNow = Date.now()
+  const space: Space = {
+    ks: new Keyspace(1_000, clockNow),
+    // the store's own key names, each made once per token
+    keys: cachedKeys(makeKeys("sketch")),
+    lockMs: 30_000,
+    tokenMs: 3_600_000,
+    handoffMs: 1_000,
+    publish: () => undefined,
+    keyEvent: () => undefined,
+    appended: () => undefined
+  }
+  const notices = { granted: "granted:one", contended: "contended:one" }
+  const handoff = { requeue: false, queueAs: "", carry: [] }
+  const oneStep: Run = Effect.zipRight(
+    Effect.clockWith((clock) => {
+      const invalid = tokensError("one", "bench") ?? sliceNamesError(["counter"])
+      if (invalid !== undefined) return Effect.fail(invalid)
+      const now = clock.unsafeCurrentTimeMillis()
+      const lockId = `bench:${next++}`
+      const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
+      if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
+      const stored = Option.flatMap(Option.fromNullable(got.values[0]), (raw) => Either.getRight(Counter.decode(raw)))
+      const value = Option.getOrElse(stored, () => Counter.initial)
+      const encoded = Either.getOrThrow(Counter.encode({ n: value.n + 1 }))
+      QueueScripts.commitAndReleaseQueued(
+        space,
+        now,
+        "one",
+        lockId,
+        [["counter", encoded]],
+        "bench",
+        handoff,
+        undefined,
+        notices
+      )
+      return Effect.void
+    }),
+    Effect.yieldNow()
+  )
   const rows: Array<readonly [string, Run]> = [
     ["baseline", baseline],
     ["store steps", steps],
     ["fused", fused],
+    ["one step", oneStep],
     ["modify", modify]
   ]
   for (let i = 0; i < 2_000; i++) for (const [, run] of rows) await runtime.runPromise(run)
