@@ -5,8 +5,9 @@ import * as Fiber from "effect/Fiber"
 import { OneShot } from "../src/internal/oneShot.js"
 import { tokenError, tokenProblem } from "../src/internal/validate.js"
 
-// `OneShot` is on the path of every modification: its `await` once completed is the exit
-// itself (no suspension), and must behave as the wait it replaces.
+// `OneShot` is on the path of every modification, in place of a `Deferred`: awaited once
+// completed it gives the exit at once; awaited before, it waits, and an interrupted waiter
+// leaves nothing behind.
 describe("OneShot", () => {
   it.effect("awaited once completed: its value, or its failure, at once", () =>
     Effect.gen(function* () {

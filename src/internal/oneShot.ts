@@ -46,12 +46,8 @@ export class OneShot<A, E = never> {
     return this.exit
   }
 
-  /**
-   * Wait for it (interruptible: the waiter is removed). Once completed, the exit itself (an
-   * exit is an effect): no suspension. Made at its first use: most are never awaited.
-   */
+  /** Wait for it (interruptible: the waiter is removed). Made at its first use: most are never awaited. */
   get await(): Effect.Effect<A, E> {
-    if (this.exit !== undefined) return this.exit
     this.awaiting ??= Effect.async<A, E>((resume) => {
       if (this.exit !== undefined) return resume(this.exit)
       if (this.waiters === undefined) this.waiters = []
