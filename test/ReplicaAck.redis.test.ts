@@ -263,8 +263,13 @@ describe("RedisStore with minReplicasAck", () => {
   )
 })
 
-const LOCK_EXPIRATION_MS = 300
-const HANDOFF_TIMEOUT_MS = 150
+const LOCK_EXPIRATION_MS = 600
+/**
+ * Short, so that a test of an unclaimed grant waits little (in real time), and long enough
+ * for a release and the grantee's next commands on a loaded machine (each write here waits
+ * for the replica: a 150 ms grant ran out under the suite's load).
+ */
+const HANDOFF_TIMEOUT_MS = 300
 const COMMAND_TIMEOUT_MS = 500
 
 /** Commands that do not touch data: the harness's own, the replica's, and the WAITs. */

@@ -29,9 +29,13 @@ import { storeSuite } from "./conformance/storeSuite.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
-const LOCK_EXPIRATION_MS = 300
-/** Short, so that a test of an unclaimed grant waits little (on Redis, in real time). */
-const HANDOFF_TIMEOUT_MS = 150
+const LOCK_EXPIRATION_MS = 600
+/**
+ * Short, so that a test of an unclaimed grant waits little (in real time), and long enough
+ * for a release and the grantee's next commands on a loaded machine (each command here takes
+ * more round trips than on a single server: a 150 ms grant ran out under the suite's load).
+ */
+const HANDOFF_TIMEOUT_MS = 300
 const COMMAND_TIMEOUT_MS = 1_000
 
 // --- one cluster for the file ---------------------------------------------------------
