@@ -23,7 +23,7 @@ import * as Option from "effect/Option"
 import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import type { OneShot } from "./internal/oneShot.js"
-import { begin, complete } from "./internal/session/caller.js"
+import { begin, complete, inStep } from "./internal/session/caller.js"
 import * as metrics from "./internal/session/metrics.js"
 import { closeParked, resumed } from "./internal/session/run.js"
 import { notify, type Session, type SessionEnv } from "./internal/session/session.js"
@@ -33,7 +33,7 @@ import { Lock } from "./Lock.js"
 import { Signals } from "./Signals.js"
 import type { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken } from "./StoreError.js"
+import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * What a modification receives when its turn comes.
@@ -105,6 +105,21 @@ export declare namespace Lease {
       token: string,
       request: Request
     ) => Effect.Effect<Option.Option<Turn>, InvalidToken | AcknowledgedError>
+    /**
+     * A whole modification in one step of the store (`Store.Stepping`), before `begin`:
+     * `undefined` where the store has no such step. Otherwise `true` once `decide` ran
+     * inside the store's step on the slices' values and the grant's fence, and what it
+     * returned is written (then a yield): under a grant of the step's own (the oplock off,
+     * no session on the token here, the lock free and nobody queued), or under this
+     * worker's lease while its hold is idle. `false` when nothing was done, and the
+     * modification goes on with `begin`. `decide` must not throw.
+     */
+    readonly inStep: (
+      token: string,
+      slices: ReadonlyArray<string>,
+      event: Option.Option<string>,
+      decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>
+    ) => Effect.Effect<boolean, InvalidToken | StoreError> | undefined
     /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
     readonly complete: (token: string, request: Request) => Effect.Effect<void>
     /** A request cancelled by its caller: the session skips it. */
@@ -204,6 +219,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
     return Lease.of({
       begin: (token, request) => begin(env, token, request),
+      inStep: (token, slices, event, decide) => inStep(env, token, slices, event, decide),
       complete: (token, request) => complete(env, token, request),
       cancel: (token, request) =>
         Effect.sync(() => {

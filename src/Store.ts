@@ -444,12 +444,50 @@ export declare namespace Store {
   }
 
   /**
+   * A whole modification in one step of the store, which only a store that runs in the
+   * caller's process can offer (the embedded one: Redis cannot run the caller's function
+   * inside a script). Absent on the others.
+   *
+   * @since 0.3.0
+   * @category models
+   */
+  export interface Stepping {
+    /**
+     * When the token's lock is free and no worker is queued: take a grant (the fence
+     * incremented, as `acquireQueued` does), read `slices` (refreshing their expiry), call
+     * `decide` with their values and the grant's fence, write the entries it returns (each
+     * among `slices`) and let the grant go, in one step that nobody sees half done: no lock
+     * is set, no notice sent. With `holder`: the same under the grant its lock id holds (or
+     * takes back by its `claim`, as `writeIfHolder` does), the fence as it stands, the lock
+     * kept. `true` once done. Otherwise nothing is done (the late queue entries leave, as at
+     * every step) and the answer is `false`: take the lock the queued way. `decide` runs
+     * inside the store's step: it must be quick, and must not throw (a throw is a defect,
+     * with nothing written).
+     */
+    readonly modifyInStep?: (
+      token: string,
+      slices: ReadonlyArray<string>,
+      decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
+      options?: { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } }
+    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+  }
+
+  /**
    * The whole service, grouped by concern.
    *
    * @since 0.1.0
    * @category models
    */
-  export interface Service extends Locking, Queueing, Slices, Signaling, Sockets, Presence, Mailboxes, Inspection {
+  export interface Service
+    extends Locking,
+      Queueing,
+      Slices,
+      Signaling,
+      Sockets,
+      Presence,
+      Mailboxes,
+      Inspection,
+      Stepping {
     /** Which backend this is. */
     readonly kind: "memory" | "redis"
   }

@@ -119,6 +119,140 @@ describe("plain modifications decided by the session", () => {
   )
 })
 
+describe("plain modifications in one step of the embedded store (oplock off)", () => {
+  it.scoped("uncontended: one store step, no session left behind; an effectful one takes two", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const w = yield* cluster.worker()
+      const operations = Option.getOrThrow(cluster.operations)
+      const before = yield* operations
+      assert.strictEqual(yield* w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 1 }]), 0)
+      assert.strictEqual((yield* operations) - before, 1)
+      assert.strictEqual(yield* w.lease.sessions, 0)
+      // a function that writes nothing is one step too
+      assert.strictEqual(yield* w.states.modify("t", Counter, (s) => [s.n, s]), 1)
+      assert.strictEqual((yield* operations) - before, 2)
+      // an effectful function cannot run inside the store's step: it takes the lock, then commits
+      yield* w.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
+      assert.strictEqual((yield* operations) - before, 4)
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+
+  it.scoped("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const holder = yield* cluster.worker()
+      const w = yield* cluster.worker()
+      const first = yield* holding(holder, "t")
+      const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
+      yield* settle
+      assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+      assert.strictEqual(yield* cluster.stored("t"), 0)
+      yield* first.open
+      // it saw the holder's write
+      assert.strictEqual(yield* Fiber.join(plain), 1)
+      assert.strictEqual(yield* cluster.stored("t"), 10)
+      yield* Fiber.join(first.fiber)
+    })
+  )
+
+  it.scoped("refused values and a throwing function: as on the queued way, nothing written and the lock free", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ maxValueBytes: 10 })
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      const refused = yield* Effect.flip(
+        w.states.modify("t", Counter, () => [null, { n: "one" as unknown as number }] as const)
+      )
+      assert.strictEqual(refused._tag, "InvalidSliceValue")
+      // {"n":123456789}: 15 bytes
+      const big = yield* Effect.flip(w.states.modify("t", Counter, () => [null, { n: 123_456_789 }] as const))
+      assert.strictEqual(big._tag, "ValueTooLarge")
+      const thrown = yield* Effect.exit(
+        w.states.modify("t", Counter, () => {
+          throw new Error("boom")
+        })
+      )
+      assert.isTrue(Exit.isFailure(thrown) && thrown.cause._tag === "Die")
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+      assert.strictEqual(yield* w.lease.sessions, 0)
+      // the lock is free: the next modification is served at once
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+})
+
+describe("plain modifications under an idle lease, in one step of the embedded store (oplock on)", () => {
+  const parked = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
+
+  it.scoped("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      const operations = Option.getOrThrow(cluster.operations)
+      // the first takes the lock and starts the lease (its fiber then waits, idle)
+      yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
+      yield* settle
+      assert.isTrue(a.lease.isLeased("t"))
+      const fence = yield* cluster.control.getRaw(cluster.keys.fence("t"))
+      const before = yield* operations
+      for (let i = 0; i < 5; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.strictEqual((yield* operations) - before, 5)
+      // written at once (durability: batch), under the same grant
+      assert.strictEqual(yield* cluster.stored("t"), 6)
+      deepStrictEqual(yield* cluster.control.getRaw(cluster.keys.fence("t")), fence)
+      assert.isTrue(a.lease.isLeased("t"))
+      deepStrictEqual(a.lease.cached("t", "counter"), Option.some(Option.some(`{"n":6}`)))
+      // an effectful modification is served by the hold from that cache
+      yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
+      assert.strictEqual(yield* cluster.stored("t"), 7)
+      // another worker contends: the lease ends and hands over what it wrote
+      assert.strictEqual(yield* b.states.modify("t", Counter, (s) => [s.n, { n: s.n + 1 }]), 7)
+      assert.isFalse(a.lease.isLeased("t"))
+      assert.strictEqual(yield* cluster.stored("t"), 8)
+    })
+  )
+
+  it.scoped("a parked lease serves them without waking: it stays parked, and its deadline still ends it", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 5_000, lockExpiration: 20_000 })
+      const a = yield* cluster.worker()
+      const before = yield* parked
+      yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      assert.strictEqual((yield* parked) - before, 1)
+      for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      // not woken, so not parked again
+      assert.strictEqual((yield* parked) - before, 1)
+      assert.strictEqual(yield* cluster.stored("t"), 4)
+      assert.isTrue(a.lease.isLeased("t"))
+      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      assert.isFalse(a.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+      assert.strictEqual(yield* cluster.stored("t"), 4)
+    })
+  )
+
+  it.scoped("a lease whose lock was lost: the step refuses, the hold finds the loss, nothing is written", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
+      const a = yield* cluster.worker()
+      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* settle
+      assert.isTrue(a.lease.isLeased("t"))
+      // someone else's lock now (as after an expiry and another's grant)
+      yield* cluster.control.setRaw(cluster.keys.lock("t"), "other:1", 60_000)
+      const lost = yield* Effect.flip(a.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      assert.strictEqual(lost._tag, "LockExpired")
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+    })
+  )
+})
+
 describe("modifications that take the lock in their caller's fiber", () => {
   it.scoped("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
     Effect.gen(function* () {

@@ -1,8 +1,9 @@
 /**
  * The warning for a modification that holds the lock longer than `lockWarningThreshold`:
  * logged once, with the time held, the event and the threshold, whichever path served the
- * modification (its caller's own grant, or the relay of a lease); none under the threshold.
- * Embedded store, TestClock: the time held is exactly the time the clock was moved.
+ * modification (its caller's own grant, the relay of a lease, or the embedded store's one
+ * step); none under the threshold. Embedded store; on the TestClock the time held is exactly
+ * the time the clock was moved (a plain function inside the store's step spins on the live one).
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -78,6 +79,44 @@ describe("a modification that holds the lock too long", () => {
       assert.isTrue(leased)
       assert.strictEqual(stored, 3)
       assert.deepStrictEqual(warnings, [warning(300, "slow")])
+    })
+  )
+})
+
+describe("a plain function decided inside the embedded store's step (oplock off)", () => {
+  it.live("that takes longer than the threshold: one warning, with its time, event and threshold", () =>
+    Effect.gen(function* () {
+      const logs = Logs.capture()
+      const stored = yield* Logs.withCapture(
+        logs,
+        Effect.scoped(
+          Effect.gen(function* () {
+            const cluster = yield* memoryCluster({ lockExpiration: 2_000, lockWarningThreshold: 200 })
+            const w = yield* cluster.worker()
+            const spinning = (ms: number) => (s: { readonly n: number }) => {
+              const until = performance.now() + ms
+              while (performance.now() < until) {
+                // the decision's own time, inside the store's step
+              }
+              return [null, { n: s.n + 1 }] as const
+            }
+            yield* w.states.modify("t", Counter, spinning(0), { event: "quick" })
+            yield* w.states.modify("t", Counter, spinning(300), { event: "slow" })
+            // it went the one-step way: nothing is left queued or held here
+            assert.strictEqual(yield* w.lease.sessions, 0)
+            return yield* cluster.stored("t")
+          })
+        )
+      )
+      assert.strictEqual(stored, 2)
+      const warnings = heldTooLong(logs.lines)
+      assert.strictEqual(warnings.length, 1, warnings.join("\n"))
+      const held =
+        /^lock of token t was held too long: ([\d.]+) ms by one modification \(event slow\); the threshold is 200 ms\./.exec(
+          warnings[0]!
+        )
+      assert.isNotNull(held, warnings[0])
+      assert.isAtLeast(Number(held![1]), 300)
     })
   )
 })

@@ -28,6 +28,7 @@ import { acquireResult, lockHolder, queuedAcquireResult } from "../store/replies
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
 import * as QueueScripts from "./queueScripts.js"
 import * as Scripts from "./scripts.js"
+import * as Step from "./step.js"
 
 /** The driver's mutable state, which the control layer also moves. @internal */
 export interface State {
@@ -172,7 +173,9 @@ export const make = (
       ...socketPart(state, space, op, socketChanges),
       ...presencePart(space, op, listen),
       ...mailboxPart(space, op, mailboxReaders),
-      tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token))
+      tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token)),
+      modifyInStep: (token, slices, decide, holder) =>
+        op("modifyInStep", (now) => Step.modifyInStep(space, now, token, slices, decide, holder))
     }
     return { driver, state }
   })

@@ -361,3 +361,17 @@ export const queue = (s: Space, now: number, token: string): ReadonlyArray<strin
   const q = openQueue(s, now, token)
   return ordered(q).filter((member) => (q.deadlines?.members.get(member) ?? now) > now)
 }
+
+/**
+ * Whether any worker could take the token's lock now: no lock key of any kind (not held,
+ * no grant pending) and nobody queued once the late entries have left (dropped here, as
+ * every step drops them). For the embedded store's own step (`./step.ts`), which has no
+ * twin: it reads and drops what `acquireQueued` would. @internal
+ */
+export const freeForAll = (s: Space, now: number, token: string): boolean => {
+  const q = openQueue(s, now, token)
+  if (s.ks.get(q.lockKey, now) !== undefined) return false
+  if (q.order === undefined && q.deadlines === undefined) return true
+  dropLate(q)
+  return ordered(q)[0] === undefined
+}

@@ -11,8 +11,11 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Request, Turn } from "../../Lease.js"
+import type { SliceEntry } from "../../Store.js"
+import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
+import { idleLease, servedInStep } from "./relay.js"
 import { start } from "./run.js"
 import { newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -133,7 +136,65 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     return Effect.clockWith((clock) => {
       const heldMs = fineMillis(clock) - own.grantedAt
       return heldMs > env.warnMs
-        ? Effect.zipRight(warnHeld(env, token, request, heldMs), Effect.suspend(written))
+        ? Effect.zipRight(warnHeld(env, token, request.event, heldMs), Effect.suspend(written))
         : written()
     })
   })
+
+const notInStep = Effect.succeed(false)
+const madeInStep = Effect.as(Effect.yieldNow(), true)
+
+/**
+ * A whole modification in one step of the store (`Lease.Service.inStep`), with no step of
+ * a session's fiber: `undefined` where the store has no such step. With the oplock off and
+ * no session on the token here, under a grant of the step's own (the lock free, nobody
+ * queued); under this worker's lease when its hold is idle (`idleLease`: the modification is
+ * what it would serve next), under the lease's grant. `false` (nothing done: go on with
+ * `begin`) otherwise: the token has a session busy here (the modification queues behind
+ * it, in its order), or, with the oplock on, none yet (`begin` starts the lease), or the
+ * store finds the lock taken or workers queued. `true` once `decide` ran in the store's step
+ * and its writes are made, with the warning of a decision that took too long.
+ *
+ * A yield follows a step made, as `complete`'s follows a release: the embedded store never
+ * makes a fiber wait, and a loop of modifications would hold every other fiber off. An
+ * interruption there finds the modification whole (its one step made), as an interrupted
+ * modification on the queued way ends once its write is made.
+ *
+ * @internal
+ */
+export const inStep = (
+  env: SessionEnv,
+  token: string,
+  slices: ReadonlyArray<string>,
+  event: Option.Option<string>,
+  decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>
+): Effect.Effect<boolean, InvalidToken | StoreError> | undefined => {
+  const step = env.store.modifyInStep
+  if (step === undefined) return undefined
+  return Effect.clockWith((clock) => {
+    const session = env.sessions.get(token)
+    const lease = session === undefined ? undefined : idleLease(session, fineMillis(clock))
+    if (session === undefined ? env.oplock : lease === undefined) return notInStep
+    let heldMs = 0
+    const made = step(
+      token,
+      slices,
+      (values, fence) => {
+        const started = fineMillis(clock)
+        const writes = decide(values, fence)
+        const ended = fineMillis(clock)
+        heldMs = ended - started
+        if (lease !== undefined) servedInStep(lease, slices, values, writes, ended)
+        return writes
+      },
+      lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
+    )
+    return Effect.flatMap(made, (done) =>
+      !done
+        ? notInStep
+        : heldMs > env.warnMs
+          ? Effect.zipRight(warnHeld(env, token, event, heldMs), madeInStep)
+          : madeInStep
+    )
+  })
+}

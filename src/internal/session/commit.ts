@@ -80,11 +80,11 @@ export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "l
  *
  * @internal
  */
-export const warnHeld = (env: SessionEnv, token: string, request: Request, heldMs: number) =>
+export const warnHeld = (env: SessionEnv, token: string, event: Option.Option<string>, heldMs: number) =>
   heldMs > env.warnMs
     ? Effect.logWarning(
         `lock of token ${token} was held too long: ${heldMs} ms by one modification` +
-          `${Option.match(request.event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
+          `${Option.match(event, { onNone: () => "", onSome: (e) => ` (event ${e})` })}; ` +
           `the threshold is ${env.warnMs} ms. Move long work out of modifications.`
       )
     : Effect.void

@@ -286,7 +286,7 @@ const afterRelay = (state: HoldState): Effect.Effect<void> => {
   const longHolds = state.longHolds
   if (longHolds.length === 0) return Effect.void
   state.longHolds = []
-  return Effect.forEach(longHolds, ([held, heldMs]) => warnHeld(state.env, state.token, held, heldMs), {
+  return Effect.forEach(longHolds, ([held, heldMs]) => warnHeld(state.env, state.token, held.event, heldMs), {
     discard: true
   })
 }
@@ -333,7 +333,7 @@ const serve = (state: HoldState, resumed: boolean) =>
     const lookForContenders = checkSignals(state)
     if (mode === "lease" && !resumed) {
       yield* Metric.increment(leasesStarted)
-      session.lease = { cache: state.cache }
+      session.lease = { cache: state.cache, hold: state }
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
     if (resumed) state.ioAt = fineMillis(state.clock)

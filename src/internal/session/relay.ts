@@ -175,3 +175,48 @@ const listenForTurnEnd = (state: HoldState, request: Request) =>
     const next = relayNext(state, at)
     if (next === undefined || !relay(state, next, at)) end.done(Exit.void)
   })
+
+/**
+ * The hold of this worker's lease on the session's token, when a plain modification may be
+ * made under its grant by its caller, in one step of the store (`caller.inStep`), with no
+ * step of the hold's fiber: the hold idle (its serving loop waiting for something to do, or
+ * parked), with nothing queued, in progress or left to write, no signal to read, no
+ * contention, and before its deadline. Made so, the modification is what the loop would
+ * have served next, and the store holds what the hold's cache holds.
+ *
+ * @internal
+ */
+export const idleLease = (session: Session, now: number): HoldState | undefined => {
+  const state = session.lease?.hold
+  if (state === undefined || (state.idleSince === undefined && session.parked !== state)) return undefined
+  if (state.failed !== undefined || state.contended || state.inProgress !== undefined || state.relayEnd !== undefined) {
+    return undefined
+  }
+  if (state.unacked.length > 0 || state.dirty.size > 0 || (session.signals?.size ?? 0) > 0 || now >= state.deadline) {
+    return undefined
+  }
+  prune(session)
+  return session.queue.length === 0 && session.own === undefined ? state : undefined
+}
+
+/**
+ * A modification made under an idle lease's grant, in the store's step (`idleLease`): its
+ * reads and writes taken into the hold's cache (in the step itself, so that nothing sees the
+ * store and the cache apart), and counted as served; the idle wait goes on as from now, so a
+ * busy lease does not park.
+ *
+ * @internal
+ */
+export const servedInStep = (
+  state: HoldState,
+  slices: ReadonlyArray<string>,
+  values: ReadonlyArray<Option.Option<string>>,
+  writes: ReadonlyArray<readonly [string, string]>,
+  now: number
+) => {
+  const { cache } = state
+  for (let i = 0; i < slices.length; i++) if (!cache.has(slices[i]!)) cache.set(slices[i]!, values[i]!)
+  for (const [name, value] of writes) cache.set(name, Option.some(value))
+  state.served++
+  if (state.idleSince !== undefined) state.idleSince = now
+}

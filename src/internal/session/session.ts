@@ -59,6 +59,8 @@ export interface SessionEnv {
 /** @internal */
 export interface LeaseState {
   readonly cache: Map<string, Option.Option<string>>
+  /** The lease's hold: running, waiting, or parked. */
+  readonly hold: HoldState
 }
 
 /** @internal */

@@ -159,12 +159,60 @@ export const run = <B, E, R>(
     withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false })
   )
 
+/** What a decision that writes nothing hands back. */
+const noWrites: ReadonlyArray<SliceEntry> = []
+
 /**
- * `run` for a plain function (`StateManager.modify`): the session decides it when its turn
- * comes (`Request.decideNow`), with no step of the caller's fiber in between, and the
- * caller waits once, for its result (its value once the writes are acknowledged, or the
- * error). Interrupted before its turn, it leaves; decided, its outcome is awaited all the
- * same, as `run` does.
+ * A plain function's decision, made once, wherever its values come from (a step of the
+ * store or a session's turn): `on` runs the function on the encoded values and returns the
+ * writes; `exit` is then its result, and `warnings` those for values that did not decode.
+ */
+class PureDecision<B> {
+  exit: Exit.Exit<B, ModifyError> | undefined = undefined
+  warnings: Effect.Effect<void> | undefined = undefined
+  constructor(
+    readonly env: Env,
+    readonly token: string,
+    readonly slices: ReadonlyArray<Slice<any, any>>,
+    readonly f: (values: ReadonlyArray<unknown>) => readonly [B, ReadonlyArray<unknown>]
+  ) {}
+
+  readonly on = (current: ReadonlyArray<Option.Option<string>>): ReadonlyArray<SliceEntry> => {
+    const { env, token, slices } = this
+    const decoded = decodeNow(token, slices, current)
+    this.warnings = decoded.warnings
+    let value: B
+    let next: ReadonlyArray<unknown>
+    try {
+      ;[value, next] = this.f(decoded.values)
+    } catch (defect) {
+      this.exit = Exit.die(defect)
+      return noWrites
+    }
+    const writes = encodeWrites(env, token, slices, current, next)
+    if (Either.isLeft(writes)) {
+      this.exit = Exit.fail(writes.left)
+      return noWrites
+    }
+    this.exit = Exit.succeed(value)
+    return writes.right
+  }
+
+  /** `then` after the warnings, if any. */
+  afterWarnings<A, E>(then: Effect.Effect<A, E>): Effect.Effect<A, E> {
+    return this.warnings === undefined ? then : Effect.zipRight(this.warnings, then)
+  }
+}
+
+/**
+ * `run` for a plain function (`StateManager.modify`). Where the store runs a whole
+ * modification in one step (the embedded store: `Lease.Service.inStep`) and the lock is
+ * free with nobody waiting (the oplock off) or held by this worker's idle lease, the
+ * function runs inside that step. Otherwise the
+ * session decides it when its turn comes (`Request.decideNow`), with no step of the caller's
+ * fiber in between, and the caller waits once, for its result (its value once the writes
+ * are acknowledged, or the error). Interrupted before its turn, it leaves; decided, its
+ * outcome is awaited all the same, as `run` does.
  *
  * @internal
  */
@@ -180,58 +228,57 @@ export const runPure = <B>(
   Effect.suspend((): Effect.Effect<B, ModifyError> => {
     const invalid = tokenError(token)
     if (invalid !== undefined) return Effect.fail(invalid)
-    const { lease } = env
-    const result = new OneShot<B, ModifyError>()
-    let warnings: Effect.Effect<void> | undefined
-    const decideNow = (turn: Lease.Turn): Lease.Outcome => {
-      const current = currentOf(slices, turn)
-      const decoded = decodeNow(token, slices, current)
-      warnings = decoded.warnings
-      let value: B
-      let next: ReadonlyArray<unknown>
-      try {
-        ;[value, next] = f(decoded.values)
-      } catch (defect) {
-        result.done(Exit.die(defect))
-        return abortOutcome
-      }
-      const writes = encodeWrites(env, token, slices, current, next)
-      if (Either.isLeft(writes)) {
-        result.done(Exit.fail(writes.left))
-        return abortOutcome
-      }
-      if (writes.right.length === 0) {
-        result.done(Exit.succeed(value))
-        return abortOutcome
-      }
-      request.ack.listen((acked) =>
-        result.done(Exit.isSuccess(acked) ? Exit.succeed(value) : Exit.failCause(acked.cause))
-      )
-      return { _tag: "Commit", writes: writes.right }
-    }
-    const request = newRequest(slices, options, decideNow)
-    // a turn that cannot come (the session failed or closed) ends the wait with its error
-    request.turn.listen((turn) => {
-      if (Exit.isFailure(turn)) result.done(Exit.failCause(turn.cause))
-    })
-    // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
-    const outcome = Effect.suspend(() =>
-      warnings === undefined ? result.await : Effect.zipRight(warnings, result.await)
-    )
-    return Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(lease.begin(token, request), (own) => {
-        if (Option.isSome(own)) {
-          request.done.done(Exit.succeed(decideNow(own.value)))
-          return Effect.zipRight(lease.complete(token, request), outcome)
-        }
-        return Effect.flatMap(Effect.exit(restore(result.await)), (waited) => {
-          if (Exit.isSuccess(waited) || result.poll() !== undefined) return outcome
-          return Effect.zipRight(
-            lease.cancel(token, request),
-            // not decided yet: it never will be
-            Effect.suspend(() => (request.done.poll() === undefined ? Effect.failCause(waited.cause) : outcome))
-          )
-        })
-      })
+    const decision = new PureDecision(env, token, slices, f)
+    const names = slices.map((s) => s.name)
+    const step = env.lease.inStep(token, names, Option.fromNullable(options?.event), decision.on)
+    if (step === undefined) return viaSession(env, token, slices, options, decision)
+    return Effect.flatMap(step, (done) =>
+      // done: the function ran (its result is set) and its writes are made
+      done ? decision.afterWarnings(decision.exit!) : viaSession(env, token, slices, options, decision)
     )
   }).pipe(withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false }))
+
+/** `runPure`'s way through the token's session: the decision is made when the turn comes. */
+const viaSession = <B>(
+  env: Env,
+  token: string,
+  slices: ReadonlyArray<Slice<any, any>>,
+  options: ModifyOptions | undefined,
+  decision: PureDecision<B>
+): Effect.Effect<B, ModifyError> => {
+  const { lease } = env
+  const result = new OneShot<B, ModifyError>()
+  const decideNow = (turn: Lease.Turn): Lease.Outcome => {
+    const writes = decision.on(currentOf(slices, turn))
+    const decided = decision.exit!
+    if (writes.length === 0) {
+      result.done(decided)
+      return abortOutcome
+    }
+    request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
+    return { _tag: "Commit", writes }
+  }
+  const request = newRequest(slices, options, decideNow)
+  // a turn that cannot come (the session failed or closed) ends the wait with its error
+  request.turn.listen((turn) => {
+    if (Exit.isFailure(turn)) result.done(Exit.failCause(turn.cause))
+  })
+  // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
+  const outcome = Effect.suspend(() => decision.afterWarnings(result.await))
+  return Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(lease.begin(token, request), (own) => {
+      if (Option.isSome(own)) {
+        request.done.done(Exit.succeed(decideNow(own.value)))
+        return Effect.zipRight(lease.complete(token, request), outcome)
+      }
+      return Effect.flatMap(Effect.exit(restore(result.await)), (waited) => {
+        if (Exit.isSuccess(waited) || result.poll() !== undefined) return outcome
+        return Effect.zipRight(
+          lease.cancel(token, request),
+          // not decided yet: it never will be
+          Effect.suspend(() => (request.done.poll() === undefined ? Effect.failCause(waited.cause) : outcome))
+        )
+      })
+    })
+  )
+}

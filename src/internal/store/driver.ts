@@ -235,4 +235,13 @@ export interface Driver {
 
   // --- inspection ---------------------------------------------------------------------
   readonly tokenKeys: (token: string) => Effect.Effect<ReadonlyArray<KeyInfo>, StoreError>
+
+  // --- a whole modification in one step (the embedded store alone) ---------------------
+  /** `Store.Stepping.modifyInStep`, its inputs checked; absent where the backend cannot run it. */
+  readonly modifyInStep?: (
+    token: string,
+    slices: ReadonlyArray<string>,
+    decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
+    holder: { readonly lockId: string; readonly claim?: number | undefined } | undefined
+  ) => Effect.Effect<boolean, StoreError>
 }

@@ -346,12 +346,45 @@ const mailboxPart = (driver: Driver) =>
   }) satisfies Partial<Store.Service>
 
 /**
+ * The whole modification in one step, where the backend runs it: the slices checked, and
+ * what `decide` writes refused (a defect, nothing written) unless it is among them.
+ */
+const stepPart = (driver: Driver): Store.Stepping => {
+  const step = driver.modifyInStep
+  if (step === undefined) return {}
+  return {
+    modifyInStep: (token, slices, decide, options) =>
+      checked(
+        tokenError(token) ??
+          sliceNamesError(slices) ??
+          (options?.holder === undefined
+            ? undefined
+            : (lockIdError(options.holder.lockId) ?? claimError(options.holder.claim))),
+        () =>
+          step(
+            token,
+            slices,
+            (values, fence) => {
+              const entries = decide(values, fence)
+              for (const [name] of entries) {
+                if (!slices.includes(name)) throw new Error(`modifyInStep: slice ${name} was not read by the step`)
+              }
+              return entries
+            },
+            options?.holder
+          )
+      )
+  }
+}
+
+/**
  * The `Store` service over `driver`.
  *
  * @internal
  */
 export const make = (driver: Driver): Store.Service => ({
   kind: driver.kind,
+  ...stepPart(driver),
   ...lockPart(driver),
   ...queuePart(driver),
   ...signalPart(driver),
