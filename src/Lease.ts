@@ -209,7 +209,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       durable: config.leaseDurability === "batch",
       oplock: config.oplock,
       parkMs: Math.max(parkAfterMs, quantumMs),
-      resume: (session, state) => runFork(resumed(env, session, state))
+      resume: (session, state) => runFork(resumed(env, session, state)),
+      inStep: { made: 0 }
     }
     // Started from a callback (`notify`): with the services this layer was built with.
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())

@@ -139,6 +139,44 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
+  it.scoped("a tight loop of them lets the worker's other fibers run at least every 16 modifications", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const w = yield* cluster.worker()
+      let loops = 0
+      const ranAt: Array<number> = []
+      const loop = yield* Effect.fork(
+        Effect.whileLoop({
+          while: () => loops < 200,
+          body: () =>
+            Effect.tap(
+              w.states.modify("a", Counter, (s) => [null, { n: s.n + 1 }]),
+              () => loops++
+            ),
+          step: () => undefined
+        })
+      )
+      // another fiber of the same worker, which asks for nothing but its turn to run
+      const other = yield* Effect.fork(
+        Effect.whileLoop({
+          while: () => loops < 200,
+          body: () =>
+            Effect.zipRight(
+              Effect.yieldNow(),
+              Effect.sync(() => ranAt.push(loops))
+            ),
+          step: () => undefined
+        })
+      )
+      yield* Fiber.join(loop)
+      yield* Fiber.interrupt(other)
+      assert.strictEqual(yield* cluster.stored("a"), 200)
+      const gaps = ranAt.slice(1).map((at, i) => at - ranAt[i]!)
+      assert.isAtLeast(ranAt.length, 10, `the other fiber ran at ${ranAt.join(", ")}`)
+      assert.isAtMost(Math.max(...gaps), 16, `the other fiber ran at ${ranAt.join(", ")}`)
+    })
+  )
+
   it.scoped("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()

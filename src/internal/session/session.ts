@@ -54,6 +54,8 @@ export interface SessionEnv {
   readonly parkMs: number
   /** Continue a parked hold in a new session fiber (`notify` calls it). */
   readonly resume: (session: Session, state: HoldState) => void
+  /** The modifications made in one step of the store since the last yield after one (`caller.inStep`). */
+  readonly inStep: { made: number }
 }
 
 /** @internal */
