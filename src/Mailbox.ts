@@ -180,12 +180,13 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const envelope = MailboxEnv.envelopeOf(options.schema)
     const encode = parseSafely(envelope, Schema.encodeEither(envelope))
     const decode = parseSafely(envelope, Schema.decodeEither(envelope))
+    const check = parseSafely(options.schema, Schema.encodeEither(options.schema))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
     const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
-    const env: MailboxEnv.Env<A, I, R> = { options, store, tokens, instanceId, context, encode, decode, append }
+    const env: MailboxEnv.Env<A, I, R> = { options, store, tokens, instanceId, context, encode, check, decode, append }
 
     // --- the outbox (internal/mailbox/outbox.ts) ----------------------------------------
     const sender: Outbox.Sender = {

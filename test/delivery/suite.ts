@@ -221,6 +221,23 @@ export const deliverySuite = (backend: DeliveryBackend) =>
       })
     )
 
+    backend.test(
+      "an update for a socket of this worker is checked by the schema too: InvalidUpdate, nothing delivered",
+      (fx, { settle }) =>
+        Effect.gen(function* () {
+          const a = yield* fx.worker()
+          yield* linked(a, "token1", "sid1")
+          const invalid = yield* failsWith(a.mailbox.send("token1", { n: "one" }), "InvalidUpdate")
+          assert.strictEqual(invalid.token, "token1")
+          yield* settle
+          assert.strictEqual(a.received.length, 0)
+          // a valid one is delivered here, with no envelope and no append
+          assert.strictEqual(yield* a.mailbox.send("token1", update(1)), "delivered")
+          assert.strictEqual(a.received.length, 1)
+          assert.strictEqual(yield* fx.store.mailboxLength(a.id), 0)
+        })
+    )
+
     backend.test("closing a worker removes its records and keeps the others'", (fx) =>
       Effect.gen(function* () {
         const a = yield* fx.worker()

@@ -281,6 +281,13 @@ export const hostileInputSuite = (backend: HostileBackend) =>
             "InvalidUpdate"
           )
           assert.isBelow(refused.message.length, 500)
+          // and so is one for a socket of the sender's own, checked by the schema alone
+          const refusedHere = yield* failsWith(
+            within("send here", 15_000, a.mailbox.send("tab", JSON.parse(arrayBomb))),
+            "InvalidUpdate"
+          )
+          assert.isBelow(refusedHere.message.length, 500)
+          assert.strictEqual(a.received.length, 0)
           assert.strictEqual(yield* b.mailbox.send("tab", update(1)), "sent")
           yield* fx.until(
             "the next update",

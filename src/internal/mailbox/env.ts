@@ -109,6 +109,8 @@ export interface Env<A, I, R> {
   readonly instanceId: string
   readonly context: Context.Context<R>
   readonly encode: (envelope: Envelope<A, I>) => Either.Either<string, ParseResult.ParseError>
+  /** The update encoded by the schema alone (no envelope, no JSON): whether it can be sent at all. */
+  readonly check: (update: A) => Either.Either<unknown, ParseResult.ParseError>
   readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
   /** The options of every append to a mailbox. */
   readonly append: { readonly maxLen: number; readonly ttlMs: number }

@@ -13,12 +13,13 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import type * as ParseResult from "effect/ParseResult"
 import type * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
-import type { InvalidToken, StoreRefused } from "../../StoreError.js"
+import type { InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
-import { validateToken } from "../validate.js"
+import { tokenError } from "../validate.js"
 import { deliver, drop, type Env, outboxSize, sent } from "./env.js"
 
 /**
@@ -38,11 +39,32 @@ export class InvalidUpdate extends Data.TaggedError("InvalidUpdate")<{
 interface Pending {
   readonly token: string
   readonly update: unknown
-  /**
-   * The envelope, encoded once when the update is sent: it carries this sender's number for
-   * the update, so that a retry appends exactly the same entry.
-   */
-  readonly payload: string
+  /** This sender's number for the update, taken when it is sent: a retry appends exactly the same entry. */
+  readonly seq: number
+  /** The envelope with that number, encoded once, when first needed: a local delivery needs none. */
+  payload: string | undefined
+}
+
+/** Encode the envelope of `pending` (kept in it); why the update cannot be, if it cannot. */
+const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResult.ParseError | undefined => {
+  const encoded = env.encode({
+    token: pending.token,
+    update: pending.update as A,
+    forwarded: false,
+    from: env.instanceId,
+    seq: pending.seq
+  })
+  if (Either.isLeft(encoded)) return encoded.left
+  pending.payload = encoded.right
+  return undefined
+}
+
+/** The envelope of `pending`, encoded on first use (`send` checked that it encodes: a failure here is a defect). */
+const payloadOf = <A, I, R>(env: Env<A, I, R>, pending: Pending): string => {
+  if (pending.payload !== undefined) return pending.payload
+  const error = encodeEnvelope(env, pending)
+  if (error !== undefined) throw new Error(`mailbox: an update checked when sent does not encode: ${error.message}`)
+  return pending.payload!
 }
 
 /**
@@ -91,43 +113,68 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
  * caller keeps the update.
  */
 const route = <A, I, R>(env: Env<A, I, R>, pending: Pending) =>
-  Effect.gen(function* () {
-    const { token, update } = pending
-    if (Option.isSome(yield* env.tokens.local(token))) {
-      yield* deliver(env, token, update as A)
-      return "delivered" as const
-    }
-    const owner = yield* env.tokens.owner(token)
-    if (Option.isNone(owner)) return "no-owner" as const
-    yield* env.store.mailboxAppend(owner.value.instanceId, pending.payload, env.append)
-    yield* Metric.increment(sent)
-    return "sent" as const
-  })
+  Effect.flatMap(env.tokens.local(pending.token), (local) => routeFrom(env, pending, local))
 
-/** `Mailbox.send`. */
+/** `route`, with this worker's socket of the token looked up already. */
+const routeFrom = <A, I, R>(
+  env: Env<A, I, R>,
+  pending: Pending,
+  local: Option.Option<string>
+): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | StoreError> => {
+  if (Option.isSome(local)) return Effect.as(deliver(env, pending.token, pending.update as A), "delivered" as const)
+  return Effect.flatMap(env.tokens.owner(pending.token), (owner) =>
+    Option.isNone(owner)
+      ? Effect.succeed("no-owner" as const)
+      : Effect.as(
+          Effect.zipRight(
+            env.store.mailboxAppend(owner.value.instanceId, payloadOf(env, pending), env.append),
+            Metric.increment(sent)
+          ),
+          "sent" as const
+        )
+  )
+}
+
+const invalidUpdate = (token: string, error: ParseResult.ParseError): Effect.Effect<never, InvalidUpdate> =>
+  Effect.fail(new InvalidUpdate({ token, reason: describeParseError(error) }))
+
+/**
+ * `Mailbox.send`. The update is checked against the schema before anything else is done:
+ * encoded in its envelope where it may travel (an outbox that holds updates already, or a
+ * socket held elsewhere), or by the schema alone when it is delivered here, where no
+ * envelope is needed.
+ */
 export const send = <A, I, R>(
   env: Env<A, I, R>,
   sender: Sender,
   token: string,
   update: unknown
 ): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> =>
-  Effect.gen(function* () {
-    yield* validateToken(token)
-    // Encoding the envelope checks the update against the schema, once for every route.
-    const payload = env.encode({
-      token,
-      update: update as A,
-      forwarded: false,
-      from: env.instanceId,
-      seq: sender.nextSeq
-    })
-    if (Either.isLeft(payload)) return yield* new InvalidUpdate({ token, reason: describeParseError(payload.left) })
-    const pending: Pending = { token, update, payload: payload.right }
-    sender.nextSeq++
-    if (sender.outbox.length > 0) return yield* enqueue(sender, pending)
-    const outcome = yield* route(env, pending).pipe(Effect.catchTag("StoreUnavailable", () => enqueue(sender, pending)))
-    if (outcome === "no-owner") yield* drop("no-owner")
-    return outcome
+  // Steps chained by hand, not `Effect.gen`: this is on the path of every update.
+  Effect.suspend(() => {
+    const invalid = tokenError(token)
+    if (invalid !== undefined) return Effect.fail(invalid)
+    const pending: Pending = { token, update, seq: sender.nextSeq, payload: undefined }
+    if (sender.outbox.length > 0) {
+      const error = encodeEnvelope(env, pending)
+      if (error !== undefined) return invalidUpdate(token, error)
+      sender.nextSeq++
+      return enqueue(sender, pending)
+    }
+    return Effect.flatMap(
+      env.tokens.local(token),
+      (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
+        const error = Option.isSome(local)
+          ? Option.getOrUndefined(Either.getLeft(env.check(update as A)))
+          : encodeEnvelope(env, pending)
+        if (error !== undefined) return invalidUpdate(token, error)
+        sender.nextSeq++
+        return routeFrom(env, pending, local).pipe(
+          Effect.catchTag("StoreUnavailable", () => enqueue(sender, pending)),
+          Effect.tap((outcome) => (outcome === "no-owner" ? drop("no-owner") : Effect.void))
+        )
+      }
+    )
   })
 
 type Routed = "delivered" | "sent" | "no-owner" | "refused"
