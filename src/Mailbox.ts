@@ -186,7 +186,18 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
-    const env: MailboxEnv.Env<A, I, R> = { options, store, tokens, instanceId, context, encode, check, decode, append }
+    const env: MailboxEnv.Env<A, I, R> = {
+      options,
+      store,
+      tokens,
+      instanceId,
+      context,
+      encode,
+      check,
+      decode,
+      merged: { from: undefined, to: undefined },
+      append
+    }
 
     // --- the outbox (internal/mailbox/outbox.ts) ----------------------------------------
     const sender: Outbox.Sender = {

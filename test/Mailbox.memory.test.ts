@@ -1,11 +1,18 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as TestClock from "effect/TestClock"
 import { encodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
+import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import { Mailbox } from "../src/Mailbox.js"
+import * as MemoryStore from "../src/MemoryStore.js"
+import { TokenManager } from "../src/TokenManager.js"
+import * as Worker from "../src/Worker.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { memoryWorkers, Update, update } from "./delivery/workers.js"
 import { untilOnTestClock } from "./support/testClock.js"
@@ -162,6 +169,43 @@ describe("delivery after a take-over", () => {
         [["token2", 2]]
       )
       deepStrictEqual(b.received, [])
+    })
+  )
+})
+
+describe("the app's deliver runs with the mailbox's services", () => {
+  class Label extends Context.Tag("test/Label")<Label, string>() {}
+
+  it.scoped("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
+    Effect.gen(function* () {
+      const seen: Array<string> = []
+      const worker = yield* Layer.build(
+        Worker.layer({
+          schema: Update,
+          deliver: (_token, value) =>
+            Effect.flatMap(Label, (label) => {
+              seen.push(label)
+              return value.n < 0 ? Effect.die("refused") : Effect.void
+            })
+        }).pipe(
+          Layer.provideMerge(MemoryStore.layer),
+          Layer.provideMerge(LeaseholdConfig.layerWith({})),
+          Layer.provide(Layer.succeed(Label, "mailbox"))
+        )
+      )
+      const mailbox = Context.get(worker, Mailbox)
+      yield* Context.get(worker, TokenManager).link("token1", "sid1")
+      const asCaller = Effect.gen(function* () {
+        assert.strictEqual(yield* mailbox.send("token1", update(1)), "delivered")
+        assert.strictEqual(yield* Label, "caller")
+        // a delivery that fails is counted as dropped; the caller's context is back all the same
+        assert.strictEqual(yield* mailbox.send("token1", update(-1)), "delivered")
+        assert.strictEqual(yield* Label, "caller")
+      }).pipe(Effect.provideService(Label, "caller"))
+      yield* asCaller
+      // from a fiber without the service at all
+      assert.strictEqual(yield* mailbox.send("token1", update(2)), "delivered")
+      deepStrictEqual(seen, ["mailbox", "mailbox", "mailbox"])
     })
   )
 })

@@ -6,9 +6,10 @@
  * @internal
  */
 import * as Cause from "effect/Cause"
-import type * as Context from "effect/Context"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as Either from "effect/Either"
+import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
@@ -112,21 +113,49 @@ export interface Env<A, I, R> {
   /** The update encoded by the schema alone (no envelope, no JSON): whether it can be sent at all. */
   readonly check: (update: A) => Either.Either<unknown, ParseResult.ParseError>
   readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
+  /** The last caller's context `deliver` merged the mailbox's into (`provided`). */
+  readonly merged: Merged
   /** The options of every append to a mailbox. */
   readonly append: { readonly maxLen: number; readonly ttlMs: number }
 }
 
+/** The last context `deliver` merged the mailbox's into, and the merge. */
+export interface Merged {
+  from: Context.Context<never> | undefined
+  to: Context.Context<never> | undefined
+}
+
+/**
+ * The update to the app's `deliver`, run with the mailbox's context merged into its fiber's
+ * (as `Effect.provide` would, without its acquire-use-release: a score of runtime steps, more
+ * than the rest of a delivery): the fiber's context set, then set back however the delivery
+ * ends, uninterruptibly around it. The merge made last is kept: a socket's updates come from
+ * the same fiber, with the same context. A failed delivery is logged and counted.
+ */
 export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
-  env.options.deliver(token, update).pipe(
-    Effect.provide(env.context),
-    Effect.matchCauseEffect({
-      onSuccess: () => Metric.increment(delivered),
-      onFailure: (cause) =>
-        Cause.isInterruptedOnly(cause)
-          ? Effect.failCause(cause as Cause.Cause<never>)
-          : Effect.zipRight(
-              Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
-              drop("deliver-failed")
+  Effect.uninterruptibleMask((restore) =>
+    FiberRef.getWith(FiberRef.currentContext, (previous) => {
+      const { merged } = env
+      if (merged.from !== previous) {
+        merged.from = previous
+        merged.to = Context.merge(previous, env.context)
+      }
+      const back = FiberRef.set(FiberRef.currentContext, previous)
+      return Effect.zipRight(
+        FiberRef.set(FiberRef.currentContext, merged.to!),
+        Effect.matchCauseEffect(restore(env.options.deliver(token, update) as Effect.Effect<void>), {
+          onSuccess: () => Effect.zipRight(back, Metric.increment(delivered)),
+          onFailure: (cause) =>
+            Effect.zipRight(
+              back,
+              Cause.isInterruptedOnly(cause)
+                ? Effect.failCause(cause)
+                : Effect.zipRight(
+                    Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
+                    drop("deliver-failed")
+                  )
             )
+        })
+      )
     })
   )
