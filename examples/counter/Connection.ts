@@ -22,6 +22,7 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import { Mailbox } from "leasehold/Mailbox"
+import { StateManager } from "leasehold/StateManager"
 import { isValidToken, TokenManager } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
 import { parseClientMessage } from "./Protocol.js"
@@ -93,6 +94,7 @@ const frameHandler = (connection: Connection) =>
   Effect.gen(function* () {
     const sockets = yield* Sockets
     const mailbox = yield* Mailbox
+    const states = yield* StateManager
     const refuse = (message: string) => sockets.send(connection, { type: "error", message })
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const deliver = (count: Counter.Count) =>
@@ -104,7 +106,7 @@ const frameHandler = (connection: Connection) =>
     return (text: string) => {
       const bump = parseClientMessage(text)
       if (Either.isLeft(bump)) return refuse(bump.left)
-      return Counter.bump(connection.token, bump.right.by).pipe(
+      return Counter.bumpWith(states, connection.token, bump.right.by).pipe(
         Effect.flatMap(deliver),
         Effect.catchAll((error) =>
           Effect.zipRight(

@@ -7,7 +7,6 @@
  * later epoch. `(epoch, v)` is what the socket's owner compares to put updates that
  * travelled through different workers back in order.
  */
-import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -45,27 +44,31 @@ export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epo
   a.epoch > b.epoch || (a.epoch === b.epoch && a.v > b.v)
 
 /**
- * Add `by` to the token's counter; the new count. A plain function (`modify`): the
- * session decides it when its turn comes, with no step of this fiber in between, which
- * costs a modification less than an effectful one. An overflow leaves the count as it
- * was (nothing is written) and fails the bump.
+ * Add `by` to the token's counter; the new count. A plain function (`modify`): on the
+ * embedded store it runs inside one step of the store, elsewhere the session decides it
+ * when its turn comes, with no step of this fiber in between; either costs less than an
+ * effectful one. An overflow leaves the count as it was (nothing is written) and fails the
+ * bump.
  */
-export const bump = (token: string, by: number) =>
-  Effect.gen(function* () {
-    const states = yield* StateManager
-    const now = yield* Clock.currentTimeMillis
-    const outcome = yield* states.modify(
-      token,
-      Counter,
-      (count): readonly [Either.Either<Count, CounterOverflow>, Count] => {
-        const n = count.n + by
-        if (!Number.isSafeInteger(n)) return [Either.left(new CounterOverflow({ token, n: count.n, by })), count]
-        const next: Count = { n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch }
-        return [Either.right(next), next]
-      },
-      { event: "bump" }
+export const bump = (token: string, by: number) => Effect.flatMap(StateManager, (states) => bumpWith(states, token, by))
+
+/** `bump` with the state manager at hand (a socket's handler looks it up once). */
+export const bumpWith = (states: StateManager["Type"], token: string, by: number) =>
+  Effect.clockWith((clock) => {
+    const now = clock.unsafeCurrentTimeMillis()
+    return Effect.flatten(
+      states.modify(
+        token,
+        Counter,
+        (count): readonly [Either.Either<Count, CounterOverflow>, Count] => {
+          const n = count.n + by
+          if (!Number.isSafeInteger(n)) return [Either.left(new CounterOverflow({ token, n: count.n, by })), count]
+          const next: Count = { n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch }
+          return [Either.right(next), next]
+        },
+        { event: "bump" }
+      )
     )
-    return yield* outcome
   })
 
 /** The token's counter now. */

@@ -64,12 +64,16 @@ const storeLayer = Layer.unwrapEffect(
   )
 )
 
-/** The leasehold worker, delivering updates to this process's sockets. */
+/**
+ * The leasehold worker, delivering updates to this process's sockets (the registry looked
+ * up once, when the layer is built, not at every update).
+ */
 export const workerLayer = (settings: AppSettings) =>
-  Worker.layer({
-    schema: Count,
-    deliver: (token, count) => Effect.flatMap(Sockets.Sockets, (sockets) => sockets.deliver(token, count))
-  }).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
+  Layer.unwrapEffect(
+    Effect.map(Sockets.Sockets, (sockets) =>
+      Worker.layer({ schema: Count, deliver: (token, count) => sockets.deliver(token, count) })
+    )
+  ).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
 
 /** Close every socket whose token another worker took over (it found this worker gone). */
 const closeLost = Layer.scopedDiscard(

@@ -164,9 +164,13 @@ export const send = <A, I, R>(
     return Effect.flatMap(
       env.tokens.local(token),
       (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
-        const error = Option.isSome(local)
-          ? Option.getOrUndefined(Either.getLeft(env.check(update as A)))
-          : encodeEnvelope(env, pending)
+        if (Option.isSome(local)) {
+          const checked = env.check(update as A)
+          if (Either.isLeft(checked)) return invalidUpdate(token, checked.left)
+          sender.nextSeq++
+          return Effect.as(deliver(env, token, update as A), "delivered" as const)
+        }
+        const error = encodeEnvelope(env, pending)
         if (error !== undefined) return invalidUpdate(token, error)
         sender.nextSeq++
         return routeFrom(env, pending, local).pipe(
