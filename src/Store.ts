@@ -457,18 +457,24 @@ export declare namespace Store {
      * incremented, as `acquireQueued` does), read `slices` (refreshing their expiry), call
      * `decide` with their values and the grant's fence, write the entries it returns (each
      * among `slices`) and let the grant go, in one step that nobody sees half done: no lock
-     * is set, no notice sent. With `holder`: the same under the grant its lock id holds (or
-     * takes back by its `claim`, as `writeIfHolder` does), the fence as it stands, the lock
-     * kept. `true` once done. Otherwise nothing is done (the late queue entries leave, as at
-     * every step) and the answer is `false`: take the lock the queued way. `decide` runs
-     * inside the store's step: it must be quick, and must not throw (a throw is a defect,
-     * with nothing written).
+     * is set, no notice sent. `when`, called first inside the step (so that what it looks at
+     * cannot change before the step is made), asks for nothing (`undefined`: the step does
+     * nothing), for that grant (`{}`), or for a `holder`'s: the same under the grant its
+     * lock id holds (or takes back by its `claim`, as `writeIfHolder` does), the fence as it
+     * stands, the lock kept. `true` once done. Otherwise nothing is done (the late queue
+     * entries leave, as at every step) and the answer is `false`: take the lock the queued
+     * way. `when` and `decide` run inside the store's step: they must be quick, and must not
+     * throw (a throw is a defect, with nothing written).
      */
     readonly modifyInStep?: (
       token: string,
       slices: ReadonlyArray<string>,
       decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-      options?: { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } }
+      options?: {
+        readonly when?: () =>
+          | { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } }
+          | undefined
+      }
     ) => Effect.Effect<boolean, InvalidToken | StoreError>
   }
 

@@ -113,6 +113,41 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
+  it.scoped(
+    "asked inside the step: nothing (the step does nothing), or a holder's grant (its fence, the lock kept)",
+    () =>
+      Effect.gen(function* () {
+        const memory = yield* MemoryStore.make
+        const step = stepOf(memory)
+        const seen: Seen = []
+        const decide = recording(seen, [["a", "1"]])
+        // asked for nothing: not even a free lock is taken
+        let asked = 0
+        const nothing = () => {
+          asked++
+          return undefined
+        }
+        assert.isFalse(yield* step("t", ["a"], decide, { when: nothing }))
+        assert.strictEqual(asked, 1)
+        deepStrictEqual(yield* memory.control.getRaw(keys.fence("t")), Option.none())
+        // a holder's grant: under its lock and fence
+        yield* memory.acquireQueued("t", "A:1", ["a"], { instanceId: "A" })
+        assert.isFalse(yield* step("t", ["a"], decide), "a grant of its own: the lock is taken")
+        assert.isFalse(yield* step("t", ["a"], decide, { when: () => ({ holder: { lockId: "B:1" } }) }))
+        assert.isTrue(yield* step("t", ["a"], decide, { when: () => ({ holder: { lockId: "A:1" } }) }))
+        deepStrictEqual(seen, [{ values: [Option.none()], fence: 1 }])
+        deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.some("1"))
+        deepStrictEqual(yield* memory.control.getRaw(keys.fence("t")), Option.some("1"))
+        deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.some("A:1"))
+        // a holder's lock id that is not one is a defect, nothing written
+        const bad = yield* Effect.exit(
+          step("t", ["a"], () => [["a", "2"]], { when: () => ({ holder: { lockId: "?A" } }) })
+        )
+        assert.isTrue(Exit.isFailure(bad) && Cause.isDie(bad.cause))
+        deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.some("1"))
+      }).pipe(Effect.provide(config))
+  )
+
   it.scoped("refused inputs and refused data: a typed error, the decision not made, nothing written", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make

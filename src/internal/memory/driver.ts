@@ -174,8 +174,8 @@ export const make = (
       ...presencePart(space, op, listen),
       ...mailboxPart(space, op, mailboxReaders),
       tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token)),
-      modifyInStep: (token, slices, decide, holder) =>
-        op("modifyInStep", (now) => Step.modifyInStep(space, now, token, slices, decide, holder))
+      modifyInStep: (token, slices, decide, when) =>
+        op("modifyInStep", (now) => Step.modifyInStep(space, now, token, slices, decide, when))
     }
     return { driver, state }
   })

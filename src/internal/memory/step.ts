@@ -10,8 +10,10 @@
  * - the grant of a `holder`, when its lock id holds the lock (or takes it back by its
  *   claim, as `writeIfHolder` does): the fence as it stands.
  *
- * Otherwise it changes nothing but what every step changes (the late queue entries leave)
- * and answers `false`: the caller goes the way of the queue.
+ * What to run under is asked of the caller (`when`) inside the step, so that what it looks
+ * at (its own state) cannot change before the step is made. Otherwise (or when the caller
+ * asks for nothing) it changes nothing but what every step changes (the late queue entries
+ * leave) and answers `false`: the caller goes the way of the queue.
  *
  * As in the twins, everything that can refuse the step (a fence that is not an integer, a
  * slice key of another kind) is read before anything is written. `decide` must not throw:
@@ -34,6 +36,14 @@ export interface Holder {
   readonly claim?: number | undefined
 }
 
+/**
+ * What the caller asks for, looked at first, inside the step: `undefined` to do nothing (the
+ * step answers `false`), `{}` for a grant of the step's own, or a holder's grant.
+ *
+ * @internal
+ */
+export type When = () => { readonly holder?: Holder | undefined } | undefined
+
 /** @internal */
 export const modifyInStep = (
   s: Space,
@@ -41,8 +51,11 @@ export const modifyInStep = (
   token: string,
   slices: ReadonlyArray<string>,
   decide: Decide,
-  holder: Holder | undefined
+  when: When | undefined
 ): boolean => {
+  const asked = when === undefined ? {} : when()
+  if (asked === undefined) return false
+  const holder = asked.holder
   const held = holder === undefined ? undefined : holderOrClaim(s, now, token, holder.lockId, holder.claim)
   if (holder === undefined ? !freeForAll(s, now, token) : typeof held !== "string") return false
   const fence = readFence(s, token, now)

@@ -15,7 +15,7 @@ import type { SliceEntry } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
-import { idleLease, servedInStep } from "./relay.js"
+import { type HoldState, idleLease, servedInStep } from "./relay.js"
 import { start } from "./run.js"
 import { newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -141,10 +141,6 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     })
   })
 
-const notInStep = Effect.succeed(false)
-const madeInStep = Effect.succeed(true)
-const madeThenYield = Effect.as(Effect.yieldNow(), true)
-
 /**
  * Steps made in a row without a yield (`inStep`): a tight loop lets the other fibers run
  * after at most this many, and a yield costs a fifth of a step: one after each would cost
@@ -152,66 +148,70 @@ const madeThenYield = Effect.as(Effect.yieldNow(), true)
  */
 const stepsPerYield = 16
 
-/** What follows a step made: every `stepsPerYield`-th, a yield. */
-const afterStep = (env: SessionEnv) => {
-  if (++env.inStep.made < stepsPerYield) return madeInStep
+/** `next`, after a yield every `stepsPerYield`-th step made on this worker. */
+const afterStep = <A, E>(env: SessionEnv, next: Effect.Effect<A, E>): Effect.Effect<A, E> => {
+  if (++env.inStep.made < stepsPerYield) return next
   env.inStep.made = 0
-  return madeThenYield
+  return Effect.zipRight(Effect.yieldNow(), next)
 }
+
+/** What a step of the store's own grant asks for (`Store.Stepping`'s `when`). */
+const ownGrant = {}
 
 /**
  * A whole modification in one step of the store (`Lease.Service.inStep`), with no step of
- * a session's fiber: `undefined` where the store has no such step. With the oplock off and
- * no session on the token here, under a grant of the step's own (the lock free, nobody
- * queued); under this worker's lease when its hold is idle (`idleLease`: the modification is
- * what it would serve next), under the lease's grant. `false` (nothing done: go on with
- * `begin`) otherwise: the token has a session busy here (the modification queues behind
- * it, in its order), or, with the oplock on, none yet (`begin` starts the lease), or the
- * store finds the lock taken or workers queued. `true` once `decide` ran in the store's step
- * and its writes are made, with the warning of a decision that took too long.
+ * a session's fiber: `undefined` where the store has no such step. Otherwise the step asks,
+ * inside itself (`when`: nothing here can change before it is made), what to run under:
+ * with the oplock off and no session on the token here, a grant of the step's own (the
+ * lock free, nobody queued); under this worker's lease when its hold is idle (`idleLease`:
+ * the modification is what it would serve next), the lease's grant; nothing otherwise (the
+ * token has a session busy here: the modification queues behind it, in its order; or, with
+ * the oplock on, none yet: `begin` starts the lease). `then(true)` once `decide` ran in the
+ * step and its writes are made, with the warning of a decision that took too long;
+ * `then(false)` when nothing was done (also when the store found the lock taken or
+ * workers queued), and the modification goes on with `begin`.
  *
  * A yield follows every `stepsPerYield`-th step made on this worker, as `complete`'s
  * follows a release: the embedded store never makes a fiber wait, and a loop of
  * modifications would hold every other fiber off. (No lock is held across it: the fiber of
  * another worker that runs then finds the lock free, and takes it.) An interruption there
  * finds the modification whole (its one step made), as an interrupted modification on the
- * queued way ends once its write is made.
+ * queued way ends once its write is made. Called when the modification runs (it reads
+ * nothing itself: the step does).
  *
  * @internal
  */
-export const inStep = (
+export const inStep = <A, E>(
   env: SessionEnv,
   token: string,
   slices: ReadonlyArray<string>,
   event: Option.Option<string>,
-  decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>
-): Effect.Effect<boolean, InvalidToken | StoreError> | undefined => {
+  decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
+  then: (done: boolean) => Effect.Effect<A, E>
+): Effect.Effect<A, E | InvalidToken | StoreError> | undefined => {
   const step = env.store.modifyInStep
   if (step === undefined) return undefined
-  return Effect.clockWith((clock) => {
+  let lease: HoldState | undefined
+  let heldMs = 0
+  const when = () => {
     const session = env.sessions.get(token)
-    const lease = session === undefined ? undefined : idleLease(session, fineMillis(clock))
-    if (session === undefined ? env.oplock : lease === undefined) return notInStep
-    let heldMs = 0
-    const made = step(
-      token,
-      slices,
-      (values, fence) => {
-        const started = fineMillis(clock)
-        const writes = decide(values, fence)
-        const ended = fineMillis(clock)
-        heldMs = ended - started
-        if (lease !== undefined) servedInStep(lease, slices, values, writes, ended)
-        return writes
-      },
-      lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
-    )
-    return Effect.flatMap(made, (done) =>
-      !done
-        ? notInStep
-        : heldMs > env.warnMs
-          ? Effect.zipRight(warnHeld(env, token, event, heldMs), afterStep(env))
-          : afterStep(env)
-    )
+    if (session === undefined) return env.oplock ? undefined : ownGrant
+    lease = idleLease(session)
+    return lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
+  }
+  const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
+    // a lease's hold reads its own clock; a grant of the step's own, the worker's
+    const clock = lease?.clock ?? env.clock
+    const started = fineMillis(clock)
+    const writes = decide(values, fence)
+    const ended = fineMillis(clock)
+    heldMs = ended - started
+    if (lease !== undefined) servedInStep(lease, slices, values, writes, ended)
+    return writes
+  }
+  return Effect.flatMap(step(token, slices, decideTimed, { when }), (done) => {
+    if (!done) return then(false)
+    const next = afterStep(env, then(true))
+    return heldMs > env.warnMs ? Effect.zipRight(warnHeld(env, token, event, heldMs), next) : next
   })
 }

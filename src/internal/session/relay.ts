@@ -186,9 +186,11 @@ const listenForTurnEnd = (state: HoldState, request: Request) =>
  *
  * @internal
  */
-export const idleLease = (session: Session, now: number): HoldState | undefined => {
+export const idleLease = (session: Session): HoldState | undefined => {
   const state = session.lease?.hold
   if (state === undefined || (state.idleSince === undefined && session.parked !== state)) return undefined
+  // the hold's deadline is on the hold's clock
+  const now = fineMillis(state.clock)
   if (state.failed !== undefined || state.contended || state.inProgress !== undefined || state.relayEnd !== undefined) {
     return undefined
   }

@@ -7,6 +7,7 @@
  *
  * @internal
  */
+import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Option from "effect/Option"
@@ -56,6 +57,8 @@ export interface SessionEnv {
   readonly resume: (session: Session, state: HoldState) => void
   /** The modifications made in one step of the store since the last yield after one (`caller.inStep`). */
   readonly inStep: { made: number }
+  /** The clock of the fiber that built the worker: what `caller.inStep` times a decision with. */
+  readonly clock: Clock.Clock
 }
 
 /** @internal */

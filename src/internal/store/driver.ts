@@ -242,6 +242,8 @@ export interface Driver {
     token: string,
     slices: ReadonlyArray<string>,
     decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-    holder: { readonly lockId: string; readonly claim?: number | undefined } | undefined
+    when:
+      | (() => { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } } | undefined)
+      | undefined
   ) => Effect.Effect<boolean, StoreError>
 }

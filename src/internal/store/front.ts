@@ -354,26 +354,30 @@ const stepPart = (driver: Driver): Store.Stepping => {
   if (step === undefined) return {}
   return {
     modifyInStep: (token, slices, decide, options) =>
-      checked(
-        tokenError(token) ??
-          sliceNamesError(slices) ??
-          (options?.holder === undefined
+      checked(tokenError(token) ?? sliceNamesError(slices), () => {
+        const when = options?.when
+        return step(
+          token,
+          slices,
+          (values, fence) => {
+            const entries = decide(values, fence)
+            for (const [name] of entries) {
+              if (!slices.includes(name)) throw new Error(`modifyInStep: slice ${name} was not read by the step`)
+            }
+            return entries
+          },
+          when === undefined
             ? undefined
-            : (lockIdError(options.holder.lockId) ?? claimError(options.holder.claim))),
-        () =>
-          step(
-            token,
-            slices,
-            (values, fence) => {
-              const entries = decide(values, fence)
-              for (const [name] of entries) {
-                if (!slices.includes(name)) throw new Error(`modifyInStep: slice ${name} was not read by the step`)
+            : () => {
+                const asked = when()
+                const holder = asked?.holder
+                const invalid =
+                  holder === undefined ? undefined : (lockIdError(holder.lockId) ?? claimError(holder.claim))
+                if (invalid !== undefined) throw new Error(`modifyInStep: ${invalid.message}`)
+                return asked
               }
-              return entries
-            },
-            options?.holder
-          )
-      )
+        )
+      })
   }
 }
 
