@@ -180,7 +180,9 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const envelope = MailboxEnv.envelopeOf(options.schema)
     const encode = parseSafely(envelope, Schema.encodeEither(envelope))
     const decode = parseSafely(envelope, Schema.decodeEither(envelope))
-    const check = parseSafely(options.schema, Schema.encodeEither(options.schema))
+    // the update alone through the same schema and JSON as its envelope: refused the same way
+    const updateJson = Schema.parseJson(options.schema)
+    const check = parseSafely(updateJson, Schema.encodeEither(updateJson))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
     const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))

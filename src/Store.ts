@@ -461,10 +461,13 @@ export declare namespace Store {
      * cannot change before the step is made), asks for nothing (`undefined`: the step does
      * nothing), for that grant (`{}`), or for a `holder`'s: the same under the grant its
      * lock id holds (or takes back by its `claim`, as `writeIfHolder` does), the fence as it
-     * stands, the lock kept. `true` once done. Otherwise nothing is done (the late queue
-     * entries leave, as at every step) and the answer is `false`: take the lock the queued
-     * way. `when` and `decide` run inside the store's step: they must be quick, and must not
-     * throw (a throw is a defect, with nothing written).
+     * stands, the lock kept. `written`, called last inside the step, is told the values read
+     * and the entries written. `true` once done. Otherwise the answer is `false` (take the
+     * lock the queued way) and nothing is done but, on the way of its own grant, what
+     * `acquireQueued` would do at any attempt: the late queue entries leave, and a free
+     * lock with workers queued goes to the head. `when`, `decide` and `written` run inside
+     * the store's step: they must be quick, and must not throw (a throw is a defect, with
+     * nothing written if `decide` or `when` threw).
      */
     readonly modifyInStep?: (
       token: string,
@@ -474,6 +477,7 @@ export declare namespace Store {
         readonly when?: () =>
           | { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } }
           | undefined
+        readonly written?: (values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void
       }
     ) => Effect.Effect<boolean, InvalidToken | StoreError>
   }

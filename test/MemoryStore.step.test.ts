@@ -3,7 +3,9 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -86,14 +88,20 @@ describe("MemoryStore: a whole modification in one step", () => {
       yield* memory.releaseQueued("t", "A:1", { instanceId: "A" })
       deepStrictEqual(yield* memory.holder("t").pipe(Effect.map(Option.map((h) => h.lockId))), Option.some("B:1"))
       assert.isFalse(yield* step("t", ["a"], decide))
-      // B's grant runs out unclaimed: the lock is free, and C still queued
+      // B's grant runs out unclaimed: the lock is free, and C still queued; the step, as any
+      // attempt, grants the lock to C (under the next fence), and C alone is told
       yield* TestClock.adjust("1500 millis")
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.none())
+      const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.fork)
+      yield* Effect.yieldNow()
       assert.isFalse(yield* step("t", ["a"], decide))
-      deepStrictEqual(yield* memory.queue("t"), ["C"])
+      deepStrictEqual(yield* memory.queue("t"), [])
+      deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.some("C:1"))
+      const notice = yield* Fiber.join(toC)
+      assert.strictEqual(Option.getOrThrow(notice)._tag, "Granted")
       deepStrictEqual(seen, [])
       deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.none())
-      deepStrictEqual(yield* memory.control.getRaw(keys.fence("t")), Option.some("2"))
+      deepStrictEqual(yield* memory.control.getRaw(keys.fence("t")), Option.some("3"))
     }).pipe(Effect.provide(config))
   )
 

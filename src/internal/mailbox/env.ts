@@ -110,7 +110,7 @@ export interface Env<A, I, R> {
   readonly instanceId: string
   readonly context: Context.Context<R>
   readonly encode: (envelope: Envelope<A, I>) => Either.Either<string, ParseResult.ParseError>
-  /** The update encoded by the schema alone (no envelope, no JSON): whether it can be sent at all. */
+  /** The update encoded alone (its schema, then JSON; no envelope): whether it can be sent at all. */
   readonly check: (update: A) => Either.Either<unknown, ParseResult.ParseError>
   readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
   /** The last caller's context `deliver` merged the mailbox's into (`provided`). */
@@ -130,7 +130,8 @@ export interface Merged {
  * (as `Effect.provide` would, without its acquire-use-release: a score of runtime steps, more
  * than the rest of a delivery): the fiber's context set, then set back however the delivery
  * ends, uninterruptibly around it. The merge made last is kept: a socket's updates come from
- * the same fiber, with the same context. A failed delivery is logged and counted.
+ * the same fiber, with the same context (so one caller's context stays reachable until
+ * another's replaces it). A failed delivery is logged and counted.
  */
 export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
   Effect.uninterruptibleMask((restore) =>

@@ -154,11 +154,12 @@ export const send = <A, I, R>(
   Effect.suspend(() => {
     const invalid = tokenError(token)
     if (invalid !== undefined) return Effect.fail(invalid)
-    const pending: Pending = { token, update, seq: sender.nextSeq, payload: undefined }
+    // The number taken and counted in one block: a send that waits in between must not share it.
+    // (A refused update leaves a gap, which the readers' duplicate check does not mind.)
+    const pending: Pending = { token, update, seq: sender.nextSeq++, payload: undefined }
     if (sender.outbox.length > 0) {
       const error = encodeEnvelope(env, pending)
       if (error !== undefined) return invalidUpdate(token, error)
-      sender.nextSeq++
       return enqueue(sender, pending)
     }
     return Effect.flatMap(
@@ -167,12 +168,10 @@ export const send = <A, I, R>(
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
           if (Either.isLeft(checked)) return invalidUpdate(token, checked.left)
-          sender.nextSeq++
           return Effect.as(deliver(env, token, update as A), "delivered" as const)
         }
         const error = encodeEnvelope(env, pending)
         if (error !== undefined) return invalidUpdate(token, error)
-        sender.nextSeq++
         return routeFrom(env, pending, local).pipe(
           Effect.catchTag("StoreUnavailable", () => enqueue(sender, pending)),
           Effect.tap((outcome) => (outcome === "no-owner" ? drop("no-owner") : Effect.void))

@@ -174,8 +174,8 @@ export const make = (
       ...presencePart(space, op, listen),
       ...mailboxPart(space, op, mailboxReaders),
       tokenKeys: (token) => op("tokenKeys", (now) => Scripts.describeKeys(space, now, token)),
-      modifyInStep: (token, slices, decide, when) =>
-        op("modifyInStep", (now) => Step.modifyInStep(space, now, token, slices, decide, when))
+      modifyInStep: (token, slices, decide, options) =>
+        op("modifyInStep", (now) => Step.modifyInStep(space, now, token, slices, decide, options))
     }
     return { driver, state }
   })

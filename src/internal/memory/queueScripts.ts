@@ -365,13 +365,22 @@ export const queue = (s: Space, now: number, token: string): ReadonlyArray<strin
 /**
  * Whether any worker could take the token's lock now: no lock key of any kind (not held,
  * no grant pending) and nobody queued once the late entries have left (dropped here, as
- * every step drops them). For the embedded store's own step (`./step.ts`), which has no
- * twin: it reads and drops what `acquireQueued` would. @internal
+ * every step drops them). A free lock with workers queued goes to the head, as in every
+ * step (`grantNext`, its notice carrying `carry`). For the embedded store's own step
+ * (`./step.ts`), which has no twin. @internal
  */
-export const freeForAll = (s: Space, now: number, token: string): boolean => {
+export const freeForAll = (
+  s: Space,
+  now: number,
+  token: string,
+  granted: string,
+  carry: ReadonlyArray<string>
+): boolean => {
   const q = openQueue(s, now, token)
   if (s.ks.get(q.lockKey, now) !== undefined) return false
   if (q.order === undefined && q.deadlines === undefined) return true
   dropLate(q)
-  return ordered(q)[0] === undefined
+  if (ordered(q)[0] === undefined) return true
+  grantNext(q, granted, carry)
+  return false
 }

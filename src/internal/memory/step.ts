@@ -11,9 +11,12 @@
  *   claim, as `writeIfHolder` does): the fence as it stands.
  *
  * What to run under is asked of the caller (`when`) inside the step, so that what it looks
- * at (its own state) cannot change before the step is made. Otherwise (or when the caller
- * asks for nothing) it changes nothing but what every step changes (the late queue entries
- * leave) and answers `false`: the caller goes the way of the queue.
+ * at (its own state) cannot change before the step is made; what was written is told to it
+ * (`written`) in the step too. When the caller asks for nothing, the step does nothing.
+ * Otherwise, when the grant cannot be had, it changes only what every step would: on the
+ * way of its own grant, the late queue entries leave and a free lock with workers queued
+ * goes to the head (as `acquireQueued` would grant it); and it answers `false`: the caller
+ * goes the way of the queue.
  *
  * As in the twins, everything that can refuse the step (a fence that is not an integer, a
  * slice key of another kind) is read before anything is written. `decide` must not throw:
@@ -24,6 +27,7 @@
  */
 import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
+import type { NoticeMessages } from "../store/driver.js"
 import { freeForAll } from "./queueScripts.js"
 import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
 
@@ -51,13 +55,21 @@ export const modifyInStep = (
   token: string,
   slices: ReadonlyArray<string>,
   decide: Decide,
-  when: When | undefined
+  options: {
+    readonly when: When | undefined
+    readonly written:
+      | ((values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void)
+      | undefined
+    readonly notices: NoticeMessages
+  }
 ): boolean => {
-  const asked = when === undefined ? {} : when()
+  const asked = options.when === undefined ? {} : options.when()
   if (asked === undefined) return false
   const holder = asked.holder
   const held = holder === undefined ? undefined : holderOrClaim(s, now, token, holder.lockId, holder.claim)
-  if (holder === undefined ? !freeForAll(s, now, token) : typeof held !== "string") return false
+  if (holder === undefined ? !freeForAll(s, now, token, options.notices.granted, slices) : typeof held !== "string") {
+    return false
+  }
   const fence = readFence(s, token, now)
   if (fence === undefined) throw new NotAnInteger()
   const values = readAndRefresh(s, token, slices, now).map(Option.fromNullable)
@@ -66,5 +78,6 @@ export const modifyInStep = (
   const entries = decide(values, granted)
   if (entries.length > 0) writeSlices(s, token, entries, now)
   if (held === "reclaimed") s.ks.setString(s.keys.lock(token), holder!.lockId, now + s.lockMs)
+  options.written?.(values, entries)
   return true
 }

@@ -199,17 +199,21 @@ export const inStep = <A, E>(
     lease = idleLease(session)
     return lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
   }
+  let ended = 0
   const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
     // a lease's hold reads its own clock; a grant of the step's own, the worker's
     const clock = lease?.clock ?? env.clock
     const started = fineMillis(clock)
     const writes = decide(values, fence)
-    const ended = fineMillis(clock)
+    ended = fineMillis(clock)
     heldMs = ended - started
-    if (lease !== undefined) servedInStep(lease, slices, values, writes, ended)
     return writes
   }
-  return Effect.flatMap(step(token, slices, decideTimed, { when }), (done) => {
+  // in the step, once its writes are made: the lease's cache holds what the store does
+  const written = (values: ReadonlyArray<Option.Option<string>>, writes: ReadonlyArray<SliceEntry>) => {
+    if (lease !== undefined) servedInStep(lease, slices, values, writes, ended)
+  }
+  return Effect.flatMap(step(token, slices, decideTimed, { when, written }), (done) => {
     if (!done) return then(false)
     const next = afterStep(env, then(true))
     return heldMs > env.warnMs ? Effect.zipRight(warnHeld(env, token, event, heldMs), next) : next

@@ -242,8 +242,14 @@ export interface Driver {
     token: string,
     slices: ReadonlyArray<string>,
     decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-    when:
-      | (() => { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } } | undefined)
-      | undefined
+    options: {
+      readonly when:
+        | (() => { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } } | undefined)
+        | undefined
+      readonly written:
+        | ((values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void)
+        | undefined
+      readonly notices: NoticeMessages
+    }
   ) => Effect.Effect<boolean, StoreError>
 }

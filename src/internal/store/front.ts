@@ -366,16 +366,21 @@ const stepPart = (driver: Driver): Store.Stepping => {
             }
             return entries
           },
-          when === undefined
-            ? undefined
-            : () => {
-                const asked = when()
-                const holder = asked?.holder
-                const invalid =
-                  holder === undefined ? undefined : (lockIdError(holder.lockId) ?? claimError(holder.claim))
-                if (invalid !== undefined) throw new Error(`modifyInStep: ${invalid.message}`)
-                return asked
-              }
+          {
+            when:
+              when === undefined
+                ? undefined
+                : () => {
+                    const asked = when()
+                    const holder = asked?.holder
+                    const invalid =
+                      holder === undefined ? undefined : (lockIdError(holder.lockId) ?? claimError(holder.claim))
+                    if (invalid !== undefined) throw new Error(`modifyInStep: ${invalid.message}`)
+                    return asked
+                  },
+            written: options?.written,
+            notices: noticeMessages(token)
+          }
         )
       })
   }
