@@ -106,15 +106,14 @@ const frameHandler = (connection: Connection) =>
     return (text: string) => {
       const bump = parseClientMessage(text)
       if (Either.isLeft(bump)) return refuse(bump.left)
-      return Counter.bumpWith(states, connection.token, bump.right.by).pipe(
-        Effect.flatMap(deliver),
-        Effect.catchAll((error) =>
+      return Effect.matchEffect(Counter.bumpWith(states, connection.token, bump.right.by), {
+        onFailure: (error) =>
           Effect.zipRight(
             Effect.logWarning(`socket ${connection.id}: bump failed: ${error.message}`),
             refuse(error.message)
-          )
-        )
-      )
+          ),
+        onSuccess: deliver
+      })
     }
   })
 

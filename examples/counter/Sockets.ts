@@ -64,8 +64,12 @@ export class Sockets extends Context.Tag("counter/Sockets")<
 export const layer = Layer.sync(Sockets, () => {
   const byToken = new Map<string, Connection>()
 
+  // Queued in one step (an unbounded queue takes it at once); a socket detached meanwhile,
+  // its queue shut down, takes nothing.
   const send = (connection: Connection, message: ServerMessage) =>
-    Effect.asVoid(Queue.offer(connection.outgoing, encode(message)))
+    Effect.sync(() => {
+      connection.outgoing.unsafeOffer(encode(message))
+    })
 
   const sendCount = (connection: Connection, type: "state" | "update", count: Count) =>
     Effect.suspend(() => {
