@@ -106,21 +106,24 @@ export declare namespace Lease {
       request: Request
     ) => Effect.Effect<Option.Option<Turn>, InvalidToken | AcknowledgedError>
     /**
-     * A whole modification in one step of the store (`Store.Stepping`), before `begin`:
-     * `undefined` where the store has no such step. Otherwise `then(true)` once `decide`
+     * A whole modification in one step of the store (`Store.Stepping`), before `begin`;
+     * `undefined` (decided once, when the layer is built) where the store has no such step,
+     * so that a modification there builds nothing for it. `then(true)` once `decide`
      * ran inside the store's step on the slices' values and the grant's fence, and what it
      * returned is written: under a grant of the step's own (the oplock off, no session on
      * the token here, the lock free and nobody queued), or under this worker's lease while
      * its hold is idle. `then(false)` when nothing was done, and the modification goes on
      * with `begin`. Called when the modification runs; `decide` must not throw.
      */
-    readonly inStep: <A, E>(
-      token: string,
-      slices: ReadonlyArray<string>,
-      event: Option.Option<string>,
-      decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-      then: (done: boolean) => Effect.Effect<A, E>
-    ) => Effect.Effect<A, E | InvalidToken | StoreError> | undefined
+    readonly inStep:
+      | (<A, E>(
+          token: string,
+          slices: ReadonlyArray<string>,
+          event: Option.Option<string>,
+          decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
+          then: (done: boolean) => Effect.Effect<A, E>
+        ) => Effect.Effect<A, E | InvalidToken | StoreError>)
+      | undefined
     /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
     readonly complete: (token: string, request: Request) => Effect.Effect<void>
     /** A request cancelled by its caller: the session skips it. */
@@ -222,7 +225,11 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
 
     return Lease.of({
       begin: (token, request) => begin(env, token, request),
-      inStep: (token, slices, event, decide, then) => inStep(env, token, slices, event, decide, then),
+      inStep:
+        store.modifyInStep === undefined
+          ? undefined
+          : (token, slices, event, decide, then) =>
+              inStep(env, store.modifyInStep!, token, slices, event, decide, then),
       complete: (token, request) => complete(env, token, request),
       cancel: (token, request) =>
         Effect.sync(() => {

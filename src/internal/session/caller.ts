@@ -11,7 +11,7 @@ import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Request, Turn } from "../../Lease.js"
-import type { SliceEntry } from "../../Store.js"
+import type { SliceEntry, Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
@@ -159,8 +159,8 @@ const afterStep = <A, E>(env: SessionEnv, next: Effect.Effect<A, E>): Effect.Eff
 const ownGrant = {}
 
 /**
- * A whole modification in one step of the store (`Lease.Service.inStep`), with no step of
- * a session's fiber: `undefined` where the store has no such step. Otherwise the step asks,
+ * A whole modification in one step of the store (`Lease.Service.inStep`, where the store
+ * has one: `step`), with no step of a session's fiber. The step asks,
  * inside itself (`when`: nothing here can change before it is made), what to run under:
  * with the oplock off and no session on the token here, a grant of the step's own (the
  * lock free, nobody queued); under this worker's lease when its hold is idle (`idleLease`:
@@ -183,14 +183,13 @@ const ownGrant = {}
  */
 export const inStep = <A, E>(
   env: SessionEnv,
+  step: NonNullable<Store.Service["modifyInStep"]>,
   token: string,
   slices: ReadonlyArray<string>,
   event: Option.Option<string>,
   decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
   then: (done: boolean) => Effect.Effect<A, E>
-): Effect.Effect<A, E | InvalidToken | StoreError> | undefined => {
-  const step = env.store.modifyInStep
-  if (step === undefined) return undefined
+): Effect.Effect<A, E | InvalidToken | StoreError> => {
   let lease: HoldState | undefined
   let heldMs = 0
   const when = () => {

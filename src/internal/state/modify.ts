@@ -229,12 +229,13 @@ export const runPure = <B>(
     const invalid = tokenError(token)
     if (invalid !== undefined) return Effect.fail(invalid)
     const decision = new PureDecision(env, token, slices, f)
+    const { inStep } = env.lease
+    if (inStep === undefined) return viaSession(env, token, slices, options, decision)
     const names = slices.map((s) => s.name)
-    const step = env.lease.inStep(token, names, Option.fromNullable(options?.event), decision.on, (done) =>
+    return inStep(token, names, Option.fromNullable(options?.event), decision.on, (done) =>
       // done: the function ran (its result is set) and its writes are made
       done ? decision.afterWarnings(decision.exit!) : viaSession(env, token, slices, options, decision)
     )
-    return step ?? viaSession(env, token, slices, options, decision)
   }).pipe(withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false }))
 
 /** `runPure`'s way through the token's session: the decision is made when the turn comes. */
