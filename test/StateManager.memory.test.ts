@@ -222,9 +222,10 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
   )
 })
 
-describe("plain modifications under an idle lease, in one step of the embedded store (oplock on)", () => {
-  const parked = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
+/** The leases parked so far, in this process. */
+const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
 
+describe("plain modifications under an idle lease, in one step of the embedded store (oplock on)", () => {
   it.scoped("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
@@ -258,14 +259,14 @@ describe("plain modifications under an idle lease, in one step of the embedded s
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 5_000, lockExpiration: 20_000 })
       const a = yield* cluster.worker()
-      const before = yield* parked
+      const before = yield* parkedCount
       yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
       yield* Effect.zipRight(TestClock.adjust(100), settle)
-      assert.strictEqual((yield* parked) - before, 1)
+      assert.strictEqual((yield* parkedCount) - before, 1)
       for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       yield* Effect.zipRight(TestClock.adjust(100), settle)
       // not woken, so not parked again
-      assert.strictEqual((yield* parked) - before, 1)
+      assert.strictEqual((yield* parkedCount) - before, 1)
       assert.strictEqual(yield* cluster.stored("t"), 4)
       assert.isTrue(a.lease.isLeased("t"))
       yield* Effect.zipRight(TestClock.adjust(6_000), settle)
@@ -777,8 +778,6 @@ describe("a lease and the span of the modification that began it", () => {
 })
 
 describe("an idle lease parks", () => {
-  const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
-
   it.scoped("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
