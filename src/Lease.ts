@@ -215,7 +215,9 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       parkMs: Math.max(parkAfterMs, quantumMs),
       resume: (session, state) => runFork(resumed(env, session, state)),
       inStep: { made: 0 },
-      clock: yield* Effect.clock
+      clock: yield* Effect.clock,
+      withheld: new Map(),
+      withheldSweep: { at: 1024 }
     }
     // Started from a callback (`notify`): with the services this layer was built with.
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())

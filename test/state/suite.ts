@@ -788,6 +788,52 @@ export const stateSuite = (backend: StateBackend) => {
         })
     )
 
+    test(
+      "a lease given up before its second modification is not taken again for the lease hold time; one that served two is",
+      { ...oplock, leaseHoldTime: 2_000 },
+      (cluster, tools) =>
+        Effect.gen(function* () {
+          const m1 = yield* cluster.worker()
+          const m2 = yield* cluster.worker()
+          const leaseOver = (w: Worker, label: string) =>
+            tools.until(
+              label,
+              Effect.sync(() => !w.lease.isLeased("t"))
+            )
+          // one modification under m1's lease, then m2's breaks it and leases
+          yield* inc(m1, "t")
+          assert.isTrue(m1.lease.isLeased("t"))
+          yield* run(tools, inc(m2, "t"))
+          yield* leaseOver(m1, "m1's lease is over")
+          assert.isTrue(m2.lease.isLeased("t"))
+          // m1 breaks m2's lease (one modification too) and takes none: the lock is free after it
+          yield* run(tools, inc(m1, "t"))
+          assert.isFalse(m1.lease.isLeased("t"))
+          yield* leaseOver(m2, "m2's lease is over")
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+          // neither leases it again: a grant for each modification, the lock free between them
+          const grants = yield* cluster.grants("t")
+          yield* run(tools, inc(m2, "t"))
+          assert.isFalse(m2.lease.isLeased("t"))
+          yield* run(tools, inc(m1, "t"))
+          assert.isFalse(m1.lease.isLeased("t"))
+          assert.strictEqual(yield* cluster.grants("t"), grants + 2)
+          assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+          // once the lease hold time has passed, a modification leases the token again
+          yield* tools.advance(2_001)
+          yield* run(tools, inc(m1, "t"))
+          assert.isTrue(m1.lease.isLeased("t"))
+          // a lease that served two modifications before another worker broke it is taken again at once
+          yield* inc(m1, "t")
+          yield* run(tools, inc(m2, "t"))
+          yield* leaseOver(m1, "m1's second lease is over")
+          assert.isTrue(m2.lease.isLeased("t"))
+          yield* run(tools, inc(m1, "t"))
+          assert.isTrue(m1.lease.isLeased("t"))
+          assert.strictEqual(yield* cluster.stored("t"), 9)
+        })
+    )
+
     for (const quantum of [2, 0]) {
       test(
         `R4 (quantum ${quantum}): m1 holds a modification while m2 starts two: 2 grants, 3 in the end`,

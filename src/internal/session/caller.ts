@@ -17,7 +17,7 @@ import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
 import { type HoldState, idleLease, servedInStep } from "./relay.js"
 import { start } from "./run.js"
-import { newSession, notify, prune, type SessionEnv } from "./session.js"
+import { leases, newSession, notify, prune, type SessionEnv } from "./session.js"
 
 /** Queued behind an existing session: `true`; the caller then awaits its turn. */
 const join = (env: SessionEnv, token: string, request: Request) => {
@@ -111,7 +111,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
       outcome !== undefined && Exit.isSuccess(outcome) && outcome.value._tag === "Commit" ? outcome.value.writes : []
     const written = () => {
       prune(session)
-      return !env.oplock && env.quantumMs > 0 && session.queue.length > 0
+      return !leases(env, token) && env.quantumMs > 0 && session.queue.length > 0
         ? // The modifications queued here meanwhile are served under the same grant (with
           // this one written in their first batch), for at most a quantum once another
           // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
@@ -194,7 +194,7 @@ export const inStep = <A, E>(
   let heldMs = 0
   const when = () => {
     const session = env.sessions.get(token)
-    if (session === undefined) return env.oplock ? undefined : ownGrant
+    if (session === undefined) return leases(env, token) ? undefined : ownGrant
     lease = idleLease(session)
     return lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
   }

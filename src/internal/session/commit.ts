@@ -15,7 +15,7 @@ import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, LockLost } from "../../StoreError.js"
 import { flushFailures } from "./metrics.js"
-import { prune, type Session, type SessionEnv } from "./session.js"
+import { leases, prune, type Session, type SessionEnv } from "./session.js"
 
 /** @internal */
 export const lockExpired = (env: SessionEnv, request: Request, lockId: string, error: LockLost) =>
@@ -59,21 +59,24 @@ export const succeedAcks = (requests: ReadonlyArray<Request>) => {
 
 /**
  * How a grant is held: for one modification; a quantum's worth (others wait); as a lease
- * (nobody waits); or, with the oplock off, for the modifications queued here (`batch`: each
- * acknowledged once written, for at most a quantum once others wait).
+ * (nobody waits); or, with the oplock off or the token's lease withheld here (`leases`), for
+ * the modifications queued here (`batch`: each acknowledged once written, for at most a
+ * quantum once others wait).
  *
  * @internal
  */
-export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" | "batch" =>
-  env.quantumMs === 0
-    ? env.oplock && grant.contenders === 0
+export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" | "batch" => {
+  const leasing = leases(env, grant.token)
+  return env.quantumMs === 0
+    ? leasing && grant.contenders === 0
       ? "lease"
       : "single"
-    : !env.oplock
+    : !leasing
       ? "batch"
       : grant.contenders === 0
         ? "lease"
         : "quantum"
+}
 
 /**
  * The warning for a modification that held the lock `heldMs`, when that is over the threshold.

@@ -21,7 +21,7 @@ import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, orDefect, succeedAcks, warnHeld } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
-import { notify, openSignals, type Session, type SessionEnv, turnEventLoop } from "./session.js"
+import { notify, openSignals, type Session, type SessionEnv, turnEventLoop, withholdLease } from "./session.js"
 
 /**
  * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
@@ -468,6 +468,9 @@ export const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined
+    // another worker wanted the token before this lease served a second modification
+    if (state.mode === "lease" && state.contended && state.served <= 1)
+      withholdLease(env, token, fineMillis(state.clock))
     // the relay ends here: the turn in progress, if any, is taken over below
     state.relayEnd = undefined
     state.timer?.()

@@ -18,7 +18,7 @@ import type { SignalEvent, Signals } from "../../Signals.js"
 import type { Store } from "../../Store.js"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
-import type { Timers } from "../timers.js"
+import { fineMillis, type Timers } from "../timers.js"
 import type { HoldState } from "./relay.js"
 
 /**
@@ -59,6 +59,49 @@ export interface SessionEnv {
   readonly inStep: { made: number }
   /** The clock of the fiber that built the worker: what `caller.inStep` times a decision with. */
   readonly clock: Clock.Clock
+  /** The tokens whose lease this worker gave up unused (`withholdLease`), until when. */
+  readonly withheld: Map<string, number>
+  /** The size of `withheld` at which it is swept next. */
+  readonly withheldSweep: { at: number }
+}
+
+/**
+ * A lease given up to another worker before it served a second modification saved nothing
+ * and cost a hand-off each way: the callers of that token move between workers (API calls
+ * spread over a cluster, say). For `holdMs` this worker does not lease the token again; its
+ * modifications of it run as with the oplock off (a grant each, or a batch of the ones that
+ * queue here), so another worker's next modification finds the lock free instead of breaking
+ * a lease. A lease that served more (a socket's burst of events) is taken again as before.
+ *
+ * @internal
+ */
+export const withholdLease = (env: SessionEnv, token: string, now: number) => {
+  const { withheld } = env
+  // Swept when it has doubled since the last sweep (at least 1,024 entries): an entry lives
+  // `holdMs`, so the map holds the recent ones, and a worker giving up thousands of leases
+  // at once (another worker contending on all of them) sweeps it a few times, not at each.
+  if (withheld.size >= env.withheldSweep.at) {
+    for (const [other, until] of withheld) if (until <= now) withheld.delete(other)
+    env.withheldSweep.at = Math.max(minSweep, 2 * withheld.size)
+  }
+  withheld.set(token, now + env.holdMs)
+}
+
+const minSweep = 1024
+
+/**
+ * Whether this worker leases `token` now: the oplock is on and no lease of the token was
+ * given up unused in the last `holdMs`.
+ *
+ * @internal
+ */
+export const leases = (env: SessionEnv, token: string): boolean => {
+  if (!env.oplock) return false
+  const until = env.withheld.get(token)
+  if (until === undefined) return true
+  if (fineMillis(env.clock) < until) return false
+  env.withheld.delete(token)
+  return true
 }
 
 /** @internal */
