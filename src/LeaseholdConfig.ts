@@ -101,9 +101,10 @@ export interface Settings {
   /**
    * `0` (the default): a step is acknowledged once the primary has made it. At least 1:
    * every step whose loss would break a promise (a grant and its fence, a group commit, a
-   * commit with its release) is acknowledged only once this many replicas have it (Redis'
-   * `WAIT`); fewer within `replicaAckTimeout` fail it with `NotAcknowledged`, its outcome
-   * unknown. Redis only, and not on a Redis Cluster.
+   * commit with its release, an update appended to another worker's mailbox) is
+   * acknowledged only once this many replicas have it (Redis' `WAIT`); fewer within
+   * `replicaAckTimeout` fail it with `NotAcknowledged`, its outcome unknown (an update
+   * stays in the sender's outbox and is appended again). Redis only, and not on a Redis Cluster.
    */
   readonly minReplicasAck: number
   /**

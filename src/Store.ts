@@ -308,13 +308,16 @@ export declare namespace Store {
     /**
      * Append to an instance's mailbox (trimmed to about `maxLen` entries); returns the entry
      * id. A mailbox without an expiry gets `ttlMs`, so one whose instance is gone does not
-     * stay forever; an expiry set by its reader is kept.
+     * stay forever; an expiry set by its reader is kept. With `minReplicasAck`, done once
+     * that many replicas have it (an update acknowledged by a primary that a failover then
+     * loses would never arrive); `NotAcknowledged` otherwise, the entry perhaps appended:
+     * the sender appends it again, and the reader drops the copy.
      */
     readonly mailboxAppend: (
       instanceId: string,
       payload: string,
       options: { readonly maxLen: number; readonly ttlMs: number }
-    ) => Effect.Effect<string, InvalidToken | StoreError>
+    ) => Effect.Effect<string, InvalidToken | AcknowledgedError>
     /**
      * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to
      * that long for the first entry when there is none yet; 0 or absent: do not wait.

@@ -133,6 +133,33 @@ describe("delivery while the embedded store is unavailable", () => {
   )
 })
 
+describe("a forward the store cut short", () => {
+  it.scoped("an entry whose owner lookup lost its reply is read again and forwarded, not dropped as a copy", () =>
+    Effect.gen(function* () {
+      const fx = yield* memoryWorkers({ retryDelayInitial: 50, retryDelayMax: 200 })
+      const a = yield* fx.worker()
+      const c = yield* fx.worker()
+      yield* c.tokens.link("token1", "sid1")
+      // a sender appended to a's mailbox on a record it read before token1 moved to c
+      const envelope = Schema.encodeSync(envelopeOf(Update))
+      yield* fx.control.loseReplies("readSocket", 1)
+      yield* fx.store.mailboxAppend(
+        a.id,
+        envelope({ token: "token1", update: update(1), forwarded: false, from: "sender-1", seq: 7 }),
+        { maxLen: 100, ttlMs: 60_000 }
+      )
+      // a's look-up of the owner fails; its reader reads the entry again after its retry delay
+      yield* until(
+        "c receives the update",
+        Effect.sync(() => c.received.length >= 1)
+      )
+      yield* TestClock.adjust(1_000)
+      deepStrictEqual(c.received, [["token1", update(1)]])
+      deepStrictEqual(a.received, [])
+    })
+  )
+})
+
 describe("delivery after a take-over", () => {
   it.scoped("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
     Effect.gen(function* () {

@@ -24,6 +24,7 @@ import type { Backend, Fixture } from "./conformance/backend.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { onServer } from "./conformance/onServer.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { redisWorkers, update } from "./delivery/workers.js"
 import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -258,6 +259,58 @@ describe("RedisStore with minReplicasAck", () => {
         assert.strictEqual((yield* calls(primary, "wait")) - waitsBefore, 0)
         // the first store's acknowledged connection, and none of the second's
         assert.strictEqual(yield* connections(primary, "acknowledged"), 1)
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "an update for another worker's socket is sent once the replica has it; while the replica is frozen it waits in the outbox, and arrives once",
+    () =>
+      Effect.gen(function* () {
+        const { primary, replica } = yield* replicated
+        const fx = yield* redisWorkers(primary.url, {
+          minReplicasAck: 1,
+          replicaAckTimeout: 1_000,
+          retryDelayInitial: 50,
+          retryDelayMax: 200
+        })
+        const a = yield* fx.worker()
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        const mailbox = makeKeys("leasehold").mailbox(a.id)
+        const length = (server: RedisServer.RedisServer) =>
+          Effect.map(Effect.orDie(server.command("XLEN", mailbox)), Number)
+        assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+        assert.strictEqual(yield* length(replica), 1, "the replica has the update when send returns")
+
+        yield* replica.pause
+        const started = performance.now()
+        const outcome = yield* b.mailbox.send("token1", update(2))
+        const elapsed = performance.now() - started
+        // appended on the primary, not acknowledged: kept to be appended again
+        assert.strictEqual(outcome, "buffered")
+        assert.isAtLeast(elapsed, 900, `send returned after ${elapsed} ms, before the acknowledgement timeout`)
+        yield* Effect.sleep(1_500)
+        yield* replica.resume
+        // appended again once the replica acknowledges: a copy that A's reader drops
+        yield* eventuallyTrue(
+          "the outbox appends again",
+          20_000,
+          Effect.map(length(primary), (n) => n >= 3)
+        )
+        yield* eventuallyTrue(
+          "A receives the update",
+          10_000,
+          Effect.sync(() => a.received.length >= 2)
+        )
+        yield* Effect.sleep(500)
+        deepStrictEqual(
+          a.received.map(([token, u]) => [token, u.n]),
+          [
+            ["token1", 1],
+            ["token1", 2]
+          ]
+        )
       }),
     60_000
   )

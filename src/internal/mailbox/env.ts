@@ -160,3 +160,15 @@ export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): E
       )
     })
   )
+
+/**
+ * A failure after which an update is appended again: the store could not be reached, or
+ * (with `minReplicasAck`) its replicas did not acknowledge the append in time. Either way
+ * the entry may be in the mailbox already; the reader drops the copy by its number.
+ *
+ * @internal
+ */
+export const retried = <E extends { readonly _tag: string }>(
+  error: E
+): error is Extract<E, { readonly _tag: "StoreUnavailable" | "NotAcknowledged" }> =>
+  error._tag === "StoreUnavailable" || error._tag === "NotAcknowledged"

@@ -17,10 +17,10 @@ import type * as ParseResult from "effect/ParseResult"
 import type * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
-import type { InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
-import { deliver, drop, type Env, outboxSize, sent } from "./env.js"
+import { deliver, drop, type Env, outboxSize, retried, sent } from "./env.js"
 
 /**
  * An update that the app's schema cannot encode: nothing was sent.
@@ -120,7 +120,7 @@ const routeFrom = <A, I, R>(
   env: Env<A, I, R>,
   pending: Pending,
   local: Option.Option<string>
-): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | StoreError> => {
+): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | AcknowledgedError> => {
   if (Option.isSome(local)) return Effect.as(deliver(env, pending.token, pending.update as A), "delivered" as const)
   return Effect.flatMap(env.tokens.owner(pending.token), (owner) =>
     Option.isNone(owner)
@@ -173,7 +173,8 @@ export const send = <A, I, R>(
         const error = encodeEnvelope(env, pending)
         if (error !== undefined) return invalidUpdate(token, error)
         return routeFrom(env, pending, local).pipe(
-          Effect.catchTag("StoreUnavailable", () => enqueue(sender, pending)),
+          // kept and appended again by the outbox: the store away, or its replicas behind
+          Effect.catchIf(retried, () => enqueue(sender, pending)),
           Effect.tap((outcome) => (outcome === "no-owner" ? drop("no-owner") : Effect.void))
         )
       }
@@ -209,7 +210,7 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
   const routeHead = (head: Pending) =>
     route(env, head).pipe(
       Effect.catchIf(
-        (error) => error._tag !== "StoreUnavailable",
+        (error) => !retried(error),
         (error) =>
           Effect.zipRight(
             Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),

@@ -13,7 +13,7 @@ import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
 import { describeParseError } from "../parse.js"
-import { deliver, drop, type Env, forwarded } from "./env.js"
+import { deliver, drop, type Env, type Envelope, forwarded, retried } from "./env.js"
 
 /** How many update numbers per sender a reader remembers, to drop copies of an update. */
 const dedupeWindow = 10_000
@@ -29,18 +29,21 @@ class Seen {
   // A Set iterates in insertion order: its first entry is the oldest.
   private readonly senders = new Map<string, Set<number>>()
 
-  /** `true` the first time `(from, seq)` is offered. */
-  offer(from: string, seq: number): boolean {
+  /** Whether `(from, seq)` was recorded. */
+  has(from: string, seq: number): boolean {
+    return this.senders.get(from)?.has(seq) === true
+  }
+
+  /** Record `(from, seq)`: its copies are dropped from now on. */
+  add(from: string, seq: number): void {
     let seen = this.senders.get(from)
     if (seen === undefined) {
       if (this.senders.size >= dedupeSenders) dropOldest(this.senders)
       seen = new Set()
       this.senders.set(from, seen)
     }
-    if (seen.has(seq)) return false
     seen.add(seq)
     if (seen.size > dedupeWindow) dropOldest(seen)
-    return true
   }
 }
 
@@ -72,37 +75,50 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
 })
 
 const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry) =>
-  Effect.gen(function* () {
+  Effect.suspend(() => {
     const decoded = env.decode(entry.payload)
     if (Either.isLeft(decoded)) {
-      yield* Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`)
-      return yield* drop("undecodable")
+      return Effect.zipRight(
+        Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`),
+        drop("undecodable")
+      )
     }
-    const { token, update, from, seq } = decoded.right
-    if (from !== undefined && seq !== undefined && !reader.seen.offer(from, seq)) return yield* drop("duplicate")
+    const { from, seq } = decoded.right
+    const handled = pass(env, decoded.right).pipe(
+      // Only an unreachable store (or, on a forward, replicas behind) stops the reader: the
+      // entry is read again once it is back. Anything else about one entry costs that entry alone.
+      Effect.catchIf(
+        (error) => !retried(error),
+        (error) =>
+          Effect.zipRight(
+            Effect.logWarning(`mailbox: dropping entry ${entry.id}: ${error.message}`),
+            drop(error._tag === "InvalidToken" ? "undecodable" : "forward-failed")
+          )
+      )
+    )
+    if (from === undefined || seq === undefined) return handled
+    if (reader.seen.has(from, seq)) return drop("duplicate")
+    // Recorded once handled: an entry whose handling the store cut short (a lookup or a
+    // forward that did not reach it) is read again and handled then, not dropped as a copy.
+    return Effect.tap(handled, () => reader.seen.add(from, seq))
+  })
+
+/** Deliver an update here, or forward it to the worker that holds its socket now. */
+const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
+  Effect.gen(function* () {
+    const { token, update, from, seq } = envelope
     if (Option.isSome(yield* env.tokens.local(token))) return yield* deliver(env, token, update)
     // Another worker took the token over from this one and sent the tab its state: an
     // update sent here before is not passed on.
     if (yield* env.tokens.isLost(token)) return yield* drop("taken-over")
-    if (decoded.right.forwarded) return yield* drop("not-owner")
+    if (envelope.forwarded) return yield* drop("not-owner")
     const owner = yield* env.tokens.owner(token, { refresh: true })
     if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")
     const payload = env.encode({ token, update, forwarded: true, from, seq })
     if (Either.isLeft(payload)) return yield* drop("undecodable")
     yield* env.store.mailboxAppend(owner.value.instanceId, payload.right, env.append)
     yield* Metric.increment(forwarded)
-  }).pipe(
-    // Only an unreachable store stops the reader (the entry is read again once it is
-    // back); anything else about one entry costs that entry alone.
-    Effect.catchIf(
-      (error) => error._tag !== "StoreUnavailable",
-      (error) =>
-        Effect.zipRight(
-          Effect.logWarning(`mailbox: dropping entry ${entry.id}: ${error.message}`),
-          drop(error._tag === "InvalidToken" ? "undecodable" : "forward-failed")
-        )
-    )
-  )
+  })
 
 /** One attempt of the `mailbox` loop, run by the supervisor. */
 export const read = <A, I, R>(env: Env<A, I, R>, reader: Reader, recovered: Effect.Effect<void>) => {

@@ -363,13 +363,15 @@ const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
   }) satisfies Partial<Driver>
 
 /** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
-const mailboxPart = ({ blocking, keys, run, runScript }: Context) =>
+const mailboxPart = ({ blocking, keys, run, runAcknowledged }: Context) =>
   ({
     mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-      runScript("mailboxAppend", Scripts.mailboxAppend, {
-        keys: { mailbox: keys.mailbox(instanceId) },
-        args: { maxLen, payload, ttlMs }
-      }),
+      runAcknowledged(
+        "mailboxAppend",
+        Scripts.mailboxAppend,
+        { keys: { mailbox: keys.mailbox(instanceId) }, args: { maxLen, payload, ttlMs } },
+        () => true
+      ),
     mailboxRead: (instanceId, afterId, count, blockMs) =>
       Effect.gen(function* () {
         const key = keys.mailbox(instanceId)

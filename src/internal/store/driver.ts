@@ -219,7 +219,7 @@ export interface Driver {
     payload: string,
     maxLen: number,
     ttlMs: number
-  ) => Effect.Effect<string, StoreError>
+  ) => Effect.Effect<string, AcknowledgedError>
   /** `blockMs` 0: do not wait. */
   readonly mailboxRead: (
     instanceId: string,
