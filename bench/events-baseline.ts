@@ -6,7 +6,12 @@
  * queue to its writer, as in the example. Nothing is locked, fenced, stored or delivered
  * through a mailbox: what is left is the cost of the stack per event.
  *
- *   PORT=3001 HOST=127.0.0.1 node --import tsx bench/events-baseline.ts
+ * With `BATCH_WRITES=1` its socket's writes are held back to the end of each turn of the
+ * event loop, as the example's are (examples/counter/Upgrade.ts): one write to the
+ * connection for the frames of a turn rather than one per frame. Without it, this is the
+ * minimal server; with it, the same server with the example's one change to its socket path.
+ *
+ *   PORT=3001 HOST=127.0.0.1 [BATCH_WRITES=1] node --import tsx bench/events-baseline.ts
  *
  * Prints `baseline: listening on <port>` once it serves.
  */
@@ -19,6 +24,7 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Socket from "@effect/platform/Socket"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -31,11 +37,32 @@ interface Count {
 
 const counts = new Map<string, Count>()
 
+const batchWrites = process.env.BATCH_WRITES === "1"
+
+/** The connection's writes held back from the first of a turn to its end (a no-op without BATCH_WRITES). */
+const holder = (request: HttpServerRequest.HttpServerRequest): Effect.Effect<void> => {
+  if (!batchWrites) return Effect.void
+  // An upgrade request's socket is the connection itself.
+  const raw = NodeHttpServerRequest.toIncomingMessage(request).socket
+  let held = false
+  const release = () => {
+    held = false
+    raw.uncork()
+  }
+  return Effect.sync(() => {
+    if (held) return
+    held = true
+    raw.cork()
+    setImmediate(release)
+  })
+}
+
 const ws = Effect.gen(function* () {
   const request = yield* HttpServerRequest.HttpServerRequest
   const params = yield* HttpServerRequest.ParsedSearchParams
   const token = typeof params.token === "string" ? params.token : randomUUID()
   const socket = yield* request.upgrade
+  const hold = holder(request)
   const write = yield* socket.writer
   const outgoing = yield* Queue.unbounded<string>()
   const incoming = yield* Queue.unbounded<string>()
@@ -53,7 +80,9 @@ const ws = Effect.gen(function* () {
       return outgoing.offer(JSON.stringify({ type: "update", n: next.n, v: next.v }))
     })
   yield* Effect.forkScoped(Effect.forever(Effect.flatMap(incoming.take, handle)))
-  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(outgoing.take, write)).pipe(Effect.ignore))
+  yield* Effect.forkScoped(
+    Effect.forever(Effect.flatMap(outgoing.take, (frame) => Effect.zipRight(hold, write(frame)))).pipe(Effect.ignore)
+  )
   const count = counts.get(token) ?? { n: 0, v: 0 }
   yield* outgoing.offer(JSON.stringify({ type: "state", n: count.n, v: count.v }))
   yield* socket

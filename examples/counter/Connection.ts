@@ -125,7 +125,7 @@ export const handler = Effect.gen(function* () {
   const sockets = yield* Sockets
   const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
   // Not the platform's `request.upgrade`: its WebSocket server buffers messages of up to 100 MiB.
-  const socket = yield* Effect.flatMap(Upgrades, (upgrades) => upgrades.upgrade(request))
+  const { batch, socket } = yield* Effect.flatMap(Upgrades, (upgrades) => upgrades.upgrade(request))
   const write = yield* socket.writer
   const id = randomUUID()
 
@@ -151,7 +151,8 @@ export const handler = Effect.gen(function* () {
   yield* Effect.forkScoped(
     Effect.forever(
       Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
-        Effect.forEach(frames, write, { discard: true })
+        // one write to the connection for the batch, not one per frame
+        batch(Effect.forEach(frames, write, { discard: true }))
       )
     ).pipe(Effect.ignore, Effect.interruptible)
   )

@@ -12,6 +12,11 @@
  * The platform hands the route the request, not the raw socket and the bytes that came
  * after the request's headers: `track` keeps those for each upgrade request as the server
  * receives it, and `upgrade` completes the handshake on them.
+ *
+ * Each frame written is a write to the connection of its own (ws corks a frame's header and
+ * payload, no more): one system call per frame, most of the cost of a small update. An
+ * upgraded socket's `batch` holds the connection's writes back to the end of the turn of
+ * the event loop, so that the frames of a turn leave in one write.
  */
 import type { IncomingMessage, Server } from "node:http"
 import type { Duplex } from "node:stream"
@@ -47,6 +52,17 @@ export const track = (server: Server): Pending => {
   return pending
 }
 
+/** A request upgraded: its WebSocket, and the batching of its writes. */
+export interface Upgraded {
+  readonly socket: Socket.Socket
+  /**
+   * `effect`, with the frames it writes held back until the end of this turn of the event
+   * loop, then sent in one write with those of the turn's other batches (frames and their
+   * order unchanged). A frame waits no longer than the rest of the turn.
+   */
+  readonly batch: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+}
+
 /** Upgrades a request to a WebSocket whose messages are bounded. */
 export class Upgrades extends Context.Tag("counter/Upgrades")<
   Upgrades,
@@ -58,7 +74,7 @@ export class Upgrades extends Context.Tag("counter/Upgrades")<
      */
     readonly upgrade: (
       request: HttpServerRequest.HttpServerRequest
-    ) => Effect.Effect<Socket.Socket, HttpServerError.RequestError>
+    ) => Effect.Effect<Upgraded, HttpServerError.RequestError>
   }
 >() {}
 
@@ -104,7 +120,21 @@ export const layer = (
             )
           }
           pending.delete(source)
-          return Socket.fromWebSocket(
+          // Held back from the first write of a turn of the event loop to its end: the
+          // frames of the turn, from however many batches, leave in one write.
+          let held = false
+          const release = () => {
+            held = false
+            raw.socket.uncork()
+          }
+          const hold = Effect.sync(() => {
+            if (held) return
+            held = true
+            raw.socket.cork()
+            setImmediate(release)
+          })
+          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.zipRight(hold, effect)
+          const socket = Socket.fromWebSocket(
             Effect.acquireRelease(
               Effect.async<WebSocket, Socket.SocketError>((resume) => {
                 // A handshake ws refuses (no key, another version) is answered (400, 405) and
@@ -130,6 +160,7 @@ export const layer = (
               (ws) => closeFully(ws, options.closeGrace)
             ).pipe(Effect.map((ws) => ws as unknown as globalThis.WebSocket))
           )
+          return Effect.map(socket, (socket): Upgraded => ({ socket, batch }))
         }
       })
     })
