@@ -2,8 +2,9 @@
  * `GET /ws?token=T`: one tab's socket, from link to disconnect.
  *
  * The socket is linked to its token before anything is read from it. Frames from the
- * client are queued as they arrive and handled one at a time by one fiber, so bumps run
- * in the order sent; frames to the client go through the connection's queue (see
+ * client are queued as they arrive and handled in order by one fiber, so bumps run in the
+ * order sent (the bumps that wait together are made in one modification); frames to the
+ * client go through the connection's queue (see
  * `Sockets`). When the socket closes, or the server shuts down, the connection is
  * detached and the token's record removed. A socket whose token another worker took over
  * (this worker seemed gone to it) is closed by the server with code 4001, and its tab
@@ -15,6 +16,7 @@ import { randomUUID } from "node:crypto"
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Socket from "@effect/platform/Socket"
+import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -87,15 +89,20 @@ const linkTab = (asked: string | undefined, id: string) =>
   })
 
 /**
- * The handler of one socket's client frames: a bump, or an error frame back. Its services
- * are looked up once per socket, not once per frame.
+ * The handler of a batch of one socket's client frames, in order: the bumps of each run of
+ * consecutive bumps made in one modification (`Counter.bumpAll`: one lock turn and one
+ * write for the run), then an update for each, or an error frame for each bump that failed
+ * and each frame that is not a bump. Its services are looked up once per socket, not once
+ * per batch.
  */
-const frameHandler = (connection: Connection) =>
+const framesHandler = (connection: Connection) =>
   Effect.gen(function* () {
     const sockets = yield* Sockets
     const mailbox = yield* Mailbox
     const states = yield* StateManager
     const refuse = (message: string) => sockets.send(connection, { type: "error", message })
+    const failed = (message: string) =>
+      Effect.zipRight(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const deliver = (count: Counter.Count) =>
       mailbox
@@ -103,18 +110,32 @@ const frameHandler = (connection: Connection) =>
         .pipe(
           Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
         )
-    return (text: string) => {
-      const bump = parseClientMessage(text)
-      if (Either.isLeft(bump)) return refuse(bump.left)
-      return Effect.matchEffect(Counter.bumpWith(states, connection.token, bump.right.by), {
-        onFailure: (error) =>
-          Effect.zipRight(
-            Effect.logWarning(`socket ${connection.id}: bump failed: ${error.message}`),
-            refuse(error.message)
-          ),
-        onSuccess: deliver
+    const bumps = (steps: ReadonlyArray<number>) =>
+      Effect.matchEffect(Counter.bumpAll(states, connection.token, steps), {
+        // not stored: none of the run's bumps took effect
+        onFailure: (error) => Effect.forEach(steps, () => failed(error.message), { discard: true }),
+        onSuccess: (results) =>
+          Effect.forEach(results, Either.match({ onLeft: (error) => failed(error.message), onRight: deliver }), {
+            discard: true
+          })
       })
-    }
+    return (texts: ReadonlyArray<string>) =>
+      Effect.suspend(() => {
+        const handled: Array<Effect.Effect<void>> = []
+        let run: Array<number> = []
+        for (const text of texts) {
+          const bump = parseClientMessage(text)
+          if (Either.isRight(bump)) {
+            run.push(bump.right.by)
+            continue
+          }
+          if (run.length > 0) handled.push(bumps(run))
+          run = []
+          handled.push(refuse(bump.left))
+        }
+        if (run.length > 0) handled.push(bumps(run))
+        return handled.length === 1 ? handled[0]! : Effect.all(handled, { discard: true })
+      })
   })
 
 /** The route of `/ws`: upgrade, link, serve the socket until it closes, then unlink. */
@@ -140,12 +161,10 @@ export const handler = Effect.gen(function* () {
   const decoder = new TextDecoder()
   // Each loop takes what is waiting (up to a batch) and handles it in order: `forever`
   // yields to the scheduler once per batch, not once per frame.
-  const handleFrame = yield* frameHandler(connection)
+  const handleFrames = yield* framesHandler(connection)
   yield* Effect.forkScoped(
     Effect.forever(
-      Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) =>
-        Effect.forEach(texts, handleFrame, { discard: true })
-      )
+      Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) => handleFrames(Chunk.toReadonlyArray(texts)))
     ).pipe(Effect.interruptible)
   )
   yield* Effect.forkScoped(

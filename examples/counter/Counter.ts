@@ -44,30 +44,49 @@ export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epo
   a.epoch > b.epoch || (a.epoch === b.epoch && a.v > b.v)
 
 /**
- * Add `by` to the token's counter; the new count. A plain function (`modify`): on the
- * embedded store it runs inside one step of the store, elsewhere the session decides it
- * when its turn comes, with no step of this fiber in between; either costs less than an
- * effectful one. An overflow leaves the count as it was (nothing is written) and fails the
- * bump.
+ * Add `by` to the token's counter; the new count (`bumpAll` of one step). An overflow
+ * leaves the count as it was (nothing is written) and fails the bump.
  */
 export const bump = (token: string, by: number) => Effect.flatMap(StateManager, (states) => bumpWith(states, token, by))
 
 /** `bump` with the state manager at hand (a socket's handler looks it up once). */
 export const bumpWith = (states: StateManager["Type"], token: string, by: number) =>
+  Effect.flatMap(bumpAll(states, token, [by]), (results) => results[0]!)
+
+/** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
+const step = (token: string, count: Count, by: number, now: number): Either.Either<Count, CounterOverflow> => {
+  const n = count.n + by
+  if (!Number.isSafeInteger(n)) return Either.left(new CounterOverflow({ token, n: count.n, by }))
+  return Either.right({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
+}
+
+/**
+ * Bumps of one token by each of `steps`, in order, in one modification: what each gave, a
+ * count (its own version) or an overflow (which changes nothing, and the next step goes on
+ * from the count before it). One turn of the lock and one write for them all, made before
+ * any of the counts is returned: a socket's burst of bumps costs one modification, not one
+ * each, and each bump's update still follows the write that holds it. A plain function
+ * (`modify`): on the embedded store it runs inside one step of the store, elsewhere the
+ * session decides it when its turn comes, with no step of this fiber in between; either
+ * costs less than an effectful one. Nothing is written when every step overflowed.
+ */
+export const bumpAll = (states: StateManager["Type"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {
     const now = clock.unsafeCurrentTimeMillis()
-    return Effect.flatten(
-      states.modify(
-        token,
-        Counter,
-        (count): readonly [Either.Either<Count, CounterOverflow>, Count] => {
-          const n = count.n + by
-          if (!Number.isSafeInteger(n)) return [Either.left(new CounterOverflow({ token, n: count.n, by })), count]
-          const next: Count = { n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch }
-          return [Either.right(next), next]
-        },
-        { event: "bump" }
-      )
+    return states.modify(
+      token,
+      Counter,
+      (count): readonly [ReadonlyArray<Either.Either<Count, CounterOverflow>>, Count] => {
+        const results: Array<Either.Either<Count, CounterOverflow>> = []
+        let current = count
+        for (const by of steps) {
+          const result = step(token, current, by, now)
+          if (Either.isRight(result)) current = result.right
+          results.push(result)
+        }
+        return [results, current]
+      },
+      { event: "bump" }
     )
   })
 

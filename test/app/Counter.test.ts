@@ -1,10 +1,11 @@
 /**
- * The example's counter, in process on the embedded store: a bump, and one that would
- * leave the range of exact integers.
+ * The example's counter, in process on the embedded store: a bump, one that would leave
+ * the range of exact integers, and a run of bumps made in one modification.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
@@ -39,6 +40,36 @@ describe("counter", () => {
           // still counts within the range
           deepStrictEqual(yield* Counter.bump("tab-1", 1), { n: top + 1, v: 3, epoch: first.epoch })
         }).pipe(Effect.provide(states(oplock)))
+    )
+  }
+
+  for (const oplock of [false, true]) {
+    it.effect(`a run of bumps: each its own count and version, an overflow alone refused (oplock ${oplock})`, () =>
+      Effect.gen(function* () {
+        const manager = yield* StateManager
+        const results = yield* Counter.bumpAll(manager, "tab-r", [1, 2, -4])
+        deepStrictEqual(
+          results.map((result) => Either.map(result, ({ n, v }) => ({ n, v }))),
+          [Either.right({ n: 1, v: 1 }), Either.right({ n: 3, v: 2 }), Either.right({ n: -1, v: 3 })]
+        )
+        const epoch = Either.getOrThrow(results[0]!).epoch
+        deepStrictEqual(yield* Counter.read("tab-r"), { n: -1, v: 3, epoch })
+
+        const top = Number.MAX_SAFE_INTEGER - 2
+        yield* manager.modify("tab-r", Counter.Counter, (count) => [null, { ...count, n: top }])
+        // the overflowing step changes nothing; the next goes on from the count before it
+        const mixed = yield* Counter.bumpAll(manager, "tab-r", [1, 5, 1, 3])
+        assert.deepStrictEqual(
+          mixed.map((result) => (Either.isRight(result) ? result.right.n : result.left._tag)),
+          [top + 1, "CounterOverflow", top + 2, "CounterOverflow"]
+        )
+        deepStrictEqual(yield* Counter.read("tab-r"), { n: top + 2, v: 5, epoch })
+        // every step overflowing: nothing written, the counter as it was
+        const none = yield* Counter.bumpAll(manager, "tab-r", [10, 20])
+        assert.isTrue(none.every(Either.isLeft))
+        deepStrictEqual(yield* Counter.read("tab-r"), { n: top + 2, v: 5, epoch })
+        assert.deepStrictEqual(yield* Counter.bumpAll(manager, "tab-r", []), [])
+      }).pipe(Effect.provide(states(oplock)))
     )
   }
 })

@@ -103,6 +103,25 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
+  it.scoped("a burst of frames: an update for each bump and an error for each bad frame, in the order sent", () =>
+    Effect.gen(function* () {
+      const app = yield* Shared
+      const client = yield* connect(app, "tab-burst")
+      yield* client.waitFor((frame) => frame.type === "state")
+      const bump = (by: number) => JSON.stringify({ type: "bump", by })
+      // sent at once: handled together, bumps of a run in one modification
+      const burst = [bump(1), bump(2), "not json", bump(3), bump(2_000_000), bump(4)]
+      for (const frame of burst) yield* client.send(frame)
+      yield* client.waitFor((frame) => frame.type === "update" && frame.v === 4)
+      const after = client.frames.slice(client.frames.findIndex((frame) => frame.type === "state") + 1)
+      deepStrictEqual(
+        after.map((frame) => (frame.type === "update" ? frame.n : frame.type)),
+        [1, 3, "error", 6, "error", 10]
+      )
+      assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-burst`)).body.n, 10)
+    })
+  )
+
   it.scoped("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
     Effect.gen(function* () {
       const app = yield* Shared
