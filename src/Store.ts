@@ -319,6 +319,21 @@ export declare namespace Store {
       options: { readonly maxLen: number; readonly ttlMs: number }
     ) => Effect.Effect<string, InvalidToken | AcknowledgedError>
     /**
+     * Append to the mailbox of the worker whose socket holds `token`, as `readSocket` then
+     * `mailboxAppend` to the instance its record names: the record it appended for, or
+     * `None` when the token has no record (nothing appended). The record is read when the
+     * entry is appended, in one step where the store can make one (a single Redis server:
+     * one script, one round trip; a Cluster, whose mailbox lives in another slot: the two
+     * steps). A record that does not decode is a `CorruptValue`, one naming an invalid
+     * instance an `InvalidToken`; nothing is appended for either. Acknowledged as
+     * `mailboxAppend` is.
+     */
+    readonly mailboxAppendToOwner: (
+      token: string,
+      payload: string,
+      options: { readonly maxLen: number; readonly ttlMs: number }
+    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError>
+    /**
      * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to
      * that long for the first entry when there is none yet; 0 or absent: do not wait.
      */

@@ -6,6 +6,7 @@ import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { atLevels, type LogLine } from "./support/logs.js"
+import * as Monitor from "./support/monitor.js"
 import * as TcpProxy from "./support/proxy.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -165,5 +166,47 @@ describe("delivery through Redis outages", () => {
         assert.strictEqual(yield* b.mailbox.buffered, 0)
       }),
     40_000
+  )
+})
+
+describe("round trips of a send", () => {
+  it.scopedLive("an update for a socket of another worker is one command: the record read where it is appended", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      const fx = yield* redisWorkers(server.url)
+      const a = yield* fx.worker()
+      const b = yield* fx.worker()
+      yield* a.tokens.link("token1", "sid1")
+      // warm: B's scripts loaded, A's reader past its start
+      assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+      yield* until(
+        "A receives the first",
+        Effect.sync(() => a.received.length === 1)
+      )
+      const m = yield* Monitor.monitor(server)
+      yield* Effect.sleep(50)
+      const before = m.commands.length
+      assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "sent")
+      yield* until(
+        "A receives the second",
+        Effect.sync(() => a.received.length === 2)
+      )
+      // B's commands: the one script (its own GET and XADD run inside it)
+      const scripts = m.commands
+        .slice(before)
+        .filter(
+          (command) =>
+            !command.fromScript && command.args[0] === "evalsha" && command.args[3] === "leasehold:{token1}:socket"
+        )
+      assert.strictEqual(scripts.length, 1)
+      const direct = m.commands
+        .slice(before)
+        .filter((command) => !command.fromScript && command.args[0] === "get" && command.args[1]?.endsWith(":socket"))
+      deepStrictEqual(direct, [])
+      deepStrictEqual(
+        a.received.map(([, value]) => value.n),
+        [1, 2]
+      )
+    })
   )
 })

@@ -61,6 +61,7 @@ const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, 
   ["extend", (t) => store.extend(t, "lock-1")],
   ["holder", (t) => store.holder(t)],
   ["readSlices", (t) => store.readSlices(t, ["a"])],
+  ["mailboxAppendToOwner", (t) => store.mailboxAppendToOwner(t, "payload", { maxLen: 100, ttlMs: 60_000 })],
   ["writeIfHolder", (t) => store.writeIfHolder(t, "lock-1", [["a", "1"]])],
   ["acquireQueued", (t) => store.acquireQueued(t, "inst-a:1", ["a"], { instanceId: "inst-a" })],
   ["releaseQueued", (t) => store.releaseQueued(t, "inst-a:1", { instanceId: "inst-a" })],
@@ -859,6 +860,50 @@ export const storeSuite = (backend: Backend): void => {
   })
 
   describe("mailbox", () => {
+    test("mailboxAppendToOwner appends to the mailbox of the instance the token's record names", (fx) =>
+      Effect.gen(function* () {
+        const options = { maxLen: 100, ttlMs: 60_000 }
+        const payloads = (instanceId: string) =>
+          Effect.map(fx.store.mailboxRead(instanceId, MailboxStart, { count: 10 }), (entries) =>
+            entries.map((entry) => entry.payload)
+          )
+        // no record: nothing appended anywhere
+        deepStrictEqual(yield* fx.store.mailboxAppendToOwner("tok", "p0", options), Option.none())
+        assert.strictEqual(yield* fx.keyCount, 0)
+        yield* fx.store.claimSocket("tok", recordA)
+        deepStrictEqual(yield* fx.store.mailboxAppendToOwner("tok", "p1", options), Option.some(recordA))
+        deepStrictEqual(yield* payloads("inst-a"), ["p1"])
+        // the socket moved: the next entry goes to its new owner
+        yield* fx.store.deleteSocketIfOwner("tok", recordA)
+        yield* fx.store.claimSocket("tok", recordB)
+        deepStrictEqual(yield* fx.store.mailboxAppendToOwner("tok", "p2", options), Option.some(recordB))
+        deepStrictEqual(yield* payloads("inst-a"), ["p1"])
+        deepStrictEqual(yield* payloads("inst-b"), ["p2"])
+        // a mailbox without an expiry gets one, as with mailboxAppend
+        yield* fx.store.claimSocket("tok-c", recordC)
+        yield* fx.store.mailboxAppendToOwner("tok-c", "p3", { maxLen: 100, ttlMs: 200 })
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-c"), 1)
+        yield* fx.advance(250)
+        assert.strictEqual(yield* fx.store.mailboxLength("inst-c"), 0)
+      }))
+
+    test("mailboxAppendToOwner appends nothing for a record that does not decode or names an invalid instance", (fx) =>
+      Effect.gen(function* () {
+        const options = { maxLen: 100, ttlMs: 60_000 }
+        const corrupt = ["not json {", '{"instanceId":1,"connectionId":"c"}', '{"instance":"x"}', "null", "[]"]
+        for (const [i, raw] of corrupt.entries()) {
+          yield* fx.putRaw(fx.keys.socket(`tok-${i}`), raw)
+          const error = yield* failsWith(fx.store.mailboxAppendToOwner(`tok-${i}`, "p", options), "CorruptValue")
+          assert.strictEqual(error.raw, raw)
+        }
+        const badInstance = encodeSocketRecord({ instanceId: "bad id*", connectionId: "c" })
+        yield* fx.putRaw(fx.keys.socket("tok-bad"), badInstance)
+        const error = yield* failsWith(fx.store.mailboxAppendToOwner("tok-bad", "p", options), "InvalidToken")
+        assert.strictEqual(error.token, "bad id*")
+        // only the records written above: no mailbox
+        assert.strictEqual(yield* fx.keyCount, corrupt.length + 1)
+      }))
+
     test("a reader that restarts from its last id gets every later entry once, in order", (fx) =>
       Effect.gen(function* () {
         const ids: Array<string> = []

@@ -17,6 +17,7 @@ import type * as ParseResult from "effect/ParseResult"
 import type * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
+import type { SocketRecord } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
@@ -122,16 +123,14 @@ const routeFrom = <A, I, R>(
   local: Option.Option<string>
 ): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | AcknowledgedError> => {
   if (Option.isSome(local)) return Effect.as(deliver(env, pending.token, pending.update as A), "delivered" as const)
-  return Effect.flatMap(env.tokens.owner(pending.token), (owner) =>
-    Option.isNone(owner)
-      ? Effect.succeed("no-owner" as const)
-      : Effect.as(
-          Effect.zipRight(
-            env.store.mailboxAppend(owner.value.instanceId, payloadOf(env, pending), env.append),
-            Metric.increment(sent)
-          ),
-          "sent" as const
-        )
+  // The socket's record read as the entry is appended: one round trip on a single server.
+  return env.store.mailboxAppendToOwner(pending.token, payloadOf(env, pending), env.append).pipe(
+    Effect.catchTag("CorruptValue", (error) =>
+      Effect.as(Effect.logWarning(`socket records: ${error.message}`), Option.none<SocketRecord>())
+    ),
+    Effect.flatMap((owner) =>
+      Option.isNone(owner) ? Effect.succeed("no-owner" as const) : Effect.as(Metric.increment(sent), "sent" as const)
+    )
   )
 }
 

@@ -363,7 +363,7 @@ const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
   }) satisfies Partial<Driver>
 
 /** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
-const mailboxPart = ({ blocking, keys, run, runAcknowledged }: Context) =>
+const mailboxPart = ({ blocking, keys, run, runAcknowledged, topology }: Context) =>
   ({
     mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
       runAcknowledged(
@@ -372,6 +372,21 @@ const mailboxPart = ({ blocking, keys, run, runAcknowledged }: Context) =>
         { keys: { mailbox: keys.mailbox(instanceId) }, args: { maxLen, payload, ttlMs } },
         () => true
       ),
+    // The mailbox's key comes from the record, inside the script: a single server only.
+    ...(topology.anyKeyInScripts
+      ? {
+          mailboxAppendToOwner: (token: string, payload: string, maxLen: number, ttlMs: number) =>
+            runAcknowledged(
+              "mailboxAppendToOwner",
+              Scripts.mailboxAppendToOwner,
+              {
+                keys: { socket: keys.socket(token) },
+                args: { mailboxPrefix: keys.mailbox(""), maxLen, payload, ttlMs }
+              },
+              (reply) => reply.id !== undefined
+            )
+        }
+      : {}),
     mailboxRead: (instanceId, afterId, count, blockMs) =>
       Effect.gen(function* () {
         const key = keys.mailbox(instanceId)

@@ -67,6 +67,11 @@ export interface Topology {
    * publish only in its own slot.
    */
   readonly noticePrefix: (keys: Keys, token: string) => string
+  /**
+   * Whether a script may touch keys other than those it is called with (a single server:
+   * every key lives there); not on a Cluster, where each key's slot has its own master.
+   */
+  readonly anyKeyInScripts: boolean
   /** Run one command on the command connection. */
   readonly run: <A>(operation: string, f: (connection: RedisCommander) => Promise<A>) => Effect.Effect<A, StoreError>
   /** Single-key commands as one batch, each settled on its own (one round trip per node). */
@@ -184,6 +189,7 @@ const single = (
     message: "message"
   },
   noticePrefix: (keys) => keys.workerNotices(""),
+  anyKeyInScripts: true,
   run,
   runBatch: (operation, batch) => run(operation, () => command.pipeline(batch.map((entry) => [...entry])).exec()),
   nodeOf: () => Effect.succeed(""),
@@ -214,6 +220,7 @@ const sharded = (
         message: "smessage"
       },
       noticePrefix: (keys, token) => keys.tokenNotices(token, ""),
+      anyKeyInScripts: false,
       run,
       runBatch: (operation, batch) =>
         run(operation, (c) => {

@@ -220,6 +220,18 @@ export interface Driver {
     maxLen: number,
     ttlMs: number
   ) => Effect.Effect<string, AcknowledgedError>
+  /**
+   * `readSocket`, then `mailboxAppend` to the instance the record names, in one step; the
+   * raw record (`undefined`: none) and the entry's id (`undefined`: nothing appended, the
+   * record naming no valid instance). Absent where the store cannot make it one step: the
+   * front then makes the two.
+   */
+  readonly mailboxAppendToOwner?: (
+    token: string,
+    payload: string,
+    maxLen: number,
+    ttlMs: number
+  ) => Effect.Effect<{ readonly record: string | undefined; readonly id: string | undefined }, AcknowledgedError>
   /** `blockMs` 0: do not wait. */
   readonly mailboxRead: (
     instanceId: string,

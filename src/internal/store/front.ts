@@ -26,7 +26,13 @@ import type {
   Store,
   TakeOverResult
 } from "../../Store.js"
-import { type CorruptValue, type InvalidToken, LockLost, type StoreRefused } from "../../StoreError.js"
+import {
+  type AcknowledgedError,
+  CorruptValue,
+  type InvalidToken,
+  LockLost,
+  type StoreRefused
+} from "../../StoreError.js"
 import {
   decodeNotice,
   decodePresenceMessage,
@@ -319,6 +325,46 @@ const presencePart = (driver: Driver) =>
       )
   }) satisfies Partial<Store.Service>
 
+/**
+ * `mailboxAppendToOwner`: the driver's one step where it has one, else the record read,
+ * then the append to the instance it names. Either way a record that does not decode, or
+ * names an invalid instance, fails the same and appends nothing.
+ */
+const appendToOwner = (
+  driver: Driver,
+  token: string,
+  payload: string,
+  maxLen: number,
+  ttlMs: number
+): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError> => {
+  const key = driver.keys.socket(token)
+  const recordOf = (raw: string) =>
+    Effect.flatMap(decodeSocketRecord(key, raw), (record) => {
+      const invalid = tokenError(record.instanceId)
+      return invalid === undefined ? Effect.succeed(record) : Effect.fail(invalid)
+    })
+  const inOneStep = driver.mailboxAppendToOwner
+  if (inOneStep === undefined) {
+    return Effect.flatMap(driver.readSocket(token), (raw) =>
+      Option.isNone(raw)
+        ? Effect.succeed(Option.none<SocketRecord>())
+        : Effect.flatMap(recordOf(raw.value), (record) =>
+            Effect.as(driver.mailboxAppend(record.instanceId, payload, maxLen, ttlMs), Option.some(record))
+          )
+    )
+  }
+  return Effect.flatMap(inOneStep(token, payload, maxLen, ttlMs), ({ id, record }) => {
+    if (record === undefined) return Effect.succeed(Option.none<SocketRecord>())
+    const decoded = recordOf(record)
+    // The step appended only for a record naming a valid instance: it and the check here agree.
+    return id === undefined
+      ? Effect.flatMap(decoded, () =>
+          Effect.fail(new CorruptValue({ key, raw: record, reason: "names no instance the store accepts" }))
+        )
+      : Effect.map(decoded, Option.some)
+  })
+}
+
 /** Mailboxes: append, read (blocking or not), trim, expire, and the reader's cursor. */
 const mailboxPart = (driver: Driver) =>
   ({
@@ -326,6 +372,8 @@ const mailboxPart = (driver: Driver) =>
       checked(tokenError(instanceId), () =>
         driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
       ),
+    mailboxAppendToOwner: (token, payload, options) =>
+      checked(tokenError(token), () => appendToOwner(driver, token, payload, options.maxLen, wholeMs(options.ttlMs))),
     mailboxRead: (instanceId, afterId, options) =>
       checked(tokenError(instanceId), () =>
         Effect.suspend(() => {

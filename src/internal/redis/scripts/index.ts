@@ -12,6 +12,7 @@ import * as DescribeKeys from "./describeKeys.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
 import * as MailboxAppend from "./mailboxAppend.js"
+import * as MailboxAppendToOwner from "./mailboxAppendToOwner.js"
 import * as Presence from "./presence.js"
 import * as Queue from "./queue.js"
 import * as ReadSlices from "./readSlices.js"
@@ -48,6 +49,8 @@ export const refreshPresence = Presence.refresh
 /** @internal */
 export const mailboxAppend = MailboxAppend.script
 /** @internal */
+export const mailboxAppendToOwner = MailboxAppendToOwner.script
+/** @internal */
 export const describeKeys = DescribeKeys.script
 /** @internal */
 export const acquireQueued = AcquireQueued.script
@@ -75,6 +78,7 @@ export const all: ReadonlyArray<AnyScript> = [
   deleteSocketIfOwner,
   refreshSocket,
   mailboxAppend,
+  mailboxAppendToOwner,
   describeKeys,
   acquireQueued,
   releaseQueued,
