@@ -43,10 +43,10 @@ export const script = define({
   body: (dialect) => `${serverNow}${ids}${findLate}
 local value = redis.call("GET", lock)
 ${dropLate}${enqueue}${grantNext(dialect)}${pendingFor}
-local head = redis.call("ZRANGE", queue, 0, 0)[1]
+local head = not quiet and redis.call("ZRANGE", queue, 0, 0)[1]
 -- the grant claimed is still the last one made: nobody has taken the lock since (strings
 -- compared, both canonical); or one grant only came since, the one its expiry passed on
-local current = fenceNow()
+local current = claim ~= "" and fenceNow()
 local claimed = claim ~= "" and current == claim
 local passedOn = claim ~= "" and current ~= nil and tonumber(current) == tonumber(claim) + 1
 if pendingFor(value, instanceId) or (not value and (not head or head == instanceId or claimed)) then
@@ -82,11 +82,13 @@ if pendingFor(value, instanceId) or (not value and (not head or head == instance
     return fenced
   end
   redis.call("PEXPIRE", fence, tokenMs)
-  redis.call("ZREM", queue, instanceId)
-  redis.call("ZREM", deadlines, instanceId)
-  forget(instanceId)
+  if not quiet then
+    redis.call("ZREM", queue, instanceId)
+    redis.call("ZREM", deadlines, instanceId)
+    forget(instanceId)
+    result[3] = redis.call("ZCARD", queue)
+  end
   result[2] = fenced
-  result[3] = redis.call("ZCARD", queue)
   return result
 end
 if not value then

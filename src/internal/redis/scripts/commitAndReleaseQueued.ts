@@ -47,13 +47,15 @@ end
 redis.call("PEXPIRE", fence, tokenMs)
 ${dropLate}
 redis.call("DEL", lock)
-if idOf(instanceId) == lockId then
+if not quiet and idOf(instanceId) == lockId then
   forget(instanceId)
 end
 if requeue == "1" then
   enqueue(instanceId, false, queueAs)
 end
-grantNext(slices)
+if not quiet or requeue == "1" then
+  grantNext(slices)
+end
 return {1, queued}
 `,
   decode: (reply): Reply | undefined => {

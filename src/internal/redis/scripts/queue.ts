@@ -39,7 +39,10 @@ export const length = define({
   name: "leaseholdQueueLength",
   keys: ["deadlines"],
   args: ["instanceId"],
-  body: () => `${serverNow}${countQueued}
+  // (no `findLate` here: the count reads the deadlines whatever the other keys hold)
+  body: () => `${serverNow}
+local quiet = false
+${countQueued}
 return queued
 `,
   decode: (reply): number | undefined => (typeof reply === "number" ? reply : undefined)

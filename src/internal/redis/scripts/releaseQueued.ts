@@ -31,13 +31,15 @@ if value == lockId then
   redis.call("DEL", lock)
   released = 1
 end
-if idOf(instanceId) == lockId then
+if not quiet and idOf(instanceId) == lockId then
   forget(instanceId)
 end
 if requeue == "1" then
   enqueue(instanceId, false, queueAs)
 end
-grantNext(slices)
+if not quiet or requeue == "1" then
+  grantNext(slices)
+end
 return {released, queued}
 `,
   decode: (reply): Reply | undefined => {
