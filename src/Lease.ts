@@ -33,7 +33,7 @@ import { Lock } from "./Lock.js"
 import { Signals } from "./Signals.js"
 import type { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidToken } from "./StoreError.js"
 
 /**
  * What a modification receives when its turn comes.
@@ -113,7 +113,9 @@ export declare namespace Lease {
      * returned is written: under a grant of the step's own (the oplock off, no session on
      * the token here, the lock free and nobody queued), or under this worker's lease while
      * its hold is idle. `then(false)` when nothing was done, and the modification goes on
-     * with `begin`. Called when the modification runs; `decide` must not throw.
+     * with `begin`. Called when the modification runs; `decide` must not throw. On Redis,
+     * `decide` may run on the values this worker's last grant left and the step then be
+     * refused (`false`: the values had moved on): the modification then decides again.
      */
     readonly inStep:
       | (<A, E>(
@@ -122,7 +124,7 @@ export declare namespace Lease {
           event: Option.Option<string>,
           decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
           then: (done: boolean) => Effect.Effect<A, E>
-        ) => Effect.Effect<A, E | InvalidToken | StoreError>)
+        ) => Effect.Effect<A, E | InvalidToken | AcknowledgedError>)
       | undefined
     /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
     readonly complete: (token: string, request: Request) => Effect.Effect<void>

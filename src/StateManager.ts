@@ -112,7 +112,10 @@ export declare namespace StateManager {
     /**
      * Change a slice under the token's lock with a pure function returning
      * `[result, next]`. The result is returned once `next` is stored (or, under a
-     * `memory`-durability lease, applied).
+     * `memory`-durability lease, applied). On Redis the function may run more than once:
+     * first on the values this worker's last grant of the token left, then, when the store
+     * finds they moved on, again on the values read under the lock (only the last run's
+     * result counts). Keep it pure; effects belong in `modifyEffect`.
      */
     readonly modify: <A, I, B>(
       token: string,

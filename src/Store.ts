@@ -462,9 +462,11 @@ export declare namespace Store {
   }
 
   /**
-   * A whole modification in one step of the store, which only a store that runs in the
-   * caller's process can offer (the embedded one: Redis cannot run the caller's function
-   * inside a script). Absent on the others.
+   * A whole modification in one step of the store. The embedded store runs the caller's
+   * function inside its step. Redis cannot run it in a script: there the step runs it on the
+   * values this store's last grant of the token read and wrote, then commits in one script
+   * if none of them (nor the fence) has changed since, and answers `false` without a round
+   * trip when it knows nothing of the token (see docs/state.md).
    *
    * @since 0.3.0
    * @category models
@@ -483,9 +485,11 @@ export declare namespace Store {
      * and the entries written. `true` once done. Otherwise the answer is `false` (take the
      * lock the queued way) and nothing is done but, on the way of its own grant, what
      * `acquireQueued` would do at any attempt: the late queue entries leave, and a free
-     * lock with workers queued goes to the head. `when`, `decide` and `written` run inside
-     * the store's step: they must be quick, and must not throw (a throw is a defect, with
-     * nothing written if `decide` or `when` threw).
+     * lock with workers queued goes to the head (on Redis, nothing at all). `when`,
+     * `decide` and `written` run inside the store's step: they must be quick, and must not
+     * throw (a throw is a defect, with nothing written if `decide` or `when` threw). On
+     * Redis `decide` runs before the store has checked the values, and its result is
+     * dropped when the answer is `false`: it must be pure.
      */
     readonly modifyInStep?: (
       token: string,
@@ -497,7 +501,7 @@ export declare namespace Store {
           | undefined
         readonly written?: (values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void
       }
-    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    ) => Effect.Effect<boolean, InvalidToken | AcknowledgedError>
   }
 
   /**

@@ -73,6 +73,42 @@ const delivery: DeliveryBackend = {
 
 deliverySuite(delivery)
 
+describe("a modification in one step on a Redis Cluster", () => {
+  it.scopedLive(
+    "on the values of the worker's last grant; refused once another worker's store moved them on, decided again",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* clusters.get
+        const raw = (key: string) =>
+          Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key))
+        const input = { commandTimeout: 1_000, keyPrefix: `step${++testCount}` }
+        // two stores, as two processes have
+        const one = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), input)
+        const two = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), input)
+        const a = yield* one.worker()
+        const b = yield* two.worker()
+        const seen: Array<number> = []
+        const add = (s: { readonly n: number }) => {
+          seen.push(s.n)
+          return [s.n, { n: s.n + 1 }] as const
+        }
+        yield* a.states.modify("t", Counter, add)
+        yield* a.states.modify("t", Counter, add)
+        yield* b.states.modify("t", Counter, add)
+        seen.length = 0
+        assert.strictEqual(yield* a.states.modify("t", Counter, add), 3)
+        // on what a's last grant left (2), refused; then on what b wrote (3)
+        deepStrictEqual(seen, [2, 3])
+        for (let run = 0; run < 6; run++) {
+          const w = run % 2 === 0 ? a : b
+          for (let i = 0; i < 5; i++) yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+        }
+        assert.strictEqual(yield* one.stored("t"), 34)
+      }),
+    60_000
+  )
+})
+
 describe("inspect on a Redis Cluster", () => {
   it.scopedLive(
     "reports a token from its master and an instance's mailbox from its own",

@@ -23,11 +23,13 @@ import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
+import * as LastGrant from "./lastGrant.js"
 import type { PubSub } from "./pubsub.js"
 import { queuePart } from "./queuePart.js"
 import { asArray, claimArg, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
+import { stepPart } from "./stepPart.js"
 import type { Node, Topology } from "./topology.js"
 import { granted, wrote } from "./wrote.js"
 
@@ -88,6 +90,8 @@ export interface Parts {
 
 /** What every part of the driver works with (`queuePart.ts` too). @internal */
 export interface Context extends Parts {
+  /** What the worker's last grant of each token read and wrote: `stepPart`'s one-step modifications. */
+  readonly lastGrant: LastGrant.LastGrant
   readonly lockMs: number
   readonly tokenMs: number
   /** How long a grant stays pending for the worker it was handed to. */
@@ -114,7 +118,7 @@ export interface Context extends Parts {
 }
 
 /** The lock and its slices: each operation one script. */
-const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context) => {
+const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs }: Context) => {
   /** The keys of a holder check that may take a lock handed over back (`holderOrClaim`). */
   const holderKeys = (token: string) => ({
     lock: keys.lock(token),
@@ -184,6 +188,7 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
             (values) => names.map((_, i) => Option.fromNullable(values[i]))
           ),
     writeIfHolder: (token, lockId, entries, claim) =>
+      // the values it writes are not what the attempt's grant read: not remembered
       Effect.map(
         runAcknowledged(
           "writeIfHolder",
@@ -196,7 +201,10 @@ const lockPart = ({ keys, lockMs, runAcknowledged, runScript, tokenMs }: Context
           },
           wrote(entries)
         ),
-        guardedReply
+        (reply) => {
+          lastGrant.forgetGrant(lockId)
+          return guardedReply(reply)
+        }
       )
   } satisfies Partial<Driver>
 }
@@ -497,6 +505,7 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
 
   const context: Context = {
     ...parts,
+    lastGrant: LastGrant.make(),
     runAcknowledged,
     lockMs: millis(settings.lockExpiration),
     tokenMs: millis(settings.tokenExpiration),
@@ -511,6 +520,7 @@ export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver =>
     keys: parts.keys,
     ...lockPart(context),
     ...queuePart(context),
+    ...stepPart(context),
     ...signalPart(context),
     ...socketPart(context),
     ...presencePart(context),

@@ -20,6 +20,7 @@ import { granted, wrote } from "./wrote.js"
 export const queuePart = ({
   handoffMs,
   keys,
+  lastGrant,
   lockMs,
   pubsub,
   runAcknowledged,
@@ -62,12 +63,16 @@ export const queuePart = ({
           },
           granted
         ),
-        (reply) =>
-          reply._tag === "Acquired" && reply.values.length !== slices.length
-            ? Effect.fail(
-                new StoreRefused({ operation: "acquireQueued", reply: `unexpected reply ${JSON.stringify(reply)}` })
-              )
-            : Effect.succeed(queuedAcquireResult(reply, lockMs))
+        (reply) => {
+          if (reply._tag !== "Acquired") return Effect.succeed(queuedAcquireResult(reply, lockMs))
+          if (reply.values.length !== slices.length) {
+            return Effect.fail(
+              new StoreRefused({ operation: "acquireQueued", reply: `unexpected reply ${JSON.stringify(reply)}` })
+            )
+          }
+          if (claim === undefined) lastGrant.granted(lockId, token, reply.fence, slices, reply.values)
+          return Effect.succeed(queuedAcquireResult(reply, lockMs))
+        }
       ),
     releaseQueued: (token, lockId, instanceId, handoff, notices) =>
       runScript("releaseQueued", Scripts.releaseQueued, {
@@ -84,7 +89,10 @@ export const queuePart = ({
           noticePrefix: topology.noticePrefix(keys, token),
           granted: notices.granted
         }
-      }),
+      }).pipe(
+        Effect.tap((reply) => lastGrant.released(lockId, token, [], reply.released)),
+        Effect.tapError(() => Effect.sync(() => lastGrant.released(lockId, token, [], false)))
+      ),
     commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
       Effect.map(
         runAcknowledged(
@@ -113,11 +121,13 @@ export const queuePart = ({
           },
           wrote(entries)
         ),
-        (reply) =>
-          reply._tag === "Lost"
-            ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
-            : { _tag: "Done", value: reply.queued }
-      ),
+        (reply) => {
+          lastGrant.released(lockId, token, entries, reply._tag !== "Lost" && claim === undefined)
+          return reply._tag === "Lost"
+            ? ({ _tag: "Lost", holder: Option.fromNullable(reply.holder) } as const)
+            : ({ _tag: "Done", value: reply.queued } as const)
+        }
+      ).pipe(Effect.tapError(() => Effect.sync(() => lastGrant.released(lockId, token, entries, false)))),
     leaveQueue: (token, instanceId, lockId, notices) =>
       Effect.asVoid(
         runScript("leaveQueue", Scripts.leaveQueue, {

@@ -263,5 +263,5 @@ export interface Driver {
         | undefined
       readonly notices: NoticeMessages
     }
-  ) => Effect.Effect<boolean, StoreError>
+  ) => Effect.Effect<boolean, AcknowledgedError>
 }

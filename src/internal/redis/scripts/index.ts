@@ -8,6 +8,7 @@ import type { AnyScript } from "../script.js"
 import * as AcquireQueued from "./acquireQueued.js"
 import * as CommitAndRelease from "./commitAndRelease.js"
 import * as CommitAndReleaseQueued from "./commitAndReleaseQueued.js"
+import * as CommitIfUnchanged from "./commitIfUnchanged.js"
 import * as DescribeKeys from "./describeKeys.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
@@ -59,6 +60,8 @@ export const releaseQueued = ReleaseQueued.script
 /** @internal */
 export const commitAndReleaseQueued = CommitAndReleaseQueued.script
 /** @internal */
+export const commitIfUnchanged = CommitIfUnchanged.script
+/** @internal */
 export const leaveQueue = Queue.leave
 /** @internal */
 export const queueLength = Queue.length
@@ -83,6 +86,7 @@ export const all: ReadonlyArray<AnyScript> = [
   acquireQueued,
   releaseQueued,
   commitAndReleaseQueued,
+  commitIfUnchanged,
   leaveQueue,
   queueLength,
   queue,

@@ -1,0 +1,79 @@
+/**
+ * The one-step modification of the Redis `Driver` (`Store.Stepping`): a token this worker
+ * modified last, and let go, is modified again in one round trip. The caller's function runs
+ * on the values the last grant left (`LastGrant`), under the fence the step will take; one
+ * script then commits it if nothing has changed since (`commitIfUnchanged`: the lock free,
+ * nobody queued, the fence and every value as they were). Refused, or with nothing known,
+ * the step answers `false` and the modification takes the lock the queued way, the function
+ * running again on the values it reads then. A worker that alone modifies a token thus
+ * spends one round trip per modification instead of two; one whose token others modify pays
+ * a refused step now and then (`LastGrant`'s back-off).
+ *
+ * Only a grant of the step's own: a modification that `when` puts under this worker's
+ * lease goes the lease's way.
+ *
+ * @internal
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type { Driver } from "../store/driver.js"
+import type { Context } from "./driver.js"
+import * as Scripts from "./scripts/index.js"
+
+const notDone = Effect.succeed(false)
+
+/** @internal */
+export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context) =>
+  ({
+    modifyInStep: (token, slices, decide, { when, written }) =>
+      Effect.suspend(() => {
+        const known = lastGrant.lookup(token, slices)
+        if (known === undefined) return notDone
+        const asked = when === undefined ? {} : when()
+        if (asked === undefined || asked.holder !== undefined) return notDone
+        const fence = known.fence + 1
+        const entries = decide(known.values, fence)
+        const values: Array<string> = []
+        for (const [i, name] of slices.entries()) {
+          const expected = known.values[i]!
+          const entry = entries.find(([written]) => written === name)
+          values.push(Option.isSome(expected) ? `=${expected.value}` : "-", entry === undefined ? "" : `=${entry[1]}`)
+        }
+        // decided: the outcome is awaited even if the caller is interrupted meanwhile, as on
+        // the queued way (the script may be made all the same)
+        return Effect.map(
+          Effect.uninterruptible(
+            runAcknowledged(
+              "commitIfUnchanged",
+              Scripts.commitIfUnchanged,
+              {
+                keys: {
+                  lock: keys.lock(token),
+                  fence: keys.fence(token),
+                  queue: keys.queue(token),
+                  deadlines: keys.queueDeadlines(token),
+                  ids: keys.queueIds(token)
+                },
+                restKeys: slices.map((name) => keys.slice(token, name)),
+                args: { expected: String(known.fence), tokenMs },
+                restArgs: values
+              },
+              (reply) => reply._tag === "Committed"
+            )
+          ),
+          (reply) => {
+            if (reply._tag === "Refused") {
+              lastGrant.refused(token)
+              return false
+            }
+            // written: done (the fence is the one the check expected, plus one)
+            lastGrant.committed(token, reply.fence, entries)
+            written?.(known.values, entries)
+            return true
+          }
+        ).pipe(
+          // not known to be made (nor known not to be): the token is not known here either
+          Effect.tapError(() => Effect.sync(() => lastGrant.refused(token)))
+        )
+      })
+  }) satisfies Partial<Driver>
