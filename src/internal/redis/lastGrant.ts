@@ -1,7 +1,8 @@
 /**
  * What this worker knows of a token's slices after its last grant of it (`Store.Stepping` on
  * Redis): the fence that grant took and the values it read and wrote. A grant taken by an
- * attempt (`acquireQueued`) and let go by its own release is remembered; the next
+ * attempt (`acquireQueued`) and let go by its own release with no other worker queued is
+ * remembered (with workers queued, the release hands the lock on: a step would be refused); the next
  * modification of that token on this worker then runs its function on these values and
  * commits in one step (`commitIfUnchanged`), which the store refuses unless nothing has
  * changed since. What is remembered here is never trusted: a wrong entry costs a refused step,
@@ -42,7 +43,7 @@ export interface LastGrant {
     slices: ReadonlyArray<string>,
     values: ReadonlyArray<string | null>
   ) => void
-  /** The grant of `lockId` wrote `entries` and was let go (`released`), or was lost (`false`). */
+  /** The grant of `lockId` wrote `entries` and was let go with nobody queued (`released`), or not (`false`). */
   readonly released: (lockId: string, token: string, entries: ReadonlyArray<SliceEntry>, released: boolean) => void
   /** Something else was done under `lockId` (its values may have moved on here): forget its grant. */
   readonly forgetGrant: (lockId: string) => void

@@ -90,7 +90,10 @@ export const queuePart = ({
           granted: notices.granted
         }
       }).pipe(
-        Effect.tap((reply) => lastGrant.released(lockId, token, [], reply.released)),
+        // with other workers queued, the lock goes on to them: what it leaves is not worth knowing
+        Effect.tap((reply) =>
+          lastGrant.released(lockId, token, [], reply.released && reply.queued === 0 && !handoff.requeue)
+        ),
         Effect.tapError(() => Effect.sync(() => lastGrant.released(lockId, token, [], false)))
       ),
     commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
@@ -122,7 +125,12 @@ export const queuePart = ({
           wrote(entries)
         ),
         (reply) => {
-          lastGrant.released(lockId, token, entries, reply._tag !== "Lost" && claim === undefined)
+          lastGrant.released(
+            lockId,
+            token,
+            entries,
+            reply._tag !== "Lost" && reply.queued === 0 && !handoff.requeue && claim === undefined
+          )
           return reply._tag === "Lost"
             ? ({ _tag: "Lost", holder: Option.fromNullable(reply.holder) } as const)
             : ({ _tag: "Done", value: reply.queued } as const)
