@@ -111,8 +111,8 @@ export declare namespace Lease {
      * so that a modification there builds nothing for it. `then(true)` once `decide`
      * ran inside the store's step on the slices' values and the grant's fence, and what it
      * returned is written: under a grant of the step's own (the oplock off, no session on
-     * the token here, the lock free and nobody queued), or under this worker's lease while
-     * its hold is idle. `then(false)` when nothing was done, and the modification goes on
+     * the token here, the lock free and nobody queued), or (the embedded store only) under
+     * this worker's lease while its hold is idle. `then(false)` when nothing was done, and the modification goes on
      * with `begin`. Called when the modification runs; `decide` must not throw. On Redis,
      * `decide` may run on the values this worker's last grant left and the step then be
      * refused (`false`: the values had moved on): the modification then decides again.

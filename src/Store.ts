@@ -488,8 +488,10 @@ export declare namespace Store {
      * lock with workers queued goes to the head (on Redis, nothing at all). `when`,
      * `decide` and `written` run inside the store's step: they must be quick, and must not
      * throw (a throw is a defect, with nothing written if `decide` or `when` threw). On
-     * Redis `decide` runs before the store has checked the values, and its result is
-     * dropped when the answer is `false`: it must be pure.
+     * Redis the step is not one block of this process: `when` and `decide` run before the
+     * script is sent, on the values known from the last grant, `written` once it is made;
+     * a `holder` is always answered `false` there (a lease serves its own modifications);
+     * and `decide`'s result is dropped when the answer is `false`: it must be pure.
      */
     readonly modifyInStep?: (
       token: string,

@@ -20,11 +20,36 @@ describe("LastGrant", () => {
     const known = LastGrant.make()
     assert.isUndefined(known.lookup("t", ["s"]))
     grantAndRelease(known, "t", 3, "a", "b")
-    deepStrictEqual(known.lookup("t", ["s"]), { fence: 3, values: [Option.some("b")] })
     // a slice the grant did not read is not known
     assert.isUndefined(known.lookup("t", ["s", "other"]))
+    deepStrictEqual(known.lookup("t", ["s"]), { fence: 3, values: [Option.some("b")] })
     known.committed("t", 4, [["s", "c"]])
     deepStrictEqual(known.lookup("t", ["s"]), { fence: 4, values: [Option.some("c")] })
+  })
+
+  it("a step in flight takes the token: a second modification finds nothing until its outcome", () => {
+    const known = LastGrant.make()
+    grantAndRelease(known, "t", 1, null, "a")
+    assert.isDefined(known.lookup("t", ["s"]))
+    assert.isUndefined(known.lookup("t", ["s"]))
+    known.committed("t", 2, [["s", "b"]])
+    deepStrictEqual(known.lookup("t", ["s"]), { fence: 2, values: [Option.some("b")] })
+    // an outcome unknown: forgotten, with no back-off (the next release is remembered)
+    known.forget("t")
+    assert.isUndefined(known.lookup("t", ["s"]))
+    grantAndRelease(known, "t", 3, "b", "c")
+    assert.strictEqual(known.lookup("t", ["s"])?.fence, 3)
+  })
+
+  it("a release of a grant not seen here, or a write under a grant otherwise, forgets the token", () => {
+    const known = LastGrant.make()
+    grantAndRelease(known, "t", 1, null, "a")
+    known.released("notice:2", "t", [["s", "b"]], true)
+    assert.isUndefined(known.lookup("t", ["s"]))
+    grantAndRelease(known, "t", 3, "b", "c")
+    known.granted("w:4", "t", 4, ["s"], ["c"])
+    known.forgetGrant("w:4")
+    assert.isUndefined(known.lookup("t", ["s"]))
   })
 
   it("a lost release, a grant written under otherwise, a release of another token: nothing known", () => {
@@ -77,6 +102,7 @@ describe("LastGrant", () => {
     grantAndRelease(known, "big", 1, null, "x".repeat(LastGrant.maxChars + 1))
     assert.isUndefined(known.lookup("big", ["s"]))
     grantAndRelease(known, "grows", 1, null, "x")
+    assert.isDefined(known.lookup("grows", ["s"]))
     known.committed("grows", 2, [["s", "x".repeat(LastGrant.maxChars + 1)]])
     assert.isUndefined(known.lookup("grows", ["s"]))
   })

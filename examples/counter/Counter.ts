@@ -66,9 +66,10 @@ const step = (token: string, count: Count, by: number, now: number): Either.Eith
  * from the count before it). One turn of the lock and one write for them all, made before
  * any of the counts is returned: a socket's burst of bumps costs one modification, not one
  * each, and each bump's update still follows the write that holds it. A plain function
- * (`modify`): on the embedded store it runs inside one step of the store, elsewhere the
- * session decides it when its turn comes, with no step of this fiber in between; either
- * costs less than an effectful one. Nothing is written when every step overflowed.
+ * (`modify`): on the embedded store it runs inside one step of the store, on Redis in one
+ * script when this worker holds the last values (else, as when the session decides it when
+ * its turn comes, with no step of this fiber in between); each costs less than an effectful
+ * one. Nothing is written when every step overflowed.
  */
 export const bumpAll = (states: StateManager["Type"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {

@@ -201,11 +201,8 @@ const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs
           },
           wrote(entries)
         ),
-        (reply) => {
-          lastGrant.forgetGrant(lockId)
-          return guardedReply(reply)
-        }
-      )
+        guardedReply
+      ).pipe(Effect.ensuring(Effect.sync(() => lastGrant.forgetGrant(lockId))))
   } satisfies Partial<Driver>
 }
 

@@ -45,9 +45,14 @@ export interface LastGrant {
   ) => void
   /** The grant of `lockId` wrote `entries` and was let go with nobody queued (`released`), or not (`false`). */
   readonly released: (lockId: string, token: string, entries: ReadonlyArray<SliceEntry>, released: boolean) => void
-  /** Something else was done under `lockId` (its values may have moved on here): forget its grant. */
+  /** Something else was done under `lockId` (its values may have moved on here): forget its grant and its token. */
   readonly forgetGrant: (lockId: string) => void
-  /** The fence and the values of `slices` in order, when all are known. */
+  /**
+   * The fence and the values of `slices` in order, when all are known; the token is then
+   * taken for the step that asked (until `committed`, `refused` or `forget`): a second
+   * modification meanwhile finds nothing, and goes the queued way instead of a step that
+   * the first one's commit would refuse.
+   */
   readonly lookup: (
     token: string,
     slices: ReadonlyArray<string>
@@ -56,6 +61,8 @@ export interface LastGrant {
   readonly committed: (token: string, fence: number, entries: ReadonlyArray<SliceEntry>) => void
   /** A step was refused: the token is forgotten, and not remembered for a while. */
   readonly refused: (token: string) => void
+  /** A step's outcome is unknown (its command failed): the token is forgotten, with no back-off. */
+  readonly forget: (token: string) => void
 }
 
 const charsOf = (values: Map<string, Option.Option<string>>) => {
@@ -71,6 +78,8 @@ export const make = (): LastGrant => {
   const tokens = new Map<string, Known>()
   // the releases a refused token is still not remembered for, and the refusals in a row
   const skips = new Map<string, { left: number; refusals: number }>()
+  // the tokens taken by a step in flight (one per token): at most one per modification running
+  const stepping = new Map<string, Known>()
   const bounded = <V>(map: Map<string, V>, key: string, value: V) => {
     map.delete(key)
     map.set(key, value)
@@ -97,8 +106,9 @@ export const make = (): LastGrant => {
     released: (lockId, token, entries, released) => {
       const known = grants.get(lockId)
       grants.delete(lockId)
-      if (known === undefined || known.token !== token) return
-      if (!released) {
+      // a grant not seen here (handed over by a notice, claimed) or another token's: what
+      // is known of the token is behind it
+      if (known === undefined || known.token !== token || !released) {
         tokens.delete(token)
         return
       }
@@ -106,7 +116,9 @@ export const make = (): LastGrant => {
       remember(known)
     },
     forgetGrant: (lockId) => {
+      const known = grants.get(lockId)
       grants.delete(lockId)
+      if (known !== undefined) tokens.delete(known.token)
     },
     lookup: (token, slices) => {
       const known = tokens.get(token)
@@ -117,17 +129,25 @@ export const make = (): LastGrant => {
         if (value === undefined) return undefined
         values.push(value)
       }
+      tokens.delete(token)
+      stepping.set(token, known)
       return { fence: known.fence, values }
     },
     committed: (token, fence, entries) => {
-      const known = tokens.get(token)
+      const known = stepping.get(token)
+      stepping.delete(token)
       skips.delete(token)
       if (known === undefined) return
       apply(known.values, entries)
       if (charsOf(known.values) > maxChars) tokens.delete(token)
       else bounded(tokens, token, { token, fence, values: known.values })
     },
+    forget: (token) => {
+      stepping.delete(token)
+      tokens.delete(token)
+    },
     refused: (token) => {
+      stepping.delete(token)
       tokens.delete(token)
       const refusals = Math.min((skips.get(token)?.refusals ?? 0) + 1, Math.log2(maxSkips))
       bounded(skips, token, { left: 2 ** refusals, refusals })

@@ -16,6 +16,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import type { SliceEntry } from "../../Store.js"
 import type { Driver } from "../store/driver.js"
 import type { Context } from "./driver.js"
 import * as Scripts from "./scripts/index.js"
@@ -27,53 +28,65 @@ export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context)
   ({
     modifyInStep: (token, slices, decide, { when, written }) =>
       Effect.suspend(() => {
+        // taken for this step: every way out below gives it back or forgets it
         const known = lastGrant.lookup(token, slices)
         if (known === undefined) return notDone
-        const asked = when === undefined ? {} : when()
-        if (asked === undefined || asked.holder !== undefined) return notDone
         const fence = known.fence + 1
-        const entries = decide(known.values, fence)
+        let entries: ReadonlyArray<SliceEntry>
+        try {
+          const asked = when === undefined ? {} : when()
+          if (asked === undefined || asked.holder !== undefined) {
+            // not for a step of its own: known as before
+            lastGrant.committed(token, known.fence, [])
+            return notDone
+          }
+          entries = decide(known.values, fence)
+        } catch (defect) {
+          lastGrant.forget(token)
+          throw defect
+        }
+        // the last entry of a slice wins, as in the other stores
+        const next = new Map(entries)
         const values: Array<string> = []
         for (const [i, name] of slices.entries()) {
           const expected = known.values[i]!
-          const entry = entries.find(([written]) => written === name)
-          values.push(Option.isSome(expected) ? `=${expected.value}` : "-", entry === undefined ? "" : `=${entry[1]}`)
+          const value = next.get(name)
+          values.push(Option.isSome(expected) ? `=${expected.value}` : "-", value === undefined ? "" : `=${value}`)
         }
-        // decided: the outcome is awaited even if the caller is interrupted meanwhile, as on
-        // the queued way (the script may be made all the same)
-        return Effect.map(
-          Effect.uninterruptible(
-            runAcknowledged(
-              "commitIfUnchanged",
-              Scripts.commitIfUnchanged,
-              {
-                keys: {
-                  lock: keys.lock(token),
-                  fence: keys.fence(token),
-                  queue: keys.queue(token),
-                  deadlines: keys.queueDeadlines(token),
-                  ids: keys.queueIds(token)
-                },
-                restKeys: slices.map((name) => keys.slice(token, name)),
-                args: { expected: String(known.fence), tokenMs },
-                restArgs: values
+        // Decided: the outcome is awaited even if the caller is interrupted meanwhile, as on
+        // the queued way (the script may be made all the same), and what is known follows it.
+        return Effect.uninterruptible(
+          runAcknowledged(
+            "commitIfUnchanged",
+            Scripts.commitIfUnchanged,
+            {
+              keys: {
+                lock: keys.lock(token),
+                fence: keys.fence(token),
+                queue: keys.queue(token),
+                deadlines: keys.queueDeadlines(token),
+                ids: keys.queueIds(token)
               },
-              (reply) => reply._tag === "Committed"
-            )
-          ),
-          (reply) => {
-            if (reply._tag === "Refused") {
-              lastGrant.refused(token)
-              return false
-            }
-            // written: done (the fence is the one the check expected, plus one)
-            lastGrant.committed(token, reply.fence, entries)
-            written?.(known.values, entries)
-            return true
-          }
-        ).pipe(
-          // not known to be made (nor known not to be): the token is not known here either
-          Effect.tapError(() => Effect.sync(() => lastGrant.refused(token)))
+              restKeys: slices.map((name) => keys.slice(token, name)),
+              args: { expected: String(known.fence), tokenMs },
+              restArgs: values
+            },
+            (reply) => reply._tag === "Committed"
+          ).pipe(
+            Effect.map((reply) => {
+              if (reply._tag === "Refused") {
+                lastGrant.refused(token)
+                return false
+              }
+              // written: done (the fence is the one the check expected, plus one)
+              lastGrant.committed(token, reply.fence, entries)
+              written?.(known.values, entries)
+              return true
+            }),
+            // made or not, nobody knows (a timeout, a replica that did not acknowledge): the
+            // token is not known here either; no back-off, this was no contention
+            Effect.tapError(() => Effect.sync(() => lastGrant.forget(token)))
+          )
         )
       })
   }) satisfies Partial<Driver>

@@ -161,7 +161,8 @@ const ownGrant = {}
 /**
  * A whole modification in one step of the store (`Lease.Service.inStep`, where the store
  * has one: `step`), with no step of a session's fiber. The step asks,
- * inside itself (`when`: nothing here can change before it is made), what to run under:
+ * inside itself on the embedded store (`when`: nothing here can change before it is made;
+ * on Redis, just before its script is sent, which the store checks), what to run under:
  * with the oplock off and no session on the token here, a grant of the step's own (the
  * lock free, nobody queued); under this worker's lease when its hold is idle (`idleLease`:
  * the modification is what it would serve next), the lease's grant; nothing otherwise (the

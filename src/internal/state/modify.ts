@@ -206,9 +206,10 @@ class PureDecision<B> {
 
 /**
  * `run` for a plain function (`StateManager.modify`). Where the store runs a whole
- * modification in one step (the embedded store: `Lease.Service.inStep`) and the lock is
- * free with nobody waiting (the oplock off) or held by this worker's idle lease, the
- * function runs inside that step. Otherwise the
+ * modification in one step (`Lease.Service.inStep`) and the lock is free with nobody
+ * waiting (the oplock off) or, on the embedded store, held by this worker's idle lease, the
+ * function runs inside that step (on Redis on the values of this worker's last grant, and
+ * again below if the store refuses the step: `decision.on` runs once per attempt). Otherwise the
  * session decides it when its turn comes (`Request.decideNow`), with no step of the caller's
  * fiber in between, and the caller waits once, for its result (its value once the writes
  * are acknowledged, or the error). Interrupted before its turn, it leaves; decided, its

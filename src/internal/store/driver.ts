@@ -248,8 +248,8 @@ export interface Driver {
   // --- inspection ---------------------------------------------------------------------
   readonly tokenKeys: (token: string) => Effect.Effect<ReadonlyArray<KeyInfo>, StoreError>
 
-  // --- a whole modification in one step (the embedded store alone) ---------------------
-  /** `Store.Stepping.modifyInStep`, its inputs checked; absent where the backend cannot run it. */
+  // --- a whole modification in one step ----------------------------------------------
+  /** `Store.Stepping.modifyInStep`, its inputs checked: in the embedded store's one block, or Redis's one script on the values of the last grant. */
   readonly modifyInStep?: (
     token: string,
     slices: ReadonlyArray<string>,
