@@ -49,7 +49,8 @@ export interface LastGrant {
   readonly forgetGrant: (lockId: string) => void
   /**
    * The fence and the values of `slices` in order, when all are known; the token is then
-   * taken for the step that asked (until `committed`, `refused` or `forget`): a second
+   * taken for the step that asked (until `committed`, `refused` or `forget`, which the step
+   * reaches uninterruptibly): a second
    * modification meanwhile finds nothing, and goes the queued way instead of a step that
    * the first one's commit would refuse.
    */
@@ -85,14 +86,15 @@ export const make = (): LastGrant => {
     map.set(key, value)
     if (map.size > maxTokens) map.delete(map.keys().next().value!)
   }
-  const remember = (known: Known) => {
-    const skip = skips.get(known.token)
-    if (skip !== undefined && skip.left > 0) {
-      skip.left--
-      return
-    }
+  // known from now on, unless its values are too large to send twice
+  const keep = (known: Known) => {
     if (charsOf(known.values) > maxChars) tokens.delete(known.token)
     else bounded(tokens, known.token, known)
+  }
+  const remember = (known: Known) => {
+    const skip = skips.get(known.token)
+    if (skip !== undefined && skip.left > 0) skip.left--
+    else keep(known)
   }
   const apply = (values: Map<string, Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => {
     for (const [name, value] of entries) values.set(name, Option.some(value))
@@ -139,8 +141,7 @@ export const make = (): LastGrant => {
       skips.delete(token)
       if (known === undefined) return
       apply(known.values, entries)
-      if (charsOf(known.values) > maxChars) tokens.delete(token)
-      else bounded(tokens, token, { token, fence, values: known.values })
+      keep({ token, fence, values: known.values })
     },
     forget: (token) => {
       stepping.delete(token)

@@ -7,14 +7,55 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import type { SliceEntry } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
-import type { Driver } from "../store/driver.js"
+import type { Keys } from "../keys.js"
+import type { Driver, Handoff } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
 import type { Context } from "./driver.js"
+import type { LastGrant } from "./lastGrant.js"
 import { claimArg } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import { granted, wrote } from "./wrote.js"
+
+/** The keys of a token's lock and queue, as every queue step (and the one-step commit) names them. @internal */
+export const queueKeys = (keys: Keys, token: string) => ({
+  lock: keys.lock(token),
+  fence: keys.fence(token),
+  queue: keys.queue(token),
+  deadlines: keys.queueDeadlines(token),
+  ids: keys.queueIds(token)
+})
+
+/**
+ * A release, with what is known of the token (`LastGrant`) following it however it ends (an
+ * interruption included). `queued` reads the other workers queued from its reply when the
+ * release was made under a grant an attempt here took (`undefined` otherwise): what it leaves
+ * is worth knowing only when it hands the lock to nobody (none queued, nor the releaser again).
+ */
+const remembered = <A, E>(
+  lastGrant: LastGrant,
+  of: {
+    readonly lockId: string
+    readonly token: string
+    readonly entries: ReadonlyArray<SliceEntry>
+    readonly handoff: Handoff
+  },
+  release: Effect.Effect<A, E>,
+  queued: (reply: A) => number | undefined
+) =>
+  Effect.onExit(release, (exit) =>
+    Effect.sync(() =>
+      lastGrant.released(
+        of.lockId,
+        of.token,
+        of.entries,
+        Exit.isSuccess(exit) && queued(exit.value) === 0 && !of.handoff.requeue
+      )
+    )
+  )
 
 /** @internal */
 export const queuePart = ({
@@ -28,13 +69,6 @@ export const queuePart = ({
   tokenMs,
   topology
 }: Context) => {
-  const queueKeys = (token: string) => ({
-    lock: keys.lock(token),
-    fence: keys.fence(token),
-    queue: keys.queue(token),
-    deadlines: keys.queueDeadlines(token),
-    ids: keys.queueIds(token)
-  })
   /** The slice keys of a release: the written ones (one value each, in order), then the others carried. */
   const releaseKeys = (token: string, written: ReadonlyArray<string>, carry: ReadonlyArray<string>) => {
     const names = written.length === 0 ? carry : [...written, ...carry.filter((name) => !written.includes(name))]
@@ -47,7 +81,7 @@ export const queuePart = ({
           "acquireQueued",
           Scripts.acquireQueued,
           {
-            keys: queueKeys(token),
+            keys: queueKeys(keys, token),
             restKeys: slices.map((name) => keys.slice(token, name)),
             args: {
               lockId,
@@ -75,71 +109,69 @@ export const queuePart = ({
         }
       ),
     releaseQueued: (token, lockId, instanceId, handoff, notices) =>
-      runScript("releaseQueued", Scripts.releaseQueued, {
-        keys: queueKeys(token),
-        restKeys: releaseKeys(token, [], handoff.carry),
-        args: {
-          lockId,
-          lockMs,
-          tokenMs,
-          handoffMs,
-          instanceId,
-          requeue: handoff.requeue ? "1" : "0",
-          queueAs: handoff.queueAs,
-          noticePrefix: topology.noticePrefix(keys, token),
-          granted: notices.granted
-        }
-      }).pipe(
-        // with other workers queued, the lock goes on to them: what it leaves is not worth knowing
-        Effect.tap((reply) =>
-          lastGrant.released(lockId, token, [], reply.released && reply.queued === 0 && !handoff.requeue)
-        ),
-        Effect.tapError(() => Effect.sync(() => lastGrant.released(lockId, token, [], false)))
+      remembered(
+        lastGrant,
+        { lockId, token, entries: [], handoff },
+        runScript("releaseQueued", Scripts.releaseQueued, {
+          keys: queueKeys(keys, token),
+          restKeys: releaseKeys(token, [], handoff.carry),
+          args: {
+            lockId,
+            lockMs,
+            tokenMs,
+            handoffMs,
+            instanceId,
+            requeue: handoff.requeue ? "1" : "0",
+            queueAs: handoff.queueAs,
+            noticePrefix: topology.noticePrefix(keys, token),
+            granted: notices.granted
+          }
+        }),
+        (reply) => (reply.released ? reply.queued : undefined)
       ),
     commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
-      Effect.map(
-        runAcknowledged(
-          "commitAndReleaseQueued",
-          Scripts.commitAndReleaseQueued,
-          {
-            keys: queueKeys(token),
-            restKeys: releaseKeys(
-              token,
-              entries.map(([name]) => name),
-              handoff.carry
-            ),
-            args: {
-              lockId,
-              claim: claimArg(claim),
-              lockMs,
-              tokenMs,
-              handoffMs,
-              instanceId,
-              requeue: handoff.requeue ? "1" : "0",
-              queueAs: handoff.queueAs,
-              noticePrefix: topology.noticePrefix(keys, token),
-              granted: notices.granted
+      remembered(
+        lastGrant,
+        { lockId, token, entries, handoff },
+        Effect.map(
+          runAcknowledged(
+            "commitAndReleaseQueued",
+            Scripts.commitAndReleaseQueued,
+            {
+              keys: queueKeys(keys, token),
+              restKeys: releaseKeys(
+                token,
+                entries.map(([name]) => name),
+                handoff.carry
+              ),
+              args: {
+                lockId,
+                claim: claimArg(claim),
+                lockMs,
+                tokenMs,
+                handoffMs,
+                instanceId,
+                requeue: handoff.requeue ? "1" : "0",
+                queueAs: handoff.queueAs,
+                noticePrefix: topology.noticePrefix(keys, token),
+                granted: notices.granted
+              },
+              restArgs: entries.map(([, value]) => value)
             },
-            restArgs: entries.map(([, value]) => value)
-          },
-          wrote(entries)
+            wrote(entries)
+          ),
+          (reply) =>
+            reply._tag === "Lost"
+              ? ({ _tag: "Lost", holder: Option.fromNullable(reply.holder) } as const)
+              : ({ _tag: "Done", value: reply.queued } as const)
         ),
-        (reply) => {
-          lastGrant.released(
-            lockId,
-            token,
-            entries,
-            reply._tag !== "Lost" && reply.queued === 0 && !handoff.requeue && claim === undefined
-          )
-          return reply._tag === "Lost"
-            ? ({ _tag: "Lost", holder: Option.fromNullable(reply.holder) } as const)
-            : ({ _tag: "Done", value: reply.queued } as const)
-        }
-      ).pipe(Effect.tapError(() => Effect.sync(() => lastGrant.released(lockId, token, entries, false)))),
+        // a claim's grant was not taken by an attempt here: nothing of it is known
+        (reply) => (reply._tag === "Done" && claim === undefined ? reply.value : undefined)
+      ),
     leaveQueue: (token, instanceId, lockId, notices) =>
       Effect.asVoid(
         runScript("leaveQueue", Scripts.leaveQueue, {
-          keys: queueKeys(token),
+          keys: queueKeys(keys, token),
           args: {
             instanceId,
             lockId: lockId ?? "",

@@ -19,6 +19,7 @@ import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import type { Driver } from "../store/driver.js"
 import type { Context } from "./driver.js"
+import { queueKeys } from "./queuePart.js"
 import * as Scripts from "./scripts/index.js"
 
 const notDone = Effect.succeed(false)
@@ -27,46 +28,36 @@ const notDone = Effect.succeed(false)
 export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context) =>
   ({
     modifyInStep: (token, slices, decide, { when, written }) =>
-      Effect.suspend(() => {
-        // taken for this step: every way out below gives it back or forgets it
-        const known = lastGrant.lookup(token, slices)
-        if (known === undefined) return notDone
-        const fence = known.fence + 1
-        let entries: ReadonlyArray<SliceEntry>
-        try {
+      // Uninterruptible from the lookup on: the token is taken for this step, and every way
+      // out gives it back or forgets it; once decided, the outcome is awaited even if the
+      // caller is interrupted meanwhile, as on the queued way (the script may be made all the same).
+      Effect.uninterruptible(
+        Effect.suspend(() => {
           const asked = when === undefined ? {} : when()
-          if (asked === undefined || asked.holder !== undefined) {
-            // not for a step of its own: known as before
-            lastGrant.committed(token, known.fence, [])
-            return notDone
+          // not for a step of its own (a lease serves its own modifications)
+          if (asked === undefined || asked.holder !== undefined) return notDone
+          const known = lastGrant.lookup(token, slices)
+          if (known === undefined) return notDone
+          let entries: ReadonlyArray<SliceEntry>
+          try {
+            entries = decide(known.values, known.fence + 1)
+          } catch (defect) {
+            lastGrant.forget(token)
+            throw defect
           }
-          entries = decide(known.values, fence)
-        } catch (defect) {
-          lastGrant.forget(token)
-          throw defect
-        }
-        // the last entry of a slice wins, as in the other stores
-        const next = new Map(entries)
-        const values: Array<string> = []
-        for (const [i, name] of slices.entries()) {
-          const expected = known.values[i]!
-          const value = next.get(name)
-          values.push(Option.isSome(expected) ? `=${expected.value}` : "-", value === undefined ? "" : `=${value}`)
-        }
-        // Decided: the outcome is awaited even if the caller is interrupted meanwhile, as on
-        // the queued way (the script may be made all the same), and what is known follows it.
-        return Effect.uninterruptible(
-          runAcknowledged(
+          // the last entry of a slice wins, as in the other stores
+          const next = new Map(entries)
+          const values: Array<string> = []
+          for (const [i, name] of slices.entries()) {
+            const expected = known.values[i]!
+            const value = next.get(name)
+            values.push(Option.isSome(expected) ? `=${expected.value}` : "-", value === undefined ? "" : `=${value}`)
+          }
+          return runAcknowledged(
             "commitIfUnchanged",
             Scripts.commitIfUnchanged,
             {
-              keys: {
-                lock: keys.lock(token),
-                fence: keys.fence(token),
-                queue: keys.queue(token),
-                deadlines: keys.queueDeadlines(token),
-                ids: keys.queueIds(token)
-              },
+              keys: queueKeys(keys, token),
               restKeys: slices.map((name) => keys.slice(token, name)),
               args: { expected: String(known.fence), tokenMs },
               restArgs: values
@@ -87,6 +78,6 @@ export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context)
             // token is not known here either; no back-off, this was no contention
             Effect.tapError(() => Effect.sync(() => lastGrant.forget(token)))
           )
-        )
-      })
+        })
+      )
   }) satisfies Partial<Driver>
