@@ -87,17 +87,22 @@ describe("a modification in one step on the values of the worker's last grant", 
     seen.push(s.n)
     return [s.n, { n: s.n + 1 }] as const
   }
+  const bump = (s: { readonly n: number }) => [null, { n: s.n + 1 }] as const
+  /** Worker `a`, and `b` of a process of its own: its own store, which knows nothing of a's grants. */
+  const twoProcesses = Effect.gen(function* () {
+    const cluster = yield* redisCluster()
+    const a = yield* cluster.worker()
+    const b = yield* Effect.flatMap(redisWorkersAt(cluster.server), (other) => other.worker())
+    return { cluster, a, b }
+  })
 
   it.scopedLive("values another worker moved on refuse the step: the function runs again on what is stored", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster()
-      const a = yield* cluster.worker()
-      // a worker of a process of its own: its own store, which knows nothing of a's grants
-      const b = yield* Effect.flatMap(redisWorkersAt(cluster.server), (other) => other.worker())
-      for (let i = 1; i <= 2; i++) yield* a.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
+      const { cluster, a, b } = yield* twoProcesses
+      for (let i = 1; i <= 2; i++) yield* a.states.modify("warm", Counter, bump)
       yield* loadScripts(cluster)
-      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* b.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* a.states.modify("t", Counter, bump)
+      yield* b.states.modify("t", Counter, bump)
       const m = yield* Monitor.monitor(cluster.server)
       yield* Effect.sleep(50)
       const seen: Array<number> = []
@@ -106,8 +111,8 @@ describe("a modification in one step on the values of the worker's last grant", 
       deepStrictEqual(seen, [1, 2])
       const refused = m.commands.length
       // refused once: its next release is not remembered, nor the step tried
-      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* a.states.modify("t", Counter, bump)
+      yield* a.states.modify("t", Counter, bump)
       yield* Effect.sleep(50)
       assert.isFalse(sentSince(m, refused).includes("leaseholdCommitIfUnchanged"))
       deepStrictEqual(sentSince(m).slice(0, 3), [
@@ -125,7 +130,7 @@ describe("a modification in one step on the values of the worker's last grant", 
       Effect.gen(function* () {
         const cluster = yield* redisCluster()
         const a = yield* cluster.worker()
-        yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+        yield* a.states.modify("t", Counter, bump)
         // as a failover that lost writes leaves it: the fence the same, the value another
         yield* cluster.server.command("SET", "leasehold:{t}:s:counter", JSON.stringify({ n: 10 })).pipe(Effect.orDie)
         const seen: Array<number> = []
@@ -137,10 +142,8 @@ describe("a modification in one step on the values of the worker's last grant", 
 
   it.scopedLive("a lock held by another worker refuses the step: the modification waits its turn", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster()
-      const a = yield* cluster.worker()
-      const b = yield* Effect.flatMap(redisWorkersAt(cluster.server), (other) => other.worker())
-      yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      const { cluster, a, b } = yield* twoProcesses
+      yield* a.states.modify("t", Counter, bump)
       // b holds the lock, its function not yet returned (it will write 2)
       const held = yield* holding(b, "t")
       const seen: Array<number> = []
@@ -155,19 +158,16 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.scopedLive("a token only this worker modifies stays exact over many modifications in one step", () =>
+  it.scopedLive("two processes modifying a token in runs, one after the other and concurrently: exact", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster()
-      const a = yield* cluster.worker()
-      const b = yield* Effect.flatMap(redisWorkersAt(cluster.server), (other) => other.worker())
+      const { cluster, a, b } = yield* twoProcesses
       // a and b alternate in runs: every run's first modification may be refused
       for (let run = 0; run < 10; run++) {
         const w = run % 2 === 0 ? a : b
-        yield* Effect.forEach(
-          Array.from({ length: 8 }),
-          () => w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]),
-          { concurrency: run % 3 === 0 ? 4 : 1, discard: true }
-        )
+        yield* Effect.forEach(Array.from({ length: 8 }), () => w.states.modify("t", Counter, bump), {
+          concurrency: run % 3 === 0 ? 4 : 1,
+          discard: true
+        })
       }
       assert.strictEqual(yield* cluster.stored("t"), 80)
     })

@@ -12,6 +12,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import type * as Inspect from "../src/Inspect.js"
+import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
@@ -26,6 +27,15 @@ afterAll(clusters.close, 60_000)
 
 let testCount = 0
 
+/** A set of workers over one RedisStore of its own on the shared cluster (one process's). */
+const workersOn = (cluster: RedisCluster.RedisCluster, input: LeaseholdConfig.Input) =>
+  redisClusterWorkers(
+    cluster.url,
+    (key) => Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key)),
+    (key) => Effect.orDie(cluster.nodeFor(key)),
+    input
+  )
+
 const state: StateBackend = {
   name: "redis-cluster",
   test: (name, input, body) =>
@@ -34,9 +44,7 @@ const state: StateBackend = {
       () =>
         Effect.gen(function* () {
           const cluster = yield* clusters.get
-          const raw = (key: string) =>
-            Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key))
-          const workers = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), {
+          const workers = yield* workersOn(cluster, {
             commandTimeout: 1_000,
             keyPrefix: `state${++testCount}`,
             ...input
@@ -79,12 +87,10 @@ describe("a modification in one step on a Redis Cluster", () => {
     () =>
       Effect.gen(function* () {
         const cluster = yield* clusters.get
-        const raw = (key: string) =>
-          Effect.flatMap(Effect.orDie(cluster.nodeFor(key)), (node) => RedisServer.getRaw(node, key))
         const input = { commandTimeout: 1_000, keyPrefix: `step${++testCount}` }
         // two stores, as two processes have
-        const one = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), input)
-        const two = yield* redisClusterWorkers(cluster.url, raw, (key) => Effect.orDie(cluster.nodeFor(key)), input)
+        const one = yield* workersOn(cluster, input)
+        const two = yield* workersOn(cluster, input)
         const a = yield* one.worker()
         const b = yield* two.worker()
         const seen: Array<number> = []
