@@ -12,7 +12,7 @@ import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import type { Driver, Handoff } from "../store/driver.js"
+import type { Driver, Handoff, NoticeMessages } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
 import type { Context } from "./driver.js"
 import type { LastGrant } from "./lastGrant.js"
@@ -69,6 +69,17 @@ export const queuePart = ({
   tokenMs,
   topology
 }: Context) => {
+  /** The arguments of a release that hands the lock on (the same for both releases). */
+  const handoffArgs = (token: string, instanceId: string, handoff: Handoff, notices: NoticeMessages) => ({
+    lockMs,
+    tokenMs,
+    handoffMs,
+    instanceId,
+    requeue: handoff.requeue ? "1" : "0",
+    queueAs: handoff.queueAs,
+    noticePrefix: topology.noticePrefix(keys, token),
+    granted: notices.granted
+  })
   /** The slice keys of a release: the written ones (one value each, in order), then the others carried. */
   const releaseKeys = (token: string, written: ReadonlyArray<string>, carry: ReadonlyArray<string>) => {
     const names = written.length === 0 ? carry : [...written, ...carry.filter((name) => !written.includes(name))]
@@ -115,17 +126,7 @@ export const queuePart = ({
         runScript("releaseQueued", Scripts.releaseQueued, {
           keys: queueKeys(keys, token),
           restKeys: releaseKeys(token, [], handoff.carry),
-          args: {
-            lockId,
-            lockMs,
-            tokenMs,
-            handoffMs,
-            instanceId,
-            requeue: handoff.requeue ? "1" : "0",
-            queueAs: handoff.queueAs,
-            noticePrefix: topology.noticePrefix(keys, token),
-            granted: notices.granted
-          }
+          args: { lockId, ...handoffArgs(token, instanceId, handoff, notices) }
         }),
         (reply) => (reply.released ? reply.queued : undefined)
       ),
@@ -144,18 +145,7 @@ export const queuePart = ({
                 entries.map(([name]) => name),
                 handoff.carry
               ),
-              args: {
-                lockId,
-                claim: claimArg(claim),
-                lockMs,
-                tokenMs,
-                handoffMs,
-                instanceId,
-                requeue: handoff.requeue ? "1" : "0",
-                queueAs: handoff.queueAs,
-                noticePrefix: topology.noticePrefix(keys, token),
-                granted: notices.granted
-              },
+              args: { lockId, claim: claimArg(claim), ...handoffArgs(token, instanceId, handoff, notices) },
               restArgs: entries.map(([, value]) => value)
             },
             wrote(entries)

@@ -16,7 +16,6 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import type { SliceEntry } from "../../Store.js"
 import type { Driver } from "../store/driver.js"
 import type { Context } from "./driver.js"
 import { queueKeys } from "./queuePart.js"
@@ -38,13 +37,7 @@ export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context)
           if (asked === undefined || asked.holder !== undefined) return notDone
           const known = lastGrant.lookup(token, slices)
           if (known === undefined) return notDone
-          let entries: ReadonlyArray<SliceEntry>
-          try {
-            entries = decide(known.values, known.fence + 1)
-          } catch (defect) {
-            lastGrant.forget(token)
-            throw defect
-          }
+          const entries = decide(known.values, known.fence + 1)
           // the last entry of a slice wins, as in the other stores
           const next = new Map(entries)
           const values: Array<string> = []
@@ -73,11 +66,13 @@ export const stepPart = ({ keys, lastGrant, runAcknowledged, tokenMs }: Context)
               lastGrant.committed(token, reply.fence, entries)
               written?.(known.values, entries)
               return true
-            }),
-            // made or not, nobody knows (a timeout, a replica that did not acknowledge): the
-            // token is not known here either; no back-off, this was no contention
-            Effect.tapError(() => Effect.sync(() => lastGrant.forget(token)))
+            })
           )
-        })
+        }).pipe(
+          // Made or not, nobody knows (a timeout, a replica that did not acknowledge), or the
+          // function threw: the token is not known here either, nor taken any longer; no
+          // back-off, this was no contention.
+          Effect.onError(() => Effect.sync(() => lastGrant.forget(token)))
+        )
       )
   }) satisfies Partial<Driver>
