@@ -262,24 +262,27 @@ export const make = Effect.gen(function* () {
     failing: false,
     linking: new Set(),
     lostTokens: new Set(),
-    lost: yield* PubSub.unbounded<LostSocket>()
+    lost: yield* PubSub.unbounded<LostSocket>(),
+    unstored: new WeakSet()
   }
   const disconnectAll = Link.disconnectAll(table)
 
   // --- the sockets loop ---------------------------------------------------------------
+  const presenceMs = Math.max(1, Math.ceil(Duration.toMillis(settings.presenceExpiration)))
   const keeper: Records.Keeper = {
     table,
     refreshEvery,
     started: yield* Effect.makeLatch(false),
     mode: Option.none(),
-    refusalLogged: false
+    refusalLogged: false,
+    // the presence loop's state, below: asked only about links made after `make`
+    judge: (token, owner) => Presence.judge(presence, token, owner)
   }
 
   const loop = yield* supervisor.run(loopName, (recovered) => Records.watch(keeper, recovered), untilRecovered())
   yield* keeper.started.await
 
   // --- the presence loop --------------------------------------------------------------
-  const presenceMs = Math.max(1, Math.ceil(Duration.toMillis(settings.presenceExpiration)))
   const presence: Presence.Presence = {
     table,
     presenceMs,
@@ -288,7 +291,7 @@ export const make = Effect.gen(function* () {
     steadySince: undefined,
     lastRefresh: undefined,
     asks: new Map(),
-    check: Records.restore(table)
+    check: Records.restore(keeper)
   }
   const presenceLoop = yield* supervisor.run(
     Presence.loopName,

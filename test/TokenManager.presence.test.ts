@@ -176,4 +176,60 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         assert.isFalse(yield* a.tokens.isLost("tab-x"))
       })
   )
+
+  it.scoped(
+    "a tab linked during an outage over a dead worker's record keeps its token: taken over when the store returns, not lost",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const b = yield* cluster.worker()
+        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        // the tab's worker was SIGKILLed: its record is there, its presence expires
+        yield* cluster.overwrite("tab-1", dead)
+        yield* steady
+        yield* cluster.outage.begin
+        yield* settle
+        const error = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
+        assert.strictEqual(error._tag, "RecordNotStored")
+        yield* cluster.outage.end
+        yield* settle
+        const ours = Option.some(mine(b, "cb"))
+        for (let elapsed = 0; elapsed < presenceMs * 8; elapsed += 50) {
+          if (Option.isSome(yield* Fiber.poll(lost))) break
+          if (JSON.stringify(yield* cluster.record("tab-1")) === JSON.stringify(ours)) break
+          yield* TestClock.adjust(50)
+          yield* settle
+        }
+        deepStrictEqual(yield* cluster.record("tab-1"), ours)
+        deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
+        assert.isFalse(yield* b.tokens.isLost("tab-1"))
+        assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
+        assert.isTrue(
+          cluster.logs.some((line) => line.message.includes("token tab-1: the socket of dead-worker is gone")),
+          JSON.stringify(cluster.logs)
+        )
+      })
+  )
+
+  it.scoped(
+    "a tab linked during an outage while a live worker's socket holds the token: that record is adopted and the socket reported lost",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const a = yield* cluster.worker()
+        const b = yield* cluster.worker()
+        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        yield* a.tokens.link("tab-1", "ca")
+        yield* steady
+        yield* cluster.outage.begin
+        yield* settle
+        assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
+        yield* cluster.outage.end
+        const reported = Chunk.toReadonlyArray(yield* runFor(lost, presenceMs * 8))
+        deepStrictEqual(reported, [{ token: "tab-1", connectionId: "cb", holder: mine(a, "ca") }])
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
+        deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
+        deepStrictEqual(yield* b.tokens.local("tab-1"), Option.none())
+      })
+  )
 })

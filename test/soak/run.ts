@@ -361,17 +361,29 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           tabDetails.push(what)
           return
         }
-        if (event.takenOver !== true) {
+        // Linked during an outage: the record is judged and taken over when the store returns;
+        // the records' check at the end tells whether it was.
+        if (event.takenOver !== true && event.notStored !== true) {
           relinkNotTakenOver++
           tabDetails.push(what)
         } else relinked++
-        holdings.get(token)!.push({
+        const held = {
           proc,
           connectionId,
           start: Number(event.started),
-          from: Number(event.at),
+          // linked during an outage: updates are expected there once its record names it
+          from: event.notStored === true ? Number.POSITIVE_INFINITY : Number(event.at),
           to: Number.POSITIVE_INFINITY
-        })
+        }
+        holdings.get(token)!.push(held)
+        if (event.notStored === true) {
+          proc
+            .waitFor("stored", 60_000, (stored) => stored.connectionId === connectionId)
+            .then((stored) => {
+              held.from = Number(stored.at)
+            })
+            .catch(() => tabDetails.push(`tab ${token}: its record never named ${connectionId} on ${proc.name}`))
+        }
       }
 
       const at = (fraction: number) => started + fraction * options.seconds * 1_000 * (0.97 + 0.06 * random())

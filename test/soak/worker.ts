@@ -34,6 +34,7 @@ import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Random from "effect/Random"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Health from "../../src/Health.js"
@@ -144,11 +145,30 @@ const program = Effect.gen(function* () {
   const instanceId = Context.get(context, InstanceId)
   const store = Context.get(context, Store)
   const lease = Context.get(context, Lease.Lease)
+  /**
+   * A socket linked while its record could not be written: report when the record names it
+   * (the store returned, and the record found, a dead worker's, was taken over): updates
+   * sent before then went to the record's old owner.
+   */
+  const whenStored = (token: string, connectionId: string) =>
+    store.readSocket(token).pipe(
+      Effect.map(
+        (record) =>
+          Option.isSome(record) && record.value.instanceId === instanceId && record.value.connectionId === connectionId
+      ),
+      Effect.orElseSucceed(() => false),
+      Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: (stored) => stored }),
+      Effect.zipRight(Effect.suspend(() => emit({ t: "stored", token, connectionId, at: Date.now() }))),
+      Effect.forkScoped
+    )
   /** Link a tab's socket and report what became of it: its token, or the error. */
   const linkTab = (token: string, connectionId: string) =>
     Effect.gen(function* () {
       const started = Date.now()
       const linked = yield* Effect.either(tokenManager.link(token, connectionId))
+      if (linked._tag === "Left" && linked.left._tag === "RecordNotStored") {
+        yield* whenStored(linked.left.token, connectionId)
+      }
       yield* emit({
         t: "linked",
         token,
@@ -157,7 +177,15 @@ const program = Effect.gen(function* () {
         at: Date.now(),
         ...(linked._tag === "Right"
           ? { result: linked.right.token, fresh: linked.right.fresh, takenOver: linked.right.takenOver }
-          : { result: linked.left._tag, error: linked.left.message })
+          : linked.left._tag === "RecordNotStored"
+            ? // linked locally; the record is written (or a dead owner's taken over) when the store returns
+              {
+                result: linked.left.token,
+                fresh: linked.left.fresh === true,
+                notStored: true,
+                error: linked.left.message
+              }
+            : { result: linked.left._tag, error: linked.left.message })
       })
     })
   for (const [token, connectionId] of sockets) yield* linkTab(token, connectionId)

@@ -161,16 +161,27 @@ const takeOver = (table: Table, token: string, expected: SocketRecord, record: S
     Effect.catchTags({ CorruptValue: corrupt(token), InvalidToken: (error) => Effect.die(error) })
   )
 
-const linkAs = (table: Table, token: string, connectionId: string, fresh: boolean, takenOver = false) =>
+const linkAs = (
+  table: Table,
+  token: string,
+  connectionId: string,
+  fresh: boolean,
+  how: { readonly takenOver?: boolean; readonly stored?: boolean } = {}
+) =>
   Effect.sync((): Linked => {
-    table.entries.set(token, { connectionId, record: { instanceId: table.instanceId, connectionId } })
+    const entry: Entry = { connectionId, record: { instanceId: table.instanceId, connectionId } }
+    table.entries.set(token, entry)
+    if (how.stored === false) table.unstored.add(entry)
     table.lostTokens.delete(token)
-    return { token, fresh, takenOver }
+    return { token, fresh, takenOver: how.takenOver === true }
   })
 
 const notStored = (table: Table, token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
   Effect.zipRight(
-    Effect.zipRight(linkAs(table, token, connectionId, fresh), storeFailed(table, `linking token ${token}`, cause)),
+    Effect.zipRight(
+      linkAs(table, token, connectionId, fresh, { stored: false }),
+      storeFailed(table, `linking token ${token}`, cause)
+    ),
     Effect.fail(
       fresh
         ? new RecordNotStored({ token, connectionId, cause, fresh: true })
@@ -211,7 +222,7 @@ const claimAndLink = (
             ? Effect.succeed<Outcome>(outcome)
             : Effect.zipRight(
                 Effect.zipRight(Metric.increment(expected === undefined ? links : takeovers), storeWorked(table)),
-                linkAs(table, token, connectionId, fresh, expected !== undefined)
+                linkAs(table, token, connectionId, fresh, { takenOver: expected !== undefined })
               ).pipe(Effect.map((linked): Outcome => ({ _tag: "Linked", linked })))
         )
       )

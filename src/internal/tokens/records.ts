@@ -3,7 +3,9 @@
  * `sockets` loop, which turns on the store's socket events (or, where the store refuses,
  * refreshes every record's TTL) and re-claims a record as soon as it is deleted or
  * expires, and the passes that write every record of ours back after a subscription or a
- * reconnection, adopting a record another socket won meanwhile.
+ * reconnection, adopting a record another socket won meanwhile. A socket linked while the
+ * store failed never had its record written: another socket's record found in its place
+ * may be a dead worker's, so its owner is judged first (`settle`), as `link` judges it.
  *
  * @internal
  */
@@ -14,9 +16,11 @@ import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
-import type { ClaimResult } from "../../Store.js"
+import type { ClaimResult, SocketRecord } from "../../Store.js"
 import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
 import type { KeepAlive } from "../../TokenManager.js"
+import { takeovers } from "./link.js"
+import type { Verdict } from "./presence.js"
 import {
   adopt,
   concurrentWrites,
@@ -60,56 +64,171 @@ export interface Keeper {
   readonly started: Effect.Latch
   mode: Option.Option<KeepAlive>
   refusalLogged: boolean
+  /** What became of the owner of a record found in place of one of ours never stored (`presence.ts`). */
+  readonly judge: (token: string, owner: SocketRecord) => Effect.Effect<Verdict, StoreError | InvalidToken>
 }
 
 /**
  * Apply the outcome of re-claiming `entry`'s record. Runs right after the claim, with no
  * yield before the map is checked: a socket that disconnected meanwhile is never
- * brought back, and a record written back for it is deleted again.
+ * brought back, and a record written back for it is deleted again. Another socket's
+ * record found in place of one never stored is not adopted here: it is returned, for its
+ * owner to be judged (`settle`).
  */
 const applyClaim = (
   table: Table,
   token: string,
   entry: Entry,
   result: Either.Either<ClaimResult, CorruptValue | StoreRefused>
-) =>
+): Effect.Effect<Option.Option<SocketRecord>> =>
   Effect.suspend(() => {
     const current = table.entries.get(token)
     if (current !== entry) {
       const written = Either.isRight(result) && result.right._tag === "Claimed"
-      if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return Effect.void
+      if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return none
       return table.store.deleteSocketIfOwner(token, entry.record).pipe(
         Effect.asVoid,
         Effect.catchTag("InvalidToken", () => Effect.void),
-        Effect.catchAll((error) => storeFailed(table, `deleting the record of disconnected token ${token}`, error))
+        Effect.catchAll((error) => storeFailed(table, `deleting the record of disconnected token ${token}`, error)),
+        Effect.as(Option.none())
       )
     }
     if (Either.isLeft(result)) {
-      return Effect.logWarning(`socket records: cannot restore token ${token}: ${result.left.message}`)
+      return Effect.as(
+        Effect.logWarning(`socket records: cannot restore token ${token}: ${result.left.message}`),
+        Option.none()
+      )
     }
     const claim = result.right
-    if (claim._tag === "Claimed") return Metric.increment(recordsRestored)
-    return sameRecord(claim.record, entry.record) ? Effect.void : adopt(table, token, entry, claim.record)
+    if (claim._tag === "Claimed" || sameRecord(claim.record, entry.record)) {
+      table.unstored.delete(entry)
+      return claim._tag === "Claimed" ? Effect.as(Metric.increment(recordsRestored), Option.none()) : none
+    }
+    if (table.unstored.has(entry)) return Effect.succeed(Option.some(claim.record))
+    return Effect.as(adopt(table, token, entry, claim.record), Option.none())
+  })
+
+const none = Effect.succeed(Option.none<SocketRecord>())
+
+/** A record another socket holds in place of one of ours never stored, to be judged. */
+type Contested = readonly [token: string, entry: Entry, holder: SocketRecord]
+
+/** Rounds of question and take-over before a record never stored adopts the one found. */
+const settleRounds = 3
+
+/**
+ * Compare-and-set `holder`'s record to `entry`'s, for a record of ours never stored: what
+ * holds the token after it (`None` once it is ours, or nothing is left to settle).
+ */
+const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketRecord) =>
+  Effect.suspend(() => {
+    if (table.entries.get(token) !== entry || !table.unstored.has(entry)) return none
+    return table.store.takeOverSocket(token, holder, entry.record).pipe(
+      Effect.flatMap((result) => {
+        if (result._tag === "TakenOver") {
+          return Effect.zipRight(Metric.increment(takeovers), applyClaim(table, token, entry, Either.right(claimed)))
+        }
+        return Option.match(result.record, {
+          // vanished meanwhile: an ordinary claim
+          onNone: () =>
+            table.store.claimSocket(token, entry.record).pipe(
+              Effect.map(Either.right),
+              Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
+              Effect.flatMap((claim) => applyClaim(table, token, entry, claim))
+            ),
+          onSome: (record) => applyClaim(table, token, entry, Either.right({ _tag: "Taken", record }))
+        })
+      }),
+      Effect.catchTag("CorruptValue", (error) =>
+        Effect.as(Effect.logWarning(`socket records: cannot restore token ${token}: ${error.message}`), Option.none())
+      ),
+      Effect.catchTag("InvalidToken", (error) =>
+        Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
+      ),
+      // Still not stored: the next restore tries again.
+      Effect.catchAll((error) =>
+        Effect.as(storeFailed(table, `taking the record of token ${token} over`, error), Option.none())
+      )
+    )
+  })
+
+const claimed: ClaimResult = { _tag: "Claimed" }
+
+/**
+ * A socket linked while the store failed found another socket's record when the store
+ * returned. Its owner may have died meanwhile (its tab reconnected here during the
+ * outage): it is asked, as a link asks (`presence.ts`); gone, the record is taken over by
+ * compare-and-set and the socket keeps its token; linked, or not to be judged after
+ * `settleRounds`, the record is adopted and the socket reported lost, as before. Runs
+ * outside the maintenance permit (the question may wait a presence expiration); each
+ * step on the store takes it.
+ */
+const settle = (keeper: Keeper, [token, entry, found]: Contested) =>
+  Effect.gen(function* () {
+    const { table } = keeper
+    let holder = found
+    for (let round = 0; round < settleRounds; round++) {
+      if (table.entries.get(token) !== entry || !table.unstored.has(entry)) return
+      const verdict = yield* keeper
+        .judge(token, holder)
+        .pipe(
+          Effect.catchAll((error) =>
+            Effect.as(
+              Effect.logWarning(`socket records: the owner of token ${token} could not be asked: ${error.message}`),
+              "unsure" as const
+            )
+          )
+        )
+      if (verdict === "linked") break
+      if (verdict === "unsure") continue
+      yield* Effect.logInfo(
+        `socket records: token ${token}: the socket of ${holder.instanceId} is gone; taking its record over`
+      )
+      const next = yield* table.maintenance.withPermits(1)(takeOverFrom(table, token, entry, holder))
+      if (Option.isNone(next)) return
+      holder = next.value
+    }
+    yield* table.maintenance.withPermits(1)(
+      Effect.suspend(() => {
+        if (table.entries.get(token) !== entry || !table.unstored.delete(entry)) return Effect.void
+        return adopt(table, token, entry, holder)
+      })
+    )
   })
 
 const ownEntries = (table: Table) => [...table.entries].filter(([, entry]) => isOurs(table, entry))
 
-/** Claim records again (SET NX, read back in the same round trip) and apply each outcome. */
+/**
+ * Claim records again (SET NX, read back in the same round trip) and apply each outcome:
+ * the records never stored that found another socket's in their place.
+ */
 const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
   Effect.gen(function* () {
+    const contested: Array<Contested> = []
     for (let start = 0; start < lost.length; start += restoreBatch) {
       const batch = lost.slice(start, start + restoreBatch)
       const results = yield* table.store.claimSockets(batch.map(([token, entry]) => [token, entry.record] as const))
-      for (let i = 0; i < batch.length; i++) yield* applyClaim(table, batch[i]![0], batch[i]![1], results[i]!)
+      for (let i = 0; i < batch.length; i++) {
+        const [token, entry] = batch[i]!
+        const holder = yield* applyClaim(table, token, entry, results[i]!)
+        if (Option.isSome(holder)) contested.push([token, entry, holder.value])
+      }
     }
+    return contested
   })
 
-/** One maintenance pass over the map: alone, and its store failure logged once per episode. */
-const maintain = (table: Table, what: string, pass: Effect.Effect<void, StoreError | InvalidToken>) =>
+/** Settle every contested record, each question in its own fiber (they may wait). */
+const settleAll = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
+  Effect.forEach(contested, (one) => settle(keeper, one), { concurrency: concurrentWrites, discard: true })
+
+/** One maintenance pass over the map: alone, and its store failure logged once per episode (then `orElse`). */
+const maintain = <A>(table: Table, what: string, pass: Effect.Effect<A, StoreError | InvalidToken>, orElse: A) =>
   table.maintenance.withPermits(1)(
-    Effect.zipRight(pass, storeWorked(table)).pipe(
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.catchAll((error) => storeFailed(table, what, error))
+    Effect.zipLeft(pass, storeWorked(table)).pipe(
+      Effect.catchTag("InvalidToken", (error) =>
+        Effect.as(Effect.logError(`socket records: ${error.message}`), orElse)
+      ),
+      Effect.catchAll((error) => Effect.as(storeFailed(table, what, error), orElse))
     )
   )
 
@@ -118,19 +237,32 @@ const maintain = (table: Table, what: string, pass: Effect.Effect<void, StoreErr
  * failure fails the pass (warned once per episode): the `sockets` loop's attempt ends with
  * it and the supervisor tries again, since nothing else would write those records back
  * while the store stays up (a cluster answering before every slot is served again).
+ * Records never stored that found another socket's are settled in a fiber of the caller's
+ * scope: the question waits for answers that the `presence` loop itself receives.
  */
-export const restore = (table: Table) =>
-  table.maintenance.withPermits(1)(
-    Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
-      Effect.zipRight(storeWorked(table)),
-      Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-      Effect.tapError((error) => storeFailed(table, "restoring records", error))
+export const restore = (keeper: Keeper) => {
+  const { table } = keeper
+  return table.maintenance
+    .withPermits(1)(
+      Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
+        Effect.zipLeft(storeWorked(table)),
+        Effect.catchTag("InvalidToken", (error) =>
+          Effect.as(Effect.logError(`socket records: ${error.message}`), [] as ReadonlyArray<Contested>)
+        ),
+        Effect.tapError((error) => storeFailed(table, "restoring records", error))
+      )
     )
-  )
+    .pipe(Effect.flatMap((contested) => settleLater(keeper, contested)))
+}
+
+/** Settle `contested` in a fiber of the current scope (none when there is nothing to settle). */
+const settleLater = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
+  contested.length === 0 ? Effect.void : Effect.asVoid(Effect.forkScoped(settleAll(keeper, contested)))
 
 /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
-const refresh = (table: Table) =>
-  maintain(
+const refresh = (keeper: Keeper) => {
+  const { table } = keeper
+  return maintain(
     table,
     "refreshing records",
     Effect.gen(function* () {
@@ -142,30 +274,45 @@ const refresh = (table: Table) =>
           concurrency: concurrentWrites
         }
       )
-      yield* reclaim(
+      return yield* reclaim(
         table,
         ours.filter((_, i) => !refreshed[i])
       )
-    })
-  )
+    }),
+    []
+  ).pipe(Effect.flatMap((contested) => settleLater(keeper, contested)))
+}
 
 /** A record was deleted, expired or evicted: claim it again while its socket lives here. */
-const removed = (table: Table, token: string) =>
-  table.maintenance.withPermits(1)(
-    Effect.suspend(() => {
-      const entry = table.entries.get(token)
-      if (entry === undefined) return Effect.void
-      // Another instance's record is gone: nothing left to adopt; a later lookup reads the store.
-      if (!isOurs(table, entry)) return Effect.sync(() => table.entries.delete(token))
-      return table.store.claimSocket(token, entry.record).pipe(
-        Effect.map(Either.right),
-        Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
-        Effect.flatMap((result) => applyClaim(table, token, entry, result)),
-        Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
-        Effect.catchAll((error) => storeFailed(table, `claiming token ${token} again`, error))
-      )
-    })
-  )
+const removed = (keeper: Keeper, token: string) => {
+  const { table } = keeper
+  return table.maintenance
+    .withPermits(1)(
+      Effect.suspend(() => {
+        const entry = table.entries.get(token)
+        if (entry === undefined) return Effect.succeed(Option.none<Contested>())
+        // Another instance's record is gone: nothing left to adopt; a later lookup reads the store.
+        if (!isOurs(table, entry))
+          return Effect.as(
+            Effect.sync(() => table.entries.delete(token)),
+            Option.none<Contested>()
+          )
+        return table.store.claimSocket(token, entry.record).pipe(
+          Effect.map(Either.right),
+          Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
+          Effect.flatMap((result) => applyClaim(table, token, entry, result)),
+          Effect.map(Option.map((holder): Contested => [token, entry, holder])),
+          Effect.catchTag("InvalidToken", (error) =>
+            Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
+          ),
+          Effect.catchAll((error) =>
+            Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none())
+          )
+        )
+      })
+    )
+    .pipe(Effect.flatMap((contested) => settleLater(keeper, Option.toArray(contested))))
+}
 
 /** One attempt of the `sockets` loop, run by the supervisor. */
 export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
@@ -185,7 +332,7 @@ export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
       const events = yield* store.socketEvents
       keeper.mode = Option.some(setting._tag === "Enabled" ? "events" : "refresh")
       yield* recovered
-      yield* restore(table)
+      yield* restore(keeper)
       yield* started.open
       // A reconnection may follow a server restart that lost records, without the
       // subscription noticing (the command connection alone dropped): restore again.
@@ -193,18 +340,18 @@ export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
       const restores = store.statusChanges.pipe(
         Stream.filter((status) => status.ready && status.epoch > epoch),
         Stream.changesWith((a, b) => a.epoch === b.epoch),
-        Stream.mapEffect(() => restore(table))
+        Stream.mapEffect(() => restore(keeper))
       )
       if (setting._tag === "Refused") {
         // every `refreshEvery`, the first one `refreshEvery` from now
-        yield* refresh(table).pipe(
+        yield* refresh(keeper).pipe(
           Effect.schedule(Schedule.spaced(refreshEvery)),
           Effect.interruptible,
           Effect.forkScoped
         )
       }
       const changes = Stream.mapEffect(events, (change) =>
-        change.event === "set" ? Effect.void : removed(table, change.token)
+        change.event === "set" ? Effect.void : removed(keeper, change.token)
       )
       return yield* Stream.runDrain(Stream.merge(changes, restores, { haltStrategy: "left" }))
     })

@@ -75,6 +75,12 @@ export interface Table {
   readonly lostTokens: Set<string>
   /** Every socket that lost its token, as it happens. */
   readonly lost: PubSub.PubSub<LostSocket>
+  /**
+   * Entries linked while the store failed, whose record has not been written yet. Another
+   * socket's record found in their place when the store returns may be a dead worker's: its
+   * owner is judged before the entry adopts it (`records.ts`).
+   */
+  readonly unstored: WeakSet<Entry>
 }
 
 const linkKey = (token: string, connectionId: string) => `${token} ${connectionId}`
@@ -162,6 +168,8 @@ export const owner = (table: Table, token: string, options?: { readonly refresh?
       // Our socket is live and its record is being claimed again: we still hold it.
       return isOurs(table, entry) ? Option.some(entry.record) : stored
     }
+    // A record never stored: the restore judges the owner of the one found, and settles it.
+    if (table.unstored.has(entry)) return Option.some(entry.record)
     if (!sameRecord(stored.value, entry.record)) yield* adopt(table, token, entry, stored.value)
     return stored
   }).pipe(withSpan("TokenManager.owner"))
