@@ -25,6 +25,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
@@ -40,7 +41,7 @@ import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
-import { Supervisor, untilRecovered } from "./Supervisor.js"
+import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
 
 /**
  * `link` made the local link but could not write the socket record: the store failed.
@@ -276,7 +277,14 @@ export const make = Effect.gen(function* () {
     mode: Option.none(),
     refusalLogged: false,
     // the presence loop's state, below: asked only about links made after `make`
-    judge: (token, owner) => Presence.judge(presence, token, owner)
+    judge: (token, owner) => Presence.judge(presence, token, owner),
+    settles: yield* FiberSet.make(),
+    settling: new WeakSet(),
+    retry: backoff({
+      initial: settings.retryDelayInitial,
+      max: settings.retryDelayMax,
+      jitter: settings.retryJitter
+    })
   }
 
   const loop = yield* supervisor.run(loopName, (recovered) => Records.watch(keeper, recovered), untilRecovered())
@@ -304,7 +312,10 @@ export const make = Effect.gen(function* () {
   // while it still holds them.
   yield* Effect.addFinalizer(() =>
     Effect.zipRight(
-      Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
+      Effect.zipRight(
+        Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
+        FiberSet.clear(keeper.settles)
+      ),
       Effect.zipRight(disconnectAll, Presence.remove(presence))
     )
   )

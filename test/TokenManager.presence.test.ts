@@ -16,6 +16,7 @@ import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import type { SocketRecord } from "../src/Store.js"
+import { StoreUnavailable } from "../src/StoreError.js"
 import { settle } from "./support/testClock.js"
 import { memoryCluster, type TokenWorker } from "./tokens/cluster.js"
 
@@ -193,6 +194,11 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         assert.strictEqual(error._tag, "RecordNotStored")
         yield* cluster.outage.end
         yield* settle
+        // b is not steady yet: the dead worker's record is still there, and a lookup that
+        // reads it answers b (the restore settles it), adopting nothing
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
+        deepStrictEqual(yield* b.tokens.owner("tab-1", { refresh: true }), Option.some(mine(b, "cb")))
+        deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
         for (let elapsed = 0; elapsed < presenceMs * 8; elapsed += 50) {
           if (Option.isSome(yield* Fiber.poll(lost))) break
@@ -231,5 +237,46 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.none())
       })
+  )
+
+  it.scoped("a take-over the store fails while a never-stored record is settled is tried again", () =>
+    Effect.gen(function* () {
+      let attempts = 0
+      const cluster = yield* memoryCluster(input, {
+        // the first take-over fails (its connection dropped, say): no loop notices, the
+        // settle itself tries again
+        before: (operation) =>
+          operation !== "takeOverSocket"
+            ? Effect.void
+            : Effect.suspend(() =>
+                ++attempts === 1
+                  ? Effect.fail(new StoreUnavailable({ operation, reason: "connection reset (test)" }))
+                  : Effect.void
+              )
+      })
+      const b = yield* cluster.worker()
+      yield* cluster.overwrite("tab-1", dead)
+      yield* steady
+      yield* cluster.outage.begin
+      yield* settle
+      assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
+      yield* cluster.outage.end
+      for (let elapsed = 0; elapsed < presenceMs * 8 && attempts === 0; elapsed += 50) {
+        yield* TestClock.adjust(50)
+        yield* settle
+      }
+      assert.strictEqual(attempts, 1, "the take-over was tried")
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
+      const ours = Option.some(mine(b, "cb"))
+      for (let elapsed = 0; elapsed < 60_000; elapsed += 100) {
+        if (JSON.stringify(yield* cluster.record("tab-1")) === JSON.stringify(ours)) break
+        yield* TestClock.adjust(100)
+        yield* settle
+      }
+      deepStrictEqual(yield* cluster.record("tab-1"), ours)
+      assert.isTrue(attempts >= 2)
+      deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
+      assert.isFalse(yield* b.tokens.isLost("tab-1"))
+    })
   )
 })

@@ -151,14 +151,24 @@ const program = Effect.gen(function* () {
    * sent before then went to the record's old owner.
    */
   const whenStored = (token: string, connectionId: string) =>
-    store.readSocket(token).pipe(
-      Effect.map(
-        (record) =>
-          Option.isSome(record) && record.value.instanceId === instanceId && record.value.connectionId === connectionId
+    Effect.all([store.readSocket(token), tokenManager.local(token)]).pipe(
+      Effect.map(([record, local]) =>
+        Option.isSome(record) && record.value.instanceId === instanceId && record.value.connectionId === connectionId
+          ? ("stored" as const)
+          : Option.contains(local, connectionId)
+            ? ("not yet" as const)
+            : ("gone" as const)
       ),
-      Effect.orElseSucceed(() => false),
-      Effect.repeat({ schedule: Schedule.spaced("50 millis"), until: (stored) => stored }),
-      Effect.zipRight(Effect.suspend(() => emit({ t: "stored", token, connectionId, at: Date.now() }))),
+      Effect.orElseSucceed(() => "not yet" as const),
+      Effect.repeat({
+        schedule: Schedule.passthrough(Schedule.spaced("50 millis")),
+        until: (state) => state !== "not yet"
+      }),
+      Effect.flatMap((state) =>
+        state === "stored"
+          ? Effect.suspend(() => emit({ t: "stored", token, connectionId, at: Date.now() }))
+          : Effect.void
+      ),
       Effect.forkScoped
     )
   /** Link a tab's socket and report what became of it: its token, or the error. */

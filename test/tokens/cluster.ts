@@ -16,6 +16,7 @@ import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import { type SocketRecord, Store } from "../../src/Store.js"
+import type { StoreError } from "../../src/StoreError.js"
 import * as Supervisor from "../../src/Supervisor.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import { capture, type LogLine } from "../support/logs.js"
@@ -62,9 +63,10 @@ export interface ClusterOptions {
   readonly refuseEvents?: boolean
   /**
    * Memory only: run before every call of a store operation, by name, so a test can hold
-   * an operation at a chosen point; the real operation runs after it.
+   * an operation at a chosen point; the real operation runs after it, unless this fails
+   * (the operation then fails with that error, as one the store could not serve).
    */
-  readonly before?: (operation: string) => Effect.Effect<void>
+  readonly before?: (operation: string) => Effect.Effect<void, StoreError>
 }
 
 const configWith = (input: LeaseholdConfig.Input) =>
@@ -113,7 +115,7 @@ const makeCluster = (
 }
 
 /** Records the name of every operation called on a store, delegating each call to it. */
-const counting = (store: Store.Service, before?: (operation: string) => Effect.Effect<void>) => {
+const counting = (store: Store.Service, before?: (operation: string) => Effect.Effect<void, StoreError>) => {
   const calls: Array<string> = []
   const wrapped = Object.fromEntries(
     Object.entries(store).map(([name, value]) => [

@@ -75,12 +75,12 @@ export const duplicates = Metric.counter("leasehold_socket_duplicates_total", {
 
 /**
  * Records taken over from a worker that was gone (dead, or its socket closed), instead of
- * a fresh token.
+ * a fresh token: by a link, or by the restore of a link the store failed.
  *
  * @internal
  */
 export const takeovers = Metric.counter("leasehold_socket_takeovers_total", {
-  description: "records of a gone socket taken over by a link of its token, which kept its token",
+  description: "records of a gone socket taken over by a link of its token (or its restore), which kept its token",
   incremental: true
 })
 

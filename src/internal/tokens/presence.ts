@@ -19,7 +19,6 @@ import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type { PresenceMessage, SocketRecord } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
@@ -50,7 +49,7 @@ export interface Presence {
   /** Questions of ours waiting for their answer, by id. */
   readonly asks: Map<string, Deferred.Deferred<boolean>>
   /** Check every record of ours (adopting those another worker holds): after a lapse. */
-  readonly check: Effect.Effect<void, StoreError, Scope.Scope>
+  readonly check: Effect.Effect<void, StoreError>
 }
 
 /** Whether `connectionId` holds `token` here, or is being linked to it right now. */

@@ -12,6 +12,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as FiberSet from "effect/FiberSet"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
@@ -66,6 +67,12 @@ export interface Keeper {
   refusalLogged: boolean
   /** What became of the owner of a record found in place of one of ours never stored (`presence.ts`). */
   readonly judge: (token: string, owner: SocketRecord) => Effect.Effect<Verdict, StoreError | InvalidToken>
+  /** The fibers that settle such records, closed with the token manager. */
+  readonly settles: FiberSet.FiberSet
+  /** The entries being settled: one settle at a time each. */
+  readonly settling: WeakSet<Entry>
+  /** When a settle the store failed starts over. */
+  readonly retry: Schedule.Schedule<unknown, StoreError>
 }
 
 /**
@@ -79,7 +86,8 @@ const applyClaim = (
   table: Table,
   token: string,
   entry: Entry,
-  result: Either.Either<ClaimResult, CorruptValue | StoreRefused>
+  result: Either.Either<ClaimResult, CorruptValue | StoreRefused>,
+  stored: Metric.Metric.Counter<number> = recordsRestored
 ): Effect.Effect<Option.Option<SocketRecord>> =>
   Effect.suspend(() => {
     const current = table.entries.get(token)
@@ -102,7 +110,7 @@ const applyClaim = (
     const claim = result.right
     if (claim._tag === "Claimed" || sameRecord(claim.record, entry.record)) {
       table.unstored.delete(entry)
-      return claim._tag === "Claimed" ? Effect.as(Metric.increment(recordsRestored), Option.none()) : none
+      return claim._tag === "Claimed" ? Effect.as(Metric.increment(stored), Option.none()) : none
     }
     if (table.unstored.has(entry)) return Effect.succeed(Option.some(claim.record))
     return Effect.as(adopt(table, token, entry, claim.record), Option.none())
@@ -113,21 +121,24 @@ const none = Effect.succeed(Option.none<SocketRecord>())
 /** A record another socket holds in place of one of ours never stored, to be judged. */
 type Contested = readonly [token: string, entry: Entry, holder: SocketRecord]
 
-/** Rounds of question and take-over before a record never stored adopts the one found. */
+/** Verdicts (and take-overs that found yet another record) before a record never stored adopts the one found. */
 const settleRounds = 3
+
+/** Whether `entry` still holds `token` here with a record never stored. */
+const unsettled = (table: Table, token: string, entry: Entry) =>
+  table.entries.get(token) === entry && table.unstored.has(entry)
 
 /**
  * Compare-and-set `holder`'s record to `entry`'s, for a record of ours never stored: what
- * holds the token after it (`None` once it is ours, or nothing is left to settle).
+ * holds the token after it (`None` once it is ours, or nothing is left to settle). A store
+ * failure fails it, for the settle to try again.
  */
 const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketRecord) =>
-  Effect.suspend(() => {
-    if (table.entries.get(token) !== entry || !table.unstored.has(entry)) return none
+  Effect.suspend((): Effect.Effect<Option.Option<SocketRecord>, StoreError> => {
+    if (!unsettled(table, token, entry)) return none
     return table.store.takeOverSocket(token, holder, entry.record).pipe(
       Effect.flatMap((result) => {
-        if (result._tag === "TakenOver") {
-          return Effect.zipRight(Metric.increment(takeovers), applyClaim(table, token, entry, Either.right(claimed)))
-        }
+        if (result._tag === "TakenOver") return applyClaim(table, token, entry, Either.right(claimed), takeovers)
         return Option.match(result.record, {
           // vanished meanwhile: an ordinary claim
           onNone: () =>
@@ -139,16 +150,14 @@ const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketR
           onSome: (record) => applyClaim(table, token, entry, Either.right({ _tag: "Taken", record }))
         })
       }),
+      Effect.zipLeft(storeWorked(table)),
       Effect.catchTag("CorruptValue", (error) =>
         Effect.as(Effect.logWarning(`socket records: cannot restore token ${token}: ${error.message}`), Option.none())
       ),
       Effect.catchTag("InvalidToken", (error) =>
         Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
       ),
-      // Still not stored: the next restore tries again.
-      Effect.catchAll((error) =>
-        Effect.as(storeFailed(table, `taking the record of token ${token} over`, error), Option.none())
-      )
+      Effect.tapError((error) => storeFailed(table, `taking the record of token ${token} over`, error))
     )
   })
 
@@ -158,27 +167,19 @@ const claimed: ClaimResult = { _tag: "Claimed" }
  * A socket linked while the store failed found another socket's record when the store
  * returned. Its owner may have died meanwhile (its tab reconnected here during the
  * outage): it is asked, as a link asks (`presence.ts`); gone, the record is taken over by
- * compare-and-set and the socket keeps its token; linked, or not to be judged after
- * `settleRounds`, the record is adopted and the socket reported lost, as before. Runs
- * outside the maintenance permit (the question may wait a presence expiration); each
- * step on the store takes it.
+ * compare-and-set and the socket keeps its token; linked, or not to be judged in
+ * `settleRounds`, the record is adopted and the socket reported lost, as before. The
+ * question may wait a presence expiration: it runs outside the maintenance permit, and
+ * each step on the store takes it. A store failure starts the settle over after the
+ * keeper's retry schedule, until the entry is settled or gone.
  */
-const settle = (keeper: Keeper, [token, entry, found]: Contested) =>
-  Effect.gen(function* () {
-    const { table } = keeper
+const settle = (keeper: Keeper, [token, entry, found]: Contested) => {
+  const { table } = keeper
+  return Effect.gen(function* () {
     let holder = found
     for (let round = 0; round < settleRounds; round++) {
-      if (table.entries.get(token) !== entry || !table.unstored.has(entry)) return
-      const verdict = yield* keeper
-        .judge(token, holder)
-        .pipe(
-          Effect.catchAll((error) =>
-            Effect.as(
-              Effect.logWarning(`socket records: the owner of token ${token} could not be asked: ${error.message}`),
-              "unsure" as const
-            )
-          )
-        )
+      if (!unsettled(table, token, entry)) return
+      const verdict = yield* keeper.judge(token, holder)
       if (verdict === "linked") break
       if (verdict === "unsure") continue
       yield* Effect.logInfo(
@@ -190,11 +191,43 @@ const settle = (keeper: Keeper, [token, entry, found]: Contested) =>
     }
     yield* table.maintenance.withPermits(1)(
       Effect.suspend(() => {
-        if (table.entries.get(token) !== entry || !table.unstored.delete(entry)) return Effect.void
+        if (!unsettled(table, token, entry)) return Effect.void
+        table.unstored.delete(entry)
         return adopt(table, token, entry, holder)
       })
     )
-  })
+  }).pipe(
+    Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
+    Effect.tapError((error) =>
+      Effect.logDebug(`socket records: settling token ${token} failed, trying again: ${error.message}`)
+    ),
+    Effect.retry(keeper.retry),
+    Effect.catchAll((error) => Effect.logError(`socket records: settling token ${token} gave up: ${error.message}`))
+  )
+}
+
+/**
+ * Settle each of `contested` in a fiber of the keeper's own (it lives as long as the token
+ * manager, not as the loop attempt that found it): one at a time per entry.
+ */
+const settleLater = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
+  Effect.forEach(
+    contested,
+    (one) =>
+      Effect.suspend(() => {
+        const entry = one[1]
+        if (keeper.settling.has(entry)) return Effect.void
+        keeper.settling.add(entry)
+        return FiberSet.run(
+          keeper.settles,
+          Effect.ensuring(
+            settle(keeper, one),
+            Effect.sync(() => keeper.settling.delete(entry))
+          )
+        )
+      }),
+    { discard: true }
+  )
 
 const ownEntries = (table: Table) => [...table.entries].filter(([, entry]) => isOurs(table, entry))
 
@@ -217,10 +250,6 @@ const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
     return contested
   })
 
-/** Settle every contested record, each question in its own fiber (they may wait). */
-const settleAll = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
-  Effect.forEach(contested, (one) => settle(keeper, one), { concurrency: concurrentWrites, discard: true })
-
 /** One maintenance pass over the map: alone, and its store failure logged once per episode (then `orElse`). */
 const maintain = <A>(table: Table, what: string, pass: Effect.Effect<A, StoreError | InvalidToken>, orElse: A) =>
   table.maintenance.withPermits(1)(
@@ -237,8 +266,8 @@ const maintain = <A>(table: Table, what: string, pass: Effect.Effect<A, StoreErr
  * failure fails the pass (warned once per episode): the `sockets` loop's attempt ends with
  * it and the supervisor tries again, since nothing else would write those records back
  * while the store stays up (a cluster answering before every slot is served again).
- * Records never stored that found another socket's are settled in a fiber of the caller's
- * scope: the question waits for answers that the `presence` loop itself receives.
+ * Records never stored that found another socket's are settled in fibers of their own
+ * (`settleLater`): the question waits for answers that the `presence` loop receives.
  */
 export const restore = (keeper: Keeper) => {
   const { table } = keeper
@@ -254,10 +283,6 @@ export const restore = (keeper: Keeper) => {
     )
     .pipe(Effect.flatMap((contested) => settleLater(keeper, contested)))
 }
-
-/** Settle `contested` in a fiber of the current scope (none when there is nothing to settle). */
-const settleLater = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
-  contested.length === 0 ? Effect.void : Effect.asVoid(Effect.forkScoped(settleAll(keeper, contested)))
 
 /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
 const refresh = (keeper: Keeper) => {
