@@ -30,14 +30,28 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
+  Effect.zipRight(advanceUntil(Effect.map(Fiber.poll(fiber), Option.isSome), limitMs), Fiber.join(fiber))
+
+/** Move the TestClock in small steps until `done` (at most `limitMs`). */
+const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
   Effect.gen(function* () {
     for (let elapsed = 0; elapsed < limitMs; elapsed += 50) {
-      if (Option.isSome(yield* Fiber.poll(fiber))) break
+      if (yield* done) return
       yield* TestClock.adjust(50)
       yield* settle
     }
-    return yield* Fiber.join(fiber)
   })
+
+/** Whether the record of `token` is `record`. */
+const recordIs = (
+  cluster: { readonly record: (token: string) => Effect.Effect<Option.Option<SocketRecord>> },
+  token: string,
+  record: SocketRecord
+) =>
+  Effect.map(
+    cluster.record(token),
+    (found) => Option.isSome(found) && JSON.stringify(found.value) === JSON.stringify(record)
+  )
 
 /** Let a worker's presence loop become steady (a whole presence expiration). */
 const steady = Effect.zipRight(TestClock.adjust(presenceMs + 100), settle)
@@ -200,12 +214,10 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* b.tokens.owner("tab-1", { refresh: true }), Option.some(mine(b, "cb")))
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
-        for (let elapsed = 0; elapsed < presenceMs * 8; elapsed += 50) {
-          if (Option.isSome(yield* Fiber.poll(lost))) break
-          if (JSON.stringify(yield* cluster.record("tab-1")) === JSON.stringify(ours)) break
-          yield* TestClock.adjust(50)
-          yield* settle
-        }
+        yield* advanceUntil(
+          Effect.zipWith(Fiber.poll(lost), recordIs(cluster, "tab-1", mine(b, "cb")), (l, r) => Option.isSome(l) || r),
+          presenceMs * 8
+        )
         deepStrictEqual(yield* cluster.record("tab-1"), ours)
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         assert.isFalse(yield* b.tokens.isLost("tab-1"))
@@ -261,19 +273,14 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       yield* settle
       assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
       yield* cluster.outage.end
-      for (let elapsed = 0; elapsed < presenceMs * 8 && attempts === 0; elapsed += 50) {
-        yield* TestClock.adjust(50)
-        yield* settle
-      }
+      yield* advanceUntil(
+        Effect.sync(() => attempts > 0),
+        presenceMs * 8
+      )
       assert.strictEqual(attempts, 1, "the take-over was tried")
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
-      const ours = Option.some(mine(b, "cb"))
-      for (let elapsed = 0; elapsed < 60_000; elapsed += 100) {
-        if (JSON.stringify(yield* cluster.record("tab-1")) === JSON.stringify(ours)) break
-        yield* TestClock.adjust(100)
-        yield* settle
-      }
-      deepStrictEqual(yield* cluster.record("tab-1"), ours)
+      yield* advanceUntil(recordIs(cluster, "tab-1", mine(b, "cb")), 60_000)
+      deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
       assert.isTrue(attempts >= 2)
       deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
       assert.isFalse(yield* b.tokens.isLost("tab-1"))
