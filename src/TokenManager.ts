@@ -280,9 +280,10 @@ export const make = Effect.gen(function* () {
     judge: (token, owner) => Presence.judge(presence, token, owner),
     settles: yield* FiberSet.make(),
     settling: new WeakSet(),
+    // at most a presence expiration apart: meanwhile the token's updates go to the record's owner
     retry: backoff({
       initial: settings.retryDelayInitial,
-      max: settings.retryDelayMax,
+      max: Duration.min(settings.retryDelayMax, settings.presenceExpiration),
       jitter: settings.retryJitter
     })
   }

@@ -11,12 +11,14 @@ import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import type { SocketRecord } from "../src/Store.js"
 import { StoreUnavailable } from "../src/StoreError.js"
+import * as TokenManager from "../src/TokenManager.js"
 import { settle } from "./support/testClock.js"
 import { memoryCluster, type TokenWorker } from "./tokens/cluster.js"
 
@@ -285,5 +287,53 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
       assert.isFalse(yield* b.tokens.isLost("tab-1"))
     })
+  )
+
+  it.scoped(
+    "a never-stored record settled while the loops resubscribe and restore again: one take-over, logged and counted once",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const b = yield* cluster.worker()
+        yield* cluster.overwrite("tab-1", dead)
+        yield* steady
+        yield* cluster.outage.begin
+        yield* settle
+        assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
+        const before = (yield* Metric.value(TokenManager.takeovers)).count
+        yield* cluster.outage.end
+        yield* settle
+        // while the owner is judged (b is not steady yet), the loops resubscribe and restore again
+        yield* cluster.dropSubscriptions
+        yield* settle
+        yield* cluster.dropSubscriptions
+        yield* advanceUntil(recordIs(cluster, "tab-1", mine(b, "cb")), presenceMs * 10)
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
+        assert.strictEqual((yield* Metric.value(TokenManager.takeovers)).count - before, 1)
+        const taking = cluster.logs.filter((line) => line.message.includes("tab-1: the socket of dead-worker is gone"))
+        assert.strictEqual(taking.length, 1, JSON.stringify(taking))
+      })
+  )
+
+  it.scoped(
+    "a socket linked while the store failed that disconnects while its record is settled: nothing written",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster(input)
+        const b = yield* cluster.worker()
+        yield* cluster.overwrite("tab-1", dead)
+        yield* steady
+        yield* cluster.outage.begin
+        yield* settle
+        assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
+        yield* cluster.outage.end
+        yield* settle
+        yield* b.tokens.disconnect("tab-1", "cb")
+        yield* TestClock.adjust(presenceMs * 6)
+        yield* settle
+        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
+        deepStrictEqual(yield* b.tokens.local("tab-1"), Option.none())
+        assert.isFalse(cluster.logs.some((line) => line.message.includes("tab-1: the socket of dead-worker is gone")))
+      })
   )
 })

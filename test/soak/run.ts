@@ -318,7 +318,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         for (const event of proc.events) {
           if (event.t !== "linked") continue
           const token = String(event.token)
-          if (event.result !== token) {
+          // at start the store is up: a link it could not store is a problem too
+          if (event.result !== token || event.notStored === true) {
             startProblems++
             tabDetails.push(`${proc.name}: tab ${token} linked at start as ${JSON.stringify(event)}`)
             continue
@@ -382,7 +383,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             .then((stored) => {
               held.from = Number(stored.at)
             })
-            // the records' check at the end counts it
+            // counted at the end (its holding never starts)
             .catch(() => log(`tab ${token}: its record did not name ${connectionId} on ${proc.name} within 60 s`))
         }
       }
@@ -595,6 +596,12 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       for (const token of waiting) {
         relinkLost++
         tabDetails.push(`tab ${token}: never linked again after its worker was killed`)
+      }
+      for (const [token, held] of holdings) {
+        const last = held.at(-1)
+        if (last === undefined || last.from !== Number.POSITIVE_INFINITY) continue
+        relinkLost++
+        tabDetails.push(`tab ${token}: linked during an outage as ${last.connectionId}, its record never named it`)
       }
       for (const token of tokens) {
         const held = holding(token)

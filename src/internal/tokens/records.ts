@@ -71,7 +71,7 @@ export interface Keeper {
   readonly settles: FiberSet.FiberSet
   /** The entries being settled: one settle at a time each. */
   readonly settling: WeakSet<Entry>
-  /** When a settle the store failed starts over. */
+  /** When a settle the store failed starts over (the retry delays, capped at the presence expiration). */
   readonly retry: Schedule.Schedule<unknown, StoreError>
 }
 
@@ -180,6 +180,8 @@ const settle = (keeper: Keeper, [token, entry, found]: Contested) => {
     for (let round = 0; round < settleRounds; round++) {
       if (!unsettled(table, token, entry)) return
       const verdict = yield* keeper.judge(token, holder)
+      // the socket may have gone (or been stored) while its owner was asked
+      if (!unsettled(table, token, entry)) return
       if (verdict === "linked") break
       if (verdict === "unsure") continue
       yield* Effect.logInfo(
@@ -214,18 +216,21 @@ const settleLater = (keeper: Keeper, contested: ReadonlyArray<Contested>) =>
   Effect.forEach(
     contested,
     (one) =>
-      Effect.suspend(() => {
-        const entry = one[1]
-        if (keeper.settling.has(entry)) return Effect.void
-        keeper.settling.add(entry)
-        return FiberSet.run(
-          keeper.settles,
-          Effect.ensuring(
-            settle(keeper, one),
-            Effect.sync(() => keeper.settling.delete(entry))
-          )
+      FiberSet.run(
+        keeper.settles,
+        // marked and unmarked in the settle's own fiber: no interruption can come between
+        Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            const entry = one[1]
+            if (keeper.settling.has(entry)) return Effect.void
+            keeper.settling.add(entry)
+            return Effect.ensuring(
+              restore(settle(keeper, one)),
+              Effect.sync(() => keeper.settling.delete(entry))
+            )
+          })
         )
-      }),
+      ),
     { discard: true }
   )
 
@@ -299,6 +304,8 @@ const refresh = (keeper: Keeper) => {
           concurrency: concurrentWrites
         }
       )
+      // refreshed: the record there is ours (a link whose reply was lost had stored it)
+      for (const [i, [, entry]] of ours.entries()) if (refreshed[i] === true) table.unstored.delete(entry)
       return yield* reclaim(
         table,
         ours.filter((_, i) => !refreshed[i])
