@@ -58,6 +58,31 @@ const recordIs = (
 /** Let a worker's presence loop become steady (a whole presence expiration). */
 const steady = Effect.zipRight(TestClock.adjust(presenceMs + 100), settle)
 
+/**
+ * The tab of a SIGKILLed worker (its record `dead` there, no presence) reconnects to `b`
+ * while the store is down, `b` having been steady before: linked locally, `RecordNotStored`;
+ * then the store returns.
+ */
+const linkDuringOutage = (
+  cluster: {
+    readonly overwrite: (token: string, record: SocketRecord) => Effect.Effect<void>
+    readonly outage: { readonly begin: Effect.Effect<void>; readonly end: Effect.Effect<void> }
+  },
+  b: TokenWorker
+) =>
+  Effect.gen(function* () {
+    yield* cluster.overwrite("tab-1", dead)
+    yield* steady
+    yield* cluster.outage.begin
+    yield* settle
+    assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
+    yield* cluster.outage.end
+    yield* settle
+  })
+
+/** The INFO line of a take-over of tab-1's dead record. */
+const takingOver = "tab-1: the socket of dead-worker is gone"
+
 describe("TokenManager (memory): a dead owner is not a duplicate", () => {
   it.scoped("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
     Effect.gen(function* () {
@@ -201,15 +226,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         const cluster = yield* memoryCluster(input)
         const b = yield* cluster.worker()
         const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
-        // the tab's worker was SIGKILLed: its record is there, its presence expires
-        yield* cluster.overwrite("tab-1", dead)
-        yield* steady
-        yield* cluster.outage.begin
-        yield* settle
-        const error = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
-        assert.strictEqual(error._tag, "RecordNotStored")
-        yield* cluster.outage.end
-        yield* settle
+        yield* linkDuringOutage(cluster, b)
         // b is not steady yet: the dead worker's record is still there, and a lookup that
         // reads it answers b (the restore settles it), adopting nothing
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
@@ -225,7 +242,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         assert.isFalse(yield* b.tokens.isLost("tab-1"))
         assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
         assert.isTrue(
-          cluster.logs.some((line) => line.message.includes("token tab-1: the socket of dead-worker is gone")),
+          cluster.logs.some((line) => line.message.includes(takingOver)),
           JSON.stringify(cluster.logs)
         )
       })
@@ -269,12 +286,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
               )
       })
       const b = yield* cluster.worker()
-      yield* cluster.overwrite("tab-1", dead)
-      yield* steady
-      yield* cluster.outage.begin
-      yield* settle
-      assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
-      yield* cluster.outage.end
+      yield* linkDuringOutage(cluster, b)
       yield* advanceUntil(
         Effect.sync(() => attempts > 0),
         presenceMs * 8
@@ -295,14 +307,8 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const b = yield* cluster.worker()
-        yield* cluster.overwrite("tab-1", dead)
-        yield* steady
-        yield* cluster.outage.begin
-        yield* settle
-        assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
         const before = (yield* Metric.value(TokenManager.takeovers)).count
-        yield* cluster.outage.end
-        yield* settle
+        yield* linkDuringOutage(cluster, b)
         // while the owner is judged (b is not steady yet), the loops resubscribe and restore again
         yield* cluster.dropSubscriptions
         yield* settle
@@ -310,7 +316,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         yield* advanceUntil(recordIs(cluster, "tab-1", mine(b, "cb")), presenceMs * 10)
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
         assert.strictEqual((yield* Metric.value(TokenManager.takeovers)).count - before, 1)
-        const taking = cluster.logs.filter((line) => line.message.includes("tab-1: the socket of dead-worker is gone"))
+        const taking = cluster.logs.filter((line) => line.message.includes(takingOver))
         assert.strictEqual(taking.length, 1, JSON.stringify(taking))
       })
   )
@@ -321,19 +327,13 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const b = yield* cluster.worker()
-        yield* cluster.overwrite("tab-1", dead)
-        yield* steady
-        yield* cluster.outage.begin
-        yield* settle
-        assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
-        yield* cluster.outage.end
-        yield* settle
+        yield* linkDuringOutage(cluster, b)
         yield* b.tokens.disconnect("tab-1", "cb")
         yield* TestClock.adjust(presenceMs * 6)
         yield* settle
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.none())
-        assert.isFalse(cluster.logs.some((line) => line.message.includes("tab-1: the socket of dead-worker is gone")))
+        assert.isFalse(cluster.logs.some((line) => line.message.includes(takingOver)))
       })
   )
 })
