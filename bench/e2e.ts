@@ -27,6 +27,7 @@
  *   npm run bench:e2e -- --runs 3          fewer runs per cell
  *   --workers 2 --conc 1,4 --events 0      a subset, or the API calls alone (for diagnosis)
  *   --oplock off                           the same without leases
+ *   --warmup-rounds 1                      warm-up rounds before each cell (default 8)
  *
  * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs", "p50_ms",
  * "floor_p50_ms", "floor_p99_ms", "api_over_floor", "machine_floor_p50_ms",
@@ -54,6 +55,10 @@ const concurrencies = (flag("conc") ?? "1,2,4").split(",").map(Number)
 const events = Number(flag("events") ?? "300")
 const calls = Number(flag("calls") ?? "100")
 const oplock = flag("oplock") ?? "on"
+// Each warm-up round is one API run and one floor run on the app, and one floor run on the
+// machine's server: the workers' code is measured JIT-compiled, as in a server that has
+// been up for a while (bench:contention warms up likewise), and both floors alike.
+const warmupRounds = Number(flag("warmup-rounds") ?? "8")
 const stallMs = 500
 
 const percentile = (sorted: ReadonlyArray<number>, p: number) =>
@@ -168,7 +173,7 @@ const cell = (workers: number) =>
   Effect.scoped(
     Effect.gen(function* () {
       const machine = yield* startMachineFloor(workers)
-      yield* appFloor(machine, 4, "warmup-machine")
+      for (let i = 0; i < warmupRounds; i++) yield* appFloor(machine, 4, `warmup-machine-${i}`)
       const server = yield* RedisServer.start()
       const app = yield* startApp({
         env: {
@@ -179,8 +184,10 @@ const cell = (workers: number) =>
         }
       })
       // Warm the workers (JIT, connections) on tokens of their own, for both kinds of call.
-      yield* run(app, 4, "warmup")
-      yield* appFloor(app, 4, "warmup-floor")
+      for (let i = 0; i < warmupRounds; i++) {
+        yield* run(app, 4, `warmup-${i}`)
+        yield* appFloor(app, 4, `warmup-floor-${i}`)
+      }
       const rows = []
       for (const conc of concurrencies) {
         const all: Array<number> = []
