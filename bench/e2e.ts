@@ -21,7 +21,12 @@
  *   plain Node server under `node:cluster` with the same worker count
  *   (bench/machine-floor.cjs: node:http and ws, the app's socket protocol over a Map, no
  *   Effect, no leasehold), the same socket load and the same callers;
- * - `floor_over_machine`: `floor_p99_ms` / `machine_floor_p99_ms`, to 2 decimals.
+ * - `floor_over_machine`: `floor_p99_ms` / `machine_floor_p99_ms`, to 2 decimals;
+ * - `platform_floor_p99_ms`, `platform_floor_p50_ms`, `platform_over_machine`: the same
+ *   floor scenario, measured beside the machine's each time, against the example's own
+ *   stack without leasehold (bench/events-baseline.ts under `node:cluster`: @effect/platform's
+ *   HTTP server and WebSocket, the socket protocol over a Map, the example's write
+ *   batching): what the platform alone costs the floor.
  *
  *   npm run bench:e2e -- --json            one JSON array of rows
  *   npm run bench:e2e -- --runs 3          fewer runs per cell
@@ -31,8 +36,9 @@
  *
  * Output: [{"workers", "conc", "runs", "stalled_runs", "p99_ms", "exact_runs", "p50_ms",
  * "floor_p50_ms", "floor_p99_ms", "api_over_floor", "machine_floor_p50_ms",
- * "machine_floor_p99_ms", "floor_over_machine"}]; on stderr (with --json), a plain
- * single-process Node server's sequential floor before and after, and both floors per cell.
+ * "machine_floor_p99_ms", "floor_over_machine", "platform_floor_p50_ms", "platform_floor_p99_ms",
+ * "platform_over_machine"}]; on stderr (with --json), a plain single-process Node server's
+ * sequential floor before and after, and the floors per cell.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import * as path from "node:path"
@@ -144,12 +150,28 @@ const appFloor = (app: App, conc: number, token: string) =>
  * its workers (its own process group) when the scope closes.
  */
 const startMachineFloor = (workers: number) =>
+  startFloorServer([path.join(import.meta.dirname, "machine-floor.cjs")], { WORKERS: String(workers) })
+
+/**
+ * The platform's floor: bench/events-baseline.ts (the example's stack, @effect/platform's
+ * HTTP server and WebSocket, a Map, no leasehold) with its writes batched as the example's,
+ * under `node:cluster` with `workers` workers.
+ */
+const startEffectFloor = (workers: number) =>
+  startFloorServer(["--import", "tsx", path.join(import.meta.dirname, "events-baseline.ts")], {
+    WORKERS: String(workers),
+    HOST: "127.0.0.1",
+    BATCH_WRITES: "1"
+  })
+
+/** A floor server in its own process group, up once it prints its first line. */
+const startFloorServer = (args: ReadonlyArray<string>, env: Record<string, string>) =>
   Effect.gen(function* () {
     const port = yield* freePort
     const child = yield* Effect.acquireRelease(
       Effect.sync(() =>
-        spawn(process.execPath, [path.join(import.meta.dirname, "machine-floor.cjs")], {
-          env: { ...process.env, WORKERS: String(workers), PORT: String(port) },
+        spawn(process.execPath, args, {
+          env: { ...process.env, ...env, PORT: String(port) },
           stdio: ["ignore", "pipe", "inherit"],
           detached: true
         })
@@ -173,7 +195,11 @@ const cell = (workers: number) =>
   Effect.scoped(
     Effect.gen(function* () {
       const machine = yield* startMachineFloor(workers)
-      for (let i = 0; i < warmupRounds; i++) yield* appFloor(machine, 4, `warmup-machine-${i}`)
+      const platform = yield* startEffectFloor(workers)
+      for (let i = 0; i < warmupRounds; i++) {
+        yield* appFloor(machine, 4, `warmup-machine-${i}`)
+        yield* appFloor(platform, 4, `warmup-platform-${i}`)
+      }
       const server = yield* RedisServer.start()
       const app = yield* startApp({
         env: {
@@ -193,6 +219,7 @@ const cell = (workers: number) =>
         const all: Array<number> = []
         const floorTimes: Array<number> = []
         const machineTimes: Array<number> = []
+        const platformTimes: Array<number> = []
         let stalled = 0
         let exact = 0
         for (let i = 0; i < runs; i++) {
@@ -201,9 +228,14 @@ const cell = (workers: number) =>
           const measureFloor = Effect.map(appFloor(app, conc, `floor-${workers}-${conc}-${i}`), (times) => {
             floorTimes.push(...times)
           })
-          const measureMachine = Effect.map(appFloor(machine, conc, `machine-${workers}-${conc}-${i}`), (times) => {
-            machineTimes.push(...times)
-          })
+          const measureMachine = Effect.zipRight(
+            Effect.map(appFloor(machine, conc, `machine-${workers}-${conc}-${i}`), (times) => {
+              machineTimes.push(...times)
+            }),
+            Effect.map(appFloor(platform, conc, `platform-${workers}-${conc}-${i}`), (times) => {
+              platformTimes.push(...times)
+            })
+          )
           if (i % 2 === 0) yield* measureFloor
           else yield* measureMachine
           const result = yield* run(app, conc, `bench-${workers}-${conc}-${i}`)
@@ -216,9 +248,11 @@ const cell = (workers: number) =>
         all.sort((a, b) => a - b)
         floorTimes.sort((a, b) => a - b)
         machineTimes.sort((a, b) => a - b)
+        platformTimes.sort((a, b) => a - b)
         const p99 = percentile(all, 99)
         const floorP99 = percentile(floorTimes, 99)
         const machineP99 = percentile(machineTimes, 99)
+        const platformP99 = percentile(platformTimes, 99)
         const row = {
           workers,
           conc,
@@ -232,13 +266,18 @@ const cell = (workers: number) =>
           api_over_floor: floorP99 > 0 ? round(p99 / floorP99) : null,
           machine_floor_p50_ms: round(percentile(machineTimes, 50)),
           machine_floor_p99_ms: round(machineP99),
-          floor_over_machine: machineP99 > 0 ? round(floorP99 / machineP99) : null
+          floor_over_machine: machineP99 > 0 ? round(floorP99 / machineP99) : null,
+          platform_floor_p50_ms: round(percentile(platformTimes, 50)),
+          platform_floor_p99_ms: round(platformP99),
+          platform_over_machine: machineP99 > 0 ? round(platformP99 / machineP99) : null
         }
         note(
           `app floor (${workers} workers, ${conc} caller${conc === 1 ? "" : "s"}): GET /healthz during the socket's events: ` +
             `p50 ${row.floor_p50_ms} ms, p99 ${row.floor_p99_ms} ms, max ${round(floorTimes.at(-1) ?? 0)} ms; ` +
             `machine floor (plain node:cluster server, same load): p50 ${row.machine_floor_p50_ms} ms, ` +
-            `p99 ${row.machine_floor_p99_ms} ms (app floor ${row.floor_over_machine}x)`
+            `p99 ${row.machine_floor_p99_ms} ms (app floor ${row.floor_over_machine}x); ` +
+            `platform floor (the example's stack with a Map, no leasehold, same workers and load): ` +
+            `p50 ${row.platform_floor_p50_ms} ms, p99 ${row.platform_floor_p99_ms} ms (${row.platform_over_machine}x the machine's)`
         )
         if (!json) {
           console.log(

@@ -11,10 +11,16 @@
  * connection for the frames of a turn rather than one per frame. Without it, this is the
  * minimal server; with it, the same server with the example's one change to its socket path.
  *
- *   PORT=3001 HOST=127.0.0.1 [BATCH_WRITES=1] node --import tsx bench/events-baseline.ts
+ * It also answers `GET /healthz` with a small JSON body, and with `WORKERS=N` (N > 1) a
+ * `node:cluster` primary forks N such servers sharing the port, as the example's primary
+ * does: `bench:e2e` measures its floor beside the app's and the plain server's (the
+ * platform's share of the app's floor).
  *
- * Prints `baseline: listening on <port>` once it serves.
+ *   PORT=3001 HOST=127.0.0.1 [BATCH_WRITES=1] [WORKERS=4] node --import tsx bench/events-baseline.ts
+ *
+ * Prints `baseline: listening on <port>` once it serves (every worker, with `WORKERS`).
  */
+import cluster from "node:cluster"
 import { randomUUID } from "node:crypto"
 import { createServer } from "node:http"
 import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
@@ -93,17 +99,32 @@ const ws = Effect.gen(function* () {
   return HttpServerResponse.empty()
 }).pipe(Effect.scoped)
 
-const router = HttpRouter.empty.pipe(HttpRouter.get("/ws", ws))
+const router = HttpRouter.empty.pipe(
+  HttpRouter.get("/ws", ws),
+  HttpRouter.get("/healthz", Effect.succeed(HttpServerResponse.unsafeJson({ status: "ok", pid: process.pid })))
+)
 
 const port = Number(process.env.PORT ?? "3001")
 const host = process.env.HOST ?? "127.0.0.1"
+const workers = Number(process.env.WORKERS ?? "1")
 
-const announce = Layer.effectDiscard(Effect.sync(() => console.log(`baseline: listening on ${port}`)))
-
-// As the example by default: no per-request server span.
-HttpMiddleware.withTracerDisabledWhen(HttpServer.serve(router), () => true).pipe(
-  Layer.merge(announce),
-  Layer.provide(NodeHttpServer.layer(createServer, { port, host })),
-  Layer.launch,
-  NodeRuntime.runMain
-)
+if (workers > 1 && cluster.isPrimary) {
+  let listening = 0
+  cluster.on("listening", () => {
+    if (++listening === workers) console.log(`baseline: listening on ${port}`)
+  })
+  for (let i = 0; i < workers; i++) cluster.fork()
+} else {
+  const announce = Layer.effectDiscard(
+    Effect.sync(() => {
+      if (workers === 1) console.log(`baseline: listening on ${port}`)
+    })
+  )
+  // As the example by default: no per-request server span.
+  HttpMiddleware.withTracerDisabledWhen(HttpServer.serve(router), () => true).pipe(
+    Layer.merge(announce),
+    Layer.provide(NodeHttpServer.layer(createServer, { port, host })),
+    Layer.launch,
+    NodeRuntime.runMain
+  )
+}
