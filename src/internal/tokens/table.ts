@@ -78,7 +78,7 @@ export interface Table {
   /**
    * Entries linked while the store failed, whose record has not been written yet. Another
    * socket's record found in their place when the store returns may be a dead worker's: its
-   * owner is judged before the entry adopts it (`records.ts`).
+   * owner is judged before the entry adopts it (`claims.ts`).
    */
   readonly unstored: WeakSet<Entry>
 }
