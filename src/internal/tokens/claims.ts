@@ -16,7 +16,7 @@ import * as Option from "effect/Option"
 import type * as Schedule from "effect/Schedule"
 import type { ClaimResult, SocketRecord } from "../../Store.js"
 import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
-import { takeovers } from "./link.js"
+import { type Claim, claim, takeOver, takeovers } from "./link.js"
 import type { Verdict } from "./presence.js"
 import { adopt, type Entry, sameRecord, storeFailed, storeWorked, type Table } from "./table.js"
 
@@ -105,37 +105,34 @@ const unsettled = (table: Table, token: string, entry: Entry) =>
   table.entries.get(token) === entry && table.unstored.has(entry)
 
 /**
- * Compare-and-set `holder`'s record to `entry`'s, for a record of ours never stored: what
- * holds the token after it (`None` once it is ours, or nothing is left to settle). A store
- * failure fails it, for the settle to try again.
+ * Compare-and-set `holder`'s record to `entry`'s, for a record of ours never stored (the
+ * take-over and the claim of `link.ts`): what holds the token after it (`None` once it is
+ * ours, or nothing is left to settle). A store failure fails it, for the settle to try again.
  */
 const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketRecord) =>
   Effect.suspend((): Effect.Effect<Option.Option<SocketRecord>, StoreError> => {
     if (!unsettled(table, token, entry)) return none
-    return table.store.takeOverSocket(token, holder, entry.record).pipe(
-      Effect.flatMap((result) => {
-        if (result._tag === "TakenOver") return applyClaim(table, token, entry, Either.right(claimed), takeovers)
-        return Option.match(result.record, {
-          // vanished meanwhile: an ordinary claim
-          onNone: () =>
-            table.store.claimSocket(token, entry.record).pipe(
-              Effect.map(Either.right),
-              Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
-              Effect.flatMap((claim) => applyClaim(table, token, entry, claim))
-            ),
-          onSome: (record) => applyClaim(table, token, entry, Either.right({ _tag: "Taken", record }))
-        })
-      }),
+    return takeOver(table, token, holder, entry.record).pipe(
+      Effect.flatMap((found) =>
+        found._tag === "absent"
+          ? // vanished meanwhile: an ordinary claim
+            Effect.flatMap(claim(table, token, entry.record), (again) =>
+              applyFound(table, token, entry, again, recordsRestored)
+            )
+          : applyFound(table, token, entry, found, takeovers)
+      ),
       Effect.zipLeft(storeWorked(table)),
-      Effect.catchTag("CorruptValue", (error) =>
-        Effect.as(Effect.logWarning(`socket records: cannot restore token ${token}: ${error.message}`), Option.none())
-      ),
-      Effect.catchTag("InvalidToken", (error) =>
-        Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
-      ),
       Effect.tapError((error) => storeFailed(table, `taking the record of token ${token} over`, error))
     )
   })
+
+/** `applyClaim` for what a take-over or a claim found (a record that does not decode: left for the next restore). */
+const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Metric.Counter<number>) =>
+  found._tag === "ours"
+    ? applyClaim(table, token, entry, Either.right(claimed), stored)
+    : found._tag === "taken"
+      ? applyClaim(table, token, entry, Either.right({ _tag: "Taken", record: found.record }))
+      : none
 
 const claimed: ClaimResult = { _tag: "Claimed" }
 

@@ -120,8 +120,10 @@ const unlink = (table: Table, token: string, entry: Entry): Effect.Effect<void> 
 /**
  * Ours; or another socket's record there; or none any more (a take-over found the record
  * gone); or one that does not decode, which still names some other socket.
+ *
+ * @internal
  */
-type Claim =
+export type Claim =
   | { readonly _tag: "ours" }
   | { readonly _tag: "taken"; readonly record: SocketRecord }
   | { readonly _tag: "absent" }
@@ -133,7 +135,12 @@ const corrupt = (token: string) => (error: CorruptValue) =>
     _tag: "corrupt"
   } satisfies Claim)
 
-const claim = (table: Table, token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
+/**
+ * Claim `token`'s record for `record` (SET NX, read back): ours when it is there now.
+ *
+ * @internal
+ */
+export const claim = (table: Table, token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
   table.store.claimSocket(token, record).pipe(
     Effect.map(
       (result): Claim =>
@@ -146,8 +153,12 @@ const claim = (table: Table, token: string, record: SocketRecord): Effect.Effect
     })
   )
 
-/** Compare-and-set of the record as read; what is there instead when it changed. */
-const takeOver = (table: Table, token: string, expected: SocketRecord, record: SocketRecord) =>
+/**
+ * Compare-and-set of the record as read; what is there instead when it changed.
+ *
+ * @internal
+ */
+export const takeOver = (table: Table, token: string, expected: SocketRecord, record: SocketRecord) =>
   table.store.takeOverSocket(token, expected, record).pipe(
     Effect.map(
       (result): Claim =>
