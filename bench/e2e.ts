@@ -61,9 +61,10 @@ const concurrencies = (flag("conc") ?? "1,2,4").split(",").map(Number)
 const events = Number(flag("events") ?? "300")
 const calls = Number(flag("calls") ?? "100")
 const oplock = flag("oplock") ?? "on"
-// Each warm-up round is one API run and one floor run on the app, and one floor run on the
-// machine's server: the workers' code is measured JIT-compiled, as in a server that has
-// been up for a while (bench:contention warms up likewise), and both floors alike.
+// Each warm-up round is one API run and one floor run on the app, and one floor run on each
+// reference server (the machine's, the platform's): the workers' code is measured
+// JIT-compiled, as in a server that has been up for a while (bench:contention warms up
+// likewise), and every floor alike.
 const warmupRounds = Number(flag("warmup-rounds") ?? "8")
 const stallMs = 500
 
@@ -157,7 +158,7 @@ const startMachineFloor = (workers: number) =>
  * HTTP server and WebSocket, a Map, no leasehold) with its writes batched as the example's,
  * under `node:cluster` with `workers` workers.
  */
-const startEffectFloor = (workers: number) =>
+const startPlatformFloor = (workers: number) =>
   startFloorServer(["--import", "tsx", path.join(import.meta.dirname, "events-baseline.ts")], {
     WORKERS: String(workers),
     HOST: "127.0.0.1",
@@ -195,7 +196,7 @@ const cell = (workers: number) =>
   Effect.scoped(
     Effect.gen(function* () {
       const machine = yield* startMachineFloor(workers)
-      const platform = yield* startEffectFloor(workers)
+      const platform = yield* startPlatformFloor(workers)
       for (let i = 0; i < warmupRounds; i++) {
         yield* appFloor(machine, 4, `warmup-machine-${i}`)
         yield* appFloor(platform, 4, `warmup-platform-${i}`)
@@ -228,7 +229,8 @@ const cell = (workers: number) =>
           const measureFloor = Effect.map(appFloor(app, conc, `floor-${workers}-${conc}-${i}`), (times) => {
             floorTimes.push(...times)
           })
-          const measureMachine = Effect.zipRight(
+          // the two reference floors, one after the other
+          const measureReferences = Effect.zipRight(
             Effect.map(appFloor(machine, conc, `machine-${workers}-${conc}-${i}`), (times) => {
               machineTimes.push(...times)
             }),
@@ -237,13 +239,13 @@ const cell = (workers: number) =>
             })
           )
           if (i % 2 === 0) yield* measureFloor
-          else yield* measureMachine
+          else yield* measureReferences
           const result = yield* run(app, conc, `bench-${workers}-${conc}-${i}`)
           all.push(...result.times)
           if (result.times.some((ms) => ms > stallMs)) stalled++
           if (result.exact) exact++
           if (i % 2 === 1) yield* measureFloor
-          else yield* measureMachine
+          else yield* measureReferences
         }
         all.sort((a, b) => a - b)
         floorTimes.sort((a, b) => a - b)
