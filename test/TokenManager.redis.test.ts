@@ -3,10 +3,10 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as Stream from "effect/Stream"
 import * as TokenManager from "../src/TokenManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
+import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 
 const redis: TokenBackend = {
@@ -68,29 +68,13 @@ describe("TokenManager (redis): refused writes and restarts", () => {
     "a tab linked while writes are refused, over a dead worker's record: taken over once they are accepted, not lost",
     () =>
       Effect.gen(function* () {
-        const presenceMs = 600
-        const cluster = yield* redisCluster({ presenceExpiration: presenceMs })
-        const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
-        // the tab's worker was SIGKILLed: its record stays, it has no presence
-        const dead = { instanceId: "dead-worker", connectionId: "c-dead" }
-        yield* cluster.overwrite("tab-1", dead)
-        yield* Effect.orDie(cluster.server.command("CONFIG", "SET", "maxmemory", "1"))
-        const refused = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
-        assert.strictEqual(refused._tag, "RecordNotStored")
-        yield* Effect.orDie(cluster.server.command("CONFIG", "SET", "maxmemory", "0"))
-        // a resubscription restores: the record found is the dead worker's
-        yield* cluster.dropSubscriptions
-        const ours = { instanceId: b.id, connectionId: "cb" }
-        yield* eventuallyTrue(
-          "the dead worker's record taken over",
-          10_000,
-          Effect.map(cluster.record("tab-1"), (record) => Option.isSome(record) && record.value.instanceId === b.id)
+        const cluster = yield* redisCluster({ presenceExpiration: 600 })
+        yield* deadRecordTakenOverAfterRefusedLink(
+          cluster,
+          (refused) => Effect.asVoid(Effect.orDie(cluster.server.command(...maxmemory(refused)))),
+          cluster.server.command(...probe),
+          10_000
         )
-        deepStrictEqual(yield* cluster.record("tab-1"), Option.some(ours))
-        deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
-        assert.isFalse(yield* b.tokens.isLost("tab-1"))
-        assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
       })
   )
 
