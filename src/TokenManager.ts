@@ -25,7 +25,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as FiberSet from "effect/FiberSet"
+import * as FiberMap from "effect/FiberMap"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
@@ -269,7 +269,6 @@ export const make = Effect.gen(function* () {
   const disconnectAll = Link.disconnectAll(table)
 
   // --- the sockets loop ---------------------------------------------------------------
-  const presenceMs = Math.max(1, Math.ceil(Duration.toMillis(settings.presenceExpiration)))
   const keeper: Records.Keeper = {
     table,
     refreshEvery,
@@ -278,8 +277,7 @@ export const make = Effect.gen(function* () {
     refusalLogged: false,
     // the presence loop's state, below: asked only about links made after `make`
     judge: (token, owner) => Presence.judge(presence, token, owner),
-    settles: yield* FiberSet.make(),
-    settling: new WeakSet(),
+    settles: yield* FiberMap.make<string>(),
     // at most a presence expiration apart: meanwhile the token's updates go to the record's owner
     retry: backoff({
       initial: settings.retryDelayInitial,
@@ -292,6 +290,7 @@ export const make = Effect.gen(function* () {
   yield* keeper.started.await
 
   // --- the presence loop --------------------------------------------------------------
+  const presenceMs = Math.max(1, Math.ceil(Duration.toMillis(settings.presenceExpiration)))
   const presence: Presence.Presence = {
     table,
     presenceMs,
@@ -315,7 +314,7 @@ export const make = Effect.gen(function* () {
     Effect.zipRight(
       Effect.zipRight(
         Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
-        FiberSet.clear(keeper.settles)
+        FiberMap.clear(keeper.settles)
       ),
       Effect.zipRight(disconnectAll, Presence.remove(presence))
     )

@@ -10,7 +10,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
-import * as FiberSet from "effect/FiberSet"
+import * as FiberMap from "effect/FiberMap"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Schedule from "effect/Schedule"
@@ -39,10 +39,8 @@ export interface Settler {
   readonly table: Table
   /** What became of the owner of a record found in place of one of ours never stored (`presence.ts`). */
   readonly judge: (token: string, owner: SocketRecord) => Effect.Effect<Verdict, StoreError | InvalidToken>
-  /** The fibers that settle such records, closed with the token manager. */
-  readonly settles: FiberSet.FiberSet
-  /** The entries being settled: one settle at a time each. */
-  readonly settling: WeakSet<Entry>
+  /** The fibers that settle such records, one per socket (`<token> <connectionId>`), closed with the token manager. */
+  readonly settles: FiberMap.FiberMap<string>
   /** When a settle the store failed starts over (the retry delays, capped at the presence expiration). */
   readonly retry: Schedule.Schedule<unknown, StoreError>
 }
@@ -183,26 +181,13 @@ const settle = (keeper: Settler, [token, entry, found]: Contested) => {
 
 /**
  * Settle each of `contested` in a fiber of the keeper's own (it lives as long as the token
- * manager, not as the loop attempt that found it): one at a time per entry.
+ * manager, not as the loop attempt that found it): one at a time per socket, a settle
+ * already under way for it is left to finish.
  */
 export const settleLater = (keeper: Settler, contested: ReadonlyArray<Contested>) =>
   Effect.forEach(
     contested,
     (one) =>
-      FiberSet.run(
-        keeper.settles,
-        // marked and unmarked in the settle's own fiber: no interruption can come between
-        Effect.uninterruptibleMask((restore) =>
-          Effect.suspend(() => {
-            const entry = one[1]
-            if (keeper.settling.has(entry)) return Effect.void
-            keeper.settling.add(entry)
-            return Effect.ensuring(
-              restore(settle(keeper, one)),
-              Effect.sync(() => keeper.settling.delete(entry))
-            )
-          })
-        )
-      ),
+      FiberMap.run(keeper.settles, `${one[0]} ${one[1].connectionId}`, settle(keeper, one), { onlyIfMissing: true }),
     { discard: true }
   )
