@@ -107,3 +107,32 @@ export const monitor = (server: RedisServer.RedisServer): Effect.Effect<Monitor,
     ),
     (m) => Effect.sync(() => m.socket.destroy())
   )
+
+let markers = 0
+
+/**
+ * A barrier in the monitored stream: sends `ECHO <marker>` over a connection of its own and
+ * waits until the monitor has seen it, so every command the server ran before the marker is
+ * in `commands`. Answers the marker's index: `commands.slice(from, index)` is what ran in
+ * between, with no sleep guessing when "nothing more" has arrived. A command sent after the
+ * marker may also be seen before it returns; read up to the index, not to the end.
+ */
+export const barrier = (server: RedisServer.RedisServer, m: Monitor): Effect.Effect<number> =>
+  Effect.gen(function* () {
+    const marker = `leasehold-test-barrier-${process.pid}-${++markers}`
+    yield* Effect.orDie(server.command("ECHO", marker))
+    const seen = (): number => m.commands.findIndex((c) => c.args[0] === "echo" && c.args[1] === marker)
+    let index = seen()
+    // MONITOR writes the line before the ECHO's reply, but the two travel on separate sockets.
+    while (index < 0) {
+      yield* Effect.sleep("5 millis")
+      index = seen()
+    }
+    return index
+  })
+
+/** Commands in `[from, to)` sent by clients (not run inside a script), the marker's own ECHO excluded. */
+export const sentBetween = (m: Monitor, from: number, to: number): ReadonlyArray<Command> =>
+  m.commands
+    .slice(from, to)
+    .filter((c) => !c.fromScript && !(c.args[0] === "echo" && c.args[1]?.startsWith("leasehold-test-barrier-")))
