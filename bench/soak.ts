@@ -15,7 +15,7 @@
  * at 0 the failovers that lose writes lose acknowledged modifications, and the report says so.
  * `--faults a,b,…`: these faults, in this order, instead of the seed's schedule (e.g.
  * `--sentinel --min-replicas-ack 0 --seconds 20 --faults failover-losing`).
- * `--inject nothing-written|fence-reuse|counter-order`: the workers break that property on
+ * `--inject nothing-written|fence-reuse|counter-order|unexpected-failure`: the workers break that property on
  * purpose (`SOAK_INJECT` of test/soak/worker.ts), and its count in the report is above 0.
  *
  * Output: {"seconds", "faults", "failovers", "operations", "violations", "lost_updates",

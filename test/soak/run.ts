@@ -29,7 +29,7 @@
  * lost acknowledged modifications. Mailbox entries are not acknowledged by replicas: the
  * updates appended while the primary had no replica are counted apart (`exposed_sends`).
  */
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -57,9 +57,10 @@ export interface Options {
   readonly log?: (line: string) => void
   /**
    * A property the workers break on purpose (`SOAK_INJECT` of `test/soak/worker.ts`), to
-   * show that its check fails: `nothing-written`, `fence-reuse` or `counter-order`.
+   * show that its check fails: `nothing-written`, `fence-reuse`, `counter-order` or
+   * `unexpected-failure`.
    */
-  readonly inject?: "nothing-written" | "fence-reuse" | "counter-order"
+  readonly inject?: "nothing-written" | "fence-reuse" | "counter-order" | "unexpected-failure"
 }
 
 /**
@@ -77,6 +78,23 @@ export const nothingWrittenErrors: ReadonlyArray<string> = [
   "InvalidSliceValue",
   "InvalidToken"
 ]
+
+/**
+ * The seed the tests run the soak with: `LEASEHOLD_SOAK_SEED` (CI derives it from the
+ * commit), else the commit's own (the first 8 hex digits of `git rev-parse HEAD`), so that
+ * every commit checked runs a schedule of its own, and a failure is replayed with
+ * `npm run soak -- --seed S`.
+ */
+export const testSeed = (): number => {
+  const fromEnv = process.env.LEASEHOLD_SOAK_SEED
+  if (fromEnv !== undefined && fromEnv !== "") {
+    const seed = Number(fromEnv)
+    if (!Number.isSafeInteger(seed)) throw new Error(`LEASEHOLD_SOAK_SEED=${fromEnv}: not an integer`)
+    return seed
+  }
+  const head = execFileSync("git", ["rev-parse", "HEAD"], { cwd: root, encoding: "utf8" }).trim()
+  return Number.parseInt(head.slice(0, 8), 16)
+}
 
 /** The incarnation that made an operation: its id begins `<worker>g<generation>.`. */
 const incarnationOf = (op: string) => op.slice(0, op.indexOf("."))

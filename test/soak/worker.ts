@@ -25,7 +25,8 @@
  * `nothing-written` reports one success in ten as `LockExpired` (an error that promises
  * nothing was written), `fence-reuse` writes an entry under the fence of the entry before
  * it when another incarnation wrote that one, `counter-order` reports one success in ten
- * with the counter value of three modifications before it.
+ * with the counter value of three modifications before it, `unexpected-failure` reports one
+ * success in ten as `StoreRefused` (an outcome no document calls unknown).
  */
 import * as readline from "node:readline"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -139,8 +140,10 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
     const exit = yield* Fiber.await(fiber)
     const at = Date.now()
     if (Exit.isSuccess(exit)) {
-      if (inject === "nothing-written" && injectNow())
-        return yield* emit({ t: "decided", token, op, reason: "LockExpired", invoked, at })
+      if ((inject === "nothing-written" || inject === "unexpected-failure") && injectNow()) {
+        const reason = inject === "nothing-written" ? "LockExpired" : "StoreRefused"
+        return yield* emit({ t: "decided", token, op, reason, invoked, at })
+      }
       const n = inject === "counter-order" && injectNow() ? exit.value - 3 : exit.value
       return yield* emit({ t: "ok", token, op, n, invoked, at })
     }
