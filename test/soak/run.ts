@@ -6,8 +6,11 @@
  * worker while it holds leases (restarted after, three times), SIGSTOP of a worker that holds
  * sockets and leases for longer than the lock expiration (a long GC pause, a frozen VM), then
  * SIGCONT, and random interruptions of modifications inside the workers. Then every outcome
- * is checked against what the store holds: only the operations in flight in a killed
- * incarnation (never reported) may have gone either way.
+ * is checked against what the store holds: only an unknown outcome may have gone either way
+ * (a failure with `StoreUnavailable` or `NotAcknowledged` after the function decided, and
+ * the operations in flight in a killed incarnation, never reported); an error that promises
+ * nothing was written is held to it, and any other failure is a violation. The history is
+ * checked too: one fence per holder incarnation, and the counter's values in real-time order.
  *
  * The server runs with `appendonly yes` and `appendfsync always`, so that a SIGKILLed server
  * keeps every write it acknowledged (without persistence a restart empties it, and no count
