@@ -17,7 +17,6 @@ afterAll(clusters.close, 60_000)
 let testCount = 0
 
 const onCluster: ProcessBackend = {
-  name: "redis-cluster",
   workers: (input) =>
     Effect.gen(function* () {
       const nodes = yield* clusters.get

@@ -49,7 +49,6 @@ describe("worker identity", () => {
 })
 
 const singleServer: ProcessBackend = {
-  name: "redis",
   workers: (input) =>
     Effect.map(redisCluster(input), (cluster) => ({ cluster, env: { LEASEHOLD_REDIS_URL: cluster.server.url } }))
 }

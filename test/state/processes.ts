@@ -18,7 +18,6 @@ const child = "test/state/child.ts"
 
 /** Workers of this process over a store, and the environment that puts a child on it. */
 export interface ProcessBackend {
-  readonly name: string
   readonly workers: (
     input: LeaseholdConfig.Input
   ) => Effect.Effect<{ readonly cluster: Cluster; readonly env: Record<string, string> }, never, Scope.Scope>
