@@ -14,6 +14,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Lease from "../../src/Lease.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
@@ -52,6 +53,13 @@ export interface StateBackend {
 }
 
 const inc = (w: Worker, token: string, by = 1) => w.states.modify(token, Counter, (s) => [s.n + by, { n: s.n + by }])
+
+/** The no-barging tests' history: the loop's count, the waiter's, and the loop's count when the waiter was served. */
+const Served = StateManager.slice("served", Schema.Struct({ n: Schema.Number, w: Schema.Number, at: Schema.Number }), {
+  n: 0,
+  w: 0,
+  at: -1
+})
 
 /** A modification that holds its turn until `gate` opens. */
 const held = (w: Worker, token: string, gate: Deferred.Deferred<void>, entered?: Deferred.Deferred<void>) =>
@@ -496,31 +504,96 @@ export const stateSuite = (backend: StateBackend) => {
         })
     )
 
-    test("no barging: a tight loop on one worker does not starve a waiter on another", {}, (cluster, tools) =>
+    /**
+     * Callers on `a` modify the token in a tight loop (several keep `a`'s local queue from
+     * emptying, so that it holds its lock without a break). The loop's 20th increment holds its turn until a
+     * waiter on `b` has queued, so the waiter queued between the 19th increment stored and the
+     * 20th. Both record in one slice: the loop's count `n` (each increment answers the count it
+     * wrote, so every one is counted exactly) and `at`, the loop's count when the waiter was
+     * served: the loop's increments stored after the waiter queued and before its turn are
+     * the 20th to the `at`th.
+     */
+    const noBarging = (quantumMs: number) => (cluster: Cluster, tools: Tools) =>
       Effect.gen(function* () {
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
+        const go = yield* Deferred.make<void>()
+        const waiter = yield* Effect.fork(
+          Effect.zipRight(
+            Deferred.await(go),
+            b.states.modify("t", Served, (s) => [s.n, { ...s, w: s.w + 1, at: s.n }])
+          )
+        )
         let stop = false
-        let loops = 0
+        let queuedAt = 0
+        /** The counts the loop's increments answered, and the clock when each one's turn began (by count). */
+        const counts: Array<number> = []
+        const turnAt: Array<number> = []
+        const caller = Effect.whileLoop({
+          while: () => !stop,
+          body: () =>
+            Effect.flatMap(
+              a.states.modifyEffect("t", Served, (s) =>
+                Effect.gen(function* () {
+                  turnAt[s.n + 1] = yield* Clock.currentTimeMillis
+                  if (s.n + 1 === 20) {
+                    yield* Deferred.succeed(go, undefined)
+                    yield* tools.until(
+                      "the waiter queued",
+                      Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
+                    )
+                    queuedAt = yield* Clock.currentTimeMillis
+                  }
+                  return [s.n + 1, { ...s, n: s.n + 1 }] as const
+                })
+              ),
+              (count) => Effect.sync(() => counts.push(count))
+            ),
+          step: () => undefined
+        })
+        // On the memory store, two callers or more are not served again once the waiter has
+        // queued (neither the waiter's turn nor a turn of the event loop comes): one caller there.
+        const callers = Option.isSome(cluster.operations) ? 1 : 4
         const loop = yield* Effect.fork(
-          Effect.whileLoop({
-            while: () => !stop,
-            body: () => Effect.tap(inc(a, "t"), () => Effect.sync(() => loops++)),
-            step: () => undefined
-          })
+          Effect.all(
+            Array.from({ length: callers }, () => caller),
+            { concurrency: "unbounded" }
+          )
         )
-        yield* tools.until(
-          "the loop runs",
-          Effect.sync(() => loops >= 3)
-        )
-        const waiter = yield* Effect.fork(inc(b, "t", 1000))
         yield* tools.until("the remote waiter got its turn", Effect.map(Fiber.poll(waiter), Option.isSome))
-        const loopsWhenServed = loops
         stop = true
         yield* join(tools, loop)
-        assert.isAtLeast((yield* cluster.stored("t")) % 1000, loopsWhenServed)
-        assert.strictEqual(Math.floor((yield* cluster.stored("t")) / 1000), 1)
+        const at = yield* Fiber.join(waiter)
+        // every increment of the loop once, and the waiter's once, between two of them
+        deepStrictEqual(
+          [...counts].sort((x, y) => x - y),
+          counts.map((_, i) => i + 1)
+        )
+        const [raw] = yield* cluster.store.readSlices("t", ["served"])
+        deepStrictEqual(
+          Option.map(raw!, (text) => JSON.parse(text)),
+          Option.some({ n: counts.length, w: 1, at })
+        )
+        if (quantumMs === 0) {
+          // the increment in its turn when the waiter queued, and none after it
+          assert.strictEqual(at, 20)
+        } else {
+          // those of one quantum from the waiter's queueing on, timed with 300 ms to spare
+          assert.isAtLeast(at, 20)
+          for (let count = 21; count <= at; count++) assert.isAtMost(turnAt[count]! - queuedAt, quantumMs + 300)
+        }
       })
+
+    test(
+      "no barging, a quantum of 0: of a tight loop on one worker, one increment at most lands between a waiter on another queueing and its turn",
+      { leaseQuantum: 0 },
+      noBarging(0)
+    )
+
+    test(
+      "no barging, the default quantum: of a tight loop on one worker, only the increments of one quantum land between a waiter on another queueing and its turn",
+      {},
+      noBarging(2)
     )
   })
 
