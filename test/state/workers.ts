@@ -1,6 +1,9 @@
 /**
- * Workers for state-manager tests: several workers (each its own InstanceId, supervisor,
- * signals, lock and leases) over one shared store, memory or a real redis-server.
+ * Workers for state-manager tests: several workers, each its own InstanceId, supervisor,
+ * signals, lock and leases. On memory they share one MemoryStore (one process's); on Redis
+ * each has its own RedisStore, with its own connections, as separate processes would: one
+ * client does not serialise their races, and a cut subscriber is each worker's own. The
+ * test reads and writes through a store of its own.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -214,6 +217,11 @@ interface BackendParts<R> {
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   >
   readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Type"]) => Handoffs
+  /**
+   * Each worker's own store, built with it as `Worker.layerStateRedis` builds one; without
+   * it, the workers share the test's store.
+   */
+  readonly workerStore?: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig>
 }
 
 const makeCluster = <R, E>(
@@ -234,10 +242,13 @@ const makeCluster = <R, E>(
     const keys = makeKeys(settings.keyPrefix)
     const worker = () =>
       Effect.gen(function* () {
-        const { built, close } = yield* buildOwn(
-          Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared))),
-          logs
-        )
+        const layer =
+          parts.workerStore === undefined
+            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared)))
+            : Layer.fresh(WorkerLayers.layerState.pipe(Layer.provideMerge(parts.workerStore))).pipe(
+                Layer.provide(Layer.succeedContext(Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)))
+              )
+        const { built, close } = yield* Effect.orDie(buildOwn(layer, logs))
         return {
           id: Context.get(built, InstanceId),
           states: Context.get(built, StateManager.StateManager),
@@ -301,11 +312,18 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
 
-/** Workers over one RedisStore against a fresh redis-server. */
+/** Workers each with its own RedisStore reaching Redis as `target` says; the test has one too. */
+const redisWorkers = (
+  target: RedisStore.Options,
+  input: LeaseholdConfig.Input,
+  parts: Omit<BackendParts<never>, "workerStore">
+) => makeCluster(RedisStore.layer(target), input, { ...parts, workerStore: RedisStore.layer(target) })
+
+/** Workers each with its own RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
-    const cluster = yield* makeCluster(RedisStore.layer({ url: server.url }), input, {
+    const cluster = yield* redisWorkers({ url: server.url }, input, {
       raw: () => (key) => RedisServer.getRaw(server, key),
       scripts: Option.some(() => watchScripts(server)),
       handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
@@ -313,17 +331,17 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
     return { ...cluster, server }
   })
 
-/** Workers over one RedisStore against a redis-server already running (a primary with replicas, say). */
+/** Workers each with its own RedisStore against a redis-server already running (a primary with replicas, say). */
 export const redisWorkersAt = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
-  makeCluster(RedisStore.layer({ url: server.url }), input, {
+  redisWorkers({ url: server.url }, input, {
     raw: () => (key) => RedisServer.getRaw(server, key),
     scripts: Option.some(() => watchScripts(server)),
     handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
   })
 
 /**
- * Workers over one RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw` reads
- * a key from the node that holds it.
+ * Workers each with its own RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw`
+ * reads a key from the node that holds it.
  */
 export const redisClusterWorkers = (
   url: string,
@@ -331,7 +349,7 @@ export const redisClusterWorkers = (
   nodeFor: (key: string) => Effect.Effect<RedisServer.RedisServer>,
   input: LeaseholdConfig.Input = {}
 ) =>
-  makeCluster(RedisStore.layer({ url, cluster: true }), input, {
+  redisWorkers({ url, cluster: true }, input, {
     raw: () => raw,
     // the same slot holds all of a token's keys, and the scripts on them
     scripts: Option.some((token: string) =>
@@ -342,11 +360,11 @@ export const redisClusterWorkers = (
   })
 
 /**
- * Workers over one RedisStore behind Sentinel: `raw` reads a key from the primary the
- * Sentinels name now.
+ * Workers each with its own RedisStore behind Sentinel: `raw` reads a key from the primary
+ * the Sentinels name now.
  */
 export const redisSentinelWorkers = (sentinel: RedisSentinel.RedisSentinel, input: LeaseholdConfig.Input = {}) =>
-  makeCluster(RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }), input, {
+  redisWorkers({ sentinels: sentinel.addresses, sentinelName: sentinel.name }, input, {
     raw: () => (key) => Effect.flatMap(sentinel.primary, (primary) => RedisServer.getRaw(primary, key)),
     scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchScripts)),
     handoffs: (_shared, settings) => pausedHandoffs(() => sentinel.primary, settings)
