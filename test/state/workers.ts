@@ -113,9 +113,10 @@ export interface Cluster {
   /** Memory only: the store operations so far, of every worker (calls into the store). */
   readonly operations: Option.Option<Effect.Effect<number>>
   /**
-   * Redis only: watch the scripts the server holding `token`'s keys runs from now on (MONITOR,
-   * for the life of the scope); the effect returned reads the arguments of each seen so far,
-   * joined by spaces.
+   * Redis only: watch what clients send to the server holding `token`'s keys from now on
+   * (MONITOR, for the life of the scope): every command, not only scripts, but for those
+   * that keep a client connected rather than serve an operation (see `watchSent`). The effect
+   * returned reads the arguments of each sent before it was called, joined by spaces.
    */
   readonly scripts: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
@@ -123,12 +124,31 @@ export interface Cluster {
   readonly handoffs: Handoffs
 }
 
-/** The scripts (EVALSHA, EVAL) a server runs from now on, as `Cluster.scripts` reads them. */
-const watchScripts = (server: RedisServer.RedisServer) =>
+/**
+ * Commands a client sends to keep connected, not for an operation: a subscriber's
+ * (un)subscriptions, and a Cluster client's topology reads (`CLUSTER SLOTS` every 5 s, on
+ * a timer of its own).
+ */
+const upkeep = new Set([
+  "subscribe",
+  "unsubscribe",
+  "ssubscribe",
+  "sunsubscribe",
+  "psubscribe",
+  "punsubscribe",
+  "cluster"
+])
+
+/**
+ * What clients send to a server from now on, as `Cluster.scripts` reads it. Each read ends
+ * at a barrier, so whatever was sent before the read began is in it, without waiting for
+ * "nothing more".
+ */
+const watchSent = (server: RedisServer.RedisServer) =>
   Effect.map(Monitor.monitor(server), (monitor) =>
-    Effect.sync(() =>
-      monitor.commands
-        .filter((command) => !command.fromScript && command.args[0]!.startsWith("eval"))
+    Effect.map(Monitor.barrier(server, monitor), (end) =>
+      Monitor.sentBetween(monitor, 0, end)
+        .filter((command) => !upkeep.has(command.args[0]!))
         .map((command) => command.args.join(" "))
     )
   )
@@ -325,7 +345,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
     const server = yield* RedisServer.start()
     const cluster = yield* redisWorkers({ url: server.url }, input, {
       raw: () => (key) => RedisServer.getRaw(server, key),
-      scripts: Option.some(() => watchScripts(server)),
+      scripts: Option.some(() => watchSent(server)),
       handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
     })
     return { ...cluster, server }
@@ -335,7 +355,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
 export const redisWorkersAt = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
   redisWorkers({ url: server.url }, input, {
     raw: () => (key) => RedisServer.getRaw(server, key),
-    scripts: Option.some(() => watchScripts(server)),
+    scripts: Option.some(() => watchSent(server)),
     handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
   })
 
@@ -351,9 +371,9 @@ export const redisClusterWorkers = (
 ) =>
   redisWorkers({ url, cluster: true }, input, {
     raw: () => raw,
-    // the same slot holds all of a token's keys, and the scripts on them
+    // the same slot holds all of a token's keys, and the commands on them
     scripts: Option.some((token: string) =>
-      Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchScripts)
+      Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchSent)
     ),
     handoffs: (_shared, settings) =>
       pausedHandoffs((token) => nodeFor(makeKeys(settings.keyPrefix).lock(token)), settings)
@@ -366,7 +386,7 @@ export const redisClusterWorkers = (
 export const redisSentinelWorkers = (sentinel: RedisSentinel.RedisSentinel, input: LeaseholdConfig.Input = {}) =>
   redisWorkers({ sentinels: sentinel.addresses, sentinelName: sentinel.name }, input, {
     raw: () => (key) => Effect.flatMap(sentinel.primary, (primary) => RedisServer.getRaw(primary, key)),
-    scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchScripts)),
+    scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchSent)),
     handoffs: (_shared, settings) => pausedHandoffs(() => sentinel.primary, settings)
   })
 
