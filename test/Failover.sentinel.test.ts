@@ -37,6 +37,59 @@ const healthy = (workers: ReadonlyArray<{ readonly health: { readonly healthy: E
     )
   )
 
+/**
+ * Five modifications of `tok`, replicated; then one more while no replica can take it, and a
+ * failover to replica A. B is frozen before the write and stays so until A is promoted: it
+ * never has the write, and is never promoted. A is frozen and cut off too while the write is
+ * made (linked, it would receive it within microseconds whether or not anything waited for
+ * it); it is thawed, and takes the write from the primary's backlog, only if the
+ * modification waits for a replica's acknowledgement (a `WAIT` blocked on the primary), and
+ * frozen again right after the acknowledgement, before the primary is SIGKILLed.
+ */
+const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
+  Effect.gen(function* () {
+    const sentinel = yield* deployments.get
+    const cluster = yield* redisSentinelWorkers(sentinel, {
+      keyPrefix: `fo${++testCount}`,
+      commandTimeout: 1_000,
+      minReplicasAck,
+      // A thawed links again at its next replication tick (each second); below the lock expiration
+      replicaAckTimeout: 5_000
+    })
+    const w = yield* cluster.worker()
+    for (let i = 0; i < 5; i++) yield* inc(w, "tok")
+    yield* sentinel.awaitReplicated
+    const primary = yield* sentinel.primary
+    const [a, b] = yield* sentinel.replicas
+    assert.isDefined(b)
+    yield* b!.pause
+    yield* a!.pause
+    // a frozen replica's socket would still take the write into its kernel buffer
+    yield* Effect.orDie(primary.command("CLIENT", "KILL", "TYPE", "replica"))
+    const modification = yield* Effect.fork(inc(w, "tok"))
+    const waited = yield* eventually(
+      "the modification acknowledged, or waiting for a replica",
+      20_000,
+      Effect.flatMap(Fiber.poll(modification), (done) =>
+        Option.isSome(done)
+          ? Effect.succeed(false)
+          : Effect.filterOrFail(
+              Effect.map(sentinel.blockedInWait(primary), (blocked) => blocked > 0),
+              (blocked) => blocked,
+              () => "neither yet"
+            )
+      )
+    )
+    if (waited) yield* a!.resume
+    const acknowledged = yield* Fiber.join(modification)
+    yield* a!.pause
+    const { old } = yield* sentinel.failoverTo(a!)
+    yield* Effect.addFinalizer(() => sentinel.rejoin(old))
+    const stored = yield* cluster.stored("tok")
+    const next = yield* eventually("a modification after the promotion", 20_000, inc(w, "tok"))
+    return { waited, acknowledged, stored, next }
+  })
+
 describe("state across a failover", () => {
   it.scopedLive(
     "a primary SIGKILLed while two workers modify a token: the modifications fail meanwhile, then go on, one after another",
@@ -148,6 +201,28 @@ describe("state across a failover", () => {
         assert.strictEqual(yield* eventually("a modification after the promotion", 20_000, inc(w, "tok")), 6)
         assert.strictEqual(yield* cluster.stored("tok"), 6)
         assert.strictEqual(yield* inc(w, "tok"), 7)
+      }),
+    120_000
+  )
+})
+
+describe("an acknowledged modification across a failover to the replica that had it last", () => {
+  it.scopedLive(
+    "with minReplicasAck 1 it waits for the one replica that can take it, and is kept once that replica is promoted",
+    () =>
+      Effect.gen(function* () {
+        const outcome = yield* acknowledgedThenFailover(1)
+        deepStrictEqual(outcome, { waited: true, acknowledged: 6, stored: 6, next: 7 })
+      }),
+    120_000
+  )
+
+  it.scopedLive(
+    "with minReplicasAck 0 it is acknowledged while no replica has it, and lost when one is promoted",
+    () =>
+      Effect.gen(function* () {
+        const outcome = yield* acknowledgedThenFailover(0)
+        deepStrictEqual(outcome, { waited: false, acknowledged: 6, stored: 5, next: 6 })
       }),
     120_000
   )
