@@ -76,6 +76,8 @@ export interface RedisSentinel {
   readonly failoverTo: (
     chosen: RedisServer.RedisServer
   ) => Effect.Effect<{ readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer }>
+  /** Whether `server` is a replica linked to the current primary. */
+  readonly linked: (server: RedisServer.RedisServer) => Effect.Effect<boolean>
   /** The number of clients of `server` blocked in a `WAIT` (for replicas to acknowledge). */
   readonly blockedInWait: (server: RedisServer.RedisServer) => Effect.Effect<number>
   /**
@@ -431,6 +433,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
       failover,
       failoverLosing,
       failoverTo,
+      linked: (server) => Effect.flatMap(primaryNow, (primary) => follows(server, primary.port)),
       blockedInWait,
       rejoin,
       awaitStable,
