@@ -511,7 +511,8 @@ export const stateSuite = (backend: StateBackend) => {
      * 20th. Both record in one slice: the loop's count `n` (each increment answers the count it
      * wrote, so every one is counted exactly) and `at`, the loop's count when the waiter was
      * served: the loop's increments stored after the waiter queued and before its turn are
-     * the 20th to the `at`th.
+     * the 20th to the `at`th. The fencing counter, read in the 20th turn and in the waiter's,
+     * shows that no grant came between the loop's grant then and the waiter's.
      *
      * The loop ends when the waiter is served, or after `loopMs` of real time, read in the loop
      * itself: no wait of the test runs beside the loop. A tight loop keeps Node's timers
@@ -531,7 +532,9 @@ export const stateSuite = (backend: StateBackend) => {
         const waiter = yield* Effect.fork(
           Effect.zipRight(
             Deferred.await(go),
-            b.states.modify("t", Served, (s) => [s.n, { ...s, w: s.w + 1, at: s.n }])
+            b.states.modifyEffect("t", Served, (s) =>
+              Effect.map(cluster.grants("t"), (fence) => [[s.n, fence], { ...s, w: s.w + 1, at: s.n }] as const)
+            )
           ).pipe(
             Effect.ensuring(
               Effect.sync(() => {
@@ -541,6 +544,7 @@ export const stateSuite = (backend: StateBackend) => {
           )
         )
         let queuedAt = 0
+        let fenceAtQueue = 0
         const deadline = performance.now() + loopMs
         /** The counts the loop's increments answered, and the clock when each one's turn began (by count). */
         const counts: Array<number> = []
@@ -560,6 +564,7 @@ export const stateSuite = (backend: StateBackend) => {
                       Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
                     )
                     queuedAt = yield* Clock.currentTimeMillis
+                    fenceAtQueue = yield* cluster.grants("t")
                   }
                   return [s.n + 1, { ...s, n: s.n + 1 }] as const
                 })
@@ -573,7 +578,9 @@ export const stateSuite = (backend: StateBackend) => {
           { concurrency: "unbounded" }
         )
         assert.isTrue(stop, `the remote waiter did not get its turn within ${loopMs} ms of the loop`)
-        const at = yield* Fiber.join(waiter)
+        const [at, waiterFence] = yield* Fiber.join(waiter)
+        // the grant held when the waiter queued was the last before its own: no barging
+        assert.strictEqual(waiterFence, fenceAtQueue + 1, "grants between the waiter's queueing and its turn")
         // every increment of the loop once, and the waiter's once, between two of them
         deepStrictEqual(
           [...counts].sort((x, y) => x - y),
