@@ -906,9 +906,9 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* payloads("inst-b"), ["p2"])
         // a mailbox without an expiry gets one, as with mailboxAppend
         yield* fx.store.claimSocket("tok-c", recordC)
-        yield* fx.store.mailboxAppendToOwner("tok-c", "p3", { maxLen: 100, ttlMs: 200 })
+        yield* fx.store.mailboxAppendToOwner("tok-c", "p3", { maxLen: 100, ttlMs: 400 })
         assert.strictEqual(yield* fx.store.mailboxLength("inst-c"), 1)
-        yield* fx.advance(250)
+        yield* fx.advance(600)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-c"), 0)
       }))
 
@@ -1021,13 +1021,14 @@ export const storeSuite = (backend: Backend): void => {
     test("a refreshed expiry keeps the mailbox", (fx) =>
       Effect.gen(function* () {
         yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
-        yield* fx.store.mailboxExpire("inst-a", 300)
-        yield* fx.advance(160)
-        yield* fx.store.mailboxExpire("inst-a", 300)
-        // 320 ms after the first expire, 160 after the refresh
-        yield* fx.advance(160)
+        yield* fx.store.mailboxExpire("inst-a", 1_000)
+        yield* fx.advance(600)
+        yield* fx.store.mailboxExpire("inst-a", 1_000)
+        // 1,200 ms after the first expire (200 past it), 600 after the refresh (400 left)
+        yield* fx.advance(600)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 1)
-        yield* fx.advance(200)
+        // 1,200 ms after the refresh: 200 past it
+        yield* fx.advance(600)
         assert.strictEqual(yield* fx.store.mailboxLength("inst-a"), 0)
       }))
 
