@@ -411,7 +411,6 @@ const acknowledgedRedis: Backend = {
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: false,
           advance: (ms) => Effect.sleep(ms),
-          settle: Effect.sleep(100),
           ...onServer(primary, uncounted),
           outage: {
             begin: primary.kill,
