@@ -131,7 +131,7 @@ const outage = (outageS: number) =>
       return {
         outage_s: outageS,
         resume_ms: Option.getOrNull(
-          Option.map(Option.fromNullable(firstAfterRestart), (at) => Math.round(at - restartedAt!))
+          Option.map(Option.fromNullishOr(firstAfterRestart), (at) => Math.round(at - restartedAt!))
         ),
         sent: lastSent - firstCounted,
         delivered,

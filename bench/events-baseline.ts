@@ -87,7 +87,7 @@ const ws = Effect.gen(function* () {
     })
   yield* Effect.forkScoped(Effect.forever(Effect.flatMap(incoming.take, handle)))
   yield* Effect.forkScoped(
-    Effect.forever(Effect.flatMap(outgoing.take, (frame) => Effect.zipRight(hold, write(frame)))).pipe(Effect.ignore)
+    Effect.forever(Effect.flatMap(outgoing.take, (frame) => Effect.andThen(hold, write(frame)))).pipe(Effect.ignore)
   )
   const count = counts.get(token) ?? { n: 0, v: 0 }
   yield* outgoing.offer(JSON.stringify({ type: "state", n: count.n, v: count.v }))

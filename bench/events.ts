@@ -110,7 +110,7 @@ const measure = (app: App, name: string) =>
     return { eventsPerS, cpuUsPerEvent }
   })
 
-const stopped = (app: App) => Effect.zipRight(app.kill("SIGTERM"), app.exited)
+const stopped = (app: App) => Effect.andThen(app.kill("SIGTERM"), app.exited)
 
 const baseline = (batched: boolean) =>
   Effect.scoped(

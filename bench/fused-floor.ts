@@ -13,7 +13,7 @@
  *   npm run bench:fused-floor -- --json   [{"row", "cpu_us_per_op", "over_baseline"}]
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
@@ -80,10 +80,10 @@ const main = async () => {
       const lockId = `bench:${next++}`
       return Effect.flatMap(store.acquireQueued("fused", lockId, ["counter"], { instanceId: "bench" }), (got) => {
         if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
-        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Either.getRight(Counter.decode(raw)))
+        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Result.getSuccess(Counter.decode(raw)))
         const value = Option.getOrElse(stored, () => Counter.initial)
-        const encoded = Either.getOrThrow(Counter.encode({ n: value.n + 1 }))
-        return Effect.zipRight(
+        const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
+        return Effect.andThen(
           store.commitAndReleaseQueued("fused", lockId, [["counter", encoded]], { instanceId: "bench" }),
           Effect.yieldNow()
         )
@@ -107,7 +107,7 @@ const main = async () => {
   }
   const notices = { granted: "granted:one", contended: "contended:one" }
   const handoff = { requeue: false, queueAs: "", carry: [] }
-  const oneStep: Run = Effect.zipRight(
+  const oneStep: Run = Effect.andThen(
     Effect.clockWith((clock) => {
       const invalid = tokensError("one", "bench") ?? sliceNamesError(["counter"])
       if (invalid !== undefined) return Effect.fail(invalid)
@@ -115,9 +115,9 @@ const main = async () => {
       const lockId = `bench:${next++}`
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
       if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
-      const stored = Option.flatMap(Option.fromNullable(got.values[0]), (raw) => Either.getRight(Counter.decode(raw)))
+      const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) => Result.getSuccess(Counter.decode(raw)))
       const value = Option.getOrElse(stored, () => Counter.initial)
-      const encoded = Either.getOrThrow(Counter.encode({ n: value.n + 1 }))
+      const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
       QueueScripts.commitAndReleaseQueued(
         space,
         now,

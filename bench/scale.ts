@@ -264,7 +264,7 @@ const trafficPart = (server: RedisServer.RedisServer) =>
       const m = yield* monitor(server)
       const snapshot = Effect.sync((): Counts => ({ ...m.counts }))
       // MONITOR's output arrives after the replies: let it catch up before reading a count.
-      const settled = Effect.zipRight(Effect.sleep("300 millis"), snapshot)
+      const settled = Effect.andThen(Effect.sleep("300 millis"), snapshot)
       const clientsBefore = yield* clients(server)
       const channelsBefore = yield* channels(server)
       const patternsBefore = yield* patterns(server)

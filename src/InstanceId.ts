@@ -15,7 +15,7 @@ import type { InvalidToken } from "./StoreError.js"
  * @since 0.1.0
  * @category tags
  */
-export class InstanceId extends Context.Tag("leasehold/InstanceId")<InstanceId, string>() {}
+export class InstanceId extends Context.Service<InstanceId, string>()("leasehold/InstanceId") {}
 
 /**
  * A fresh UUID every time the layer is built: two workers built from this one layer

@@ -143,7 +143,7 @@ export declare namespace Lease {
  * @since 0.1.0
  * @category tags
  */
-export class Lease extends Context.Tag("leasehold/Lease")<Lease, Lease.Service>() {}
+export class Lease extends Context.Service<Lease, Lease.Service>()("leasehold/Lease") {}
 
 /**
  * @since 0.1.0
@@ -254,4 +254,4 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Lease, never, Store | Lock | Signals | LeaseholdConfig> = Layer.scoped(Lease, make)
+export const layer: Layer.Layer<Lease, never, Store | Lock | Signals | LeaseholdConfig> = Layer.effect(Lease, make)

@@ -9,7 +9,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
@@ -121,14 +121,14 @@ export interface Settings {
  * @category models
  */
 export type Input = {
-  readonly [K in keyof Settings]?: Settings[K] extends Duration.Duration ? Duration.DurationInput : Settings[K]
+  readonly [K in keyof Settings]?: Settings[K] extends Duration.Duration ? Duration.Input : Settings[K]
 }
 
 /**
  * @since 0.1.0
  * @category tags
  */
-export class LeaseholdConfig extends Context.Tag("leasehold/LeaseholdConfig")<LeaseholdConfig, Settings>() {}
+export class LeaseholdConfig extends Context.Service<LeaseholdConfig, Settings>()("leasehold/LeaseholdConfig") {}
 
 /**
  * The knobs as `Config`, with the environment names of DESIGN §7.
@@ -244,8 +244,8 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
  * @since 0.1.0
  * @category constructors
  */
-export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfig> => {
-  const dur = (value: Duration.DurationInput | undefined, fallbackMs: number) =>
+export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfig> => {
+  const dur = (value: Duration.Input | undefined, fallbackMs: number) =>
     value === undefined ? Duration.millis(fallbackMs) : Duration.decode(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
   const tokenExpiration = dur(input.tokenExpiration, defaults.tokenExpirationS * 1000)
@@ -289,7 +289,7 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
         : Duration.decode(input.replicaAckTimeout)
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
-    Either.left(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
+    Result.fail(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
 
   // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
   for (const [knob, value] of Object.entries(input)) {
@@ -367,13 +367,13 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
   }
   const sentinelProblem = checkSentinels(settings)
-  if (sentinelProblem !== undefined) return Either.left(sentinelProblem)
+  if (sentinelProblem !== undefined) return Result.fail(sentinelProblem)
   const acknowledgementProblem = checkAcknowledgement(settings)
-  if (acknowledgementProblem !== undefined) return Either.left(acknowledgementProblem)
+  if (acknowledgementProblem !== undefined) return Result.fail(acknowledgementProblem)
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
   }
-  return Either.right(settings)
+  return Result.succeed(settings)
 }
 
 /**

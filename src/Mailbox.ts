@@ -69,9 +69,9 @@ export interface Options<A, I, R> {
    * How long, once the store is back, a buffered update waits for its socket's record to
    * be written back by its owner before it is dropped as having none (default 5 s).
    */
-  readonly restoreGrace?: Duration.DurationInput
+  readonly restoreGrace?: Duration.Input
   /** How long one read of the mailbox waits for an entry (default 5 s). */
-  readonly readBlock?: Duration.DurationInput
+  readonly readBlock?: Duration.Input
 }
 
 /**
@@ -101,7 +101,7 @@ export declare namespace Mailbox {
  * @since 0.1.0
  * @category tags
  */
-export class Mailbox extends Context.Tag("leasehold/Mailbox")<Mailbox, Mailbox.Service>() {}
+export class Mailbox extends Context.Service<Mailbox, Mailbox.Service>()("leasehold/Mailbox") {}
 
 /**
  * The name of the supervised loop that reads this worker's mailbox.
@@ -221,7 +221,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       Effect.suspend(() =>
         sender.outbox.length === 0
           ? Effect.void
-          : Effect.zipRight(
+          : Effect.andThen(
               Effect.logWarning(`mailbox: closing with ${sender.outbox.length} updates still waiting for the store`),
               Metric.incrementBy(outboxSize, -sender.outbox.length)
             )
@@ -243,4 +243,4 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
 export const layer = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<Mailbox, never, Store | TokenManager | Supervisor | LeaseholdConfig | InstanceId | R> =>
-  Layer.scoped(Mailbox, make(options))
+  Layer.effect(Mailbox, make(options))

@@ -121,10 +121,10 @@ export declare namespace MemoryStoreControl {
  * @since 0.1.0
  * @category tags
  */
-export class MemoryStoreControl extends Context.Tag("leasehold/MemoryStoreControl")<
+export class MemoryStoreControl extends Context.Service<
   MemoryStoreControl,
   MemoryStoreControl.Service
->() {}
+>()("leasehold/MemoryStoreControl") {}
 
 /**
  * A built memory store: the `Store` service, its control, and a view of its memory.
@@ -210,7 +210,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
       const poke = yield* Deferred.make<void>()
       const delay = yield* Effect.map(now, (at) => {
         if (at >= ks.wakeAt) ks.sweep(at)
-        ks.onWakeAtLowered = () => Deferred.unsafeDone(poke, Effect.void)
+        ks.onWakeAtLowered = () => Deferred.doneUnsafe(poke, Effect.void)
         return ks.wakeAt - at
       })
       if (delay === Number.POSITIVE_INFINITY) yield* Deferred.await(poke)
@@ -235,6 +235,6 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
  * @category layers
  */
 export const layer: Layer.Layer<Store | MemoryStoreControl, DataDirError | InvalidConfig, LeaseholdConfig> =
-  Layer.scopedContext(
+  Layer.effectContext(
     Effect.map(make, (memory) => Context.make(Store, memory).pipe(Context.add(MemoryStoreControl, memory.control)))
   )

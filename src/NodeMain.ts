@@ -19,7 +19,7 @@ import type { RunMain, Teardown } from "@effect/platform/Runtime"
 import { makeRunMain } from "@effect/platform/Runtime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import { dual } from "effect/Function"
 import { InvalidConfig } from "./LeaseholdConfig.js"
 
@@ -71,7 +71,7 @@ export interface RunMainOptions {
    * 10 seconds. `Duration.infinity`: no deadline. Above 0 and at most 2^31-1 ms (what a
    * Node timer can wait).
    */
-  readonly shutdownTimeout?: Duration.DurationInput | undefined
+  readonly shutdownTimeout?: Duration.Input | undefined
 }
 
 /**
@@ -164,8 +164,8 @@ export const runMain: {
   (args) => Effect.isEffect(args[0]),
   <E, A>(effect: Effect.Effect<A, E>, options?: RunMainOptions): void => {
     const { shutdownTimeout: _, ...runOptions } = options ?? {}
-    const timeout = Effect.runSync(Effect.either(shutdownTimeout(options)))
-    if (Either.isLeft(timeout)) {
+    const timeout = Effect.runSync(Effect.result(shutdownTimeout(options)))
+    if (Result.isFailure(timeout)) {
       // The program does not start: said on stderr whatever the program's own error
       // reporting (it may be off), as a failed start.
       process.stderr.write(`leasehold: ${timeout.left.message}\n`)

@@ -207,8 +207,8 @@ export const make = (
     yield* topology
       .connected(connectTimeoutMs, notConnected)
       .pipe(
-        Effect.zipRight(pubsub.connected(connectTimeoutMs, notConnected)),
-        Effect.zipRight(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
+        Effect.andThen(pubsub.connected(connectTimeoutMs, notConnected)),
+        Effect.andThen(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
         Effect.timeoutFail({ duration: connectTimeoutMs, onTimeout: notConnected }),
         withLiveClock
       )
@@ -226,4 +226,4 @@ export const make = (
  * @category layers
  */
 export const layer = (options: Options = {}): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
-  Layer.scoped(Store, make(options))
+  Layer.effect(Store, make(options))

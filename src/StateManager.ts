@@ -13,7 +13,7 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -40,9 +40,9 @@ export interface Slice<A, I = unknown> {
   readonly schema: Schema.Schema<A, I>
   readonly initial: A
   /** @internal */
-  readonly decode: (raw: string) => Either.Either<A, ParseResult.ParseError>
+  readonly decode: (raw: string) => Result.Result<A, ParseResult.ParseError>
   /** @internal */
-  readonly encode: (value: A) => Either.Either<string, ParseResult.ParseError>
+  readonly encode: (value: A) => Result.Result<string, ParseResult.ParseError>
   /** The initial value's encoding: what an absent key stands for. @internal */
   readonly initialEncoded: Option.Option<string>
 }
@@ -65,7 +65,7 @@ export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: 
     initial,
     decode: parseSafely(json, Schema.decodeUnknownEither(json)),
     encode,
-    initialEncoded: Either.getRight(encode(initial))
+    initialEncoded: Result.getSuccess(encode(initial))
   }
 }
 
@@ -144,7 +144,7 @@ export declare namespace StateManager {
  * @since 0.1.0
  * @category tags
  */
-export class StateManager extends Context.Tag("leasehold/StateManager")<StateManager, StateManager.Service>() {}
+export class StateManager extends Context.Service<StateManager, StateManager.Service>()("leasehold/StateManager") {}
 
 /**
  * Inside a modification's function: the fencing number of the lock grant it runs under

@@ -87,9 +87,9 @@ const errorsWithin = (limit: number, window: Duration.Duration): Schedule.Schedu
  */
 export const limited = <E = unknown>(
   options: {
-    readonly delay?: Duration.DurationInput
+    readonly delay?: Duration.Input
     readonly limit?: number
-    readonly window?: Duration.DurationInput
+    readonly window?: Duration.Input
     readonly retryOn?: (error: E) => boolean
   } = {}
 ): Limited<E> => {
@@ -115,15 +115,15 @@ export const limited = <E = unknown>(
  */
 export const untilRecovered = (
   options: {
-    readonly initial?: Duration.DurationInput
-    readonly max?: Duration.DurationInput
+    readonly initial?: Duration.Input
+    readonly max?: Duration.Input
     readonly jitter?: boolean
   } = {}
 ): UntilRecovered => ({
   _tag: "UntilRecovered",
-  initial: Option.map(Option.fromNullable(options.initial), Duration.decode),
-  max: Option.map(Option.fromNullable(options.max), Duration.decode),
-  jitter: Option.fromNullable(options.jitter)
+  initial: Option.map(Option.fromNullishOr(options.initial), Duration.decode),
+  max: Option.map(Option.fromNullishOr(options.max), Duration.decode),
+  jitter: Option.fromNullishOr(options.jitter)
 })
 
 /**
@@ -137,8 +137,8 @@ export const untilRecovered = (
  * @category policies
  */
 export const backoff = (options: {
-  readonly initial: Duration.DurationInput
-  readonly max: Duration.DurationInput
+  readonly initial: Duration.Input
+  readonly max: Duration.Input
   readonly jitter?: boolean | undefined
 }): Schedule.Schedule<Duration.Duration> => {
   const max = Duration.decode(options.max)
@@ -182,7 +182,7 @@ export declare namespace Supervisor {
  * @since 0.1.0
  * @category tags
  */
-export class Supervisor extends Context.Tag("leasehold/Supervisor")<Supervisor, Supervisor.Service>() {}
+export class Supervisor extends Context.Service<Supervisor, Supervisor.Service>()("leasehold/Supervisor") {}
 
 /**
  * Errors of supervised loops.
@@ -300,7 +300,7 @@ export const make = Effect.gen(function* () {
     const stateGauge = Metric.tagged(loopState, "loop", name)
     const setState = (state: "Running" | "Retrying" | "Failed", detail: string, errorCount: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (since) =>
-        Effect.zipRight(
+        Effect.andThen(
           health.set(
             name,
             state === "Running"
@@ -337,9 +337,9 @@ export const make = Effect.gen(function* () {
               if (consecutive === 0) return Effect.void
               consecutive = 0
               return retry.reset.pipe(
-                Effect.zipRight(Effect.logInfo(`${name}: task recovered`)),
-                Effect.zipRight(Metric.increment(recoveries)),
-                Effect.zipRight(setState("Running", "", 0))
+                Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
+                Effect.andThen(Metric.increment(recoveries)),
+                Effect.andThen(setState("Running", "", 0))
               )
             })
           : Effect.void
@@ -381,7 +381,7 @@ export const make = Effect.gen(function* () {
         Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)
           ? health.remove(name)
           : Exit.isFailure(exit)
-            ? Effect.zipRight(
+            ? Effect.andThen(
                 Cause.isDie(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
                 setState("Failed", Cause.isDie(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
               )
@@ -417,4 +417,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Supervisor, never, Health | LeaseholdConfig | Store> = Layer.scoped(Supervisor, make)
+export const layer: Layer.Layer<Supervisor, never, Health | LeaseholdConfig | Store> = Layer.effect(Supervisor, make)

@@ -149,7 +149,7 @@ export declare namespace TokenManager {
  * @since 0.1.0
  * @category tags
  */
-export class TokenManager extends Context.Tag("leasehold/TokenManager")<TokenManager, TokenManager.Service>() {}
+export class TokenManager extends Context.Service<TokenManager, TokenManager.Service>()("leasehold/TokenManager") {}
 
 /**
  * How a worker keeps the records of its live sockets: re-claiming on the store's events,
@@ -311,12 +311,12 @@ export const make = Effect.gen(function* () {
   // Presence goes last, once the records are: a closing worker's tabs are not taken over
   // while it still holds them.
   yield* Effect.addFinalizer(() =>
-    Effect.zipRight(
-      Effect.zipRight(
-        Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
+    Effect.andThen(
+      Effect.andThen(
+        Effect.andThen(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
         FiberMap.clear(keeper.settles)
       ),
-      Effect.zipRight(disconnectAll, Presence.remove(presence))
+      Effect.andThen(disconnectAll, Presence.remove(presence))
     )
   )
 
@@ -345,7 +345,7 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<TokenManager, never, Store | Supervisor | InstanceId | LeaseholdConfig> = Layer.scoped(
+export const layer: Layer.Layer<TokenManager, never, Store | Supervisor | InstanceId | LeaseholdConfig> = Layer.effect(
   TokenManager,
   make
 )

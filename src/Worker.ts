@@ -129,7 +129,7 @@ export const layerStateRedis = (
 export const layer = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<Services, never, Store | LeaseholdConfig.LeaseholdConfig | R> =>
-  Layer.scopedContext(
+  Layer.effectContext(
     Effect.gen(function* () {
       const scope = yield* Effect.scope
       // Two scopes closed by hand, so that shutdown runs in the documented order rather

@@ -66,7 +66,7 @@ const withStore = <A>(
     })
     return yield* effect.pipe(Effect.provide(RedisStore.layer().pipe(Layer.provide(config))))
   }).pipe(
-    Effect.catchAll((error: unknown) => {
+    Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
       exitCode = tagged._tag === "InvalidToken" || tagged._tag === "InvalidConfig" ? 2 : 1
       const hint = tagged.knob === "redisUrl" ? " (pass --url or set LEASEHOLD_REDIS_URL)" : ""

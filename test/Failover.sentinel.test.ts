@@ -9,7 +9,7 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { decodeSocketRecord } from "../src/internal/codec.js"
@@ -51,13 +51,13 @@ describe("state across a failover", () => {
         let promotedAt: number | undefined
         const outcomes: Array<{ readonly at: number; readonly ok: boolean }> = []
         const loops = yield* Effect.forEach(workers, (w) =>
-          Effect.fork(
+          Effect.forkChild(
             Effect.forever(
-              Effect.either(inc(w, "tok")).pipe(
+              Effect.result(inc(w, "tok")).pipe(
                 Effect.tap((result) =>
-                  Effect.sync(() => outcomes.push({ at: performance.now(), ok: Either.isRight(result) }))
+                  Effect.sync(() => outcomes.push({ at: performance.now(), ok: Result.isSuccess(result) }))
                 ),
-                Effect.zipLeft(Effect.sleep(5))
+                Effect.tap(Effect.sleep(5))
               )
             )
           )
@@ -137,11 +137,11 @@ describe("state across a failover", () => {
         yield* sentinel.awaitReplicated
 
         const { old, value: outcomes } = yield* sentinel.failoverLosing(
-          Effect.forEach([1, 2, 3], () => Effect.either(inc(w, "tok")))
+          Effect.forEach([1, 2, 3], () => Effect.result(inc(w, "tok")))
         )
         yield* Effect.addFinalizer(() => sentinel.rejoin(old))
         deepStrictEqual(
-          outcomes.map((outcome) => (Either.isLeft(outcome) ? outcome.left._tag : `acknowledged ${outcome.right}`)),
+          outcomes.map((outcome) => (Result.isFailure(outcome) ? outcome.left._tag : `acknowledged ${outcome.right}`)),
           ["NotAcknowledged", "NotAcknowledged", "NotAcknowledged"]
         )
         // every modification acknowledged is kept: the next one follows the fifth
@@ -187,7 +187,7 @@ describe("tokens and mailboxes across a failover", () => {
         )
         deepStrictEqual(
           decodeSocketRecord(keys.socket("token2"), record),
-          Either.right({ instanceId: a.id, connectionId: "sid2" })
+          Result.succeed({ instanceId: a.id, connectionId: "sid2" })
         )
         yield* healthy([a, b])
         yield* b.mailbox.send("token2", update(2))

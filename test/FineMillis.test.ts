@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { currentFineMillis, fineMillis } from "../src/internal/timers.js"
 
 // A hold's quantum (2 ms by default) is timed with this clock: read in whole milliseconds,

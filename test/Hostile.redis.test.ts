@@ -7,7 +7,7 @@ import * as net from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
@@ -28,7 +28,7 @@ const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), {
 const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
 
 const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 const raw = (server: RedisServer.RedisServer, key: string) =>
   Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
@@ -112,7 +112,7 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
       [`sock-${round}b`, record]
     ])
     deepStrictEqual(
-      batch.map((result) => (Either.isRight(result) ? result.right._tag : result.left._tag)),
+      batch.map((result) => (Result.isSuccess(result) ? result.right._tag : result.left._tag)),
       ["Taken", "Claimed"]
     )
     assert.isTrue(yield* store.deleteSocketIfOwner(`sock-${round}`, record))
@@ -157,7 +157,7 @@ describe("a hostile Redis", () => {
         ["after-flush-2", { instanceId: "inst-z", connectionId: "c" }]
       ])
       deepStrictEqual(
-        batch.map((result) => (Either.isRight(result) ? result.right._tag : result.left._tag)),
+        batch.map((result) => (Result.isSuccess(result) ? result.right._tag : result.left._tag)),
         ["Claimed", "Claimed"]
       )
       yield* everyOperation(a, b, fx.store, 3)
@@ -214,8 +214,8 @@ describe("a hostile Redis", () => {
           }
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", limit))
           assert.isAbove(yield* usedMemory, limit + 128 * 1024)
-          const tiny = yield* Effect.either(server.command("SET", "tiny", "1"))
-          assert.isTrue(Either.isLeft(tiny) && /OOM/.test(tiny.left.message), "a tiny write still fits")
+          const tiny = yield* Effect.result(server.command("SET", "tiny", "1"))
+          assert.isTrue(Result.isFailure(tiny) && /OOM/.test(tiny.left.message), "a tiny write still fits")
         })
         const room = Effect.gen(function* () {
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", roomy))
@@ -287,8 +287,8 @@ describe("a hostile Redis", () => {
         extraArgs: ["--rename-command", "CONFIG", "", "--rename-command", "KEYS", ""]
       })
       // the server really refuses both
-      assert.isTrue(Either.isLeft(yield* Effect.either(server.command("CONFIG", "GET", "maxmemory"))))
-      assert.isTrue(Either.isLeft(yield* Effect.either(server.command("KEYS", "*"))))
+      assert.isTrue(Result.isFailure(yield* Effect.result(server.command("CONFIG", "GET", "maxmemory"))))
+      assert.isTrue(Result.isFailure(yield* Effect.result(server.command("KEYS", "*"))))
       const fx = yield* redisWorkers(server.url, { commandTimeout: 5_000 })
       const a = yield* fx.worker()
       const b = yield* fx.worker()
@@ -335,15 +335,15 @@ describe("a hostile Redis", () => {
         yield* until(
           "tab-a's record restored",
           Effect.map(
-            Effect.either(b.tokens.owner("tab-a", { refresh: true })),
-            (owner) => Either.isRight(owner) && Option.isSome(owner.right)
+            Effect.result(b.tokens.owner("tab-a", { refresh: true })),
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.right)
           )
         )
         yield* until(
           "tab-b's record restored",
           Effect.map(
-            Effect.either(a.tokens.owner("tab-b", { refresh: true })),
-            (owner) => Either.isRight(owner) && Option.isSome(owner.right)
+            Effect.result(a.tokens.owner("tab-b", { refresh: true })),
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.right)
           )
         )
         // mailboxes: updates reach both sockets again
@@ -451,14 +451,14 @@ describe("credentials", () => {
       yield* Effect.orDie(server.command("CONFIG", "SET", "requirepass", secret))
       yield* until(
         "a modification after the outage",
-        Effect.map(Effect.either(a.states.modify("t", Counter, bump)), Either.isRight),
+        Effect.map(Effect.result(a.states.modify("t", Counter, bump)), Result.isSuccess),
         15_000
       )
       yield* until(
         "the socket record back",
         Effect.map(
-          Effect.either(b.tokens.owner("tab", { refresh: true })),
-          (o) => Either.isRight(o) && Option.isSome(o.right)
+          Effect.result(b.tokens.owner("tab", { refresh: true })),
+          (o) => Result.isSuccess(o) && Option.isSome(o.right)
         ),
         15_000
       )

@@ -4,7 +4,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { encodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
@@ -21,7 +21,7 @@ const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(
 
 const until = untilOnTestClock
 
-const settle = Effect.zipRight(TestClock.adjust(2_000), yields)
+const settle = Effect.andThen(TestClock.adjust(2_000), yields)
 
 const memory: DeliveryBackend = {
   name: "memory",
@@ -99,11 +99,11 @@ describe("delivery while the embedded store is unavailable", () => {
       assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "buffered")
       yield* fx.control.setAvailable(true)
       // no record of token1 yet: the outbox keeps asking
-      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 20; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 2)
       yield* a.tokens.link("token1", "sid1")
       // within the grace: delivered once the record is there (a reader's blocking read is 1 s)
-      for (let i = 0; i < 30 && a.received.length < 2; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 30 && a.received.length < 2; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       deepStrictEqual(
         a.received.map(([, value]) => value.n),
         [1, 2]
@@ -112,9 +112,9 @@ describe("delivery while the embedded store is unavailable", () => {
       yield* fx.control.setAvailable(false)
       assert.strictEqual(yield* b.mailbox.send("token2", update(3)), "buffered")
       yield* fx.control.setAvailable(true)
-      for (let i = 0; i < 45; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 45; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 1)
-      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 20; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 0)
       assert.strictEqual(a.received.length, 2)
     })
@@ -201,7 +201,7 @@ describe("delivery after a take-over", () => {
 })
 
 describe("the app's deliver runs with the mailbox's services", () => {
-  class Label extends Context.Tag("test/Label")<Label, string>() {}
+  class Label extends Context.Service<Label, string>()("test/Label") {}
 
   it.scoped("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
     Effect.gen(function* () {

@@ -11,7 +11,7 @@ import * as TcpProxy from "./support/proxy.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 /** The reader's failure as logged: one ERROR when it starts, one INFO when it recovers. */
 const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {

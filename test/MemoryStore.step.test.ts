@@ -6,7 +6,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -92,7 +92,7 @@ describe("MemoryStore: a whole modification in one step", () => {
       // attempt, grants the lock to C (under the next fence), and C alone is told
       yield* TestClock.adjust("1500 millis")
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.none())
-      const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.fork)
+      const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.forkChild)
       yield* Effect.yieldNow()
       assert.isFalse(yield* step("t", ["a"], decide))
       deepStrictEqual(yield* memory.queue("t"), [])

@@ -25,8 +25,8 @@ describe("OneShot", () => {
     Effect.gen(function* () {
       const shot = new OneShot<number>()
       const waiting = () => (shot as unknown as { waiters?: Array<unknown> }).waiters?.length ?? 0
-      const first = yield* Effect.fork(shot.await)
-      const second = yield* Effect.fork(shot.await)
+      const first = yield* Effect.forkChild(shot.await)
+      const second = yield* Effect.forkChild(shot.await)
       yield* Effect.yieldNow()
       assert.strictEqual((yield* Fiber.status(first))._tag, "Suspended", "it waits: not completed yet")
       assert.strictEqual(waiting(), 2)

@@ -55,7 +55,7 @@ describe("Prometheus", () => {
     assert.strictEqual(text, "")
     const counter = Metric.counter("prom-test.dotted")
     const gauge = Metric.gauge("prom_test_dotted")
-    Effect.runSync(Effect.zipRight(Metric.increment(counter), Metric.set(gauge, 7)))
+    Effect.runSync(Effect.andThen(Metric.increment(counter), Metric.set(gauge, 7)))
     const rendered = Effect.runSync(Prometheus.render)
     deepStrictEqual(family(rendered, "prom_test_dotted"), ["# TYPE prom_test_dotted counter", "prom_test_dotted 1"])
   })

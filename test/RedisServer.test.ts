@@ -47,7 +47,7 @@ describe("RedisServer harness", () => {
   it.live("start: a fresh server on a free loopback port, no persistence, own dir; scope close removes it", () =>
     Effect.gen(function* () {
       const scope = yield* Scope.make()
-      const server = yield* RedisServer.start().pipe(Scope.extend(scope))
+      const server = yield* RedisServer.start().pipe(Scope.provide(scope))
       const pid = yield* currentPid(server)
       assert.notStrictEqual(server.port, 6379)
       assert.strictEqual(server.url, `redis://127.0.0.1:${server.port}`)
@@ -145,7 +145,7 @@ describe("RedisServer harness", () => {
   it.scopedLive("a paused server is still removed when its scope closes", () =>
     Effect.gen(function* () {
       const scope = yield* Scope.make()
-      const server = yield* RedisServer.start().pipe(Scope.extend(scope))
+      const server = yield* RedisServer.start().pipe(Scope.provide(scope))
       const pid = yield* currentPid(server)
       yield* server.pause
       yield* Scope.close(scope, Exit.void)
@@ -217,7 +217,7 @@ describe("RedisCluster harness", () => {
     () =>
       Effect.gen(function* () {
         const scope = yield* Scope.make()
-        const cluster = yield* RedisCluster.start().pipe(Scope.extend(scope))
+        const cluster = yield* RedisCluster.start().pipe(Scope.provide(scope))
         assert.strictEqual(cluster.nodes.length, 3)
         assert.strictEqual(cluster.url, `redis://${cluster.nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`)
         const pids = yield* Effect.forEach(cluster.nodes, currentPid)

@@ -10,7 +10,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -102,7 +102,7 @@ describe("RedisStore with minReplicasAck", () => {
         assert.strictEqual(yield* connections(primary, "acknowledged"), 1)
 
         yield* replica.pause
-        const fiber = yield* Effect.fork(inc(w, "tok"))
+        const fiber = yield* Effect.forkChild(inc(w, "tok"))
         yield* Effect.sleep(1_000)
         const early = yield* Fiber.poll(fiber)
         yield* replica.resume
@@ -125,7 +125,7 @@ describe("RedisStore with minReplicasAck", () => {
 
         yield* replica.pause
         const started = performance.now()
-        const fiber = yield* Effect.fork(Effect.either(inc(w, "tok")))
+        const fiber = yield* Effect.forkChild(Effect.result(inc(w, "tok")))
         // the grant is sent, and its WAIT blocks the acknowledged connection
         yield* Effect.sleep(300)
         const readStarted = performance.now()
@@ -142,8 +142,8 @@ describe("RedisStore with minReplicasAck", () => {
         const result = yield* Fiber.join(fiber)
         const elapsed = performance.now() - started
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result), "the modification succeeded without its replica")
-        if (Either.isLeft(result)) {
+        assert.isTrue(Result.isFailure(result), "the modification succeeded without its replica")
+        if (Result.isFailure(result)) {
           const error = result.left
           assert.strictEqual(error._tag, "NotAcknowledged", error.message)
           if (error._tag === "NotAcknowledged") {
@@ -176,9 +176,9 @@ describe("RedisStore with minReplicasAck", () => {
         yield* Effect.orDie(primary.command("SCRIPT", "FLUSH"))
         yield* caughtUp(primary)
         yield* replica.pause
-        const result = yield* Effect.either(cluster.store.tryAcquire("tok2", "lock-2", []))
+        const result = yield* Effect.result(cluster.store.tryAcquire("tok2", "lock-2", []))
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", JSON.stringify(result))
+        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", JSON.stringify(result))
         assert.isTrue(Option.isSome(yield* RedisServer.getRaw(primary, cluster.keys.lock("tok2"))))
       }),
     60_000
@@ -214,10 +214,10 @@ describe("RedisStore with minReplicasAck", () => {
         const w = yield* cluster.worker()
         assert.strictEqual(yield* inc(w, "tok"), 1)
         yield* replica.pause
-        const result = yield* Effect.either(inc(w, "tok"))
+        const result = yield* Effect.result(inc(w, "tok"))
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Either.isLeft(result) && result.left._tag === "NotAcknowledged") {
+        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.left._tag === "NotAcknowledged") {
           assert.strictEqual(result.left.operation, "commitIfUnchanged")
         }
         assert.strictEqual(yield* cluster.stored("tok"), 2)
@@ -240,12 +240,12 @@ describe("RedisStore with minReplicasAck", () => {
         const w = yield* cluster.worker()
         assert.strictEqual(yield* inc(w, "tok"), 1)
         // the grant is acknowledged; the replica freezes before the commit
-        const result = yield* Effect.either(
+        const result = yield* Effect.result(
           w.states.modifyEffect("tok", Counter, (s) => Effect.as(replica.pause, [s.n + 1, { n: s.n + 1 }] as const))
         )
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Either.isLeft(result) && result.left._tag === "NotAcknowledged") {
+        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.left._tag === "NotAcknowledged") {
           assert.strictEqual(result.left.operation, "commitAndReleaseQueued")
         }
         // made on the primary, and the replica catches up: here the change stays
@@ -367,7 +367,7 @@ const sharedScope = Effect.runSync(Scope.make())
 afterAll(() => Effect.runPromise(Scope.close(sharedScope, Exit.void)))
 let sharedPair: Promise<Effect.Effect.Success<typeof replicated>> | undefined
 const shared = Effect.promise(() => {
-  sharedPair ??= Effect.runPromise(Scope.extend(replicated, sharedScope))
+  sharedPair ??= Effect.runPromise(Scope.provide(replicated, sharedScope))
   return sharedPair
 })
 
@@ -414,9 +414,9 @@ const acknowledgedRedis: Backend = {
           outage: {
             begin: primary.kill,
             // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
-            end: Effect.zipRight(
+            end: Effect.andThen(
               Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
-              Effect.zipRight(linked, acknowledging(primary))
+              Effect.andThen(linked, acknowledging(primary))
             )
           }
         }

@@ -10,7 +10,7 @@ import * as Metric from "effect/Metric"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { Redis } from "ioredis"
 import * as Health from "../src/Health.js"
 import * as InstanceId from "../src/InstanceId.js"
@@ -152,8 +152,8 @@ describe("Signals on MemoryStore", () => {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
       const second = yield* Scope.make()
-      const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
-      const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      const a = yield* listen(signals, "tok").pipe(Scope.provide(first))
+      const b = yield* listen(signals, "tok").pipe(Scope.provide(second))
       deepStrictEqual(yield* signals.tokens, ["tok"])
       yield* sendGranted(store, "tok")
       isGranted(yield* next(a))
@@ -171,13 +171,13 @@ describe("Signals on MemoryStore", () => {
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
-      yield* listen(signals, "tok").pipe(Scope.extend(first))
+      yield* listen(signals, "tok").pipe(Scope.provide(first))
       yield* Scope.close(first, Exit.void)
       deepStrictEqual(yield* signals.tokens, [])
       deepStrictEqual(yield* signals.subscribed, ["tok"])
       // a listener within the linger reuses it: no new subscription, signals delivered
       const second = yield* Scope.make()
-      const events = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      const events = yield* listen(signals, "tok").pipe(Scope.provide(second))
       yield* sendGranted(store, "tok")
       isGranted(yield* next(events))
       yield* TestClock.adjust(3 * Signals.lingerMs)
@@ -311,12 +311,12 @@ describe("Signals on MemoryStore", () => {
       const { signals, control, health } = yield* build(memory(), scope).pipe(
         Effect.map((w) => ({ ...w, control: Context.get(w.context, MemoryStore.MemoryStoreControl) }))
       )
-      yield* listen(signals, "tok").pipe(Scope.extend(scope))
+      yield* listen(signals, "tok").pipe(Scope.provide(scope))
       yield* control.setAvailable(false)
       for (let i = 0; i < 40; i++) yield* TestClock.adjust(1_000)
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
       const exit = yield* Fiber.join(closing).pipe(Effect.timeout(1_000), Effect.withClock(Clock.make()), Effect.exit)
       assert.isTrue(Exit.isSuccess(exit))
       assert.strictEqual(yield* Clock.currentTimeMillis, 40_000)
@@ -370,8 +370,8 @@ describe("Signals on RedisStore", () => {
         )
         const first = yield* Scope.make()
         const second = yield* Scope.make()
-        const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
-        const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+        const a = yield* listen(signals, "tok").pipe(Scope.provide(first))
+        const b = yield* listen(signals, "tok").pipe(Scope.provide(second))
         assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
         deepStrictEqual(yield* subscribed, [channel])
         yield* sendGranted(store, "tok")
@@ -473,7 +473,7 @@ describe("Signals on RedisStore", () => {
           )
         )
         const { signals, health } = yield* build(slow, scope)
-        yield* listen(signals, "tok").pipe(Scope.extend(scope))
+        yield* listen(signals, "tok").pipe(Scope.provide(scope))
         const leasehold = Effect.map(
           Effect.promise(() => admin.client("LIST") as Promise<string>),
           (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length

@@ -24,7 +24,7 @@ const TOKENS = ["a", "b"]
 const attempt = (w: Worker, token: string) =>
   Effect.gen(function* () {
     const state = { decided: false }
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect(token, Counter, (s) =>
         Effect.gen(function* () {
           yield* Effect.sleep(yield* Random.nextIntBetween(0, 3))

@@ -10,7 +10,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import * as Lease from "../src/Lease.js"
 import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
@@ -32,7 +32,7 @@ const memory: StateBackend = {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         yield* body(cluster, {
-          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           settle,
           until: untilOnTestClock
         })
@@ -50,20 +50,20 @@ describe("signals lost with the subscriber connection", () => {
       const waiter = yield* cluster.worker()
       const gate = yield* Deferred.make<void>()
       const entered = yield* Deferred.make<void>()
-      const blocking = yield* Effect.fork(
+      const blocking = yield* Effect.forkChild(
         holder.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
             null,
             { n: s.n + 1 }
           ] as const)
         )
       )
       yield* Deferred.await(entered)
-      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* eventuallyTrue(
         "the waiter is queued",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.store.queue("t"), (ids) => ids.includes(waiter.id))
         )
@@ -76,7 +76,7 @@ describe("signals lost with the subscriber connection", () => {
       yield* eventuallyTrue(
         "the waiter finished",
         5_000,
-        Effect.zipRight(settle, Effect.map(Fiber.poll(second), Option.isSome))
+        Effect.andThen(settle, Effect.map(Fiber.poll(second), Option.isSome))
       )
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.strictEqual(yield* cluster.stored("t"), 10)
@@ -97,9 +97,9 @@ describe("plain modifications decided by the session", () => {
         const cluster = yield* memoryCluster()
         const w = yield* cluster.worker()
         const first = yield* holding(w, "t")
-        const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+        const plain = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
         const gate = yield* Deferred.make<void>()
-        const second = yield* Effect.fork(
+        const second = yield* Effect.forkChild(
           w.states.modifyEffect("t", Counter, (s) => Effect.as(Deferred.await(gate), [null, { n: s.n + 1 }] as const))
         )
         yield* settle
@@ -145,7 +145,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
       const w = yield* cluster.worker()
       let loops = 0
       const ranAt: Array<number> = []
-      const loop = yield* Effect.fork(
+      const loop = yield* Effect.forkChild(
         Effect.whileLoop({
           while: () => loops < 200,
           body: () =>
@@ -157,11 +157,11 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
         })
       )
       // another fiber of the same worker, which asks for nothing but its turn to run
-      const other = yield* Effect.fork(
+      const other = yield* Effect.forkChild(
         Effect.whileLoop({
           while: () => loops < 200,
           body: () =>
-            Effect.zipRight(
+            Effect.andThen(
               Effect.yieldNow(),
               Effect.sync(() => ranAt.push(loops))
             ),
@@ -183,7 +183,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
       const holder = yield* cluster.worker()
       const w = yield* cluster.worker()
       const first = yield* holding(holder, "t")
-      const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
+      const plain = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
       yield* settle
       assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
       assert.strictEqual(yield* cluster.stored("t"), 0)
@@ -261,15 +261,15 @@ describe("plain modifications under an idle lease, in one step of the embedded s
       const a = yield* cluster.worker()
       const before = yield* parkedCount
       yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 1)
       for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       // not woken, so not parked again
       assert.strictEqual((yield* parkedCount) - before, 1)
       assert.strictEqual(yield* cluster.stored("t"), 4)
       assert.isTrue(a.lease.isLeased("t"))
-      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      yield* Effect.andThen(TestClock.adjust(6_000), settle)
       assert.isFalse(a.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 4)
@@ -314,17 +314,17 @@ describe("modifications that take the lock in their caller's fiber", () => {
       const w = yield* cluster.worker()
       const gate = yield* Deferred.make<void>()
       const entered = yield* Deferred.make<void>()
-      const first = yield* Effect.fork(
+      const first = yield* Effect.forkChild(
         w.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
             s.n,
             { n: s.n * 10 + 1 }
           ] as const)
         )
       )
       yield* Deferred.await(entered)
-      const second = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 2 }]))
-      const third = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
+      const second = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 2 }]))
+      const third = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
       yield* settle
       // both wait: the lock stays with the first one
       assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
@@ -340,7 +340,7 @@ describe("modifications that take the lock in their caller's fiber", () => {
       yield* eventuallyTrue(
         "no local entry",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(w.lease.sessions, (n) => n === 0)
         )
@@ -358,7 +358,7 @@ describe("a worker closed as a lease is granted", () => {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 20_000, lockWarningThreshold: 10_000 })
         const w = yield* cluster.worker()
-        const modification = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+        const modification = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
         for (let i = 0; i < turns; i++) yield* Effect.yieldNow()
         yield* w.close
         yield* settle
@@ -430,9 +430,9 @@ describe("a lock handed over", () => {
           const { fiber: first, open } = yield* holding(a, "t")
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const slow = yield* Effect.fork(
+          const slow = yield* Effect.forkChild(
             b.states.modifyEffect("t", Counter, (s) =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 null,
                 { n: s.n + 10 }
               ] as const)
@@ -443,7 +443,7 @@ describe("a lock handed over", () => {
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
           )
           // c waits behind b all along
-          const waiter = yield* Effect.fork(c.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+          const waiter = yield* Effect.forkChild(c.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
           yield* untilOnTestClock(
             "c queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
@@ -485,7 +485,7 @@ describe("lost notices", () => {
       const a = yield* cluster.worker()
       const b = yield* cluster.worker()
       const { fiber: first, open } = yield* holding(a, "t")
-      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* untilOnTestClock(
         "b queued",
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
@@ -531,7 +531,7 @@ describe("lost notices", () => {
       // the notice of b's first attempt, and of the attempt right after b listens
       yield* cluster.control.loseNotices(2)
       const started = yield* Clock.currentTimeMillis
-      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* settle
       yield* TestClock.adjust(1_990)
       yield* settle
@@ -556,7 +556,7 @@ describe("a contended lease with nothing queued", () => {
       const waiter = yield* cluster.worker()
       yield* holder.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(holder.lease.isLeased("t"))
-      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       // the holder gives its callers one turn of the event loop, no clock time (the clock
       // never moves here: a holder that waited out its quantum fails the wait after 200 turns)
       yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
@@ -584,9 +584,9 @@ describe("a lease's keep-alive", () => {
         assert.isTrue(w.lease.isLeased("t"))
         const gate = yield* Deferred.make<void>()
         const entered = yield* Deferred.make<void>()
-        const slow = yield* Effect.fork(
+        const slow = yield* Effect.forkChild(
           w.states.modifyEffect("t", Counter, (s) =>
-            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
               null,
               { n: s.n + 1 }
             ] as const)
@@ -622,9 +622,9 @@ describe("a lease's contention signals", () => {
         Effect.gen(function* () {
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyEffect("t", Counter, (s) =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 null,
                 { n: s.n + 1 }
               ] as const)
@@ -651,7 +651,7 @@ describe("a lease's contention signals", () => {
       const xFirst = yield* Deferred.isDone(fromX.entered)
       const [a, c] = xFirst ? [x, y] : [y, x]
       const [first, waiting] = xFirst ? [fromX, fromY] : [fromY, fromX]
-      const second = yield* Effect.fork(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+      const second = yield* Effect.forkChild(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
       yield* settle
       assert.isFalse(a.lease.isLeased("t"))
       // c checks again after its re-check interval: its queue refresh tells a `contended` during that grant
@@ -674,7 +674,7 @@ describe("a lease's contention signals", () => {
 })
 
 describe("the timers of holds and waits", () => {
-  const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
+  const advance = (ms: number) => Effect.andThen(TestClock.adjust(ms), settle)
 
   it.scoped("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
     Effect.gen(function* () {
@@ -699,7 +699,7 @@ describe("the timers of holds and waits", () => {
       const w = yield* cluster.worker()
       yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
       const held = yield* holding(w, "t")
-      const closing = yield* Effect.fork(w.close)
+      const closing = yield* Effect.forkChild(w.close)
       yield* settle
       // well past the lock expiration: only the keep-alive's extensions keep the lock
       for (let i = 0; i < 25; i++) yield* advance(100)
@@ -793,7 +793,7 @@ describe("an idle lease parks", () => {
         )
       const before = yield* parkedCount
       assert.strictEqual(yield* bump(a), 1)
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 1, "the idle lease parked")
       assert.isTrue(a.lease.isLeased("t"))
       const holder = yield* cluster.store.holder("t")
@@ -801,16 +801,16 @@ describe("an idle lease parks", () => {
       // a modification continues the parked hold: the same grant, from memory
       assert.strictEqual(yield* bump(a), 2)
       assert.deepStrictEqual(fences.slice(0, 2), [fences[0], fences[0]])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 2, "parked again once idle")
       // another worker contends: the parked lease wakes, writes and hands the lock over
       assert.strictEqual(yield* bump(b), 3)
       assert.isFalse(a.lease.isLeased("t"))
       assert.strictEqual(yield* cluster.stored("t"), 3)
       // shutdown of a worker with a parked lease writes it and releases the lock
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual(yield* bump(a), 4)
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 4)
       yield* a.close
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")), "the parked lease's lock was released")
@@ -829,13 +829,13 @@ describe("an idle lease parks", () => {
       const before = yield* parkedCount
       yield* bump
       for (let i = 0; i < 10; i++) {
-        yield* Effect.zipRight(TestClock.adjust(15), settle)
+        yield* Effect.andThen(TestClock.adjust(15), settle)
         yield* bump
       }
       assert.strictEqual((yield* parkedCount) - before, 0, "150 ms of waits of 15 ms each: not parked")
-      yield* Effect.zipRight(TestClock.adjust(19), settle)
+      yield* Effect.andThen(TestClock.adjust(19), settle)
       assert.strictEqual((yield* parkedCount) - before, 0, "idle for 19 ms: not parked")
-      yield* Effect.zipRight(TestClock.adjust(1), settle)
+      yield* Effect.andThen(TestClock.adjust(1), settle)
       assert.strictEqual((yield* parkedCount) - before, 1, "idle for 20 ms: parked")
       assert.isTrue(a.lease.isLeased("t"))
       assert.strictEqual(yield* bump, 12)
@@ -855,11 +855,11 @@ describe("an idle lease parks", () => {
       const before = yield* parkedCount
       yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 1)
       // memory durability: nothing written while leased
       assert.strictEqual(yield* cluster.stored("t"), 0)
-      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      yield* Effect.andThen(TestClock.adjust(6_000), settle)
       assert.isFalse(a.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 2)
@@ -878,7 +878,7 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
       assert.isTrue(first.lease.isLeased("t"))
       // queued behind the lease: `looping` first, then `after`; `looping` is granted with a
       // worker behind it (a quantum), and its loop's callers are acknowledged at once
-      const loop = yield* Effect.fork(
+      const loop = yield* Effect.forkChild(
         Effect.forEach(
           Array.from({ length: 20 }),
           () => looping.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]),
@@ -888,7 +888,7 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
         )
       )
       yield* settle
-      const seen = yield* Effect.fork(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+      const seen = yield* Effect.forkChild(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
       // the clock stands still: the quantum never ends, so only an empty local queue after
       // a turn of the event loop lets `after` in
       yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(seen), Option.isSome))

@@ -147,7 +147,7 @@ describe("a modification in one step on the values of the worker's last grant", 
       // b holds the lock, its function not yet returned (it will write 2)
       const held = yield* holding(b, "t")
       const seen: Array<number> = []
-      const later = yield* Effect.fork(a.states.modify("t", Counter, add(seen)))
+      const later = yield* Effect.forkChild(a.states.modify("t", Counter, add(seen)))
       yield* Effect.sleep(200)
       assert.isTrue(Option.isNone(yield* Fiber.poll(later)))
       yield* held.open
@@ -225,7 +225,7 @@ describe("leases acknowledged from memory", () => {
       let loops = 0
       // Each modification its own caller, as request handlers are: served from memory, they
       // follow each other on microtasks alone, with nothing that waits for the socket.
-      const looping = yield* Effect.fork(
+      const looping = yield* Effect.forkChild(
         Effect.promise(async () => {
           while (!stop) {
             await Effect.runPromise(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
@@ -238,7 +238,7 @@ describe("leases acknowledged from memory", () => {
         5_000,
         Effect.sync(() => loops >= 3)
       )
-      const waiter = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
+      const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
       yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Fiber.poll(waiter), Option.isSome))
       stop = true
       yield* Fiber.join(looping)
@@ -267,7 +267,7 @@ describe("interruptions while the store is away", () => {
           Effect.map(cluster.store.status, (status) => !status.ready)
         )
         // the first attempt waits (up to the command timeout) for the connection to return
-        const caller = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+        const caller = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
         yield* Effect.sleep(100)
         yield* Fiber.interrupt(caller)
         yield* cluster.server.restart
@@ -307,7 +307,7 @@ describe("interruptions while the store is away", () => {
         const result = yield* within(
           "the modification",
           10_000,
-          Effect.either(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
+          Effect.result(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
         )
         assert.strictEqual(result._tag === "Left" ? result.left._tag : "written", "StoreUnavailable")
       }),

@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
@@ -39,7 +39,7 @@ const run = (oplock: boolean) =>
         // A modification that takes `ms` on the clock, run to its end.
         const taking = (ms: number, event: string) =>
           Effect.gen(function* () {
-            const running = yield* Effect.fork(
+            const running = yield* Effect.forkChild(
               w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(ms), [null, { n: s.n + 1 }] as const), {
                 event
               })

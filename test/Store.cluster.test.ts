@@ -333,7 +333,7 @@ describe("RedisStore on a Redis Cluster", () => {
       const store = yield* buildStore(cluster, keyPrefix)
       for (const instance of ["inst-a", "inst-b", "inst-c", "inst-d"]) {
         const owner = yield* Effect.orDie(cluster.nodeFor(keys.mailbox(instance)))
-        const reader = yield* Effect.fork(store.mailboxRead(instance, "0-0", { count: 10, blockMs: 5_000 }))
+        const reader = yield* Effect.forkChild(store.mailboxRead(instance, "0-0", { count: 10, blockMs: 5_000 }))
         yield* eventuallyTrue(
           `${instance}'s read blocked on its master`,
           5_000,
@@ -495,8 +495,8 @@ describe("RedisStore when a master leaves the cluster", () => {
         yield* store.tryAcquire(token, "lock-1", ["a"])
         yield* store.commitAndRelease(token, "lock-1", [["a", "kept"]])
         yield* store.enableSocketEvents
-        const watch = yield* Effect.fork(Stream.runDrain(yield* store.socketEvents))
-        const before = yield* Effect.fork(Stream.runDrain(yield* store.subscribe(token)))
+        const watch = yield* Effect.forkChild(Stream.runDrain(yield* store.socketEvents))
+        const before = yield* Effect.forkChild(Stream.runDrain(yield* store.subscribe(token)))
         const epoch = (yield* store.status).epoch
 
         // The slots move; the emptied master still runs. What publishes to the token now

@@ -180,8 +180,8 @@ describe("RedisStore through a failover", () => {
         yield* store.tryAcquire("tok", "lock-1", ["a"])
         yield* store.commitAndRelease("tok", "lock-1", [["a", "kept"]])
         yield* sentinel.awaitReplicated
-        const signals = yield* Effect.fork(Stream.runDrain(yield* store.subscribe("tok")))
-        const read = yield* Effect.fork(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 30_000 }))
+        const signals = yield* Effect.forkChild(Stream.runDrain(yield* store.subscribe("tok")))
+        const read = yield* Effect.forkChild(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 30_000 }))
         yield* eventuallyTrue(
           "the read blocked on the primary",
           5_000,
@@ -225,7 +225,7 @@ describe("RedisStore through a failover", () => {
         deepStrictEqual(yield* joinWithin("a socket event after the failover", 5_000, events), [
           { token: "tok", event: "set" }
         ])
-        const reader = yield* Effect.fork(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 }))
+        const reader = yield* Effect.forkChild(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 }))
         yield* eventuallyTrue(
           "a read blocked on the new primary",
           5_000,

@@ -10,7 +10,7 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import * as Health from "../src/Health.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -438,7 +438,7 @@ describe("Supervisor: UntilRecovered", () => {
       const { run, shutdown, health } = yield* setup()
       let calls = 0
       const working = yield* run("working", () =>
-        Effect.zipRight(
+        Effect.andThen(
           Effect.sync(() => calls++),
           Effect.never
         )

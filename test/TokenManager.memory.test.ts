@@ -3,7 +3,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
@@ -17,7 +17,7 @@ const memory: TokenBackend = {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input, options)
         yield* body(cluster, {
-          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           until: untilOnTestClock
         })
       })
@@ -41,7 +41,7 @@ describe("TokenManager (memory): the restore", () => {
       yield* eventuallyTrue(
         "the restore ran",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.operations, (n) => n > before)
         )
@@ -75,7 +75,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
           // Hold the loop's next claim of one record until the test opens the gate.
           before: (operation) =>
             operation === "claimSocket" && holding
-              ? Effect.zipRight(Deferred.succeed(held, undefined), Deferred.await(gate))
+              ? Effect.andThen(Deferred.succeed(held, undefined), Deferred.await(gate))
               : Effect.void
         }
       )
@@ -96,7 +96,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
       yield* eventuallyTrue(
         "the restore after the re-claim",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.calls, (calls) => calls.slice(before).includes("claimSockets"))
         )

@@ -14,7 +14,7 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import type { SocketRecord } from "../src/Store.js"
 import { StoreUnavailable } from "../src/StoreError.js"
@@ -32,7 +32,7 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
-  Effect.zipRight(advanceUntil(Effect.map(Fiber.poll(fiber), Option.isSome), limitMs), Fiber.join(fiber))
+  Effect.andThen(advanceUntil(Effect.map(Fiber.poll(fiber), Option.isSome), limitMs), Fiber.join(fiber))
 
 /** Move the TestClock in small steps until `done` (at most `limitMs`). */
 const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
@@ -56,7 +56,7 @@ const recordIs = (
   )
 
 /** Let a worker's presence loop become steady (a whole presence expiration). */
-const steady = Effect.zipRight(TestClock.adjust(presenceMs + 100), settle)
+const steady = Effect.andThen(TestClock.adjust(presenceMs + 100), settle)
 
 /**
  * The tab of a SIGKILLed worker (its record `dead` there, no presence) reconnects to `b`
@@ -105,7 +105,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       // the crashed worker's last refresh: its entry outlives it by up to an expiration
       yield* cluster.store.refreshPresence(dead.instanceId, presenceMs)
       yield* cluster.overwrite("tab-1", dead)
-      const link = yield* Effect.fork(b.tokens.link("tab-1", "cb"))
+      const link = yield* Effect.forkChild(b.tokens.link("tab-1", "cb"))
       yield* settle
       yield* TestClock.adjust(presenceMs / 2)
       yield* settle
@@ -156,7 +156,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         arrived = 0
         bothThere = yield* Deferred.make<void>()
         yield* cluster.overwrite(token, dead)
-        const both = yield* Effect.fork(
+        const both = yield* Effect.forkChild(
           Effect.all([b.tokens.link(token, "cb"), c.tokens.link(token, "cc")], { concurrency: "unbounded" })
         )
         const [fromB, fromC] = yield* runFor(both, presenceMs * 4)
@@ -183,7 +183,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       yield* settle
       // a's presence is not back yet (the store lost it, a's next refresh is still to come)
       yield* cluster.control.setRaw(makeKeys("leasehold").presence(a.id), "", 0)
-      const linked = yield* runFor(yield* Effect.fork(b.tokens.link("tab-1", "cb")), presenceMs * 6)
+      const linked = yield* runFor(yield* Effect.forkChild(b.tokens.link("tab-1", "cb")), presenceMs * 6)
       assert.isTrue(linked.fresh && !linked.takenOver)
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
       deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
@@ -197,7 +197,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         const cluster = yield* memoryCluster(input)
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(a.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(a.tokens.lost, 1)))
         yield* settle
         yield* a.tokens.link("tab-1", "ca")
         yield* b.tokens.link("tab-x", "cb")
@@ -225,7 +225,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
         yield* linkDuringOutage(cluster, b)
         // b is not steady yet: the dead worker's record is still there, and a lookup that
         // reads it answers b (the restore settles it), adopting nothing
@@ -255,7 +255,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         const cluster = yield* memoryCluster(input)
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
         yield* a.tokens.link("tab-1", "ca")
         yield* steady
         yield* cluster.outage.begin

@@ -122,7 +122,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
       yield* cluster.server.pause
-      const linking = yield* Effect.fork(a.tokens.link("tab-cut", "c1"))
+      const linking = yield* Effect.forkChild(a.tokens.link("tab-cut", "c1"))
       // The claim is sent to the paused server, which applies it once it runs again.
       yield* Effect.sleep(100)
       yield* Fiber.interruptFork(linking)

@@ -5,7 +5,7 @@ import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { Health, type LoopState } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
@@ -43,7 +43,7 @@ const stepParam = Effect.gen(function* () {
   const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")
   if (by === undefined) return 1
   const step = decodeStep(by.trim() === "" ? "x" : by)
-  if (Either.isLeft(step)) {
+  if (Result.isFailure(step)) {
     return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.left)}` })
   }
   return step.right
@@ -68,7 +68,7 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
             message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
           })
       }),
-      Effect.catchAll((error: E | Timeout) => {
+      Effect.catch((error: E | Timeout) => {
         const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
           ? 400
           : ["StoreUnavailable", "StoreRefused", "NotAcknowledged", "LockExpired", "Timeout"].includes(error._tag)
@@ -92,7 +92,7 @@ export const bump = answerFailure(
     const delivery = yield* mailbox
       .send(token, count)
       .pipe(
-        Effect.catchAll((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
+        Effect.catch((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
       )
     return json({ n: count.n, v: count.v, instanceId, delivery })
   })

@@ -62,7 +62,7 @@ export const primary = (settings: AppSettings) =>
     const onListening = (worker: Worker) => events.unsafeOffer({ _tag: "listening", worker })
     const onExit = (worker: Worker, code: number | null, signal: string | null) => {
       events.unsafeOffer({ _tag: "exit", worker, code, signal })
-      if (stopping && Object.keys(cluster.workers ?? {}).length === 0) Deferred.unsafeDone(allExited, Effect.void)
+      if (stopping && Object.keys(cluster.workers ?? {}).length === 0) Deferred.doneUnsafe(allExited, Effect.void)
     }
     yield* Effect.acquireRelease(
       Effect.sync(() => {

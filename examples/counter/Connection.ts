@@ -20,7 +20,7 @@ import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import { Mailbox } from "leasehold/Mailbox"
@@ -102,20 +102,20 @@ const framesHandler = (connection: Connection) =>
     const states = yield* StateManager
     const refuse = (message: string) => sockets.send(connection, { type: "error", message })
     const failed = (message: string) =>
-      Effect.zipRight(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
+      Effect.andThen(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const deliver = (count: Counter.Count) =>
       mailbox
         .send(connection.token, count)
         .pipe(
-          Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
+          Effect.catch((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
         )
     const bumps = (steps: ReadonlyArray<number>) =>
       Effect.matchEffect(Counter.bumpAll(states, connection.token, steps), {
         // not stored: none of the run's bumps took effect
         onFailure: (error) => Effect.forEach(steps, () => failed(error.message), { discard: true }),
         onSuccess: (results) =>
-          Effect.forEach(results, Either.match({ onLeft: (error) => failed(error.message), onRight: deliver }), {
+          Effect.forEach(results, Result.match({ onLeft: (error) => failed(error.message), onRight: deliver }), {
             discard: true
           })
       })
@@ -125,7 +125,7 @@ const framesHandler = (connection: Connection) =>
         let run: Array<number> = []
         for (const text of texts) {
           const bump = parseClientMessage(text)
-          if (Either.isRight(bump)) {
+          if (Result.isSuccess(bump)) {
             run.push(bump.right.by)
             continue
           }
@@ -152,7 +152,7 @@ export const handler = Effect.gen(function* () {
 
   const linked = yield* linkTab(asked, id)
   const connection = yield* Effect.acquireRelease(sockets.attach(id, linked.token), (connection) =>
-    Effect.zipRight(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
+    Effect.andThen(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
   )
   if (asked === undefined || linked.fresh) yield* sockets.send(connection, { type: "new_token", token: linked.token })
   yield* sockets.send(connection, { type: "hello", token: linked.token, instanceId: tokens.instanceId })
@@ -178,13 +178,13 @@ export const handler = Effect.gen(function* () {
   yield* Effect.forkScoped(
     Counter.read(connection.token).pipe(
       Effect.flatMap((count) => sockets.sendCount(connection, "state", count)),
-      Effect.catchAll((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
+      Effect.catch((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
     )
   )
   // Closed from the server: the token is held by a socket of another worker now.
   const closedHere = Deferred.await(connection.closed).pipe(
-    Effect.zipRight(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
-    Effect.zipRight(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+    Effect.andThen(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
+    Effect.andThen(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
     Effect.ignore
   )
   if (linked.takenOver)

@@ -9,7 +9,7 @@
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as State from "leasehold/StateManager"
 import { StateManager } from "leasehold/StateManager"
@@ -54,10 +54,10 @@ export const bumpWith = (states: StateManager["Type"], token: string, by: number
   Effect.flatMap(bumpAll(states, token, [by]), (results) => results[0]!)
 
 /** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
-const step = (token: string, count: Count, by: number, now: number): Either.Either<Count, CounterOverflow> => {
+const step = (token: string, count: Count, by: number, now: number): Result.Result<Count, CounterOverflow> => {
   const n = count.n + by
-  if (!Number.isSafeInteger(n)) return Either.left(new CounterOverflow({ token, n: count.n, by }))
-  return Either.right({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
+  if (!Number.isSafeInteger(n)) return Result.fail(new CounterOverflow({ token, n: count.n, by }))
+  return Result.succeed({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
 }
 
 /**
@@ -77,12 +77,12 @@ export const bumpAll = (states: StateManager["Type"], token: string, steps: Read
     return states.modify(
       token,
       Counter,
-      (count): readonly [ReadonlyArray<Either.Either<Count, CounterOverflow>>, Count] => {
-        const results: Array<Either.Either<Count, CounterOverflow>> = []
+      (count): readonly [ReadonlyArray<Result.Result<Count, CounterOverflow>>, Count] => {
+        const results: Array<Result.Result<Count, CounterOverflow>> = []
         let current = count
         for (const by of steps) {
           const result = step(token, current, by, now)
-          if (Either.isRight(result)) current = result.right
+          if (Result.isSuccess(result)) current = result.right
           results.push(result)
         }
         return [results, current]

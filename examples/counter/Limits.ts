@@ -58,7 +58,7 @@ export const bounded =
  * as soon as more than `max` bytes have arrived, and it is left unread from there.
  */
 const drainWithin = (source: IncomingMessage, max: number) =>
-  Effect.async<boolean>((resume) => {
+  Effect.callback<boolean>((resume) => {
     let bytes = 0
     const stop = () => {
       source.off("data", onData)

@@ -11,7 +11,7 @@
  *
  * Client to server: `{"type":"bump","by":K}` (K an integer, |K| ≤ 1,000,000).
  */
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { maxStep } from "./Counter.js"
@@ -60,14 +60,14 @@ const plainBump = (text: string): Bump | undefined => {
 }
 
 /** A client frame as a bump, or the reason it is not one. */
-export const parseClientMessage = (text: string): Either.Either<Bump, string> => {
+export const parseClientMessage = (text: string): Result.Result<Bump, string> => {
   const plain = plainBump(text)
-  if (plain !== undefined) return Either.right(plain)
+  if (plain !== undefined) return Result.succeed(plain)
   try {
-    return Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
+    return Result.mapError(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
   } catch (cause) {
     const reason = cause instanceof RangeError ? "nested too deeply to parse" : String(cause)
-    return Either.left(`malformed message: ${reason} (${text.length} characters)`)
+    return Result.fail(`malformed message: ${reason} (${text.length} characters)`)
   }
 }
 

@@ -76,7 +76,7 @@ export const workerLayer = (settings: AppSettings) =>
   ).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
 
 /** Close every socket whose token another worker took over (it found this worker gone). */
-const closeLost = Layer.scopedDiscard(
+const closeLost = Layer.effectDiscard(
   Effect.gen(function* () {
     const tokens = yield* TokenManager.TokenManager
     const sockets = yield* Sockets.Sockets
@@ -84,7 +84,7 @@ const closeLost = Layer.scopedDiscard(
   })
 )
 
-const announce = Layer.scopedDiscard(
+const announce = Layer.effectDiscard(
   Effect.gen(function* () {
     const instanceId = yield* InstanceId
     const config = yield* LeaseholdConfig.LeaseholdConfig
@@ -150,7 +150,7 @@ export const layer = (settings: AppSettings) =>
 /** One server per build of `layer`. */
 const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer>) => {
   // Released before the HTTP server (which it needs), so the grace starts as closing does.
-  const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
+  const cutOnClose = Layer.effectDiscard(Effect.addFinalizer(() => tracked.cutLingering))
   return Layer.mergeAll(HttpServer.serve(Limits.bounded(settings)(router)), announce, closeLost).pipe(
     httpTracing(settings.httpTracing),
     Layer.provide(cutOnClose),

@@ -64,7 +64,7 @@ export interface Upgraded {
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
-export class Upgrades extends Context.Tag("counter/Upgrades")<
+export class Upgrades extends Context.Service<
   Upgrades,
   {
     /**
@@ -76,11 +76,11 @@ export class Upgrades extends Context.Tag("counter/Upgrades")<
       request: HttpServerRequest.HttpServerRequest
     ) => Effect.Effect<Upgraded, HttpServerError.RequestError>
   }
->() {}
+>()("counter/Upgrades") {}
 
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
 const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
-  Effect.async<void>((resume) => {
+  Effect.callback<void>((resume) => {
     if (ws.readyState === ws.CLOSED) return resume(Effect.void)
     const timer = setTimeout(() => ws.terminate(), Duration.toMillis(grace))
     ws.once("close", () => {
@@ -103,12 +103,12 @@ export const layer = (
   pending: Pending,
   options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }
 ) =>
-  Layer.scoped(
+  Layer.effect(
     Upgrades,
     Effect.gen(function* () {
       const wss = yield* Effect.acquireRelease(
         Effect.sync(() => new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes })),
-        (wss) => Effect.async<void>((resume) => wss.close(() => resume(Effect.void)))
+        (wss) => Effect.callback<void>((resume) => wss.close(() => resume(Effect.void)))
       )
       return Upgrades.of({
         upgrade: (request) => {
@@ -133,10 +133,10 @@ export const layer = (
             raw.socket.cork()
             setImmediate(release)
           })
-          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.zipRight(hold, effect)
+          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.andThen(hold, effect)
           const socket = Socket.fromWebSocket(
             Effect.acquireRelease(
-              Effect.async<WebSocket, Socket.SocketError>((resume) => {
+              Effect.callback<WebSocket, Socket.SocketError>((resume) => {
                 // A handshake ws refuses (no key, another version) is answered (400, 405) and
                 // its connection ended, without a call back; the platform does not interrupt
                 // the route then (the connection was ended, not cut). The route fails here

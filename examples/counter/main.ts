@@ -52,7 +52,7 @@ const forksWorkers =
   cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(appConfig)), (settings) => settings.workers > 1)
 runMain(
   program.pipe(
-    Effect.tapErrorCause((cause) =>
+    Effect.tapCause((cause) =>
       Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
     )
   ),

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import type { HandedOver, Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
@@ -128,8 +128,8 @@ export const encodeSocketRecord = (record: SocketRecord): string =>
   JSON.stringify({ instanceId: record.instanceId, connectionId: record.connectionId })
 
 /** @internal */
-export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
-  Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))
+export const decodeSocketRecord = (key: string, raw: string): Result.Result<SocketRecord, CorruptValue> =>
+  Result.mapError(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))
 
 const PresenceMessageSchema = Schema.Union(
   Schema.TaggedStruct("Ask", {
@@ -151,5 +151,5 @@ export const encodePresenceMessage = (message: PresenceMessage): string => JSON.
 /** A presence message, or `undefined` for anything else published on the channel. @internal */
 export const decodePresenceMessage = (raw: string): PresenceMessage | undefined => {
   const decoded = decodePresenceJson(raw)
-  return Either.isRight(decoded) ? decoded.right : undefined
+  return Result.isSuccess(decoded) ? decoded.right : undefined
 }

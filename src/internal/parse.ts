@@ -8,7 +8,7 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as ParseResult from "effect/ParseResult"
 import type * as Schema from "effect/Schema"
 
@@ -24,15 +24,15 @@ const tooDeep = (cause: unknown): string =>
 export const parseSafely =
   <In, A, R>(
     schema: Schema.Schema<any, any, R>,
-    parse: (input: In) => Either.Either<A, ParseResult.ParseError>
-  ): ((input: In) => Either.Either<A, ParseResult.ParseError>) =>
+    parse: (input: In) => Result.Result<A, ParseResult.ParseError>
+  ): ((input: In) => Result.Result<A, ParseResult.ParseError>) =>
   (input) => {
     try {
       return parse(input)
     } catch (cause) {
       const size = typeof input === "string" ? ` (${input.length} characters)` : ""
       // `actual` is left out: describing it is what may overflow the stack again.
-      return Either.left(
+      return Result.fail(
         new ParseResult.ParseError({ issue: new ParseResult.Type(schema.ast, undefined, `${tooDeep(cause)}${size}`) })
       )
     }

@@ -183,7 +183,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
       for (const effect of started) {
         yield* Effect.forkIn(
           Effect.interruptible(
-            Effect.catchAllCause(effect, (cause) => Effect.logError("timers: an entry's work failed", cause))
+            Effect.catchCause(effect, (cause) => Effect.logError("timers: an entry's work failed", cause))
           ),
           scope
         )
@@ -198,9 +198,9 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
     }
     sleepingUntil = next.at
     // One sleeper per wait of this fiber, cut short when an earlier entry wakes it.
-    const sleeper = yield* Effect.fork(
+    const sleeper = yield* Effect.forkChild(
       Effect.interruptible(
-        Effect.zipRight(
+        Effect.andThen(
           Effect.sleep(Math.max(1, next.at - now)),
           Effect.sync(() => woken.done(Exit.void))
         )
@@ -211,7 +211,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   })
   // A defect in the loop is logged and the loop goes on: every deadline depends on it.
   const loop = Effect.forever(
-    Effect.catchAllDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
+    Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
   const wheel: Wheel = { at, after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action) }
   return { wheel, loop: Effect.interruptible(Effect.withClock(loop, clock)) }

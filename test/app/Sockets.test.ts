@@ -5,7 +5,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Queue from "effect/Queue"
 import { parseClientMessage } from "../../examples/counter/Protocol.js"
 import { layer, Sockets } from "../../examples/counter/Sockets.js"
@@ -40,16 +40,16 @@ describe("counter sockets", () => {
   it("client frames: a bump, or the reason it is not one", () => {
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: -3 })),
-      Either.right({ type: "bump", by: -3 })
+      Result.succeed({ type: "bump", by: -3 })
     )
     // other properties are left out; the bounds are the step's
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: 1_000_000, extra: [1] })),
-      Either.right({ type: "bump", by: 1_000_000 })
+      Result.succeed({ type: "bump", by: 1_000_000 })
     )
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: -1_000_000 })),
-      Either.right({ type: "bump", by: -1_000_000 })
+      Result.succeed({ type: "bump", by: -1_000_000 })
     )
     for (const frame of [
       "not json",
@@ -67,8 +67,8 @@ describe("counter sockets", () => {
       `${"[".repeat(200_000)}${"]".repeat(200_000)}`
     ]) {
       const parsed = parseClientMessage(frame)
-      assert.isTrue(Either.isLeft(parsed), frame)
-      if (Either.isLeft(parsed)) assert.match(parsed.left, /^malformed message: .+/, frame)
+      assert.isTrue(Result.isFailure(parsed), frame)
+      if (Result.isFailure(parsed)) assert.match(parsed.left, /^malformed message: .+/, frame)
     }
   })
 })

@@ -51,7 +51,7 @@ const shows = (page: Page, n: number, step = "") =>
   Effect.tryPromise(() =>
     page.waitForFunction(`document.getElementById("count")?.textContent === "${n}"`, undefined, { timeout: 10_000 })
   ).pipe(
-    Effect.catchAll(() =>
+    Effect.catch(() =>
       Effect.flatMap(
         Effect.promise(() => page.evaluate(`document.body.innerText`)),
         (text) => Effect.dieMessage(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)

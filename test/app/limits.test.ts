@@ -16,7 +16,7 @@ import { waitUntil } from "../support/waitUntil.js"
 import { type App, bump, connect, request, startApp } from "./support.js"
 
 /** One app process with the default bounds, shared by the tests below. */
-class Shared extends Context.Tag("test/limits/Shared")<Shared, App>() {}
+class Shared extends Context.Service<Shared, App>()("test/limits/Shared") {}
 
 const KiB = 1024
 const MB = 1024 * 1024
@@ -44,7 +44,7 @@ interface Closed {
 
 /** Send `data` as one message on a fresh socket, and wait for the server to close it. */
 const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
-  Effect.async<Closed>((resume) => {
+  Effect.callback<Closed>((resume) => {
     const socket = new WebSocket(`ws://127.0.0.1:${app.port}/ws`)
     let unsent = 0
     const poll = setInterval(() => {
@@ -73,7 +73,7 @@ const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
 const rawSocket = (app: App) =>
   Effect.gen(function* () {
     const socket = yield* Effect.acquireRelease(
-      Effect.async<net.Socket>((resume) => {
+      Effect.callback<net.Socket>((resume) => {
         const socket = net.connect(app.port, "127.0.0.1", () => resume(Effect.succeed(socket)))
         socket.on("error", () => {})
       }),
@@ -129,7 +129,7 @@ const rawSocket = (app: App) =>
     )
     return {
       write: (data: Buffer) =>
-        Effect.async<void>((resume) => {
+        Effect.callback<void>((resume) => {
           socket.write(data, () => resume(Effect.void))
         }),
       /** The code of the first close frame the server sent, within `ms`. */
@@ -154,7 +154,7 @@ const frameHeader = (length: number) => {
 
 /** An HTTP request with the given headers and body chunks, on a fresh connection: its status. */
 const post = (url: string, headers: Record<string, string | number>, chunks: ReadonlyArray<Buffer>) =>
-  Effect.async<number>((resume) => {
+  Effect.callback<number>((resume) => {
     const req = http.request(url, { method: "POST", agent: false, headers }, (res) => {
       res.resume()
       resume(Effect.succeed(res.statusCode ?? 0))
@@ -168,7 +168,7 @@ const post = (url: string, headers: Record<string, string | number>, chunks: Rea
     return Effect.sync(() => req.destroy())
   })
 
-layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
+layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
   "counter app: bounds on what a client sends",
   (it) => {
     it.scoped("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
@@ -202,7 +202,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
       Effect.gen(function* () {
         const app = yield* Shared
         // An upgrade to /ws without a Sec-WebSocket-Key: the route links the token, then ws refuses the handshake.
-        const answer = yield* Effect.async<string>((resume) => {
+        const answer = yield* Effect.callback<string>((resume) => {
           const socket = net.connect(app.port, "127.0.0.1", () =>
             socket.write(
               "GET /ws?token=tab-refused HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n" +

@@ -11,14 +11,14 @@ import * as Layer from "effect/Layer"
 import { type App, bump, connect, request, startApp, updates } from "./support.js"
 
 /** One app process shared by the tests below; each test uses tokens of its own. */
-class Shared extends Context.Tag("test/Shared")<Shared, App>() {}
+class Shared extends Context.Service<Shared, App>()("test/Shared") {}
 
 const metric = (text: string, series: string) => {
   const line = text.split("\n").find((line) => line.startsWith(`${series} `))
   return line === undefined ? 0 : Number(line.slice(series.length + 1))
 }
 
-layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter app (embedded store)", (it) => {
+layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter app (embedded store)", (it) => {
   it.scoped("the API bumps and reads a counter and answers bad input with 400", () =>
     Effect.gen(function* () {
       const app = yield* Shared
@@ -156,7 +156,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
         yield* bump(app, token, i + 1)
         yield* before.waitFor((frame) => frame.type === "update")
         // the new socket opens while the old one is still closing
-        const closing = yield* Effect.fork(before.close)
+        const closing = yield* Effect.forkChild(before.close)
         const after = yield* connect(app, token)
         yield* Fiber.join(closing)
         assert.isFalse(

@@ -135,7 +135,7 @@ describe("counter app (Redis, several processes)", () => {
         assert.strictEqual((yield* bump(app, "tab-u")).status, 200)
         yield* server.pause
         // health turns 503 once a loop notices; watched meanwhile
-        const unhealthy = yield* Effect.fork(
+        const unhealthy = yield* Effect.forkChild(
           Effect.gen(function* () {
             let health = yield* request("GET", `${app.url}/healthz`)
             for (let i = 0; i < 100 && health.status !== 503; i++) {

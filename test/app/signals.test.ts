@@ -34,7 +34,7 @@ const frozenPeer = (port: number, token: string) =>
           await exited
         })
     )
-    yield* Effect.async<void>((resume) => {
+    yield* Effect.callback<void>((resume) => {
       child.stdout!.on("data", (chunk: Buffer) => {
         if (chunk.toString().includes("hello")) resume(Effect.void)
       })

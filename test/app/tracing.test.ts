@@ -52,7 +52,7 @@ describe("counter HTTP tracing", () => {
   it.effect("HTTP_TRACING: off by default, on when true, refused when not a boolean", () =>
     Effect.gen(function* () {
       const read = (env: Record<string, string>) =>
-        Effect.either(Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
+        Effect.result(Effect.withConfigProvider(appConfig, ConfigProvider.fromMap(new Map(Object.entries(env)))))
       const unset = yield* read({})
       assert.isTrue(unset._tag === "Right" && unset.right.httpTracing === false)
       const on = yield* read({ HTTP_TRACING: "true" })

@@ -62,7 +62,7 @@ export const eventuallyTrue = <E, R>(label: string, ms: number, effect: Effect.E
 
 /** Fork a fiber that collects the first `n` elements of a stream. */
 export const collectFirst = <A, E, R>(stream: Stream.Stream<A, E, R>, n: number) =>
-  Effect.fork(Stream.runCollect(Stream.take(stream, n)).pipe(Effect.map(Chunk.toReadonlyArray)))
+  Effect.forkChild(Stream.runCollect(Stream.take(stream, n)).pipe(Effect.map(Chunk.toReadonlyArray)))
 
 /** Join a fiber within `ms` of real time. */
 export const joinWithin = <A, E>(label: string, ms: number, fiber: Fiber.Fiber<A, E>) =>

@@ -77,7 +77,7 @@ const recordNotices = (fx: Fixture, token: string, worker: string) =>
   Effect.gen(function* () {
     const notices = yield* fx.store.notices(token, worker)
     const seen = yield* Ref.make<ReadonlyArray<Notice>>([])
-    yield* Effect.fork(Stream.runForEach(notices, (notice) => Ref.update(seen, (all) => [...all, notice])))
+    yield* Effect.forkChild(Stream.runForEach(notices, (notice) => Ref.update(seen, (all) => [...all, notice])))
     return seen
   })
 
@@ -99,7 +99,7 @@ const noticesSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Notice>>, n: numbe
 const ttlOf = (fx: Fixture, token: string, name: string) =>
   Effect.map(fx.store.tokenKeys(token), (infos) =>
     Option.getOrElse(
-      Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+      Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
       () => -1
     )
   )
@@ -213,7 +213,7 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       const seen = yield* Ref.make<ReadonlyArray<string>>([])
       const notices = yield* fx.store.channelNotices("tok", "B")
-      yield* Effect.fork(
+      yield* Effect.forkChild(
         Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, `${n.notice._tag}:${n.token}`]))
       )
       const shared = fx.store.noticeChannel("tok", "B") === fx.store.noticeChannel("tok2", "B")

@@ -6,7 +6,7 @@
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
@@ -134,7 +134,7 @@ export const storeSuite = (backend: Backend): void => {
     const ttlOf = (fx: Fixture, name: string) =>
       Effect.map(fx.store.tokenKeys("tok"), (infos) =>
         Option.getOrElse(
-          Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+          Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
           () => -1
         )
       )
@@ -423,7 +423,7 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const signals = yield* fx.store.subscribe("tok")
         const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
-        yield* Effect.fork(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
+        yield* Effect.forkChild(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
 
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         yield* fx.advance(fx.lockExpirationMs + 50)
@@ -487,8 +487,8 @@ export const storeSuite = (backend: Backend): void => {
         const channel = fx.keys.signal("tok")
         const scope1 = yield* Scope.make()
         const scope2 = yield* Scope.make()
-        const first = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope1))
-        const second = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope2))
+        const first = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope1))
+        const second = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope2))
         deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
         const got1 = yield* collectFirst(first, 1)
         const got2 = yield* collectFirst(second, 2)
@@ -515,9 +515,9 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const channel = fx.keys.signal("tok")
         const scope = yield* Scope.make()
-        const signals = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope))
+        const signals = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope))
         const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
-        const reader = yield* Effect.fork(
+        const reader = yield* Effect.forkChild(
           Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal]))
         )
         yield* fx.store.publish("tok", released)
@@ -626,7 +626,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.removePresence("worker-1")
         assert.isFalse(yield* fx.store.isPresent("worker-1"))
         const messages = yield* fx.store.presenceMessages("worker-1")
-        const first = yield* Effect.fork(Stream.runHead(messages))
+        const first = yield* Effect.forkChild(Stream.runHead(messages))
         yield* fx.settle
         const ask = { _tag: "Ask", askId: "q1", from: "worker-2", token: "tok", connectionId: "c 1" } as const
         yield* fx.store.sendPresence("worker-1", ask)
@@ -693,9 +693,9 @@ export const storeSuite = (backend: Backend): void => {
           { _tag: "Taken", record: recordA },
           { _tag: "Taken", record: recordB }
         ]
-        deepStrictEqual(results.slice(0, 3), expected.map(Either.right))
+        deepStrictEqual(results.slice(0, 3), expected.map(Result.succeed))
         const corrupt = results[3]!
-        assert.isTrue(Either.isLeft(corrupt) && corrupt.left._tag === "CorruptValue")
+        assert.isTrue(Result.isFailure(corrupt) && corrupt.left._tag === "CorruptValue")
         deepStrictEqual(yield* fx.store.readSocket("tok-new"), Option.some(recordA))
         deepStrictEqual(yield* fx.store.readSocket("tok-theirs"), Option.some(recordB))
       }))
@@ -750,8 +750,8 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         yield* fx.store.enableSocketEvents
         const scope = yield* Scope.make()
-        const events = yield* fx.store.socketEvents.pipe(Scope.extend(scope))
-        const reader = yield* Effect.fork(Stream.runDrain(events))
+        const events = yield* fx.store.socketEvents.pipe(Scope.provide(scope))
+        const reader = yield* Effect.forkChild(Stream.runDrain(events))
         const before = (yield* fx.store.status).epoch
         const cut = yield* fx.dropSubscriptions
         assert.isTrue(cut >= 1)
@@ -782,7 +782,7 @@ export const storeSuite = (backend: Backend): void => {
             Effect.forEach(tokenOperations(fx.store), ([name, op]) =>
               Effect.gen(function* () {
                 const error = yield* failsWith(op(token), "InvalidToken").pipe(
-                  Effect.catchAllDefect((defect) => Effect.dieMessage(`${name}: ${String(defect)}`))
+                  Effect.catchDefect((defect) => Effect.dieMessage(`${name}: ${String(defect)}`))
                 )
                 assert.strictEqual(error.token, token, name)
               })
@@ -820,7 +820,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
               failsWith(op(instanceId), "InvalidToken").pipe(
-                Effect.catchAllDefect((defect) =>
+                Effect.catchDefect((defect) =>
                   Effect.dieMessage(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
                 )
               )
@@ -848,7 +848,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(cases, ([opName, op]) =>
               failsWith(op(name), "InvalidToken").pipe(
-                Effect.catchAllDefect((defect) =>
+                Effect.catchDefect((defect) =>
                   Effect.dieMessage(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
                 )
               )
@@ -1006,7 +1006,7 @@ export const storeSuite = (backend: Backend): void => {
     test("a blocking read returns when an entry is appended", (fx) =>
       Effect.gen(function* () {
         const first = yield* fx.store.mailboxAppend("inst-a", "p0", { maxLen: 100, ttlMs: 60_000 })
-        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
+        const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(50)
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
@@ -1022,7 +1022,7 @@ export const storeSuite = (backend: Backend): void => {
 
     test("a blocking read with no entry returns nothing after blockMs", (fx) =>
       Effect.gen(function* () {
-        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
+        const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(100)
         assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
@@ -1129,7 +1129,7 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         const signals = yield* fx.store.subscribe("tok")
-        const subscription = yield* Effect.fork(Stream.runDrain(signals))
+        const subscription = yield* Effect.forkChild(Stream.runDrain(signals))
         const before = yield* fx.store.status
         assert.isTrue(before.ready)
 
@@ -1235,7 +1235,7 @@ export const storeSuite = (backend: Backend): void => {
     test("a subscription fails when the subscriber connection is cut; a new subscribe works", (fx) =>
       Effect.gen(function* () {
         const signals = yield* fx.store.subscribe("tok")
-        const subscription = yield* Effect.fork(Stream.runCollect(signals))
+        const subscription = yield* Effect.forkChild(Stream.runCollect(signals))
         const cut = yield* fx.dropSubscriptions
         assert.isTrue(cut >= 1, `connections cut: ${cut}`)
         const error = yield* within("the subscription to fail", 5_000, Effect.flip(Fiber.join(subscription)))

@@ -116,7 +116,7 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
           5_000,
           Effect.sync(() => lines().some((line) => line.includes(text)))
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
     } satisfies HostileFixture
   })
 
@@ -154,7 +154,7 @@ const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string
           5_000,
           Effect.sync(() => lines().some((line) => line.includes(text)))
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
     } satisfies HostileFixture
   })
 

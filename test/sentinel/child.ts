@@ -32,7 +32,7 @@ const program = Effect.gen(function* () {
     let failed = 0
     let tag = ""
     for (let i = 0; i < count; ) {
-      const result = yield* Effect.either(bump)
+      const result = yield* Effect.result(bump)
       if (result._tag === "Right") {
         n = result.right
         i++

@@ -94,7 +94,7 @@ const current = new Map<number, { readonly what: string; readonly since: number 
 const modifyOnce = (states: StateManager.StateManager.Service, token: string, op: string) =>
   Effect.gen(function* () {
     const state = { decided: false }
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       states.modifyEffect(
         token,
         Log,
@@ -175,7 +175,7 @@ const program = Effect.gen(function* () {
   const linkTab = (token: string, connectionId: string) =>
     Effect.gen(function* () {
       const started = Date.now()
-      const linked = yield* Effect.either(tokenManager.link(token, connectionId))
+      const linked = yield* Effect.result(tokenManager.link(token, connectionId))
       if (linked._tag === "Left" && linked.left._tag === "RecordNotStored") {
         yield* whenStored(linked.left.token, connectionId)
       }
@@ -213,7 +213,7 @@ const program = Effect.gen(function* () {
   onLink()
   yield* Effect.forkScoped(
     Effect.forever(
-      Effect.flatMap(linkRequests.take, ([token, connectionId]) => Effect.fork(linkTab(token, connectionId)))
+      Effect.flatMap(linkRequests.take, ([token, connectionId]) => Effect.forkChild(linkTab(token, connectionId)))
     )
   )
   yield* emit({ t: "ready", instanceId })
@@ -230,7 +230,7 @@ const program = Effect.gen(function* () {
         } else {
           const at = Date.now()
           current.set(fiber, { what: `send ${token}`, since: at })
-          const outcome = yield* Effect.either(mailbox.send(token, { sender: name, fiber, seq }))
+          const outcome = yield* Effect.result(mailbox.send(token, { sender: name, fiber, seq }))
           yield* emit({
             t: "sent",
             token,
@@ -243,17 +243,17 @@ const program = Effect.gen(function* () {
         }
       }
     })
-  const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.fork(loop(i)))
+  const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.forkChild(loop(i)))
   yield* Effect.promise(() => stopped)
   running = false
-  const stuck = yield* Effect.fork(
+  const stuck = yield* Effect.forkChild(
     Effect.gen(function* () {
       yield* Effect.sleep("20 seconds")
       const tokensStuck = [...new Set([...current.values()].map((op) => op.what.split(" ")[1]!))]
       const state = yield* Effect.forEach(tokensStuck, (token) =>
         Effect.gen(function* () {
-          const holder = yield* Effect.either(store.holder(token))
-          const waiters = yield* Effect.either(store.queue(token))
+          const holder = yield* Effect.result(store.holder(token))
+          const waiters = yield* Effect.result(store.queue(token))
           return {
             token,
             holder: holder._tag === "Right" ? Option.getOrNull(holder.right) : holder.left._tag,
@@ -279,7 +279,7 @@ const program = Effect.gen(function* () {
   yield* emit({ t: "health", buffered: yield* mailbox.buffered, loops: yield* health.loops })
 }).pipe(
   Effect.scoped,
-  Effect.zipRight(Effect.suspend(() => emit({ t: "closed", at: Date.now() }))),
+  Effect.andThen(Effect.suspend(() => emit({ t: "closed", at: Date.now() }))),
   Effect.withRandom(Random.make(seed * 100 + index))
 )
 

@@ -34,13 +34,13 @@ export interface Tools {
 /** Run `effect` to its end while time moves (a lease may wait out its quantum meanwhile). */
 const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
   Effect.gen(function* () {
-    const fiber = yield* Effect.fork(effect)
+    const fiber = yield* Effect.forkChild(effect)
     yield* tools.until("the effect to end", Effect.map(Fiber.poll(fiber), Option.isSome))
     return yield* Fiber.join(fiber)
   })
 
 const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
+  Effect.andThen(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
 
 export interface StateBackend {
   readonly name: "memory" | "redis" | "redis-cluster"
@@ -71,7 +71,7 @@ const blocker = (tools: Tools, w: Worker, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(held(w, token, gate, entered))
+    const fiber = yield* Effect.forkChild(held(w, token, gate, entered))
     yield* tools.until("the modification entered", Deferred.isDone(entered))
     return { fiber, open: Deferred.succeed(gate, undefined) }
   })
@@ -131,7 +131,7 @@ const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
 /** The error a fiber failed with, or a defect naming how else it ended. */
 const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.flatMap(
-    Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
+    Effect.andThen(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
     (exit) =>
       Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
         ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
@@ -300,12 +300,12 @@ export const stateSuite = (backend: StateBackend) => {
           const w = yield* cluster.worker()
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyEffect(
               "t",
               Counter,
               (s) =>
-                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                   0,
                   { n: s.n + 666 }
                 ] as const),
@@ -336,16 +336,16 @@ export const stateSuite = (backend: StateBackend) => {
           const b = yield* cluster.worker()
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const blocker = yield* Effect.fork(
+          const blocker = yield* Effect.forkChild(
             a.states.modifyEffect("t", Counter, () =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 0,
                 { n: 666 }
               ] as const)
             )
           )
           yield* Deferred.await(entered)
-          const waiter = yield* Effect.fork(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
+          const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
           yield* tools.settle
           yield* tools.advance(400)
           yield* Fiber.join(waiter)
@@ -365,12 +365,12 @@ export const stateSuite = (backend: StateBackend) => {
           const before = atLevels(cluster.logs, ["WARN"]).length
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyAll(
               "t",
               { c: Counter, o: Other },
               (v) =>
-                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                   null,
                   { c: { n: v.c.n + 1 }, o: { s: "x" } }
                 ] as const),
@@ -399,7 +399,7 @@ export const stateSuite = (backend: StateBackend) => {
           const a = yield* cluster.worker()
           const b = yield* cluster.worker()
           const first = yield* blocker(tools, a, "t")
-          const second = yield* Effect.fork(inc(b, "t"))
+          const second = yield* Effect.forkChild(inc(b, "t"))
           yield* tools.until(
             "b queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
@@ -438,7 +438,7 @@ export const stateSuite = (backend: StateBackend) => {
           const done: Array<string> = []
           const fibers: Array<Fiber.RuntimeFiber<number, unknown>> = []
           for (const w of others) {
-            fibers.push(yield* Effect.fork(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
+            fibers.push(yield* Effect.forkChild(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
             yield* tools.until(
               "queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.includes(w.id))
@@ -502,7 +502,7 @@ export const stateSuite = (backend: StateBackend) => {
         const b = yield* cluster.worker()
         let stop = false
         let loops = 0
-        const loop = yield* Effect.fork(
+        const loop = yield* Effect.forkChild(
           Effect.whileLoop({
             while: () => !stop,
             body: () => Effect.tap(inc(a, "t"), () => Effect.sync(() => loops++)),
@@ -513,7 +513,7 @@ export const stateSuite = (backend: StateBackend) => {
           "the loop runs",
           Effect.sync(() => loops >= 3)
         )
-        const waiter = yield* Effect.fork(inc(b, "t", 1000))
+        const waiter = yield* Effect.forkChild(inc(b, "t", 1000))
         yield* tools.until("the remote waiter got its turn", Effect.map(Fiber.poll(waiter), Option.isSome))
         const loopsWhenServed = loops
         stop = true
@@ -551,8 +551,8 @@ export const stateSuite = (backend: StateBackend) => {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
         const blocking = yield* blocker(tools, holder, "t")
-        const a = yield* Effect.fork(inc(w, "t"))
-        const b = yield* Effect.fork(inc(w, "t"))
+        const a = yield* Effect.forkChild(inc(w, "t"))
+        const b = yield* Effect.forkChild(inc(w, "t"))
         yield* queueBecomes(cluster, tools, [w.id])
         yield* Fiber.interrupt(a)
         yield* tools.settle
@@ -573,17 +573,17 @@ export const stateSuite = (backend: StateBackend) => {
           const holder = yield* cluster.worker()
           const w = yield* cluster.worker()
           const blocking = yield* blocker(tools, holder, "t")
-          const first = yield* Effect.fork(inc(w, "t"))
+          const first = yield* Effect.forkChild(inc(w, "t"))
           yield* queueBecomes(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
           yield* Fiber.interruptFork(first)
-          const second = yield* Effect.fork(inc(w, "t"))
+          const second = yield* Effect.forkChild(inc(w, "t"))
           yield* tools.settle
           yield* queueBecomes(cluster, tools, [w.id])
           yield* tools.settle
           deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
           // and that one leaves while its attempt to queue is under way
-          const third = yield* Effect.fork(inc(w, "t"))
+          const third = yield* Effect.forkChild(inc(w, "t"))
           yield* Fiber.interruptFork(second)
           yield* Fiber.interrupt(third)
           yield* queueBecomes(cluster, tools, [])
@@ -600,7 +600,7 @@ export const stateSuite = (backend: StateBackend) => {
         const w = yield* cluster.worker()
         const blocking = yield* blocker(tools, holder, "t")
         for (let i = 0; i < 5; i++) {
-          const waiter = yield* Effect.fork(inc(w, "t"))
+          const waiter = yield* Effect.forkChild(inc(w, "t"))
           yield* Effect.yieldNow()
           yield* Fiber.interrupt(waiter)
         }
@@ -625,7 +625,7 @@ export const stateSuite = (backend: StateBackend) => {
       Effect.gen(function* () {
         const b = yield* cluster.worker()
         yield* holdFake(cluster, "t", "H")
-        const waiter = yield* Effect.fork(inc(b, "t"))
+        const waiter = yield* Effect.forkChild(inc(b, "t"))
         yield* queueBecomes(cluster, tools, [b.id])
         yield* queueFake(cluster, "t", "N")
         deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
@@ -641,9 +641,9 @@ export const stateSuite = (backend: StateBackend) => {
           const b = yield* cluster.worker()
           const c = yield* cluster.worker()
           yield* holdFake(cluster, "t", "H")
-          const waiter = yield* Effect.fork(inc(b, "t"))
+          const waiter = yield* Effect.forkChild(inc(b, "t"))
           yield* queueBecomes(cluster, tools, [b.id])
-          const next = yield* Effect.fork(inc(c, "t", 10))
+          const next = yield* Effect.forkChild(inc(c, "t", 10))
           yield* queueBecomes(cluster, tools, [b.id, c.id])
           deepStrictEqual(yield* cluster.store.queue("t"), [b.id, c.id])
           yield* tools.settle
@@ -717,7 +717,7 @@ export const stateSuite = (backend: StateBackend) => {
             yield* holdFake(cluster, "t", "H")
             const gate = yield* Deferred.make<void>()
             const entered = yield* Deferred.make<void>()
-            const first = yield* Effect.fork(held(b, "t", gate, entered))
+            const first = yield* Effect.forkChild(held(b, "t", gate, entered))
             yield* queueBecomes(cluster, tools, [b.id])
             // H hands the lock to b, whose notice is held back: b's re-check claims the grant
             const deliver = yield* lateNotice("t", b, releaseFake(cluster, "H"))
@@ -730,7 +730,7 @@ export const stateSuite = (backend: StateBackend) => {
             yield* join(tools, first)
             yield* lockBecomes(cluster, tools, "X:1")
             // b waits again, behind Y
-            const second = yield* Effect.fork(inc(b, "t"))
+            const second = yield* Effect.forkChild(inc(b, "t"))
             yield* tools.until(
               "b queued behind Y",
               Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[0] === "Y" && ids[1] === b.id)
@@ -843,8 +843,8 @@ export const stateSuite = (backend: StateBackend) => {
             const m1 = yield* cluster.worker()
             const m2 = yield* cluster.worker()
             const first = yield* blocker(tools, m1, "t")
-            const a = yield* Effect.fork(inc(m2, "t"))
-            const b = yield* Effect.fork(inc(m2, "t"))
+            const a = yield* Effect.forkChild(inc(m2, "t"))
+            const b = yield* Effect.forkChild(inc(m2, "t"))
             yield* tools.until(
               "m2 queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.includes(m2.id))
@@ -870,8 +870,8 @@ export const stateSuite = (backend: StateBackend) => {
             const m2 = yield* cluster.worker()
             const m3 = yield* cluster.worker()
             const first = yield* blocker(tools, m1, "t")
-            const b = yield* Effect.fork(inc(m2, "t"))
-            const c = yield* Effect.fork(inc(m3, "t"))
+            const b = yield* Effect.forkChild(inc(m2, "t"))
+            const c = yield* Effect.forkChild(inc(m3, "t"))
             yield* tools.until(
               "m2 and m3 queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
@@ -893,9 +893,9 @@ export const stateSuite = (backend: StateBackend) => {
           const token = `race-${gap}-${Math.random().toString(36).slice(2, 8)}`
           const m1 = yield* cluster.worker()
           const m2 = yield* cluster.worker()
-          const a = yield* Effect.fork(inc(m1, token))
+          const a = yield* Effect.forkChild(inc(m1, token))
           if (gap > 0) yield* tools.advance(gap)
-          const b = yield* Effect.fork(inc(m2, token))
+          const b = yield* Effect.forkChild(inc(m2, token))
           yield* join(tools, a)
           yield* join(tools, b)
           yield* tools.until(
@@ -947,7 +947,7 @@ export const stateSuite = (backend: StateBackend) => {
           yield* inc(w, "t")
           yield* inc(w, "t")
           const fiber = yield* blocker(tools, w, "t")
-          const closing = yield* Effect.fork(w.close)
+          const closing = yield* Effect.forkChild(w.close)
           yield* tools.settle
           yield* fiber.open
           assert.strictEqual(yield* join(tools, fiber.fiber), 3)
@@ -978,7 +978,7 @@ export const stateSuite = (backend: StateBackend) => {
           const m1 = yield* cluster.worker()
           const m2 = yield* cluster.worker()
           const slow = yield* blocker(tools, m1, "t")
-          const other = yield* Effect.fork(inc(m2, "t"))
+          const other = yield* Effect.forkChild(inc(m2, "t"))
           for (let i = 0; i < 8; i++) yield* tools.advance(60)
           yield* slow.open
           assert.strictEqual(yield* join(tools, slow.fiber), 1)
@@ -998,10 +998,10 @@ export const stateSuite = (backend: StateBackend) => {
           assert.isTrue(h.lease.isLeased("t"))
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const r1 = yield* Effect.fork(held(r, "t", gate, entered))
-          const r2 = yield* Effect.fork(inc(r, "t"))
+          const r1 = yield* Effect.forkChild(held(r, "t", gate, entered))
+          const r2 = yield* Effect.forkChild(inc(r, "t"))
           yield* tools.until("the modification entered", Deferred.isDone(entered))
-          const hNext = yield* Effect.fork(inc(h, "t"))
+          const hNext = yield* Effect.forkChild(inc(h, "t"))
           yield* tools.settle
           yield* Deferred.succeed(gate, undefined)
           yield* join(tools, r1)

@@ -174,7 +174,7 @@ const pausedHandoffs = (
       yield* afterAttemptOf(server, grantee)
       yield* Effect.orDie(server.command("CLIENT", "PAUSE", ms, "ALL"))
       const over = (yield* Clock.currentTimeMillis) + ms + 100
-      yield* Effect.fork(Effect.ignore(release))
+      yield* Effect.forkChild(Effect.ignore(release))
       // the release is sent before anything the test does next makes a worker send
       yield* Effect.sleep(100)
       return Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, over - now)))
@@ -360,9 +360,9 @@ export const holding = (w: Worker, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect(token, Counter, (s) =>
-        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+        Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
           null,
           { n: s.n + 1 }
         ] as const)

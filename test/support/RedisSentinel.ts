@@ -200,7 +200,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
       while (performance.now() < deadline) {
         for (const sentinel of sentinels) {
           const port = yield* namedBy(sentinel)
-          const server = Option.flatMap(port, (p) => Option.fromNullable(byPort.get(p)))
+          const server = Option.flatMap(port, (p) => Option.fromNullishOr(byPort.get(p)))
           if (Option.isSome(server)) return server.value
         }
         yield* Effect.promise(() => sleep(50))
@@ -293,7 +293,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         let killedAt = Number.POSITIVE_INFINITY
         const value = yield* writes.pipe(
           Effect.ensuring(
-            Effect.zipRight(
+            Effect.andThen(
               Effect.andThen(old.kill, () => (killedAt = Date.now())),
               Effect.forEach(followers, (server) => server.resume)
             )
@@ -379,7 +379,7 @@ export const shared = (): { readonly get: Effect.Effect<RedisSentinel>; readonly
   let started: Promise<RedisSentinel> | undefined
   return {
     get: Effect.promise(() => {
-      started ??= Effect.runPromise(Scope.extend(start(), scope))
+      started ??= Effect.runPromise(Scope.provide(start(), scope))
       return started
     }).pipe(Effect.tap((sentinel) => sentinel.awaitStable)),
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))

@@ -3,7 +3,7 @@
  * and move the clock one millisecond at a time until it holds (or the real-time limit).
  */
 import * as Effect from "effect/Effect"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "../conformance/helpers.js"
 
 /** Let every fiber that can run, run. */

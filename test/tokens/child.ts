@@ -25,7 +25,7 @@ const count = Number(process.env.COUNT ?? "0")
 const program = Effect.gen(function* () {
   const tokens = yield* TokenManager.TokenManager
   const states = yield* StateManager.StateManager
-  yield* Effect.forkDaemon(
+  yield* Effect.forkDetach(
     Stream.runForEach(tokens.lost, (lost) =>
       Effect.sync(() => console.log(`lost ${lost.token} ${lost.holder.instanceId}`))
     )

@@ -126,7 +126,7 @@ const counting = (store: Store.Service, before?: (operation: string) => Effect.E
             const call = value as (...args: Array<unknown>) => Effect.Effect<unknown, unknown, unknown>
             return before === undefined
               ? call(...args)
-              : Effect.zipRight(
+              : Effect.andThen(
                   before(name),
                   Effect.suspend(() => call(...args))
                 )

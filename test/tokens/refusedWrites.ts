@@ -6,7 +6,7 @@
 import { assert } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
@@ -28,10 +28,10 @@ export const deadRecordTakenOverAfterRefusedLink = (
 ) =>
   Effect.gen(function* () {
     const b = yield* cluster.worker()
-    const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+    const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
     yield* cluster.overwrite("tab-1", { instanceId: "dead-worker", connectionId: "c-dead" })
     yield* refuseWrites(true)
-    yield* eventuallyTrue("writes refused", withinMs, Effect.map(Effect.either(probeWrite), Either.isLeft))
+    yield* eventuallyTrue("writes refused", withinMs, Effect.map(Effect.result(probeWrite), Result.isFailure))
     const refused = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
     assert.strictEqual(refused._tag, "RecordNotStored")
     yield* refuseWrites(false)

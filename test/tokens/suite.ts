@@ -335,7 +335,7 @@ export const tokenSuite = (backend: TokenBackend) => {
           // present (its entry outlives it) but silent: its presence lives in another slot than the record
           yield* Effect.orDie(cluster.store.refreshPresence(dead.instanceId, 60_000))
           yield* cluster.overwrite("tab-e", dead)
-          const link = yield* Effect.fork(b.tokens.link("tab-e", "cb2"))
+          const link = yield* Effect.forkChild(b.tokens.link("tab-e", "cb2"))
           yield* tools.advance(800)
           yield* tools.until("the silent owner's record taken over", Effect.map(Fiber.poll(link), Option.isSome))
           deepStrictEqual(yield* Fiber.join(link), { token: "tab-e", fresh: false, takenOver: true })

@@ -10,7 +10,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -207,11 +207,11 @@ export const acquire = (
       )
       if (result._tag === "Queued") {
         state.attempting = undefined
-        return Either.left(result.remainingMs)
+        return Result.fail(result.remainingMs)
       }
       state.queued = false
       state.granted = true
-      return Either.right(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
+      return Result.succeed(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
     })
   return Effect.gen(function* () {
     const started = yield* currentFineMillis
@@ -221,7 +221,7 @@ export const acquire = (
       // What was signalled before the attempt is answered by it.
       yield* local.drain
       const first = yield* attempt(undefined)
-      if (Either.isRight(first)) return Option.some(first.right)
+      if (Result.isSuccess(first)) return Option.some(first.right)
       remainingMs = first.left
     }
     // Listening before it waits: a subscription made after the attempt that queued the
@@ -262,7 +262,7 @@ export const acquire = (
       }
       checkFirst = false
       const next = yield* attempt(claim)
-      if (Either.isRight(next)) {
+      if (Result.isSuccess(next)) {
         yield* Metric.update(lockWait, next.right.grantedAt - started)
         return Option.some(next.right)
       }
@@ -285,7 +285,7 @@ export const acquire = (
           state.queued && !state.granted
             ? Effect.ignore(store.leaveQueue(token, instanceId, state.queuedAs))
             : Effect.void
-        return Effect.zipRight(release, leave)
+        return Effect.andThen(release, leave)
       })
     )
   )
@@ -302,14 +302,14 @@ export const attemptWith = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
-): Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError> =>
+): Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError> =>
   Effect.clockWith((clock) =>
     Effect.matchCauseEffect(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), {
       onSuccess: (result) =>
         Effect.succeed(
           result._tag === "Acquired"
-            ? Either.right(makeGrant(token, lockId, slices, result, fineMillis(clock)))
-            : Either.left({ remainingMs: result.remainingMs, lockId })
+            ? Result.succeed(makeGrant(token, lockId, slices, result, fineMillis(clock)))
+            : Result.fail({ remainingMs: result.remainingMs, lockId })
         ),
       // A failed attempt may have taken the lock all the same (its reply lost), or queued
       // the worker under its lock id: nobody has that id, so it is released (a release of a
@@ -319,9 +319,9 @@ export const attemptWith = (
       // `attemptMasked`'s caller, `Lease.begin`, runs so; an interruption could skip a
       // handler of an interruptible step.)
       onFailure: (cause) =>
-        Effect.zipRight(
+        Effect.andThen(
           Effect.forkIn(
-            Effect.zipRight(
+            Effect.andThen(
               Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
               Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))
             ),

@@ -8,7 +8,7 @@
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import type * as Either from "effect/Either"
+import type * as Result from "effect/Result"
 import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
 import type * as ParseResult from "effect/ParseResult"
@@ -109,10 +109,10 @@ export interface Env<A, I, R> {
   readonly tokens: TokenManager.Service
   readonly instanceId: string
   readonly context: Context.Context<R>
-  readonly encode: (envelope: Envelope<A, I>) => Either.Either<string, ParseResult.ParseError>
+  readonly encode: (envelope: Envelope<A, I>) => Result.Result<string, ParseResult.ParseError>
   /** The update encoded alone (its schema, then JSON; no envelope): whether it can be sent at all. */
-  readonly check: (update: A) => Either.Either<unknown, ParseResult.ParseError>
-  readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
+  readonly check: (update: A) => Result.Result<unknown, ParseResult.ParseError>
+  readonly decode: (payload: string) => Result.Result<Envelope<A, I>, ParseResult.ParseError>
   /** The last caller's context `deliver` merged the mailbox's into (`provided`). */
   readonly merged: Merged
   /** The options of every append to a mailbox. */
@@ -142,16 +142,16 @@ export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): E
         merged.to = Context.merge(previous, env.context)
       }
       const back = FiberRef.set(FiberRef.currentContext, previous)
-      return Effect.zipRight(
+      return Effect.andThen(
         FiberRef.set(FiberRef.currentContext, merged.to!),
         Effect.matchCauseEffect(restore(env.options.deliver(token, update) as Effect.Effect<void>), {
-          onSuccess: () => Effect.zipRight(back, Metric.increment(delivered)),
+          onSuccess: () => Effect.andThen(back, Metric.increment(delivered)),
           onFailure: (cause) =>
-            Effect.zipRight(
+            Effect.andThen(
               back,
               Cause.isInterruptedOnly(cause)
                 ? Effect.failCause(cause)
-                : Effect.zipRight(
+                : Effect.andThen(
                     Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
                     drop("deliver-failed")
                   )

@@ -10,7 +10,7 @@ import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as ParseResult from "effect/ParseResult"
@@ -55,7 +55,7 @@ const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResu
     from: env.instanceId,
     seq: pending.seq
   })
-  if (Either.isLeft(encoded)) return encoded.left
+  if (Result.isFailure(encoded)) return encoded.left
   pending.payload = encoded.right
   return undefined
 }
@@ -98,7 +98,7 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
     if (outbox.length >= capacity) {
       const first = !sender.overflowing
       sender.overflowing = true
-      return Effect.zipRight(
+      return Effect.andThen(
         first
           ? Effect.logWarning(`mailbox: outbox full (${capacity} updates): dropping updates until the store returns`)
           : Effect.void,
@@ -106,7 +106,7 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       )
     }
     outbox.push(pending)
-    return Metric.increment(outboxSize).pipe(Effect.zipRight(wake.offer(undefined)), Effect.as("buffered" as const))
+    return Metric.increment(outboxSize).pipe(Effect.andThen(wake.offer(undefined)), Effect.as("buffered" as const))
   })
 
 /**
@@ -166,7 +166,7 @@ export const send = <A, I, R>(
       (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
-          if (Either.isLeft(checked)) return invalidUpdate(token, checked.left)
+          if (Result.isFailure(checked)) return invalidUpdate(token, checked.left)
           return Effect.as(deliver(env, token, update as A), "delivered" as const)
         }
         const error = encodeEnvelope(env, pending)
@@ -211,13 +211,13 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
       Effect.catchIf(
         (error) => !retried(error),
         (error) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),
             Effect.as(drop("forward-failed"), "refused" as const)
           )
       ),
       Effect.tap((outcome) =>
-        Effect.zipRight(
+        Effect.andThen(
           recovered,
           outcome === "no-owner"
             ? Effect.flatMap(Clock.currentTimeMillis, (now) =>

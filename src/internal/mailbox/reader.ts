@@ -8,7 +8,7 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
@@ -77,8 +77,8 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
 const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry) =>
   Effect.suspend(() => {
     const decoded = env.decode(entry.payload)
-    if (Either.isLeft(decoded)) {
-      return Effect.zipRight(
+    if (Result.isFailure(decoded)) {
+      return Effect.andThen(
         Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`),
         drop("undecodable")
       )
@@ -90,7 +90,7 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
       Effect.catchIf(
         (error) => !retried(error),
         (error) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.logWarning(`mailbox: dropping entry ${entry.id}: ${error.message}`),
             drop(error._tag === "InvalidToken" ? "undecodable" : "forward-failed")
           )
@@ -115,7 +115,7 @@ const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
     const owner = yield* env.tokens.owner(token, { refresh: true })
     if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")
     const payload = env.encode({ token, update, forwarded: true, from, seq })
-    if (Either.isLeft(payload)) return yield* drop("undecodable")
+    if (Result.isFailure(payload)) return yield* drop("undecodable")
     yield* env.store.mailboxAppend(owner.value.instanceId, payload.right, env.append)
     yield* Metric.increment(forwarded)
   })

@@ -17,7 +17,7 @@ import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as FiberId from "effect/FiberId"
 import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
@@ -81,7 +81,7 @@ interface Job {
   readonly content: string | undefined
 }
 
-type Outcome = Either.Either<Job, readonly [Job, string]>
+type Outcome = Result.Result<Job, readonly [Job, string]>
 
 /** What `attach` keeps for one directory, from the load to the last flush. */
 interface Writer {
@@ -101,7 +101,7 @@ interface Writer {
 
 const markDirty = (w: Writer, token: string) => {
   w.dirty.add(token)
-  Deferred.unsafeDone(w.wake, Effect.void)
+  Deferred.doneUnsafe(w.wake, Effect.void)
 }
 
 /** Load the directory's files (`names`) into the keyspace. */
@@ -195,8 +195,8 @@ const perform = (w: Writer, job: Job): Effect.Effect<Outcome> => {
     content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
   ).pipe(
     Effect.match({
-      onFailure: (error): Outcome => Either.left([job, `${file}: ${reasonOf(error.error)}`] as const),
-      onSuccess: (): Outcome => Either.right(job)
+      onFailure: (error): Outcome => Result.fail([job, `${file}: ${reasonOf(error.error)}`] as const),
+      onSuccess: (): Outcome => Result.succeed(job)
     })
   )
 }
@@ -210,7 +210,7 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const jobs = yield* Effect.sync(() => {
         const batch = w.dirty
         w.dirty = new Set()
-        w.wake = Deferred.unsafeMake<void>(FiberId.none)
+        w.wake = Deferred.makeUnsafe<void>(FiberId.none)
         return Array.from(batch, (token) => snapshot(w, token, at))
       })
       if (jobs.length === 0) return true
@@ -219,7 +219,7 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const removed: Array<string> = []
       const failed: Array<readonly [Job, string]> = []
       for (const outcome of outcomes) {
-        if (Either.isLeft(outcome)) failed.push(outcome.left)
+        if (Result.isFailure(outcome)) failed.push(outcome.left)
         else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
       }
       yield* Metric.incrementBy(filesWritten, written.length)
@@ -289,7 +289,7 @@ export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, Data
       fileOf,
       index: new Map(),
       dirty: new Set(),
-      wake: Deferred.unsafeMake<void>(FiberId.none),
+      wake: Deferred.makeUnsafe<void>(FiberId.none),
       failing: false
     }
     yield* load(w, names)

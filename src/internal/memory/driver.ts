@@ -11,7 +11,7 @@
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as FiberId from "effect/FiberId"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
@@ -100,14 +100,14 @@ export const make = (
       const waiting = mailboxReaders.get(key)
       if (waiting === undefined) return
       mailboxReaders.delete(key)
-      for (const deferred of waiting) Deferred.unsafeDone(deferred, outcome)
+      for (const deferred of waiting) Deferred.doneUnsafe(deferred, outcome)
     }
 
     const state: State = {
       ks,
       status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
       available: true,
-      subscriberLost: Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none),
+      subscriberLost: Deferred.makeUnsafe<never, StoreUnavailable>(FiberId.none),
       socketEventsRefused: false,
       operations: 0,
       noticesToLose: 0,
@@ -120,11 +120,11 @@ export const make = (
       dropConnection: (reason, failReaders) =>
         Effect.sync(() => {
           const lost = state.subscriberLost
-          state.subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
+          state.subscriberLost = Deferred.makeUnsafe<never, StoreUnavailable>(FiberId.none)
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
           connection++
           delivered.clear()
-          Deferred.unsafeDone(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
+          Deferred.doneUnsafe(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
           if (failReaders) {
             for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
           }
@@ -226,7 +226,7 @@ const lockPart = (space: Scripts.Space, op: Op) => {
       ),
 
     readSlices: (token, names) =>
-      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullable)),
+      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullishOr)),
     writeIfHolder: (token, lockId, entries, claim) =>
       op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries, claim))
   } satisfies Partial<Driver>
@@ -280,7 +280,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
   return {
     claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
     readSocket: (token) =>
-      op("readSocket", (now) => Option.map(Option.fromNullable(ks.getString(keys.socket(token), now)), (e) => e.value)),
+      op("readSocket", (now) => Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)),
     deleteSocketIfOwner: (token, instanceId, connectionId) =>
       op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
     refreshSocket: (token, instanceId, connectionId) =>
@@ -304,11 +304,11 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
       op("claimSockets", (now) =>
         claims.map(([token, record]) => {
           try {
-            return Either.right(Scripts.claimSocket(space, now, token, record))
+            return Result.succeed(Scripts.claimSocket(space, now, token, record))
           } catch (error) {
             // One record's refusal is its own, as each claim is its own script on Redis.
             if (error instanceof WrongTypeError) {
-              return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+              return Result.fail(new StoreRefused({ operation: "claimSockets", reply: error.message }))
             }
             throw error
           }
@@ -392,7 +392,7 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
         (ready) =>
           ready !== undefined
             ? Effect.succeed(ready)
-            : Effect.zipRight(
+            : Effect.andThen(
                 Effect.timeoutOption(Deferred.await(wake), Duration.millis(blockMs)),
                 op("mailboxRead", (now) => readMailbox(key, after, count, now))
               ),
@@ -443,7 +443,7 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
       }),
     mailboxCursor: (instanceId) =>
       op("mailboxCursor", (now) =>
-        Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
+        Option.map(Option.fromNullishOr(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
       )
   } satisfies Partial<Driver>
 }

@@ -15,7 +15,7 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import type { KeyInfo } from "../../Store.js"
 import { decodeSocketRecord } from "../codec.js"
@@ -95,7 +95,7 @@ export const pttl = (lock: StringEntry, now: number): number =>
 /** @internal */
 export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
   _tag: "Lost",
-  holder: Option.map(Option.fromNullable(lock), (entry) => entry.value)
+  holder: Option.map(Option.fromNullishOr(lock), (entry) => entry.value)
 })
 
 /** The lock id `worker` is recorded under in a queue's `ids` set (`<worker> <lock id>`), if any. @internal */
@@ -260,7 +260,7 @@ const ownRecord = (s: Space, now: number, key: string, instanceId: string, conne
   const entry = s.ks.getString(key, now)
   if (entry === undefined) return undefined
   const decoded = decodeSocketRecord(key, entry.value)
-  return Either.isRight(decoded) &&
+  return Result.isSuccess(decoded) &&
     decoded.right.instanceId === instanceId &&
     decoded.right.connectionId === connectionId
     ? entry

@@ -110,7 +110,7 @@ export const make = (
               // No reply long after the block ended: the connection is dead without
               // knowing it. Start a fresh one rather than queue behind the lost read.
               Effect.sync(() => connection.disconnect(true)).pipe(
-                Effect.zipRight(
+                Effect.andThen(
                   Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "no reply to a blocking read" }))
                 )
               )

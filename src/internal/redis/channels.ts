@@ -85,7 +85,7 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
 
     /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
     const fail = (channel: Channel, error: StoreUnavailable) => {
-      Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
+      Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
       for (const mailbox of channel.listeners) mailbox.unsafeDone(Exit.fail(error))
       retire(channel)
     }
@@ -98,15 +98,15 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           slot: topology.slotOf(name),
           subscriber,
           generation: subscriber.generation,
-          confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+          confirmed: Deferred.makeUnsafe<void, StoreError>(FiberId.none),
           listeners: new Set()
         }
         live.set(name, channel)
         topology.channels.subscribe(subscriber.connection, name).then(
-          () => Deferred.unsafeDone(channel.confirmed, Effect.void),
+          () => Deferred.doneUnsafe(channel.confirmed, Effect.void),
           (cause) => {
             topology.onReplyError(cause)
-            Deferred.unsafeDone(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
+            Deferred.doneUnsafe(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
             // A refused SUBSCRIBE must not stay in force: the next subscriber tries again.
             retire(channel)
           }

@@ -278,7 +278,7 @@ export const awaitReady = (
     // an uninterruptible caller too (a lease's flush, a release), and an interruption sent to
     // such a caller still never cuts its cleanup short. (Network deadlines run on live time,
     // as everywhere in this store.)
-    return Effect.async<void, StoreUnavailable>((resume) => {
+    return Effect.callback<void, StoreUnavailable>((resume) => {
       const onReady = () => {
         clearTimeout(timer)
         resume(Effect.void)

@@ -9,7 +9,7 @@
 import * as Chunk from "effect/Chunk"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
@@ -71,7 +71,7 @@ const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
 /** The reply of a script that checks the holder first, as the driver's outcome. */
 const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
   reply._tag === "Lost"
-    ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+    ? { _tag: "Lost", holder: Option.fromNullishOr(reply.holder) }
     : { _tag: "Done", value: undefined }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
@@ -185,7 +185,7 @@ const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs
               restKeys: names.map((name) => keys.slice(token, name)),
               args: { tokenMs }
             }),
-            (values) => names.map((_, i) => Option.fromNullable(values[i]))
+            (values) => names.map((_, i) => Option.fromNullishOr(values[i]))
           ),
     writeIfHolder: (token, lockId, entries, claim) =>
       // the values it writes are not what the attempt's grant read: not remembered
@@ -275,7 +275,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     readSocket: (token) =>
       Effect.map(
         run("readSocket", (c) => c.get(keys.socket(token))),
-        Option.fromNullable
+        Option.fromNullishOr
       ),
     deleteSocketIfOwner: (token, instanceId, connectionId) =>
       runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
@@ -308,7 +308,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
           "claimSockets",
           claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
         )
-        const results: Array<Either.Either<RawClaim, StoreRefused>> = []
+        const results: Array<Result.Result<RawClaim, StoreRefused>> = []
         for (let i = 0; i < claims.length; i++) {
           const [error, reply] = replies?.[i] ?? [null, null]
           if (error !== null) {
@@ -316,11 +316,11 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
             // A lost connection fails the whole batch; a refused step (a key of another
             // type) is that record's own failure.
             if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
-            results.push(Either.left(mapped))
+            results.push(Result.fail(mapped))
             continue
           }
           const claim = Scripts.claimSocket.decode(reply)
-          results.push(claim === undefined ? Either.left(unexpectedReply("claimSockets", reply)) : Either.right(claim))
+          results.push(claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim))
         }
         return results
       }),
@@ -415,7 +415,7 @@ const mailboxPart = ({ blocking, keys, run, runAcknowledged, topology }: Context
     mailboxCursor: (instanceId) =>
       Effect.map(
         run("mailboxCursor", (c) => c.get(keys.mailboxCursor(instanceId))),
-        Option.fromNullable
+        Option.fromNullishOr
       )
   }) satisfies Partial<Driver>
 

@@ -68,8 +68,8 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
     })
     yield* Queue.take(events).pipe(
       // Events that pile up meanwhile collapse into one update: the epoch still counts each.
-      Effect.zipRight(Queue.takeAll(events)),
-      Effect.zipRight(sync),
+      Effect.andThen(Queue.takeAll(events)),
+      Effect.andThen(sync),
       Effect.forever,
       Effect.interruptible,
       Effect.forkScoped

@@ -60,7 +60,7 @@ export const make = (env: Environment): SocketWatch => {
   let current: Watch | undefined
 
   const fail = (watch: Watch, error: StoreUnavailable) => {
-    Deferred.unsafeDone(watch.confirmed, Effect.fail(error))
+    Deferred.doneUnsafe(watch.confirmed, Effect.fail(error))
     for (const mailbox of watch.listeners) mailbox.unsafeDone(Exit.fail(error))
     if (current === watch) current = undefined
   }
@@ -70,14 +70,14 @@ export const make = (env: Environment): SocketWatch => {
     if (watch === undefined) {
       const created: Watch = {
         parts: on.map((subscriber) => ({ subscriber, generation: subscriber.generation })),
-        confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+        confirmed: Deferred.makeUnsafe<void, StoreError>(FiberId.none),
         listeners: new Set()
       }
       current = created
       Promise.all(on.map((subscriber) => subscriber.connection.psubscribe(keyspace.pattern))).then(
-        () => Deferred.unsafeDone(created.confirmed, Effect.void),
+        () => Deferred.doneUnsafe(created.confirmed, Effect.void),
         (cause) => {
-          Deferred.unsafeDone(created.confirmed, Effect.fail(env.mapError("socketEvents")(cause)))
+          Deferred.doneUnsafe(created.confirmed, Effect.fail(env.mapError("socketEvents")(cause)))
           if (current === created) current = undefined
         }
       )

@@ -7,7 +7,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -146,7 +146,7 @@ const contend = (state: HoldState) =>
       if (state.contended) return Effect.void
       state.contended = true
       state.deadline = Math.min(state.deadline, now + state.env.quantumMs)
-      return Effect.zipRight(Metric.increment(leasesBroken), armTimer(state))
+      return Effect.andThen(Metric.increment(leasesBroken), armTimer(state))
     })
   )
 
@@ -194,9 +194,9 @@ const checkSignals = (state: HoldState) =>
  * never after the store said the lock is no longer ours: the schedule is done.
  */
 const cadence = (every: number, again: number) =>
-  Schedule.identity<Either.Either<boolean, unknown>>().pipe(
-    Schedule.whileInput((extended) => Either.isLeft(extended) || extended.right),
-    Schedule.addDelay((extended) => (Either.isRight(extended) ? every : again))
+  Schedule.identity<Result.Result<boolean, unknown>>().pipe(
+    Schedule.whileInput((extended) => Result.isFailure(extended) || extended.right),
+    Schedule.addDelay((extended) => (Result.isSuccess(extended) ? every : again))
   )
 
 /**
@@ -221,14 +221,14 @@ const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive 
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
   let cancel: () => void = () => undefined
-  let retry: Retry.Retry<Either.Either<boolean, unknown>, never> | undefined
+  let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
     // the slices read under this lock, and the fence, live as long as it is held
-    const extended = yield* Effect.either(
+    const extended = yield* Effect.result(
       store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
     )
     // extended: the lock lives a full lock expiration, no longer the hand-off's
-    if (Either.isRight(extended) && extended.right) state.claim = undefined
+    if (Result.isSuccess(extended) && extended.right) state.claim = undefined
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
     if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
@@ -264,7 +264,7 @@ const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, Inva
       state.relayEnd = end
       const relayed = relay(state, request, fineMillis(state.clock))
       return relayed
-        ? Effect.zipRight(
+        ? Effect.andThen(
             end.await,
             Effect.suspend(() => afterRelay(state))
           )
@@ -272,7 +272,7 @@ const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, Inva
     })
     if (missing.length === 0) return served
     // Fetched under the lock this worker holds: as current as the grant's reads.
-    return Effect.zipRight(
+    return Effect.andThen(
       Effect.map(env.store.readSlices(token, missing), (values) => {
         for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
       }),
@@ -314,7 +314,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
         state.writeMs = fineMillis(clock) - started
         // The lock is lost or the store is away: this lease writes nothing more.
         return Metric.increment(flushFailures).pipe(
-          Effect.zipRight(
+          Effect.andThen(
             Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
           ),
           Effect.map(() => {

@@ -101,7 +101,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
           (request) =>
             Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt(FiberId.none) : Exit.fail(error))),
           { discard: true }
-        ).pipe(Effect.zipRight(closeScope))
+        ).pipe(Effect.andThen(closeScope))
       })
     )
   )
@@ -154,7 +154,7 @@ export const closeParked = (env: SessionEnv) =>
         if (state === undefined) return Effect.void
         session.parked = undefined
         return Effect.flatMap(
-          Effect.fork(Effect.uninterruptible(run(env, session, { parked: state }))),
+          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked: state }))),
           Fiber.interrupt
         )
       }),

@@ -109,7 +109,7 @@ const subscribeChannel = (
           yield* closeScope(channel)
           const scope = yield* Scope.make()
           const stream = yield* restoreInterrupt(store.channelNotices(token, instanceId)).pipe(
-            Scope.extend(scope),
+            Scope.provide(scope),
             Effect.onError(() => Scope.close(scope, Exit.void))
           )
           // The pump cannot close its own scope (closing waits for the pump): it marks the
@@ -128,7 +128,7 @@ const subscribeChannel = (
                 tell(channel.tokens.get(received.token), received.notice)
               })
             ),
-            Effect.catchAll(markLost),
+            Effect.catch(markLost),
             Effect.interruptible,
             Effect.forkIn(scope)
           )

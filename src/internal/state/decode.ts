@@ -5,7 +5,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import type * as ParseResult from "effect/ParseResult"
 import type { Slice } from "../../StateManager.js"
@@ -24,7 +24,7 @@ const decodeStored = <A, I>(
 ): A => {
   if (Option.isNone(raw)) return s.initial
   const decoded = s.decode(raw.value)
-  if (Either.isRight(decoded)) return decoded.right
+  if (Result.isSuccess(decoded)) return decoded.right
   onError(decoded.left)
   return s.initial
 }

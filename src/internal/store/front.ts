@@ -14,7 +14,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type {
@@ -175,7 +175,7 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeNotice(token, message)))
+          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeNotice(token, message)))
         )
       ),
     noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
@@ -183,7 +183,7 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // what is not a notice (published by someone else) is ignored
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeTokenNotice(message)))
+          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeTokenNotice(message)))
         )
       )
   }) satisfies Partial<Store.Service>
@@ -197,7 +197,7 @@ const signalPart = (driver: Driver) =>
       checked(tokenError(token), () =>
         Effect.map(driver.subscribe(token), (messages) =>
           // A message that is not a signal (published by someone else) is ignored.
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeSignal(message)))
+          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeSignal(message)))
         )
       ),
     status: driver.status,
@@ -207,10 +207,10 @@ const signalPart = (driver: Driver) =>
 /** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
 const socketPart = (driver: Driver) => {
   const { keys } = driver
-  const claimResult = (token: string, claim: RawClaim): Either.Either<ClaimResult, CorruptValue> =>
+  const claimResult = (token: string, claim: RawClaim): Result.Result<ClaimResult, CorruptValue> =>
     claim._tag === "Claimed"
-      ? Either.right(claim)
-      : Either.map(
+      ? Result.succeed(claim)
+      : Result.map(
           decodeSocketRecord(keys.socket(token), claim.raw),
           (record): ClaimResult => ({ _tag: "Taken", record })
         )
@@ -224,7 +224,7 @@ const socketPart = (driver: Driver) => {
           continue
         }
         const decoded = decodeSocketRecord(key, raw)
-        if (Either.isLeft(decoded)) {
+        if (Result.isFailure(decoded)) {
           yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
           continue
         }
@@ -265,7 +265,7 @@ const socketPart = (driver: Driver) => {
     scanSockets: driver.scanSockets.pipe(
       Stream.chunks,
       Stream.mapEffect((chunk) => decodeRecords([...chunk])),
-      Stream.flattenIterables
+      Stream.flattenIterable
     ),
     claimSockets: (claims) =>
       Effect.gen(function* () {
@@ -278,8 +278,8 @@ const socketPart = (driver: Driver) => {
           claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
         )
         return outcomes.map(
-          (outcome, i): Either.Either<ClaimResult, CorruptValue | StoreRefused> =>
-            Either.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
+          (outcome, i): Result.Result<ClaimResult, CorruptValue | StoreRefused> =>
+            Result.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
         )
       }),
     takeOverSocket: (token, expected, record) =>
@@ -320,7 +320,7 @@ const presencePart = (driver: Driver) =>
     presenceMessages: (instanceId) =>
       checked(tokenError(instanceId), () =>
         Effect.map(driver.presenceMessages(instanceId), (messages) =>
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodePresenceMessage(message)))
+          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodePresenceMessage(message)))
         )
       )
   }) satisfies Partial<Store.Service>

@@ -70,7 +70,7 @@ const handle = (presence: Presence, message: PresenceMessage) =>
     }
     const linked = linkedHere(table, message.token, message.connectionId)
     return table.store.sendPresence(message.from, { _tag: "Answer", askId: message.askId, linked }).pipe(
-      Effect.catchAll((error) => Effect.logDebug(`${loopName}: no answer sent to ${message.from}: ${error.message}`)),
+      Effect.catch((error) => Effect.logDebug(`${loopName}: no answer sent to ${message.from}: ${error.message}`)),
       Effect.forkScoped,
       Effect.asVoid
     )
@@ -112,7 +112,7 @@ export const watch = (presence: Presence, recovered: Effect.Effect<void>) => {
     })
   ).pipe(
     Effect.ensuring(
-      Effect.zipRight(
+      Effect.andThen(
         Effect.sync(() => {
           presence.steadySince = undefined
         }),
@@ -166,7 +166,7 @@ const ask = (presence: Presence, token: string, owner: SocketRecord) =>
             token,
             connectionId: owner.connectionId
           })
-          .pipe(Effect.zipRight(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs))),
+          .pipe(Effect.andThen(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs))),
       () => Effect.sync(() => presence.asks.delete(askId))
     )
   })
@@ -233,5 +233,5 @@ export const remove = (presence: Presence) =>
       ? Effect.void
       : presence.table.store
           .removePresence(presence.table.instanceId)
-          .pipe(Effect.catchAll((error) => Effect.logDebug(`${loopName}: presence not removed: ${error.message}`)))
+          .pipe(Effect.catch((error) => Effect.logDebug(`${loopName}: presence not removed: ${error.message}`)))
   )

@@ -139,8 +139,8 @@ export const adopt = (table: Table, token: string, entry: Entry, record: SocketR
     // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
     if (entries.get(token) !== entry) return Effect.void
     entries.set(token, { connectionId: entry.connectionId, record })
-    return Effect.zipRight(
-      Effect.zipRight(
+    return Effect.andThen(
+      Effect.andThen(
         Metric.increment(recordsAdopted),
         Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
       ),

@@ -9,7 +9,7 @@ import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { describeParseError, parseSafely } from "../../parse.js"
 import { tokenProblem } from "../../validate.js"
@@ -46,8 +46,8 @@ const TokenFile = Schema.Struct({
 export type TokenFile = typeof TokenFile.Type
 
 /** The file's content, or what is wrong with it (a file nested too deeply included), in a few words. */
-const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
-  Either.mapLeft(
+const parseTokenFile = (raw: string): Result.Result<TokenFile, string> =>
+  Result.mapError(
     parseSafely(TokenFile, Schema.decodeUnknownEither(Schema.parseJson(TokenFile)))(raw),
     (error) => `not a token file: ${describeParseError(error)}`
   )
@@ -152,14 +152,14 @@ export const writeFile = async (file: string, content: string) => {
 export const readTokenFile = (dir: string, name: string) =>
   Effect.gen(function* () {
     const file = path.join(dir, name)
-    const raw = yield* Effect.either(Effect.tryPromise(() => fs.readFile(file, "utf8")))
-    if (Either.isLeft(raw)) {
+    const raw = yield* Effect.result(Effect.tryPromise(() => fs.readFile(file, "utf8")))
+    if (Result.isFailure(raw)) {
       yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.left.error)}`)
       return undefined
     }
     const decoded = parseTokenFile(raw.right)
-    const problem = Either.isLeft(decoded) ? decoded.left : fileProblem(name.slice(0, -".json".length), decoded.right)
-    if (problem !== undefined || Either.isLeft(decoded)) {
+    const problem = Result.isFailure(decoded) ? decoded.left : fileProblem(name.slice(0, -".json".length), decoded.right)
+    if (problem !== undefined || Result.isFailure(decoded)) {
       yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
       return undefined
     }
