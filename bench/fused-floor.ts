@@ -111,7 +111,7 @@ const main = async () => {
     Effect.clockWith((clock) => {
       const invalid = tokensError("one", "bench") ?? sliceNamesError(["counter"])
       if (invalid !== undefined) return Effect.fail(invalid)
-      const now = clock.unsafeCurrentTimeMillis()
+      const now = clock.currentTimeMillisUnsafe()
       const lockId = `bench:${next++}`
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
       if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")

@@ -127,7 +127,7 @@ const idlePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
       const keysLeft =
         kind === "redis"
           ? yield* Effect.orDie(server.dbsize)
-          : yield* Context.unsafeGet(shared, MemoryStore.MemoryStoreControl).keyCount
+          : yield* Context.getUnsafe(shared, MemoryStore.MemoryStoreControl).keyCount
       return {
         store: kind,
         tokens,

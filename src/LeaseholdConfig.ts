@@ -226,7 +226,7 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
       other: { knob: "redisCluster", value: "true" }
     })
   }
-  if (minReplicasAck > 0 && Duration.greaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
+  if (minReplicasAck > 0 && Duration.isGreaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
     // A grant waits for its replicas while its lock's TTL runs: it could expire before its holder knew of it.
     return new InvalidConfig({
       knob: "replicaAckTimeout",
@@ -246,7 +246,7 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
  */
 export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfig> => {
   const dur = (value: Duration.Input | undefined, fallbackMs: number) =>
-    value === undefined ? Duration.millis(fallbackMs) : Duration.decode(value)
+    value === undefined ? Duration.millis(fallbackMs) : Duration.fromInputUnsafe(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
   const tokenExpiration = dur(input.tokenExpiration, defaults.tokenExpirationS * 1000)
   const settings: Settings = {
@@ -262,17 +262,17 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
     leaseHoldTime:
       input.leaseHoldTime === undefined
         ? Duration.millis(Math.floor(Duration.toMillis(lockExpiration) / 2))
-        : Duration.decode(input.leaseHoldTime),
+        : Duration.fromInputUnsafe(input.leaseHoldTime),
     leaseQuantum: dur(input.leaseQuantum, defaults.leaseQuantumMs),
     leaseDurability: input.leaseDurability ?? defaults.leaseDurability,
     handoffTimeout:
       input.handoffTimeout === undefined
         ? Duration.millis(Math.min(defaults.handoffTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
-        : Duration.decode(input.handoffTimeout),
+        : Duration.fromInputUnsafe(input.handoffTimeout),
     presenceExpiration:
       input.presenceExpiration === undefined
         ? Duration.millis(Math.min(defaults.presenceExpirationMs, Math.floor(Duration.toMillis(tokenExpiration) / 2)))
-        : Duration.decode(input.presenceExpiration),
+        : Duration.fromInputUnsafe(input.presenceExpiration),
     retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
     retryJitter: input.retryJitter ?? defaults.retryJitter,
@@ -286,7 +286,7 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
     replicaAckTimeout:
       input.replicaAckTimeout === undefined
         ? Duration.millis(Math.min(defaults.replicaAckTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
-        : Duration.decode(input.replicaAckTimeout)
+        : Duration.fromInputUnsafe(input.replicaAckTimeout)
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
     Result.fail(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
@@ -330,21 +330,21 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
     return fail("dataFlushInterval", fmt(settings.dataFlushInterval), "must be zero or a positive duration")
   }
   const lock = { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
-  if (Duration.greaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
     return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
   }
-  if (Duration.lessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
+  if (Duration.isLessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
     // A lock that outlives the state it protects would hold nothing; the fence would restart.
     return fail("tokenExpiration", fmt(settings.tokenExpiration), "must be greater than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
     return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
     // A grant reserved longer than a lock lives would outlast the waiters' own deadlines.
     return fail("handoffTimeout", fmt(settings.handoffTimeout), "must be less than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
     // A record expires by itself before its owner could be found absent: presence would decide nothing.
     return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be less than tokenExpiration", {
       knob: "tokenExpiration",

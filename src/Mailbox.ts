@@ -57,7 +57,7 @@ export type SendOutcome = "delivered" | "sent" | "buffered" | "no-owner" | "drop
  */
 export interface Options<A, I, R> {
   /** How updates travel: each is encoded with it when sent and decoded when read. */
-  readonly schema: Schema.Schema<A, I>
+  readonly schema: Schema.Codec<A, I>
   /**
    * Hand an update to the socket of `token`, on the worker that holds it. A failure is
    * logged and counted; it never stops delivery of the next update.
@@ -178,14 +178,14 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const instanceId = yield* InstanceId
     const context = yield* Effect.context<R>()
     const envelope = MailboxEnv.envelopeOf(options.schema)
-    const encode = parseSafely(envelope, Schema.encodeEither(envelope))
-    const decode = parseSafely(envelope, Schema.decodeEither(envelope))
+    const encode = parseSafely(Schema.encodeResult(envelope))
+    const decode = parseSafely(Schema.decodeResult(envelope))
     // the update alone through the same schema and JSON as its envelope: refused the same way
-    const updateJson = Schema.parseJson(options.schema)
-    const check = parseSafely(updateJson, Schema.encodeEither(updateJson))
+    const updateJson = Schema.fromJsonString(options.schema)
+    const check = parseSafely(Schema.encodeResult(updateJson))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
-    const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
-    const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
+    const readBlockMs = Math.max(1, Duration.toMillis(Duration.fromInputUnsafe(options.readBlock ?? "5 seconds")))
+    const restoreGraceMs = Duration.toMillis(Duration.fromInputUnsafe(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
     const env: MailboxEnv.Env<A, I, R> = {
@@ -223,7 +223,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
           ? Effect.void
           : Effect.andThen(
               Effect.logWarning(`mailbox: closing with ${sender.outbox.length} updates still waiting for the store`),
-              Metric.incrementBy(outboxSize, -sender.outbox.length)
+              Metric.update(outboxSize, -sender.outbox.length)
             )
       )
     )

@@ -191,7 +191,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
       })
     }
     const keys = cachedKeys(makeKeys(settings.keyPrefix))
-    const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
+    const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))
     const ks = new Keyspace(minSweepMs, yield* now)
     const flushReports = yield* PubSub.unbounded<FlushReport>()
     if (Option.isSome(settings.dataDir)) {

@@ -86,7 +86,7 @@ export const shutdownTimeout = (
   options?: Pick<RunMainOptions, "shutdownTimeout">
 ): Effect.Effect<Duration.Duration, InvalidConfig> =>
   Effect.suspend(() => {
-    const given = options?.shutdownTimeout === undefined ? undefined : Duration.decode(options.shutdownTimeout)
+    const given = options?.shutdownTimeout === undefined ? undefined : Duration.fromInputUnsafe(options.shutdownTimeout)
     const raw = process.env[shutdownTimeoutVariable]
     if (given === undefined && (raw === undefined || raw.trim() === "")) return Effect.succeed(defaultShutdownTimeout)
     const [knob, value, timeout] =
@@ -168,10 +168,10 @@ export const runMain: {
     if (Result.isFailure(timeout)) {
       // The program does not start: said on stderr whatever the program's own error
       // reporting (it may be off), as a failed start.
-      process.stderr.write(`leasehold: ${timeout.left.message}\n`)
+      process.stderr.write(`leasehold: ${timeout.failure.message}\n`)
       process.exitCode = 1
       return
     }
-    runWithDeadline(timeout.right)(effect, runOptions)
+    runWithDeadline(timeout.success)(effect, runOptions)
   }
 )

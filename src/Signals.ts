@@ -136,7 +136,7 @@ export const make = Effect.gen(function* () {
     Effect.gen(function* () {
       const queue = yield* Queue.unbounded<SignalEvent>()
       yield* Effect.acquireRelease(
-        listen(token, (event) => Queue.unsafeOffer(queue, event)),
+        listen(token, (event) => Queue.offerUnsafe(queue, event)),
         (unlisten) => Effect.sync(unlisten)
       )
       return Stream.fromQueue(queue)

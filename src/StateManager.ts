@@ -37,7 +37,7 @@ import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.j
  */
 export interface Slice<A, I = unknown> {
   readonly name: string
-  readonly schema: Schema.Schema<A, I>
+  readonly schema: Schema.Codec<A, I>
   readonly initial: A
   /** @internal */
   readonly decode: (raw: string) => Result.Result<A, ParseResult.ParseError>
@@ -54,16 +54,16 @@ export interface Slice<A, I = unknown> {
  * @since 0.1.0
  * @category constructors
  */
-export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: A): Slice<A, I> => {
+export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A): Slice<A, I> => {
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
-  const json = Schema.parseJson(schema)
-  const encode = parseSafely(json, Schema.encodeEither(json))
+  const json = Schema.fromJsonString(schema)
+  const encode = parseSafely(Schema.encodeResult(json))
   return {
     name,
     schema,
     initial,
-    decode: parseSafely(json, Schema.decodeUnknownEither(json)),
+    decode: parseSafely(Schema.decodeUnknownResult(json)),
     encode,
     initialEncoded: Result.getSuccess(encode(initial))
   }

@@ -93,9 +93,9 @@ export const limited = <E = unknown>(
     readonly retryOn?: (error: E) => boolean
   } = {}
 ): Limited<E> => {
-  const delay = Duration.decode(options.delay ?? "1 second")
+  const delay = Duration.fromInputUnsafe(options.delay ?? "1 second")
   const limit = options.limit ?? 5
-  const window = Duration.decode(options.window ?? "60 seconds")
+  const window = Duration.fromInputUnsafe(options.window ?? "60 seconds")
   return {
     _tag: "Limited",
     delay,
@@ -121,8 +121,8 @@ export const untilRecovered = (
   } = {}
 ): UntilRecovered => ({
   _tag: "UntilRecovered",
-  initial: Option.map(Option.fromNullishOr(options.initial), Duration.decode),
-  max: Option.map(Option.fromNullishOr(options.max), Duration.decode),
+  initial: Option.map(Option.fromNullishOr(options.initial), Duration.fromInputUnsafe),
+  max: Option.map(Option.fromNullishOr(options.max), Duration.fromInputUnsafe),
   jitter: Option.fromNullishOr(options.jitter)
 })
 
@@ -141,7 +141,7 @@ export const backoff = (options: {
   readonly max: Duration.Input
   readonly jitter?: boolean | undefined
 }): Schedule.Schedule<Duration.Duration> => {
-  const max = Duration.decode(options.max)
+  const max = Duration.fromInputUnsafe(options.max)
   const exponential = Schedule.exponential(options.initial)
   const jittered = options.jitter === true ? Schedule.jitteredWith(exponential, { min: 1, max: 1.1 }) : exponential
   return Schedule.modifyDelay(jittered, (_, delay) => Duration.min(delay, max))
@@ -168,7 +168,7 @@ export declare namespace Supervisor {
       name: string,
       loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
       policy?: Policy<E, R>
-    ) => Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R>
+    ) => Effect.Effect<Fiber.Fiber<never, E>, never, R>
     /**
      * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
      * before its leases are flushed and its records removed. Closing the layer does the
@@ -286,18 +286,18 @@ export const make = Effect.gen(function* () {
   const config = yield* LeaseholdConfig
   const store = yield* Store
   const scope = yield* Effect.scope
-  const fibers = new Set<Fiber.RuntimeFiber<never, unknown>>()
+  const fibers = new Set<Fiber.Fiber<never, unknown>>()
   let closed = false
 
   const run = <E, R>(
     name: string,
     loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
     policy: Policy<E, R> = limited<E>()
-  ): Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R> => {
+  ): Effect.Effect<Fiber.Fiber<never, E>, never, R> => {
     const tags = { loop: name }
-    const errors = Metric.tagged(loopErrors, "loop", name)
-    const recoveries = Metric.tagged(loopRecoveries, "loop", name)
-    const stateGauge = Metric.tagged(loopState, "loop", name)
+    const errors = Metric.withAttributes(loopErrors, { loop: name })
+    const recoveries = Metric.withAttributes(loopRecoveries, { loop: name })
+    const stateGauge = Metric.withAttributes(loopState, { loop: name })
     const setState = (state: "Running" | "Retrying" | "Failed", detail: string, errorCount: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (since) =>
         Effect.andThen(
@@ -309,7 +309,7 @@ export const make = Effect.gen(function* () {
                 ? { _tag: "Retrying", since, errors: errorCount, lastError: detail }
                 : { _tag: "Failed", since, error: detail }
           ),
-          Metric.set(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
+          Metric.update(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
         )
       )
 
@@ -318,7 +318,7 @@ export const make = Effect.gen(function* () {
     // fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
     // others). Only a cause of interruptions alone ends the loop as an interruption.
     const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
-      Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause)
+      Cause.hasDies(cause) ? Option.none() : Cause.findErrorOption(cause)
 
     // A delay of a recovering plan ends at once when the store's connection is ready
     // again after the attempt began.
@@ -338,7 +338,7 @@ export const make = Effect.gen(function* () {
               consecutive = 0
               return retry.reset.pipe(
                 Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
-                Effect.andThen(Metric.increment(recoveries)),
+                Effect.andThen(Metric.update(recoveries, 1)),
                 Effect.andThen(setState("Running", "", 0))
               )
             })
@@ -353,7 +353,7 @@ export const make = Effect.gen(function* () {
           const error = failureOf(exit.cause)
           if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
           consecutive++
-          yield* Metric.increment(errors)
+          yield* Metric.update(errors, 1)
           const text = describe(error.value)
           const delay = yield* retry.next(error.value)
           if (Option.isNone(delay)) {
@@ -378,12 +378,12 @@ export const make = Effect.gen(function* () {
       return yield* runPlan(planOf(name, policy, config))
     }).pipe(
       Effect.onExit((exit) =>
-        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)
+        Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)
           ? health.remove(name)
           : Exit.isFailure(exit)
             ? Effect.andThen(
-                Cause.isDie(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
-                setState("Failed", Cause.isDie(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
+                Cause.hasDies(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
+                setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
               )
             : Effect.void
       ),

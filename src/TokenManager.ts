@@ -259,7 +259,7 @@ export const make = Effect.gen(function* () {
     store,
     instanceId,
     entries: new Map(),
-    maintenance: yield* Effect.makeSemaphore(1),
+    maintenance: yield* Semaphore.make(1),
     failing: false,
     linking: new Set(),
     lostTokens: new Set(),
@@ -272,7 +272,7 @@ export const make = Effect.gen(function* () {
   const keeper: Records.Keeper = {
     table,
     refreshEvery,
-    started: yield* Effect.makeLatch(false),
+    started: yield* Latch.make(false),
     mode: Option.none(),
     refusalLogged: false,
     // the presence loop's state, below: asked only about links made after `make`
@@ -295,7 +295,7 @@ export const make = Effect.gen(function* () {
     table,
     presenceMs,
     refreshEveryMs: Math.max(1, Math.floor(presenceMs / 3)),
-    started: yield* Effect.makeLatch(false),
+    started: yield* Latch.make(false),
     steadySince: undefined,
     lastRefresh: undefined,
     asks: new Map(),

@@ -35,7 +35,7 @@ const stepOf = (memory: Store.Service) => {
 }
 
 const failureTag = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>) =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.failureOption(exit.cause), (e) => e._tag)) : undefined
+  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => e._tag)) : undefined
 
 describe("MemoryStore: a whole modification in one step", () => {
   it.scoped("a free lock: the values read, the fence taken, the writes made, and no lock or notice left", () =>
@@ -151,7 +151,7 @@ describe("MemoryStore: a whole modification in one step", () => {
         const bad = yield* Effect.exit(
           step("t", ["a"], () => [["a", "2"]], { when: () => ({ holder: { lockId: "?A" } }) })
         )
-        assert.isTrue(Exit.isFailure(bad) && Cause.isDie(bad.cause))
+        assert.isTrue(Exit.isFailure(bad) && Cause.hasDies(bad.cause))
         deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.some("1"))
       }).pipe(Effect.provide(config))
   )
@@ -188,9 +188,9 @@ describe("MemoryStore: a whole modification in one step", () => {
           throw new Error("boom")
         })
       )
-      assert.isTrue(Exit.isFailure(thrown) && Cause.isDie(thrown.cause))
+      assert.isTrue(Exit.isFailure(thrown) && Cause.hasDies(thrown.cause))
       const stray = yield* Effect.exit(step("t", ["a"], () => [["b", "1"]]))
-      assert.isTrue(Exit.isFailure(stray) && Cause.isDie(stray.cause))
+      assert.isTrue(Exit.isFailure(stray) && Cause.hasDies(stray.cause))
       deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.none())
       deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "b")), Option.none())
       // the lock is free for the next step: no lock was ever set

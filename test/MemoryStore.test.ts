@@ -21,7 +21,7 @@ const StoreLive = MemoryStore.layer.pipe(Layer.provide(config))
 const keys = makeKeys("leasehold")
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>): Option.Option<E> =>
-  Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
+  Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : Option.none()
 
 const tagOf = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>): string | undefined =>
   Option.getOrUndefined(Option.map(failureOf(exit), (error) => error._tag))

@@ -38,7 +38,7 @@ describe("OneShot", () => {
       })
       shot.done(Exit.succeed(7))
       assert.strictEqual(yield* Fiber.join(first), 7)
-      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(second)))
+      assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(second)))
       assert.deepStrictEqual(heard, Exit.succeed(7))
     })
   )

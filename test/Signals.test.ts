@@ -113,7 +113,7 @@ const isGranted = (event: Signals.SignalEvent) => {
 }
 const contended = { _tag: "Contended" } as const
 
-const signalsErrors = Metric.tagged(Supervisor.loopErrors, "loop", Signals.loopName)
+const signalsErrors = Metric.withAttributes(Supervisor.loopErrors, { ["loop"]: Signals.loopName)
 const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.count)
 
 describe("Signals on MemoryStore", () => {

@@ -44,8 +44,8 @@ const attempt = (w: Worker, token: string) =>
       })
     }
     const exit = yield* Fiber.await(fiber)
-    if (Exit.isFailure(exit) && !Exit.isInterrupted(exit)) {
-      if (Option.getOrUndefined(Cause.failureOption(exit.cause)) !== "failed by itself")
+    if (Exit.isFailure(exit) && !Exit.hasInterrupts(exit)) {
+      if (Option.getOrUndefined(Cause.findErrorOption(exit.cause)) !== "failed by itself")
         return yield* Effect.failCause(exit.cause)
     }
     return Exit.isSuccess(exit)

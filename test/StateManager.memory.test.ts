@@ -374,9 +374,9 @@ describe("a lease's timer", () => {
   // the wall clock reads its time. This clock's sleeps end 1 ms early.
   const earlyTimers = (clock: Clock.Clock): Clock.Clock => ({
     [Clock.ClockTypeId]: Clock.ClockTypeId,
-    unsafeCurrentTimeMillis: () => clock.unsafeCurrentTimeMillis(),
+    unsafeCurrentTimeMillis: () => clock.currentTimeMillisUnsafe(),
     currentTimeMillis: clock.currentTimeMillis,
-    unsafeCurrentTimeNanos: () => clock.unsafeCurrentTimeNanos(),
+    unsafeCurrentTimeNanos: () => clock.currentTimeNanosUnsafe(),
     currentTimeNanos: clock.currentTimeNanos,
     sleep: (duration) => {
       const ms = Duration.toMillis(duration)

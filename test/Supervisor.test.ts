@@ -47,7 +47,7 @@ const setup = (input: LeaseholdConfig.Input = {}) =>
   })
 
 /** Advance the TestClock a second at a time until the fiber ends. */
-const driveUntilDone = <A, E>(fiber: Fiber.RuntimeFiber<A, E>, stepMs = 1_000, maxSteps = 1_000) =>
+const driveUntilDone = <A, E>(fiber: Fiber.Fiber<A, E>, stepMs = 1_000, maxSteps = 1_000) =>
   Effect.gen(function* () {
     for (let i = 0; i < maxSteps; i++) {
       const done = yield* Fiber.poll(fiber)
@@ -214,7 +214,7 @@ describe("Supervisor: UntilRecovered", () => {
       })
   }
 
-  const runFor = (fiber: Fiber.RuntimeFiber<never, unknown>, seconds: number) =>
+  const runFor = (fiber: Fiber.Fiber<never, unknown>, seconds: number) =>
     Effect.gen(function* () {
       for (let i = 0; i < seconds; i++) yield* TestClock.adjust(1_000)
       yield* Fiber.interrupt(fiber)
@@ -263,9 +263,9 @@ describe("Supervisor: UntilRecovered", () => {
         "INFO sub: task recovered",
         "ERROR sub: task error, retrying until it recovers: down 8"
       ])
-      const errors = yield* Metric.value(Metric.tagged(Supervisor.loopErrors, "loop", "sub"))
+      const errors = yield* Metric.value(Metric.withAttributes(Supervisor.loopErrors, { loop: "sub" }))
       assert.strictEqual(errors.count, times.length)
-      const recoveries = yield* Metric.value(Metric.tagged(Supervisor.loopRecoveries, "loop", "sub"))
+      const recoveries = yield* Metric.value(Metric.withAttributes(Supervisor.loopRecoveries, { loop: "sub" }))
       assert.strictEqual(recoveries.count, 1)
       // interrupted: no longer listed
       deepStrictEqual(yield* health.loops, [])
@@ -340,7 +340,7 @@ describe("Supervisor: UntilRecovered", () => {
       yield* TestClock.adjust(10_000)
       deepStrictEqual(times, [0])
       const exit = yield* Fiber.interrupt(fiber)
-      assert.isTrue(Exit.isInterrupted(exit))
+      assert.isTrue(Exit.hasInterrupts(exit))
       yield* TestClock.adjust(60_000)
       deepStrictEqual(times, [0])
       assert.strictEqual(yield* Clock.currentTimeMillis, 70_000)
@@ -427,7 +427,7 @@ describe("Supervisor: UntilRecovered", () => {
           return fiber
         })
       )
-      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(fiber)))
+      assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(fiber)))
       assert.strictEqual(calls, 1)
       assert.strictEqual(yield* Clock.currentTimeMillis, 1_000)
     })
@@ -451,14 +451,14 @@ describe("Supervisor: UntilRecovered", () => {
       yield* TestClock.adjust(1_000)
       assert.strictEqual(calls, 1)
       yield* shutdown
-      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(working)))
-      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(retrying)))
+      assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(working)))
+      assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(retrying)))
       deepStrictEqual(
         (yield* health.loops).map((loop) => loop.name),
         []
       )
       const late = yield* run("late", () => Effect.sync(() => calls++))
-      assert.isTrue(Exit.isInterrupted(yield* Fiber.await(late)))
+      assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(late)))
       assert.strictEqual(calls, 1)
     })
   )

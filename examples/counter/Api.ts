@@ -37,7 +37,7 @@ const tokenParam = Effect.gen(function* () {
   return token
 })
 
-const decodeStep = Schema.decodeUnknownEither(Schema.compose(Schema.NumberFromString, Step))
+const decodeStep = Schema.decodeUnknownResult(Schema.compose(Schema.NumberFromString, Step))
 
 const stepParam = Effect.gen(function* () {
   const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")

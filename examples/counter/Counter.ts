@@ -73,7 +73,7 @@ const step = (token: string, count: Count, by: number, now: number): Result.Resu
  */
 export const bumpAll = (states: StateManager["Type"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {
-    const now = clock.unsafeCurrentTimeMillis()
+    const now = clock.currentTimeMillisUnsafe()
     return states.modify(
       token,
       Counter,

@@ -28,7 +28,7 @@ export type Bump = typeof Bump.Type
 // A value nested too deeply (`[[[[…]]]]`) makes Schema's recursive decoder and formatters
 // overflow the stack: below, that is a reason like any other, not a thrown RangeError that
 // would end the socket's frame handler.
-const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
+const decodeBump = Schema.decodeUnknownResult(Schema.fromJsonString(Bump), { onExcessProperty: "ignore" })
 
 /** The innermost reason of a parse error, on one line (a value too deep to describe, in short). */
 export const problem = (error: ParseResult.ParseError): string => {

@@ -73,7 +73,7 @@ export const layer = Layer.sync(Sockets, () => {
 
   const sendCount = (connection: Connection, type: "state" | "update", count: Count) =>
     Effect.suspend(() => {
-      if (!isNewer(count, connection.last)) return Metric.increment(overtaken)
+      if (!isNewer(count, connection.last)) return Metric.update(overtaken, 1)
       connection.last = { v: count.v, epoch: count.epoch }
       return send(connection, { type, n: count.n, v: count.v })
     })
@@ -89,14 +89,14 @@ export const layer = Layer.sync(Sockets, () => {
           closed: yield* Deferred.make<void>()
         }
         byToken.set(token, connection)
-        yield* Metric.increment(open)
+        yield* Metric.update(open, 1)
         return connection
       }),
     detach: (connection) =>
       Effect.suspend(() => {
         if (byToken.get(connection.token) !== connection) return Effect.void
         byToken.delete(connection.token)
-        return Effect.andThen(Metric.incrementBy(open, -1), Queue.shutdown(connection.outgoing))
+        return Effect.andThen(Metric.update(open, -1), Queue.shutdown(connection.outgoing))
       }),
     send,
     sendCount,

@@ -41,7 +41,7 @@ const messageOf = (error: unknown): string => {
 
 /** The one line a failed start prints: the error's message, not a stack. */
 const reason = (cause: Cause.Cause<unknown>): string =>
-  Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
+  Option.match(Cause.findErrorOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
 
 // The first SIGINT or SIGTERM starts the graceful shutdown (sockets closed, leases written,
 // records removed); later ones (npm forwarding a Ctrl-C, a signal to the whole group) do
@@ -53,7 +53,7 @@ const forksWorkers =
 runMain(
   program.pipe(
     Effect.tapCause((cause) =>
-      Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
+      Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
     )
   ),
   { disableErrorReporting: true, ...(forksWorkers ? Cluster.primaryOptions() : {}) }

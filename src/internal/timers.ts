@@ -24,7 +24,7 @@ import { OneShot } from "./oneShot.js"
  *
  * @internal
  */
-export const fineMillis = (clock: Clock.Clock): number => Number(clock.unsafeCurrentTimeNanos()) / 1_000_000
+export const fineMillis = (clock: Clock.Clock): number => Number(clock.currentTimeNanosUnsafe()) / 1_000_000
 
 /** `fineMillis` of the fiber's clock. @internal */
 export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
@@ -177,7 +177,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   }
 
   const serve = Effect.gen(function* () {
-    const now = clock.unsafeCurrentTimeMillis()
+    const now = clock.currentTimeMillisUnsafe()
     const started = runDue(now)
     if (started !== undefined) {
       for (const effect of started) {
@@ -213,7 +213,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   const loop = Effect.forever(
     Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
-  const wheel: Wheel = { at, after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action) }
+  const wheel: Wheel = { at, after: (ms, action) => at(clock.currentTimeMillisUnsafe() + ms, action) }
   return { wheel, loop: Effect.interruptible(Effect.withClock(loop, clock)) }
 }
 

@@ -99,7 +99,7 @@ export const failsWith = <A, E extends { readonly _tag: string }, R, T extends E
   Effect.matchCauseEffect(effect, {
     onSuccess: (value) => Effect.dieMessage(`expected ${tag}, succeeded with ${safeJson(value)}`),
     onFailure: (cause) => {
-      const failure = Cause.failureOption(cause)
+      const failure = Cause.findErrorOption(cause)
       if (failure._tag === "Some" && failure.value._tag === tag) {
         return Effect.succeed(failure.value as Extract<E, { readonly _tag: T }>)
       }

@@ -67,7 +67,7 @@ const warnings = (lines: ReadonlyArray<{ level: string; message: string }>, text
   lines.filter((line) => line.level === "WARN" && line.message.includes(text))
 
 const dropped = (reason: string) =>
-  Effect.map(Metric.value(Metric.tagged(Mailbox.dropped, "reason", reason)), (state) => state.count)
+  Effect.map(Metric.value(Metric.withAttributes(Mailbox.dropped, { reason: reason })), (state) => state.count)
 
 const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
 

@@ -25,7 +25,7 @@ const count = Number(process.env.COUNT ?? "0")
 const program = Effect.gen(function* () {
   const states = yield* StateManager.StateManager
   const rounds = yield* Queue.unbounded<void>()
-  process.on("SIGUSR2", () => Queue.unsafeOffer(rounds, undefined))
+  process.on("SIGUSR2", () => Queue.offerUnsafe(rounds, undefined))
   const bump = states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
   for (;;) {
     let n = 0

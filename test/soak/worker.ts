@@ -120,8 +120,8 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
     }
     const exit = yield* Fiber.await(fiber)
     if (Exit.isSuccess(exit)) return yield* emit({ t: "ok", token, op, at: Date.now() })
-    if (Exit.isInterrupted(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
-    const reason = Option.match(Cause.failureOption(exit.cause), {
+    if (Exit.hasInterrupts(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
+    const reason = Option.match(Cause.findErrorOption(exit.cause), {
       onNone: () => "defect",
       onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
     })

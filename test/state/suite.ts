@@ -133,8 +133,8 @@ const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.flatMap(
     Effect.andThen(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
     (exit) =>
-      Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
-        ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
+      Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
+        ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
         : Effect.dieMessage(`expected a failure, got ${String(exit)}`)
   )
 
@@ -317,7 +317,7 @@ export const stateSuite = (backend: StateBackend) => {
           yield* Deferred.succeed(gate, undefined)
           const exit = yield* Fiber.await(fiber)
           assert.isTrue(Exit.isFailure(exit))
-          const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
+          const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.findErrorOption(exit.cause)) : undefined
           assert.strictEqual(error?._tag, "LockExpired")
           if (error?._tag === "LockExpired") {
             deepStrictEqual(error.event, Option.some("slow"))
@@ -436,7 +436,7 @@ export const stateSuite = (backend: StateBackend) => {
           })
           const first = yield* blocker(tools, a, "t")
           const done: Array<string> = []
-          const fibers: Array<Fiber.RuntimeFiber<number, unknown>> = []
+          const fibers: Array<Fiber.Fiber<number, unknown>> = []
           for (const w of others) {
             fibers.push(yield* Effect.forkChild(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
             yield* tools.until(
@@ -696,7 +696,7 @@ export const stateSuite = (backend: StateBackend) => {
             // interrupted claim handed the lock to N (the next fence)
             yield* lockBecomes(cluster, tools, "N:1")
             assert.strictEqual(yield* cluster.grants("t"), 3)
-            assert.isTrue(Exit.isInterrupted(yield* Fiber.await(waiter)))
+            assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(waiter)))
             deepStrictEqual(yield* cluster.store.queue("t"), [])
             yield* idle(tools, b)
             assert.strictEqual(yield* cluster.stored("t"), 0)

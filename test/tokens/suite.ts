@@ -45,8 +45,8 @@ const mine = (w: TokenWorker, connectionId: string): SocketRecord => ({ instance
 /** The failure of `effect`, which must be tagged `tag`. */
 const failure = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
   Effect.flatMap(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
-      ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
+    Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
+      ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
       : Effect.dieMessage(`expected a failure, got ${JSON.stringify(exit)}`)
   )
 

@@ -221,8 +221,8 @@ export const acquire = (
       // What was signalled before the attempt is answered by it.
       yield* local.drain
       const first = yield* attempt(undefined)
-      if (Result.isSuccess(first)) return Option.some(first.right)
-      remainingMs = first.left
+      if (Result.isSuccess(first)) return Option.some(first.success)
+      remainingMs = first.failure
     }
     // Listening before it waits: a subscription made after the attempt that queued the
     // worker may have missed the notice of a grant, so a first re-check follows it.
@@ -263,10 +263,10 @@ export const acquire = (
       checkFirst = false
       const next = yield* attempt(claim)
       if (Result.isSuccess(next)) {
-        yield* Metric.update(lockWait, next.right.grantedAt - started)
-        return Option.some(next.right)
+        yield* Metric.update(lockWait, next.success.grantedAt - started)
+        return Option.some(next.success)
       }
-      remainingMs = next.left
+      remainingMs = next.failure
       claim = undefined
     }
   }).pipe(

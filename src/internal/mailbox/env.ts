@@ -9,7 +9,6 @@ import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as Result from "effect/Result"
-import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
 import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
@@ -80,10 +79,10 @@ type DropReason =
   | "duplicate"
   | "taken-over"
 
-export const drop = (reason: DropReason) => Metric.increment(Metric.tagged(dropped, "reason", reason))
+export const drop = (reason: DropReason) => Metric.update(Metric.withAttributes(dropped, { reason: reason }), 1)
 
-export const envelopeOf = <A, I>(schema: Schema.Schema<A, I>) =>
-  Schema.parseJson(
+export const envelopeOf = <A, I>(schema: Schema.Codec<A, I>) =>
+  Schema.fromJsonString(
     Schema.Struct({
       token: Schema.String.pipe(Schema.filter((token) => isValidToken(token) || "not a valid token")),
       update: schema,
@@ -127,38 +126,31 @@ export interface Merged {
 
 /**
  * The update to the app's `deliver`, run with the mailbox's context merged into its fiber's
- * (as `Effect.provide` would, without its acquire-use-release: a score of runtime steps, more
- * than the rest of a delivery): the fiber's context set, then set back however the delivery
- * ends, uninterruptibly around it. The merge made last is kept: a socket's updates come from
+ * (`Effect.updateContext`: the fiber's context set, and set back when the delivery ends,
+ * however it ends). The merge made last is kept: a socket's updates come from
  * the same fiber, with the same context (so one caller's context stays reachable until
  * another's replaces it). A failed delivery is logged and counted.
  */
 export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
-  Effect.uninterruptibleMask((restore) =>
-    FiberRef.getWith(FiberRef.currentContext, (previous) => {
+  Effect.updateContext(
+    Effect.matchCauseEffect(env.options.deliver(token, update) as Effect.Effect<void>, {
+      onSuccess: () => Metric.update(delivered, 1),
+      onFailure: (cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.andThen(
+              Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
+              drop("deliver-failed")
+            )
+    }),
+    (previous: Context.Context<never>) => {
       const { merged } = env
       if (merged.from !== previous) {
         merged.from = previous
         merged.to = Context.merge(previous, env.context)
       }
-      const back = FiberRef.set(FiberRef.currentContext, previous)
-      return Effect.andThen(
-        FiberRef.set(FiberRef.currentContext, merged.to!),
-        Effect.matchCauseEffect(restore(env.options.deliver(token, update) as Effect.Effect<void>), {
-          onSuccess: () => Effect.andThen(back, Metric.increment(delivered)),
-          onFailure: (cause) =>
-            Effect.andThen(
-              back,
-              Cause.isInterruptedOnly(cause)
-                ? Effect.failCause(cause)
-                : Effect.andThen(
-                    Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
-                    drop("deliver-failed")
-                  )
-            )
-        })
-      )
-    })
+      return merged.to!
+    }
   )
 
 /**

@@ -55,8 +55,8 @@ const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResu
     from: env.instanceId,
     seq: pending.seq
   })
-  if (Result.isFailure(encoded)) return encoded.left
-  pending.payload = encoded.right
+  if (Result.isFailure(encoded)) return encoded.failure
+  pending.payload = encoded.success
   return undefined
 }
 
@@ -106,7 +106,7 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       )
     }
     outbox.push(pending)
-    return Metric.increment(outboxSize).pipe(Effect.andThen(wake.offer(undefined)), Effect.as("buffered" as const))
+    return Metric.update(outboxSize, 1).pipe(Effect.andThen(wake.offer(undefined)), Effect.as("buffered" as const))
   })
 
 /**
@@ -129,7 +129,7 @@ const routeFrom = <A, I, R>(
       Effect.as(Effect.logWarning(`socket records: ${error.message}`), Option.none<SocketRecord>())
     ),
     Effect.flatMap((owner) =>
-      Option.isNone(owner) ? Effect.succeed("no-owner" as const) : Effect.as(Metric.increment(sent), "sent" as const)
+      Option.isNone(owner) ? Effect.succeed("no-owner" as const) : Effect.as(Metric.update(sent, 1), "sent" as const)
     )
   )
 }
@@ -166,7 +166,7 @@ export const send = <A, I, R>(
       (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
-          if (Result.isFailure(checked)) return invalidUpdate(token, checked.left)
+          if (Result.isFailure(checked)) return invalidUpdate(token, checked.failure)
           return Effect.as(deliver(env, token, update as A), "delivered" as const)
         }
         const error = encodeEnvelope(env, pending)
@@ -236,7 +236,7 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
       const outcome: Routed = yield* Effect.repeat(routeHead(head), retryHead)
       if (outcome === "no-owner") yield* drop("no-owner")
       outbox.shift()
-      yield* Metric.incrementBy(outboxSize, -1)
+      yield* Metric.update(outboxSize, -1)
     }
     sender.overflowing = false
     sender.graceEndsAt = undefined

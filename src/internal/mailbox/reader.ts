@@ -79,12 +79,12 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
     const decoded = env.decode(entry.payload)
     if (Result.isFailure(decoded)) {
       return Effect.andThen(
-        Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`),
+        Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.failure)}`),
         drop("undecodable")
       )
     }
-    const { from, seq } = decoded.right
-    const handled = pass(env, decoded.right).pipe(
+    const { from, seq } = decoded.success
+    const handled = pass(env, decoded.success).pipe(
       // Only an unreachable store (or, on a forward, replicas behind) stops the reader: the
       // entry is read again once it is back. Anything else about one entry costs that entry alone.
       Effect.catchIf(
@@ -116,8 +116,8 @@ const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
     if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")
     const payload = env.encode({ token, update, forwarded: true, from, seq })
     if (Result.isFailure(payload)) return yield* drop("undecodable")
-    yield* env.store.mailboxAppend(owner.value.instanceId, payload.right, env.append)
-    yield* Metric.increment(forwarded)
+    yield* env.store.mailboxAppend(owner.value.instanceId, payload.success, env.append)
+    yield* Metric.update(forwarded, 1)
   })
 
 /** One attempt of the `mailbox` loop, run by the supervisor. */

@@ -15,7 +15,7 @@ import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { FlushReport } from "./disk.js"
 import type { State } from "./driver.js"
 
-const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
+const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))
 
 /** @internal */
 export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => {

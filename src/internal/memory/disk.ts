@@ -145,7 +145,7 @@ const load = (w: Writer, names: ReadonlyArray<string>) =>
       (token) => Effect.promise(() => fs.rm(fileOf(token), { force: true }).catch(() => undefined)),
       { concurrency: 16, discard: true }
     )
-    if (expired.length > 0) yield* Metric.incrementBy(filesRemoved, expired.length)
+    if (expired.length > 0) yield* Metric.update(filesRemoved, expired.length)
   })
 
 /** `ks.onKeyChanged`: a change of a key that the token's file holds, or would, makes the token dirty. */
@@ -219,13 +219,13 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const removed: Array<string> = []
       const failed: Array<readonly [Job, string]> = []
       for (const outcome of outcomes) {
-        if (Result.isFailure(outcome)) failed.push(outcome.left)
-        else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
+        if (Result.isFailure(outcome)) failed.push(outcome.failure)
+        else (outcome.success.content === undefined ? removed : written).push(outcome.success.token)
       }
-      yield* Metric.incrementBy(filesWritten, written.length)
-      yield* Metric.incrementBy(filesRemoved, removed.length)
+      yield* Metric.update(filesWritten, written.length)
+      yield* Metric.update(filesRemoved, removed.length)
       if (failed.length > 0) {
-        yield* Metric.incrementBy(fileWriteFailures, failed.length)
+        yield* Metric.update(fileWriteFailures, failed.length)
         // A failed token is dirty again: its latest state is written by a later flush.
         for (const [job] of failed) markDirty(w, job.token)
         // One line per run of failures, not one per file and flush.

@@ -194,7 +194,7 @@ const makeOp =
       state.operations++
       if (!state.available) return Effect.fail(unavailable(operation))
       try {
-        const reply = body(clock.unsafeCurrentTimeMillis())
+        const reply = body(clock.currentTimeMillisUnsafe())
         const toLose = state.repliesToLose.get(operation) ?? 0
         if (toLose === 0) return Effect.succeed(reply)
         if (toLose === 1) state.repliesToLose.delete(operation)

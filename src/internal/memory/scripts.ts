@@ -261,8 +261,8 @@ const ownRecord = (s: Space, now: number, key: string, instanceId: string, conne
   if (entry === undefined) return undefined
   const decoded = decodeSocketRecord(key, entry.value)
   return Result.isSuccess(decoded) &&
-    decoded.right.instanceId === instanceId &&
-    decoded.right.connectionId === connectionId
+    decoded.success.instanceId === instanceId &&
+    decoded.success.connectionId === connectionId
     ? entry
     : undefined
 }

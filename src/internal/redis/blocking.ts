@@ -42,7 +42,7 @@ export const make = (
     let blocking: { readonly node: string; readonly connection: Redis } | undefined
     let clientId: number | undefined
     let closed = false
-    const permit = yield* Effect.makeSemaphore(1)
+    const permit = yield* Semaphore.make(1)
 
     const connectionFor = (key: string): Effect.Effect<Redis, StoreUnavailable> =>
       Effect.gen(function* () {

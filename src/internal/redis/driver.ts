@@ -250,7 +250,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
           if (typeof raw === "string") records.push({ key, token, raw })
         }
       }
-      return [Chunk.unsafeFromArray(records), next] as const
+      return [Chunk.fromArrayUnsafe(records), next] as const
     })
 
   /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */

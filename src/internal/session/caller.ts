@@ -70,14 +70,14 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
             start(env, session, {
               queued: true,
               attempted: true,
-              remainingMs: attempt.left.remainingMs,
-              lockId: attempt.left.lockId,
+              remainingMs: attempt.failure.remainingMs,
+              lockId: attempt.failure.lockId,
               mark
             }),
             Option.none()
           )
         }
-        const grant = attempt.right
+        const grant = attempt.success
         // a quantum or a lease serves the modifications that queue meanwhile: its fiber
         // does; with the oplock off the caller holds the grant for its own modification
         const mode = modeOf(env, grant)

@@ -146,7 +146,7 @@ const contend = (state: HoldState) =>
       if (state.contended) return Effect.void
       state.contended = true
       state.deadline = Math.min(state.deadline, now + state.env.quantumMs)
-      return Effect.andThen(Metric.increment(leasesBroken), armTimer(state))
+      return Effect.andThen(Metric.update(leasesBroken, 1), armTimer(state))
     })
   )
 
@@ -228,7 +228,7 @@ const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive 
       store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
     )
     // extended: the lock lives a full lock expiration, no longer the hand-off's
-    if (Result.isSuccess(extended) && extended.right) state.claim = undefined
+    if (Result.isSuccess(extended) && extended.success) state.claim = undefined
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
     if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
@@ -305,7 +305,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
       onSuccess: () => {
         state.writeMs = fineMillis(clock) - started
-        return Effect.map(Metric.increment(flushes), () => {
+        return Effect.map(Metric.update(flushes, 1), () => {
           succeedAcks(batch)
           return true
         })
@@ -313,7 +313,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
       onFailure: orDefect((error) => {
         state.writeMs = fineMillis(clock) - started
         // The lock is lost or the store is away: this lease writes nothing more.
-        return Metric.increment(flushFailures).pipe(
+        return Metric.update(flushFailures, 1).pipe(
           Effect.andThen(
             Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
           ),
@@ -332,7 +332,7 @@ const serve = (state: HoldState, resumed: boolean) =>
     const { env, session, mode } = state
     const lookForContenders = checkSignals(state)
     if (mode === "lease" && !resumed) {
-      yield* Metric.increment(leasesStarted)
+      yield* Metric.update(leasesStarted, 1)
       session.lease = { cache: state.cache, hold: state }
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
@@ -410,7 +410,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       if (mode === "lease") {
         // An idle lease parks (its fiber ends) once it was woken by nothing but its park timer.
         if (yield* park(state, changed)) {
-          yield* Metric.increment(leasesParked)
+          yield* Metric.update(leasesParked, 1)
           return parking
         }
         state.idleSince = fineMillis(state.clock)

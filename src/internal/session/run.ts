@@ -95,7 +95,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
           ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId, queuedAs))
           : Effect.void
         if (Exit.isSuccess(exit)) return closeScope
-        const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
+        const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
         return Effect.forEach(
           left,
           (request) =>

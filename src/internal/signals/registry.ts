@@ -30,7 +30,7 @@ export interface Channel {
   readonly name: string
   /** The tokens it carries that have an entry here. */
   readonly tokens: Map<string, Entry>
-  readonly lock: Effect.Semaphore
+  readonly lock: Semaphore.Semaphore
   /** Set once its last token was swept away: nothing restores it any more. */
   closed: boolean
   /** The scope of the latest store subscription and its pump. */
@@ -169,7 +169,7 @@ export const make = (
       channel = {
         name,
         tokens: new Map(),
-        lock: Effect.unsafeMakeSemaphore(1),
+        lock: Semaphore.makeUnsafe(1),
         closed: false,
         scope: undefined,
         live: false,

@@ -24,8 +24,8 @@ const decodeStored = <A, I>(
 ): A => {
   if (Option.isNone(raw)) return s.initial
   const decoded = s.decode(raw.value)
-  if (Result.isSuccess(decoded)) return decoded.right
-  onError(decoded.left)
+  if (Result.isSuccess(decoded)) return decoded.success
+  onError(decoded.failure)
   return s.initial
 }
 

@@ -71,15 +71,15 @@ const encodeWrites = (
   for (const [i, s] of slices.entries()) {
     const encoded = s.encode(next[i])
     if (Result.isFailure(encoded)) {
-      return Result.fail(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.left) }))
+      return Result.fail(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.failure) }))
     }
-    const bytes = Buffer.byteLength(encoded.right, "utf8")
+    const bytes = Buffer.byteLength(encoded.success, "utf8")
     if (bytes > maxValueBytes) {
       return Result.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
     }
     // Nothing stored means the initial value: writing it would change nothing.
     const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
-    if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+    if (!Option.contains(baseline, encoded.success)) writes.push([s.name, encoded.success])
   }
   return Result.succeed(writes)
 }
@@ -104,8 +104,8 @@ const decide = <B, E, R>(
     const decoded = yield* decodeAll(token, slices, current)
     const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
     const writes = encodeWrites(env, token, slices, current, next)
-    if (Result.isFailure(writes)) return yield* Effect.fail(writes.left)
-    return { value, writes: writes.right }
+    if (Result.isFailure(writes)) return yield* Effect.fail(writes.failure)
+    return { value, writes: writes.success }
   })
 
 /**
@@ -191,11 +191,11 @@ class PureDecision<B> {
     }
     const writes = encodeWrites(env, token, slices, current, next)
     if (Result.isFailure(writes)) {
-      this.exit = Exit.fail(writes.left)
+      this.exit = Exit.fail(writes.failure)
       return noWrites
     }
     this.exit = Exit.succeed(value)
-    return writes.right
+    return writes.success
   }
 
   /** `then` after the warnings, if any. */

@@ -225,10 +225,10 @@ const socketPart = (driver: Driver) => {
         }
         const decoded = decodeSocketRecord(key, raw)
         if (Result.isFailure(decoded)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.failure.message}`)
           continue
         }
-        records.push([token, decoded.right])
+        records.push([token, decoded.success])
       }
       return records
     })

@@ -62,7 +62,7 @@ export const applyClaim = (
   Effect.suspend(() => {
     const current = table.entries.get(token)
     if (current !== entry) {
-      const written = Result.isSuccess(result) && result.right._tag === "Claimed"
+      const written = Result.isSuccess(result) && result.success._tag === "Claimed"
       if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return none
       return table.store.deleteSocketIfOwner(token, entry.record).pipe(
         Effect.asVoid,
@@ -73,14 +73,14 @@ export const applyClaim = (
     }
     if (Result.isFailure(result)) {
       return Effect.as(
-        Effect.logWarning(`socket records: cannot restore token ${token}: ${result.left.message}`),
+        Effect.logWarning(`socket records: cannot restore token ${token}: ${result.failure.message}`),
         Option.none()
       )
     }
-    const claim = result.right
+    const claim = result.success
     if (claim._tag === "Claimed" || sameRecord(claim.record, entry.record)) {
       table.unstored.delete(entry)
-      return claim._tag === "Claimed" ? Effect.as(Metric.increment(stored), Option.none()) : none
+      return claim._tag === "Claimed" ? Effect.as(Metric.update(stored, 1), Option.none()) : none
     }
     if (table.unstored.has(entry)) return Effect.succeed(Option.some(claim.record))
     return Effect.as(adopt(table, token, entry, claim.record), Option.none())

@@ -232,7 +232,7 @@ const claimAndLink = (
           outcome._tag !== "ours"
             ? Effect.succeed<Outcome>(outcome)
             : Effect.andThen(
-                Effect.andThen(Metric.increment(expected === undefined ? links : takeovers), storeWorked(table)),
+                Effect.andThen(Metric.update(expected === undefined ? links : takeovers, 1), storeWorked(table)),
                 linkAs(table, token, connectionId, fresh, { takenOver: expected !== undefined })
               ).pipe(Effect.map((linked): Outcome => ({ _tag: "Linked", linked })))
         )
@@ -243,7 +243,7 @@ const claimAndLink = (
 
 const linkFresh = (table: Table, connectionId: string) =>
   Effect.gen(function* () {
-    yield* Metric.increment(duplicates)
+    yield* Metric.update(duplicates, 1)
     for (let attempt = 0; attempt < freshAttempts; attempt++) {
       const linked = yield* claimAndLink(table, randomUUID(), connectionId, true)
       if (linked._tag === "Linked") return linked.linked

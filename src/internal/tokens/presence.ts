@@ -41,7 +41,7 @@ export interface Presence {
   readonly presenceMs: number
   readonly refreshEveryMs: number
   /** Open once the loop's first attempt has refreshed, or failed. */
-  readonly started: Effect.Latch
+  readonly started: Latch.Latch
   /** When the current attempt became steady (subscribed and refreshed); `undefined` while it is not. */
   steadySince: number | undefined
   /** When the last refresh that succeeded was sent. */

@@ -40,7 +40,7 @@ const restoreBatch = 1_000
 export interface Keeper extends Settler {
   readonly refreshEvery: Duration.Duration
   /** Open once the loop's first attempt is over. */
-  readonly started: Effect.Latch
+  readonly started: Latch.Latch
   mode: Option.Option<KeepAlive>
   refusalLogged: boolean
 }

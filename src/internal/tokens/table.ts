@@ -66,7 +66,7 @@ export interface Table {
   readonly instanceId: string
   readonly entries: Map<string, Entry>
   /** Restores, refreshes and re-claims run one at a time: each reads the map, then applies what the store said. */
-  readonly maintenance: Effect.Semaphore
+  readonly maintenance: Semaphore.Semaphore
   /** One warning per failure episode: a store that is down fails every write until it returns. */
   failing: boolean
   /** Links whose claim or take-over is in flight, as `<token> <connectionId>` (a token has no space). */
@@ -141,7 +141,7 @@ export const adopt = (table: Table, token: string, entry: Entry, record: SocketR
     entries.set(token, { connectionId: entry.connectionId, record })
     return Effect.andThen(
       Effect.andThen(
-        Metric.increment(recordsAdopted),
+        Metric.update(recordsAdopted, 1),
         Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
       ),
       // Only a socket that held the token under its own record lost it; one that had adopted already was told.

@@ -39,7 +39,7 @@ const StoredValue = Schema.Struct({ value: Schema.String, expiresAt: Schema.Null
 const TokenFile = Schema.Struct({
   format: Schema.Literal(format),
   token: Schema.String,
-  keys: Schema.Record({ key: Schema.String, value: StoredValue })
+  keys: Schema.Record(Schema.String, StoredValue)
 })
 
 /** @internal */
@@ -48,7 +48,7 @@ export type TokenFile = typeof TokenFile.Type
 /** The file's content, or what is wrong with it (a file nested too deeply included), in a few words. */
 const parseTokenFile = (raw: string): Result.Result<TokenFile, string> =>
   Result.mapError(
-    parseSafely(TokenFile, Schema.decodeUnknownEither(Schema.parseJson(TokenFile)))(raw),
+    parseSafely(Schema.decodeUnknownResult(Schema.fromJsonString(TokenFile)))(raw),
     (error) => `not a token file: ${describeParseError(error)}`
   )
 
@@ -154,14 +154,14 @@ export const readTokenFile = (dir: string, name: string) =>
     const file = path.join(dir, name)
     const raw = yield* Effect.result(Effect.tryPromise(() => fs.readFile(file, "utf8")))
     if (Result.isFailure(raw)) {
-      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.left.error)}`)
+      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.failure.error)}`)
       return undefined
     }
-    const decoded = parseTokenFile(raw.right)
-    const problem = Result.isFailure(decoded) ? decoded.left : fileProblem(name.slice(0, -".json".length), decoded.right)
+    const decoded = parseTokenFile(raw.success)
+    const problem = Result.isFailure(decoded) ? decoded.failure : fileProblem(name.slice(0, -".json".length), decoded.success)
     if (problem !== undefined || Result.isFailure(decoded)) {
       yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
       return undefined
     }
-    return decoded.right
+    return decoded.success
   })
