@@ -15,9 +15,8 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Predicate from "effect/Predicate"
+import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
-import * as ScheduleDecision from "effect/ScheduleDecision"
-import * as ScheduleInterval from "effect/ScheduleInterval"
 import * as Stream from "effect/Stream"
 import { Health } from "./Health.js"
 import * as Retry from "./internal/retry.js"
@@ -65,19 +64,28 @@ export interface UntilRecovered {
  * @since 0.1.0
  * @category models
  */
-export type Policy<E = unknown, R = never> = Limited<E> | UntilRecovered | Schedule.Schedule<unknown, E, R>
+export type Policy<E = unknown, R = never> = Limited<E> | UntilRecovered | Schedule.Schedule<unknown, E, unknown, R>
 
 /**
- * Counts the errors of a window that opens at an error and lasts `window`: done at the
- * `limit`-th one. Outputs the count.
+ * `delay` after each error, counting the errors of a window that opens at an error and lasts
+ * `window`: done at the `limit`-th one. Outputs the count.
  */
-const errorsWithin = (limit: number, window: Duration.Duration): Schedule.Schedule<number, unknown> =>
-  Schedule.makeWithState({ count: 0, since: 0 }, (now, _, state) => {
-    const count = state.count > 0 && now - state.since <= Duration.toMillis(window) ? state.count + 1 : 1
-    const since = count === 1 ? now : state.since
-    const decision = count >= limit ? ScheduleDecision.done : ScheduleDecision.continueWith(ScheduleInterval.after(now))
-    return Effect.succeed([{ count, since }, count, decision] as const)
-  })
+const errorsWithin = (
+  delay: Duration.Duration,
+  limit: number,
+  window: Duration.Duration
+): Schedule.Schedule<number, unknown> =>
+  Schedule.fromStep(
+    Effect.sync(() => {
+      let count = 0
+      let since = 0
+      return (now: number) => {
+        count = count > 0 && now - since <= Duration.toMillis(window) ? count + 1 : 1
+        if (count === 1) since = now
+        return count >= limit ? Cause.done(count) : Effect.succeed([count, delay] as [number, Duration.Duration])
+      }
+    })
+  )
 
 /**
  * Delay 1 s between errors; the `limit`-th error (5) within `window` (60 s) ends the loop.
@@ -102,7 +110,7 @@ export const limited = <E = unknown>(
     limit,
     window,
     retryOn: options.retryOn ?? (() => true),
-    schedule: Schedule.intersect(Schedule.spaced(delay), errorsWithin(limit, window))
+    schedule: errorsWithin(delay, limit, window)
   }
 }
 
@@ -143,8 +151,13 @@ export const backoff = (options: {
 }): Schedule.Schedule<Duration.Duration> => {
   const max = Duration.fromInputUnsafe(options.max)
   const exponential = Schedule.exponential(options.initial)
-  const jittered = options.jitter === true ? Schedule.jitteredWith(exponential, { min: 1, max: 1.1 }) : exponential
-  return Schedule.modifyDelay(jittered, (_, delay) => Duration.min(delay, max))
+  const jittered =
+    options.jitter === true
+      ? Schedule.modifyDelay(exponential, ({ duration }) =>
+          Effect.map(Random.next, (random) => Duration.times(duration, 1 + random / 10))
+        )
+      : exponential
+  return Schedule.modifyDelay(jittered, ({ duration }) => Effect.succeed(Duration.min(duration, max)))
 }
 
 /**
@@ -229,7 +242,7 @@ const seconds = (d: Duration.Duration) => `${Duration.toMillis(d) / 1000}s`
 
 /** What `run` does with a policy: the schedule of its delays and the lines it logs. */
 interface Plan<E, R> {
-  readonly schedule: Schedule.Schedule<unknown, E, R>
+  readonly schedule: Schedule.Schedule<unknown, E, unknown, R>
   readonly retryOn: (error: E) => boolean
   /**
    * `untilRecovered` and a schedule of one's own: `recovered` resets the schedule, only
@@ -246,7 +259,7 @@ interface Plan<E, R> {
 const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Plan<E, R> => {
   if (Schedule.isSchedule(policy)) {
     return {
-      schedule: policy as Schedule.Schedule<unknown, E, R>,
+      schedule: policy as Schedule.Schedule<unknown, E, unknown, R>,
       retryOn: () => true,
       recovering: true,
       retrying: (error) => `${name}: task error, retrying on its schedule: ${error}`,

@@ -10,7 +10,6 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import type * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
-import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type { Options } from "../../Mailbox.js"
 import type { Store } from "../../Store.js"
@@ -84,9 +83,9 @@ export const drop = (reason: DropReason) => Metric.update(Metric.withAttributes(
 export const envelopeOf = <A, I>(schema: Schema.Codec<A, I>) =>
   Schema.fromJsonString(
     Schema.Struct({
-      token: Schema.String.pipe(Schema.filter((token) => isValidToken(token) || "not a valid token")),
+      token: Schema.String.check(Schema.makeFilter((token) => isValidToken(token) || "not a valid token")),
       update: schema,
-      forwarded: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+      forwarded: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.succeed(false))),
       // The sending instance and its number for this update: an append that reached the
       // store although its caller saw it fail is sent again, and the reader drops the copy.
       from: Schema.optional(Schema.String),
@@ -95,7 +94,7 @@ export const envelopeOf = <A, I>(schema: Schema.Codec<A, I>) =>
   )
 
 /** An update as it travels, with its token and sender. */
-export type Envelope<A, I> = Schema.Schema.Type<ReturnType<typeof envelopeOf<A, I>>>
+export type Envelope<A, I> = ReturnType<typeof envelopeOf<A, I>>["Type"]
 
 /**
  * The environment of one mailbox, built once by `Mailbox.make`.
@@ -108,10 +107,10 @@ export interface Env<A, I, R> {
   readonly tokens: TokenManager.Service
   readonly instanceId: string
   readonly context: Context.Context<R>
-  readonly encode: (envelope: Envelope<A, I>) => Result.Result<string, ParseResult.ParseError>
+  readonly encode: (envelope: Envelope<A, I>) => Result.Result<string, Schema.SchemaError>
   /** The update encoded alone (its schema, then JSON; no envelope): whether it can be sent at all. */
-  readonly check: (update: A) => Result.Result<unknown, ParseResult.ParseError>
-  readonly decode: (payload: string) => Result.Result<Envelope<A, I>, ParseResult.ParseError>
+  readonly check: (update: A) => Result.Result<unknown, Schema.SchemaError>
+  readonly decode: (payload: string) => Result.Result<Envelope<A, I>, Schema.SchemaError>
   /** The last caller's context `deliver` merged the mailbox's into (`provided`). */
   readonly merged: Merged
   /** The options of every append to a mailbox. */
@@ -120,8 +119,8 @@ export interface Env<A, I, R> {
 
 /** The last context `deliver` merged the mailbox's into, and the merge. */
 export interface Merged {
-  from: Context.Context<never> | undefined
-  to: Context.Context<never> | undefined
+  from: Context.Context<unknown> | undefined
+  to: Context.Context<unknown> | undefined
 }
 
 /**
@@ -132,7 +131,7 @@ export interface Merged {
  * another's replaces it). A failed delivery is logged and counted.
  */
 export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
-  Effect.updateContext(
+  Effect.updateContext<void, never, unknown, unknown>(
     Effect.matchCauseEffect(env.options.deliver(token, update) as Effect.Effect<void>, {
       onSuccess: () => Metric.update(delivered, 1),
       onFailure: (cause) =>
@@ -143,7 +142,7 @@ export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): E
               drop("deliver-failed")
             )
     }),
-    (previous: Context.Context<never>) => {
+    (previous: Context.Context<unknown>) => {
       const { merged } = env
       if (merged.from !== previous) {
         merged.from = previous
@@ -151,7 +150,7 @@ export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): E
       }
       return merged.to!
     }
-  )
+  ) as Effect.Effect<void>
 
 /**
  * A failure after which an update is appended again: the store could not be reached, or
