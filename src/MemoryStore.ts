@@ -20,7 +20,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
-import type * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import { makeKeys } from "./internal/keys.js"
 import * as MemoryControl from "./internal/memory/control.js"
@@ -87,7 +86,7 @@ export declare namespace MemoryStoreControl {
      * Reports of the flushes to `dataDir` made from now on while the scope is open, each
      * published once its files are written or removed. Nothing arrives without `dataDir`.
      */
-    readonly flushReports: Effect.Effect<Queue.Dequeue<FlushReport>, never, Scope.Scope>
+    readonly flushReports: Effect.Effect<PubSub.Subscription<FlushReport>, never, Scope.Scope>
     /**
      * `true`: behave like a managed Redis that refuses `CONFIG`: `enableSocketEvents`
      * answers `Refused` and no socket events are published. `false` (the default): events.

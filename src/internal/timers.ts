@@ -9,9 +9,8 @@
  *
  * @internal
  */
-import type * as Clock from "effect/Clock"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
 import { OneShot } from "./oneShot.js"
@@ -207,14 +206,14 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
       )
     )
     yield* woken.await
-    sleeper.unsafeInterruptAsFork(sleeper.id())
+    sleeper.interruptUnsafe()
   })
   // A defect in the loop is logged and the loop goes on: every deadline depends on it.
   const loop = Effect.forever(
     Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
   const wheel: Wheel = { at, after: (ms, action) => at(clock.currentTimeMillisUnsafe() + ms, action) }
-  return { wheel, loop: Effect.interruptible(Effect.withClock(loop, clock)) }
+  return { wheel, loop: Effect.interruptible(Effect.provideService(loop, Clock.Clock, clock)) }
 }
 
 /**
@@ -226,7 +225,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
  * @internal
  */
 export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
-  const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+  const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
   const wheels = new Map<Clock.Clock, Wheel>()
   const wheel = Effect.clockWith((clock) => {
     const found = wheels.get(clock)

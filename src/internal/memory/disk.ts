@@ -18,7 +18,6 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
-import * as FiberId from "effect/FiberId"
 import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
 import type * as Scope from "effect/Scope"
@@ -195,7 +194,7 @@ const perform = (w: Writer, job: Job): Effect.Effect<Outcome> => {
     content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
   ).pipe(
     Effect.match({
-      onFailure: (error): Outcome => Result.fail([job, `${file}: ${reasonOf(error.error)}`] as const),
+      onFailure: (error): Outcome => Result.fail([job, `${file}: ${reasonOf(error.cause)}`] as const),
       onSuccess: (): Outcome => Result.succeed(job)
     })
   )
@@ -210,7 +209,7 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const jobs = yield* Effect.sync(() => {
         const batch = w.dirty
         w.dirty = new Set()
-        w.wake = Deferred.makeUnsafe<void>(FiberId.none)
+        w.wake = Deferred.makeUnsafe<void>()
         return Array.from(batch, (token) => snapshot(w, token, at))
       })
       if (jobs.length === 0) return true
@@ -289,7 +288,7 @@ export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, Data
       fileOf,
       index: new Map(),
       dirty: new Set(),
-      wake: Deferred.makeUnsafe<void>(FiberId.none),
+      wake: Deferred.makeUnsafe<void>(),
       failing: false
     }
     yield* load(w, names)

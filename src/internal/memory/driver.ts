@@ -12,7 +12,6 @@ import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
-import * as FiberId from "effect/FiberId"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as RcMap from "effect/RcMap"
@@ -68,7 +67,7 @@ export const unavailable = (operation: string) =>
 export const make = (
   ks: Keyspace,
   keys: Keys,
-  settings: LeaseholdConfig["Type"]
+  settings: LeaseholdConfig["Service"]
 ): Effect.Effect<{ readonly driver: Driver; readonly state: State }, never, Scope.Scope> =>
   Effect.gen(function* () {
     const lockMs = Duration.toMillis(settings.lockExpiration)
@@ -107,7 +106,7 @@ export const make = (
       ks,
       status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
       available: true,
-      subscriberLost: Deferred.makeUnsafe<never, StoreUnavailable>(FiberId.none),
+      subscriberLost: Deferred.makeUnsafe<never, StoreUnavailable>(),
       socketEventsRefused: false,
       operations: 0,
       noticesToLose: 0,
@@ -115,12 +114,12 @@ export const make = (
       heldNotices: [],
       repliesToLose: new Map(),
       keyEvent: (key, event) => {
-        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
+        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) PubSub.publishUnsafe(socketChanges, { key, event })
       },
       dropConnection: (reason, failReaders) =>
         Effect.sync(() => {
           const lost = state.subscriberLost
-          state.subscriberLost = Deferred.makeUnsafe<never, StoreUnavailable>(FiberId.none)
+          state.subscriberLost = Deferred.makeUnsafe<never, StoreUnavailable>()
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
           connection++
           delivered.clear()
@@ -145,10 +144,14 @@ export const make = (
         }
         if (state.noticesToHold > 0 && channel.startsWith(keys.workerNotices(""))) {
           state.noticesToHold--
-          state.heldNotices.push(() => delivered.get(channel)?.unsafeOffer(message))
+          state.heldNotices.push(() => {
+            const pubsub = delivered.get(channel)
+            if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
+          })
           return
         }
-        delivered.get(channel)?.unsafeOffer(message)
+        const pubsub = delivered.get(channel)
+        if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
       },
       keyEvent: state.keyEvent,
       appended: (key) => wakeReaders(key, Effect.void)
@@ -161,7 +164,7 @@ export const make = (
         const lost = yield* op(operation, () => state.subscriberLost)
         const pubsub = yield* RcMap.get(channels, `${connection}:${name}`)
         const dequeue = yield* PubSub.subscribe(pubsub)
-        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+        return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
       })
     const driver: Driver = {
       kind: "memory",
@@ -222,7 +225,7 @@ const lockPart = (space: Scripts.Space, op: Op) => {
     holder: (token) =>
       Effect.flatMap(
         op("holder", (now) => Scripts.holder(space, now, token)),
-        (reply) => lockHolder(reply, lockMs)
+        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
       ),
 
     readSlices: (token, names) =>
@@ -270,7 +273,7 @@ const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) 
     publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
     subscribe: (token) => listen("subscribe", keys.signal(token)),
     status: SubscriptionRef.get(state.status),
-    statusChanges: state.status.changes
+    statusChanges: SubscriptionRef.changes(state.status)
   } satisfies Partial<Driver>
 }
 
@@ -329,7 +332,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
     socketEvents: Effect.gen(function* () {
       const lost = yield* op("socketEvents", () => state.subscriberLost)
       const dequeue = yield* PubSub.subscribe(socketChanges)
-      return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+      return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
     })
   } satisfies Partial<Driver>
 }

@@ -12,7 +12,6 @@
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
 import * as Mailbox from "effect/Mailbox"
 import * as RcMap from "effect/RcMap"
 import type * as Scope from "effect/Scope"
@@ -98,7 +97,7 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           slot: topology.slotOf(name),
           subscriber,
           generation: subscriber.generation,
-          confirmed: Deferred.makeUnsafe<void, StoreError>(FiberId.none),
+          confirmed: Deferred.makeUnsafe<void, StoreError>(),
           listeners: new Set()
         }
         live.set(name, channel)

@@ -213,7 +213,7 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
       Effect.asVoid(run("publish", (c) => topology.channels.publish(c, keys.signal(token), message))),
     subscribe: (token) => pubsub.subscribe(keys.signal(token)),
     status: SubscriptionRef.get(health.status),
-    statusChanges: health.status.changes
+    statusChanges: SubscriptionRef.changes(health.status)
   }) satisfies Partial<Driver>
 
 /** Socket records: the claim scripts, the scan of every node, keyspace notifications. */

@@ -11,7 +11,6 @@
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
 import * as Mailbox from "effect/Mailbox"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
@@ -70,7 +69,7 @@ export const make = (env: Environment): SocketWatch => {
     if (watch === undefined) {
       const created: Watch = {
         parts: on.map((subscriber) => ({ subscriber, generation: subscriber.generation })),
-        confirmed: Deferred.makeUnsafe<void, StoreError>(FiberId.none),
+        confirmed: Deferred.makeUnsafe<void, StoreError>(),
         listeners: new Set()
       }
       current = created

@@ -10,7 +10,6 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as FiberId from "effect/FiberId"
 import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
@@ -99,7 +98,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
         return Effect.forEach(
           left,
           (request) =>
-            Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt(FiberId.none) : Exit.fail(error))),
+            Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt() : Exit.fail(error))),
           { discard: true }
         ).pipe(Effect.andThen(closeScope))
       })

@@ -15,6 +15,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
+import * as Filter from "effect/Filter"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type {
@@ -175,7 +176,7 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
-          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeNotice(token, message)))
+          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeNotice(token, message))))
         )
       ),
     noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
@@ -183,7 +184,7 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // what is not a notice (published by someone else) is ignored
-          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeTokenNotice(message)))
+          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeTokenNotice(message))))
         )
       )
   }) satisfies Partial<Store.Service>
@@ -197,7 +198,7 @@ const signalPart = (driver: Driver) =>
       checked(tokenError(token), () =>
         Effect.map(driver.subscribe(token), (messages) =>
           // A message that is not a signal (published by someone else) is ignored.
-          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodeSignal(message)))
+          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeSignal(message))))
         )
       ),
     status: driver.status,
@@ -244,14 +245,16 @@ const socketPart = (driver: Driver) => {
   return {
     claimSocket: (token, record) =>
       checked(tokenAndInstanceError(token, record.instanceId), () =>
-        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) => claimResult(token, claim))
+        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) =>
+          Effect.fromResult(claimResult(token, claim))
+        )
       ),
     readSocket: (token) =>
       checked(tokenError(token), () =>
         Effect.flatMap(driver.readSocket(token), (raw) =>
           Option.isNone(raw)
             ? Effect.succeed(Option.none<SocketRecord>())
-            : Effect.map(decodeSocketRecord(keys.socket(token), raw.value), Option.some)
+            : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), raw.value)), Option.some)
         )
       ),
     deleteSocketIfOwner: (token, record) =>
@@ -291,14 +294,14 @@ const socketPart = (driver: Driver) => {
               ? Effect.succeed(outcome)
               : outcome.raw === undefined
                 ? Effect.succeed({ _tag: "Changed", record: Option.none() })
-                : Effect.map(decodeSocketRecord(keys.socket(token), outcome.raw), (found) => ({
+                : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
                     _tag: "Changed",
                     record: Option.some(found)
                   }))
         )
       ),
     enableSocketEvents: driver.enableSocketEvents,
-    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent))
+    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, Filter.fromPredicateOption(toSocketEvent)))
   } satisfies Partial<Store.Service>
 }
 
@@ -320,7 +323,7 @@ const presencePart = (driver: Driver) =>
     presenceMessages: (instanceId) =>
       checked(tokenError(instanceId), () =>
         Effect.map(driver.presenceMessages(instanceId), (messages) =>
-          Stream.filterMap(messages, (message) => Option.fromNullishOr(decodePresenceMessage(message)))
+          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodePresenceMessage(message))))
         )
       )
   }) satisfies Partial<Store.Service>
@@ -339,7 +342,7 @@ const appendToOwner = (
 ): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError> => {
   const key = driver.keys.socket(token)
   const recordOf = (raw: string) =>
-    Effect.flatMap(decodeSocketRecord(key, raw), (record) => {
+    Effect.flatMap(Effect.fromResult(decodeSocketRecord(key, raw)), (record) => {
       const invalid = tokenError(record.instanceId)
       return invalid === undefined ? Effect.succeed(record) : Effect.fail(invalid)
     })

@@ -154,7 +154,7 @@ export const readTokenFile = (dir: string, name: string) =>
     const file = path.join(dir, name)
     const raw = yield* Effect.result(Effect.tryPromise(() => fs.readFile(file, "utf8")))
     if (Result.isFailure(raw)) {
-      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.failure.error)}`)
+      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.failure.cause)}`)
       return undefined
     }
     const decoded = parseTokenFile(raw.success)
