@@ -209,7 +209,7 @@ export const make = (
       .pipe(
         Effect.andThen(pubsub.connected(connectTimeoutMs, notConnected)),
         Effect.andThen(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
-        Effect.timeoutFail({ duration: connectTimeoutMs, onTimeout: notConnected }),
+        Effect.timeoutOrElse({ duration: connectTimeoutMs, orElse: () => Effect.failSync(notConnected) }),
         withLiveClock
       )
     yield* health.sync

@@ -63,7 +63,7 @@ const listen = (signals: Signals.Signals.Service, token: string) =>
 
 const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
   Queue.take(queue).pipe(
-    Effect.timeoutFail({ duration: ms, onTimeout: () => new Error("no signal arrived") }),
+    Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.failSync(() => new Error("no signal arrived") }),
     Effect.withClock(Clock.make())
   )
 

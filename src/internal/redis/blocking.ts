@@ -9,6 +9,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
+import * as Semaphore from "effect/Semaphore"
 import type * as Scope from "effect/Scope"
 import type { Redis } from "ioredis"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
@@ -106,7 +107,7 @@ export const make = (
             Effect.onInterrupt(() => Effect.sync(unblock)),
             Effect.timeout(blockMs + commandTimeoutMs),
             withLiveClock,
-            Effect.catchTag("TimeoutException", () =>
+            Effect.catchTag("TimeoutError", () =>
               // No reply long after the block ended: the connection is dead without
               // knowing it. Start a fresh one rather than queue behind the lost read.
               Effect.sync(() => connection.disconnect(true)).pipe(

@@ -10,12 +10,12 @@
  * @internal
  */
 import * as Deferred from "effect/Deferred"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Mailbox from "effect/Mailbox"
+import * as Queue from "effect/Queue"
 import * as RcMap from "effect/RcMap"
 import type * as Scope from "effect/Scope"
-import type * as Stream from "effect/Stream"
+import * as Stream from "effect/Stream"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
 import { awaitReady, withLiveClock } from "./connection.js"
 import type { Health } from "./health.js"
@@ -30,7 +30,7 @@ interface Channel {
   /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
   readonly generation: number
   readonly confirmed: Deferred.Deferred<void, StoreError>
-  readonly listeners: Set<Mailbox.Mailbox<string, StoreUnavailable>>
+  readonly listeners: Set<Queue.Queue<string, StoreUnavailable | Cause.Done>>
 }
 
 /** @internal */
@@ -85,7 +85,7 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
     /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
     const fail = (channel: Channel, error: StoreUnavailable) => {
       Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
-      for (const mailbox of channel.listeners) mailbox.unsafeDone(Exit.fail(error))
+      for (const mailbox of channel.listeners) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
       retire(channel)
     }
 
@@ -145,7 +145,7 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           const subscriber = yield* env.subscriberFor(name)
           yield* awaitReady(subscriber.connection, commandTimeoutMs, health.notConnected("subscribe", commandTimeoutMs))
           const channel = yield* channelFor(name)
-          const mailbox = yield* Mailbox.make<string, StoreUnavailable>()
+          const mailbox = yield* Queue.unbounded<string, StoreUnavailable | Cause.Done>()
           yield* Effect.acquireRelease(
             Effect.suspend(() =>
               // A channel that failed while the map handed it out (its connection dropped,
@@ -157,16 +157,16 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
             () =>
               Effect.sync(() => {
                 channel.listeners.delete(mailbox)
-                mailbox.unsafeDone(Exit.void)
+                Queue.endUnsafe(mailbox)
               })
           )
           yield* env.awaitConfirmed(channel.confirmed, "subscribe")
-          return Mailbox.toStream(mailbox)
+          return Stream.fromQueue(mailbox)
         }),
       deliver: (name, message) => {
         const channel = live.get(name)
         if (channel === undefined) return
-        for (const mailbox of channel.listeners) mailbox.unsafeOffer(message)
+        for (const mailbox of channel.listeners) Queue.offerUnsafe(mailbox, message)
       },
       failOn: (subscriber, error) => {
         for (const channel of [...live.values()]) if (channel.subscriber === subscriber) fail(channel, error)

@@ -17,11 +17,11 @@ import { type SentinelTarget, sentinelOptions } from "./sentinel.js"
  *
  * @internal
  */
-export const liveClock: Clock.Clock = Clock.make()
+export const liveClock: Clock.Clock = Clock.Clock.defaultValue()
 
 /** @internal */
 export const withLiveClock = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.withClock(effect, liveClock)
+  Effect.provideService(effect, Clock.Clock, liveClock)
 
 /**
  * What the store knows about its server, minus the secrets: the URL without userinfo

@@ -6,7 +6,6 @@
  *
  * @internal
  */
-import * as Chunk from "effect/Chunk"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
@@ -173,7 +172,7 @@ const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs
     holder: (token) =>
       Effect.flatMap(
         runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
-        (reply) => lockHolder(reply, lockMs)
+        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
       ),
 
     readSlices: (token, names) =>
@@ -250,7 +249,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
           if (typeof raw === "string") records.push({ key, token, raw })
         }
       }
-      return [Chunk.fromArrayUnsafe(records), next] as const
+      return [records, next] as const
     })
 
   /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
@@ -291,7 +290,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     scanSockets: Stream.suspend(() => {
       const all = topology.nodes()
       if (all.length === 0) return Stream.fail(health.notConnected("scanSockets", 0)())
-      return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ cursor, node }) =>
+      return Stream.paginate({ node: 0, cursor: "0" }, ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
         Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
           if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
           return [
@@ -459,7 +458,7 @@ const inspectPart = ({ commandTimeoutMs, health, keys, runScript, topology }: Co
   }) satisfies Partial<Driver>
 
 /** @internal */
-export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver => {
+export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver => {
   const { run } = parts.topology
   /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
   const runScript = <K extends string, A extends string, R>(

@@ -75,7 +75,7 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
       Effect.forkScoped
     )
     const changed = () => {
-      events.unsafeOffer(undefined)
+      Queue.offerUnsafe(events, undefined)
     }
     const set = (connection: Redis | Cluster, role: Role, ready: boolean) => {
       if (role === "command") command = ready

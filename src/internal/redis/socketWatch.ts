@@ -9,11 +9,11 @@
  * @internal
  */
 import * as Deferred from "effect/Deferred"
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Mailbox from "effect/Mailbox"
+import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
-import type * as Stream from "effect/Stream"
+import * as Stream from "effect/Stream"
 import type { StoreError, StoreUnavailable } from "../../StoreError.js"
 import type { RawSocketEvent } from "../store/driver.js"
 import type { Environment as ChannelsEnvironment } from "./channels.js"
@@ -24,7 +24,7 @@ import type { Subscriber } from "./pubsub.js"
 interface Watch {
   readonly parts: ReadonlyArray<{ readonly subscriber: Subscriber; readonly generation: number }>
   readonly confirmed: Deferred.Deferred<void, StoreError>
-  readonly listeners: Set<Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>>
+  readonly listeners: Set<Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>>
 }
 
 /** @internal */
@@ -60,11 +60,11 @@ export const make = (env: Environment): SocketWatch => {
 
   const fail = (watch: Watch, error: StoreUnavailable) => {
     Deferred.doneUnsafe(watch.confirmed, Effect.fail(error))
-    for (const mailbox of watch.listeners) mailbox.unsafeDone(Exit.fail(error))
+    for (const mailbox of watch.listeners) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
     if (current === watch) current = undefined
   }
 
-  const join = (on: ReadonlyArray<Subscriber>, mailbox: Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>): Watch => {
+  const join = (on: ReadonlyArray<Subscriber>, mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>): Watch => {
     let watch = current
     if (watch === undefined) {
       const created: Watch = {
@@ -86,10 +86,10 @@ export const make = (env: Environment): SocketWatch => {
     return watch
   }
 
-  const leave = (watch: Watch, mailbox: Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>): Effect.Effect<void> =>
+  const leave = (watch: Watch, mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>): Effect.Effect<void> =>
     Effect.suspend(() => {
       watch.listeners.delete(mailbox)
-      mailbox.unsafeDone(Exit.void)
+      Queue.endUnsafe(mailbox)
       if (watch.listeners.size > 0 || current !== watch) return Effect.void
       current = undefined
       const stillThere = watch.parts.filter(
@@ -115,19 +115,19 @@ export const make = (env: Environment): SocketWatch => {
         (s) => awaitReady(s.connection, commandTimeoutMs, health.notConnected("socketEvents", commandTimeoutMs)),
         { concurrency: "unbounded", discard: true }
       )
-      const mailbox = yield* Mailbox.make<RawSocketEvent, StoreUnavailable>()
+      const mailbox = yield* Queue.unbounded<RawSocketEvent, StoreUnavailable | Cause.Done>()
       const watch = yield* Effect.acquireRelease(
         Effect.sync(() => join(on, mailbox)),
         (watch) => leave(watch, mailbox)
       )
       yield* env.awaitConfirmed(watch.confirmed, "socketEvents")
-      return Mailbox.toStream(mailbox)
+      return Stream.fromQueue(mailbox)
     }),
     deliver: (pattern, channel, message) => {
       if (pattern !== keyspace.pattern || current === undefined) return
       const key = keyspace.key(channel)
       if (key === undefined) return
-      for (const mailbox of current.listeners) mailbox.unsafeOffer({ key, event: message })
+      for (const mailbox of current.listeners) Queue.offerUnsafe(mailbox, { key, event: message })
     },
     failOn: (subscriber, error) => {
       if (current?.parts.some((part) => part.subscriber === subscriber)) fail(current, error)

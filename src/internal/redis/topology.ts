@@ -152,7 +152,7 @@ export const make = (
           ? attempt
           : awaitReady(command, commandTimeoutMs, notConnected).pipe(
               Effect.andThen(attempt),
-              Effect.timeoutFail({ duration: commandTimeoutMs, onTimeout: notConnected }),
+              Effect.timeoutOrElse({ duration: commandTimeoutMs, orElse: () => Effect.failSync(notConnected) }),
               withLiveClock
             )
       )
@@ -163,9 +163,9 @@ export const make = (
       (connection: Redis) =>
       <A>(operation: string, f: (connection: Redis) => Promise<A>): Effect.Effect<A, StoreError> =>
         Effect.tryPromise({ try: () => f(connection), catch: mapError(operation) }).pipe(
-          Effect.timeoutFail({
+          Effect.timeoutOrElse({
             duration: commandTimeoutMs,
-            onTimeout: health.notConnected(operation, commandTimeoutMs)
+            orElse: () => Effect.failSync(health.notConnected(operation, commandTimeoutMs))
           }),
           withLiveClock
         )

@@ -10,6 +10,7 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Latch from "effect/Latch"
 import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"

@@ -9,6 +9,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
+import * as Semaphore from "effect/Semaphore"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
