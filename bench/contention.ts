@@ -154,7 +154,7 @@ const replicated = Effect.gen(function* () {
   const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(server.port)] })
   const deadline = performance.now() + 20_000
   while ((yield* Effect.orDie(replica.info("replication"))).master_link_status !== "up") {
-    if (performance.now() > deadline) return yield* Effect.dieMessage("the replica did not link to the primary")
+    if (performance.now() > deadline) return yield* Effect.die("the replica did not link to the primary")
     yield* Effect.sleep(50)
   }
   return {

@@ -79,13 +79,13 @@ const main = async () => {
     Effect.suspend(() => {
       const lockId = `bench:${next++}`
       return Effect.flatMap(store.acquireQueued("fused", lockId, ["counter"], { instanceId: "bench" }), (got) => {
-        if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
+        if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
         const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Result.getSuccess(Counter.decode(raw)))
         const value = Option.getOrElse(stored, () => Counter.initial)
         const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
         return Effect.andThen(
           store.commitAndReleaseQueued("fused", lockId, [["counter", encoded]], { instanceId: "bench" }),
-          Effect.yieldNow()
+          Effect.yieldNow
         )
       })
     })
@@ -114,7 +114,7 @@ const main = async () => {
       const now = clock.currentTimeMillisUnsafe()
       const lockId = `bench:${next++}`
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
-      if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
+      if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
       const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) => Result.getSuccess(Counter.decode(raw)))
       const value = Option.getOrElse(stored, () => Counter.initial)
       const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
@@ -131,7 +131,7 @@ const main = async () => {
       )
       return Effect.void
     }),
-    Effect.yieldNow()
+    Effect.yieldNow
   )
   const rows: Array<readonly [string, Run]> = [
     ["baseline", baseline],

@@ -78,13 +78,13 @@ const program = Effect.gen(function* () {
   const disk = yield* modifyAll({ LEASEHOLD_DATA_DIR: dir })
   const [, flushMs] = yield* timed(Scope.close(disk.scope, Exit.void))
   const files = (yield* Effect.promise(() => fs.readdir(dir))).filter((name) => name.endsWith(".json")).length
-  if (files !== tokens) return yield* Effect.dieMessage(`expected ${tokens} token files, found ${files}`)
+  if (files !== tokens) return yield* Effect.die(`expected ${tokens} token files, found ${files}`)
 
   const [reloaded, loadMs] = yield* timed(buildWorker({ LEASEHOLD_DATA_DIR: dir }))
   const states = Context.get(reloaded.context, StateManager.StateManager)
   const last = yield* states.get(`tab-${tokens - 1}`, Counter)
   yield* Scope.close(reloaded.scope, Exit.void)
-  if (last.n !== 1) return yield* Effect.dieMessage(`the last token reloaded as ${JSON.stringify(last)}`)
+  if (last.n !== 1) return yield* Effect.die(`the last token reloaded as ${JSON.stringify(last)}`)
 
   const result = {
     tokens,

@@ -14,10 +14,8 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
-import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import { parseSafely } from "./internal/parse.js"
 import { decodeOr } from "./internal/state/decode.js"
@@ -40,9 +38,9 @@ export interface Slice<A, I = unknown> {
   readonly schema: Schema.Codec<A, I>
   readonly initial: A
   /** @internal */
-  readonly decode: (raw: string) => Result.Result<A, ParseResult.ParseError>
+  readonly decode: (raw: string) => Result.Result<A, Schema.SchemaError>
   /** @internal */
-  readonly encode: (value: A) => Result.Result<string, ParseResult.ParseError>
+  readonly encode: (value: A) => Result.Result<string, Schema.SchemaError>
   /** The initial value's encoding: what an absent key stands for. @internal */
   readonly initialEncoded: Option.Option<string>
 }
@@ -155,7 +153,7 @@ export class StateManager extends Context.Service<StateManager, StateManager.Ser
  * @since 0.1.0
  * @category accessors
  */
-export const fence: Effect.Effect<Option.Option<number>> = FiberRef.get(currentFence)
+export const fence: Effect.Effect<Option.Option<number>> = currentFence
 
 /**
  * @since 0.1.0

@@ -17,7 +17,7 @@ import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { memoryWorkers, Update, update } from "./delivery/workers.js"
 import { untilOnTestClock } from "./support/testClock.js"
 
-const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
 
 const until = untilOnTestClock
 

@@ -93,7 +93,7 @@ describe("MemoryStore: a whole modification in one step", () => {
       yield* TestClock.adjust("1500 millis")
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.none())
       const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.forkChild)
-      yield* Effect.yieldNow()
+      yield* Effect.yieldNow
       assert.isFalse(yield* step("t", ["a"], decide))
       deepStrictEqual(yield* memory.queue("t"), [])
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.some("C:1"))

@@ -27,7 +27,7 @@ describe("OneShot", () => {
       const waiting = () => (shot as unknown as { waiters?: Array<unknown> }).waiters?.length ?? 0
       const first = yield* Effect.forkChild(shot.await)
       const second = yield* Effect.forkChild(shot.await)
-      yield* Effect.yieldNow()
+      yield* Effect.yieldNow
       assert.strictEqual((yield* Fiber.status(first))._tag, "Suspended", "it waits: not completed yet")
       assert.strictEqual(waiting(), 2)
       yield* Fiber.interrupt(second)

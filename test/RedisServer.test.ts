@@ -14,7 +14,7 @@ import * as RedisServer from "./support/RedisServer.js"
 
 const currentPid = (server: RedisServer.RedisServer) =>
   Effect.flatMap(server.pid, (pid) =>
-    Option.match(pid, { onNone: () => Effect.dieMessage("server is not running"), onSome: Effect.succeed })
+    Option.match(pid, { onNone: () => Effect.die("server is not running"), onSome: Effect.succeed })
   )
 
 const recordFile = (pid: number) => path.join(RedisServer.runDir(), `${pid}.json`)
@@ -40,7 +40,7 @@ const waitUntil = (label: string, condition: () => boolean) =>
       if (condition()) return
       yield* Effect.sleep("10 millis")
     }
-    return yield* Effect.dieMessage(`timed out waiting for ${label}`)
+    return yield* Effect.die(`timed out waiting for ${label}`)
   })
 
 describe("RedisServer harness", () => {

@@ -70,7 +70,7 @@ const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
 /** A queue step that must take the lock, or must queue the worker. */
 const expect = (tag: "Acquired" | "Queued", step: Effect.Effect<{ readonly _tag: string }, unknown>) =>
   Effect.flatMap(step, (result) =>
-    result._tag === tag ? Effect.void : Effect.dieMessage(`expected ${tag}, got ${result._tag}`)
+    result._tag === tag ? Effect.void : Effect.die(`expected ${tag}, got ${result._tag}`)
   )
 
 const take = (store: Store.Service, token: string, worker: string, n = 1) =>

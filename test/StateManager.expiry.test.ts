@@ -6,7 +6,7 @@ import * as Fiber from "effect/Fiber"
 import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster, type Worker } from "./state/workers.js"
 
-const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
 const advance = (ms: number) => Effect.andThen(TestClock.adjust(ms), settle)
 
 // tokenExpiration 2 s, lockExpiration 1.5 s

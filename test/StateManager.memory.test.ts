@@ -162,7 +162,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
           while: () => loops < 200,
           body: () =>
             Effect.andThen(
-              Effect.yieldNow(),
+              Effect.yieldNow,
               Effect.sync(() => ranAt.push(loops))
             ),
           step: () => undefined
@@ -359,7 +359,7 @@ describe("a worker closed as a lease is granted", () => {
         const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 20_000, lockWarningThreshold: 10_000 })
         const w = yield* cluster.worker()
         const modification = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
-        for (let i = 0; i < turns; i++) yield* Effect.yieldNow()
+        for (let i = 0; i < turns; i++) yield* Effect.yieldNow
         yield* w.close
         yield* settle
         assert.isTrue(Option.isSome(yield* Fiber.poll(modification)))

@@ -54,7 +54,7 @@ const driveUntilDone = <A, E>(fiber: Fiber.Fiber<A, E>, stepMs = 1_000, maxSteps
       if (Option.isSome(done)) return done.value
       yield* TestClock.adjust(stepMs)
     }
-    return yield* Effect.dieMessage("the fiber did not end")
+    return yield* Effect.die("the fiber did not end")
   })
 
 const messages = (lines: ReadonlyArray<LogLine>) => atLevels(lines).map((line) => `${line.level} ${line.message}`)

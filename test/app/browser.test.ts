@@ -29,7 +29,7 @@ const browser = Effect.acquireRelease(
   Effect.suspend(() =>
     fs.existsSync(executablePath)
       ? Effect.promise(() => chromium.launch({ executablePath, headless: true, args }))
-      : Effect.dieMessage(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
+      : Effect.die(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
   ),
   (browser) => Effect.promise(() => browser.close())
 )
@@ -54,7 +54,7 @@ const shows = (page: Page, n: number, step = "") =>
     Effect.catch(() =>
       Effect.flatMap(
         Effect.promise(() => page.evaluate(`document.body.innerText`)),
-        (text) => Effect.dieMessage(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
+        (text) => Effect.die(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
       )
     )
   )

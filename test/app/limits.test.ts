@@ -53,7 +53,7 @@ const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
     const timer = setTimeout(() => {
       clearInterval(poll)
       socket.terminate()
-      resume(Effect.dieMessage(`the socket was not closed within ${ms} ms`))
+      resume(Effect.die(`the socket was not closed within ${ms} ms`))
     }, ms)
     socket.on("open", () => socket.send(data))
     socket.on("close", (code) => {
@@ -160,7 +160,7 @@ const post = (url: string, headers: Record<string, string | number>, chunks: Rea
       resume(Effect.succeed(res.statusCode ?? 0))
     })
     // The server may close the connection before it has read what was sent.
-    req.on("error", (error) => resume(Effect.dieMessage(`POST ${url}: ${error.message}`)))
+    req.on("error", (error) => resume(Effect.die(`POST ${url}: ${error.message}`)))
     req.flushHeaders()
     for (const chunk of chunks) req.write(chunk)
     // A declared length and no chunks: the body is left unsent, as a slow upload's would be.

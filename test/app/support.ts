@@ -165,7 +165,7 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
       yield* Effect.raceFirst(
         waitFor(ready),
         Effect.flatMap(app.exited, (code) =>
-          Effect.dieMessage(`app exited with ${code} before it was ready:\n${lines.join("\n")}`)
+          Effect.die(`app exited with ${code} before it was ready:\n${lines.join("\n")}`)
         )
       )
     }
@@ -196,7 +196,7 @@ export const request = (method: "GET" | "POST", url: string): Effect.Effect<Resp
         resume(Effect.succeed({ status: res.statusCode ?? 0, body }))
       })
     })
-    req.on("error", (error) => resume(Effect.dieMessage(`${method} ${url}: ${error.message}`)))
+    req.on("error", (error) => resume(Effect.die(`${method} ${url}: ${error.message}`)))
     req.end()
     return Effect.sync(() => req.destroy())
   })

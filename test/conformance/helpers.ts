@@ -25,7 +25,7 @@ export const within = <A, E, R>(label: string, ms: number, effect: Effect.Effect
     Effect.timeoutFail(self, { duration: ms, onTimeout: () => `timeout` as const }).pipe(
       Effect.catchIf(
         (error): error is "timeout" => error === "timeout",
-        () => Effect.dieMessage(`${label}: not done within ${ms} ms`)
+        () => Effect.die(`${label}: not done within ${ms} ms`)
       )
     )
   )
@@ -42,7 +42,7 @@ export const eventually = <A, E, R>(
       const exit = yield* Effect.exit(effect)
       if (Exit.isSuccess(exit)) return exit.value
       if ((yield* liveNow) > deadline) {
-        return yield* Effect.dieMessage(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`)
+        return yield* Effect.die(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`)
       }
       yield* liveSleep(50)
     }
@@ -73,7 +73,7 @@ export const expectAcquired = <E, R>(effect: Effect.Effect<AcquireResult, E, R>)
   Effect.flatMap(effect, (result) =>
     result._tag === "Acquired"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`expected Acquired, got Held (remainingMs ${result.remainingMs})`)
+      : Effect.die(`expected Acquired, got Held (remainingMs ${result.remainingMs})`)
   )
 
 /** The `Held` case, or a defect naming what came instead. */
@@ -81,7 +81,7 @@ export const expectHeld = <E, R>(effect: Effect.Effect<AcquireResult, E, R>) =>
   Effect.flatMap(effect, (result) =>
     result._tag === "Held"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`expected Held, got Acquired (fence ${result.fence})`)
+      : Effect.die(`expected Held, got Acquired (fence ${result.fence})`)
   )
 
 /** Compare two mailbox ids `<ms>-<seq>`. */
@@ -97,13 +97,13 @@ export const failsWith = <A, E extends { readonly _tag: string }, R, T extends E
   tag: T
 ): Effect.Effect<Extract<E, { readonly _tag: T }>, never, R> =>
   Effect.matchCauseEffect(effect, {
-    onSuccess: (value) => Effect.dieMessage(`expected ${tag}, succeeded with ${safeJson(value)}`),
+    onSuccess: (value) => Effect.die(`expected ${tag}, succeeded with ${safeJson(value)}`),
     onFailure: (cause) => {
       const failure = Cause.findErrorOption(cause)
       if (failure._tag === "Some" && failure.value._tag === tag) {
         return Effect.succeed(failure.value as Extract<E, { readonly _tag: T }>)
       }
-      return Effect.dieMessage(`expected ${tag}, got ${Cause.pretty(cause)}`)
+      return Effect.die(`expected ${tag}, got ${Cause.pretty(cause)}`)
     }
   })
 

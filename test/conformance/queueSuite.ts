@@ -54,7 +54,7 @@ const takes = (fx: Fixture, token: string, worker: string, options: Attempt = {}
   Effect.flatMap(attempt(fx, token, worker, options), (result) =>
     result._tag === "Acquired"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`${worker} on ${token}: expected Acquired, got Queued (remainingMs ${result.remainingMs})`)
+      : Effect.die(`${worker} on ${token}: expected Acquired, got Queued (remainingMs ${result.remainingMs})`)
   )
 
 /** `worker`'s attempt is queued, or the test dies naming what came instead. */
@@ -62,7 +62,7 @@ const waits = (fx: Fixture, token: string, worker: string, options: Attempt = {}
   Effect.flatMap(attempt(fx, token, worker, options), (result) =>
     result._tag === "Queued"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`${worker} on ${token}: expected Queued, got Acquired (fence ${result.fence})`)
+      : Effect.die(`${worker} on ${token}: expected Queued, got Acquired (fence ${result.fence})`)
   )
 
 const release = (fx: Fixture, token: string, worker: string, options: { readonly requeue?: boolean } = {}) =>

@@ -782,7 +782,7 @@ export const storeSuite = (backend: Backend): void => {
             Effect.forEach(tokenOperations(fx.store), ([name, op]) =>
               Effect.gen(function* () {
                 const error = yield* failsWith(op(token), "InvalidToken").pipe(
-                  Effect.catchDefect((defect) => Effect.dieMessage(`${name}: ${String(defect)}`))
+                  Effect.catchDefect((defect) => Effect.die(`${name}: ${String(defect)}`))
                 )
                 assert.strictEqual(error.token, token, name)
               })
@@ -821,7 +821,7 @@ export const storeSuite = (backend: Backend): void => {
             Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
               failsWith(op(instanceId), "InvalidToken").pipe(
                 Effect.catchDefect((defect) =>
-                  Effect.dieMessage(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
+                  Effect.die(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
                 )
               )
             )
@@ -849,7 +849,7 @@ export const storeSuite = (backend: Backend): void => {
             Effect.forEach(cases, ([opName, op]) =>
               failsWith(op(name), "InvalidToken").pipe(
                 Effect.catchDefect((defect) =>
-                  Effect.dieMessage(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
+                  Effect.die(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
                 )
               )
             )

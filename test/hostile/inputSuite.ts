@@ -129,7 +129,7 @@ export const hostileInputSuite = (backend: HostileBackend) =>
             const error = yield* failsWith(
               call(token) as Effect.Effect<unknown, InvalidToken | { readonly _tag: "other" }>,
               "InvalidToken"
-            ).pipe(Effect.catchDefect((defect) => Effect.dieMessage(`${name} (${label}): ${String(defect)}`)))
+            ).pipe(Effect.catchDefect((defect) => Effect.die(`${name} (${label}): ${String(defect)}`)))
             assert.strictEqual(error.token, token, `${name} (${label})`)
             // the message names the token, shortened, with its control characters escaped
             assert.isBelow(error.message.length, 300, `${name} (${label})`)

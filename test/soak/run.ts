@@ -238,10 +238,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
     const presenceMs = 1_200
     const minReplicasAck = options.minReplicasAck ?? (options.sentinel === true ? 2 : 0)
     if (options.sentinel !== true && minReplicasAck !== 0)
-      return yield* Effect.dieMessage("minReplicasAck needs replicas: run the soak with sentinel")
+      return yield* Effect.die("minReplicasAck needs replicas: run the soak with sentinel")
     const unknown = (options.faults ?? []).filter((kind) => !faultKinds(options.sentinel === true).includes(kind))
     if (unknown.length > 0)
-      return yield* Effect.dieMessage(
+      return yield* Effect.die(
         `no fault ${unknown.join(", ")} here; the kinds: ${faultKinds(options.sentinel === true).join(", ")}`
       )
     // One server with persistence, or a primary, two replicas and three Sentinels (without

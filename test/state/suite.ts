@@ -95,13 +95,13 @@ const queueBecomes = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>
 /** A worker of no cluster, queued for the token's lock by hand (its lock ids are `<id>:<n>`, as the protocol makes them). */
 const queueFake = (cluster: Cluster, token: string, id: string) =>
   Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
-    result._tag === "Queued" ? Effect.void : Effect.dieMessage(`${id} took the lock of ${token} instead of queuing`)
+    result._tag === "Queued" ? Effect.void : Effect.die(`${id} took the lock of ${token} instead of queuing`)
   )
 
 /** A worker of no cluster takes the token's free lock by hand (lock id `<id>:1`). */
 const holdFake = (cluster: Cluster, token: string, id: string) =>
   Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
-    result._tag === "Acquired" ? Effect.void : Effect.dieMessage(`${id} was queued for ${token} instead of taking it`)
+    result._tag === "Acquired" ? Effect.void : Effect.die(`${id} was queued for ${token} instead of taking it`)
   )
 
 /** The token's lock as its value reads: a lock id, `?<worker>` for a pending grant, `undefined` when free. */
@@ -135,7 +135,7 @@ const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
     (exit) =>
       Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
         ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
-        : Effect.dieMessage(`expected a failure, got ${String(exit)}`)
+        : Effect.die(`expected a failure, got ${String(exit)}`)
   )
 
 /** Wait until a worker has no local entry left. */
@@ -601,7 +601,7 @@ export const stateSuite = (backend: StateBackend) => {
         const blocking = yield* blocker(tools, holder, "t")
         for (let i = 0; i < 5; i++) {
           const waiter = yield* Effect.forkChild(inc(w, "t"))
-          yield* Effect.yieldNow()
+          yield* Effect.yieldNow
           yield* Fiber.interrupt(waiter)
         }
         yield* queueBecomes(cluster, tools, [])

@@ -190,7 +190,7 @@ const pausedHandoffs = (
       Effect.gen(function* () {
         const pauseMs = recheckMs + 1_500
         if (commandTimeoutMs < pauseMs + 1_000) {
-          return yield* Effect.dieMessage(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
+          return yield* Effect.die(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
         }
         const over = yield* pauseAndRelease(token, grantee, release, pauseMs)
         // the grantee's re-check is sent by now, and waits

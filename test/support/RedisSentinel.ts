@@ -108,7 +108,7 @@ const until = (label: string, check: Effect.Effect<boolean>, logs: Effect.Effect
       if (yield* check) return
       yield* Effect.promise(() => sleep(50))
     }
-    return yield* Effect.dieMessage(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
+    return yield* Effect.die(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
   })
 
 const sentinelConfig = (primaryPort: number, password: string | undefined) =>
@@ -205,7 +205,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         }
         yield* Effect.promise(() => sleep(50))
       }
-      return yield* Effect.dieMessage(`no Sentinel names a primary\n${yield* logs}`)
+      return yield* Effect.die(`no Sentinel names a primary\n${yield* logs}`)
     })
 
     /** One Sentinel's view is whole: the master up, both replicas and both other Sentinels known and up. */

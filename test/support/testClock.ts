@@ -7,7 +7,7 @@ import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "../conformance/helpers.js"
 
 /** Let every fiber that can run, run. */
-export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
 
 /** Until `check` holds, within `ms` of real time. */
 export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean, E>, ms = 5_000) =>
@@ -36,5 +36,5 @@ export const untilWithoutTime = <E>(label: string, check: Effect.Effect<boolean,
       if (yield* check) return
       yield* macrotask
     }
-    return yield* Effect.dieMessage(`${label}: not within ${turns} turns of the event loop, the clock standing`)
+    return yield* Effect.die(`${label}: not within ${turns} turns of the event loop, the clock standing`)
   })

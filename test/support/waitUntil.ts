@@ -22,7 +22,7 @@ export const waitUntil = <A>(
     }
     const timer = setTimeout(() => {
       listeners.delete(attempt)
-      resume(Effect.dieMessage(describe()))
+      resume(Effect.die(describe()))
     }, ms)
     listeners.add(attempt)
     attempt()

@@ -47,7 +47,7 @@ const failure = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A
   Effect.flatMap(Effect.exit(effect), (exit) =>
     Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
       ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
-      : Effect.dieMessage(`expected a failure, got ${JSON.stringify(exit)}`)
+      : Effect.die(`expected a failure, got ${JSON.stringify(exit)}`)
   )
 
 const allTokens = (w: TokenWorker) =>

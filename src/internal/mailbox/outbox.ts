@@ -13,7 +13,7 @@ import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import type * as ParseResult from "effect/ParseResult"
+import type * as Schema from "effect/Schema"
 import type * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
@@ -47,7 +47,7 @@ interface Pending {
 }
 
 /** Encode the envelope of `pending` (kept in it); why the update cannot be, if it cannot. */
-const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResult.ParseError | undefined => {
+const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): Schema.SchemaError | undefined => {
   const encoded = env.encode({
     token: pending.token,
     update: pending.update as A,
@@ -134,7 +134,7 @@ const routeFrom = <A, I, R>(
   )
 }
 
-const invalidUpdate = (token: string, error: ParseResult.ParseError): Effect.Effect<never, InvalidUpdate> =>
+const invalidUpdate = (token: string, error: Schema.SchemaError): Effect.Effect<never, InvalidUpdate> =>
   Effect.fail(new InvalidUpdate({ token, reason: describeParseError(error) }))
 
 /**

@@ -103,7 +103,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     const { sessions, store, instanceId } = env
     const session = sessions.get(token)
     const own = session?.own
-    if (session === undefined || own === undefined) return Effect.dieMessage("complete without a turn from begin")
+    if (session === undefined || own === undefined) return Effect.die(new Error("complete without a turn from begin"))
     session.own = undefined
     const { lockId } = own
     const outcome = request.done.poll()
@@ -128,8 +128,8 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
             // waiting until it pauses. On Redis the yield costs next to nothing beside its
             // round trips.
             return after.queued
-              ? Effect.andThen(Effect.ignore(store.leaveQueue(token, instanceId, after.lockId)), Effect.yieldNow())
-              : Effect.yieldNow()
+              ? Effect.andThen(Effect.ignore(store.leaveQueue(token, instanceId, after.lockId)), Effect.yieldNow)
+              : Effect.yieldNow
           })
     }
     // the held time read in the step that goes on: one step fewer than a warning step first
@@ -152,7 +152,7 @@ const stepsPerYield = 16
 const afterStep = <A, E>(env: SessionEnv, next: Effect.Effect<A, E>): Effect.Effect<A, E> => {
   if (++env.inStep.made < stepsPerYield) return next
   env.inStep.made = 0
-  return Effect.andThen(Effect.yieldNow(), next)
+  return Effect.andThen(Effect.yieldNow, next)
 }
 
 /** What a step of the store's own grant asks for (`Store.Stepping`'s `when`). */

@@ -5,6 +5,8 @@
  *
  * @internal
  */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
@@ -75,7 +77,7 @@ export const hold = (
       timer: undefined,
       watching: session.signals !== undefined,
       keeper: undefined,
-      clock: yield* Effect.clock,
+      clock: yield* Clock.Clock,
       ioAt: grant.grantedAt,
       turnAt: 0,
       relayEnd: undefined,
@@ -193,10 +195,16 @@ const checkSignals = (state: HoldState) =>
  * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
  * never after the store said the lock is no longer ours: the schedule is done.
  */
-const cadence = (every: number, again: number) =>
-  Schedule.identity<Result.Result<boolean, unknown>>().pipe(
-    Schedule.whileInput((extended) => Result.isFailure(extended) || extended.right),
-    Schedule.addDelay((extended) => (Result.isSuccess(extended) ? every : again))
+const cadence = (every: number, again: number): Schedule.Schedule<void, Result.Result<boolean, unknown>> =>
+  Schedule.fromStep(
+    Effect.succeed((_now: number, extended: Result.Result<boolean, unknown>) =>
+      Result.isSuccess(extended) && !extended.success
+        ? Cause.done()
+        : Effect.succeed([undefined, Duration.millis(Result.isSuccess(extended) ? every : again)] as [
+            void,
+            Duration.Duration
+          ])
+    )
   )
 
 /**

@@ -10,7 +10,6 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import type { Grant, Previous } from "../../Lock.js"
@@ -122,14 +121,13 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  */
 export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
   Effect.asVoid(
-    Effect.locallyWith(
+    Effect.updateContext(
       Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
-      FiberRef.currentContext,
       withoutParentSpan
     )
   )
 
-const withoutParentSpan = Context.omit(Tracer.ParentSpan)
+const withoutParentSpan: (context: Context.Context<never>) => Context.Context<never> = Context.omit(Tracer.ParentSpan)
 
 /**
  * A parked hold goes on in a new fiber of the session (`SessionEnv.resume`).

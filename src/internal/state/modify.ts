@@ -6,10 +6,10 @@
  *
  * @internal
  */
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
-import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
@@ -53,7 +53,9 @@ export interface Env {
  *
  * @internal
  */
-export const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
+export const currentFence = Context.Reference<Option.Option<number>>("leasehold/StateManager/currentFence", {
+  defaultValue: Option.none
+})
 
 const abortOutcome: Lease.Outcome = { _tag: "Abort" }
 const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed(abortOutcome)
@@ -102,7 +104,7 @@ const decide = <B, E, R>(
   Effect.gen(function* () {
     const current = currentOf(slices, turn)
     const decoded = yield* decodeAll(token, slices, current)
-    const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
+    const [value, next] = yield* Effect.provideService(f(decoded), currentFence, Option.some(turn.fence))
     const writes = encodeWrites(env, token, slices, current, next)
     if (Result.isFailure(writes)) return yield* Effect.fail(writes.failure)
     return { value, writes: writes.success }

@@ -248,7 +248,7 @@ const linkFresh = (table: Table, connectionId: string) =>
       const linked = yield* claimAndLink(table, randomUUID(), connectionId, true)
       if (linked._tag === "Linked") return linked.linked
     }
-    return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
+    return yield* Effect.die(new Error(`socket records: ${freshAttempts} fresh tokens in a row were taken`))
   })
 
 /**
