@@ -4,7 +4,6 @@
  * @since 0.1.0
  */
 import type * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -383,7 +382,7 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
  * @category layers
  */
 export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
-  Layer.effect(LeaseholdConfig, resolve(input))
+  Layer.effect(LeaseholdConfig, Effect.suspend(() => Effect.fromResult(resolve(input))))
 
 /**
  * Settings from `Config` (the environment by default), validated when the layer is built.
@@ -391,9 +390,9 @@ export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, Inval
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> = Layer.effect(
+export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> = Layer.effect(
   LeaseholdConfig,
-  Effect.flatMap(config, resolve)
+  Effect.flatMap(config, (input) => Effect.fromResult(resolve(input)))
 )
 
 /**
@@ -404,8 +403,8 @@ export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.Con
  */
 export const layerConfig = (
   overrides: Input = {}
-): Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> =>
+): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
   Layer.effect(
     LeaseholdConfig,
-    Effect.flatMap(config, (fromEnv) => resolve({ ...fromEnv, ...overrides }))
+    Effect.flatMap(config, (fromEnv) => Effect.fromResult(resolve({ ...fromEnv, ...overrides })))
   )

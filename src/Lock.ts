@@ -16,7 +16,6 @@ import * as Effect from "effect/Effect"
 import type * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as MetricBoundaries from "effect/MetricBoundaries"
 import type * as Option from "effect/Option"
 import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
@@ -201,11 +200,10 @@ export class Lock extends Context.Service<Lock, Lock.Service>()("leasehold/Lock"
  * @since 0.1.0
  * @category metrics
  */
-export const lockWait = Metric.histogram(
-  "leasehold_lock_wait_ms",
-  MetricBoundaries.exponential({ start: 1, factor: 2, count: 16 }),
-  "time waited for a token's lock, in ms"
-)
+export const lockWait = Metric.histogram("leasehold_lock_wait_ms", {
+  description: "time waited for a token's lock, in ms",
+  boundaries: Metric.exponentialBoundaries({ start: 1, factor: 2, count: 16 })
+})
 
 /**
  * @since 0.1.0

@@ -15,12 +15,11 @@
  *
  * @since 0.1.0
  */
-import type { RunMain, Teardown } from "@effect/platform/Runtime"
-import { makeRunMain } from "@effect/platform/Runtime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import { dual } from "effect/Function"
+import { makeRunMain, type Teardown } from "effect/Runtime"
 import { InvalidConfig } from "./LeaseholdConfig.js"
 
 /**
@@ -61,8 +60,6 @@ const maxTimerMs = 2 ** 31 - 1
 export interface RunMainOptions {
   /** As `NodeRuntime.runMain`: do not log the program's failure. */
   readonly disableErrorReporting?: boolean | undefined
-  /** As `NodeRuntime.runMain`: keep the default logger instead of the pretty one. */
-  readonly disablePrettyLogger?: boolean | undefined
   /** As `NodeRuntime.runMain`: how the exit code follows from the program's exit. */
   readonly teardown?: Teardown | undefined
   /**
@@ -108,10 +105,8 @@ export const shutdownTimeout = (
 
 const signals: ReadonlyArray<NodeJS.Signals> = ["SIGINT", "SIGTERM"]
 
-const runWithDeadline = (timeout: Duration.Duration): RunMain =>
+const runWithDeadline = (timeout: Duration.Duration) =>
   makeRunMain(({ fiber, teardown }) => {
-    // Node exits when nothing is left to wait for; the program may be waiting on a fiber only.
-    const keepAlive = setInterval(() => undefined, 2 ** 31 - 1)
     let signalled: NodeJS.Signals | undefined
     let deadline: ReturnType<typeof setTimeout> | undefined
     const onSignal = (signal: NodeJS.Signals) => {
@@ -119,7 +114,7 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
       // listener still there: the shutdown under way goes on.
       if (signalled !== undefined) return
       signalled = signal
-      fiber.unsafeInterruptAsFork(fiber.id())
+      fiber.interruptUnsafe(fiber.id)
       if (!Duration.isFinite(timeout)) return
       // A timer outside the runtime: it must fire even when the program's shutdown is stuck.
       deadline = setTimeout(() => {
@@ -133,7 +128,6 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
     for (const signal of signals) process.on(signal, onSignal)
     fiber.addObserver((exit) => {
       for (const signal of signals) process.off(signal, onSignal)
-      clearInterval(keepAlive)
       if (deadline !== undefined) clearTimeout(deadline)
       teardown(exit, (code) => {
         if (signalled !== undefined || code !== 0) process.exit(code)

@@ -38,7 +38,7 @@ export interface TokenBackend {
   ) => void
 }
 
-const counter = (metric: Metric.Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
+const counter = (metric: Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
 
 const mine = (w: TokenWorker, connectionId: string): SocketRecord => ({ instanceId: w.id, connectionId })
 

@@ -44,7 +44,7 @@ export interface Env {
   /** The service's scope: work left to the background (a release after a failed attempt) runs in it. */
   readonly scope: Scope.Scope
   /** `Lock.lockWait`. */
-  readonly lockWait: Metric.Metric.Histogram<number>
+  readonly lockWait: Metric.Histogram<number>
 }
 
 const makeGrant = (

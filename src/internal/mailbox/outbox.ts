@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
@@ -14,7 +15,7 @@ import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Schema from "effect/Schema"
-import type * as Queue from "effect/Queue"
+import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type { SendOutcome } from "../../Mailbox.js"
 import type { SocketRecord } from "../../Store.js"
@@ -106,7 +107,7 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       )
     }
     outbox.push(pending)
-    return Metric.update(outboxSize, 1).pipe(Effect.andThen(wake.offer(undefined)), Effect.as("buffered" as const))
+    return Metric.update(outboxSize, 1).pipe(Effect.andThen(Queue.offer(wake, undefined)), Effect.as("buffered" as const))
   })
 
 /**
@@ -187,19 +188,15 @@ type Routed = "delivered" | "sent" | "no-owner" | "refused"
  * the restore grace ends (the last wait cut to its end), then done with the last outcome.
  */
 const untilGraceEnds = (sender: Sender): Schedule.Schedule<Routed, Routed> =>
-  Schedule.spaced("100 millis").pipe(
-    Schedule.whileInputEffect((outcome: Routed) =>
-      Effect.map(
-        Clock.currentTimeMillis,
-        (now) => outcome === "no-owner" && sender.graceEndsAt !== undefined && now < sender.graceEndsAt
-      )
-    ),
-    Schedule.modifyDelayEffect((_, delay) =>
-      Effect.map(Clock.currentTimeMillis, (now) =>
-        Duration.min(delay, Duration.millis(Math.max(0, (sender.graceEndsAt ?? now) - now)))
-      )
-    ),
-    Schedule.passthrough
+  Schedule.fromStep(
+    Effect.succeed((now: number, outcome: Routed) =>
+      outcome === "no-owner" && sender.graceEndsAt !== undefined && now < sender.graceEndsAt
+        ? Effect.succeed([outcome, Duration.millis(Math.min(100, sender.graceEndsAt - now))] as [
+            Routed,
+            Duration.Duration
+          ])
+        : Cause.done(outcome)
+    )
   )
 
 /** One attempt of the `mailbox-outbox` loop, run by the supervisor. */
@@ -230,7 +227,7 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
       )
     )
   return Effect.gen(function* () {
-    yield* wake.take
+    yield* Queue.take(wake)
     while (outbox.length > 0) {
       const head = outbox[0]!
       const outcome: Routed = yield* Effect.repeat(routeHead(head), retryHead)
@@ -242,6 +239,6 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
     sender.graceEndsAt = undefined
   }).pipe(
     // Still waiting: wake the next run, after the supervisor's delay.
-    Effect.tapError(() => (outbox.length > 0 ? wake.offer(undefined) : Effect.void))
+    Effect.tapError(() => (outbox.length > 0 ? Queue.offer(wake, undefined) : Effect.void))
   )
 }

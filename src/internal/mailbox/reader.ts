@@ -100,7 +100,7 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
     if (reader.seen.has(from, seq)) return drop("duplicate")
     // Recorded once handled: an entry whose handling the store cut short (a lookup or a
     // forward that did not reach it) is read again and handled then, not dropped as a copy.
-    return Effect.tap(handled, () => reader.seen.add(from, seq))
+    return Effect.tap(handled, () => Effect.sync(() => reader.seen.add(from, seq)))
   })
 
 /** Deliver an update here, or forward it to the worker that holds its socket now. */

@@ -35,7 +35,7 @@ export interface Channel {
   /** Set once its last token was swept away: nothing restores it any more. */
   closed: boolean
   /** The scope of the latest store subscription and its pump. */
-  scope: Scope.CloseableScope | undefined
+  scope: Scope.Closeable | undefined
   /** Whether that subscription still delivers. */
   live: boolean
   /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */

@@ -57,7 +57,7 @@ export const applyClaim = (
   token: string,
   entry: Entry,
   result: Result.Result<ClaimResult, CorruptValue | StoreRefused>,
-  stored: Metric.Metric.Counter<number> = recordsRestored
+  stored: Metric.Counter<number> = recordsRestored
 ): Effect.Effect<Option.Option<SocketRecord>> =>
   Effect.suspend(() => {
     const current = table.entries.get(token)
@@ -125,7 +125,7 @@ const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketR
   })
 
 /** `applyClaim` for what a take-over or a claim found (a record that does not decode: left for the next restore). */
-const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Metric.Counter<number>) =>
+const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Counter<number>) =>
   found._tag === "ours"
     ? applyClaim(table, token, entry, Result.succeed(claimed), stored)
     : found._tag === "taken"
