@@ -15,6 +15,8 @@
  * at 0 the failovers that lose writes lose acknowledged modifications, and the report says so.
  * `--faults a,b,…`: these faults, in this order, instead of the seed's schedule (e.g.
  * `--sentinel --min-replicas-ack 0 --seconds 20 --faults failover-losing`).
+ * `--inject nothing-written|fence-reuse|counter-order|unexpected-failure`: the workers break that property on
+ * purpose (`SOAK_INJECT` of test/soak/worker.ts), and its count in the report is above 0.
  *
  * Output: {"seconds", "faults", "failovers", "operations", "violations", "lost_updates",
  * "duplicate_deliveries", "relinks", "relinked", "relink_fresh", "relink_lost", …}: the full
@@ -22,7 +24,7 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import { soak } from "../test/soak/run.js"
+import { type Options, soak } from "../test/soak/run.js"
 
 const args = process.argv.slice(2)
 const flag = (name: string) => {
@@ -35,6 +37,7 @@ const seed = Number(flag("seed") ?? "1")
 const sentinel = args.includes("--sentinel")
 const minReplicasAck = flag("min-replicas-ack")
 const faults = flag("faults")
+const inject = flag("inject") as Options["inject"]
 
 const program = Effect.gen(function* () {
   const report = yield* Effect.scoped(
@@ -44,6 +47,7 @@ const program = Effect.gen(function* () {
       sentinel,
       ...(minReplicasAck === undefined ? {} : { minReplicasAck: Number(minReplicasAck) }),
       ...(faults === undefined ? {} : { faults: faults.split(",") }),
+      ...(inject === undefined ? {} : { inject }),
       ...(json ? {} : { log: (line: string) => console.log(`[soak] ${line}`) })
     })
   )

@@ -63,7 +63,7 @@ const listen = (signals: Signals.Signals.Service, token: string) =>
 
 const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
   Queue.take(queue).pipe(
-    Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.failSync(() => new Error("no signal arrived") }),
+    Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.failSync(() => new Error("no signal arrived")) }),
     Effect.withClock(Clock.make())
   )
 
@@ -113,7 +113,7 @@ const isGranted = (event: Signals.SignalEvent) => {
 }
 const contended = { _tag: "Contended" } as const
 
-const signalsErrors = Metric.withAttributes(Supervisor.loopErrors, { ["loop"]: Signals.loopName)
+const signalsErrors = Metric.withAttributes(Supervisor.loopErrors, { loop: Signals.loopName })
 const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.count)
 
 describe("Signals on MemoryStore", () => {

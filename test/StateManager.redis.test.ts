@@ -43,14 +43,11 @@ const scriptNames = new Map(
   Scripts.all.map((script) => [createHash("sha1").update(script.lua(singleServer)).digest("hex"), script.name])
 )
 
-/** What a client sent, from `from` on (the scripts' own commands left out), a script by its name. */
-const sentSince = (m: Monitor.Monitor, from = 0) =>
-  m.commands
-    .slice(from)
-    .filter((command) => !command.fromScript)
-    .map((command) =>
-      command.args[0] === "evalsha" ? (scriptNames.get(command.args[1]!) ?? "unknown script") : command.args[0]
-    )
+/** What clients sent between two barriers (the scripts' own commands left out), a script by its name. */
+const sentBetween = (m: Monitor.Monitor, from: number, to: number) =>
+  Monitor.sentBetween(m, from, to).map((command) =>
+    command.args[0] === "evalsha" ? (scriptNames.get(command.args[1]!) ?? "unknown script") : command.args[0]
+  )
 
 describe("round trips", () => {
   it.scopedLive(
@@ -63,10 +60,10 @@ describe("round trips", () => {
         for (let i = 1; i <= 2; i++) yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
         yield* loadScripts(cluster)
         const m = yield* Monitor.monitor(cluster.server)
-        yield* Effect.sleep(50)
+        const from = yield* Monitor.barrier(cluster.server, m)
         for (let i = 1; i <= 3; i++) yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-        yield* Effect.sleep(50)
-        deepStrictEqual(sentSince(m), [
+        const to = yield* Monitor.barrier(cluster.server, m)
+        deepStrictEqual(sentBetween(m, from, to), [
           "leaseholdAcquireQueued",
           "leaseholdCommitAndReleaseQueued",
           "leaseholdCommitIfUnchanged",
@@ -74,7 +71,7 @@ describe("round trips", () => {
         ])
         // with no queue key at all, the steps touch no sorted set of the queue (`quiet`)
         deepStrictEqual(
-          m.commands.filter((command) => command.fromScript && command.args[0]!.startsWith("z")),
+          m.commands.slice(from, to).filter((command) => command.fromScript && command.args[0]!.startsWith("z")),
           []
         )
         assert.strictEqual(yield* cluster.stored("t"), 3)
@@ -104,18 +101,18 @@ describe("a modification in one step on the values of the worker's last grant", 
       yield* a.states.modify("t", Counter, bump)
       yield* b.states.modify("t", Counter, bump)
       const m = yield* Monitor.monitor(cluster.server)
-      yield* Effect.sleep(50)
+      const from = yield* Monitor.barrier(cluster.server, m)
       const seen: Array<number> = []
       assert.strictEqual(yield* a.states.modify("t", Counter, add(seen)), 2)
       // the step on what a's grant left (1), refused; then the queued way, on what b wrote (2)
       deepStrictEqual(seen, [1, 2])
-      const refused = m.commands.length
+      const refused = yield* Monitor.barrier(cluster.server, m)
       // refused once: its next release is not remembered, nor the step tried
       yield* a.states.modify("t", Counter, bump)
       yield* a.states.modify("t", Counter, bump)
-      yield* Effect.sleep(50)
-      assert.isFalse(sentSince(m, refused).includes("leaseholdCommitIfUnchanged"))
-      deepStrictEqual(sentSince(m).slice(0, 3), [
+      const to = yield* Monitor.barrier(cluster.server, m)
+      assert.isFalse(sentBetween(m, refused, to).includes("leaseholdCommitIfUnchanged"))
+      deepStrictEqual(sentBetween(m, from, refused), [
         "leaseholdCommitIfUnchanged",
         "leaseholdAcquireQueued",
         "leaseholdCommitAndReleaseQueued"
@@ -148,7 +145,12 @@ describe("a modification in one step on the values of the worker's last grant", 
       const held = yield* holding(b, "t")
       const seen: Array<number> = []
       const later = yield* Effect.forkChild(a.states.modify("t", Counter, add(seen)))
-      yield* Effect.sleep(200)
+      // its step refused, a waits in the token's queue behind b
+      yield* eventuallyTrue(
+        "a queued",
+        5_000,
+        Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id))
+      )
       assert.isTrue(Option.isNone(yield* Fiber.poll(later)))
       yield* held.open
       yield* Fiber.join(held.fiber)
@@ -185,25 +187,28 @@ describe("round trips of a lease", () => {
       const w = yield* cluster.worker()
       yield* loadScripts(cluster)
       const m = yield* Monitor.monitor(cluster.server)
-      yield* Effect.sleep(50)
+      const from = yield* Monitor.barrier(cluster.server, m)
+      /** What clients sent from `start` on, once `n` commands have come (the lease's own come after the acknowledgement). */
+      const sentOnce = (start: number, n: number) =>
+        Effect.gen(function* () {
+          yield* eventuallyTrue(
+            `${n} commands`,
+            5_000,
+            Effect.sync(() => Monitor.sentBetween(m, start, m.commands.length).length >= n)
+          )
+          const end = yield* Monitor.barrier(cluster.server, m)
+          return { end, sent: Monitor.sentBetween(m, start, end).map((command) => command.args[0]) }
+        })
       yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(w.lease.isLeased("t"))
-      yield* Effect.sleep(50)
-      const sent = m.commands.filter((command) => !command.fromScript).map((command) => command.args[0])
+      const first = yield* sentOnce(from, 4)
       // the grant with the read, the write (the acknowledgement), and only then the lease's
       // subscription and its one look at the queue
-      deepStrictEqual(sent, ["evalsha", "evalsha", "subscribe", "evalsha"])
+      deepStrictEqual(first.sent, ["evalsha", "evalsha", "subscribe", "evalsha"])
       // a lease of another token listens on the same channel: no second subscription
-      // (the harness's own reads come after: MONITOR reports them late on a busy machine)
-      const before = m.commands.length
       yield* w.states.modify("t2", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(w.lease.isLeased("t2"))
-      yield* Effect.sleep(50)
-      const more = m.commands
-        .slice(before)
-        .filter((command) => !command.fromScript)
-        .map((command) => command.args[0])
-      deepStrictEqual(more, ["evalsha", "evalsha", "evalsha"])
+      deepStrictEqual((yield* sentOnce(first.end, 3)).sent, ["evalsha", "evalsha", "evalsha"])
       assert.strictEqual(yield* cluster.stored("t"), 1)
     })
   )

@@ -32,10 +32,10 @@ describe("Worker", () => {
         for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         assert.isNull(yield* server.command("GET", "leasehold:{t}:s:counter"))
         const m = yield* Monitor.monitor(server)
-        yield* Effect.sleep(100)
         yield* a.close
-        yield* Effect.sleep(100)
-        const seen = m.commands.map((command) => command.args)
+        // everything the server ran before the marker, so whatever the close sent
+        const end = yield* Monitor.barrier(server, m)
+        const seen = m.commands.slice(0, end).map((command) => command.args)
         const index = (match: (args: ReadonlyArray<string>) => boolean) => seen.findIndex(match)
         const flushed = index((args) => args[0] === "set" && args[1] === "leasehold:{t}:s:counter")
         const removed = index((args) => args[0] === "del" && args[1] === "leasehold:{sock1}:socket")

@@ -61,9 +61,9 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
     const { lockExpiration } = yield* LeaseholdConfig
     return yield* effect.pipe(
       // An unreachable store fails each command after its timeout; this bounds the whole request.
-      Effect.timeoutOrElse({
+      Effect.timeoutFail({
         duration: lockExpiration,
-        orElse: () => Effect.failSync(() =>
+        onTimeout: () =>
           new Timeout({
             message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
           })

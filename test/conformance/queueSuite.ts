@@ -95,14 +95,29 @@ const noticesSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Notice>>, n: numbe
     return yield* Ref.get(seen)
   })
 
-/** The TTL of one key of `token` as `tokenKeys` reports it (-1: none or absent). */
-const ttlOf = (fx: Fixture, token: string, name: string) =>
-  Effect.map(fx.store.tokenKeys(token), (infos) =>
-    Option.getOrElse(
-      Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
-      () => -1
-    )
+/** The TTLs of `token`'s keys, from one `tokenKeys`, by name (-1: none or absent). */
+const ttlsOf = (fx: Fixture, token: string) =>
+  Effect.map(
+    fx.store.tokenKeys(token),
+    (infos) => (name: string) =>
+      Option.getOrElse(
+        Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+        () => -1
+      )
   )
+
+/** The TTL of one key of `token` as `tokenKeys` reports it (-1: none or absent). */
+const ttlOf = (fx: Fixture, token: string, name: string) => Effect.map(ttlsOf(fx, token), (ttl) => ttl(name))
+
+/**
+ * Real-time bounds leave a quarter of the lock expiration either way (300 ms on the real
+ * servers): `lateStep`, advanced twice, outlasts an entry refreshed before the first
+ * (by half a lock expiration) while one refreshed in between still has a quarter left.
+ */
+const lateStep = (fx: Fixture) => Math.floor((fx.lockExpirationMs * 3) / 4)
+
+/** Past an unclaimed grant's expiry by a fifth of the lock expiration, well within a queued entry's. */
+const pastHandoff = (fx: Fixture) => fx.handoffTimeoutMs + Math.floor(fx.lockExpirationMs / 5)
 
 /** Register the queue hand-off cases for `backend`. */
 export const queueHandoff = (backend: Backend): void => {
@@ -274,7 +289,7 @@ export const queueHandoff = (backend: Backend): void => {
       assert.strictEqual(yield* lockValue(fx, "tok"), "A:1")
       deepStrictEqual(yield* fx.store.queue("tok"), ["B", "C"])
       // C's place has a deadline of its own: B's, set earlier, runs out first
-      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      const step = lateStep(fx)
       yield* fx.advance(step)
       deepStrictEqual(yield* release(fx, "tok", "C", { requeue: true }), { released: false, queued: 1 })
       assert.isTrue(yield* fx.store.extend("tok", "A:1"))
@@ -310,7 +325,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "tok", "C")
       yield* release(fx, "tok", "A")
       const nextSees = yield* recordNotices(fx, "tok", "C")
-      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* fx.advance(pastHandoff(fx))
       assert.strictEqual(yield* lockValue(fx, "tok"), undefined)
       // D, a newcomer, does not take the free lock: C is queued ahead, and D's attempt grants it to C
       const newcomer = yield* waits(fx, "tok", "D")
@@ -335,7 +350,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "t2", "E")
       const cSees = yield* recordNotices(fx, "t2", "C")
       yield* release(fx, "t2", "A")
-      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* fx.advance(pastHandoff(fx))
 
       // C is the head, the lock free: the claim of the grant that expired takes it all the same
       const b = yield* takes(fx, "t1", "B", { claim: a1.fence + 1, n: 2 })
@@ -372,7 +387,7 @@ export const queueHandoff = (backend: Backend): void => {
       const c = yield* expiredGrant("c")
       yield* expiredGrant("n")
       const m = yield* expiredGrant("m")
-      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* fx.advance(pastHandoff(fx))
       for (const token of ["w", "e", "c", "n", "m"]) assert.strictEqual(yield* lockValue(fx, token), undefined)
 
       // a write: the lock is B's again, for a full lock expiration
@@ -442,7 +457,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* waits(fx, "t2", "B")
       yield* waits(fx, "t2", "C")
       yield* release(fx, "t2", "A")
-      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* fx.advance(pastHandoff(fx))
       yield* waits(fx, "t2", "D")
       assert.strictEqual(yield* lockValue(fx, "t2"), "C:1")
       // B's grant took a fence, C's the next
@@ -460,7 +475,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* release(fx, "t1", "B")
       assert.strictEqual(yield* lockValue(fx, "t1"), "C:1")
       // C's grant (t1) and D's (t2) expire unclaimed: each lock is free, with a worker queued
-      yield* fx.advance(fx.handoffTimeoutMs + 50)
+      yield* fx.advance(pastHandoff(fx))
       for (const [token, stale, head] of [
         ["t1", a1.fence, "D"],
         ["t2", a2.fence, "E"]
@@ -560,7 +575,7 @@ export const queueHandoff = (backend: Backend): void => {
   test("an entry not refreshed for a lock expiration is dropped, and never granted", (fx) =>
     Effect.gen(function* () {
       // two steps outlast one lock expiration, one step is well within it
-      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      const step = lateStep(fx)
       yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
       yield* fx.advance(step)
@@ -605,7 +620,7 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("the last live entry to go takes the queue with it, late entries included: by leaving or by its grant", (fx) =>
     Effect.gen(function* () {
-      const step = Math.floor(fx.lockExpirationMs / 2) + 10
+      const step = lateStep(fx)
       const names = (token: string) => Effect.map(fx.store.tokenKeys(token), (infos) => infos.map((info) => info.name))
       for (const token of ["t1", "t2"]) {
         yield* takes(fx, token, "A")
@@ -645,7 +660,7 @@ export const queueHandoff = (backend: Backend): void => {
       ])
 
       // B's lock expires while C waits, refreshing its entry
-      const half = Math.floor(fx.lockExpirationMs / 2) + 10
+      const half = lateStep(fx)
       yield* waits(fx, "tok", "C")
       const cSees = yield* recordNotices(fx, "tok", "C")
       yield* fx.advance(half)
@@ -678,14 +693,19 @@ export const queueHandoff = (backend: Backend): void => {
 
   test("the fence lives as long as the slices: a queued grant and a queued commit refresh it", (fx) =>
     Effect.gen(function* () {
-      /** 100 ms after the fence was last refreshed, `step` refreshes slice `a`: the fence must follow. */
+      /**
+       * A third of a lock expiration after the fence was last refreshed (within B's lock),
+       * `step` refreshes slice `a`: the fence must follow. Both TTLs come from one read; a
+       * fence left behind is that third short, twice the tolerance (200 ms on the real servers).
+       */
+      const gap = Math.floor(fx.lockExpirationMs / 3)
       const fenceFollows = (label: string, step: Effect.Effect<unknown, unknown>) =>
         Effect.gen(function* () {
-          yield* fx.advance(100)
+          yield* fx.advance(gap)
           yield* step
-          const fence = yield* ttlOf(fx, "tok", "fence")
-          const slice = yield* ttlOf(fx, "tok", "s:a")
-          assert.isAtLeast(fence, slice - 50, `${label}: fence TTL ${fence} ms, slice TTL ${slice} ms`)
+          const ttl = yield* ttlsOf(fx, "tok")
+          const [fence, slice] = [ttl("fence"), ttl("s:a")]
+          assert.isAtLeast(fence, slice - Math.floor(gap / 2), `${label}: fence TTL ${fence} ms, slice TTL ${slice} ms`)
         })
       yield* takes(fx, "tok", "A")
       yield* fx.store.commitAndReleaseQueued("tok", "A:1", [["a", "1"]], { instanceId: "A" })
@@ -700,18 +720,18 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       yield* takes(fx, "tok", "A")
       yield* waits(fx, "tok", "B")
-      yield* fx.advance(100)
+      const lockMs = fx.lockExpirationMs
+      yield* fx.advance(Math.floor(lockMs / 2))
       yield* waits(fx, "tok", "C")
       const infos = yield* fx.store.tokenKeys("tok")
-      const lockMs = fx.lockExpirationMs
       for (const name of ["queue", "queue:d", "queue:i"]) {
         const info = infos.find((key) => key.name === name)
         assert.isDefined(info, `${name} in ${infos.map((key) => key.name).join(", ")}`)
         assert.strictEqual(info!.kind, "set", name)
         assert.strictEqual(info!.size, 2, name)
         const ttl = Option.getOrElse(info!.ttlMs, () => -1)
-        // C's deadline, not B's (which is 100 ms shorter)
-        assert.isTrue(ttl > lockMs - 80 && ttl <= lockMs, `${name}: TTL ${ttl} ms`)
+        // C's deadline, not B's (half a lock expiration shorter)
+        assert.isTrue(ttl > lockMs - Math.floor(lockMs / 4) && ttl <= lockMs, `${name}: TTL ${ttl} ms`)
         if (fx.exactTime) assert.strictEqual(ttl, lockMs, name)
       }
       // gone with the last entry

@@ -6,8 +6,11 @@
  * worker while it holds leases (restarted after, three times), SIGSTOP of a worker that holds
  * sockets and leases for longer than the lock expiration (a long GC pause, a frozen VM), then
  * SIGCONT, and random interruptions of modifications inside the workers. Then every outcome
- * is checked against what the store holds: only the operations in flight in a killed
- * incarnation (never reported) may have gone either way.
+ * is checked against what the store holds: only an unknown outcome may have gone either way
+ * (a failure with `StoreUnavailable` or `NotAcknowledged` after the function decided, and
+ * the operations in flight in a killed incarnation, never reported); an error that promises
+ * nothing was written is held to it, and any other failure is a violation. The history is
+ * checked too: one fence per holder incarnation, and the counter's values in real-time order.
  *
  * The server runs with `appendonly yes` and `appendfsync always`, so that a SIGKILLed server
  * keeps every write it acknowledged (without persistence a restart empties it, and no count
@@ -23,13 +26,13 @@
  * until a replica is promoted, and one that loses the primary's last writes (its replicas
  * frozen and cut off while the workers write to it alone, then it is SIGKILLed); each time
  * the old primary comes back as a replica. A modification that fails with `NotAcknowledged`
- * after its function decided is ambiguous, as any failure after deciding; one that fails
- * so before deciding wrote nothing of its own. With every replica acknowledging, nothing
+ * after its function decided is ambiguous, as one that fails with `StoreUnavailable` then;
+ * one that fails so before deciding wrote nothing of its own. With every replica acknowledging, nothing
  * acknowledged may be lost; with 0, what the failovers that lose writes took is reported as
  * lost acknowledged modifications. Mailbox entries are not acknowledged by replicas: the
  * updates appended while the primary had no replica are counted apart (`exposed_sends`).
  */
-import { type ChildProcess, spawn } from "node:child_process"
+import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -55,9 +58,53 @@ export interface Options {
   readonly faults?: ReadonlyArray<string>
   /** Progress lines (faults as they happen). */
   readonly log?: (line: string) => void
+  /**
+   * A property the workers break on purpose (`SOAK_INJECT` of `test/soak/worker.ts`), to
+   * show that its check fails: `nothing-written`, `fence-reuse`, `counter-order` or
+   * `unexpected-failure`.
+   */
+  readonly inject?: "nothing-written" | "fence-reuse" | "counter-order" | "unexpected-failure"
 }
 
+/**
+ * Errors after which a write's fate is unknown (docs/state.md): a modification failing so
+ * once its function decided may or may not be in the log. An interruption after the
+ * decision (`Interrupted`) cannot happen by design, but would be unknown too.
+ */
+export const unknownOutcomeErrors: ReadonlyArray<string> = ["StoreUnavailable", "NotAcknowledged", "Interrupted"]
+
+/** Errors that promise nothing was written (docs/state.md): checked against the log. */
+export const nothingWrittenErrors: ReadonlyArray<string> = [
+  "LockExpired",
+  "LockLost",
+  "ValueTooLarge",
+  "InvalidSliceValue",
+  "InvalidToken"
+]
+
+/**
+ * The seed the tests run the soak with: `LEASEHOLD_SOAK_SEED` (CI derives it from the
+ * commit), else the commit's own (the first 8 hex digits of `git rev-parse HEAD`), so that
+ * every commit checked runs a schedule of its own, and a failure is replayed with
+ * `npm run soak -- --seed S`.
+ */
+export const testSeed = (): number => {
+  const fromEnv = process.env.LEASEHOLD_SOAK_SEED
+  if (fromEnv !== undefined && fromEnv !== "") {
+    const seed = Number(fromEnv)
+    if (!Number.isSafeInteger(seed)) throw new Error(`LEASEHOLD_SOAK_SEED=${fromEnv}: not an integer`)
+    return seed
+  }
+  const head = execFileSync("git", ["rev-parse", "HEAD"], { cwd: root, encoding: "utf8" }).trim()
+  return Number.parseInt(head.slice(0, 8), 16)
+}
+
+/** The incarnation that made an operation: its id begins `<worker>g<generation>.`. */
+const incarnationOf = (op: string) => op.slice(0, op.indexOf("."))
+
 export interface Report {
+  /** The seed of the run: `--seed` replays its schedule. */
+  readonly seed: number
   readonly seconds: number
   /** One redis-server, or a primary with two replicas behind Sentinel. */
   readonly store: "server" | "sentinel"
@@ -70,6 +117,7 @@ export interface Report {
   /** Modifications and sends that reported an outcome. */
   readonly operations: number
   readonly successes: number
+  /** Modifications that failed after their function decided, with an error whose outcome is unknown. */
   readonly ambiguous: number
   /**
    * Modifications that failed with `NotAcknowledged` (fewer replicas than asked had the
@@ -87,6 +135,29 @@ export interface Report {
   readonly phantom_or_doubled: number
   /** Writes whose grant's fencing number is below that of the write they read (interleaved holders). */
   readonly fence_regressions: number
+  /**
+   * The operations allowed either way, by the tag of their error (`StoreUnavailable`,
+   * `NotAcknowledged`, `Interrupted`, after their function decided), and `killed`: those of
+   * a killed incarnation that never reported and are in the log.
+   */
+  readonly excused_by_error: Readonly<Record<string, number>>
+  /** Modifications that failed with an error promising nothing was written, by its tag: each checked against the log. */
+  readonly nothing_written_by_error: Readonly<Record<string, number>>
+  /** Of those, the ones in the log. */
+  readonly nothing_written_violations: number
+  /** Modifications that failed with an error no document calls of unknown outcome (`StoreRefused`, a defect, …). */
+  readonly unexpected_failures: number
+  /** Log entries under a fence another incarnation wrote under too (one grant, two holders). */
+  readonly fence_reuse_violations: number
+  /** With `minReplicasAck` 0, such entries answered during a failover that loses writes (not violations). */
+  readonly fence_reuse_in_losing_failovers: number
+  /**
+   * Acknowledged increments whose counter value is not above that of one acknowledged
+   * before they were asked for (the counter is not linearizable).
+   */
+  readonly real_time_order_violations: number
+  /** With `minReplicasAck` 0, such increments answered during a failover that loses writes (not violations). */
+  readonly real_time_order_in_losing_failovers: number
   readonly lost_deliveries: number
   /**
    * Sends appended while the primary had no replica (a failover that loses writes, from the
@@ -164,7 +235,9 @@ const startWorker = (name: string, env: Record<string, string>): Proc => {
       cwd: root,
       // the soak's own settings only: a LEASEHOLD_REDIS_URL of the shell would clash with Sentinels
       env: {
-        ...Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("LEASEHOLD_"))),
+        ...Object.fromEntries(
+          Object.entries(process.env).filter(([key]) => !key.startsWith("LEASEHOLD_") && key !== "SOAK_INJECT")
+        ),
         ...env
       },
       stdio: ["pipe", "pipe", "pipe"]
@@ -224,6 +297,53 @@ const seeded = (seed: number) => {
   }
 }
 
+/**
+ * The faults a run injects, in order: `options.faults`, or the seed's schedule. On one
+ * server, thirteen, every kind twice (the worker SIGKILL three times); behind Sentinel,
+ * every kind once (three failovers) per minute of the run (a failover with the return of
+ * the old primary takes 6-9 s). In an order drawn from the seed.
+ */
+export const faultSchedule = (
+  options: Pick<Options, "seconds" | "seed" | "sentinel" | "faults">
+): ReadonlyArray<string> => {
+  if (options.faults !== undefined) return [...options.faults]
+  const kinds = faultKinds(options.sentinel === true)
+  const rounds = Math.max(1, Math.floor(options.seconds / 60))
+  const schedule =
+    options.sentinel === true ? Array.from({ length: rounds }, () => kinds).flat() : [...kinds, ...kinds, "worker-kill"]
+  const random = seeded(options.seed)
+  for (let i = schedule.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1))
+    ;[schedule[i], schedule[j]] = [schedule[j]!, schedule[i]!]
+  }
+  return schedule
+}
+
+/**
+ * The re-links a run makes: each SIGKILL of the victim moves every tab it holds, and every
+ * other one (the first, the third, …) goes to its next incarnation, to be moved again by
+ * the next kill. It starts with a quarter of the tokens.
+ */
+export const expectedRelinks = (
+  options: Pick<Options, "seconds" | "seed" | "sentinel" | "faults" | "workers" | "tokens">
+): number => {
+  const kills = faultSchedule(options).filter((kind) => kind === "worker-kill").length
+  let held = Math.max(1, Math.floor((options.tokens ?? 16) / (options.workers ?? 4)))
+  let relinks = 0
+  for (let i = 0; i < kills; i++) {
+    relinks += held
+    held = Math.ceil(held / 2)
+  }
+  return relinks
+}
+
+/** How many of each kind a run injects. */
+export const faultCounts = (schedule: ReadonlyArray<string>): Record<string, number> => {
+  const counts: Record<string, number> = {}
+  for (const kind of schedule) counts[kind] = (counts[kind] ?? 0) + 1
+  return counts
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope> =>
@@ -232,7 +352,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
     const tokenCount = options.tokens ?? 16
     const fibers = options.fibers ?? 4
     const log = options.log ?? (() => undefined)
-    const random = seeded(options.seed)
+    const schedule = faultSchedule(options)
+    // a stream of its own: the schedule is the seed's whatever else draws
+    const random = seeded(options.seed ^ 0x5bd1e995)
     const lockMs = 2_000
     // Short, so that the tabs of a killed worker are taken over within the run.
     const presenceMs = 1_200
@@ -285,7 +407,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       // a restarted incarnation starts without sockets: tabs reconnect to it
       SOCKETS: generation > 0 ? "" : (socketsOf.get(index) ?? []).map((token) => `${token}=tab-${token}-0`).join(","),
       FIBERS: String(fibers),
-      SEED: String(options.seed)
+      SEED: String(options.seed),
+      ...(options.inject === undefined ? {} : { SOAK_INJECT: options.inject })
     })
     const procs: Array<Proc> = []
     const live = new Map<number, Proc>()
@@ -566,22 +689,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           })
         }
       }
-      // On one server, thirteen faults, every kind twice (the worker SIGKILL three times);
-      // behind Sentinel, every kind once (three failovers) per minute of the run (a failover
-      // with the return of the old primary takes 6-9 s). In an order drawn from the seed,
-      // spread over 5 %-76 % of the run.
-      const rounds = Math.max(1, Math.floor(options.seconds / 60))
-      // (`options.faults`: these, in this order)
-      const schedule =
-        options.faults !== undefined
-          ? [...options.faults]
-          : deployment === undefined
-            ? [...Object.keys(kinds), ...Object.keys(kinds), "worker-kill"]
-            : Array.from({ length: rounds }, () => Object.keys(kinds)).flat()
-      for (let i = options.faults === undefined ? schedule.length - 1 : 0; i > 0; i--) {
-        const j = Math.floor(random() * (i + 1))
-        ;[schedule[i], schedule[j]] = [schedule[j]!, schedule[i]!]
-      }
+      // spread over 5 %-76 % of the run
       for (const [i, kind] of schedule.entries()) {
         await until(at(0.05 + (0.71 * i) / Math.max(1, schedule.length - 1)))
         await kinds[kind]!()
@@ -657,12 +765,35 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const exposed = (at: number, before: number) =>
         losingWindows.some((window) => at >= window.from - before && at <= window.to + 1_000)
       const into = (at: number) => `${at - started} ms`
-      for (const { event } of all) {
+      /** Operations that failed with an error that promises nothing was written, with its tag. */
+      const nothingWritten = new Map<string, string>()
+      const excusedByError: Record<string, number> = {}
+      const nothingWrittenByError: Record<string, number> = {}
+      let unexpectedFailures = 0
+      for (const { proc, event } of all) {
         const op = String(event.op)
-        if ((event.t === "ambiguous" || event.t === "failed") && event.reason === "NotAcknowledged") notAcknowledged++
+        const reason = String(event.reason)
+        if ((event.t === "decided" || event.t === "failed") && reason === "NotAcknowledged") notAcknowledged++
         if (event.t === "ok") ok.add(op)
-        else if (event.t === "ambiguous") ambiguous.add(op)
-        else if (event.t === "failed" || event.t === "interrupted") clean.add(op)
+        else if (event.t === "interrupted") clean.add(op)
+        else if (event.t === "decided" || event.t === "failed") {
+          if (nothingWrittenErrors.includes(reason)) {
+            nothingWritten.set(op, reason)
+            nothingWrittenByError[reason] = (nothingWrittenByError[reason] ?? 0) + 1
+          } else if (unknownOutcomeErrors.includes(reason)) {
+            // before its function decided, nothing of it was written: only after is its outcome unknown
+            if (event.t === "failed") clean.add(op)
+            else {
+              ambiguous.add(op)
+              excusedByError[reason] = (excusedByError[reason] ?? 0) + 1
+            }
+          } else {
+            // an outcome no document calls unknown: a violation, whether written or not
+            unexpectedFailures++
+            ambiguous.add(op)
+            details.push(`${proc.name}: ${op} on ${String(event.token)} failed with ${reason} (${event.t})`)
+          }
+        }
       }
       // Ops of a killed incarnation that never reported (in flight when it died) may be either way.
       const killedPrefixes = Array.from({ length: generations.get(victim) ?? 0 }, (_, g) => `${victim}g${g}.`)
@@ -719,12 +850,27 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       let lostInLosing = 0
       let phantom = 0
       let fenceRegressions = 0
+      let nothingWrittenViolations = 0
+      let fenceReuse = 0
+      let fenceReuseInLosing = 0
+      let realTimeOrder = 0
+      let realTimeOrderInLosing = 0
+      excusedByError.killed = 0
+      /** When each operation was answered (a decided failure too): where its write falls in time. */
+      const answeredAt = new Map<string, number>()
+      for (const { event } of all)
+        if (event.at !== undefined && event.op !== undefined) answeredAt.set(String(event.op), Number(event.at))
+      // With no replica acknowledging, a failover that loses writes may give a fence or a
+      // counter value out again: apart, not a violation.
+      const losable = (at: number | undefined) => minReplicasAck === 0 && at !== undefined && exposed(at, 1_000)
       for (const token of tokens) {
         const raw = await command("GET", keys.slice(token, "log"))
         const value =
           typeof raw === "string" ? (JSON.parse(raw) as { n: number; ops: Array<string> }) : { n: 0, ops: [] }
         const inLog = new Map<string, number>()
         let lastFence = Number.NEGATIVE_INFINITY
+        /** The first write under each fence: one grant is one holder's, one incarnation's. */
+        const holderOf = new Map<number, string>()
         for (const entry of value.ops) {
           const at = entry.lastIndexOf("@")
           const op = entry.slice(0, at)
@@ -736,6 +882,15 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             details.push(`${token}: ${op} written under fence ${fence} after a write under fence ${lastFence}`)
           }
           lastFence = fence
+          const first = holderOf.get(fence)
+          if (first === undefined) holderOf.set(fence, op)
+          else if (incarnationOf(first) !== incarnationOf(op)) {
+            if (losable(answeredAt.get(op)) || losable(answeredAt.get(first))) fenceReuseInLosing++
+            else {
+              fenceReuse++
+              details.push(`${token}: ${op} written under fence ${fence}, already ${first}'s (another incarnation)`)
+            }
+          }
         }
         if (value.n !== value.ops.length) {
           phantom++
@@ -745,12 +900,46 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           if (times > 1) {
             phantom++
             details.push(`${token}: ${op} applied ${times} times`)
+          } else if (nothingWritten.has(op)) {
+            nothingWrittenViolations++
+            details.push(`${token}: ${op} failed with ${nothingWritten.get(op)} (nothing written) but was applied`)
           } else if (clean.has(op)) {
             phantom++
             details.push(`${token}: ${op} reported failure but was applied`)
-          } else if (!ok.has(op) && !ambiguous.has(op) && !killed(op)) {
-            phantom++
-            details.push(`${token}: ${op} applied but never reported`)
+          } else if (!ok.has(op) && !ambiguous.has(op)) {
+            if (killed(op)) excusedByError.killed++
+            else {
+              phantom++
+              details.push(`${token}: ${op} applied but never reported`)
+            }
+          }
+        }
+        // Real time: an increment answered before another was asked for has the smaller value
+        // (the counter's results are unique, so this is its linearizability).
+        const answered = all
+          .filter(({ event }) => event.t === "ok" && event.token === token)
+          .map(({ event }) => ({
+            op: String(event.op),
+            n: Number(event.n),
+            invoked: Number(event.invoked),
+            at: Number(event.at)
+          }))
+        const byAnswer = [...answered].sort((a, b) => a.at - b.at)
+        let before = 0
+        let highest: (typeof answered)[number] | undefined
+        for (const later of [...answered].sort((a, b) => a.invoked - b.invoked)) {
+          while (before < byAnswer.length && byAnswer[before]!.at < later.invoked) {
+            const earlier = byAnswer[before++]!
+            if (highest === undefined || earlier.n > highest.n) highest = earlier
+          }
+          if (highest === undefined || highest.n < later.n) continue
+          if (losable(highest.at) || losable(later.at)) realTimeOrderInLosing++
+          else {
+            realTimeOrder++
+            if (realTimeOrder <= 20)
+              details.push(
+                `${token}: ${later.op} asked for at ${into(later.invoked)} got ${later.n}, but ${highest.op} got ${highest.n} at ${into(highest.at)}`
+              )
           }
         }
         for (const { event } of all) {
@@ -884,12 +1073,16 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       }
 
       const operations = all.filter((e) =>
-        ["ok", "ambiguous", "failed", "interrupted", "sent"].includes(e.event.t)
+        ["ok", "decided", "failed", "interrupted", "sent"].includes(e.event.t)
       ).length
       const violations =
         lost +
         phantom +
         fenceRegressions +
+        nothingWrittenViolations +
+        fenceReuse +
+        realTimeOrder +
+        unexpectedFailures +
         lostDeliveries +
         duplicates +
         outOfOrder +
@@ -900,6 +1093,7 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         socketsLost +
         staleOrUnhealthy
       return {
+        seed: options.seed,
         seconds: Math.round(seconds),
         store: deployment === undefined ? "server" : "sentinel",
         min_replicas_ack: minReplicasAck,
@@ -918,6 +1112,14 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         lost_updates_in_losing_failovers: lostInLosing,
         phantom_or_doubled: phantom,
         fence_regressions: fenceRegressions,
+        excused_by_error: excusedByError,
+        nothing_written_by_error: nothingWrittenByError,
+        nothing_written_violations: nothingWrittenViolations,
+        unexpected_failures: unexpectedFailures,
+        fence_reuse_violations: fenceReuse,
+        fence_reuse_in_losing_failovers: fenceReuseInLosing,
+        real_time_order_violations: realTimeOrder,
+        real_time_order_in_losing_failovers: realTimeOrderInLosing,
         lost_deliveries: lostDeliveries,
         exposed_sends: exposedSends,
         exposed_sends_lost: exposedSendsLost,

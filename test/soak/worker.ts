@@ -16,9 +16,17 @@
  * a fencing number smaller than the one before it a write by a holder older than the one
  * whose write it read. An interruption lands only before the function decides (as in the
  * fuzz tests): an interrupted modification must change nothing. A modification that
- * fails after deciding (the store went away under it) may or may not have been written:
- * it is reported as ambiguous; so is one whose commit fewer replicas than asked
- * acknowledged in time (`NotAcknowledged`: made on the primary, its fate unknown).
+ * fails after deciding is reported as `decided` with its error's tag (or `Interrupted`,
+ * `defect`): the soak judges by the tag whether it may have been written. Each outcome
+ * carries `invoked` and `at` (when it was asked for and when its answer came), and a
+ * success the counter value `n` it wrote: the soak checks those values against real time.
+ *
+ * `SOAK_INJECT` breaks one property on purpose, to show that the soak's check of it fails:
+ * `nothing-written` reports one success in ten as `LockExpired` (an error that promises
+ * nothing was written), `fence-reuse` writes an entry under the fence of the entry before
+ * it when another incarnation wrote that one, `counter-order` reports one success in ten
+ * with the counter value of three modifications before it, `unexpected-failure` reports one
+ * success in ten as `StoreRefused` (an outcome no document calls unknown).
  */
 import * as readline from "node:readline"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
@@ -65,6 +73,11 @@ const sockets = (process.env.SOCKETS ?? "")
   .map((pair) => pair.split("=") as [token: string, connectionId: string])
 const fibers = Number(process.env.FIBERS ?? "4")
 const seed = Number(process.env.SEED ?? "1")
+const inject = process.env.SOAK_INJECT ?? ""
+/** This process's incarnation, as the ids of its modifications begin. */
+const incarnation = `${index}g${generation}`
+let injectCount = 0
+const injectNow = () => ++injectCount % 10 === 0
 
 const emit = (event: Record<string, unknown>) => Effect.sync(() => process.stdout.write(`${JSON.stringify(event)}\n`))
 
@@ -90,10 +103,11 @@ let running = true
 /** What each fiber is doing, for a report if stopping takes long. */
 const current = new Map<number, { readonly what: string; readonly since: number }>()
 
-/** One modification: appends `op` to the token's log. */
+/** One modification: appends `op` to the token's log and increments its counter. */
 const modifyOnce = (states: StateManager.StateManager.Service, token: string, op: string) =>
   Effect.gen(function* () {
     const state = { decided: false }
+    const invoked = Date.now()
     const fiber = yield* Effect.forkChild(
       states.modifyEffect(
         token,
@@ -102,11 +116,16 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
           Effect.gen(function* () {
             yield* Effect.sleep(yield* Random.nextIntBetween(0, 2))
             // the fencing number of the grant this modification runs under, kept with its id
-            const fence = Option.getOrElse(yield* StateManager.fence, () => -1)
+            const own = Option.getOrElse(yield* StateManager.fence, () => -1)
+            const last = log.ops.at(-1)
+            const fence =
+              inject === "fence-reuse" && last !== undefined && !last.startsWith(`${incarnation}.`)
+                ? Number(last.slice(last.lastIndexOf("@") + 1))
+                : own
             yield* Effect.sync(() => {
               state.decided = true
             })
-            return [null, { n: log.n + 1, ops: [...log.ops, `${op}@${fence}`] }] as const
+            return [log.n + 1, { n: log.n + 1, ops: [...log.ops, `${op}@${fence}`] }] as const
           }),
         { event: op }
       )
@@ -119,13 +138,21 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
       })
     }
     const exit = yield* Fiber.await(fiber)
-    if (Exit.isSuccess(exit)) return yield* emit({ t: "ok", token, op, at: Date.now() })
+    const at = Date.now()
+    if (Exit.isSuccess(exit)) {
+      if ((inject === "nothing-written" || inject === "unexpected-failure") && injectNow()) {
+        const reason = inject === "nothing-written" ? "LockExpired" : "StoreRefused"
+        return yield* emit({ t: "decided", token, op, reason, invoked, at })
+      }
+      const n = inject === "counter-order" && injectNow() ? exit.value - 3 : exit.value
+      return yield* emit({ t: "ok", token, op, n, invoked, at })
+    }
     if (Exit.hasInterrupts(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
     const reason = Option.match(Cause.findErrorOption(exit.cause), {
-      onNone: () => "defect",
+      onNone: () => (Exit.hasInterrupts(exit) ? "Interrupted" : "defect"),
       onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
     })
-    return yield* emit({ t: state.decided ? "ambiguous" : "failed", token, op, reason, at: Date.now() })
+    return yield* emit({ t: state.decided ? "decided" : "failed", token, op, reason, invoked, at })
   })
 
 const program = Effect.gen(function* () {
