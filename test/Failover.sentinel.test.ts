@@ -38,7 +38,7 @@ const healthy = (workers: ReadonlyArray<{ readonly health: { readonly healthy: E
   )
 
 describe("state across a failover", () => {
-  it.scopedLive(
+  it.live(
     "a primary SIGKILLed while two workers modify a token: the modifications fail meanwhile, then go on, one after another",
     () =>
       Effect.gen(function* () {
@@ -94,7 +94,7 @@ describe("state across a failover", () => {
     120_000
   )
 
-  it.scopedLive(
+  it.live(
     "what the replicas never had is lost with the primary: acknowledged modifications and their grants' fences",
     () =>
       Effect.gen(function* () {
@@ -119,7 +119,7 @@ describe("state across a failover", () => {
     120_000
   )
 
-  it.scopedLive(
+  it.live(
     "with minReplicasAck 1 what the replicas never had is not acknowledged: NotAcknowledged instead of a silent loss",
     () =>
       Effect.gen(function* () {
@@ -154,7 +154,7 @@ describe("state across a failover", () => {
 })
 
 describe("tokens and mailboxes across a failover", () => {
-  it.scopedLive(
+  it.live(
     "a socket record the promoted replica never had is written back by its worker, and updates reach both sockets again",
     () =>
       Effect.gen(function* () {

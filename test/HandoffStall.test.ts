@@ -56,7 +56,7 @@ const stalledGrantee = (cluster: Cluster) =>
 const suite = (name: string, make: (input: LeaseholdConfig.Input) => Effect.Effect<Cluster, unknown, Scope.Scope>) =>
   describe(`a stalled grantee (${name})`, () => {
     for (const oplock of [false, true]) {
-      it.scopedLive(
+      it.live(
         `oplock ${oplock}: its lock expired unextended and nobody had it since: the write takes it back`,
         () =>
           Effect.gen(function* () {

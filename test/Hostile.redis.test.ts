@@ -138,7 +138,7 @@ const freePort = (): Promise<number> =>
   })
 
 describe("a hostile Redis", () => {
-  it.scopedLive("after SCRIPT FLUSH every operation works at once: the scripts are loaded again", () =>
+  it.live("after SCRIPT FLUSH every operation works at once: the scripts are loaded again", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const fx = yield* redisWorkers(server.url, { commandTimeout: 5_000 })
@@ -166,7 +166,7 @@ describe("a hostile Redis", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "maxmemory 1mb, noeviction: writes fail with StoreRefused and nothing is partly written; they work once memory is free",
     () =>
       Effect.gen(function* () {
@@ -281,7 +281,7 @@ describe("a hostile Redis", () => {
       })
   )
 
-  it.scopedLive("CONFIG and KEYS renamed away: every operation works, records kept alive by refreshing", () =>
+  it.live("CONFIG and KEYS renamed away: every operation works, records kept alive by refreshing", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start({
         extraArgs: ["--rename-command", "CONFIG", "", "--rename-command", "KEYS", ""]
@@ -308,7 +308,7 @@ describe("a hostile Redis", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a restart that lost every key: records, mailboxes and leases recover, and the state starts again from the initial value",
     () =>
       Effect.gen(function* () {
@@ -403,7 +403,7 @@ describe("credentials", () => {
     for (const message of messages) for (const s of secrets) assert.notInclude(message, s)
   }
 
-  it.scopedLive("a password URL: it works, and the password appears in no log line or error message", () =>
+  it.live("a password URL: it works, and the password appears in no log line or error message", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       yield* Effect.orDie(server.command("CONFIG", "SET", "requirepass", secret))
@@ -470,7 +470,7 @@ describe("credentials", () => {
 
   const tls = redisHasTls()
 
-  it.scopedLive(
+  it.live(
     `a rediss:// URL ${tls ? "against a TLS redis-server" : "(no TLS in this redis-server: the URL is parsed and scrubbed only)"}: the password is never logged`,
     () =>
       Effect.gen(function* () {

@@ -40,7 +40,7 @@ const reads = new Set([
 ])
 
 describe("inspect", () => {
-  it.scopedLive(
+  it.live(
     "a token: the holder with its fence and time left, the queued workers, the slices and the socket record; nothing is written",
     () =>
       Effect.gen(function* () {
@@ -91,7 +91,7 @@ describe("inspect", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "the command prints JSON for a token and an instance, and refuses a pattern before connecting",
     () =>
       Effect.gen(function* () {

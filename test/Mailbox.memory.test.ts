@@ -26,7 +26,7 @@ const settle = Effect.andThen(TestClock.adjust(2_000), yields)
 const memory: DeliveryBackend = {
   name: "memory",
   test: (name, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const fx = yield* memoryWorkers()
         yield* body(fx, { until, settle })
@@ -37,7 +37,7 @@ const memory: DeliveryBackend = {
 deliverySuite(memory)
 
 describe("delivery while the embedded store is unavailable", () => {
-  it.scoped("updates sent meanwhile wait in the outbox and arrive in order once it is back", () =>
+  it.effect("updates sent meanwhile wait in the outbox and arrive in order once it is back", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -64,7 +64,7 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
-  it.scoped("a full outbox drops new updates, counted, with one warning", () =>
+  it.effect("a full outbox drops new updates, counted, with one warning", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -89,7 +89,7 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
-  it.scoped("a buffered update whose socket has no record waits for it until the restore grace ends (5 s)", () =>
+  it.effect("a buffered update whose socket has no record waits for it until the restore grace ends (5 s)", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -120,7 +120,7 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
-  it.scoped("a socket on the sender's own worker gets its update without the store", () =>
+  it.effect("a socket on the sender's own worker gets its update without the store", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers()
       const a = yield* fx.worker()
@@ -134,7 +134,7 @@ describe("delivery while the embedded store is unavailable", () => {
 })
 
 describe("a forward the store cut short", () => {
-  it.scoped("an entry whose owner lookup lost its reply is read again and forwarded, not dropped as a copy", () =>
+  it.effect("an entry whose owner lookup lost its reply is read again and forwarded, not dropped as a copy", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 50, retryDelayMax: 200 })
       const a = yield* fx.worker()
@@ -161,7 +161,7 @@ describe("a forward the store cut short", () => {
 })
 
 describe("delivery after a take-over", () => {
-  it.scoped("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
+  it.effect("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ presenceExpiration: 600 })
       const a = yield* fx.worker()
@@ -203,7 +203,7 @@ describe("delivery after a take-over", () => {
 describe("the app's deliver runs with the mailbox's services", () => {
   class Label extends Context.Service<Label, string>()("test/Label") {}
 
-  it.scoped("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
+  it.effect("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
     Effect.gen(function* () {
       const seen: Array<string> = []
       const worker = yield* Layer.build(

@@ -26,7 +26,7 @@ const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {
 const redis: DeliveryBackend = {
   name: "redis",
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         const fx = yield* redisWorkers(server.url)
@@ -40,7 +40,7 @@ deliverySuite(redis)
 const fastRetries = { retryDelayInitial: 50, retryDelayMax: 200 }
 
 describe("delivery through Redis outages", () => {
-  it.scopedLive(
+  it.live(
     "the mailbox reader survives seven failures in one outage: one ERROR, one INFO, and the next update arrives",
     () =>
       Effect.gen(function* () {
@@ -69,7 +69,7 @@ describe("delivery through Redis outages", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "after CLIENT KILL of its connections the reader logs one ERROR and one INFO, and the next update arrives",
     () =>
       Effect.gen(function* () {
@@ -108,7 +108,7 @@ describe("delivery through Redis outages", () => {
     20_000
   )
 
-  it.scopedLive(
+  it.live(
     "updates sent while the owner's connection is down for 10 s arrive after it returns, in order, once each",
     () =>
       Effect.gen(function* () {
@@ -138,7 +138,7 @@ describe("delivery through Redis outages", () => {
     40_000
   )
 
-  it.scopedLive(
+  it.live(
     "updates sent while the server is down for 10 s wait in the sender's outbox and all arrive, in order",
     () =>
       Effect.gen(function* () {
@@ -170,7 +170,7 @@ describe("delivery through Redis outages", () => {
 })
 
 describe("round trips of a send", () => {
-  it.scopedLive("an update for a socket of another worker is one command: the record read where it is appended", () =>
+  it.live("an update for a socket of another worker is one command: the record read where it is appended", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const fx = yield* redisWorkers(server.url)

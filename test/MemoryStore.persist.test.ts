@@ -124,7 +124,7 @@ const sorted = (report: MemoryStore.FlushReport) => ({
 })
 
 describe("MemoryStore with a data directory", () => {
-  it.scoped("a restart keeps every token's slices and its fencing counter, not its lock", () =>
+  it.effect("a restart keeps every token's slices and its fencing counter, not its lock", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -156,7 +156,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a burst of writes is one file write, one interval after the first", () =>
+  it.effect("a burst of writes is one file write, one interval after the first", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -189,7 +189,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("only the tokens that changed are rewritten", () =>
+  it.effect("only the tokens that changed are rewritten", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -210,7 +210,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a read that renews a token's expiry is written, so a restart keeps the renewed expiry", () =>
+  it.effect("a read that renews a token's expiry is written, so a restart keeps the renewed expiry", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -231,7 +231,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("shutdown writes the changes still waiting for their interval", () =>
+  it.effect("shutdown writes the changes still waiting for their interval", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -253,7 +253,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a write that fails is logged once and retried until it succeeds", () =>
+  it.effect("a write that fails is logged once and retried until it succeeds", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const logs = Logs.capture()
@@ -292,7 +292,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a temp file left by a crash is ignored on load and removed", () =>
+  it.effect("a temp file left by a crash is ignored on load and removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) => put(store, "t1", [["a", '"old"']]))
@@ -315,7 +315,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a corrupt or unreadable file: one warning naming it, every other token loads", () =>
+  it.effect("a corrupt or unreadable file: one warning naming it, every other token loads", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const tokens = ["good", "notJson", "wrongShape", "wrongName", "badFence", "badKey"]
@@ -364,7 +364,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a token that expired while the store was down is not loaded and its file is removed", () =>
+  it.effect("a token that expired while the store was down is not loaded and its file is removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -390,7 +390,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a token that expires while the store runs has its file removed", () =>
+  it.effect("a token that expires while the store runs has its file removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -409,7 +409,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("file names are safe for every valid token; each token keeps its own file", () =>
+  it.effect("file names are safe for every valid token; each token keeps its own file", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const tokens = ["a:b", ".", "..", "Abc", "abc", "-_.:", "X".repeat(128)]
@@ -430,7 +430,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("locks, queues, socket records and mailboxes belong to the process: they are not kept", () =>
+  it.effect("locks, queues, socket records and mailboxes belong to the process: they are not kept", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const keys = makeKeys("leasehold")
@@ -457,7 +457,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a data directory that cannot be created fails the build with DataDirError", () =>
+  it.effect("a data directory that cannot be created fails the build with DataDirError", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const file = path.join(dir, "a-file")
@@ -475,7 +475,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a directory open in a store is refused to a second store, and unlocked at shutdown", () =>
+  it.effect("a directory open in a store is refused to a second store, and unlocked at shutdown", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, () =>
@@ -497,7 +497,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a lock left by a process that is gone is taken over", () =>
+  it.effect("a lock left by a process that is gone is taken over", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) => put(store, "t1", [["a", "1"]]))
@@ -513,7 +513,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a relative data directory is resolved once, against the working directory at build", () =>
+  it.effect("a relative data directory is resolved once, against the working directory at build", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const relative = path.relative(process.cwd(), path.join(dir, "nested", "state"))
@@ -535,7 +535,7 @@ describe("StateManager over a persisted MemoryStore", () => {
       Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
     )
 
-  it.scoped("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
+  it.effect("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       assert.strictEqual(yield* run({ LEASEHOLD_DATA_DIR: dir }), 1)
@@ -544,7 +544,7 @@ describe("StateManager over a persisted MemoryStore", () => {
     })
   )
 
-  it.scoped("a leased modification acknowledged from memory is flushed by the lease, then by the store", () =>
+  it.effect("a leased modification acknowledged from memory is flushed by the lease, then by the store", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const env = { LEASEHOLD_DATA_DIR: dir, LEASEHOLD_OPLOCK: "true", LEASEHOLD_LEASE_DURABILITY: "memory" }
@@ -565,7 +565,7 @@ describe("StateManager over a persisted MemoryStore", () => {
     })
   )
 
-  it.scoped("without a data directory nothing is kept", () =>
+  it.effect("without a data directory nothing is kept", () =>
     Effect.gen(function* () {
       assert.strictEqual(yield* run({}), 1)
       assert.strictEqual(yield* run({}), 1)

@@ -38,7 +38,7 @@ const failureTag = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E
   Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => e._tag)) : undefined
 
 describe("MemoryStore: a whole modification in one step", () => {
-  it.scoped("a free lock: the values read, the fence taken, the writes made, and no lock or notice left", () =>
+  it.effect("a free lock: the values read, the fence taken, the writes made, and no lock or notice left", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -57,7 +57,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("the slices read have their expiry refreshed, as an acquisition refreshes it", () =>
+  it.effect("the slices read have their expiry refreshed, as an acquisition refreshes it", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -72,7 +72,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("a lock held, a grant pending, or a worker queued: nothing done, the decision not made", () =>
+  it.effect("a lock held, a grant pending, or a worker queued: nothing done, the decision not made", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -105,7 +105,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("entries whose deadline passed leave the queue: the lock is free for the step again", () =>
+  it.effect("entries whose deadline passed leave the queue: the lock is free for the step again", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -121,7 +121,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped(
+  it.effect(
     "asked inside the step: nothing (the step does nothing), or a holder's grant (its fence, the lock kept)",
     () =>
       Effect.gen(function* () {
@@ -156,7 +156,7 @@ describe("MemoryStore: a whole modification in one step", () => {
       }).pipe(Effect.provide(config))
   )
 
-  it.scoped("refused inputs and refused data: a typed error, the decision not made, nothing written", () =>
+  it.effect("refused inputs and refused data: a typed error, the decision not made, nothing written", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -179,7 +179,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("a decision that throws, or writes a slice it did not read: a defect, nothing written", () =>
+  it.effect("a decision that throws, or writes a slice it did not read: a defect, nothing written", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)

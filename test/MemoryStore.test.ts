@@ -28,7 +28,7 @@ const tagOf = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>): s
 
 describe("MemoryStore", () => {
   describe("subscriptions after a dropped connection", () => {
-    it.scoped("every listener that subscribes again receives, whatever order the old ones leave in", () =>
+    it.effect("every listener that subscribes again receives, whatever order the old ones leave in", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         // two workers' subscriptions to one token, as two Signals layers on one store make them
@@ -52,7 +52,7 @@ describe("MemoryStore", () => {
   })
 
   describe("expiry", () => {
-    it.scoped("the sweeper removes expired entries without any access", () =>
+    it.effect("the sweeper removes expired entries without any access", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.tryAcquire("t1", "L1", []) // lock (10 s) and fence (1 h)
@@ -72,7 +72,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("a deadline earlier than the planned sweep brings the sweep forward", () =>
+    it.effect("a deadline earlier than the planned sweep brings the sweep forward", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw("leasehold:{t1}:s:late", "v", 3_600_000)
@@ -84,7 +84,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("an expired entry is removed by the access that finds it, before any sweep", () =>
+    it.effect("an expired entry is removed by the access that finds it, before any sweep", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw(keys.slice("t1", "a"), "short", 100)
@@ -98,7 +98,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("keyCount counts live keys only, even before the sweeper has run", () =>
+    it.effect("keyCount counts live keys only, even before the sweeper has run", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw(keys.lock("t1"), "L1", 100)

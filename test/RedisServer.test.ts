@@ -78,7 +78,7 @@ describe("RedisServer harness", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.scopedLive("kill: SIGKILL, returns once the process is gone", () =>
+  it.live("kill: SIGKILL, returns once the process is gone", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -94,7 +94,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("restart: same port, new process, answers PING, data gone (no persistence)", () =>
+  it.live("restart: same port, new process, answers PING, data gone (no persistence)", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const first = yield* currentPid(server)
@@ -118,7 +118,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("stop: graceful shutdown", () =>
+  it.live("stop: graceful shutdown", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -129,7 +129,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("pause / resume: a paused server answers nothing, a resumed one answers again", () =>
+  it.live("pause / resume: a paused server answers nothing, a resumed one answers again", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -142,7 +142,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("a paused server is still removed when its scope closes", () =>
+  it.live("a paused server is still removed when its scope closes", () =>
     Effect.gen(function* () {
       const scope = yield* Scope.make()
       const server = yield* RedisServer.start().pipe(Scope.provide(scope))
@@ -153,7 +153,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("clientKill: pubsub kills only subscribers, normal kills only normal clients", () =>
+  it.live("clientKill: pubsub kills only subscribers, normal kills only normal clients", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const normal = yield* connect(server)
@@ -174,7 +174,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("command: raw replies and error replies", () =>
+  it.live("command: raw replies and error replies", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       assert.strictEqual(yield* server.command("SET", "a b", "x\r\ny"), "OK")
@@ -188,7 +188,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("reapRunDir kills a recorded redis-server, and nothing that is not one", () =>
+  it.live("reapRunDir kills a recorded redis-server, and nothing that is not one", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)

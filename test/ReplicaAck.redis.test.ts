@@ -87,7 +87,7 @@ const connections = (server: RedisServer.RedisServer, role: string) =>
   )
 
 describe("RedisStore with minReplicasAck", () => {
-  it.scopedLive(
+  it.live(
     "1: a modification returns once the replica has it; while the replica is frozen it waits",
     () =>
       Effect.gen(function* () {
@@ -113,7 +113,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a frozen replica: NotAcknowledged within the timeout, and the command connection answers meanwhile",
     () =>
       Effect.gen(function* () {
@@ -163,7 +163,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a step written after its batch's WAIT (a script resent after NOSCRIPT) waits for a WAIT of its own",
     () =>
       Effect.gen(function* () {
@@ -184,7 +184,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a step whose reply comes before its WAIT's is covered by that WAIT: one WAIT per step, one after the other",
     () =>
       Effect.gen(function* () {
@@ -205,7 +205,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a modification in one step not acknowledged fails, and is not undone: the next one reads it",
     () =>
       Effect.gen(function* () {
@@ -231,7 +231,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a commit not acknowledged fails, and is not undone: its outcome is unknown",
     () =>
       Effect.gen(function* () {
@@ -260,7 +260,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "the steps sent together share one WAIT; with 0 there is no WAIT and no acknowledged connection",
     () =>
       Effect.gen(function* () {
@@ -291,7 +291,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "an update for another worker's socket is sent once the replica has it; while the replica is frozen it waits in the outbox, and arrives once",
     () =>
       Effect.gen(function* () {
@@ -376,7 +376,7 @@ const acknowledgedRedis: Backend = {
   name: "redis",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const { primary, replica } = yield* shared
         yield* Effect.orDie(primary.command("FLUSHALL"))

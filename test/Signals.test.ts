@@ -126,7 +126,7 @@ describe("Signals on MemoryStore", () => {
       return { ...worker, control: Context.get(worker.context, MemoryStore.MemoryStoreControl) }
     })
 
-  it.scoped("a listener receives the Contended and Granted notices of its token addressed to its worker", () =>
+  it.effect("a listener receives the Contended and Granted notices of its token addressed to its worker", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const events = yield* listen(signals, "tok")
@@ -147,7 +147,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("listeners of one token share one entry, dropped when the last leaves", () =>
+  it.effect("listeners of one token share one entry, dropped when the last leaves", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
@@ -167,7 +167,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a token's subscription outlives its last listener by one to two sweeps, then goes", () =>
+  it.effect("a token's subscription outlives its last listener by one to two sweeps, then goes", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
@@ -195,7 +195,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a mark tells whether a notice about its token can have arrived unheard since", () =>
+  it.effect("a mark tells whether a notice about its token can have arrived unheard since", () =>
     Effect.gen(function* () {
       const { signals, store, control } = yield* setup()
       // nothing subscribed yet: nothing can be trusted
@@ -239,7 +239,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
+  it.effect("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines } = yield* setup()
       const a = yield* listen(signals, "tok")
@@ -257,7 +257,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
+  it.effect("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines, health } = yield* setup()
       const events = yield* listen(signals, "tok")
@@ -281,7 +281,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
+  it.effect("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
     Effect.gen(function* () {
       const { signals, store, control } = yield* setup()
       yield* control.setAvailable(false)
@@ -296,7 +296,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a bad token is refused before anything else", () =>
+  it.effect("a bad token is refused before anything else", () =>
     Effect.gen(function* () {
       const { signals } = yield* setup()
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("a*")))
@@ -358,7 +358,7 @@ describe("Signals on RedisStore", () => {
   const lostLine = (server: RedisServer.RedisServer) =>
     `ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: subscriber connection to ${server.url} lost`
 
-  it.scopedLive(
+  it.live(
     "two listeners share one Redis subscription; the token's entry goes with the last, the worker's notice channel stays",
     () =>
       Effect.gen(function* () {
@@ -395,7 +395,7 @@ describe("Signals on RedisStore", () => {
       })
   )
 
-  it.scopedLive("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
+  it.live("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
     Effect.gen(function* () {
       const { server, signals, store, lines } = yield* setup
       const a = yield* listen(signals, "tok")
@@ -411,7 +411,7 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered",
     () =>
       Effect.gen(function* () {
@@ -438,7 +438,7 @@ describe("Signals on RedisStore", () => {
       })
   )
 
-  it.scopedLive("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
+  it.live("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
     Effect.gen(function* () {
       const { server, signals, store, lines, health } = yield* setup
       const events = yield* listen(signals, "tok")
@@ -460,7 +460,7 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections",
     () =>
       Effect.gen(function* () {

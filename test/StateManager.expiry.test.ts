@@ -32,7 +32,7 @@ const slowIncrement = (w: Worker) =>
   })
 
 describe("memory store expiry (TestClock)", () => {
-  it.scoped("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
+  it.effect("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -48,7 +48,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped("reads and writes push the deadline", () =>
+  it.effect("reads and writes push the deadline", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -66,7 +66,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped("a token whose lock is held is not evicted under the modification", () =>
+  it.effect("a token whose lock is held is not evicted under the modification", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -82,7 +82,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "M7: a lock held past tokenExpiration from its grant keeps the slices it read and the fence (a lease kept alive under a slow modification)",
     () =>
       Effect.gen(function* () {

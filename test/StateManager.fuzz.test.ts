@@ -93,7 +93,7 @@ const cases: ReadonlyArray<readonly [string, LeaseholdConfig.Input]> = [
 
 describe("fuzz: workers × fibers, random interruptions", () => {
   for (const [name, input] of cases) {
-    it.scopedLive(`memory store, ${name}`, () => fuzz(memoryCluster(input)), 60_000)
-    it.scopedLive(`redis store, ${name}`, () => fuzz(redisCluster(input)), 60_000)
+    it.live(`memory store, ${name}`, () => fuzz(memoryCluster(input)), 60_000)
+    it.live(`redis store, ${name}`, () => fuzz(redisCluster(input)), 60_000)
   }
 })

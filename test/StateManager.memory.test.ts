@@ -28,7 +28,7 @@ const collectGarbage: () => void = (() => {
 const memory: StateBackend = {
   name: "memory",
   test: (name, input, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         yield* body(cluster, {
@@ -43,7 +43,7 @@ const memory: StateBackend = {
 stateSuite(memory)
 
 describe("signals lost with the subscriber connection", () => {
-  it.scoped("a waiter re-checks when its subscription is restored, not after a re-check interval", () =>
+  it.effect("a waiter re-checks when its subscription is restored, not after a re-check interval", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ lockExpiration: 20_000, lockWarningThreshold: 10_000 })
       const holder = yield* cluster.worker()
@@ -90,7 +90,7 @@ describe("signals lost with the subscriber connection", () => {
 })
 
 describe("plain modifications decided by the session", () => {
-  it.scoped(
+  it.effect(
     "one decided while the next caller holds its turn: interrupted, it ends only once its write is acknowledged",
     () =>
       Effect.gen(function* () {
@@ -120,7 +120,7 @@ describe("plain modifications decided by the session", () => {
 })
 
 describe("plain modifications in one step of the embedded store (oplock off)", () => {
-  it.scoped("uncontended: one store step, no session left behind; an effectful one takes two", () =>
+  it.effect("uncontended: one store step, no session left behind; an effectful one takes two", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -139,7 +139,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("a tight loop of them lets the worker's other fibers run at least every 16 modifications", () =>
+  it.effect("a tight loop of them lets the worker's other fibers run at least every 16 modifications", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -177,7 +177,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
+  it.effect("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const holder = yield* cluster.worker()
@@ -195,7 +195,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("refused values and a throwing function: as on the queued way, nothing written and the lock free", () =>
+  it.effect("refused values and a throwing function: as on the queued way, nothing written and the lock free", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ maxValueBytes: 10 })
       const w = yield* cluster.worker()
@@ -226,7 +226,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
 const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
 
 describe("plain modifications under an idle lease, in one step of the embedded store (oplock on)", () => {
-  it.scoped("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
+  it.effect("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -255,7 +255,7 @@ describe("plain modifications under an idle lease, in one step of the embedded s
     })
   )
 
-  it.scoped("a parked lease serves them without waking: it stays parked, and its deadline still ends it", () =>
+  it.effect("a parked lease serves them without waking: it stays parked, and its deadline still ends it", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 5_000, lockExpiration: 20_000 })
       const a = yield* cluster.worker()
@@ -276,7 +276,7 @@ describe("plain modifications under an idle lease, in one step of the embedded s
     })
   )
 
-  it.scoped("a lease whose lock was lost: the step refuses, the hold finds the loss, nothing is written", () =>
+  it.effect("a lease whose lock was lost: the step refuses, the hold finds the loss, nothing is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -293,7 +293,7 @@ describe("plain modifications under an idle lease, in one step of the embedded s
 })
 
 describe("modifications that take the lock in their caller's fiber", () => {
-  it.scoped("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
+  it.effect("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -308,7 +308,7 @@ describe("modifications that take the lock in their caller's fiber", () => {
     })
   )
 
-  it.scoped("modifications queued behind one holding the lock in its own fiber run after it, in order", () =>
+  it.effect("modifications queued behind one holding the lock in its own fiber run after it, in order", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -354,7 +354,7 @@ describe("a worker closed as a lease is granted", () => {
   // its hold (0 or 1 turns of the scheduler after the modification begins) must still
   // release the lock, not leave it taken until it expires.
   for (const turns of [0, 1, 2]) {
-    it.scoped(`leaves the lock free (${turns} scheduler turns after the modification begins)`, () =>
+    it.effect(`leaves the lock free (${turns} scheduler turns after the modification begins)`, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 20_000, lockWarningThreshold: 10_000 })
         const w = yield* cluster.worker()
@@ -384,7 +384,7 @@ describe("a lease's timer", () => {
     }
   })
 
-  it.scoped("that fires before the clock reads the hold time still ends the lease on time", () =>
+  it.effect("that fires before the clock reads the hold time still ends the lease on time", () =>
     Effect.gen(function* () {
       const clock = (yield* Effect.clock) as TestClock.TestClock
       yield* Effect.withClock(
@@ -413,7 +413,7 @@ describe("a lock handed over", () => {
   // the hand-off timeout (1 s) far below the lock expiration (30 s); held for one
   // modification (oplock off, no quantum) or a quantum's worth (oplock on, another worker queued)
   for (const oplock of [false, true]) {
-    it.scoped(
+    it.effect(
       `lives as long as a slow modification under it: it is extended, not left to the hand-off timeout (oplock ${oplock ? "on" : "off"})`,
       () =>
         Effect.gen(function* () {
@@ -494,7 +494,7 @@ describe("lost notices", () => {
       return { a, b, first, second, open }
     })
 
-  it.scoped("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>
+  it.effect("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const { first, second, open, b } = yield* queuedBehind(cluster)
@@ -519,7 +519,7 @@ describe("lost notices", () => {
     })
   )
 
-  it.scoped("a lost Contended: the lease ends at the waiter's next re-check, which tells its holder again", () =>
+  it.effect("a lost Contended: the lease ends at the waiter's next re-check, which tells its holder again", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ ...input, oplock: true, leaseHoldTime: 15_000 })
       const a = yield* cluster.worker()
@@ -549,7 +549,7 @@ describe("lost notices", () => {
 })
 
 describe("a contended lease with nothing queued", () => {
-  it.scoped("releases within a turn of the event loop, no clock time: the waiter does not wait out the quantum", () =>
+  it.effect("releases within a turn of the event loop, no clock time: the waiter does not wait out the quantum", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50 })
       const holder = yield* cluster.worker()
@@ -569,7 +569,7 @@ describe("a contended lease with nothing queued", () => {
 })
 
 describe("a lease's keep-alive", () => {
-  it.scoped(
+  it.effect(
     "tries a failed extension again: a modification that outlives the lock across an outage still commits",
     () =>
       Effect.gen(function* () {
@@ -613,7 +613,7 @@ describe("a lease's keep-alive", () => {
 })
 
 describe("a lease's contention signals", () => {
-  it.scoped("one that arrived before the lease's grant, from a worker that left since, does not end the lease", () =>
+  it.effect("one that arrived before the lease's grant, from a worker that left since, does not end the lease", () =>
     Effect.gen(function* () {
       // quantum 0: a grant made while another worker waits serves one modification
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 0 })
@@ -676,7 +676,7 @@ describe("a lease's contention signals", () => {
 describe("the timers of holds and waits", () => {
   const advance = (ms: number) => Effect.andThen(TestClock.adjust(ms), settle)
 
-  it.scoped("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
+  it.effect("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
       // built on the live clock; the modifications run on the test's clock
@@ -688,7 +688,7 @@ describe("the timers of holds and waits", () => {
     })
   )
 
-  it.scoped("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
+  it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({
         oplock: true,
@@ -713,7 +713,7 @@ describe("the timers of holds and waits", () => {
 })
 
 describe("leasehold's spans", () => {
-  it.scoped(
+  it.effect(
     "made under an installed tracer, with the token; not under Effect's built-in one, which exports nothing",
     () =>
       Effect.gen(function* () {
@@ -745,7 +745,7 @@ describe("leasehold's spans", () => {
 })
 
 describe("a lease and the span of the modification that began it", () => {
-  it.scoped("the lease's session runs outside that span, and does not keep it alive", () =>
+  it.effect("the lease's session runs outside that span, and does not keep it alive", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const worker = yield* cluster.worker()
@@ -778,7 +778,7 @@ describe("a lease and the span of the modification that began it", () => {
 })
 
 describe("an idle lease parks", () => {
-  it.scoped("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
+  it.effect("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -821,7 +821,7 @@ describe("an idle lease parks", () => {
   // The park timer stays armed across a busy lease's waits (it is not armed again at each):
   // a lease parks after one idle wait of the park delay (20 ms here), never after a busy
   // stretch whose waits are each shorter, however long the stretch.
-  it.scoped("a lease parks after one idle wait of the park delay, not after a busy stretch of short waits", () =>
+  it.effect("a lease parks after one idle wait of the park delay, not after a busy stretch of short waits", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -843,7 +843,7 @@ describe("an idle lease parks", () => {
     })
   )
 
-  it.scoped("a parked lease ends at its deadline, written and released", () =>
+  it.effect("a parked lease ends at its deadline, written and released", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({
         oplock: true,
@@ -868,7 +868,7 @@ describe("an idle lease parks", () => {
 })
 
 describe("a contended grant acknowledged from memory (leaseDurability memory)", () => {
-  it.scoped("serves the callers that come back within a turn of the event loop before the next worker", () =>
+  it.effect("serves the callers that come back within a turn of the event loop before the next worker", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50, leaseDurability: "memory" })
       const first = yield* cluster.worker()

@@ -15,7 +15,7 @@ import type * as RedisServer from "./support/RedisServer.js"
 const redis: StateBackend = {
   name: "redis",
   test: (name, input, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const cluster = yield* redisCluster({ commandTimeout: 1_000, ...input })
         yield* body(cluster, {
@@ -50,7 +50,7 @@ const sentBetween = (m: Monitor.Monitor, from: number, to: number) =>
   )
 
 describe("round trips", () => {
-  it.scopedLive(
+  it.live(
     "an uncontended modification is two commands (the grant with the reads, the commit with the release), the next ones of the same worker one",
     () =>
       Effect.gen(function* () {
@@ -93,7 +93,7 @@ describe("a modification in one step on the values of the worker's last grant", 
     return { cluster, a, b }
   })
 
-  it.scopedLive("values another worker moved on refuse the step: the function runs again on what is stored", () =>
+  it.live("values another worker moved on refuse the step: the function runs again on what is stored", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       for (let i = 1; i <= 2; i++) yield* a.states.modify("warm", Counter, bump)
@@ -121,7 +121,7 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.scopedLive(
+  it.live(
     "the values are compared, not only the fence: a value changed under the same fence refuses the step",
     () =>
       Effect.gen(function* () {
@@ -137,7 +137,7 @@ describe("a modification in one step on the values of the worker's last grant", 
       })
   )
 
-  it.scopedLive("a lock held by another worker refuses the step: the modification waits its turn", () =>
+  it.live("a lock held by another worker refuses the step: the modification waits its turn", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       yield* a.states.modify("t", Counter, bump)
@@ -160,7 +160,7 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.scopedLive("two processes modifying a token in runs, one after the other and concurrently: exact", () =>
+  it.live("two processes modifying a token in runs, one after the other and concurrently: exact", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       // a and b alternate in runs: every run's first modification may be refused
@@ -177,7 +177,7 @@ describe("a modification in one step on the values of the worker's last grant", 
 })
 
 describe("round trips of a lease", () => {
-  it.scopedLive("a token's first leased modification is written before the lease subscribes to its notices", () =>
+  it.live("a token's first leased modification is written before the lease subscribes to its notices", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster({ oplock: true })
       // another worker loads the scripts: the worker under test has subscribed nothing yet
@@ -215,7 +215,7 @@ describe("round trips of a lease", () => {
 })
 
 describe("leases acknowledged from memory", () => {
-  it.scopedLive("a tight loop of callers on one worker lets a waiter on another in", () =>
+  it.live("a tight loop of callers on one worker lets a waiter on another in", () =>
     Effect.gen(function* () {
       // a lease would last 10 s: far longer than the waits below allow
       const cluster = yield* redisCluster({
@@ -258,7 +258,7 @@ describe("leases acknowledged from memory", () => {
 })
 
 describe("interruptions while the store is away", () => {
-  it.scopedLive(
+  it.live(
     "a caller interrupted while its first attempt waits for the connection leaves nothing that blocks the token",
     () =>
       Effect.gen(function* () {
@@ -292,7 +292,7 @@ describe("interruptions while the store is away", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "a leased token's modification whose slice cannot be read fails instead of waiting for ever",
     () =>
       Effect.gen(function* () {

@@ -65,7 +65,7 @@ const run = (oplock: boolean) =>
   })
 
 describe("a modification that holds the lock too long", () => {
-  it.scoped("served under its caller's own grant (oplock off): one warning, with its time, event and threshold", () =>
+  it.effect("served under its caller's own grant (oplock off): one warning, with its time, event and threshold", () =>
     Effect.gen(function* () {
       const { stored, warnings } = yield* run(false)
       assert.strictEqual(stored, 3)
@@ -73,7 +73,7 @@ describe("a modification that holds the lock too long", () => {
     })
   )
 
-  it.scoped("served by a lease's relay (oplock on): the same warning, logged once", () =>
+  it.effect("served by a lease's relay (oplock on): the same warning, logged once", () =>
     Effect.gen(function* () {
       const { stored, leased, warnings } = yield* run(true)
       assert.isTrue(leased)

@@ -118,7 +118,7 @@ const redisCluster: Backend = {
   name: "redis-cluster",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -178,7 +178,7 @@ const flagsOf = (node: RedisServer.RedisServer) =>
   )
 
 describe("RedisStore on a Redis Cluster", () => {
-  it.scopedLive("the store's slot function agrees with CLUSTER KEYSLOT", () =>
+  it.live("the store's slot function agrees with CLUSTER KEYSLOT", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const samples = [
@@ -200,7 +200,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("each token's keys live on one master, and the tokens spread over every master", () =>
+  it.live("each token's keys live on one master, and the tokens spread over every master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -236,7 +236,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("signals use sharded pub/sub on the token's master", () =>
+  it.live("signals use sharded pub/sub on the token's master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -260,7 +260,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("a subscriber connection cut on one master fails only what it carried", () =>
+  it.live("a subscriber connection cut on one master fails only what it carried", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -297,7 +297,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("scanSockets and socketEvents cover every master", () =>
+  it.live("scanSockets and socketEvents cover every master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -325,7 +325,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("a blocking mailbox read waits on the mailbox's master and returns on an append", () =>
+  it.live("a blocking mailbox read waits on the mailbox's master and returns on an append", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -345,7 +345,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a cluster that is down answers StoreUnavailable, on every master, and works again once it recovers",
     () =>
       Effect.gen(function* () {
@@ -422,7 +422,7 @@ describe("RedisStore cluster configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
     Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
 
-  it.scopedLive("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
+  it.live("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const store = yield* Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(
@@ -455,7 +455,7 @@ describe("RedisStore cluster configuration", () => {
     })
   )
 
-  it.scopedLive("an unreachable cluster fails with StoreUnavailable, and its password appears nowhere", () =>
+  it.live("an unreachable cluster fails with StoreUnavailable, and its password appears nowhere", () =>
     Effect.gen(function* () {
       const ports = [yield* Effect.promise(RedisServer.freePort), yield* Effect.promise(RedisServer.freePort)]
       const error = yield* failsWith(
@@ -475,7 +475,7 @@ describe("RedisStore cluster configuration", () => {
 })
 
 describe("RedisStore when a master leaves the cluster", () => {
-  it.scopedLive(
+  it.live(
     "its slots move to another master: signals follow them, keys stay readable, and the store is ready again",
     () =>
       Effect.gen(function* () {

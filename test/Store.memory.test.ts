@@ -28,7 +28,7 @@ const memory = (persisted: boolean): Backend => ({
   name: "memory",
   canHang: false,
   test: (name, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const keyPrefix = `mem${++testCount}`
         const dataDir = persisted

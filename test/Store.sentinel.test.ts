@@ -109,7 +109,7 @@ const sentinelBackend: Backend = {
   name: "redis",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -174,7 +174,7 @@ const storeConnections = (server: RedisServer.RedisServer) =>
   )
 
 describe("RedisStore through a failover", () => {
-  it.scopedLive(
+  it.live(
     "a primary killed: a replica is promoted, the store is ready again in a new epoch, and every connection is on the new primary",
     () =>
       Effect.gen(function* () {
@@ -246,7 +246,7 @@ describe("RedisStore through a failover", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "a primary frozen: commands time out, the store follows the promotion while the old primary is still frozen, and keeps off it once it thaws as a replica",
     () =>
       Effect.gen(function* () {
@@ -290,7 +290,7 @@ describe("RedisStore through a failover", () => {
 })
 
 describe("Sentinel connections", () => {
-  it.scopedLive(
+  it.live(
     "a connection that ends without the store closing it connects again; one the store closes stays closed",
     () =>
       Effect.gen(function* () {
@@ -333,7 +333,7 @@ describe("RedisStore Sentinel configuration", () => {
   const buildFromEnv = (env: Record<string, string>) =>
     Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(fromEnv(env))
 
-  it.scopedLive("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
+  it.live("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
     Effect.gen(function* () {
       const sentinel = yield* sharedDeployment
       const keyPrefix = `sn${++testCount}`
@@ -396,7 +396,7 @@ describe("RedisStore Sentinel configuration", () => {
       })
   )
 
-  it.scopedLive(
+  it.live(
     "unreachable Sentinels fail the build with StoreUnavailable within the connect timeout, without the password",
     () =>
       Effect.gen(function* () {

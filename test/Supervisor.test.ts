@@ -60,7 +60,7 @@ const driveUntilDone = <A, E>(fiber: Fiber.Fiber<A, E>, stepMs = 1_000, maxSteps
 const messages = (lines: ReadonlyArray<LogLine>) => atLevels(lines).map((line) => `${line.level} ${line.message}`)
 
 describe("Supervisor: Limited", () => {
-  it.scoped("T1: errors, then normal returns, then an unexpected error ends the loop after exactly 5 calls", () =>
+  it.effect("T1: errors, then normal returns, then an unexpected error ends the loop after exactly 5 calls", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       let calls = 0
@@ -86,7 +86,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("T2: the limit is reached after exactly `limit` calls", () =>
+  it.effect("T2: the limit is reached after exactly `limit` calls", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       let calls = 0
@@ -101,7 +101,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("T3: a window that elapses between errors resets the count", () =>
+  it.effect("T3: a window that elapses between errors resets the count", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       let calls = 0
@@ -127,7 +127,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("T4: the default policy's log lines, in full: four suppressed, then the limit", () =>
+  it.effect("T4: the default policy's log lines, in full: four suppressed, then the limit", () =>
     Effect.gen(function* () {
       const { run, logs, health } = yield* setup()
       let calls = 0
@@ -151,7 +151,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("the default delay between errors is 1 s", () =>
+  it.effect("the default delay between errors is 1 s", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       const times: Array<number> = []
@@ -166,7 +166,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("a loop that returns normally is run again at once", () =>
+  it.effect("a loop that returns normally is run again at once", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       let calls = 0
@@ -182,7 +182,7 @@ describe("Supervisor: Limited", () => {
     })
   )
 
-  it.scoped("a defect is not retried", () =>
+  it.effect("a defect is not retried", () =>
     Effect.gen(function* () {
       const { run, health } = yield* setup()
       let calls = 0
@@ -220,7 +220,7 @@ describe("Supervisor: UntilRecovered", () => {
       yield* Fiber.interrupt(fiber)
     })
 
-  it.scoped("an error from concurrent work (its siblings interrupted) is retried, not taken for an interruption", () =>
+  it.effect("an error from concurrent work (its siblings interrupted) is retried, not taken for an interruption", () =>
     Effect.gen(function* () {
       const { run, health, logs } = yield* setup()
       let calls = 0
@@ -246,7 +246,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("T5: delays 1, 2, 4, 8, 16, 30, 30 s, then 1 s after `recovered`; logs in full", () =>
+  it.effect("T5: delays 1, 2, 4, 8, 16, 30, 30 s, then 1 s after `recovered`; logs in full", () =>
     Effect.gen(function* () {
       const { run, logs, health } = yield* setup()
       const times: Array<number> = []
@@ -272,7 +272,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("T5: an initial delay above the cap makes every delay the cap, also after a recovery", () =>
+  it.effect("T5: an initial delay above the cap makes every delay the cap, also after a recovery", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       const times: Array<number> = []
@@ -286,7 +286,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("`recovered` outside a run of errors logs nothing", () =>
+  it.effect("`recovered` outside a run of errors logs nothing", () =>
     Effect.gen(function* () {
       const { run, logs } = yield* setup()
       let calls = 0
@@ -306,7 +306,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("health: retrying with the last error, running again after the recovery", () =>
+  it.effect("health: retrying with the last error, running again after the recovery", () =>
     Effect.gen(function* () {
       const { run, health } = yield* setup()
       let calls = 0
@@ -332,7 +332,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("T6: interrupting during a 30 s delay ends the loop at once, with no further call", () =>
+  it.effect("T6: interrupting during a 30 s delay ends the loop at once, with no further call", () =>
     Effect.gen(function* () {
       const { run } = yield* setup()
       const times: Array<number> = []
@@ -347,7 +347,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("the store's connection coming back cuts a pending delay short", () =>
+  it.effect("the store's connection coming back cuts a pending delay short", () =>
     Effect.gen(function* () {
       const { run, control } = yield* setup()
       const times: Array<number> = []
@@ -362,7 +362,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("a recovery of the connection during the attempt makes the retry immediate", () =>
+  it.effect("a recovery of the connection during the attempt makes the retry immediate", () =>
     Effect.gen(function* () {
       const { run, control } = yield* setup()
       const times: Array<number> = []
@@ -388,7 +388,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("jitter adds at most 10 % and never exceeds the cap", () =>
+  it.effect("jitter adds at most 10 % and never exceeds the cap", () =>
     Effect.gen(function* () {
       const { run } = yield* setup({ retryJitter: true })
       const times: Array<number> = []
@@ -433,7 +433,7 @@ describe("Supervisor: UntilRecovered", () => {
     })
   )
 
-  it.scoped("shutdown interrupts every loop at once, and a loop run after it never starts", () =>
+  it.effect("shutdown interrupts every loop at once, and a loop run after it never starts", () =>
     Effect.gen(function* () {
       const { run, shutdown, health } = yield* setup()
       let calls = 0
@@ -477,7 +477,7 @@ describe("Supervisor: a schedule of one's own", () => {
       })
   }
 
-  it.scoped("its delays are the schedule's, and the loop ends with the error at which it is done", () =>
+  it.effect("its delays are the schedule's, and the loop ends with the error at which it is done", () =>
     Effect.gen(function* () {
       const { run, logs, health } = yield* setup()
       const times: Array<number> = []
@@ -498,7 +498,7 @@ describe("Supervisor: a schedule of one's own", () => {
     })
   )
 
-  it.scoped("`recovered` starts it over, and the store's connection coming back cuts its delay short", () =>
+  it.effect("`recovered` starts it over, and the store's connection coming back cuts its delay short", () =>
     Effect.gen(function* () {
       const { run, logs, control } = yield* setup()
       const times: Array<number> = []

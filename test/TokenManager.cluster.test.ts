@@ -22,7 +22,7 @@ let testCount = 0
 const redisCluster: TokenBackend = {
   name: "redis-cluster",
   test: (name, input, options, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -39,7 +39,7 @@ const redisCluster: TokenBackend = {
 
 tokenSuite(redisCluster)
 
-it.scopedLive(
+it.live(
   "redis-cluster: a tab linked while writes are refused, over a dead worker's record: taken over once they are accepted, not lost",
   () =>
     Effect.gen(function* () {

@@ -13,7 +13,7 @@ import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 const memory: TokenBackend = {
   name: "memory",
   test: (name, input, options, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input, options)
         yield* body(cluster, {
@@ -29,7 +29,7 @@ tokenSuite(memory)
 const presenceOperations = new Set(["refreshPresence", "presenceMessages", "sendPresence", "isPresent"])
 
 describe("TokenManager (memory): the restore", () => {
-  it.scoped("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
+  it.effect("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const a = yield* cluster.worker()
@@ -64,7 +64,7 @@ describe("TokenManager (memory): the restore", () => {
 })
 
 describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
-  it.scoped("a socket that disconnects while its record is being claimed again leaves no record behind", () =>
+  it.effect("a socket that disconnects while its record is being claimed again leaves no record behind", () =>
     Effect.gen(function* () {
       const gate = yield* Deferred.make<void>()
       const held = yield* Deferred.make<void>()
@@ -110,7 +110,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
 })
 
 describe("TokenManager (memory): leasehold's spans", () => {
-  it.scoped("link, owner, disconnect and disconnectAll each make their span under an installed tracer", () =>
+  it.effect("link, owner, disconnect and disconnectAll each make their span under an installed tracer", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const a = yield* cluster.worker()

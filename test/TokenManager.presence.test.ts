@@ -84,7 +84,7 @@ const linkDuringOutage = (
 const takingOver = "tab-1: the socket of dead-worker is gone"
 
 describe("TokenManager (memory): a dead owner is not a duplicate", () => {
-  it.scoped("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
+  it.effect("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const b = yield* cluster.worker()
@@ -97,7 +97,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped("a present owner that does not answer is dead after the presence expiration, not before", () =>
+  it.effect("a present owner that does not answer is dead after the presence expiration, not before", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const b = yield* cluster.worker()
@@ -117,7 +117,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "a live owner that holds the socket: a duplicate, at once; one that no longer does: taken over, at once",
     () =>
       Effect.gen(function* () {
@@ -135,7 +135,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped("two workers taking the same dead record over at once: one wins, the other gets a fresh token", () =>
+  it.effect("two workers taking the same dead record over at once: one wins, the other gets a fresh token", () =>
     Effect.gen(function* () {
       // Both take-overs wait for each other before they reach the store: each read the dead
       // record, each sends its compare-and-set.
@@ -169,7 +169,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped("a store outage longer than the presence expiration takes no live tab over", () =>
+  it.effect("a store outage longer than the presence expiration takes no live tab over", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const a = yield* cluster.worker()
@@ -190,7 +190,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "a worker whose presence lapsed finds the record taken over, reports its socket lost, deletes nothing",
     () =>
       Effect.gen(function* () {
@@ -219,7 +219,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a tab linked during an outage over a dead worker's record keeps its token: taken over when the store returns, not lost",
     () =>
       Effect.gen(function* () {
@@ -248,7 +248,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a tab linked during an outage while a live worker's socket holds the token: that record is adopted and the socket reported lost",
     () =>
       Effect.gen(function* () {
@@ -270,7 +270,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped("a take-over the store fails while a never-stored record is settled is tried again", () =>
+  it.effect("a take-over the store fails while a never-stored record is settled is tried again", () =>
     Effect.gen(function* () {
       let attempts = 0
       const cluster = yield* memoryCluster(input, {
@@ -301,7 +301,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "a never-stored record settled while the loops resubscribe and restore again: one take-over, logged and counted once",
     () =>
       Effect.gen(function* () {
@@ -321,7 +321,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a socket linked while the store failed that disconnects while its record is settled: nothing written",
     () =>
       Effect.gen(function* () {

@@ -12,7 +12,7 @@ import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 const redis: TokenBackend = {
   name: "redis",
   test: (name, input, options, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const cluster = yield* redisCluster(input, options)
         yield* body(cluster, {
@@ -29,7 +29,7 @@ const socketsLoop = (w: TokenWorker) =>
   Effect.map(w.health.loops, (loops) => loops.find((loop) => loop.name === TokenManager.loopName)?.state._tag)
 
 describe("TokenManager (redis): refused writes and restarts", () => {
-  it.scopedLive("a refused write (out of memory): linked locally; a refused restore is logged, the loop stays up", () =>
+  it.live("a refused write (out of memory): linked locally; a refused restore is logged, the loop stays up", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
@@ -64,7 +64,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a tab linked while writes are refused, over a dead worker's record: taken over once they are accepted, not lost",
     () =>
       Effect.gen(function* () {
@@ -78,7 +78,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       })
   )
 
-  it.scopedLive("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
+  it.live("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
@@ -117,7 +117,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
     })
   )
 
-  it.scopedLive("a link interrupted while its claim is in flight leaves no record behind", () =>
+  it.live("a link interrupted while its claim is in flight leaves no record behind", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()

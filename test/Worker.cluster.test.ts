@@ -39,7 +39,7 @@ const workersOn = (cluster: RedisCluster.RedisCluster, input: LeaseholdConfig.In
 const state: StateBackend = {
   name: "redis-cluster",
   test: (name, input, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -64,7 +64,7 @@ stateSuite(state)
 const delivery: DeliveryBackend = {
   name: "redis-cluster",
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -82,7 +82,7 @@ const delivery: DeliveryBackend = {
 deliverySuite(delivery)
 
 describe("a modification in one step on a Redis Cluster", () => {
-  it.scopedLive(
+  it.live(
     "on the values of the worker's last grant; refused once another worker's store moved them on, decided again",
     () =>
       Effect.gen(function* () {
@@ -116,7 +116,7 @@ describe("a modification in one step on a Redis Cluster", () => {
 })
 
 describe("inspect on a Redis Cluster", () => {
-  it.scopedLive(
+  it.live(
     "reports a token from its master and an instance's mailbox from its own",
     () =>
       Effect.gen(function* () {

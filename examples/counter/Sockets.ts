@@ -41,7 +41,7 @@ export const overtaken = Metric.counter("counter_updates_overtaken_total", {
 })
 
 /** This worker's sockets, by token. */
-export class Sockets extends Context.Tag("counter/Sockets")<
+export class Sockets extends Context.Service<
   Sockets,
   {
     readonly attach: (id: string, token: string) => Effect.Effect<Connection>
@@ -58,7 +58,7 @@ export class Sockets extends Context.Tag("counter/Sockets")<
     /** The `deliver` of the worker's mailbox: the update to the token's socket on this worker. */
     readonly deliver: (token: string, count: Count) => Effect.Effect<void>
   }
->() {}
+>()("counter/Sockets") {}
 
 /** An empty registry: built before the leasehold worker, whose `deliver` uses it, and closed after it. */
 export const layer = Layer.sync(Sockets, () => {

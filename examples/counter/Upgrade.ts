@@ -64,7 +64,7 @@ export interface Upgraded {
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
-export class Upgrades extends Context.Tag("counter/Upgrades")<
+export class Upgrades extends Context.Service<
   Upgrades,
   {
     /**
@@ -76,7 +76,7 @@ export class Upgrades extends Context.Tag("counter/Upgrades")<
       request: HttpServerRequest.HttpServerRequest
     ) => Effect.Effect<Upgraded, HttpServerError.RequestError>
   }
->() {}
+>()("counter/Upgrades") {}
 
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
 const closeFully = (ws: WebSocket, grace: Duration.Duration) =>

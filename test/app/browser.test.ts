@@ -63,7 +63,7 @@ const textOf = (page: Page, id: string) =>
   Effect.promise(async () => (await page.locator(`#${id}`).textContent()) ?? "")
 
 describe("counter page in chromium", () => {
-  it.scopedLive(
+  it.live(
     "+1 three times shows 3; another tab starts at 0; an API bump shows on the first page",
     () =>
       Effect.gen(function* () {
@@ -99,7 +99,7 @@ describe("counter page in chromium", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "the page reconnects by itself after a restart, with its token and its count",
     () =>
       Effect.gen(function* () {

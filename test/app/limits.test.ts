@@ -171,7 +171,7 @@ const post = (url: string, headers: Record<string, string | number>, chunks: Rea
 layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
   "counter app: bounds on what a client sends",
   (it) => {
-    it.scoped("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
+    it.effect("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const client = yield* connect(app)
@@ -187,7 +187,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
+    it.effect("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const raw = yield* rawSocket(app)
@@ -198,7 +198,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a handshake refused on /ws (400) leaves nothing behind: its token stays free for the tab", () =>
+    it.effect("a handshake refused on /ws (400) leaves nothing behind: its token stays free for the tab", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         // An upgrade to /ws without a Sec-WebSocket-Key: the route links the token, then ws refuses the handshake.
@@ -228,7 +228,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
+    it.effect("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const url = `${app.url}/api/bump?token=tab-body`
@@ -246,7 +246,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
+    it.effect("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const base = `/api/state?token=tab-url&pad=`
@@ -264,7 +264,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
 )
 
 describe("counter app: bounds", () => {
-  it.scopedLive(
+  it.live(
     "a 50 MB message does not grow the process by its size",
     () =>
       Effect.gen(function* () {
@@ -284,7 +284,7 @@ describe("counter app: bounds", () => {
     90_000
   )
 
-  it.scopedLive("the bounds are read from MAX_FRAME_BYTES, MAX_BODY_BYTES and MAX_URL_BYTES", () =>
+  it.live("the bounds are read from MAX_FRAME_BYTES, MAX_BODY_BYTES and MAX_URL_BYTES", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { MAX_FRAME_BYTES: "1000", MAX_BODY_BYTES: "10", MAX_URL_BYTES: "100" } })
       const client = yield* connect(app)
@@ -301,7 +301,7 @@ describe("counter app: bounds", () => {
     })
   )
 
-  it.scopedLive("a bound that is not a whole number of bytes above 0 is refused at start", () =>
+  it.live("a bound that is not a whole number of bytes above 0 is refused at start", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { MAX_FRAME_BYTES: "0" }, ready: false })
       assert.notStrictEqual(yield* app.exited, 0)

@@ -26,7 +26,7 @@ describe("counter app (embedded store on disk)", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a restart of npm start keeps the counters; a corrupt file is skipped with a warning",
     () =>
       Effect.gen(function* () {

@@ -43,7 +43,7 @@ const frozenPeer = (port: number, token: string) =>
   })
 
 describe("counter app: stopped by signals", () => {
-  it.scopedLive(
+  it.live(
     "Ctrl-C on npm start (SIGINT to npm and node at once): the shutdown completes and the acknowledged bump survives a restart",
     () =>
       Effect.gen(function* () {
@@ -66,7 +66,7 @@ describe("counter app: stopped by signals", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "Redis, two processes: SIGTERM to one's process group removes its socket records, a frozen peer's too, and the tab keeps its token on the other",
     () =>
       Effect.gen(function* () {
@@ -107,7 +107,7 @@ describe("counter app: stopped by signals", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "WORKERS=2: Ctrl-C reaches npm, the primary and both workers (and the primary forwards SIGTERM): every worker shuts down completely",
     () =>
       Effect.gen(function* () {
@@ -131,7 +131,7 @@ describe("counter app: stopped by signals", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "WORKERS=2: a primary killed outright (SIGKILL) leaves workers that still shut down completely",
     () =>
       Effect.gen(function* () {
@@ -151,7 +151,7 @@ describe("counter app: stopped by signals", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "a shutdown slower than the deadline (a frozen peer, a 1 s deadline) ends at the deadline, whatever signals follow",
     () =>
       Effect.gen(function* () {
@@ -176,7 +176,7 @@ describe("counter app: stopped by signals", () => {
     60_000
   )
 
-  it.scopedLive("a deadline that is not a number: the app does not start, and says why on one line", () =>
+  it.live("a deadline that is not a number: the app does not start, and says why on one line", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { LEASEHOLD_SHUTDOWN_TIMEOUT_MS: "soon" }, ready: false })
       assert.strictEqual(yield* app.exited, 1)
@@ -184,7 +184,7 @@ describe("counter app: stopped by signals", () => {
     })
   )
 
-  it.scopedLive("a frozen peer does not hold the shutdown: its connection is cut after the grace", () =>
+  it.live("a frozen peer does not hold the shutdown: its connection is cut after the grace", () =>
     Effect.gen(function* () {
       const app = yield* startApp()
       yield* frozenPeer(app.port, "frozen")

@@ -102,7 +102,7 @@ export const workerOver = (
   )
 }
 
-/** Workers over one MemoryStore (time on the TestClock under it.effect/it.scoped). */
+/** Workers over one MemoryStore (time on the TestClock under it.effect/it.effect). */
 export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const logs = capture()

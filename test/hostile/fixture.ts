@@ -160,13 +160,13 @@ const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string
 
 export const memory = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
   name: "memory",
-  test: (name, body) => it.scoped(name, () => Effect.flatMap(memoryFixture(input), body))
+  test: (name, body) => it.effect(name, () => Effect.flatMap(memoryFixture(input), body))
 })
 
 export const redis = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
   name: "redis",
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         yield* body(yield* redisFixture(server, input))
@@ -186,7 +186,7 @@ export const redisCluster = (
   return {
     name: "redis-cluster",
     test: (name, body) =>
-      it.scopedLive(
+      it.live(
         name,
         () =>
           Effect.gen(function* () {

@@ -210,7 +210,7 @@ const doneBy = <A, E>(label: string, fiber: Fiber.Fiber<A, E>, since: number, ms
 export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.Scope>) => {
   const token = "t"
   const test = (name: string, body: (deployment: Deployment) => Effect.Effect<void, never, Scope.Scope>) =>
-    it.scopedLive(name, () => Effect.flatMap(deploy, body), 60_000)
+    it.live(name, () => Effect.flatMap(deploy, body), 60_000)
 
   test("a lost Granted: the waiter, cut off from its notices at the release, claims its grant at its next re-check (2 s), before the grant expires", (deployment) =>
     Effect.gen(function* () {

@@ -15,10 +15,10 @@ export const capture = (): { readonly lines: Array<LogLine>; readonly layer: Lay
   const lines: Array<LogLine> = []
   const logger = Logger.make(({ logLevel, message }) => {
     const parts = Array.isArray(message) ? message : [message]
-    lines.push({ level: logLevel.label, message: parts.map(String).join(" ") })
+    lines.push({ level: logLevel.toUpperCase(), message: parts.map(String).join(" ") })
   })
-  // The default logger is removed as well: captured lines are asserted, not printed.
-  return { lines, layer: Layer.merge(Logger.remove(Logger.defaultLogger), Logger.add(logger)) }
+  // The default logger is replaced: captured lines are asserted, not printed.
+  return { lines, layer: Logger.layer([logger]) }
 }
 
 /** The lines at INFO level or above, or of the given levels. */
