@@ -104,7 +104,7 @@ describe("RedisStore with minReplicasAck", () => {
         yield* replica.pause
         const fiber = yield* Effect.forkChild(inc(w, "tok"))
         yield* Effect.sleep(1_000)
-        const early = yield* Fiber.poll(fiber)
+        const early = yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))
         yield* replica.resume
         assert.isTrue(Option.isNone(early), "the modification returned while the replica was frozen")
         assert.strictEqual(yield* Fiber.join(fiber), 6)
@@ -133,7 +133,7 @@ describe("RedisStore with minReplicasAck", () => {
         assert.isTrue(Option.isSome(yield* cluster.store.holder("tok")), "the grant is made on the primary")
         yield* cluster.store.readSlices("other", ["counter"])
         const readMs = performance.now() - readStarted
-        const during = yield* Fiber.poll(fiber)
+        const during = yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))
         assert.isTrue(
           Option.isNone(during),
           `the reads (${Math.round(readMs)} ms) waited until the modification was over: the command connection was stalled`

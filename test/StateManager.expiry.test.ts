@@ -106,7 +106,7 @@ describe("memory store expiry (TestClock)", () => {
         // the fence lived on with them: the next grant's number is above every earlier one
         const next = yield* Effect.forkChild(reader.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
         // (the worker's lease ends when its hold does: let the TestClock reach it)
-        while ((yield* Fiber.poll(next))._tag === "None") yield* advance(50)
+        while ((yield* Effect.sync(() => Option.fromNullishOr((next).pollUnsafe())))._tag === "None") yield* advance(50)
         assert.strictEqual(yield* cluster.grants("t"), fenceBefore + 2)
       })
   )

@@ -76,7 +76,7 @@ describe("signals lost with the subscriber connection", () => {
       yield* eventuallyTrue(
         "the waiter finished",
         5_000,
-        Effect.andThen(settle, Effect.map(Fiber.poll(second), Option.isSome))
+        Effect.andThen(settle, Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
       )
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.strictEqual(yield* cluster.stored("t"), 10)
@@ -106,10 +106,10 @@ describe("plain modifications decided by the session", () => {
         // the first turn's end decides the plain one and gives the next turn to the second
         yield* first.open
         yield* settle
-        yield* Fiber.interruptFork(plain)
+        yield* Effect.sync(() => (plain).interruptUnsafe())
         yield* settle
         // decided, its write waits for the grant's next write (after the second's turn): so does its end
-        assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((plain).pollUnsafe()))))
         assert.strictEqual(yield* cluster.stored("t"), 0)
         yield* Deferred.succeed(gate, undefined)
         yield* Fiber.await(plain)
@@ -185,7 +185,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
       const first = yield* holding(holder, "t")
       const plain = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((plain).pollUnsafe()))))
       assert.strictEqual(yield* cluster.stored("t"), 0)
       yield* first.open
       // it saw the holder's write
@@ -327,8 +327,8 @@ describe("modifications that take the lock in their caller's fiber", () => {
       const third = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
       yield* settle
       // both wait: the lock stays with the first one
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
-      assert.isTrue(Option.isNone(yield* Fiber.poll(third)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((third).pollUnsafe()))))
       yield* Deferred.succeed(gate, undefined)
       assert.strictEqual(yield* Fiber.join(first), 0)
       assert.strictEqual(yield* Fiber.join(second), 1)
@@ -362,7 +362,7 @@ describe("a worker closed as a lease is granted", () => {
         for (let i = 0; i < turns; i++) yield* Effect.yieldNow
         yield* w.close
         yield* settle
-        assert.isTrue(Option.isSome(yield* Fiber.poll(modification)))
+        assert.isTrue(Option.isSome(yield* Effect.sync(() => Option.fromNullishOr((modification).pollUnsafe()))))
         assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       })
     )
@@ -464,11 +464,11 @@ describe("a lock handed over", () => {
             Option.map(yield* cluster.store.holder("t"), (holder) => holder.lockId),
             Option.some(granted.lockId)
           )
-          assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "c took the lock from under b")
+          assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe()))), "c took the lock from under b")
           yield* Deferred.succeed(gate, undefined)
-          yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(slow), Option.isSome))
+          yield* untilOnTestClock("b's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((slow).pollUnsafe())), Option.isSome))
           assert.isTrue(Exit.isSuccess(yield* Fiber.await(slow)))
-          yield* untilOnTestClock("c's modification is done", Effect.map(Fiber.poll(waiter), Option.isSome))
+          yield* untilOnTestClock("c's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe())), Option.isSome))
           assert.strictEqual(yield* cluster.stored("t"), 111)
         })
     )
@@ -506,12 +506,12 @@ describe("lost notices", () => {
       // the grant installed b's lock id, and waits for b, who was not told
       const granted = Option.getOrUndefined(Option.map(yield* cluster.store.holder("t"), (h) => h.lockId))
       assert.isTrue(granted?.startsWith(`${b.id}:`), `lock ${granted}`)
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
       yield* TestClock.adjust(1_990)
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)), "b waited for its re-check")
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))), "b waited for its re-check")
       // one re-check (2 s after b began to wait), well before the grant's 5 s
-      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilOnTestClock("b's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
       assert.isAtMost((yield* Clock.currentTimeMillis) - released, 2_000)
       assert.strictEqual(yield* cluster.stored("t"), 11)
       assert.strictEqual(yield* cluster.grants("t"), 2)
@@ -537,8 +537,8 @@ describe("lost notices", () => {
       yield* settle
       // a has not heard: its lease goes on
       assert.isTrue(a.lease.isLeased("t"))
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
-      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
+      yield* untilOnTestClock("b's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
       // b's re-check at 2 s tells a again; its lease ends then (and a quantum), not at its
       // 15 s hold time
       assert.isAtMost((yield* Clock.currentTimeMillis) - started, 2_100)
@@ -559,7 +559,7 @@ describe("a contended lease with nothing queued", () => {
       const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       // the holder gives its callers one turn of the event loop, no clock time (the clock
       // never moves here: a holder that waited out its quantum fails the wait after 200 turns)
-      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
       // no time passed: the lease ended when the waiter queued, not 50 ms later
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.isFalse(holder.lease.isLeased("t"))
@@ -604,7 +604,7 @@ describe("a lease's keep-alive", () => {
           yield* settle
         }
         yield* Deferred.succeed(gate, undefined)
-        yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
+        yield* untilOnTestClock("the slow modification finished", Effect.map(Effect.sync(() => Option.fromNullishOr((slow).pollUnsafe())), Option.isSome))
         const exit = yield* Fiber.await(slow)
         assert.isTrue(Exit.isSuccess(exit), String(exit))
         assert.strictEqual(yield* cluster.stored("t"), 2)
@@ -664,7 +664,7 @@ describe("a lease's contention signals", () => {
         Effect.map(queued(c), (q) => !q)
       )
       yield* first.open
-      yield* untilOnTestClock("a's modifications done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilOnTestClock("a's modifications done", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
       yield* settle
       // a's next grant found no contender: a lease, which c's old signal must not end
       assert.isTrue(a.lease.isLeased("t"))
@@ -891,7 +891,7 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
       const seen = yield* Effect.forkChild(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
       // the clock stands still: the quantum never ends, so only an empty local queue after
       // a turn of the event loop lets `after` in
-      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(seen), Option.isSome))
+      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((seen).pollUnsafe())), Option.isSome))
       yield* Fiber.join(loop)
       // every increment of the loop came before the waiter: one grant served them all
       assert.strictEqual(yield* Fiber.join(seen), 21)

@@ -151,7 +151,7 @@ describe("a modification in one step on the values of the worker's last grant", 
         5_000,
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id))
       )
-      assert.isTrue(Option.isNone(yield* Fiber.poll(later)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((later).pollUnsafe()))))
       yield* held.open
       yield* Fiber.join(held.fiber)
       assert.strictEqual(yield* Fiber.join(later), 2)
@@ -244,7 +244,7 @@ describe("leases acknowledged from memory", () => {
         Effect.sync(() => loops >= 3)
       )
       const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
-      yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Fiber.poll(waiter), Option.isSome))
+      yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe())), Option.isSome))
       stop = true
       yield* Fiber.join(looping)
       yield* Fiber.join(waiter)

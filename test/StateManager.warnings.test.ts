@@ -48,7 +48,7 @@ const run = (oplock: boolean) =>
             yield* TestClock.adjust(ms)
             yield* untilOnTestClock(
               `the ${event} modification finished`,
-              Effect.map(Fiber.poll(running), Option.isSome)
+              Effect.map(Effect.sync(() => Option.fromNullishOr((running).pollUnsafe())), Option.isSome)
             )
             assert.isTrue(Exit.isSuccess(yield* Fiber.await(running)))
           })

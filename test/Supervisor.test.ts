@@ -50,7 +50,7 @@ const setup = (input: LeaseholdConfig.Input = {}) =>
 const driveUntilDone = <A, E>(fiber: Fiber.Fiber<A, E>, stepMs = 1_000, maxSteps = 1_000) =>
   Effect.gen(function* () {
     for (let i = 0; i < maxSteps; i++) {
-      const done = yield* Fiber.poll(fiber)
+      const done = yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))
       if (Option.isSome(done)) return done.value
       yield* TestClock.adjust(stepMs)
     }
@@ -239,7 +239,7 @@ describe("Supervisor: UntilRecovered", () => {
       yield* TestClock.adjust(1_000)
       yield* TestClock.adjust(2_000)
       assert.strictEqual(calls, 3)
-      assert.isTrue(Option.isNone(yield* Fiber.poll(fiber)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))))
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
       deepStrictEqual(messages(logs), ["ERROR parallel: task error, retrying until it recovers: down 1"])

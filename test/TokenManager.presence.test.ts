@@ -32,7 +32,7 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
-  Effect.andThen(advanceUntil(Effect.map(Fiber.poll(fiber), Option.isSome), limitMs), Fiber.join(fiber))
+  Effect.andThen(advanceUntil(Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome), limitMs), Fiber.join(fiber))
 
 /** Move the TestClock in small steps until `done` (at most `limitMs`). */
 const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
@@ -109,7 +109,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       yield* settle
       yield* TestClock.adjust(presenceMs / 2)
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(link)), "answered before the presence expiration")
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((link).pollUnsafe()))), "answered before the presence expiration")
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
       const linked = yield* runFor(link, presenceMs * 3)
       deepStrictEqual(linked, { token: "tab-1", fresh: false, takenOver: true })
@@ -234,13 +234,13 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
         yield* advanceUntil(
-          Effect.zipWith(Fiber.poll(lost), recordIs(cluster, "tab-1", mine(b, "cb")), (l, r) => Option.isSome(l) || r),
+          Effect.zipWith(Effect.sync(() => Option.fromNullishOr((lost).pollUnsafe())), recordIs(cluster, "tab-1", mine(b, "cb")), (l, r) => Option.isSome(l) || r),
           presenceMs * 8
         )
         deepStrictEqual(yield* cluster.record("tab-1"), ours)
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         assert.isFalse(yield* b.tokens.isLost("tab-1"))
-        assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((lost).pollUnsafe()))), "no socket reported lost")
         assert.isTrue(
           cluster.logs.some((line) => line.message.includes(takingOver)),
           JSON.stringify(cluster.logs)

@@ -125,7 +125,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       const linking = yield* Effect.forkChild(a.tokens.link("tab-cut", "c1"))
       // The claim is sent to the paused server, which applies it once it runs again.
       yield* Effect.sleep(100)
-      yield* Fiber.interruptFork(linking)
+      yield* Effect.sync(() => (linking).interruptUnsafe())
       yield* cluster.server.resume
       yield* Fiber.await(linking)
       deepStrictEqual(yield* a.tokens.local("tab-cut"), Option.none())

@@ -1014,7 +1014,7 @@ export const storeSuite = (backend: Backend): void => {
         const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(50)
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))), "the read did not block")
         const started = yield* liveNow
         yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
         const entries = yield* joinWithin("the blocked read", 2_000, reader)
@@ -1030,7 +1030,7 @@ export const storeSuite = (backend: Backend): void => {
         const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(100)
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))), "the read did not block")
         yield* fx.advance(300)
         deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
       }))

@@ -35,12 +35,12 @@ export interface Tools {
 const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
   Effect.gen(function* () {
     const fiber = yield* Effect.forkChild(effect)
-    yield* tools.until("the effect to end", Effect.map(Fiber.poll(fiber), Option.isSome))
+    yield* tools.until("the effect to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome))
     return yield* Fiber.join(fiber)
   })
 
 const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.andThen(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
+  Effect.andThen(tools.until("the fiber to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome)), Fiber.join(fiber))
 
 export interface StateBackend {
   readonly name: "memory" | "redis" | "redis-cluster"
@@ -131,7 +131,7 @@ const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
 /** The error a fiber failed with, or a defect naming how else it ended. */
 const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.flatMap(
-    Effect.andThen(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
+    Effect.andThen(tools.until("the fiber to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome)), Fiber.await(fiber)),
     (exit) =>
       Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
         ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
@@ -408,7 +408,7 @@ export const stateSuite = (backend: StateBackend) => {
           const released = yield* Clock.currentTimeMillis
           yield* first.open
           yield* Fiber.join(first.fiber)
-          yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
+          yield* tools.until("the waiter finished", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
           // within 5 s of the release, far from the 30 s of a re-check (real time on Redis, a
           // few ms on a quiet machine; on memory the clock moves 1 ms a poll)
           const waited = (yield* Clock.currentTimeMillis) - released
@@ -514,7 +514,7 @@ export const stateSuite = (backend: StateBackend) => {
           Effect.sync(() => loops >= 3)
         )
         const waiter = yield* Effect.forkChild(inc(b, "t", 1000))
-        yield* tools.until("the remote waiter got its turn", Effect.map(Fiber.poll(waiter), Option.isSome))
+        yield* tools.until("the remote waiter got its turn", Effect.map(Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe())), Option.isSome))
         const loopsWhenServed = loops
         stop = true
         yield* join(tools, loop)
@@ -576,7 +576,7 @@ export const stateSuite = (backend: StateBackend) => {
           const first = yield* Effect.forkChild(inc(w, "t"))
           yield* queueBecomes(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
-          yield* Fiber.interruptFork(first)
+          yield* Effect.sync(() => (first).interruptUnsafe())
           const second = yield* Effect.forkChild(inc(w, "t"))
           yield* tools.settle
           yield* queueBecomes(cluster, tools, [w.id])
@@ -584,7 +584,7 @@ export const stateSuite = (backend: StateBackend) => {
           deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
           // and that one leaves while its attempt to queue is under way
           const third = yield* Effect.forkChild(inc(w, "t"))
-          yield* Fiber.interruptFork(second)
+          yield* Effect.sync(() => (second).interruptUnsafe())
           yield* Fiber.interrupt(third)
           yield* queueBecomes(cluster, tools, [])
           yield* idle(tools, w)
@@ -651,7 +651,7 @@ export const stateSuite = (backend: StateBackend) => {
           const heard = yield* cluster.handoffs.unheard("t", b, releaseFake(cluster, "H"))
           yield* Fiber.interrupt(waiter)
           yield* heard
-          yield* soon(tools, "c's modification is done", Effect.map(Fiber.poll(next), Option.isSome))
+          yield* soon(tools, "c's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((next).pollUnsafe())), Option.isSome))
           assert.strictEqual(yield* Fiber.join(next), 10)
           // three fences: H's, b's grant (never used), c's
           assert.strictEqual(yield* cluster.grants("t"), 3)
@@ -750,7 +750,7 @@ export const stateSuite = (backend: StateBackend) => {
             assert.strictEqual(yield* cluster.stored("t"), 1)
             assert.strictEqual(yield* lockValue(cluster, "t"), "Y:1")
             deepStrictEqual(yield* cluster.store.queue("t"), [b.id])
-            assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+            assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
             // Y leaves: its grant passes to b, whose waiter is served
             yield* cluster.store.leaveQueue("t", "Y")
             assert.strictEqual(yield* join(tools, second), 2)
@@ -1005,7 +1005,7 @@ export const stateSuite = (backend: StateBackend) => {
           yield* tools.settle
           yield* Deferred.succeed(gate, undefined)
           yield* join(tools, r1)
-          yield* tools.until("r's second waiter finished", Effect.map(Fiber.poll(r2), Option.isSome))
+          yield* tools.until("r's second waiter finished", Effect.map(Effect.sync(() => Option.fromNullishOr((r2).pollUnsafe())), Option.isSome))
           yield* join(tools, hNext)
           assert.strictEqual(yield* cluster.stored("t"), 4)
         })

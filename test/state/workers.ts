@@ -131,7 +131,7 @@ const watchScripts = (server: RedisServer.RedisServer) =>
   )
 
 /** The longest a waiter waits between attempts, as `Lock.make` derives it. */
-const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Type"]) =>
+const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Service"]) =>
   Math.max(
     1,
     Math.floor(
@@ -142,7 +142,7 @@ const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Type"]) =>
 /** `Handoffs` on a real server: `serverFor` is the server that holds a token's keys. */
 const pausedHandoffs = (
   serverFor: (token: string) => Effect.Effect<RedisServer.RedisServer>,
-  settings: LeaseholdConfig.LeaseholdConfig["Type"]
+  settings: LeaseholdConfig.LeaseholdConfig["Service"]
 ): Handoffs => {
   const commandTimeoutMs = Duration.toMillis(settings.commandTimeout)
   const recheckMs = recheckMsOf(settings)
@@ -213,7 +213,7 @@ interface BackendParts<R> {
   readonly scripts?: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   >
-  readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Type"]) => Handoffs
+  readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Service"]) => Handoffs
 }
 
 const makeCluster = <R, E>(

@@ -45,7 +45,7 @@ export const deadRecordTakenOverAfterRefusedLink = (
     deepStrictEqual(yield* cluster.record("tab-1"), Option.some({ instanceId: b.id, connectionId: "cb" }))
     deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
     assert.isFalse(yield* b.tokens.isLost("tab-1"))
-    assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
+    assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((lost).pollUnsafe()))), "no socket reported lost")
   })
 
 /** `CONFIG SET maxmemory`: 1 byte refuses every write, 0 lifts the limit. */
