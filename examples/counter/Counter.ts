@@ -50,7 +50,7 @@ export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epo
 export const bump = (token: string, by: number) => Effect.flatMap(StateManager, (states) => bumpWith(states, token, by))
 
 /** `bump` with the state manager at hand (a socket's handler looks it up once). */
-export const bumpWith = (states: , token: string, by: number) =>
+export const bumpWith = (states: StateManager["Service"], token: string, by: number) =>
   Effect.flatMap(bumpAll(states, token, [by]), (results) => results[0]!)
 
 /** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
@@ -71,7 +71,7 @@ const step = (token: string, count: Count, by: number, now: number): Result.Resu
  * its turn comes, with no step of this fiber in between); each costs less than an effectful
  * one. Nothing is written when every step overflowed.
  */
-export const bumpAll = (states: , token: string, steps: ReadonlyArray<number>) =>
+export const bumpAll = (states: StateManager["Service"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {
     const now = clock.currentTimeMillisUnsafe()
     return states.modify(

@@ -58,7 +58,7 @@ interface Worker {
   readonly user: string
   readonly states: StateManager.StateManager.Service
   readonly lease: Lease.Lease.Service
-  readonly store: 
+  readonly store: Store["Service"]
 }
 
 const PASSWORD = "lost-notice-test"
