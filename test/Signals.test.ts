@@ -61,10 +61,13 @@ const listen = (signals: Signals.Signals.Service, token: string) =>
     return queue
   })
 
+/** The real clock, for waits that must not depend on the TestClock. */
+const liveClock = Clock.Clock.defaultValue()
+
 const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
   Queue.take(queue).pipe(
     Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.failSync(() => new Error("no signal arrived")) }),
-    Effect.withClock(Clock.make())
+    Effect.provideService(Clock.Clock, liveClock)
   )
 
 /** A queue step that must take the lock, or must queue the worker. */
@@ -317,7 +320,11 @@ describe("Signals on MemoryStore", () => {
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
       const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
-      const exit = yield* Fiber.join(closing).pipe(Effect.timeout(1_000), Effect.withClock(Clock.make()), Effect.exit)
+      const exit = yield* Fiber.join(closing).pipe(
+        Effect.timeout(1_000),
+        Effect.provideService(Clock.Clock, liveClock),
+        Effect.exit
+      )
       assert.isTrue(Exit.isSuccess(exit))
       assert.strictEqual(yield* Clock.currentTimeMillis, 40_000)
     })
@@ -411,31 +418,27 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.live(
-    "the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered",
-    () =>
-      Effect.gen(function* () {
-        const { server, signals, store, lines } = yield* setup
-        const events = yield* listen(signals, "tok")
-        const admin = yield* adminClient(server)
-        const before = yield* errorCount
-        // At its client limit the server accepts each reconnection and closes it at once.
-        const connected = Number(
-          /connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1]
-        )
-        yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
-        assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
-        yield* eventuallyTrue(
-          "seven errors of the signals loop",
-          10_000,
-          Effect.map(errorCount, (n) => n - before >= 7)
-        )
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-        deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
-        yield* sendGranted(store, "tok")
-        isGranted(yield* next(events))
-        deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
-      })
+  it.live("the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered", () =>
+    Effect.gen(function* () {
+      const { server, signals, store, lines } = yield* setup
+      const events = yield* listen(signals, "tok")
+      const admin = yield* adminClient(server)
+      const before = yield* errorCount
+      // At its client limit the server accepts each reconnection and closes it at once.
+      const connected = Number(/connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1])
+      yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
+      assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
+      yield* eventuallyTrue(
+        "seven errors of the signals loop",
+        10_000,
+        Effect.map(errorCount, (n) => n - before >= 7)
+      )
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+      deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      yield* sendGranted(store, "tok")
+      isGranted(yield* next(events))
+      deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+    })
   )
 
   it.live("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
@@ -460,44 +463,42 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.live(
-    "T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections",
-    () =>
-      Effect.gen(function* () {
-        const server = yield* RedisServer.start()
-        const admin = yield* adminClient(server)
-        const scope = yield* Scope.make()
-        const slow = RedisStore.layer({ url: server.url }).pipe(
-          Layer.provideMerge(
-            LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
-          )
+  it.live("T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      const admin = yield* adminClient(server)
+      const scope = yield* Scope.make()
+      const slow = RedisStore.layer({ url: server.url }).pipe(
+        Layer.provideMerge(
+          LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
         )
-        const { signals, health } = yield* build(slow, scope)
-        yield* listen(signals, "tok").pipe(Scope.provide(scope))
-        const leasehold = Effect.map(
-          Effect.promise(() => admin.client("LIST") as Promise<string>),
-          (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length
-        )
-        assert.strictEqual(yield* leasehold, 2)
-        yield* Effect.orDie(server.clientKill("pubsub"))
-        // the reconnection is refused, so the loop is left in its 30 s delay
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
-        yield* eventuallyTrue(
-          "the signals loop retrying",
-          5_000,
-          Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
-        )
-        yield* liveSleep(200)
-        const started = yield* Clock.currentTimeMillis
-        yield* Scope.close(scope, Exit.void)
-        const elapsed = (yield* Clock.currentTimeMillis) - started
-        assert.isBelow(elapsed, 1_000)
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-        yield* eventuallyTrue(
-          "no leasehold connection left",
-          2_000,
-          Effect.map(leasehold, (n) => n === 0)
-        )
-      })
+      )
+      const { signals, health } = yield* build(slow, scope)
+      yield* listen(signals, "tok").pipe(Scope.provide(scope))
+      const leasehold = Effect.map(
+        Effect.promise(() => admin.client("LIST") as Promise<string>),
+        (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length
+      )
+      assert.strictEqual(yield* leasehold, 2)
+      yield* Effect.orDie(server.clientKill("pubsub"))
+      // the reconnection is refused, so the loop is left in its 30 s delay
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
+      yield* eventuallyTrue(
+        "the signals loop retrying",
+        5_000,
+        Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
+      )
+      yield* liveSleep(200)
+      const started = yield* Clock.currentTimeMillis
+      yield* Scope.close(scope, Exit.void)
+      const elapsed = (yield* Clock.currentTimeMillis) - started
+      assert.isBelow(elapsed, 1_000)
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+      yield* eventuallyTrue(
+        "no leasehold connection left",
+        2_000,
+        Effect.map(leasehold, (n) => n === 0)
+      )
+    })
   )
 })
