@@ -11,7 +11,7 @@ describe("fineMillis", () => {
     Effect.gen(function* () {
       assert.strictEqual(yield* currentFineMillis, yield* Clock.currentTimeMillis)
       yield* TestClock.adjust("1234 millis")
-      const clock = yield* Effect.clock
+      const clock = yield* Clock.Clock
       assert.strictEqual(fineMillis(clock), clock.currentTimeMillisUnsafe())
       assert.strictEqual(yield* currentFineMillis, 1234)
     })
@@ -19,7 +19,7 @@ describe("fineMillis", () => {
 
   it.live("on the live clock it reads fractions of a millisecond, close to the wall clock", () =>
     Effect.gen(function* () {
-      const clock = yield* Effect.clock
+      const clock = yield* Clock.Clock
       const reads: Array<number> = []
       for (let i = 0; i < 1000; i++) reads.push(fineMillis(clock))
       assert.isTrue(
