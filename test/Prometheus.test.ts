@@ -2,7 +2,6 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import * as MetricBoundaries from "effect/MetricBoundaries"
 import * as Prometheus from "../src/Prometheus.js"
 
 const family = (text: string, name: string) =>
@@ -32,7 +31,10 @@ describe("Prometheus", () => {
 
   it.effect("a histogram gives cumulative buckets ending in +Inf, a sum and a count", () =>
     Effect.gen(function* () {
-      const histogram = Metric.histogram("prom_test_wait_ms", MetricBoundaries.fromIterable([1, 10]), "wait")
+      const histogram = Metric.histogram("prom_test_wait_ms", {
+        boundaries: Metric.boundariesFromIterable([1, 10]),
+        description: "wait"
+      })
       for (const value of [0.5, 5, 50]) yield* Metric.update(histogram, value)
       const text = yield* Prometheus.render
       deepStrictEqual(family(text, "prom_test_wait_ms").slice(0, 2), [
