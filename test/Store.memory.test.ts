@@ -2,7 +2,6 @@ import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, it } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -15,6 +14,7 @@ import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
 import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { pendingSleeps } from "./support/testClock.js"
 
 const LOCK_EXPIRATION_MS = 300
 /** How long a grant to the queue's head stays pending (the same on every backend of the suite). */
@@ -61,7 +61,7 @@ const memory = (persisted: boolean): Backend => ({
           awaitBlockedRead: eventuallyTrue(
             "a sleep registered with the TestClock",
             2_000,
-            Effect.map(TestClock.sleeps(), (sleeps) => Chunk.size(sleeps) > 0)
+            Effect.map(pendingSleeps, (sleeps) => sleeps.length > 0)
           ),
           putRaw: (key, value) => control.setRaw(key, value),
           putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),

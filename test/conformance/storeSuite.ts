@@ -6,11 +6,11 @@
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
@@ -697,7 +697,7 @@ export const storeSuite = (backend: Backend): void => {
         ]
         deepStrictEqual(results.slice(0, 3), expected.map(Result.succeed))
         const corrupt = results[3]!
-        assert.isTrue(Result.isFailure(corrupt) && corrupt.left._tag === "CorruptValue")
+        assert.isTrue(Result.isFailure(corrupt) && corrupt.failure._tag === "CorruptValue")
         deepStrictEqual(yield* fx.store.readSocket("tok-new"), Option.some(recordA))
         deepStrictEqual(yield* fx.store.readSocket("tok-theirs"), Option.some(recordB))
       }))
@@ -822,9 +822,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
               failsWith(op(instanceId), "InvalidToken").pipe(
-                Effect.catchDefect((defect) =>
-                  Effect.die(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
-                )
+                Effect.catchDefect((defect) => Effect.die(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`))
               )
             )
           )
@@ -850,9 +848,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(cases, ([opName, op]) =>
               failsWith(op(name), "InvalidToken").pipe(
-                Effect.catchDefect((defect) =>
-                  Effect.die(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
-                )
+                Effect.catchDefect((defect) => Effect.die(`${opName}(${JSON.stringify(name)}): ${String(defect)}`))
               )
             )
           )
@@ -1014,7 +1010,10 @@ export const storeSuite = (backend: Backend): void => {
         const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(50)
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))), "the read did not block")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))),
+          "the read did not block"
+        )
         const started = yield* liveNow
         yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
         const entries = yield* joinWithin("the blocked read", 2_000, reader)
@@ -1027,10 +1026,15 @@ export const storeSuite = (backend: Backend): void => {
 
     test("a blocking read with no entry returns nothing after blockMs", (fx) =>
       Effect.gen(function* () {
-        const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
+        const reader = yield* Effect.forkChild(
+          fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 })
+        )
         yield* fx.awaitBlockedRead
         yield* fx.advance(100)
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))), "the read did not block")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))),
+          "the read did not block"
+        )
         yield* fx.advance(300)
         deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
       }))

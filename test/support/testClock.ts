@@ -38,3 +38,15 @@ export const untilWithoutTime = <E>(label: string, check: Effect.Effect<boolean,
     }
     return yield* Effect.die(`${label}: not within ${turns} turns of the event loop, the clock standing`)
   })
+
+/**
+ * The deadlines (in the clock's milliseconds) of the sleeps registered with the fiber's
+ * `TestClock`, which Effect's `TestClock` keeps without a public accessor.
+ */
+export const pendingSleeps: Effect.Effect<ReadonlyArray<number>> = TestClock.testClockWith((clock) =>
+  Effect.sync(() =>
+    (clock as unknown as { readonly sleeps: ReadonlyArray<{ readonly timestamp: number }> }).sleeps.map(
+      (entry) => entry.timestamp
+    )
+  )
+)
