@@ -29,7 +29,7 @@ const memory: DeliveryBackend = {
     it.effect(name, () =>
       Effect.gen(function* () {
         const fx = yield* memoryWorkers()
-        yield* body(fx, { until, settle })
+        yield* fx.logged(body(fx, { until, settle }))
       })
     )
 }
@@ -72,7 +72,7 @@ describe("delivery while the embedded store is unavailable", () => {
       yield* a.tokens.link("token1", "sid1")
       yield* fx.control.setAvailable(false)
       const outcomes = []
-      for (let i = 1; i <= 6; i++) outcomes.push(yield* b.mailbox.send("token1", update(i)))
+      for (let i = 1; i <= 6; i++) outcomes.push(yield* fx.logged(b.mailbox.send("token1", update(i))))
       deepStrictEqual(outcomes, ["buffered", "buffered", "buffered", "dropped", "dropped", "dropped"])
       const warnings = fx.logs.filter((line) => line.message.startsWith("mailbox: outbox full"))
       assert.strictEqual(warnings.length, 1)

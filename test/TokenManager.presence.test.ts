@@ -7,7 +7,6 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -32,7 +31,16 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
-  Effect.andThen(advanceUntil(Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome), limitMs), Fiber.join(fiber))
+  Effect.andThen(
+    advanceUntil(
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      ),
+      limitMs
+    ),
+    Fiber.join(fiber)
+  )
 
 /** Move the TestClock in small steps until `done` (at most `limitMs`). */
 const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
@@ -109,7 +117,10 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       yield* settle
       yield* TestClock.adjust(presenceMs / 2)
       yield* settle
-      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((link).pollUnsafe()))), "answered before the presence expiration")
+      assert.isTrue(
+        Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(link.pollUnsafe()))),
+        "answered before the presence expiration"
+      )
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
       const linked = yield* runFor(link, presenceMs * 3)
       deepStrictEqual(linked, { token: "tab-1", fresh: false, takenOver: true })
@@ -206,7 +217,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         yield* cluster.overwrite("tab-1", mine(b, "cb-new"))
         yield* TestClock.adjust(presenceMs)
         yield* settle
-        const reported = Chunk.toReadonlyArray(yield* Fiber.join(lost))
+        const reported = yield* Fiber.join(lost)
         deepStrictEqual(reported, [{ token: "tab-1", connectionId: "ca", holder: mine(b, "cb-new") }])
         assert.isTrue(yield* a.tokens.isLost("tab-1"))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
@@ -234,13 +245,20 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
         yield* advanceUntil(
-          Effect.zipWith(Effect.sync(() => Option.fromNullishOr((lost).pollUnsafe())), recordIs(cluster, "tab-1", mine(b, "cb")), (l, r) => Option.isSome(l) || r),
+          Effect.zipWith(
+            Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe())),
+            recordIs(cluster, "tab-1", mine(b, "cb")),
+            (l, r) => Option.isSome(l) || r
+          ),
           presenceMs * 8
         )
         deepStrictEqual(yield* cluster.record("tab-1"), ours)
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         assert.isFalse(yield* b.tokens.isLost("tab-1"))
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((lost).pollUnsafe()))), "no socket reported lost")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe()))),
+          "no socket reported lost"
+        )
         assert.isTrue(
           cluster.logs.some((line) => line.message.includes(takingOver)),
           JSON.stringify(cluster.logs)
@@ -262,7 +280,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         yield* settle
         assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
         yield* cluster.outage.end
-        const reported = Chunk.toReadonlyArray(yield* runFor(lost, presenceMs * 8))
+        const reported = yield* runFor(lost, presenceMs * 8)
         deepStrictEqual(reported, [{ token: "tab-1", connectionId: "cb", holder: mine(a, "ca") }])
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
