@@ -13,13 +13,12 @@
  *   npm run bench:fused-floor -- --json   [{"row", "cpu_us_per_op", "over_baseline"}]
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as References from "effect/References"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { makeKeys } from "../src/internal/keys.js"
 import { cachedKeys } from "../src/internal/memory/keyCache.js"
@@ -54,7 +53,7 @@ const main = async () => {
     Worker.layerState.pipe(
       Layer.provideMerge(MemoryStore.layer),
       Layer.provideMerge(LeaseholdConfig.layerWith({ oplock: false })),
-      Layer.merge(Logger.minimumLogLevel(LogLevel.Error))
+      Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
     )
   )
   const states = Effect.runSync(Ref.make(new Map<string, { readonly n: number }>()))
@@ -115,7 +114,9 @@ const main = async () => {
       const lockId = `bench:${next++}`
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
       if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
-      const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) => Result.getSuccess(Counter.decode(raw)))
+      const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) =>
+        Result.getSuccess(Counter.decode(raw))
+      )
       const value = Option.getOrElse(stored, () => Counter.initial)
       const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
       QueueScripts.commitAndReleaseQueued(
