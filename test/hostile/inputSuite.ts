@@ -40,7 +40,7 @@ const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), {
 interface Tree {
   readonly children: ReadonlyArray<Tree>
 }
-const Tree: Schema.Schema<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend(() => Tree)) })
+const Tree: Schema.Codec<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend(() => Tree)) })
 /** A recursive slice: its decoder recurses as deep as the stored value goes. */
 const Nested = StateManager.slice("nested", Tree, { children: [] })
 
