@@ -110,8 +110,8 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  *
  * Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
  * between a grant and its hold, even before the fiber's first step, would leave the
- * lock taken until it expires. Its callers are uninterruptible too, and the fiber
- * inherits that.
+ * lock taken until it expires: the fiber is forked uninterruptible (a fiber forked
+ * interruptible and interrupted before its first step would never run at all).
  *
  * Forked outside the span of the modification that starts it: the session outlives that
  * modification (a lease, for as long as it is held), and its writes are not the
@@ -122,7 +122,17 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
 export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
   Effect.asVoid(
     Effect.updateContext(
-      Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
+      Effect.suspend(() => {
+        const fiber = Effect.uninterruptible(run(env, session, from, carried))
+        // A scope already closed (the worker shut down meanwhile) would be given a fiber that
+        // never starts, the grant left taken: the session runs interrupted from its start,
+        // as the scope's closing would have left it.
+        return env.scope.state._tag === "Closed"
+          ? Effect.flatMap(Effect.forkDetach(fiber, { uninterruptible: true }), (started) =>
+              Effect.sync(() => started.interruptUnsafe())
+            )
+          : Effect.forkIn(fiber, env.scope, { uninterruptible: true })
+      }),
       withoutParentSpan
     )
   )
@@ -151,7 +161,7 @@ export const closeParked = (env: SessionEnv) =>
         if (state === undefined) return Effect.void
         session.parked = undefined
         return Effect.flatMap(
-          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked: state }))),
+          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked: state })), { uninterruptible: true }),
           Fiber.interrupt
         )
       }),
