@@ -3,6 +3,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster, type Worker } from "./state/workers.js"
 
@@ -106,7 +107,7 @@ describe("memory store expiry (TestClock)", () => {
         // the fence lived on with them: the next grant's number is above every earlier one
         const next = yield* Effect.forkChild(reader.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
         // (the worker's lease ends when its hold does: let the TestClock reach it)
-        while ((yield* Effect.sync(() => Option.fromNullishOr((next).pollUnsafe())))._tag === "None") yield* advance(50)
+        while ((yield* Effect.sync(() => Option.fromNullishOr(next.pollUnsafe())))._tag === "None") yield* advance(50)
         assert.strictEqual(yield* cluster.grants("t"), fenceBefore + 2)
       })
   )

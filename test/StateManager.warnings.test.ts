@@ -48,7 +48,10 @@ const run = (oplock: boolean) =>
             yield* TestClock.adjust(ms)
             yield* untilOnTestClock(
               `the ${event} modification finished`,
-              Effect.map(Effect.sync(() => Option.fromNullishOr((running).pollUnsafe())), Option.isSome)
+              Effect.map(
+                Effect.sync(() => Option.fromNullishOr(running.pollUnsafe())),
+                Option.isSome
+              )
             )
             assert.isTrue(Exit.isSuccess(yield* Fiber.await(running)))
           })
