@@ -30,7 +30,7 @@ const redis: DeliveryBackend = {
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         const fx = yield* redisWorkers(server.url)
-        yield* body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) })
+        yield* fx.logged(body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) }))
       })
     )
 }

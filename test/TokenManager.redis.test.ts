@@ -2,12 +2,22 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import * as TokenManager from "../src/TokenManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import type { LogLine } from "./support/logs.js"
 import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
+
+/** The test's own calls of a worker log with the workers, into the cluster's lines. */
+const logInto = (lines: Array<LogLine>) =>
+  Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      lines.push({ level: logLevel.toUpperCase(), message: (Array.isArray(message) ? message : [message]).join(" ") })
+    })
+  ])
 
 const redis: TokenBackend = {
   name: "redis",
@@ -18,7 +28,7 @@ const redis: TokenBackend = {
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
           until: (label, check) => eventuallyTrue(label, 8_000, check)
-        })
+        }).pipe(Effect.provide(logInto(cluster.logs)))
       })
     )
 }
@@ -125,7 +135,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       const linking = yield* Effect.forkChild(a.tokens.link("tab-cut", "c1"))
       // The claim is sent to the paused server, which applies it once it runs again.
       yield* Effect.sleep(100)
-      yield* Effect.sync(() => (linking).interruptUnsafe())
+      yield* Effect.sync(() => linking.interruptUnsafe())
       yield* cluster.server.resume
       yield* Fiber.await(linking)
       deepStrictEqual(yield* a.tokens.local("tab-cut"), Option.none())
