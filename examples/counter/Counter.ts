@@ -17,7 +17,7 @@ import { StateManager } from "leasehold/StateManager"
 /** The stored counter, and the update sent to the tab's socket after each change. */
 export const Count = Schema.Struct({
   n: Schema.Int,
-  v: Schema.Int.pipe(Schema.nonNegative()),
+  v: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
   epoch: Schema.Number
 })
 export type Count = typeof Count.Type
@@ -51,7 +51,7 @@ export const bump = (token: string, by: number) => Effect.flatMap(StateManager, 
 
 /** `bump` with the state manager at hand (a socket's handler looks it up once). */
 export const bumpWith = (states: StateManager["Service"], token: string, by: number) =>
-  Effect.flatMap(bumpAll(states, token, [by]), (results) => results[0]!)
+  Effect.flatMap(bumpAll(states, token, [by]), (results) => Effect.fromResult(results[0]!))
 
 /** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
 const step = (token: string, count: Count, by: number, now: number): Result.Result<Count, CounterOverflow> => {
@@ -82,7 +82,7 @@ export const bumpAll = (states: StateManager["Service"], token: string, steps: R
         let current = count
         for (const by of steps) {
           const result = step(token, current, by, now)
-          if (Result.isSuccess(result)) current = result.right
+          if (Result.isSuccess(result)) current = result.success
           results.push(result)
         }
         return [results, current]

@@ -12,13 +12,16 @@
  * Client to server: `{"type":"bump","by":K}` (K an integer, |K| ≤ 1,000,000).
  */
 import * as Result from "effect/Result"
-import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { maxStep } from "./Counter.js"
 
 /** A step of a bump: an integer within ±`maxStep`. */
-export const Step = Schema.Int.pipe(
-  Schema.between(-maxStep, maxStep, { message: () => `must be an integer between -${maxStep} and ${maxStep}` })
+export const Step = Schema.Int.check(
+  Schema.isBetween(
+    { minimum: -maxStep, maximum: maxStep },
+    { message: `must be an integer between -${maxStep} and ${maxStep}` }
+  )
 )
 
 /** The one event a client sends. */
@@ -31,10 +34,16 @@ export type Bump = typeof Bump.Type
 const decodeBump = Schema.decodeUnknownResult(Schema.fromJsonString(Bump), { onExcessProperty: "ignore" })
 
 /** The innermost reason of a parse error, on one line (a value too deep to describe, in short). */
-export const problem = (error: ParseResult.ParseError): string => {
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+export const problem = (error: Schema.SchemaError): string => {
   try {
-    return ParseResult.ArrayFormatter.formatErrorSync(error)
-      .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
+    return formatIssues(error.issue)
+      .issues.map((issue) =>
+        issue.path === undefined || issue.path.length === 0
+          ? issue.message
+          : `${issue.path.map(String).join(".")}: ${issue.message}`
+      )
       .join("; ")
   } catch (cause) {
     return cause instanceof RangeError ? "invalid, and nested too deeply to describe" : "invalid"

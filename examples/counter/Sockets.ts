@@ -68,7 +68,7 @@ export const layer = Layer.sync(Sockets, () => {
   // its queue shut down, takes nothing.
   const send = (connection: Connection, message: ServerMessage) =>
     Effect.sync(() => {
-      connection.outgoing.unsafeOffer(encode(message))
+      Queue.offerUnsafe(connection.outgoing, encode(message))
     })
 
   const sendCount = (connection: Connection, type: "state" | "update", count: Count) =>

@@ -5,8 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import { StateManager } from "leasehold/StateManager"
@@ -60,7 +60,7 @@ describe("counter", () => {
         // the overflowing step changes nothing; the next goes on from the count before it
         const mixed = yield* Counter.bumpAll(manager, "tab-r", [1, 5, 1, 3])
         assert.deepStrictEqual(
-          mixed.map((result) => (Result.isSuccess(result) ? result.right.n : result.left._tag)),
+          mixed.map((result) => (Result.isSuccess(result) ? result.success.n : result.failure._tag)),
           [top + 1, "CounterOverflow", top + 2, "CounterOverflow"]
         )
         deepStrictEqual(yield* Counter.read("tab-r"), { n: top + 2, v: 5, epoch })
