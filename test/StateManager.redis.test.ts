@@ -3,14 +3,28 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
+import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, Other, redisCluster, redisWorkersAt } from "./state/workers.js"
+import type { LogLine } from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
 import type * as RedisServer from "./support/RedisServer.js"
+
+/**
+ * The test's own fiber logs into the cluster's lines too: a logger provided to a worker's
+ * build stays with what that build forked, and a modification logs from its caller's fiber.
+ */
+const loggingInto = (lines: Array<LogLine>) =>
+  Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      const parts = Array.isArray(message) ? message : [message]
+      lines.push({ level: logLevel.toUpperCase(), message: parts.map(String).join(" ") })
+    })
+  ])
 
 const redis: StateBackend = {
   name: "redis",
@@ -22,7 +36,7 @@ const redis: StateBackend = {
           advance: (ms) => Effect.sleep(ms),
           settle: Effect.sleep(30),
           until: (label, check) => eventuallyTrue(label, 5_000, check)
-        })
+        }).pipe(Effect.provide(loggingInto(cluster.logs)))
       })
     )
 }
@@ -121,20 +135,18 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.live(
-    "the values are compared, not only the fence: a value changed under the same fence refuses the step",
-    () =>
-      Effect.gen(function* () {
-        const cluster = yield* redisCluster()
-        const a = yield* cluster.worker()
-        yield* a.states.modify("t", Counter, bump)
-        // as a failover that lost writes leaves it: the fence the same, the value another
-        yield* cluster.server.command("SET", "leasehold:{t}:s:counter", JSON.stringify({ n: 10 })).pipe(Effect.orDie)
-        const seen: Array<number> = []
-        assert.strictEqual(yield* a.states.modify("t", Counter, add(seen)), 10)
-        deepStrictEqual(seen, [1, 10])
-        assert.strictEqual(yield* cluster.stored("t"), 11)
-      })
+  it.live("the values are compared, not only the fence: a value changed under the same fence refuses the step", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      yield* a.states.modify("t", Counter, bump)
+      // as a failover that lost writes leaves it: the fence the same, the value another
+      yield* cluster.server.command("SET", "leasehold:{t}:s:counter", JSON.stringify({ n: 10 })).pipe(Effect.orDie)
+      const seen: Array<number> = []
+      assert.strictEqual(yield* a.states.modify("t", Counter, add(seen)), 10)
+      deepStrictEqual(seen, [1, 10])
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
   )
 
   it.live("a lock held by another worker refuses the step: the modification waits its turn", () =>
@@ -151,7 +163,7 @@ describe("a modification in one step on the values of the worker's last grant", 
         5_000,
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id))
       )
-      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((later).pollUnsafe()))))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(later.pollUnsafe()))))
       yield* held.open
       yield* Fiber.join(held.fiber)
       assert.strictEqual(yield* Fiber.join(later), 2)
@@ -244,7 +256,14 @@ describe("leases acknowledged from memory", () => {
         Effect.sync(() => loops >= 3)
       )
       const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
-      yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe())), Option.isSome))
+      yield* eventuallyTrue(
+        "the waiter got its turn",
+        5_000,
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(waiter.pollUnsafe())),
+          Option.isSome
+        )
+      )
       stop = true
       yield* Fiber.join(looping)
       yield* Fiber.join(waiter)
@@ -314,7 +333,7 @@ describe("interruptions while the store is away", () => {
           10_000,
           Effect.result(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
         )
-        assert.strictEqual(result._tag === "Left" ? result.left._tag : "written", "StoreUnavailable")
+        assert.strictEqual(result._tag === "Failure" ? result.failure._tag : "written", "StoreUnavailable")
       }),
     30_000
   )
