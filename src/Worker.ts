@@ -121,7 +121,7 @@ export const layerStateMemory: Layer.Layer<
 export const layerStateRedis = (
   options: RedisStore.Options = {}
 ): Layer.Layer<StateServices | Store, LeaseholdConfig.InvalidConfig | Config.ConfigError | StoreUnavailable> =>
-  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer))
+  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
 
 /**
  * A worker over a given store and configuration.
@@ -154,7 +154,7 @@ export const layer = <A, I, R>(
       )
       return Context.merge(base, state)
     })
-  )
+  ).pipe(Layer.fresh)
 
 /**
  * One worker on the embedded memory store, configured from the environment: one process,
@@ -169,7 +169,7 @@ export const layerMemory = <A, I, R>(
   Services | Store | LeaseholdConfig.LeaseholdConfig,
   LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError,
   R
-> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer))
+> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
 
 /**
  * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
@@ -187,5 +187,6 @@ export const layerRedis = <A, I, R>(
 > =>
   layer(options).pipe(
     Layer.provideMerge(RedisStore.layer(options.redis ?? {})),
-    Layer.provideMerge(LeaseholdConfig.layer)
+    Layer.provideMerge(LeaseholdConfig.layer),
+    Layer.fresh
   )
