@@ -7,9 +7,9 @@ import * as net from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Inspect from "../src/Inspect.js"
@@ -112,7 +112,7 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
       [`sock-${round}b`, record]
     ])
     deepStrictEqual(
-      batch.map((result) => (Result.isSuccess(result) ? result.right._tag : result.left._tag)),
+      batch.map((result) => (Result.isSuccess(result) ? result.success._tag : result.failure._tag)),
       ["Taken", "Claimed"]
     )
     assert.isTrue(yield* store.deleteSocketIfOwner(`sock-${round}`, record))
@@ -157,7 +157,7 @@ describe("a hostile Redis", () => {
         ["after-flush-2", { instanceId: "inst-z", connectionId: "c" }]
       ])
       deepStrictEqual(
-        batch.map((result) => (Result.isSuccess(result) ? result.right._tag : result.left._tag)),
+        batch.map((result) => (Result.isSuccess(result) ? result.success._tag : result.failure._tag)),
         ["Claimed", "Claimed"]
       )
       yield* everyOperation(a, b, fx.store, 3)
@@ -215,7 +215,7 @@ describe("a hostile Redis", () => {
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", limit))
           assert.isAbove(yield* usedMemory, limit + 128 * 1024)
           const tiny = yield* Effect.result(server.command("SET", "tiny", "1"))
-          assert.isTrue(Result.isFailure(tiny) && /OOM/.test(tiny.left.message), "a tiny write still fits")
+          assert.isTrue(Result.isFailure(tiny) && /OOM/.test(tiny.failure.message), "a tiny write still fits")
         })
         const room = Effect.gen(function* () {
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", roomy))
@@ -336,14 +336,14 @@ describe("a hostile Redis", () => {
           "tab-a's record restored",
           Effect.map(
             Effect.result(b.tokens.owner("tab-a", { refresh: true })),
-            (owner) => Result.isSuccess(owner) && Option.isSome(owner.right)
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
           )
         )
         yield* until(
           "tab-b's record restored",
           Effect.map(
             Effect.result(a.tokens.owner("tab-b", { refresh: true })),
-            (owner) => Result.isSuccess(owner) && Option.isSome(owner.right)
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
           )
         )
         // mailboxes: updates reach both sockets again
@@ -458,7 +458,7 @@ describe("credentials", () => {
         "the socket record back",
         Effect.map(
           Effect.result(b.tokens.owner("tab", { refresh: true })),
-          (o) => Result.isSuccess(o) && Option.isSome(o.right)
+          (o) => Result.isSuccess(o) && Option.isSome(o.success)
         ),
         15_000
       )

@@ -8,7 +8,6 @@
  */
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -315,13 +314,13 @@ describe("RedisStore on a Redis Cluster", () => {
       const claims = yield* store.claimSockets(
         all.map((token) => [token, { instanceId: "inst-a", connectionId: token }])
       )
-      assert.isTrue(claims.every((claim) => claim._tag === "Right" && claim.right._tag === "Claimed"))
+      assert.isTrue(claims.every((claim) => claim._tag === "Success" && claim.success._tag === "Claimed"))
       const ports = new Set(yield* portsOf(cluster, all.map(keys.socket)))
       assert.strictEqual(ports.size, cluster.nodes.length, "the records are on every master")
       const seen = yield* joinWithin("an event of every record", 10_000, heard)
       deepStrictEqual(new Set(seen.map((event) => event.token)), new Set(all))
       const scanned = yield* Stream.runCollect(store.scanSockets)
-      deepStrictEqual(new Set(Chunk.toReadonlyArray(scanned).map(([token]) => token)), new Set(all))
+      deepStrictEqual(new Set(scanned.map(([token]) => token)), new Set(all))
     })
   )
 
@@ -420,7 +419,7 @@ describe("RedisStore cluster errors", () => {
 
 describe("RedisStore cluster configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
 
   it.live("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
     Effect.gen(function* () {
