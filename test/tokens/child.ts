@@ -10,8 +10,7 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as StateManager from "../../src/StateManager.js"
@@ -38,7 +37,7 @@ const program = Effect.gen(function* () {
   yield* Effect.never
 }).pipe(
   Effect.provide(Worker.layerRedis({ schema: Schema.Unknown, deliver: () => Effect.void })),
-  Logger.withMinimumLogLevel(LogLevel.Warning)
+  Effect.provideService(References.MinimumLogLevel, "Warn")
 )
 
 NodeRuntime.runMain(program)
