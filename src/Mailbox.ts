@@ -181,7 +181,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const encode = parseSafely(Schema.encodeResult(envelope))
     const decode = parseSafely(Schema.decodeResult(envelope))
     // the update alone through the same schema and JSON as its envelope: refused the same way
-    const updateJson = Schema.fromJsonString(options.schema)
+    const updateJson = Schema.fromJsonString(Schema.toCodecJson(options.schema))
     const check = parseSafely(Schema.encodeResult(updateJson))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
     const readBlockMs = Math.max(1, Duration.toMillis(Duration.fromInputUnsafe(options.readBlock ?? "5 seconds")))

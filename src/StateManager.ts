@@ -55,7 +55,9 @@ export interface Slice<A, I = unknown> {
 export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A): Slice<A, I> => {
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
-  const json = Schema.fromJsonString(schema)
+  // JSON of the schema's canonical JSON codec: a declared type (`Schema.Date`, `Schema.Option`,
+  // a `Class`) is stored as JSON, the very text the Effect 3 build stored for it.
+  const json = Schema.fromJsonString(Schema.toCodecJson(schema))
   const encode = parseSafely(Schema.encodeResult(json))
   return {
     name,

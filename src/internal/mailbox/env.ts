@@ -84,7 +84,7 @@ export const envelopeOf = <A, I>(schema: Schema.Codec<A, I>) =>
   Schema.fromJsonString(
     Schema.Struct({
       token: Schema.String.check(Schema.makeFilter((token) => isValidToken(token) || "not a valid token")),
-      update: schema,
+      update: Schema.toCodecJson(schema),
       forwarded: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.succeed(false))),
       // The sending instance and its number for this update: an append that reached the
       // store although its caller saw it fail is sent again, and the reader drops the copy.
