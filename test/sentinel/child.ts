@@ -11,9 +11,8 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as Queue from "effect/Queue"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import * as StateManager from "../../src/StateManager.js"
 import * as Worker from "../../src/Worker.js"
@@ -33,12 +32,12 @@ const program = Effect.gen(function* () {
     let tag = ""
     for (let i = 0; i < count; ) {
       const result = yield* Effect.result(bump)
-      if (result._tag === "Right") {
-        n = result.right
+      if (result._tag === "Success") {
+        n = result.success
         i++
       } else {
         failed++
-        tag = result.left._tag
+        tag = result.failure._tag
         yield* Effect.sleep(200)
       }
     }
@@ -48,7 +47,7 @@ const program = Effect.gen(function* () {
   }
 }).pipe(
   Effect.provide(Worker.layerRedis({ schema: Schema.Unknown, deliver: () => Effect.void })),
-  Logger.withMinimumLogLevel(LogLevel.Warning)
+  Effect.provideService(References.MinimumLogLevel, "Warn")
 )
 
 NodeRuntime.runMain(program)
