@@ -245,7 +245,7 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
       yield* attemptsOf(monitor, b, 2)
       yield* listening(deployment, b, token)
       assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
-      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       const allowed = yield* Clock.currentTimeMillis
       yield* hear(deployment, a)
       // a's subscription comes back: a asks the store, finds b queued, and ends its lease
@@ -264,7 +264,7 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
       yield* Effect.orDie(Fiber.join(first))
       yield* handedTo(b, token)
       assert.strictEqual(yield* subscribers(deployment, b, token), 0)
-      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       const allowed = yield* Clock.currentTimeMillis
       yield* hear(deployment, b)
       yield* doneBy("b's modification, after its resubscription", second, allowed, 5_000)
