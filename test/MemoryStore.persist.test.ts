@@ -4,14 +4,13 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
+import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as TestClock from "effect/testing/TestClock"
@@ -23,6 +22,7 @@ import { Store } from "../src/Store.js"
 import * as Worker from "../src/Worker.js"
 import { eventuallyTrue, expectAcquired, failsWith, within } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
+import { pendingSleeps } from "./support/testClock.js"
 
 const INTERVAL_MS = 100
 const TOKEN_EXPIRATION_MS = 60_000
@@ -100,21 +100,18 @@ const awaitTimer = (ms: number) =>
     yield* eventuallyTrue(
       `a timer due within ${ms} ms`,
       5_000,
-      Effect.map(
-        TestClock.sleeps(),
-        Chunk.some((deadline) => deadline > now && deadline <= now + ms)
-      )
+      Effect.map(pendingSleeps, (deadlines) => deadlines.some((deadline) => deadline > now && deadline <= now + ms))
     )
   })
 
 const awaitFlushTimer = awaitTimer(INTERVAL_MS)
 
 /** Let the flush interval pass and return the report of the flush it fires. */
-const nextFlush = (reports: Queue.Dequeue<MemoryStore.FlushReport>) =>
+const nextFlush = (reports: PubSub.Subscription<MemoryStore.FlushReport>) =>
   Effect.gen(function* () {
     yield* awaitFlushTimer
     yield* TestClock.adjust(INTERVAL_MS)
-    return yield* within("the flush report", 5_000, Queue.take(reports))
+    return yield* within("the flush report", 5_000, PubSub.take(reports))
   })
 
 const sorted = (report: MemoryStore.FlushReport) => ({
@@ -168,11 +165,11 @@ describe("MemoryStore with a data directory", () => {
           yield* put(store, "t1", [["counter", "2"]])
           yield* put(store, "t1", [["counter", "3"]])
           yield* TestClock.adjust(INTERVAL_MS / 2 - 1)
-          assert.strictEqual(yield* Queue.size(reports), 0)
+          assert.strictEqual(yield* PubSub.remaining(reports), 0)
           deepStrictEqual(yield* tokenFiles(dir), [])
 
           yield* TestClock.adjust(1)
-          const report = yield* within("the flush report", 5_000, Queue.take(reports))
+          const report = yield* within("the flush report", 5_000, PubSub.take(reports))
           deepStrictEqual(report, { written: ["t1"], removed: [], failed: [] })
           const file = yield* readJson(fileOf(dir, "t1"))
           assert.strictEqual(file.token, "t1")
@@ -183,7 +180,7 @@ describe("MemoryStore with a data directory", () => {
 
           // Nothing changed since: no timer, no write.
           yield* TestClock.adjust(10 * INTERVAL_MS)
-          assert.strictEqual(yield* Queue.size(reports), 0)
+          assert.strictEqual(yield* PubSub.remaining(reports), 0)
         })
       )
     })
@@ -532,7 +529,7 @@ describe("StateManager over a persisted MemoryStore", () => {
 
   const run = (env: Record<string, string>) =>
     Effect.provide(bump, Worker.layerStateMemory).pipe(
-      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
     )
 
   it.effect("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
@@ -557,7 +554,7 @@ describe("StateManager over a persisted MemoryStore", () => {
         return n
       })
       const runLeased = Effect.provide(bumpUnflushed, Worker.layerStateMemory).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
       )
       assert.strictEqual(yield* runLeased, 1)
       assert.strictEqual(yield* runLeased, 2)
