@@ -229,7 +229,9 @@ describe("RedisStore through a failover", () => {
         deepStrictEqual(yield* joinWithin("a socket event after the failover", 5_000, events), [
           { token: "tok", event: "set" }
         ])
-        const reader = yield* Effect.forkChild(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 }))
+        const reader = yield* Effect.forkChild(
+          store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 })
+        )
         yield* eventuallyTrue(
           "a read blocked on the new primary",
           5_000,
@@ -290,38 +292,36 @@ describe("RedisStore through a failover", () => {
 })
 
 describe("Sentinel connections", () => {
-  it.live(
-    "a connection that ends without the store closing it connects again; one the store closes stays closed",
-    () =>
-      Effect.gen(function* () {
-        const sentinel = yield* sharedDeployment
-        const parsed = parseSentinels(sentinel.addresses, sentinel.name)!
-        const endpoint = { ...parsed.endpoint, sentinel: parsed.target }
-        const options = connectionOptions("command", { commandTimeoutMs: 1_000, connectTimeoutMs: 5_000 })
-        const connection = yield* Effect.acquireRelease(
-          Effect.sync(() => openConnection(endpoint, options, () => undefined)),
-          (c) => Effect.sync(() => endConnection(c))
-        )
-        yield* eventuallyTrue(
-          "ready",
-          10_000,
-          Effect.sync(() => connection.status === "ready")
-        )
-        // what ioredis does when a promotion's announcement cuts a connection that is asking
-        // the Sentinels for the primary: it ends it
-        let ends = 0
-        connection.on("end", () => ends++)
-        connection.disconnect()
-        yield* eventuallyTrue(
-          "ended, then ready again",
-          10_000,
-          Effect.sync(() => ends === 1 && connection.status === "ready")
-        )
-        assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
-        endConnection(connection)
-        yield* Effect.sleep(1_000)
-        assert.strictEqual(connection.status, "end")
-      })
+  it.live("a connection that ends without the store closing it connects again; one the store closes stays closed", () =>
+    Effect.gen(function* () {
+      const sentinel = yield* sharedDeployment
+      const parsed = parseSentinels(sentinel.addresses, sentinel.name)!
+      const endpoint = { ...parsed.endpoint, sentinel: parsed.target }
+      const options = connectionOptions("command", { commandTimeoutMs: 1_000, connectTimeoutMs: 5_000 })
+      const connection = yield* Effect.acquireRelease(
+        Effect.sync(() => openConnection(endpoint, options, () => undefined)),
+        (c) => Effect.sync(() => endConnection(c))
+      )
+      yield* eventuallyTrue(
+        "ready",
+        10_000,
+        Effect.sync(() => connection.status === "ready")
+      )
+      // what ioredis does when a promotion's announcement cuts a connection that is asking
+      // the Sentinels for the primary: it ends it
+      let ends = 0
+      connection.on("end", () => ends++)
+      connection.disconnect()
+      yield* eventuallyTrue(
+        "ended, then ready again",
+        10_000,
+        Effect.sync(() => ends === 1 && connection.status === "ready")
+      )
+      assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
+      endConnection(connection)
+      yield* Effect.sleep(1_000)
+      assert.strictEqual(connection.status, "end")
+    })
   )
 })
 
@@ -329,7 +329,7 @@ describe("Sentinel connections", () => {
 
 describe("RedisStore Sentinel configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   const buildFromEnv = (env: Record<string, string>) =>
     Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(fromEnv(env))
 
