@@ -30,8 +30,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { Redis } from "ioredis"
@@ -350,4 +349,4 @@ const program = Effect.gen(function* () {
 }).pipe(Effect.scoped)
 
 // runMain keeps the process alive while the program awaits sockets and child processes.
-NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+NodeRuntime.runMain(program.pipe(Effect.provideService(References.MinimumLogLevel, "None")))
