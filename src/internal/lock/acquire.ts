@@ -10,15 +10,16 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
+import { forkInUninterruptible } from "../fork.js"
 import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
 
 /**
@@ -320,7 +321,7 @@ export const attemptWith = (
       // handler of an interruptible step.)
       onFailure: (cause) =>
         Effect.andThen(
-          Effect.forkIn(
+          forkInUninterruptible(
             Effect.andThen(
               Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
               Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))

@@ -13,6 +13,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import type { Grant, Previous } from "../../Lock.js"
+import { forkInUninterruptible } from "../fork.js"
 import { noTurn } from "./commit.js"
 import { type Carried, hold, type Parking, parking, resumeHold } from "./hold.js"
 import type { HoldState } from "./relay.js"
@@ -96,8 +97,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
         const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
         return Effect.forEach(
           left,
-          (request) =>
-            Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt() : Exit.fail(error))),
+          (request) => Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt() : Exit.fail(error))),
           { discard: true }
         ).pipe(Effect.andThen(closeScope))
       })
@@ -110,8 +110,8 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  *
  * Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
  * between a grant and its hold, even before the fiber's first step, would leave the
- * lock taken until it expires: the fiber is forked uninterruptible (a fiber forked
- * interruptible and interrupted before its first step would never run at all).
+ * lock taken until it expires: the fiber is forked uninterruptible, and runs even when the
+ * service's scope has closed meanwhile (`forkInUninterruptible`).
  *
  * Forked outside the span of the modification that starts it: the session outlives that
  * modification (a lease, for as long as it is held), and its writes are not the
@@ -122,17 +122,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
 export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
   Effect.asVoid(
     Effect.updateContext(
-      Effect.suspend(() => {
-        const fiber = Effect.uninterruptible(run(env, session, from, carried))
-        // A scope already closed (the worker shut down meanwhile) would be given a fiber that
-        // never starts, the grant left taken: the session runs interrupted from its start,
-        // as the scope's closing would have left it.
-        return env.scope.state._tag === "Closed"
-          ? Effect.flatMap(Effect.forkDetach(fiber, { uninterruptible: true }), (started) =>
-              Effect.sync(() => started.interruptUnsafe())
-            )
-          : Effect.forkIn(fiber, env.scope, { uninterruptible: true })
-      }),
+      forkInUninterruptible(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
       withoutParentSpan
     )
   )
