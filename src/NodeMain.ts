@@ -15,11 +15,12 @@
  *
  * @since 0.1.0
  */
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import { dual } from "effect/Function"
-import { makeRunMain, type Teardown } from "effect/Runtime"
+import * as Result from "effect/Result"
+import { InterruptExitCode, makeRunMain, type Teardown } from "effect/Runtime"
 import { InvalidConfig } from "./LeaseholdConfig.js"
 
 /**
@@ -114,7 +115,8 @@ const runWithDeadline = (timeout: Duration.Duration) =>
       // listener still there: the shutdown under way goes on.
       if (signalled !== undefined) return
       signalled = signal
-      fiber.interruptUnsafe(fiber.id)
+      // A shutdown asked for: the program ends with 0 once it completes (not 130).
+      fiber.interruptUnsafe(fiber.id, Context.make(InterruptExitCode, 0))
       if (!Duration.isFinite(timeout)) return
       // A timer outside the runtime: it must fire even when the program's shutdown is stuck.
       deadline = setTimeout(() => {
