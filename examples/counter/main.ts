@@ -4,17 +4,17 @@
  */
 import cluster from "node:cluster"
 import * as Cause from "effect/Cause"
-import * as ConfigError from "effect/ConfigError"
+import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { runMain } from "leasehold/NodeMain"
-import { appConfig, ClusterNeedsRedis } from "./AppConfig.js"
+import { ClusterNeedsRedis, loadSettings } from "./AppConfig.js"
 import * as Cluster from "./Cluster.js"
 import * as Server from "./Server.js"
 
 const program = Effect.gen(function* () {
-  const settings = yield* appConfig
+  const settings = yield* loadSettings
   if (settings.workers > 1 && !settings.redis) return yield* new ClusterNeedsRedis({ workers: settings.workers })
   if (settings.workers > 1 && cluster.isPrimary) return yield* Cluster.primary(settings)
   if (cluster.isWorker) {
@@ -31,7 +31,7 @@ const program = Effect.gen(function* () {
 })
 
 const messageOf = (error: unknown): string => {
-  if (ConfigError.isConfigError(error)) return String(error)
+  if (error instanceof Config.ConfigError) return String(error)
   if (typeof error !== "object" || error === null) return String(error)
   const message = "message" in error ? String(error.message) : ""
   // A failed listen (EADDRINUSE) carries its reason in the cause.
@@ -49,7 +49,7 @@ const reason = (cause: Cause.Cause<unknown>): string =>
 // every mode: one process, a cluster primary, a cluster worker. A primary of workers waits
 // for theirs: its own deadline comes after.
 const forksWorkers =
-  cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(appConfig)), (settings) => settings.workers > 1)
+  cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(loadSettings)), (settings) => settings.workers > 1)
 runMain(
   program.pipe(
     Effect.tapCause((cause) =>
