@@ -197,7 +197,9 @@ describe("MemoryStore", () => {
           Effect.gen(function* () {
             const signals = yield* store.subscribe("t1")
             const received = yield* Queue.unbounded<Signal>()
-            const consumer = yield* Effect.forkChild(Stream.runForEach(signals, (signal) => Queue.offer(received, signal)))
+            const consumer = yield* Effect.forkChild(
+              Stream.runForEach(signals, (signal) => Queue.offer(received, signal))
+            )
             yield* store.publish("t1", { _tag: "Released" })
             deepStrictEqual(yield* Queue.take(received), { _tag: "Released" })
             const reader = yield* Effect.forkChild(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
@@ -298,10 +300,10 @@ describe("MemoryStore", () => {
         const seen = yield* store.mailboxAppend("w1", "seen", { maxLen: 10, ttlMs: 60_000 })
         const reader = yield* Effect.forkChild(store.mailboxRead("w1", seen, { count: 10, blockMs: 5_000 }))
         yield* TestClock.adjust("1 second")
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
         yield* store.mailboxAppend("w2", "elsewhere", { maxLen: 10, ttlMs: 60_000 })
         yield* TestClock.adjust("1 second")
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
 
         const id = yield* store.mailboxAppend("w1", "hello", { maxLen: 10, ttlMs: 60_000 })
         // No clock movement: only the append can end the wait.
@@ -314,7 +316,7 @@ describe("MemoryStore", () => {
         const store = yield* Store
         const reader = yield* Effect.forkChild(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
         yield* TestClock.adjust("4999 millis")
-        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((reader).pollUnsafe()))))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
         yield* TestClock.adjust("1 millis")
         deepStrictEqual(yield* Fiber.join(reader), [])
       }).pipe(Effect.provide(StoreLive))
