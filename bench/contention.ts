@@ -80,15 +80,11 @@ interface Report {
 }
 
 const startWorker = (env: Record<string, string>) => {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    [path.join(root, "node_modules/vite-node/vite-node.mjs"), "bench/contention-worker.ts"],
-    {
-      cwd: root,
-      env: { ...process.env, ...env },
-      stdio: ["pipe", "pipe", "inherit"]
-    }
-  )
+  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", "bench/contention-worker.ts"], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ["pipe", "pipe", "inherit"]
+  })
   let buffer = ""
   const lines: Array<string> = []
   const waiters: Array<() => void> = []
