@@ -10,11 +10,11 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -104,7 +104,7 @@ describe("RedisStore with minReplicasAck", () => {
         yield* replica.pause
         const fiber = yield* Effect.forkChild(inc(w, "tok"))
         yield* Effect.sleep(1_000)
-        const early = yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))
+        const early = yield* Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe()))
         yield* replica.resume
         assert.isTrue(Option.isNone(early), "the modification returned while the replica was frozen")
         assert.strictEqual(yield* Fiber.join(fiber), 6)
@@ -133,7 +133,7 @@ describe("RedisStore with minReplicasAck", () => {
         assert.isTrue(Option.isSome(yield* cluster.store.holder("tok")), "the grant is made on the primary")
         yield* cluster.store.readSlices("other", ["counter"])
         const readMs = performance.now() - readStarted
-        const during = yield* Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe()))
+        const during = yield* Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe()))
         assert.isTrue(
           Option.isNone(during),
           `the reads (${Math.round(readMs)} ms) waited until the modification was over: the command connection was stalled`
@@ -144,7 +144,7 @@ describe("RedisStore with minReplicasAck", () => {
         yield* replica.resume
         assert.isTrue(Result.isFailure(result), "the modification succeeded without its replica")
         if (Result.isFailure(result)) {
-          const error = result.left
+          const error = result.failure
           assert.strictEqual(error._tag, "NotAcknowledged", error.message)
           if (error._tag === "NotAcknowledged") {
             deepStrictEqual(
@@ -178,7 +178,7 @@ describe("RedisStore with minReplicasAck", () => {
         yield* replica.pause
         const result = yield* Effect.result(cluster.store.tryAcquire("tok2", "lock-2", []))
         yield* replica.resume
-        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", JSON.stringify(result))
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", JSON.stringify(result))
         assert.isTrue(Option.isSome(yield* RedisServer.getRaw(primary, cluster.keys.lock("tok2"))))
       }),
     60_000
@@ -216,9 +216,9 @@ describe("RedisStore with minReplicasAck", () => {
         yield* replica.pause
         const result = yield* Effect.result(inc(w, "tok"))
         yield* replica.resume
-        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Result.isFailure(result) && result.left._tag === "NotAcknowledged") {
-          assert.strictEqual(result.left.operation, "commitIfUnchanged")
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.failure._tag === "NotAcknowledged") {
+          assert.strictEqual(result.failure.operation, "commitIfUnchanged")
         }
         assert.strictEqual(yield* cluster.stored("tok"), 2)
         assert.strictEqual(yield* inc(w, "tok"), 3)
@@ -244,9 +244,9 @@ describe("RedisStore with minReplicasAck", () => {
           w.states.modifyEffect("tok", Counter, (s) => Effect.as(replica.pause, [s.n + 1, { n: s.n + 1 }] as const))
         )
         yield* replica.resume
-        assert.isTrue(Result.isFailure(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Result.isFailure(result) && result.left._tag === "NotAcknowledged") {
-          assert.strictEqual(result.left.operation, "commitAndReleaseQueued")
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.failure._tag === "NotAcknowledged") {
+          assert.strictEqual(result.failure.operation, "commitAndReleaseQueued")
         }
         // made on the primary, and the replica catches up: here the change stays
         assert.strictEqual(yield* cluster.stored("tok"), 2)
@@ -365,7 +365,7 @@ let testCount = 0
  */
 const sharedScope = Effect.runSync(Scope.make())
 afterAll(() => Effect.runPromise(Scope.close(sharedScope, Exit.void)))
-let sharedPair: Promise<Effect.Effect.Success<typeof replicated>> | undefined
+let sharedPair: Promise<Effect.Success<typeof replicated>> | undefined
 const shared = Effect.promise(() => {
   sharedPair ??= Effect.runPromise(Scope.provide(replicated, sharedScope))
   return sharedPair
