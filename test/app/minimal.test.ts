@@ -40,9 +40,7 @@ const bumpTwiceAndStop = (env: Record<string, string | undefined>) =>
   })
 
 describe("examples/minimal", () => {
-  it.live("on the embedded store: POST /api/bump counts per token; Ctrl-C exits with 0", () =>
-    bumpTwiceAndStop({})
-  )
+  it.live("on the embedded store: POST /api/bump counts per token; Ctrl-C exits with 0", () => bumpTwiceAndStop({}))
 
   it.live("on Redis (LEASEHOLD_REDIS_URL): the same, and the counter is in Redis", () =>
     Effect.gen(function* () {

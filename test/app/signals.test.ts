@@ -38,7 +38,12 @@ const frozenPeer = (port: number, token: string) =>
       child.stdout!.on("data", (chunk: Buffer) => {
         if (chunk.toString().includes("hello")) resume(Effect.void)
       })
-    }).pipe(Effect.timeoutOrElse({ duration: "15 seconds", orElse: () => Effect.failSync(() => new Error("the peer got no hello")) }))
+    }).pipe(
+      Effect.timeoutOrElse({
+        duration: "15 seconds",
+        orElse: () => Effect.failSync(() => new Error("the peer got no hello"))
+      })
+    )
     yield* Effect.sync(() => child.kill("SIGSTOP"))
   })
 
@@ -146,7 +151,12 @@ describe("counter app: stopped by signals", () => {
         yield* app.waitForCount(/pid \d+ closing/, 2, 20_000)
         yield* Effect.gen(function* () {
           while ((yield* socketRecords(server)).length > 0) yield* Effect.sleep("100 millis")
-        }).pipe(Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.failSync(() => new Error("records left")) }))
+        }).pipe(
+          Effect.timeoutOrElse({
+            duration: "20 seconds",
+            orElse: () => Effect.failSync(() => new Error("records left"))
+          })
+        )
       }),
     90_000
   )
