@@ -82,11 +82,15 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
       keyOf.delete(channel.name)
     }
 
-    /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
+    /**
+     * A channel's listeners are told it is lost; the next subscribe starts a new one. It is
+     * retired first: a listener's fiber resumes on this very call stack, and may subscribe
+     * again before the loop is done.
+     */
     const fail = (channel: Channel, error: StoreUnavailable) => {
-      Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
-      for (const mailbox of channel.listeners) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
       retire(channel)
+      Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
+      for (const mailbox of [...channel.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
     }
 
     /** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */

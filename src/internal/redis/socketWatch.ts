@@ -58,10 +58,12 @@ export const make = (env: Environment): SocketWatch => {
   const { commandTimeoutMs, health, keyspace } = env
   let current: Watch | undefined
 
+  // The watch is dropped first: a listener's fiber resumes on this very call stack, and may
+  // watch again before the loop is done.
   const fail = (watch: Watch, error: StoreUnavailable) => {
-    Deferred.doneUnsafe(watch.confirmed, Effect.fail(error))
-    for (const mailbox of watch.listeners) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
     if (current === watch) current = undefined
+    Deferred.doneUnsafe(watch.confirmed, Effect.fail(error))
+    for (const mailbox of [...watch.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
   }
 
   const join = (on: ReadonlyArray<Subscriber>, mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>): Watch => {
