@@ -4,7 +4,7 @@
  * CA through `NODE_EXTRA_CA_CERTS`, which Node reads at its start), that bumps TOKEN's
  * counter COUNT times, then, on each SIGUSR2, COUNT times more, retrying a bump that fails.
  *
- *   LEASEHOLD_REDIS_SENTINELS=rediss://… NODE_EXTRA_CA_CERTS=ca.pem TOKEN=t COUNT=5 vite-node test/sentinel/child.ts
+ *   LEASEHOLD_REDIS_SENTINELS=rediss://… NODE_EXTRA_CA_CERTS=ca.pem TOKEN=t COUNT=5 node --import tsx test/sentinel/child.ts
  *
  * Prints `n <value>` after each round of bumps (and `failed <n> <tag>` for the bumps that
  * failed and were retried in it); it runs until killed.

@@ -2,7 +2,7 @@
  * A worker process for the take-over tests: one Redis worker that links a tab's socket to
  * TOKEN, bumps the tab's counter COUNT times, and reports every socket it loses.
  *
- *   LEASEHOLD_REDIS_URL=… LEASEHOLD_PRESENCE_EXPIRATION_MS=… TOKEN=t COUNT=5 vite-node test/tokens/child.ts
+ *   LEASEHOLD_REDIS_URL=… LEASEHOLD_PRESENCE_EXPIRATION_MS=… TOKEN=t COUNT=5 node --import tsx test/tokens/child.ts
  *
  * Prints `linked <instanceId>`, then `n <value>` once the bumps are acknowledged, then
  * `lost <token> <holder instance>` for each socket whose token another worker took over;
