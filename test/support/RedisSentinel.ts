@@ -294,7 +294,12 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         const value = yield* writes.pipe(
           Effect.ensuring(
             Effect.andThen(
-              Effect.andThen(old.kill, () => (killedAt = Date.now())),
+              Effect.andThen(
+                old.kill,
+                Effect.sync(() => {
+                  killedAt = Date.now()
+                })
+              ),
               Effect.forEach(followers, (server) => server.resume)
             )
           )
