@@ -24,8 +24,8 @@
  * - `floor_over_machine`: `floor_p99_ms` / `machine_floor_p99_ms`, to 2 decimals;
  * - `platform_floor_p99_ms`, `platform_floor_p50_ms`, `platform_over_machine`: the same
  *   floor scenario, measured beside the machine's each time, against the example's own
- *   stack without leasehold (bench/events-baseline.ts under `node:cluster`: @effect/platform's
- *   HTTP server and WebSocket, the socket protocol over a Map, the example's write
+ *   stack without leasehold (bench/events-baseline.ts under `node:cluster`: effect/http's
+ *   server and effect/socket's WebSocket, the socket protocol over a Map, the example's write
  *   batching): what the platform alone costs the floor.
  *
  *   npm run bench:e2e -- --json            one JSON array of rows
