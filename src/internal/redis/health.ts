@@ -68,7 +68,7 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
     })
     yield* Queue.take(events).pipe(
       // Events that pile up meanwhile collapse into one update: the epoch still counts each.
-      Effect.andThen(Queue.takeAll(events)),
+      Effect.andThen(Queue.clear(events)),
       Effect.andThen(sync),
       Effect.forever,
       Effect.interruptible,
