@@ -13,6 +13,8 @@
  * that loses the primary's last writes), every kind of fault once per minute of the run.
  * `--min-replicas-ack N` (default 2, every replica): the workers' `LEASEHOLD_MIN_REPLICAS_ACK`;
  * at 0 the failovers that lose writes lose acknowledged modifications, and the report says so.
+ * A failover the Sentinels start by themselves (a primary slow to answer them on a loaded
+ * machine) is reported as `failovers_unplanned`, and what it loses apart, as for those.
  * `--faults a,b,…`: these faults, in this order, instead of the seed's schedule (e.g.
  * `--sentinel --min-replicas-ack 0 --seconds 20 --faults failover-losing`).
  * `--inject nothing-written|fence-reuse|counter-order|unexpected-failure`: the workers break that property on

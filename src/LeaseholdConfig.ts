@@ -8,10 +8,10 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import * as Environment from "./internal/config/environment.js"
 
 const { defaults } = Environment
@@ -382,7 +382,10 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
  * @category layers
  */
 export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
-  Layer.effect(LeaseholdConfig, Effect.suspend(() => Effect.fromResult(resolve(input))))
+  Layer.effect(
+    LeaseholdConfig,
+    Effect.suspend(() => Effect.fromResult(resolve(input)))
+  )
 
 /**
  * Settings from `Config` (the environment by default), validated when the layer is built.
@@ -401,9 +404,7 @@ export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigEr
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (
-  overrides: Input = {}
-): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
+export const layerConfig = (overrides: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
   Layer.effect(
     LeaseholdConfig,
     Effect.flatMap(config, (fromEnv) => Effect.fromResult(resolve({ ...fromEnv, ...overrides })))

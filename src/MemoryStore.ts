@@ -120,10 +120,9 @@ export declare namespace MemoryStoreControl {
  * @since 0.1.0
  * @category tags
  */
-export class MemoryStoreControl extends Context.Service<
-  MemoryStoreControl,
-  MemoryStoreControl.Service
->()("leasehold/MemoryStoreControl") {}
+export class MemoryStoreControl extends Context.Service<MemoryStoreControl, MemoryStoreControl.Service>()(
+  "leasehold/MemoryStoreControl"
+) {}
 
 /**
  * A built memory store: the `Store` service, its control, and a view of its memory.

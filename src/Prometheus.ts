@@ -58,10 +58,7 @@ const number = (value: number | bigint): string => {
 type Attributes = Metric.Metric.AttributeSet | undefined
 
 const labels = (attributes: Attributes, extra: ReadonlyArray<readonly [string, string]> = []) => {
-  const all = [
-    ...Object.entries(attributes ?? {}).map(([key, value]) => [labelName(key), value] as const),
-    ...extra
-  ]
+  const all = [...Object.entries(attributes ?? {}).map(([key, value]) => [labelName(key), value] as const), ...extra]
   return all.length === 0 ? "" : `{${all.map(([key, value]) => `${key}="${escapeLabel(value)}"`).join(",")}}`
 }
 
@@ -99,7 +96,8 @@ const samplesOf = (name: string, snapshot: Metric.Metric.Snapshot): ReadonlyArra
       const state = snapshot.state
       return [
         ...state.quantiles.map(
-          ([quantile, value]) => `${name}${labels(tags, [["quantile", number(quantile)]])} ${number(value ?? Number.NaN)}`
+          ([quantile, value]) =>
+            `${name}${labels(tags, [["quantile", number(quantile)]])} ${number(value ?? Number.NaN)}`
         ),
         `${name}_sum${labels(tags)} ${number(state.sum)}`,
         `${name}_count${labels(tags)} ${number(state.count)}`

@@ -13,9 +13,9 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { parseSafely } from "./internal/parse.js"
 import { decodeOr } from "./internal/state/decode.js"

@@ -122,11 +122,7 @@ export const limited = <E = unknown>(
  * @category policies
  */
 export const untilRecovered = (
-  options: {
-    readonly initial?: Duration.Input
-    readonly max?: Duration.Input
-    readonly jitter?: boolean
-  } = {}
+  options: { readonly initial?: Duration.Input; readonly max?: Duration.Input; readonly jitter?: boolean } = {}
 ): UntilRecovered => ({
   _tag: "UntilRecovered",
   initial: Option.map(Option.fromNullishOr(options.initial), Duration.fromInputUnsafe),
@@ -395,7 +391,9 @@ export const make = Effect.gen(function* () {
           ? health.remove(name)
           : Exit.isFailure(exit)
             ? Effect.andThen(
-                Cause.hasDies(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
+                Cause.hasDies(exit.cause)
+                  ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause))
+                  : Effect.void,
                 setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
               )
             : Effect.void

@@ -50,21 +50,31 @@ describe("chaos soak behind Sentinel", () => {
         console.log(`chaos soak behind Sentinel, minReplicasAck 0: ${figures(report)}`)
         assert.strictEqual(report.failovers, 1)
         assert.isAbove(report.lost_updates, 0)
-        // what is lost is exactly what the primary acknowledged with its replicas cut off
-        // (each line names when the acknowledgement was made; the timeline, when the faults ran)
+        // what is lost is exactly what the primary acknowledged with its replicas cut off, or
+        // while the Sentinels failed a primary over by themselves (one slow to answer them
+        // within down-after-milliseconds on a loaded machine: what the demoted primary
+        // acknowledged after the promotion is lost too, replication being asynchronous).
+        // Each line names when the acknowledgement was made; the timeline, when the faults
+        // and the Sentinels' own failovers ran.
         assert.strictEqual(
-          report.lost_updates_in_losing_failovers,
+          report.lost_updates_in_losing_failovers + report.lost_updates_in_unplanned_failovers,
           report.lost_updates,
-          [...report.details.filter((line) => !line.endsWith("loses writes)")), ...report.fault_timeline].join("\n")
+          [
+            ...report.details.filter((line) => !line.endsWith("loses writes)") && !line.endsWith("themselves)")),
+            ...report.fault_timeline
+          ].join("\n")
         )
         assert.strictEqual(report.violations, report.lost_updates)
         // the lost counter values are given out again after the failover: reported apart
         assert.isAbove(report.real_time_order_in_losing_failovers, 0)
         assert.strictEqual(report.real_time_order_violations, 0)
+        assert.strictEqual(report.fence_reuse_violations, 0)
         assert.strictEqual(report.not_acknowledged, 0)
         assert.isTrue(
           report.details.every((line) =>
-            /acknowledged at \d+ ms but missing \(acknowledged during a failover that loses writes\)$/.test(line)
+            /acknowledged at \d+ ms but missing \(acknowledged during a failover (that loses writes|the Sentinels started themselves)\)$/.test(
+              line
+            )
           ),
           report.details.join("\n")
         )

@@ -132,7 +132,6 @@ const redisCluster: Backend = {
             commandTimeoutMs: COMMAND_TIMEOUT_MS,
             exactTime: false,
             advance: (ms) => Effect.sleep(ms),
-            settle: Effect.sleep(100),
             awaitBlockedRead: eventuallyTrue(
               "a blocked client on a node",
               5_000,
@@ -144,6 +143,10 @@ const redisCluster: Backend = {
             keyCount: keysUnder(cluster, keyPrefix),
             commandsProcessed: Option.some(commandsProcessed(cluster)),
             channelSubscribers: Option.some((channel) => shardSubscribers(cluster, channel)),
+            quiet: {
+              _tag: "Publish",
+              publish: (channel, message) => Effect.asVoid(putRaw(cluster, "SPUBLISH", channel, message))
+            },
             outage: {
               begin: cluster.kill,
               // idempotent: the suite also runs it as a finalizer

@@ -57,7 +57,6 @@ const memory = (persisted: boolean): Backend => ({
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: true,
           advance: (ms) => TestClock.adjust(ms),
-          settle: liveSleep(10),
           awaitBlockedRead: eventuallyTrue(
             "a sleep registered with the TestClock",
             2_000,
@@ -69,6 +68,7 @@ const memory = (persisted: boolean): Backend => ({
           keyCount: control.keyCount,
           commandsProcessed: Option.some(control.operations),
           channelSubscribers: Option.none(),
+          quiet: { _tag: "Settle", settle: liveSleep(10) },
           outage: { begin: control.setAvailable(false), end: control.setAvailable(true) },
           hang: Option.none(),
           dropSubscriptions: Effect.as(control.dropSubscriptions, 1)

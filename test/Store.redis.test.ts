@@ -55,7 +55,6 @@ const redis: Backend = {
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: false,
           advance: (ms) => Effect.sleep(ms),
-          settle: Effect.sleep(100),
           ...onServer(server, uncounted),
           outage: {
             begin: server.kill,

@@ -126,7 +126,6 @@ const sentinelBackend: Backend = {
             commandTimeoutMs: COMMAND_TIMEOUT_MS,
             exactTime: false,
             advance: (ms) => Effect.sleep(ms),
-            settle: Effect.sleep(100),
             awaitBlockedRead: eventuallyTrue(
               "a blocked client on the primary",
               5_000,
@@ -144,6 +143,10 @@ const sentinelBackend: Backend = {
               )
             ),
             channelSubscribers: Option.some((channel) => onPrimary(sentinel, (server) => server.numsub(channel))),
+            quiet: {
+              _tag: "Publish",
+              publish: (channel, message) => primary((server) => server.command("PUBLISH", channel, message))
+            },
             outage: {
               begin: sentinel.killAll,
               // idempotent: the suite also runs it as a finalizer

@@ -1,8 +1,8 @@
 /**
  * The state manager's behaviour suite and the delivery suite (the end-to-end routing of
- * updates to the worker holding the socket) on a 3-master Redis Cluster. Each worker has
- * its own RedisStore, as separate processes would; one cluster serves the whole file and
- * each test has its own key prefix.
+ * updates to the worker holding the socket) on a 3-master Redis Cluster. In both, each
+ * worker has its own RedisStore, with its own connections, as separate processes would;
+ * one cluster serves the whole file and each test has its own key prefix.
  *
  * The fault cases of `Mailbox.redis.test.ts` and `Signals.test.ts` (a killed or paused
  * single server, a proxy cut) are not repeated here: `Store.cluster.test.ts` covers a
@@ -27,7 +27,7 @@ afterAll(clusters.close, 60_000)
 
 let testCount = 0
 
-/** A set of workers over one RedisStore of its own on the shared cluster (one process's). */
+/** Workers on the shared cluster, each with a RedisStore of its own. */
 const workersOn = (cluster: RedisCluster.RedisCluster, input: LeaseholdConfig.Input) =>
   redisClusterWorkers(
     cluster.url,
@@ -88,11 +88,9 @@ describe("a modification in one step on a Redis Cluster", () => {
       Effect.gen(function* () {
         const cluster = yield* clusters.get
         const input = { commandTimeout: 1_000, keyPrefix: `step${++testCount}` }
-        // two stores, as two processes have
-        const one = yield* workersOn(cluster, input)
-        const two = yield* workersOn(cluster, input)
-        const a = yield* one.worker()
-        const b = yield* two.worker()
+        const workers = yield* workersOn(cluster, input)
+        const a = yield* workers.worker()
+        const b = yield* workers.worker()
         const seen: Array<number> = []
         const add = (s: { readonly n: number }) => {
           seen.push(s.n)
@@ -109,7 +107,7 @@ describe("a modification in one step on a Redis Cluster", () => {
           const w = run % 2 === 0 ? a : b
           for (let i = 0; i < 5; i++) yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         }
-        assert.strictEqual(yield* one.stored("t"), 34)
+        assert.strictEqual(yield* workers.stored("t"), 34)
       }),
     60_000
   )

@@ -6,8 +6,9 @@
  *
  * @internal
  */
-import * as Result from "effect/Result"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { HandedOver, Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"

@@ -22,7 +22,9 @@ const tooDeep = (cause: unknown): string =>
  * @internal
  */
 export const parseSafely =
-  <In, A>(parse: (input: In) => Result.Result<A, Schema.SchemaError>): ((input: In) => Result.Result<A, Schema.SchemaError>) =>
+  <In, A>(
+    parse: (input: In) => Result.Result<A, Schema.SchemaError>
+  ): ((input: In) => Result.Result<A, Schema.SchemaError>) =>
   (input) => {
     try {
       return parse(input)

@@ -31,7 +31,9 @@ export interface Retry<In, R> {
  *
  * @internal
  */
-export const driver = <Out, In, E, R>(schedule: Schedule.Schedule<Out, In, E, R>): Effect.Effect<Retry<In, R>, never, R> =>
+export const driver = <Out, In, E, R>(
+  schedule: Schedule.Schedule<Out, In, E, R>
+): Effect.Effect<Retry<In, R>, never, R> =>
   Effect.gen(function* () {
     const context = yield* Effect.context<R>()
     const fresh = Effect.provideContext(Schedule.toStep(schedule), context)

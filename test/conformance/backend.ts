@@ -25,10 +25,16 @@ export interface Fixture {
   /** Let `ms` pass: `TestClock.adjust` on memory, a real sleep on Redis. */
   readonly advance: (ms: number) => Effect.Effect<void>
   /**
-   * Give in-flight deliveries the chance to arrive, in real time (used before asserting
-   * that something was NOT delivered).
+   * How a test knows that what an action published has arrived, before asserting that
+   * something was NOT delivered. Memory: `Settle`, the in-flight deliveries given time to
+   * arrive. The real servers: `Publish`, a raw message published on a channel as the store's
+   * own scripts publish (`PUBLISH`; a Cluster: `SPUBLISH` on the node of the channel's slot):
+   * a marker published after the action, on the channel watched, arrives after whatever the
+   * action published there.
    */
-  readonly settle: Effect.Effect<void>
+  readonly quiet:
+    | { readonly _tag: "Settle"; readonly settle: Effect.Effect<void> }
+    | { readonly _tag: "Publish"; readonly publish: (channel: string, message: string) => Effect.Effect<void> }
   /**
    * Wait until a blocking mailbox read forked by the test is really blocked: memory, its
    * timeout is registered with the `TestClock`; Redis, the server counts a blocked client.

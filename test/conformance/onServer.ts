@@ -22,6 +22,7 @@ export const onServer = (
   | "keyCount"
   | "commandsProcessed"
   | "channelSubscribers"
+  | "quiet"
   | "hang"
   | "dropSubscriptions"
 > => ({
@@ -40,6 +41,10 @@ export const onServer = (
     )
   ),
   channelSubscribers: Option.some((channel) => Effect.orDie(server.numsub(channel))),
+  quiet: {
+    _tag: "Publish",
+    publish: (channel, message) => Effect.asVoid(Effect.orDie(server.command("PUBLISH", channel, message)))
+  },
   hang: Option.some({ begin: server.pause, end: server.resume }),
   dropSubscriptions: Effect.orDie(server.clientKill("pubsub"))
 })

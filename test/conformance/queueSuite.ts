@@ -16,7 +16,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
-import type { Notice } from "../../src/Store.js"
+import type { Notice, TokenNotice } from "../../src/Store.js"
 import type { AcknowledgedError, InvalidToken, LockLost } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
@@ -72,27 +72,84 @@ const release = (fx: Fixture, token: string, worker: string, options: { readonly
 const lockValue = (fx: Fixture, token: string) =>
   Effect.map(fx.store.holder(token), (holder) => Option.getOrUndefined(Option.map(holder, (h) => h.lockId)))
 
+/** What a worker was told about a token, recorded from a confirmed subscription on. */
+interface Recorder {
+  readonly token: string
+  readonly worker: string
+  /** Every notice, the markers of `quietNotices` included. */
+  readonly all: Ref.Ref<ReadonlyArray<Notice>>
+}
+
+const markerPrefix = "leasehold-test-marker-"
+let markers = 0
+
+/** A notice of `quietNotices`: a grant that installed a lock id no worker makes. */
+const markerOf = (notice: Notice): string | undefined =>
+  notice._tag === "Granted" && notice.handedOver?.lockId.startsWith(markerPrefix) === true
+    ? notice.handedOver.lockId
+    : undefined
+
 /** Record `worker`'s notices about `token` from now on (the subscription is confirmed on return). */
 const recordNotices = (fx: Fixture, token: string, worker: string) =>
   Effect.gen(function* () {
     const notices = yield* fx.store.notices(token, worker)
-    const seen = yield* Ref.make<ReadonlyArray<Notice>>([])
-    yield* Effect.forkChild(Stream.runForEach(notices, (notice) => Ref.update(seen, (all) => [...all, notice])))
-    return seen
+    const all = yield* Ref.make<ReadonlyArray<Notice>>([])
+    yield* Effect.forkChild(Stream.runForEach(notices, (notice) => Ref.update(all, (seen) => [...seen, notice])))
+    return { token, worker, all } satisfies Recorder
   })
 
-/** Wait for at least `n` recorded notices, give later ones time to arrive, and return them all. */
-const noticesSeen = (fx: Fixture, seen: Ref.Ref<ReadonlyArray<Notice>>, n: number) =>
+/** The notices recorded so far, the markers left out. */
+const recorded = (recorder: Recorder) =>
+  Effect.map(Ref.get(recorder.all), (all) => all.filter((notice) => markerOf(notice) === undefined))
+
+/**
+ * Every notice published to `channel` before this call, once arrived: on a real server a
+ * marker, a notice about `token` (so that a worker's channel shared by tokens hands it to
+ * this token's stream), is published on the channel after them and read back from `read`
+ * (what the stream recorded, in order); `at` finds it there, and what came before it is
+ * returned. On memory, `settle`.
+ */
+const quietOn = <A>(
+  fx: Fixture,
+  channel: string,
+  token: string,
+  read: Effect.Effect<ReadonlyArray<A>>,
+  at: (a: A) => string | undefined
+): Effect.Effect<ReadonlyArray<A>> =>
+  Effect.gen(function* () {
+    if (fx.quiet._tag === "Settle") {
+      yield* fx.quiet.settle
+      return (yield* read).filter((a) => at(a) === undefined)
+    }
+    const marker = `${markerPrefix}${process.pid}-${++markers}`
+    yield* fx.quiet.publish(channel, `granted:${token} 1 ${JSON.stringify([0, marker])}`)
+    const index = (all: ReadonlyArray<A>) => all.findIndex((a) => at(a) === marker)
+    yield* eventuallyTrue(
+      "the marker notice",
+      5_000,
+      Effect.map(read, (all) => index(all) >= 0)
+    )
+    const all = yield* read
+    return all.slice(0, index(all)).filter((a) => at(a) === undefined)
+  })
+
+/** Wait for at least `n` recorded notices, then for every notice sent so far, and return them all. */
+const noticesSeen = (fx: Fixture, recorder: Recorder, n: number) =>
   Effect.gen(function* () {
     if (n > 0) {
       yield* eventuallyTrue(
         `${n} notice(s)`,
         5_000,
-        Effect.map(Ref.get(seen), (all) => all.length >= n)
+        Effect.map(recorded(recorder), (all) => all.length >= n)
       )
     }
-    yield* fx.settle
-    return yield* Ref.get(seen)
+    return yield* quietOn(
+      fx,
+      fx.store.noticeChannel(recorder.token, recorder.worker),
+      recorder.token,
+      Ref.get(recorder.all),
+      markerOf
+    )
   })
 
 /** The TTLs of `token`'s keys, from one `tokenKeys`, by name (-1: none or absent). */
@@ -158,7 +215,7 @@ export const queueHandoff = (backend: Backend): void => {
       yield* takes(fx, "other", "A")
       yield* waits(fx, "other", "C")
       deepStrictEqual(yield* noticesSeen(fx, holderSees, 2), [contended, contended])
-      deepStrictEqual(yield* Ref.get(waiterSees), [])
+      deepStrictEqual(yield* noticesSeen(fx, waiterSees, 0), [])
     }))
 
   test("no barging: a release grants the lock to the queue's head, and only the head can take it", (fx) =>
@@ -212,25 +269,23 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       const a = yield* takes(fx, "tok", "A")
       const holderSees = yield* recordNotices(fx, "tok", "A")
-      const seen = new Map<string, Ref.Ref<ReadonlyArray<Notice>>>()
+      const seen = new Map<string, Recorder>()
       for (const worker of ["B", "C", "D"]) seen.set(worker, yield* recordNotices(fx, "tok", worker))
       for (const worker of ["B", "C", "D"]) yield* waits(fx, "tok", worker)
       deepStrictEqual(yield* noticesSeen(fx, holderSees, 3), [contended, contended, contended])
       yield* release(fx, "tok", "A")
       deepStrictEqual(yield* noticesSeen(fx, seen.get("B")!, 1), [handedOver(a.fence + 1, "B:1", 2)])
-      // settled: whatever else the release published has arrived by now
-      deepStrictEqual(yield* Ref.get(seen.get("C")!), [])
-      deepStrictEqual(yield* Ref.get(seen.get("D")!), [])
-      deepStrictEqual(yield* Ref.get(holderSees), [contended, contended, contended])
+      deepStrictEqual(yield* noticesSeen(fx, seen.get("C")!, 0), [])
+      deepStrictEqual(yield* noticesSeen(fx, seen.get("D")!, 0), [])
+      deepStrictEqual(yield* noticesSeen(fx, holderSees, 0), [contended, contended, contended])
     }))
 
   test("channelNotices: every notice of the channel with its token; tokens of one channel share it", (fx) =>
     Effect.gen(function* () {
-      const seen = yield* Ref.make<ReadonlyArray<string>>([])
+      const seen = yield* Ref.make<ReadonlyArray<TokenNotice>>([])
       const notices = yield* fx.store.channelNotices("tok", "B")
-      yield* Effect.forkChild(
-        Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, `${n.notice._tag}:${n.token}`]))
-      )
+      yield* Effect.forkChild(Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, n])))
+      const named = (all: ReadonlyArray<TokenNotice>) => all.map((n) => `${n.notice._tag}:${n.token}`)
       const shared = fx.store.noticeChannel("tok", "B") === fx.store.noticeChannel("tok2", "B")
       assert.notStrictEqual(fx.store.noticeChannel("tok", "B"), fx.store.noticeChannel("tok", "C"))
       // B queues behind A on both tokens; A's releases grant each to B
@@ -247,8 +302,9 @@ export const queueHandoff = (backend: Backend): void => {
         5_000,
         Effect.map(Ref.get(seen), (all) => all.length >= expected.length)
       )
-      yield* fx.settle
-      deepStrictEqual(yield* Ref.get(seen), expected)
+      const channel = fx.store.noticeChannel("tok", "B")
+      const all = yield* quietOn(fx, channel, "tok", Ref.get(seen), (n) => markerOf(n.notice))
+      deepStrictEqual(named(all), expected)
     }))
 
   test("requeue: a release or a commit with requeue puts the worker back at the tail", (fx) =>

@@ -31,12 +31,18 @@
  * acknowledged may be lost; with 0, what the failovers that lose writes took is reported as
  * lost acknowledged modifications. Mailbox entries are not acknowledged by replicas: the
  * updates appended while the primary had no replica are counted apart (`exposed_sends`).
+ * The Sentinels may also fail a primary over by themselves (one that did not answer one of
+ * them within `down-after-milliseconds`, on a loaded machine): such a failover, seen in
+ * their `+try-failover` and `+switch-master` events, loses what the demoted primary
+ * acknowledged after the promotion, and its window is treated as that of a failover that
+ * loses writes, its counts reported apart (`failovers_unplanned`, `*_in_unplanned_failovers`).
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Scope from "effect/Scope"
+import { Redis } from "ioredis"
 import { makeKeys } from "../../src/internal/keys.js"
 import * as RedisSentinel from "../support/RedisSentinel.js"
 import * as RedisServer from "../support/RedisServer.js"
@@ -131,6 +137,18 @@ export interface Report {
   readonly lost_updates: number
   /** Of those, the ones acknowledged during a failover that loses writes (from the cut of the replicas to the SIGKILL). */
   readonly lost_updates_in_losing_failovers: number
+  /**
+   * Failovers the Sentinels started by themselves, not among the faults (a primary that did
+   * not answer one of them within `down-after-milliseconds`, on a loaded machine).
+   */
+  readonly failovers_unplanned: number
+  /**
+   * Of the lost ones, those acknowledged during such a failover (from 1 s before its first
+   * `+try-failover` to 1 s after the last Sentinel's `+switch-master`): the demoted primary
+   * serves until its clients leave it, and what it acknowledges after the promoted replica
+   * stopped following it is lost when it becomes a replica.
+   */
+  readonly lost_updates_in_unplanned_failovers: number
   /** Log entries of modifications that reported failure or interruption, or that appear twice. */
   readonly phantom_or_doubled: number
   /** Writes whose grant's fencing number is below that of the write they read (interleaved holders). */
@@ -151,6 +169,8 @@ export interface Report {
   readonly fence_reuse_violations: number
   /** With `minReplicasAck` 0, such entries answered during a failover that loses writes (not violations). */
   readonly fence_reuse_in_losing_failovers: number
+  /** With `minReplicasAck` 0, such entries answered during a failover the Sentinels started (not violations). */
+  readonly fence_reuse_in_unplanned_failovers: number
   /**
    * Acknowledged increments whose counter value is not above that of one acknowledged
    * before they were asked for (the counter is not linearizable).
@@ -158,11 +178,14 @@ export interface Report {
   readonly real_time_order_violations: number
   /** With `minReplicasAck` 0, such increments answered during a failover that loses writes (not violations). */
   readonly real_time_order_in_losing_failovers: number
+  /** With `minReplicasAck` 0, such increments answered during a failover the Sentinels started (not violations). */
+  readonly real_time_order_in_unplanned_failovers: number
   readonly lost_deliveries: number
   /**
    * Sends appended while the primary had no replica (a failover that loses writes, from the
-   * cut to the SIGKILL): mailbox entries are not replica-acknowledged, so these may be lost
-   * (not counted in `lost_deliveries`), but not doubled nor misdirected.
+   * cut to the SIGKILL) or while the Sentinels failed it over by themselves: mailbox entries
+   * are not replica-acknowledged, so these may be lost (not counted in `lost_deliveries`),
+   * but not doubled nor misdirected.
    */
   readonly exposed_sends: number
   /** Of those, not delivered. */
@@ -379,6 +402,30 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             LEASEHOLD_REDIS_SENTINEL_NAME: deployment.name,
             LEASEHOLD_MIN_REPLICAS_ACK: String(minReplicasAck)
           }
+    // Every failover, ours or one the Sentinels start by themselves, as each Sentinel
+    // publishes it (on a channel named after the event): `+try-failover` names the primary
+    // failed over, `+switch-master` the old primary and the new one.
+    const sentinelEvents: Array<{
+      readonly at: number
+      readonly event: string
+      readonly port: number
+      readonly promoted: number
+    }> = []
+    for (const sentinel of deployment?.sentinels ?? []) {
+      const events = yield* Effect.acquireRelease(
+        Effect.sync(() => new Redis(sentinel.port, "127.0.0.1", { maxRetriesPerRequest: null })),
+        (connection) => Effect.sync(() => connection.disconnect())
+      )
+      events.on("message", (event: string, message: string) => {
+        const words = message.split(" ")
+        sentinelEvents.push(
+          event === "+try-failover"
+            ? { at: Date.now(), event, port: Number(words[3]), promoted: 0 }
+            : { at: Date.now(), event, port: Number(words[2]), promoted: Number(words[4]) }
+        )
+      })
+      yield* Effect.promise(() => events.subscribe("+try-failover", "+switch-master"))
+    }
     const tokens = Array.from({ length: tokenCount }, (_, i) => `soak-${i}`)
     const victim = workerCount - 1
     // One tab per token: a quarter on the worker that is killed (the last), the rest on the others.
@@ -515,6 +562,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       const faultCounts: Record<string, number> = {}
       /** From the start of each failover that loses writes to the SIGKILL of its primary. */
       const losingWindows: Array<{ readonly from: number; to: number }> = []
+      /** The primaries this soak stopped, from the fault's start to the promotion of another. */
+      const ownFailovers: Array<{ readonly port: number; readonly from: number; to: number }> = []
       // Twice a grant's and a commit's acknowledgement timeouts (1 s each) together: a
       // store that took a WAIT that timed out for an acknowledgement would acknowledge
       // modifications made there, and lose them.
@@ -577,8 +626,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           fault(kind, name, async () => {
             const from = (await run(primary)).port
             const begun = Date.now()
+            const own = { port: from, from: begun, to: Number.POSITIVE_INFINITY }
+            ownFailovers.push(own)
             const { old, promoted } = await run(promote)
             const promotedAt = Date.now()
+            own.to = promotedAt
             log(`${promoted.port} promoted in place of ${from}, ${promotedAt - begun} ms`)
             await run(sentinel.rejoin(old))
             log(`${old.port} back as a replica, stable after ${Date.now() - promotedAt} ms`)
@@ -760,6 +812,39 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
        */
       const exposed = (at: number, before: number) =>
         losingWindows.some((window) => at >= window.from - before && at <= window.to + 1_000)
+      // A `+try-failover` of a primary this soak was not stopping then is a failover the
+      // Sentinels started by themselves. Its window ends at the last Sentinel's
+      // `+switch-master` away from that primary: until then a worker that asks one that has
+      // not switched yet is sent back to it, and it answers as a primary until demoted.
+      const unplannedWindows: Array<{ readonly port: number; readonly from: number; readonly to: number }> = []
+      for (const tried of sentinelEvents) {
+        if (tried.event !== "+try-failover") continue
+        if (ownFailovers.some((own) => own.port === tried.port && tried.at >= own.from && tried.at <= own.to)) continue
+        // several Sentinels may try the same failover: one window, from the first
+        if (unplannedWindows.some((window) => window.port === tried.port && tried.at <= window.to)) continue
+        const switches = sentinelEvents.filter(
+          (event) => event.event === "+switch-master" && event.port === tried.port && event.at >= tried.at
+        )
+        const first = switches[0]
+        const retried =
+          sentinelEvents.find(
+            (event) =>
+              event.event === "+try-failover" && event.port === tried.port && first !== undefined && event.at > first.at
+          )?.at ?? Number.POSITIVE_INFINITY
+        const learnt = switches.filter((event) => event.promoted === first?.promoted && event.at < retried)
+        unplannedWindows.push({
+          port: tried.port,
+          from: tried.at,
+          to: first === undefined ? Number.POSITIVE_INFINITY : Math.max(...learnt.map((event) => event.at))
+        })
+      }
+      for (const window of unplannedWindows)
+        timeline.push(
+          `${window.from - started}-${window.to - started} ms: failover of the primary on ${window.port}, started by the Sentinels themselves`
+        )
+      /** As `exposed`, for the failovers the Sentinels started by themselves. */
+      const inUnplanned = (at: number, before: number) =>
+        unplannedWindows.some((window) => at >= window.from - before && at <= window.to + 1_000)
       const into = (at: number) => `${at - started} ms`
       /** Operations that failed with an error that promises nothing was written, with its tag. */
       const nothingWritten = new Map<string, string>()
@@ -844,21 +929,31 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
       }
       let lost = 0
       let lostInLosing = 0
+      let lostInUnplanned = 0
       let phantom = 0
       let fenceRegressions = 0
       let nothingWrittenViolations = 0
       let fenceReuse = 0
       let fenceReuseInLosing = 0
+      let fenceReuseInUnplanned = 0
       let realTimeOrder = 0
       let realTimeOrderInLosing = 0
+      let realTimeOrderInUnplanned = 0
       excusedByError.killed = 0
       /** When each operation was answered (a decided failure too): where its write falls in time. */
       const answeredAt = new Map<string, number>()
       for (const { event } of all)
         if (event.at !== undefined && event.op !== undefined) answeredAt.set(String(event.op), Number(event.at))
-      // With no replica acknowledging, a failover that loses writes may give a fence or a
-      // counter value out again: apart, not a violation.
-      const losable = (at: number | undefined) => minReplicasAck === 0 && at !== undefined && exposed(at, 1_000)
+      // With no replica acknowledging, a failover that loses writes, or one the Sentinels
+      // started, may give a fence or a counter value out again: apart, not a violation.
+      const losable = (at: number | undefined): "losing" | "unplanned" | undefined =>
+        minReplicasAck !== 0 || at === undefined
+          ? undefined
+          : exposed(at, 1_000)
+            ? "losing"
+            : inUnplanned(at, 1_000)
+              ? "unplanned"
+              : undefined
       for (const token of tokens) {
         const raw = await command("GET", keys.slice(token, "log"))
         const value =
@@ -881,7 +976,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           const first = holderOf.get(fence)
           if (first === undefined) holderOf.set(fence, op)
           else if (incarnationOf(first) !== incarnationOf(op)) {
-            if (losable(answeredAt.get(op)) || losable(answeredAt.get(first))) fenceReuseInLosing++
+            const window = losable(answeredAt.get(op)) ?? losable(answeredAt.get(first))
+            if (window === "losing") fenceReuseInLosing++
+            else if (window === "unplanned") fenceReuseInUnplanned++
             else {
               fenceReuse++
               details.push(`${token}: ${op} written under fence ${fence}, already ${first}'s (another incarnation)`)
@@ -929,7 +1026,9 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             if (highest === undefined || earlier.n > highest.n) highest = earlier
           }
           if (highest === undefined || highest.n < later.n) continue
-          if (losable(highest.at) || losable(later.at)) realTimeOrderInLosing++
+          const window = losable(highest.at) ?? losable(later.at)
+          if (window === "losing") realTimeOrderInLosing++
+          else if (window === "unplanned") realTimeOrderInUnplanned++
           else {
             realTimeOrder++
             if (realTimeOrder <= 20)
@@ -945,10 +1044,15 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             // up to 1 s before the replicas froze: what the primary acknowledged then may not
             // have reached them yet (replication is asynchronous; a loaded machine lags)
             const inLosing = exposed(at, 1_000)
+            const unplanned = !inLosing && inUnplanned(at, 1_000)
             if (inLosing) lostInLosing++
-            details.push(
-              `${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${inLosing ? " (acknowledged during a failover that loses writes)" : ""}`
-            )
+            if (unplanned) lostInUnplanned++
+            const during = inLosing
+              ? " (acknowledged during a failover that loses writes)"
+              : unplanned
+                ? " (acknowledged during a failover the Sentinels started themselves)"
+                : ""
+            details.push(`${token}: ${String(event.op)} acknowledged at ${into(at)} but missing${during}`)
           }
         }
         // nothing stale: no lock, no pending grant, no live queue entry
@@ -994,10 +1098,12 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
           const holder = holderAt(String(event.token), Number(event.at))
           if (!counts || holder === undefined || !survivors.has(holder)) continue
           const key = `${event.token}|${proc.name}|${event.fiber}`
-          // An append begun up to a command timeout before the cut may land after it; a
-          // buffered update is appended later, once its store is back (within seconds)
+          // An append begun up to a command timeout before the cut (or the Sentinels' own
+          // failover) may land after it; a buffered update is appended later, once its store
+          // is back (within seconds)
+          const before = outcome === "buffered" ? 5_000 : 1_000
           const appendedUnreplicated =
-            outcome !== "delivered" && exposed(Number(event.at), outcome === "buffered" ? 5_000 : 1_000)
+            outcome !== "delivered" && (exposed(Number(event.at), before) || inUnplanned(Number(event.at), before))
           expected.set(key, [
             ...(expected.get(key) ?? []),
             { seq: Number(event.seq), holder, exposed: appendedUnreplicated }
@@ -1106,6 +1212,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         deliveries,
         lost_updates: lost,
         lost_updates_in_losing_failovers: lostInLosing,
+        failovers_unplanned: unplannedWindows.length,
+        lost_updates_in_unplanned_failovers: lostInUnplanned,
         phantom_or_doubled: phantom,
         fence_regressions: fenceRegressions,
         excused_by_error: excusedByError,
@@ -1114,8 +1222,10 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
         unexpected_failures: unexpectedFailures,
         fence_reuse_violations: fenceReuse,
         fence_reuse_in_losing_failovers: fenceReuseInLosing,
+        fence_reuse_in_unplanned_failovers: fenceReuseInUnplanned,
         real_time_order_violations: realTimeOrder,
         real_time_order_in_losing_failovers: realTimeOrderInLosing,
+        real_time_order_in_unplanned_failovers: realTimeOrderInUnplanned,
         lost_deliveries: lostDeliveries,
         exposed_sends: exposedSends,
         exposed_sends_lost: exposedSendsLost,

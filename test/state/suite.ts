@@ -14,6 +14,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Lease from "../../src/Lease.js"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
@@ -35,12 +36,27 @@ export interface Tools {
 const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
   Effect.gen(function* () {
     const fiber = yield* Effect.forkChild(effect)
-    yield* tools.until("the effect to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome))
+    yield* tools.until(
+      "the effect to end",
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      )
+    )
     return yield* Fiber.join(fiber)
   })
 
 const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.andThen(tools.until("the fiber to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome)), Fiber.join(fiber))
+  Effect.andThen(
+    tools.until(
+      "the fiber to end",
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      )
+    ),
+    Fiber.join(fiber)
+  )
 
 export interface StateBackend {
   readonly name: "memory" | "redis" | "redis-cluster"
@@ -52,6 +68,13 @@ export interface StateBackend {
 }
 
 const inc = (w: Worker, token: string, by = 1) => w.states.modify(token, Counter, (s) => [s.n + by, { n: s.n + by }])
+
+/** The no-barging tests' history: the loop's count, the waiter's, and the loop's count when the waiter was served. */
+const Served = StateManager.slice("served", Schema.Struct({ n: Schema.Number, w: Schema.Number, at: Schema.Number }), {
+  n: 0,
+  w: 0,
+  at: -1
+})
 
 /** A modification that holds its turn until `gate` opens. */
 const held = (w: Worker, token: string, gate: Deferred.Deferred<void>, entered?: Deferred.Deferred<void>) =>
@@ -131,7 +154,16 @@ const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
 /** The error a fiber failed with, or a defect naming how else it ended. */
 const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.flatMap(
-    Effect.andThen(tools.until("the fiber to end", Effect.map(Effect.sync(() => Option.fromNullishOr((fiber).pollUnsafe())), Option.isSome)), Fiber.await(fiber)),
+    Effect.andThen(
+      tools.until(
+        "the fiber to end",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+          Option.isSome
+        )
+      ),
+      Fiber.await(fiber)
+    ),
     (exit) =>
       Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
         ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
@@ -408,7 +440,13 @@ export const stateSuite = (backend: StateBackend) => {
           const released = yield* Clock.currentTimeMillis
           yield* first.open
           yield* Fiber.join(first.fiber)
-          yield* tools.until("the waiter finished", Effect.map(Effect.sync(() => Option.fromNullishOr((second).pollUnsafe())), Option.isSome))
+          yield* tools.until(
+            "the waiter finished",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+              Option.isSome
+            )
+          )
           // within 5 s of the release, far from the 30 s of a re-check (real time on Redis, a
           // few ms on a quiet machine; on memory the clock moves 1 ms a poll)
           const waited = (yield* Clock.currentTimeMillis) - released
@@ -496,31 +534,117 @@ export const stateSuite = (backend: StateBackend) => {
         })
     )
 
-    test("no barging: a tight loop on one worker does not starve a waiter on another", {}, (cluster, tools) =>
+    /**
+     * Callers on `a` modify the token in a tight loop (several keep `a`'s local queue from
+     * emptying, so that it holds its lock without a break). The loop's 20th increment holds its turn until a
+     * waiter on `b` has queued, so the waiter queued between the 19th increment stored and the
+     * 20th. Both record in one slice: the loop's count `n` (each increment answers the count it
+     * wrote, so every one is counted exactly) and `at`, the loop's count when the waiter was
+     * served: the loop's increments stored after the waiter queued and before its turn are
+     * the 20th to the `at`th. The fencing counter, read in the 20th turn and in the waiter's,
+     * shows that no grant came between the loop's grant then and the waiter's.
+     *
+     * The loop ends when the waiter is served, or after `loopMs` of real time, read in the loop
+     * itself: no wait of the test runs beside the loop. A tight loop keeps Node's timers
+     * waiting, and on memory `TestClock.adjust` waits until every fiber is suspended, which a
+     * running loop never is: a poll beside it would only see the loop's end. For the same reason
+     * the clock of memory moves inside the turns, by 1 ms each (every other fiber waits for the
+     * turn then), so that a quantum can end.
+     */
+    const noBarging = (quantumMs: number) => (cluster: Cluster, tools: Tools) =>
       Effect.gen(function* () {
+        const memory = Option.isSome(cluster.operations)
+        const loopMs = 10_000
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
+        const go = yield* Deferred.make<void>()
         let stop = false
-        let loops = 0
-        const loop = yield* Effect.forkChild(
-          Effect.whileLoop({
-            while: () => !stop,
-            body: () => Effect.tap(inc(a, "t"), () => Effect.sync(() => loops++)),
-            step: () => undefined
-          })
+        const waiter = yield* Effect.forkChild(
+          Effect.andThen(
+            Deferred.await(go),
+            b.states.modifyEffect("t", Served, (s) =>
+              Effect.map(cluster.grants("t"), (fence) => [[s.n, fence], { ...s, w: s.w + 1, at: s.n }] as const)
+            )
+          ).pipe(
+            Effect.ensuring(
+              Effect.sync(() => {
+                stop = true
+              })
+            )
+          )
         )
-        yield* tools.until(
-          "the loop runs",
-          Effect.sync(() => loops >= 3)
+        let queuedAt = 0
+        let fenceAtQueue = 0
+        const deadline = performance.now() + loopMs
+        /** The counts the loop's increments answered, and the clock when each one's turn began (by count). */
+        const counts: Array<number> = []
+        const turnAt: Array<number> = []
+        const caller = Effect.whileLoop({
+          while: () => !stop && performance.now() < deadline,
+          body: () =>
+            Effect.flatMap(
+              a.states.modifyEffect("t", Served, (s) =>
+                Effect.gen(function* () {
+                  if (memory) yield* tools.advance(1)
+                  turnAt[s.n + 1] = yield* Clock.currentTimeMillis
+                  if (s.n + 1 === 20) {
+                    yield* Deferred.succeed(go, undefined)
+                    yield* tools.until(
+                      "the waiter queued",
+                      Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
+                    )
+                    queuedAt = yield* Clock.currentTimeMillis
+                    fenceAtQueue = yield* cluster.grants("t")
+                  }
+                  return [s.n + 1, { ...s, n: s.n + 1 }] as const
+                })
+              ),
+              (count) => Effect.sync(() => counts.push(count))
+            ),
+          step: () => undefined
+        })
+        yield* Effect.all(
+          Array.from({ length: 4 }, () => caller),
+          { concurrency: "unbounded" }
         )
-        const waiter = yield* Effect.forkChild(inc(b, "t", 1000))
-        yield* tools.until("the remote waiter got its turn", Effect.map(Effect.sync(() => Option.fromNullishOr((waiter).pollUnsafe())), Option.isSome))
-        const loopsWhenServed = loops
-        stop = true
-        yield* join(tools, loop)
-        assert.isAtLeast((yield* cluster.stored("t")) % 1000, loopsWhenServed)
-        assert.strictEqual(Math.floor((yield* cluster.stored("t")) / 1000), 1)
+        assert.isTrue(stop, `the remote waiter did not get its turn within ${loopMs} ms of the loop`)
+        const [at, waiterFence] = yield* Fiber.join(waiter)
+        // the grant held when the waiter queued was the last before its own: no barging
+        assert.strictEqual(waiterFence, fenceAtQueue + 1, "grants between the waiter's queueing and its turn")
+        // every increment of the loop once, and the waiter's once, between two of them
+        deepStrictEqual(
+          [...counts].sort((x, y) => x - y),
+          counts.map((_, i) => i + 1)
+        )
+        const [raw] = yield* cluster.store.readSlices("t", ["served"])
+        deepStrictEqual(
+          Option.map(raw!, (text) => JSON.parse(text)),
+          Option.some({ n: counts.length, w: 1, at })
+        )
+        if (quantumMs === 0) {
+          // the increment in its turn when the waiter queued, and none after it
+          assert.strictEqual(at, 20)
+        } else {
+          // those of one quantum from the waiter's queueing on, timed exactly on memory (the
+          // turn in progress when the quantum ends began within it), with 300 ms to spare on Redis
+          assert.isAtLeast(at, 20)
+          const slackMs = memory ? 0 : 300
+          for (let count = 21; count <= at; count++) {
+            assert.isAtMost(turnAt[count]! - queuedAt, quantumMs + slackMs, `the ${count}th increment's turn`)
+          }
+        }
       })
+
+    test(
+      "no barging, a quantum of 0: of a tight loop on one worker, one increment at most lands between a waiter on another queueing and its turn",
+      { leaseQuantum: 0 },
+      noBarging(0)
+    )
+
+    test(
+      "no barging, the default quantum: of a tight loop on one worker, only the increments of one quantum land between a waiter on another queueing and its turn",
+      {},
+      noBarging(2)
     )
   })
 
@@ -576,7 +700,7 @@ export const stateSuite = (backend: StateBackend) => {
           const first = yield* Effect.forkChild(inc(w, "t"))
           yield* queueBecomes(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
-          yield* Effect.sync(() => (first).interruptUnsafe())
+          yield* Effect.sync(() => first.interruptUnsafe())
           const second = yield* Effect.forkChild(inc(w, "t"))
           yield* tools.settle
           yield* queueBecomes(cluster, tools, [w.id])
@@ -584,7 +708,7 @@ export const stateSuite = (backend: StateBackend) => {
           deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
           // and that one leaves while its attempt to queue is under way
           const third = yield* Effect.forkChild(inc(w, "t"))
-          yield* Effect.sync(() => (second).interruptUnsafe())
+          yield* Effect.sync(() => second.interruptUnsafe())
           yield* Fiber.interrupt(third)
           yield* queueBecomes(cluster, tools, [])
           yield* idle(tools, w)
@@ -651,7 +775,14 @@ export const stateSuite = (backend: StateBackend) => {
           const heard = yield* cluster.handoffs.unheard("t", b, releaseFake(cluster, "H"))
           yield* Fiber.interrupt(waiter)
           yield* heard
-          yield* soon(tools, "c's modification is done", Effect.map(Effect.sync(() => Option.fromNullishOr((next).pollUnsafe())), Option.isSome))
+          yield* soon(
+            tools,
+            "c's modification is done",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(next.pollUnsafe())),
+              Option.isSome
+            )
+          )
           assert.strictEqual(yield* Fiber.join(next), 10)
           // three fences: H's, b's grant (never used), c's
           assert.strictEqual(yield* cluster.grants("t"), 3)
@@ -750,7 +881,7 @@ export const stateSuite = (backend: StateBackend) => {
             assert.strictEqual(yield* cluster.stored("t"), 1)
             assert.strictEqual(yield* lockValue(cluster, "t"), "Y:1")
             deepStrictEqual(yield* cluster.store.queue("t"), [b.id])
-            assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr((second).pollUnsafe()))))
+            assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
             // Y leaves: its grant passes to b, whose waiter is served
             yield* cluster.store.leaveQueue("t", "Y")
             assert.strictEqual(yield* join(tools, second), 2)
@@ -1005,7 +1136,13 @@ export const stateSuite = (backend: StateBackend) => {
           yield* tools.settle
           yield* Deferred.succeed(gate, undefined)
           yield* join(tools, r1)
-          yield* tools.until("r's second waiter finished", Effect.map(Effect.sync(() => Option.fromNullishOr((r2).pollUnsafe())), Option.isSome))
+          yield* tools.until(
+            "r's second waiter finished",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(r2.pollUnsafe())),
+              Option.isSome
+            )
+          )
           yield* join(tools, hNext)
           assert.strictEqual(yield* cluster.stored("t"), 4)
         })

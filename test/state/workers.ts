@@ -1,6 +1,9 @@
 /**
- * Workers for state-manager tests: several workers (each its own InstanceId, supervisor,
- * signals, lock and leases) over one shared store, memory or a real redis-server.
+ * Workers for state-manager tests: several workers, each its own InstanceId, supervisor,
+ * signals, lock and leases. On memory they share one MemoryStore (one process's); on Redis
+ * each has its own RedisStore, with its own connections, as separate processes would: one
+ * client does not serialise their races, and a cut subscriber is each worker's own. The
+ * test reads and writes through a store of its own.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -110,9 +113,10 @@ export interface Cluster {
   /** Memory only: the store operations so far, of every worker (calls into the store). */
   readonly operations: Option.Option<Effect.Effect<number>>
   /**
-   * Redis only: watch the scripts the server holding `token`'s keys runs from now on (MONITOR,
-   * for the life of the scope); the effect returned reads the arguments of each seen so far,
-   * joined by spaces.
+   * Redis only: watch what clients send to the server holding `token`'s keys from now on
+   * (MONITOR, for the life of the scope): every command, not only scripts, but for those
+   * that keep a client connected rather than serve an operation (see `watchSent`). The effect
+   * returned reads the arguments of each sent before it was called, joined by spaces.
    */
   readonly scripts: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
@@ -120,12 +124,31 @@ export interface Cluster {
   readonly handoffs: Handoffs
 }
 
-/** The scripts (EVALSHA, EVAL) a server runs from now on, as `Cluster.scripts` reads them. */
-const watchScripts = (server: RedisServer.RedisServer) =>
+/**
+ * Commands a client sends to keep connected, not for an operation: a subscriber's
+ * (un)subscriptions, and a Cluster client's topology reads (`CLUSTER SLOTS` every 5 s, on
+ * a timer of its own).
+ */
+const upkeep = new Set([
+  "subscribe",
+  "unsubscribe",
+  "ssubscribe",
+  "sunsubscribe",
+  "psubscribe",
+  "punsubscribe",
+  "cluster"
+])
+
+/**
+ * What clients send to a server from now on, as `Cluster.scripts` reads it. Each read ends
+ * at a barrier, so whatever was sent before the read began is in it, without waiting for
+ * "nothing more".
+ */
+const watchSent = (server: RedisServer.RedisServer) =>
   Effect.map(Monitor.monitor(server), (monitor) =>
-    Effect.sync(() =>
-      monitor.commands
-        .filter((command) => !command.fromScript && command.args[0]!.startsWith("eval"))
+    Effect.map(Monitor.barrier(server, monitor), (end) =>
+      Monitor.sentBetween(monitor, 0, end)
+        .filter((command) => !upkeep.has(command.args[0]!))
         .map((command) => command.args.join(" "))
     )
   )
@@ -213,7 +236,15 @@ interface BackendParts<R> {
   readonly scripts?: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   >
-  readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Service"]) => Handoffs
+  readonly handoffs: (
+    shared: Context.Context<Store | R>,
+    settings: LeaseholdConfig.LeaseholdConfig["Service"]
+  ) => Handoffs
+  /**
+   * Each worker's own store, built with it as `Worker.layerStateRedis` builds one; without
+   * it, the workers share the test's store.
+   */
+  readonly workerStore?: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig>
 }
 
 const makeCluster = <R, E>(
@@ -234,10 +265,13 @@ const makeCluster = <R, E>(
     const keys = makeKeys(settings.keyPrefix)
     const worker = () =>
       Effect.gen(function* () {
-        const { built, close } = yield* buildOwn(
-          Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared))),
-          logs
-        )
+        const layer =
+          parts.workerStore === undefined
+            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared)))
+            : Layer.fresh(WorkerLayers.layerState.pipe(Layer.provideMerge(parts.workerStore))).pipe(
+                Layer.provide(Layer.succeedContext(Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)))
+              )
+        const { built, close } = yield* Effect.orDie(buildOwn(layer, logs))
         return {
           id: Context.get(built, InstanceId),
           states: Context.get(built, StateManager.StateManager),
@@ -301,29 +335,36 @@ export const memoryCluster = (input: LeaseholdConfig.Input = {}) =>
     return { ...cluster, control: Context.get(cluster.shared, MemoryStore.MemoryStoreControl) }
   })
 
-/** Workers over one RedisStore against a fresh redis-server. */
+/** Workers each with its own RedisStore reaching Redis as `target` says; the test has one too. */
+const redisWorkers = (
+  target: RedisStore.Options,
+  input: LeaseholdConfig.Input,
+  parts: Omit<BackendParts<never>, "workerStore">
+) => makeCluster(RedisStore.layer(target), input, { ...parts, workerStore: RedisStore.layer(target) })
+
+/** Workers each with its own RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const server = yield* RedisServer.start()
-    const cluster = yield* makeCluster(RedisStore.layer({ url: server.url }), input, {
+    const cluster = yield* redisWorkers({ url: server.url }, input, {
       raw: () => (key) => RedisServer.getRaw(server, key),
-      scripts: Option.some(() => watchScripts(server)),
+      scripts: Option.some(() => watchSent(server)),
       handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
     })
     return { ...cluster, server }
   })
 
-/** Workers over one RedisStore against a redis-server already running (a primary with replicas, say). */
+/** Workers each with its own RedisStore against a redis-server already running (a primary with replicas, say). */
 export const redisWorkersAt = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
-  makeCluster(RedisStore.layer({ url: server.url }), input, {
+  redisWorkers({ url: server.url }, input, {
     raw: () => (key) => RedisServer.getRaw(server, key),
-    scripts: Option.some(() => watchScripts(server)),
+    scripts: Option.some(() => watchSent(server)),
     handoffs: (_shared, settings) => pausedHandoffs(() => Effect.succeed(server), settings)
   })
 
 /**
- * Workers over one RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw` reads
- * a key from the node that holds it.
+ * Workers each with its own RedisStore on a Redis Cluster: `url` lists its seed nodes, `raw`
+ * reads a key from the node that holds it.
  */
 export const redisClusterWorkers = (
   url: string,
@@ -331,24 +372,24 @@ export const redisClusterWorkers = (
   nodeFor: (key: string) => Effect.Effect<RedisServer.RedisServer>,
   input: LeaseholdConfig.Input = {}
 ) =>
-  makeCluster(RedisStore.layer({ url, cluster: true }), input, {
+  redisWorkers({ url, cluster: true }, input, {
     raw: () => raw,
-    // the same slot holds all of a token's keys, and the scripts on them
+    // the same slot holds all of a token's keys, and the commands on them
     scripts: Option.some((token: string) =>
-      Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchScripts)
+      Effect.flatMap(nodeFor(makeKeys(input.keyPrefix ?? "leasehold").lock(token)), watchSent)
     ),
     handoffs: (_shared, settings) =>
       pausedHandoffs((token) => nodeFor(makeKeys(settings.keyPrefix).lock(token)), settings)
   })
 
 /**
- * Workers over one RedisStore behind Sentinel: `raw` reads a key from the primary the
- * Sentinels name now.
+ * Workers each with its own RedisStore behind Sentinel: `raw` reads a key from the primary
+ * the Sentinels name now.
  */
 export const redisSentinelWorkers = (sentinel: RedisSentinel.RedisSentinel, input: LeaseholdConfig.Input = {}) =>
-  makeCluster(RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }), input, {
+  redisWorkers({ sentinels: sentinel.addresses, sentinelName: sentinel.name }, input, {
     raw: () => (key) => Effect.flatMap(sentinel.primary, (primary) => RedisServer.getRaw(primary, key)),
-    scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchScripts)),
+    scripts: Option.some(() => Effect.flatMap(sentinel.primary, watchSent)),
     handoffs: (_shared, settings) => pausedHandoffs(() => sentinel.primary, settings)
   })
 

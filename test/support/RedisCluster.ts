@@ -89,9 +89,7 @@ const awaitOk = (nodes: ReadonlyArray<RedisServer.RedisServer>): Effect.Effect<v
       yield* Effect.promise(() => sleep(50))
     }
     const logs = yield* Effect.forEach(nodes, (node) => node.logs)
-    return yield* Effect.die(
-      `the cluster did not reach cluster_state:ok in ${OK_TIMEOUT_MS} ms\n${logs.join("\n")}`
-    )
+    return yield* Effect.die(`the cluster did not reach cluster_state:ok in ${OK_TIMEOUT_MS} ms\n${logs.join("\n")}`)
   })
 
 /**

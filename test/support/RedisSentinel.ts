@@ -66,6 +66,21 @@ export interface RedisSentinel {
     R
   >
   /**
+   * A failover to the replica `chosen`: wait until every Sentinel sees each other replica
+   * down (they must be frozen by the caller: a replica that does not answer is never
+   * promoted), SIGKILL the primary, thaw `chosen` (it may be frozen: it is thawed only once
+   * the primary is gone, so it takes nothing more from it), and wait until every Sentinel
+   * names it and it is a primary. Then thaw the other replicas, point them at it and wait
+   * until they follow it. The old primary stays down until `rejoin`.
+   */
+  readonly failoverTo: (
+    chosen: RedisServer.RedisServer
+  ) => Effect.Effect<{ readonly old: RedisServer.RedisServer; readonly promoted: RedisServer.RedisServer }>
+  /** Whether `server` is a replica linked to the current primary. */
+  readonly linked: (server: RedisServer.RedisServer) => Effect.Effect<boolean>
+  /** The number of clients of `server` blocked in a `WAIT` (for replicas to acknowledge). */
+  readonly blockedInWait: (server: RedisServer.RedisServer) => Effect.Effect<number>
+  /**
    * Bring a former primary back (restart after a kill, SIGCONT after a pause) as a replica
    * of the current primary, and wait until the deployment is stable again.
    */
@@ -307,6 +322,60 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         return { ...(yield* awaitPromotion(old)), value, killedAt }
       })
 
+    /** Whether every Sentinel flags `server` as subjectively down. */
+    const seenDown = (server: RedisServer.RedisServer) =>
+      Effect.map(
+        Effect.forEach(sentinels, (sentinel) => ask(sentinel, "replicas"), { concurrency: "unbounded" }),
+        (replies) =>
+          replies.every((reply) =>
+            records(Option.getOrElse(reply, () => null)).some(
+              (r) => Number(r.port) === server.port && r.flags?.split(",").includes("s_down") === true
+            )
+          )
+      )
+
+    const failoverTo = (chosen: RedisServer.RedisServer) =>
+      Effect.gen(function* () {
+        const old = yield* primaryNow
+        if (chosen === old) return yield* Effect.die("failoverTo: the chosen server is the primary")
+        const others = servers.filter((server) => server !== old && server !== chosen)
+        yield* until(
+          "the other replicas seen down by every Sentinel",
+          Effect.map(Effect.forEach(others, seenDown), (down) => down.every(Boolean)),
+          logs
+        )
+        yield* old.kill
+        yield* chosen.resume
+        yield* until(
+          "the chosen replica promoted",
+          Effect.gen(function* () {
+            const port = yield* agreed
+            if (!Option.contains(port, chosen.port)) return false
+            return Option.exists(yield* replication(chosen), (i) => i.role === "master")
+          }),
+          logs
+        )
+        yield* Effect.forEach(others, (server) =>
+          Effect.andThen(server.resume, Effect.ignore(server.command("REPLICAOF", "127.0.0.1", chosen.port)))
+        )
+        yield* until(
+          "the other replicas following the promoted one",
+          Effect.map(
+            Effect.forEach(others, (server) => follows(server, chosen.port)),
+            (links) => links.every(Boolean)
+          ),
+          logs
+        )
+        return { old, promoted: chosen }
+      })
+
+    const blockedInWait = (server: RedisServer.RedisServer) =>
+      Effect.map(Effect.orDie(server.command("CLIENT", "LIST")), (reply) =>
+        typeof reply === "string"
+          ? reply.split("\n").filter((line) => / cmd=wait /.test(line) && /\bflags=\w*b/.test(line)).length
+          : 0
+      )
+
     const rejoin = (old: RedisServer.RedisServer) =>
       Effect.gen(function* () {
         const pid = yield* old.pid
@@ -368,6 +437,9 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
       ),
       failover,
       failoverLosing,
+      failoverTo,
+      linked: (server) => Effect.flatMap(primaryNow, (primary) => follows(server, primary.port)),
+      blockedInWait,
       rejoin,
       awaitStable,
       awaitReplicated

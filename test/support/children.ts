@@ -23,15 +23,11 @@ const root = path.resolve(import.meta.dirname, "../..")
 export const spawnChild = (script: string, env: Record<string, string>): Effect.Effect<Child, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child: ChildProcess = spawn(
-        process.execPath,
-        ["--import", "tsx", script],
-        {
-          cwd: root,
-          env: { ...process.env, ...env },
-          stdio: ["ignore", "pipe", "pipe"]
-        }
-      )
+      const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", script], {
+        cwd: root,
+        env: { ...process.env, ...env },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
       const lines: Array<string> = []
       const listeners = new Set<() => void>()
       let buffer = ""

@@ -2,7 +2,7 @@
  * Capture log records in a test, to compare the lines a component logs in full.
  */
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import type * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 
 export interface LogLine {

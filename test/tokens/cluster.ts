@@ -1,7 +1,10 @@
 /**
- * Workers for token-manager tests: several workers (each its own InstanceId, supervisor
- * and token manager) over one shared store: memory, a real redis-server, or a real Redis
- * Cluster of several redis-server nodes.
+ * Workers for token-manager tests: several workers, each its own InstanceId, supervisor
+ * and token manager, on memory, a real redis-server, or a real Redis Cluster of several
+ * redis-server nodes. On memory they share one MemoryStore (one process's); on Redis each
+ * has its own RedisStore, with its own connections, as separate processes would: one client
+ * does not serialise their races, and each resubscribes on its own. The test reads and
+ * writes through a store of its own.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -36,6 +39,12 @@ export interface TokenCluster {
   readonly store: Store.Service
   readonly logs: Array<LogLine>
   readonly worker: () => Effect.Effect<TokenWorker, never, Scope.Scope>
+  /**
+   * A worker's store opened now; the effect returned builds the worker over it, later (a
+   * RedisStore is built only while Redis answers, so a worker built during an outage needs
+   * its store open before). On memory, the workers' shared store.
+   */
+  readonly storeFirst: Effect.Effect<Effect.Effect<TokenWorker, never, Scope.Scope>, never, Scope.Scope>
   /** The record stored for a token, read raw. */
   readonly record: (token: string) => Effect.Effect<Option.Option<SocketRecord>>
   /** Overwrite a token's record raw (a plain SET: the store reports `set`, not a deletion). */
@@ -84,15 +93,18 @@ const makeCluster = (
     readonly get: (key: string) => Effect.Effect<Option.Option<string>>
     readonly set: (key: string, value: string) => Effect.Effect<void>
     readonly del: (key: string) => Effect.Effect<void>
-  }
+  },
+  /**
+   * Each worker's own store, built with it as `Worker.layerRedis` builds one; without it,
+   * the workers share the test's store.
+   */
+  workerStore?: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig>
 ) => {
-  const keys = makeKeys(Context.get(shared, LeaseholdConfig.LeaseholdConfig).keyPrefix)
-  const worker = () =>
+  const config = Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)
+  const keys = makeKeys(Context.get(config, LeaseholdConfig.LeaseholdConfig).keyPrefix)
+  const build = (layer: Layer.Layer<Layer.Success<typeof workerLayer>, unknown>) =>
     Effect.gen(function* () {
-      const { built, close } = yield* buildOwn(
-        Layer.fresh(workerLayer).pipe(Layer.provide(Layer.succeedContext(shared))),
-        logs
-      )
+      const { built, close } = yield* Effect.orDie(buildOwn(layer, logs))
       return {
         id: Context.get(built, InstanceId.InstanceId),
         tokens: Context.get(built, TokenManager.TokenManager),
@@ -100,10 +112,31 @@ const makeCluster = (
         close
       } satisfies TokenWorker
     })
+  const over = (store: Context.Context<Store>) =>
+    build(Layer.fresh(workerLayer).pipe(Layer.provide(Layer.succeedContext(Context.merge(config, store)))))
+  const worker = () =>
+    workerStore === undefined
+      ? over(shared)
+      : build(
+          Layer.fresh(workerLayer.pipe(Layer.provideMerge(workerStore))).pipe(
+            Layer.provide(Layer.succeedContext(config))
+          )
+        )
+  const storeFirst =
+    workerStore === undefined
+      ? Effect.succeed(over(shared))
+      : Effect.map(
+          Layer.build(Layer.fresh(workerStore).pipe(Layer.provide(Layer.succeedContext(config)))).pipe(
+            Effect.provide(logs.layer),
+            Effect.orDie
+          ),
+          over
+        )
   return {
     store: Context.get(shared, Store),
     logs: logs.lines,
     worker,
+    storeFirst,
     record: (token: string) =>
       Effect.map(
         raw.get(keys.socket(token)),
@@ -176,8 +209,8 @@ const commandsProcessed = (server: RedisServer.RedisServer) =>
   )
 
 /**
- * Workers over one RedisStore against a fresh redis-server (a "cluster" of workers, on a
- * single server; see `onRedisCluster` for a Redis Cluster).
+ * Workers each with its own RedisStore against a fresh redis-server (a "cluster" of
+ * workers, on a single server; see `onRedisCluster` for a Redis Cluster).
  */
 export const redisCluster = (input: LeaseholdConfig.Input = {}, options: ClusterOptions = {}) =>
   Effect.gen(function* () {
@@ -185,16 +218,20 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
     const server = yield* RedisServer.start(
       options.refuseEvents === true ? { extraArgs: ["--rename-command", "CONFIG", ""] } : undefined
     )
+    const store = RedisStore.layer({ url: server.url })
     const shared = yield* Layer.build(
-      RedisStore.layer({ url: server.url }).pipe(
-        Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input }))
-      )
+      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
-    const cluster = makeCluster(shared, logs, {
-      get: (key) => RedisServer.getRaw(server, key),
-      set: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
-      del: (key) => Effect.asVoid(Effect.orDie(server.command("DEL", key)))
-    })
+    const cluster = makeCluster(
+      shared,
+      logs,
+      {
+        get: (key) => RedisServer.getRaw(server, key),
+        set: (key, value) => Effect.asVoid(Effect.orDie(server.command("SET", key, value))),
+        del: (key) => Effect.asVoid(Effect.orDie(server.command("DEL", key)))
+      },
+      store
+    )
     return {
       ...cluster,
       server,
@@ -229,7 +266,7 @@ const onEveryMaster = (nodes: RedisCluster.RedisCluster, ...args: ReadonlyArray<
   })
 
 /**
- * Workers over one RedisStore in cluster mode against a real Redis Cluster (several
+ * Workers each with its own RedisStore in cluster mode against a real Redis Cluster (several
  * redis-server cluster nodes, `support/RedisCluster.ts`): each token's record lives on the
  * master of its slot, and every raw read, write, kill and count goes to the master(s) it
  * concerns.
@@ -262,19 +299,23 @@ export const onRedisCluster = (
         })
       )
     }
+    const store = RedisStore.layer({ url: nodes.url, cluster: true })
     const shared = yield* Layer.build(
-      RedisStore.layer({ url: nodes.url, cluster: true }).pipe(
-        Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input }))
-      )
+      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
     /** Run a raw command on the master that holds `key`. */
     const onMasterOf = (key: string, ...args: ReadonlyArray<string>) =>
       Effect.orDie(Effect.flatMap(nodes.nodeFor(key), (node) => node.command(...args)))
-    const cluster = makeCluster(shared, logs, {
-      get: (key) => Effect.flatMap(Effect.orDie(nodes.nodeFor(key)), (node) => RedisServer.getRaw(node, key)),
-      set: (key, value) => Effect.asVoid(onMasterOf(key, "SET", key, value)),
-      del: (key) => Effect.asVoid(onMasterOf(key, "DEL", key))
-    })
+    const cluster = makeCluster(
+      shared,
+      logs,
+      {
+        get: (key) => Effect.flatMap(Effect.orDie(nodes.nodeFor(key)), (node) => RedisServer.getRaw(node, key)),
+        set: (key, value) => Effect.asVoid(onMasterOf(key, "SET", key, value)),
+        del: (key) => Effect.asVoid(onMasterOf(key, "DEL", key))
+      },
+      store
+    )
     return {
       ...cluster,
       nodes,

@@ -2,7 +2,7 @@
  * The token manager's behaviour, once, for both stores: `TokenManager.memory.test.ts`
  * runs it on MemoryStore under TestClock, `TokenManager.redis.test.ts` on RedisStore
  * against a real redis-server, `TokenManager.cluster.test.ts` on RedisStore against a
- * real Redis Cluster. Several workers share one store.
+ * real Redis Cluster. On Redis each worker has a store of its own (`cluster.ts`).
  */
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
@@ -262,9 +262,10 @@ export const tokenSuite = (backend: TokenBackend) => {
 
     test("a worker built while the store is down links locally and stores its records when it returns", (cluster, tools) =>
       Effect.gen(function* () {
+        const later = yield* cluster.storeFirst
         yield* cluster.outage.begin
         yield* Effect.addFinalizer(() => cluster.outage.end)
-        const a = yield* cluster.worker()
+        const a = yield* later
         deepStrictEqual(yield* a.tokens.keepAlive, Option.none())
         assert.strictEqual((yield* failure(a.tokens.link("tab-1", "c1")))._tag, "RecordNotStored")
         yield* cluster.outage.end
@@ -337,7 +338,13 @@ export const tokenSuite = (backend: TokenBackend) => {
           yield* cluster.overwrite("tab-e", dead)
           const link = yield* Effect.forkChild(b.tokens.link("tab-e", "cb2"))
           yield* tools.advance(800)
-          yield* tools.until("the silent owner's record taken over", Effect.map(Effect.sync(() => Option.fromNullishOr((link).pollUnsafe())), Option.isSome))
+          yield* tools.until(
+            "the silent owner's record taken over",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(link.pollUnsafe())),
+              Option.isSome
+            )
+          )
           deepStrictEqual(yield* Fiber.join(link), { token: "tab-e", fresh: false, takenOver: true })
           deepStrictEqual(yield* cluster.record("tab-e"), Option.some(mine(b, "cb2")))
         }),

@@ -102,7 +102,10 @@ export const config: Config.Config<Input> = Config.all({
     defaults.redisCluster,
     "the Redis URL names seed nodes of a Redis Cluster (host:port list after the userinfo)"
   ),
-  redisSentinels: optional(Config.Redacted("LEASEHOLD_REDIS_SENTINELS"), "Sentinels (host:port,host:port, or redis[s]://[user:password@]host:port,...[/db]) through which the store finds the primary"),
+  redisSentinels: optional(
+    Config.Redacted("LEASEHOLD_REDIS_SENTINELS"),
+    "Sentinels (host:port,host:port, or redis[s]://[user:password@]host:port,...[/db]) through which the store finds the primary"
+  ),
   redisSentinelName: optional(Config.String("LEASEHOLD_REDIS_SENTINEL_NAME"), "the master name the Sentinels monitor"),
   keyPrefix: setting(Config.String("LEASEHOLD_KEY_PREFIX"), defaults.keyPrefix, "prefix of every Redis key"),
   lockExpiration: ms("LEASEHOLD_LOCK_EXPIRATION_MS", defaults.lockExpirationMs, "lock TTL in ms"),
@@ -117,14 +120,20 @@ export const config: Config.Config<Input> = Config.all({
     "TTL of slices and socket records, in seconds"
   ).pipe(Config.map((s) => Duration.seconds(s))),
   oplock: setting(boolean("LEASEHOLD_OPLOCK"), defaults.oplock, "keep the lock as a lease after a modification"),
-  leaseHoldTime: optional(number("LEASEHOLD_LEASE_HOLD_TIME_MS"), "how long a lease is held (ms, < lock expiration; default lock expiration / 2)"),
+  leaseHoldTime: optional(
+    number("LEASEHOLD_LEASE_HOLD_TIME_MS"),
+    "how long a lease is held (ms, < lock expiration; default lock expiration / 2)"
+  ),
   leaseQuantum: ms("LEASEHOLD_LEASE_QUANTUM_MS", defaults.leaseQuantumMs, "how long a contended lease lingers (ms)"),
   leaseDurability: setting(
     literal("LEASEHOLD_LEASE_DURABILITY", ["batch", "memory"]),
     defaults.leaseDurability,
     "acknowledge leased modifications after their batch is written (batch) or from memory"
   ),
-  handoffTimeout: optional(number("LEASEHOLD_HANDOFF_TIMEOUT_MS"), "how long a lock handed to the next waiting worker is reserved for it (ms, < lock expiration; default 1 s or lock expiration / 2)"),
+  handoffTimeout: optional(
+    number("LEASEHOLD_HANDOFF_TIMEOUT_MS"),
+    "how long a lock handed to the next waiting worker is reserved for it (ms, < lock expiration; default 1 s or lock expiration / 2)"
+  ),
   presenceExpiration: ms(
     "LEASEHOLD_PRESENCE_EXPIRATION_MS",
     defaults.presenceExpirationMs,
@@ -147,7 +156,10 @@ export const config: Config.Config<Input> = Config.all({
     defaults.maxValueBytes,
     "largest encoded slice value a modification may write, in bytes"
   ),
-  dataDir: optional(Config.String("LEASEHOLD_DATA_DIR"), "directory where the embedded store keeps state; unset keeps nothing on disk"),
+  dataDir: optional(
+    Config.String("LEASEHOLD_DATA_DIR"),
+    "directory where the embedded store keeps state; unset keeps nothing on disk"
+  ),
   dataFlushInterval: ms(
     "LEASEHOLD_DATA_FLUSH_INTERVAL_MS",
     defaults.dataFlushIntervalMs,
@@ -160,15 +172,16 @@ export const config: Config.Config<Input> = Config.all({
     defaults.minReplicasAck,
     "replicas that must have a grant or a commit before it is acknowledged (Redis WAIT); 0: the primary alone"
   ),
-  replicaAckTimeout: optional(number("LEASEHOLD_REPLICA_ACK_TIMEOUT_MS"), "how long a grant or a commit waits for its replicas before it fails as not acknowledged (ms, < lock expiration; default 1 s or lock expiration / 2)")
-}).pipe(
-  Config.map(
-    ({ handoffTimeout, leaseHoldTime, replicaAckTimeout, ...rest }): Input => {
-      const input: { -readonly [K in keyof Input]: Input[K] } = { ...rest }
-      if (Option.isSome(replicaAckTimeout)) input.replicaAckTimeout = replicaAckTimeout.value
-      if (Option.isSome(leaseHoldTime)) input.leaseHoldTime = leaseHoldTime.value
-      if (Option.isSome(handoffTimeout)) input.handoffTimeout = handoffTimeout.value
-      return input
-    }
+  replicaAckTimeout: optional(
+    number("LEASEHOLD_REPLICA_ACK_TIMEOUT_MS"),
+    "how long a grant or a commit waits for its replicas before it fails as not acknowledged (ms, < lock expiration; default 1 s or lock expiration / 2)"
   )
+}).pipe(
+  Config.map(({ handoffTimeout, leaseHoldTime, replicaAckTimeout, ...rest }): Input => {
+    const input: { -readonly [K in keyof Input]: Input[K] } = { ...rest }
+    if (Option.isSome(replicaAckTimeout)) input.replicaAckTimeout = replicaAckTimeout.value
+    if (Option.isSome(leaseHoldTime)) input.leaseHoldTime = leaseHoldTime.value
+    if (Option.isSome(handoffTimeout)) input.handoffTimeout = handoffTimeout.value
+    return input
+  })
 )

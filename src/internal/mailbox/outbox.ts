@@ -11,12 +11,12 @@ import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import type * as Schema from "effect/Schema"
 import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
+import type * as Schema from "effect/Schema"
 import type { SendOutcome } from "../../Mailbox.js"
 import type { SocketRecord } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
@@ -107,7 +107,10 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       )
     }
     outbox.push(pending)
-    return Metric.update(outboxSize, 1).pipe(Effect.andThen(Queue.offer(wake, undefined)), Effect.as("buffered" as const))
+    return Metric.update(outboxSize, 1).pipe(
+      Effect.andThen(Queue.offer(wake, undefined)),
+      Effect.as("buffered" as const)
+    )
   })
 
 /**

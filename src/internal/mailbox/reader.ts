@@ -8,9 +8,9 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
 import { describeParseError } from "../parse.js"
 import { deliver, drop, type Env, type Envelope, forwarded, retried } from "./env.js"

@@ -11,10 +11,10 @@
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as RcMap from "effect/RcMap"
+import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
@@ -114,7 +114,8 @@ export const make = (
       heldNotices: [],
       repliesToLose: new Map(),
       keyEvent: (key, event) => {
-        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) PubSub.publishUnsafe(socketChanges, { key, event })
+        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined)
+          PubSub.publishUnsafe(socketChanges, { key, event })
       },
       dropConnection: (reason, failReaders) =>
         Effect.sync(() => {
@@ -283,7 +284,9 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
   return {
     claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
     readSocket: (token) =>
-      op("readSocket", (now) => Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)),
+      op("readSocket", (now) =>
+        Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)
+      ),
     deleteSocketIfOwner: (token, instanceId, connectionId) =>
       op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
     refreshSocket: (token, instanceId, connectionId) =>

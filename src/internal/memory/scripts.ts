@@ -15,8 +15,9 @@
  *
  * @internal
  */
-import * as Result from "effect/Result"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { KeyInfo } from "../../Store.js"
 import { decodeSocketRecord } from "../codec.js"
 import type { Keys } from "../keys.js"

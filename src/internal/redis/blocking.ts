@@ -9,8 +9,8 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Semaphore from "effect/Semaphore"
 import type * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import type { Redis } from "ioredis"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
 import {

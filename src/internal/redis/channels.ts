@@ -9,8 +9,9 @@
  *
  * @internal
  */
-import * as Deferred from "effect/Deferred"
+
 import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import * as RcMap from "effect/RcMap"

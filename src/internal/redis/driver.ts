@@ -8,8 +8,8 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
@@ -290,14 +290,16 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     scanSockets: Stream.suspend(() => {
       const all = topology.nodes()
       if (all.length === 0) return Stream.fail(health.notConnected("scanSockets", 0)())
-      return Stream.paginate({ node: 0, cursor: "0" }, ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
-        Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
-          if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
-          return [
-            records,
-            node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
-          ] as const
-        })
+      return Stream.paginate(
+        { node: 0, cursor: "0" },
+        ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
+          Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
+            if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
+            return [
+              records,
+              node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
+            ] as const
+          })
       )
     }),
     // Each claim is its own script (one slot each); batched, they cost one round trip (per node).
@@ -319,7 +321,9 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
             continue
           }
           const claim = Scripts.claimSocket.decode(reply)
-          results.push(claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim))
+          results.push(
+            claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim)
+          )
         }
         return results
       }),

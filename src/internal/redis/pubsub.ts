@@ -86,7 +86,10 @@ export const make = (
         Deferred.await(confirmed).pipe(
           Effect.timeoutOrElse({
             duration: commandTimeoutMs,
-            orElse: () => Effect.failSync(() => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" }))
+            orElse: () =>
+              Effect.failSync(
+                () => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" })
+              )
           }),
           withLiveClock
         ),

@@ -8,8 +8,9 @@
  *
  * @internal
  */
-import * as Deferred from "effect/Deferred"
+
 import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
@@ -66,7 +67,10 @@ export const make = (env: Environment): SocketWatch => {
     for (const mailbox of [...watch.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
   }
 
-  const join = (on: ReadonlyArray<Subscriber>, mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>): Watch => {
+  const join = (
+    on: ReadonlyArray<Subscriber>,
+    mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>
+  ): Watch => {
     let watch = current
     if (watch === undefined) {
       const created: Watch = {
@@ -88,7 +92,10 @@ export const make = (env: Environment): SocketWatch => {
     return watch
   }
 
-  const leave = (watch: Watch, mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>): Effect.Effect<void> =>
+  const leave = (
+    watch: Watch,
+    mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>
+  ): Effect.Effect<void> =>
     Effect.suspend(() => {
       watch.listeners.delete(mailbox)
       Queue.endUnsafe(mailbox)

@@ -7,9 +7,9 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { Request, Turn } from "../../Lease.js"
 import type { SliceEntry, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"

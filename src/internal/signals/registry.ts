@@ -10,9 +10,9 @@
  */
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Semaphore from "effect/Semaphore"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import type { Store } from "../../Store.js"
 import type { StoreUnavailable } from "../../StoreError.js"

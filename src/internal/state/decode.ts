@@ -5,8 +5,8 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Schema from "effect/Schema"
 import type { Slice } from "../../StateManager.js"
 import { describeParseError } from "../parse.js"

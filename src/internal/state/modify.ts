@@ -8,9 +8,9 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
 import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"

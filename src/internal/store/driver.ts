@@ -13,8 +13,8 @@
  * @internal
  */
 import type * as Effect from "effect/Effect"
-import type * as Result from "effect/Result"
 import type * as Option from "effect/Option"
+import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {

@@ -14,9 +14,9 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as Filter from "effect/Filter"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type {
   ClaimResult,
@@ -176,7 +176,10 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
-          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeNotice(token, message))))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeNotice(token, message)))
+          )
         )
       ),
     noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
@@ -184,7 +187,10 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // what is not a notice (published by someone else) is ignored
-          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeTokenNotice(message))))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeTokenNotice(message)))
+          )
         )
       )
   }) satisfies Partial<Store.Service>
@@ -198,7 +204,10 @@ const signalPart = (driver: Driver) =>
       checked(tokenError(token), () =>
         Effect.map(driver.subscribe(token), (messages) =>
           // A message that is not a signal (published by someone else) is ignored.
-          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeSignal(message))))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeSignal(message)))
+          )
         )
       ),
     status: driver.status,
@@ -301,7 +310,9 @@ const socketPart = (driver: Driver) => {
         )
       ),
     enableSocketEvents: driver.enableSocketEvents,
-    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, Filter.fromPredicateOption(toSocketEvent)))
+    socketEvents: Effect.map(driver.socketEvents, (events) =>
+      Stream.filterMap(events, Filter.fromPredicateOption(toSocketEvent))
+    )
   } satisfies Partial<Store.Service>
 }
 
@@ -323,7 +334,10 @@ const presencePart = (driver: Driver) =>
     presenceMessages: (instanceId) =>
       checked(tokenError(instanceId), () =>
         Effect.map(driver.presenceMessages(instanceId), (messages) =>
-          Stream.filterMap(messages, Filter.fromPredicateOption((message) => Option.fromNullishOr(decodePresenceMessage(message))))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodePresenceMessage(message)))
+          )
         )
       )
   }) satisfies Partial<Store.Service>

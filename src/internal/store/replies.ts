@@ -5,8 +5,9 @@
  *
  * @internal
  */
-import * as Result from "effect/Result"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { AcquireResult, LockHolder, QueuedAcquireResult } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
 import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"

@@ -9,10 +9,10 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Result from "effect/Result"
 import * as FiberMap from "effect/FiberMap"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Schedule from "effect/Schedule"
 import type { ClaimResult, SocketRecord } from "../../Store.js"
 import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"

@@ -10,9 +10,9 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Latch from "effect/Latch"
-import * as Result from "effect/Result"
+import type * as Latch from "effect/Latch"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
@@ -149,9 +149,7 @@ const removed = (keeper: Keeper, token: string) => {
           Effect.catchTag("InvalidToken", (error) =>
             Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
           ),
-          Effect.catch((error) =>
-            Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none())
-          )
+          Effect.catch((error) => Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none()))
         )
       })
     )

@@ -9,10 +9,10 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Semaphore from "effect/Semaphore"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
+import type * as Semaphore from "effect/Semaphore"
 import type { SocketRecord, Store } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
 import { withSpan } from "../tracing.js"

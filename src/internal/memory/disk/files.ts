@@ -158,7 +158,9 @@ export const readTokenFile = (dir: string, name: string) =>
       return undefined
     }
     const decoded = parseTokenFile(raw.success)
-    const problem = Result.isFailure(decoded) ? decoded.failure : fileProblem(name.slice(0, -".json".length), decoded.success)
+    const problem = Result.isFailure(decoded)
+      ? decoded.failure
+      : fileProblem(name.slice(0, -".json".length), decoded.success)
     if (problem !== undefined || Result.isFailure(decoded)) {
       yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
       return undefined
