@@ -195,14 +195,14 @@ const checkSignals = (state: HoldState) =>
  * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
  * never after the store said the lock is no longer ours: the schedule is done.
  */
-const cadence = (every: number, again: number): Schedule.Schedule<void, Result.Result<boolean, unknown>> =>
+const cadence = (every: number, again: number): Schedule.Schedule<undefined, Result.Result<boolean, unknown>> =>
   Schedule.fromStep(
     Effect.succeed((_now: number, extended: Result.Result<boolean, unknown>) =>
       Result.isSuccess(extended) && !extended.success
         ? Cause.done()
-        : Effect.succeed([undefined, Duration.millis(Result.isSuccess(extended) ? every : again)] as [
-            void,
-            Duration.Duration
+        : Effect.succeed<[undefined, Duration.Duration]>([
+            undefined,
+            Duration.millis(Result.isSuccess(extended) ? every : again)
           ])
     )
   )
