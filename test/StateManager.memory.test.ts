@@ -9,7 +9,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as Logger from "effect/Logger"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
@@ -18,7 +17,7 @@ import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
-import type { LogLine } from "./support/logs.js"
+import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 
@@ -27,18 +26,6 @@ const collectGarbage: () => void = (() => {
   v8.setFlagsFromString("--expose-gc")
   return runInNewContext("gc") as () => void
 })()
-
-/**
- * The test's own fiber logs into the cluster's lines too: a logger provided to a worker's
- * build stays with what that build forked, and a modification logs from its caller's fiber.
- */
-const loggingInto = (lines: Array<LogLine>) =>
-  Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      const parts = Array.isArray(message) ? message : [message]
-      lines.push({ level: logLevel.toUpperCase(), message: parts.map(String).join(" ") })
-    })
-  ])
 
 const memory: StateBackend = {
   name: "memory",
@@ -50,7 +37,7 @@ const memory: StateBackend = {
           advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           settle,
           until: untilOnTestClock
-        }).pipe(Effect.provide(loggingInto(cluster.logs)))
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }

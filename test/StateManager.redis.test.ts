@@ -3,28 +3,15 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, Other, redisCluster } from "./state/workers.js"
-import type { LogLine } from "./support/logs.js"
+import * as Logs from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
 import type * as RedisServer from "./support/RedisServer.js"
-
-/**
- * The test's own fiber logs into the cluster's lines too: a logger provided to a worker's
- * build stays with what that build forked, and a modification logs from its caller's fiber.
- */
-const loggingInto = (lines: Array<LogLine>) =>
-  Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      const parts = Array.isArray(message) ? message : [message]
-      lines.push({ level: logLevel.toUpperCase(), message: parts.map(String).join(" ") })
-    })
-  ])
 
 const redis: StateBackend = {
   name: "redis",
@@ -36,7 +23,7 @@ const redis: StateBackend = {
           advance: (ms) => Effect.sleep(ms),
           settle: Effect.sleep(30),
           until: (label, check) => eventuallyTrue(label, 5_000, check)
-        }).pipe(Effect.provide(loggingInto(cluster.logs)))
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }

@@ -8,9 +8,8 @@
  */
 import { afterAll, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
 import { eventuallyTrue } from "./conformance/helpers.js"
-import type { LogLine } from "./support/logs.js"
+import * as Logs from "./support/logs.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import { onRedisCluster } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
@@ -20,14 +19,6 @@ const clusters = RedisCluster.shared()
 afterAll(clusters.close, 60_000)
 
 let testCount = 0
-
-/** The test's own calls of a worker log with the workers, into the cluster's lines. */
-const logInto = (lines: Array<LogLine>) =>
-  Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      lines.push({ level: logLevel.toUpperCase(), message: (Array.isArray(message) ? message : [message]).join(" ") })
-    })
-  ])
 
 const redisCluster: TokenBackend = {
   name: "redis-cluster",
@@ -41,7 +32,7 @@ const redisCluster: TokenBackend = {
           yield* body(cluster, {
             advance: (ms) => Effect.sleep(ms),
             until: (label, check) => eventuallyTrue(label, 15_000, check)
-          }).pipe(Effect.provide(logInto(cluster.logs)))
+          }).pipe(Effect.provide(Logs.into(cluster.logs)))
         }),
       60_000
     )

@@ -2,23 +2,14 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
-import type { LogLine } from "./support/logs.js"
+import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 import { memoryCluster } from "./tokens/cluster.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
-
-/** The test's own calls of a worker log with the workers, into the cluster's lines. */
-const logInto = (lines: Array<LogLine>) =>
-  Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      lines.push({ level: logLevel.toUpperCase(), message: (Array.isArray(message) ? message : [message]).join(" ") })
-    })
-  ])
 
 const memory: TokenBackend = {
   name: "memory",
@@ -29,7 +20,7 @@ const memory: TokenBackend = {
         yield* body(cluster, {
           advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           until: untilOnTestClock
-        }).pipe(Effect.provide(logInto(cluster.logs)))
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }

@@ -2,22 +2,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Logger from "effect/Logger"
 import * as Option from "effect/Option"
 import * as TokenManager from "../src/TokenManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
-import type { LogLine } from "./support/logs.js"
+import * as Logs from "./support/logs.js"
 import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
-
-/** The test's own calls of a worker log with the workers, into the cluster's lines. */
-const logInto = (lines: Array<LogLine>) =>
-  Logger.layer([
-    Logger.make(({ logLevel, message }) => {
-      lines.push({ level: logLevel.toUpperCase(), message: (Array.isArray(message) ? message : [message]).join(" ") })
-    })
-  ])
 
 const redis: TokenBackend = {
   name: "redis",
@@ -28,7 +19,7 @@ const redis: TokenBackend = {
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
           until: (label, check) => eventuallyTrue(label, 8_000, check)
-        }).pipe(Effect.provide(logInto(cluster.logs)))
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }

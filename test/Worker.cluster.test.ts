@@ -19,6 +19,7 @@ import { redisWorkers, update } from "./delivery/workers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisClusterWorkers } from "./state/workers.js"
 import { leasehold } from "./support/cli.js"
+import * as Logs from "./support/logs.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -53,7 +54,7 @@ const state: StateBackend = {
             advance: (ms) => Effect.sleep(ms),
             settle: Effect.sleep(30),
             until: (label, check) => eventuallyTrue(label, 10_000, check)
-          })
+          }).pipe(Effect.provide(Logs.into(workers.logs)))
         }),
       60_000
     )
