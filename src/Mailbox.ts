@@ -42,7 +42,8 @@ export { InvalidUpdate } from "./internal/mailbox/outbox.js"
  *
  * - `delivered`: the socket is on this worker; `deliver` ran.
  * - `sent`: appended to the mailbox of the worker that holds the socket.
- * - `buffered`: the store is unreachable; kept in the outbox and appended, in order, when it returns.
+ * - `buffered`: the store is unreachable, or came back within `restoreGrace` without the socket's
+ *   record; kept in the outbox and appended, in order, when it (or the record) returns.
  * - `no-owner`: no worker holds a socket for the token; dropped (and counted).
  * - `dropped`: the outbox is full; dropped (and counted).
  *
@@ -67,7 +68,9 @@ export interface Options<A, I, R> {
   readonly outboxCapacity?: number
   /**
    * How long, once the store is back, a buffered update waits for its socket's record to
-   * be written back by its owner before it is dropped as having none (default 5 s).
+   * be written back by its owner before it is dropped as having none (default 5 s). For as
+   * long after the store's connection returns, an update sent straight to the store that
+   * finds no record is buffered and waits the same way.
    */
   readonly restoreGrace?: Duration.Input
   /** How long one read of the mailbox waits for an entry (default 5 s). */
@@ -209,13 +212,16 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       nextSeq: 0,
       wake: yield* Queue.sliding<void>(1),
       overflowing: false,
-      graceEndsAt: undefined
+      graceEndsAt: undefined,
+      epoch: undefined,
+      backAt: undefined
     }
 
     // --- the reader (internal/mailbox/reader.ts) ----------------------------------------
     const reader = Reader.makeReader(ttlMs, readBlockMs)
 
     yield* supervisor.run(readerLoop, (recovered) => Reader.read(env, reader, recovered), untilRecovered())
+    yield* Effect.forkScoped(Effect.interruptible(Outbox.followStatus(store, sender)))
     yield* supervisor.run(outboxLoop, (recovered) => Outbox.drain(env, sender, recovered), untilRecovered())
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() =>

@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
@@ -166,6 +167,51 @@ describe("delivery through Redis outages", () => {
         assert.strictEqual(yield* b.mailbox.buffered, 0)
       }),
     40_000
+  )
+})
+
+describe("delivery across a restart that lost the store's data", () => {
+  it.live(
+    "an update sent while the server restarts, before the owner has written its record back, waits for the record and arrives",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const proxy = yield* TcpProxy.start(server.port)
+        // A command timeout longer than the outage: a send that finds the connection down
+        // waits for it and is answered by the restarted server.
+        const fx = yield* redisWorkers(server.url, { ...fastRetries, commandTimeout: 5_000 })
+        const a = yield* fx.worker({ url: proxy.url })
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+        yield* until(
+          "A receives the first",
+          Effect.sync(() => a.received.length === 1)
+        )
+        // The owner stays away until the end: the restarted server has no record of its socket.
+        yield* proxy.cut
+        yield* server.stop
+        yield* Effect.sleep(200)
+        const during = yield* Effect.forkChild(b.mailbox.send("token1", update(2)))
+        yield* Effect.sleep(300)
+        yield* server.restart
+        // Answered by the restarted server, which has no record yet: kept, not dropped.
+        assert.strictEqual(yield* Fiber.join(during), "buffered")
+        // Sent after the server is back, before the owner is: kept as well, behind the first.
+        assert.strictEqual(yield* b.mailbox.send("token1", update(3)), "buffered")
+        yield* proxy.restore
+        yield* until(
+          "A receives all",
+          Effect.sync(() => a.received.length >= 3)
+        )
+        yield* Effect.sleep(300)
+        deepStrictEqual(
+          a.received.map(([, value]) => value.n),
+          [1, 2, 3]
+        )
+        assert.strictEqual(yield* b.mailbox.buffered, 0)
+      }),
+    30_000
   )
 })
 

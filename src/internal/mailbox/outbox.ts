@@ -17,8 +17,9 @@ import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import type { SendOutcome } from "../../Mailbox.js"
-import type { SocketRecord } from "../../Store.js"
+import type { ConnectionStatus, SocketRecord, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
@@ -91,7 +92,30 @@ export interface Sender {
    * such answer, and only then is dropped.
    */
   graceEndsAt: number | undefined
+  /** The epoch of the store's connection when the sender last saw it ready. */
+  epoch: number | undefined
+  /**
+   * When the store's connection last became ready again. A store that restarted without
+   * persistence has no socket records until their owners reconnect and write them back,
+   * and a send that waited for the connection meanwhile is answered by it: until
+   * `restoreGrace` after this, an update sent straight to a socket without a record is
+   * kept in the outbox and waits for the record as a buffered one does.
+   */
+  backAt: number | undefined
 }
+
+/** Note a status of the store: a ready one of a later epoch than the last is a return. */
+const observe = (sender: Sender, status: ConnectionStatus, now: number): void => {
+  if (!status.ready) return
+  if (sender.epoch !== undefined && status.epoch > sender.epoch) sender.backAt = now
+  sender.epoch = status.epoch
+}
+
+/** Follow the store's connection status into `sender` (forked by `Mailbox.make` for its lifetime). */
+export const followStatus = (store: Store.Service, sender: Sender): Effect.Effect<void> =>
+  Stream.runForEach(store.statusChanges, (status) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sync(() => observe(sender, status, now)))
+  )
 
 const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =>
   Effect.suspend(() => {
@@ -112,6 +136,23 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       Effect.as("buffered" as const)
     )
   })
+
+/**
+ * A send straight to the store found no record of the socket. Within `restoreGrace` of the
+ * store's return the record may be one its owner has not written back yet: the update joins
+ * the outbox (and every later one queues behind it). Otherwise it is dropped.
+ */
+const withoutRecord = <A, I, R>(env: Env<A, I, R>, sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =>
+  Effect.flatMap(env.store.status, (status) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      // The status is read here too: the follower may not have seen a return that this
+      // very send waited for.
+      observe(sender, status, now)
+      return sender.backAt !== undefined && now < sender.backAt + sender.restoreGraceMs
+        ? enqueue(sender, pending)
+        : Effect.as(drop("no-owner"), "no-owner" as const)
+    })
+  )
 
 /**
  * Deliver or append one update. `Unavailable` when the store could not be reached: the
@@ -178,7 +219,9 @@ export const send = <A, I, R>(
         return routeFrom(env, pending, local).pipe(
           // kept and appended again by the outbox: the store away, or its replicas behind
           Effect.catchIf(retried, () => enqueue(sender, pending)),
-          Effect.tap((outcome) => (outcome === "no-owner" ? drop("no-owner") : Effect.void))
+          Effect.flatMap((outcome) =>
+            outcome === "no-owner" ? withoutRecord(env, sender, pending) : Effect.succeed(outcome)
+          )
         )
       }
     )
