@@ -26,6 +26,8 @@ import {
 } from "../src/internal/codec.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
+import * as Mailbox from "../src/Mailbox.js"
+import * as Prometheus from "../src/Prometheus.js"
 import * as StateManager from "../src/StateManager.js"
 import * as TokenManager from "../src/TokenManager.js"
 import * as Worker from "../src/Worker.js"
@@ -89,6 +91,37 @@ const readsEqual = Effect.gen(function* () {
 })
 
 describe("what the Effect 3 build stored", () => {
+  // first: the metrics of this process are the scenario's alone, as in the generator's
+  it.live("the metrics page: the same families, series and labels after the same operations", () =>
+    Effect.gen(function* () {
+      const page = yield* Effect.gen(function* () {
+        const states = yield* StateManager.StateManager
+        const tokens = yield* TokenManager.TokenManager
+        const mailbox = yield* Mailbox.Mailbox
+        for (let i = 0; i < 3; i++) yield* states.modify("metrics-tab", cases.int.slice, (n) => [n, n + 1])
+        yield* tokens.link("metrics-tab", "metrics-socket")
+        yield* mailbox.send("metrics-tab", { n: 1, at: new Date(0) })
+        yield* mailbox.send("metrics-nobody", { n: 2, at: new Date(0) })
+        return yield* Prometheus.render
+      }).pipe(
+        Effect.provide(Worker.layerMemory({ schema: Update, deliver: () => Effect.void })),
+        Effect.provideService(
+          ConfigProvider.ConfigProvider,
+          ConfigProvider.fromEnv({ env: { LEASEHOLD_OPLOCK: "true" } })
+        )
+      )
+      // leasehold's own families: Effect 3 also rendered its runtime's `effect_fiber_*`
+      // metrics, which Effect 4 keeps only when its fiber metrics are turned on
+      const ours = (text: string) =>
+        text
+          .split("\n")
+          .filter((line) => line.includes("leasehold_"))
+          .map((line) => (line.startsWith("#") ? line : `${line.slice(0, line.lastIndexOf(" "))} <v>`))
+      const expected = yield* Effect.promise(() => fs.readFile(path.join(fixtures, "metrics.txt"), "utf8"))
+      deepStrictEqual(ours(page), ours(expected))
+    })
+  )
+
   it("each slice decodes to the value written, and encodes to the same text", () => {
     for (const [name, c] of entries) {
       const raw = records.slices[name]
