@@ -17,6 +17,6 @@ export default defineConfig({
     pool: "forks",
     // Two test files at a time on the 2-core machines (vitest alone would run one): the tests
     // carry margins for a loaded machine, and the suite then takes about 6 min rather than 10.5.
-    poolOptions: { forks: { maxForks: 2, minForks: 1 } }
+    maxWorkers: 2
   }
 })

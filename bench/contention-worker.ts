@@ -18,9 +18,8 @@ import { Redlock } from "@sesamecare-oss/redlock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import { Cluster, Redis } from "ioredis"
 import { Mutex } from "redis-semaphore"
@@ -54,7 +53,9 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
     process.env.LEASEHOLD_REDIS_CLUSTER = onCluster ? "true" : "false"
     // The log level is set once for the runtime: set per operation, it costs a change of the
     // fiber's context every time, which is the harness's cost, not the library's.
-    const runtime = ManagedRuntime.make(Layer.merge(Worker.layerStateRedis(), Logger.minimumLogLevel(LogLevel.Error)))
+    const runtime = ManagedRuntime.make(
+      Layer.merge(Worker.layerStateRedis(), Layer.succeed(References.MinimumLogLevel, "Error"))
+    )
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])
     )

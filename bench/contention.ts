@@ -80,15 +80,11 @@ interface Report {
 }
 
 const startWorker = (env: Record<string, string>) => {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    [path.join(root, "node_modules/vite-node/vite-node.mjs"), "bench/contention-worker.ts"],
-    {
-      cwd: root,
-      env: { ...process.env, ...env },
-      stdio: ["pipe", "pipe", "inherit"]
-    }
-  )
+  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", "bench/contention-worker.ts"], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ["pipe", "pipe", "inherit"]
+  })
   let buffer = ""
   const lines: Array<string> = []
   const waiters: Array<() => void> = []
@@ -154,7 +150,7 @@ const replicated = Effect.gen(function* () {
   const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(server.port)] })
   const deadline = performance.now() + 20_000
   while ((yield* Effect.orDie(replica.info("replication"))).master_link_status !== "up") {
-    if (performance.now() > deadline) return yield* Effect.dieMessage("the replica did not link to the primary")
+    if (performance.now() > deadline) return yield* Effect.die("the replica did not link to the primary")
     yield* Effect.sleep(50)
   }
   return {

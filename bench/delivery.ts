@@ -24,9 +24,8 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as Mailbox from "../src/Mailbox.js"
@@ -131,7 +130,7 @@ const outage = (outageS: number) =>
       return {
         outage_s: outageS,
         resume_ms: Option.getOrNull(
-          Option.map(Option.fromNullable(firstAfterRestart), (at) => Math.round(at - restartedAt!))
+          Option.map(Option.fromNullishOr(firstAfterRestart), (at) => Math.round(at - restartedAt!))
         ),
         sent: lastSent - firstCounted,
         delivered,
@@ -157,4 +156,4 @@ const program = Effect.gen(function* () {
 })
 
 // runMain keeps the process alive while the program awaits sockets and child processes.
-NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+NodeRuntime.runMain(program.pipe(Effect.provideService(References.MinimumLogLevel, "None")))

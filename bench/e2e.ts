@@ -24,8 +24,8 @@
  * - `floor_over_machine`: `floor_p99_ms` / `machine_floor_p99_ms`, to 2 decimals;
  * - `platform_floor_p99_ms`, `platform_floor_p50_ms`, `platform_over_machine`: the same
  *   floor scenario, measured beside the machine's each time, against the example's own
- *   stack without leasehold (bench/events-baseline.ts under `node:cluster`: @effect/platform's
- *   HTTP server and WebSocket, the socket protocol over a Map, the example's write
+ *   stack without leasehold (bench/events-baseline.ts under `node:cluster`: effect/http's
+ *   server and effect/socket's WebSocket, the socket protocol over a Map, the example's write
  *   batching): what the platform alone costs the floor.
  *
  *   npm run bench:e2e -- --json            one JSON array of rows
@@ -108,7 +108,7 @@ const updated = (client: Client, n: number) =>
     .waitFor((frame) => frame.type === "update" && frame.n === n, 10_000)
     .pipe(
       Effect.as(true),
-      Effect.catchAllDefect(() => Effect.succeed(false))
+      Effect.catchDefect(() => Effect.succeed(false))
     )
 
 /** One run on a fresh token: the API calls' times and whether the counts came out exact. */
@@ -186,7 +186,7 @@ const startFloorServer = (args: ReadonlyArray<string>, env: Record<string, strin
           }
         })
     )
-    yield* Effect.async<void>((resume) => {
+    yield* Effect.callback<void>((resume) => {
       child.stdout!.once("data", () => resume(Effect.void))
     })
     return { port, url: `http://127.0.0.1:${port}` } satisfies App
@@ -230,7 +230,7 @@ const cell = (workers: number) =>
             floorTimes.push(...times)
           })
           // the two reference floors, one after the other
-          const measureReferences = Effect.zipRight(
+          const measureReferences = Effect.andThen(
             Effect.map(appFloor(machine, conc, `machine-${workers}-${conc}-${i}`), (times) => {
               machineTimes.push(...times)
             }),
@@ -308,7 +308,7 @@ const floor = Effect.scoped(
       Effect.sync(() => spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })),
       (child) => Effect.sync(() => child.kill("SIGKILL"))
     )
-    yield* Effect.async<void>((resume) => {
+    yield* Effect.callback<void>((resume) => {
       child.stdout!.once("data", () => resume(Effect.void))
     })
     const times: Array<number> = []

@@ -1,6 +1,7 @@
 /**
  * The baseline of `bench:events`: the example's socket protocol in the example's stack
- * (@effect/platform's HTTP server and WebSocket upgrade on Node), with no leasehold. A
+ * (effect/http's router and server, effect/socket's WebSocket through the platform's
+ * upgrade, on Node), with no leasehold. A
  * bump is a read-increment-write on an in-process Map; frames are handled one at a time
  * by one fiber in the order they arrived, and frames out go through the connection's
  * queue to its writer, as in the example. Nothing is locked, fenced, stored or delivered
@@ -23,18 +24,18 @@
 import cluster from "node:cluster"
 import { randomUUID } from "node:crypto"
 import { createServer } from "node:http"
-import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as Socket from "@effect/platform/Socket"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
+import * as HttpMiddleware from "effect/http/HttpMiddleware"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import * as Socket from "effect/socket/Socket"
 
 interface Count {
   readonly n: number
@@ -69,39 +70,46 @@ const ws = Effect.gen(function* () {
   const token = typeof params.token === "string" ? params.token : randomUUID()
   const socket = yield* request.upgrade
   const hold = holder(request)
-  const write = yield* socket.writer
+  const { write } = yield* socket.writer
   const outgoing = yield* Queue.unbounded<string>()
   const incoming = yield* Queue.unbounded<string>()
   const decoder = new TextDecoder()
-  yield* outgoing.offer(JSON.stringify({ type: "hello", token, instanceId: "baseline" }))
+  yield* Queue.offer(outgoing, JSON.stringify({ type: "hello", token, instanceId: "baseline" }))
   const handle = (text: string) =>
     Effect.suspend(() => {
       const message = JSON.parse(text) as { type?: unknown; by?: unknown }
       if (message.type !== "bump" || typeof message.by !== "number" || !Number.isSafeInteger(message.by)) {
-        return outgoing.offer(JSON.stringify({ type: "error", message: "malformed message" }))
+        return Queue.offer(outgoing, JSON.stringify({ type: "error", message: "malformed message" }))
       }
       const count = counts.get(token) ?? { n: 0, v: 0 }
       const next = { n: count.n + message.by, v: count.v + 1 }
       counts.set(token, next)
-      return outgoing.offer(JSON.stringify({ type: "update", n: next.n, v: next.v }))
+      return Queue.offer(outgoing, JSON.stringify({ type: "update", n: next.n, v: next.v }))
     })
-  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(incoming.take, handle)))
+  yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(incoming), handle)))
   yield* Effect.forkScoped(
-    Effect.forever(Effect.flatMap(outgoing.take, (frame) => Effect.zipRight(hold, write(frame)))).pipe(Effect.ignore)
+    Effect.forever(Effect.flatMap(Queue.take(outgoing), (frame) => Effect.andThen(hold, write(frame)))).pipe(
+      Effect.ignore
+    )
   )
   const count = counts.get(token) ?? { n: 0, v: 0 }
-  yield* outgoing.offer(JSON.stringify({ type: "state", n: count.n, v: count.v }))
-  yield* socket
-    .runRaw((data) => {
-      incoming.unsafeOffer(typeof data === "string" ? data : decoder.decode(data))
-    })
-    .pipe(Effect.catchIf(Socket.isSocketError, () => Effect.void))
+  yield* Queue.offer(outgoing, JSON.stringify({ type: "state", n: count.n, v: count.v }))
+  // The WebSocket opens here (the handshake completed), its messages read until it closes.
+  const reading = Effect.gen(function* () {
+    const pull = yield* socket.reader
+    while (true) {
+      for (const data of yield* pull.pull) {
+        Queue.offerUnsafe(incoming, typeof data === "string" ? data : decoder.decode(data))
+      }
+    }
+  }).pipe(Effect.scoped)
+  yield* reading.pipe(Effect.catchIf(Socket.isSocketError, () => Effect.void))
   return HttpServerResponse.empty()
 }).pipe(Effect.scoped)
 
-const router = HttpRouter.empty.pipe(
-  HttpRouter.get("/ws", ws),
-  HttpRouter.get("/healthz", Effect.succeed(HttpServerResponse.unsafeJson({ status: "ok", pid: process.pid })))
+const routes = Layer.mergeAll(
+  HttpRouter.add("GET", "/ws", ws),
+  HttpRouter.add("GET", "/healthz", HttpServerResponse.jsonUnsafe({ status: "ok", pid: process.pid }))
 )
 
 const port = Number(process.env.PORT ?? "3001")
@@ -120,10 +128,16 @@ if (workers > 1 && cluster.isPrimary) {
       if (workers === 1) console.log(`baseline: listening on ${port}`)
     })
   )
+  const app = Layer.effectDiscard(
+    Effect.gen(function* () {
+      const routed = yield* HttpRouter.toHttpEffect(routes)
+      yield* HttpServer.serveEffect(Effect.interruptible(routed))
+    })
+  )
   // As the example by default: no per-request server span.
-  HttpMiddleware.withTracerDisabledWhen(HttpServer.serve(router), () => true).pipe(
-    Layer.merge(announce),
-    Layer.provide(NodeHttpServer.layer(createServer, { port, host })),
+  Layer.mergeAll(app, announce).pipe(
+    Layer.provide(Layer.succeed(HttpMiddleware.TracerDisabledWhen, () => true)),
+    Layer.provide(NodeHttpServer.layer(() => createServer(), { port, host })),
     Layer.launch,
     NodeRuntime.runMain
   )

@@ -7,7 +7,7 @@
  * events.
  *
  * The baseline is the same load against bench/events-baseline.ts: the same stack
- * (@effect/platform HTTP + WebSocket on Node), the same protocol, a read-increment-write
+ * (effect/http and effect/socket on Node), the same protocol, a read-increment-write
  * on an in-process Map, no leasehold. The `redis` row is the example on Redis (a
  * redis-server of its own on a free port), when `redis-server` is on the PATH.
  *
@@ -110,7 +110,7 @@ const measure = (app: App, name: string) =>
     return { eventsPerS, cpuUsPerEvent }
   })
 
-const stopped = (app: App) => Effect.zipRight(app.kill("SIGTERM"), app.exited)
+const stopped = (app: App) => Effect.andThen(app.kill("SIGTERM"), app.exited)
 
 const baseline = (batched: boolean) =>
   Effect.scoped(

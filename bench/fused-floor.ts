@@ -13,13 +13,12 @@
  *   npm run bench:fused-floor -- --json   [{"row", "cpu_us_per_op", "over_baseline"}]
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as References from "effect/References"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { makeKeys } from "../src/internal/keys.js"
 import { cachedKeys } from "../src/internal/memory/keyCache.js"
@@ -54,7 +53,7 @@ const main = async () => {
     Worker.layerState.pipe(
       Layer.provideMerge(MemoryStore.layer),
       Layer.provideMerge(LeaseholdConfig.layerWith({ oplock: false })),
-      Layer.merge(Logger.minimumLogLevel(LogLevel.Error))
+      Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
     )
   )
   const states = Effect.runSync(Ref.make(new Map<string, { readonly n: number }>()))
@@ -79,13 +78,13 @@ const main = async () => {
     Effect.suspend(() => {
       const lockId = `bench:${next++}`
       return Effect.flatMap(store.acquireQueued("fused", lockId, ["counter"], { instanceId: "bench" }), (got) => {
-        if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
-        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Either.getRight(Counter.decode(raw)))
+        if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
+        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Result.getSuccess(Counter.decode(raw)))
         const value = Option.getOrElse(stored, () => Counter.initial)
-        const encoded = Either.getOrThrow(Counter.encode({ n: value.n + 1 }))
-        return Effect.zipRight(
+        const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
+        return Effect.andThen(
           store.commitAndReleaseQueued("fused", lockId, [["counter", encoded]], { instanceId: "bench" }),
-          Effect.yieldNow()
+          Effect.yieldNow
         )
       })
     })
@@ -107,17 +106,19 @@ const main = async () => {
   }
   const notices = { granted: "granted:one", contended: "contended:one" }
   const handoff = { requeue: false, queueAs: "", carry: [] }
-  const oneStep: Run = Effect.zipRight(
+  const oneStep: Run = Effect.andThen(
     Effect.clockWith((clock) => {
       const invalid = tokensError("one", "bench") ?? sliceNamesError(["counter"])
       if (invalid !== undefined) return Effect.fail(invalid)
-      const now = clock.unsafeCurrentTimeMillis()
+      const now = clock.currentTimeMillisUnsafe()
       const lockId = `bench:${next++}`
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
-      if (got._tag !== "Acquired") return Effect.dieMessage("the sketch's token is contended")
-      const stored = Option.flatMap(Option.fromNullable(got.values[0]), (raw) => Either.getRight(Counter.decode(raw)))
+      if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
+      const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) =>
+        Result.getSuccess(Counter.decode(raw))
+      )
       const value = Option.getOrElse(stored, () => Counter.initial)
-      const encoded = Either.getOrThrow(Counter.encode({ n: value.n + 1 }))
+      const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
       QueueScripts.commitAndReleaseQueued(
         space,
         now,
@@ -131,7 +132,7 @@ const main = async () => {
       )
       return Effect.void
     }),
-    Effect.yieldNow()
+    Effect.yieldNow
   )
   const rows: Array<readonly [string, Run]> = [
     ["baseline", baseline],

@@ -35,7 +35,7 @@ const tokens = Number(flag("tokens") ?? 10_000)
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 
 const withEnv = (env: Record<string, string>) =>
-  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+  Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
 
 /** Build the worker in its own scope; returns the scope so the caller can time its closing. */
 const buildWorker = (env: Record<string, string>) =>
@@ -78,13 +78,13 @@ const program = Effect.gen(function* () {
   const disk = yield* modifyAll({ LEASEHOLD_DATA_DIR: dir })
   const [, flushMs] = yield* timed(Scope.close(disk.scope, Exit.void))
   const files = (yield* Effect.promise(() => fs.readdir(dir))).filter((name) => name.endsWith(".json")).length
-  if (files !== tokens) return yield* Effect.dieMessage(`expected ${tokens} token files, found ${files}`)
+  if (files !== tokens) return yield* Effect.die(new Error(`expected ${tokens} token files, found ${files}`))
 
   const [reloaded, loadMs] = yield* timed(buildWorker({ LEASEHOLD_DATA_DIR: dir }))
   const states = Context.get(reloaded.context, StateManager.StateManager)
   const last = yield* states.get(`tab-${tokens - 1}`, Counter)
   yield* Scope.close(reloaded.scope, Exit.void)
-  if (last.n !== 1) return yield* Effect.dieMessage(`the last token reloaded as ${JSON.stringify(last)}`)
+  if (last.n !== 1) return yield* Effect.die(new Error(`the last token reloaded as ${JSON.stringify(last)}`))
 
   const result = {
     tokens,

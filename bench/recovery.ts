@@ -16,8 +16,7 @@ import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import * as Stream from "effect/Stream"
 import { Redis } from "ioredis"
 import * as Health from "../src/Health.js"
@@ -91,4 +90,4 @@ const program = Effect.gen(function* () {
 })
 
 // runMain keeps the process alive while the program awaits sockets and child processes.
-NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+NodeRuntime.runMain(program.pipe(Effect.provideService(References.MinimumLogLevel, "None")))

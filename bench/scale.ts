@@ -30,8 +30,7 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { Redis } from "ioredis"
@@ -127,7 +126,7 @@ const idlePart = (kind: "memory" | "redis", server: RedisServer.RedisServer) =>
       const keysLeft =
         kind === "redis"
           ? yield* Effect.orDie(server.dbsize)
-          : yield* Context.unsafeGet(shared, MemoryStore.MemoryStoreControl).keyCount
+          : yield* Context.getUnsafe(shared, MemoryStore.MemoryStoreControl).keyCount
       return {
         store: kind,
         tokens,
@@ -264,7 +263,7 @@ const trafficPart = (server: RedisServer.RedisServer) =>
       const m = yield* monitor(server)
       const snapshot = Effect.sync((): Counts => ({ ...m.counts }))
       // MONITOR's output arrives after the replies: let it catch up before reading a count.
-      const settled = Effect.zipRight(Effect.sleep("300 millis"), snapshot)
+      const settled = Effect.andThen(Effect.sleep("300 millis"), snapshot)
       const clientsBefore = yield* clients(server)
       const channelsBefore = yield* channels(server)
       const patternsBefore = yield* patterns(server)
@@ -350,4 +349,4 @@ const program = Effect.gen(function* () {
 }).pipe(Effect.scoped)
 
 // runMain keeps the process alive while the program awaits sockets and child processes.
-NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.None)))
+NodeRuntime.runMain(program.pipe(Effect.provideService(References.MinimumLogLevel, "None")))

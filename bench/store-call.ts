@@ -19,9 +19,8 @@
 import { performance } from "node:perf_hooks"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as ManagedRuntime from "effect/ManagedRuntime"
+import * as References from "effect/References"
 import { Redis } from "ioredis"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -56,7 +55,7 @@ const main = Effect.scoped(
       const runtime = ManagedRuntime.make(
         RedisStore.layer({ url: server.url }).pipe(
           Layer.provideMerge(LeaseholdConfig.layerWith({ lockExpiration: 600_000, lockWarningThreshold: 300_000 })),
-          Layer.merge(Logger.minimumLogLevel(LogLevel.Error))
+          Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
         )
       )
       const store = await runtime.runPromise(Store)

@@ -52,7 +52,7 @@ export declare namespace Health {
  * @since 0.1.0
  * @category tags
  */
-export class Health extends Context.Tag("leasehold/Health")<Health, Health.Service>() {}
+export class Health extends Context.Service<Health, Health.Service>()("leasehold/Health") {}
 
 /**
  * @since 0.1.0

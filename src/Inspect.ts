@@ -68,7 +68,7 @@ export const token = (token: string): Effect.Effect<TokenReport, InvalidToken | 
           _tag: "Record" as const,
           instanceId: record.instanceId,
           connectionId: record.connectionId,
-          ttlMs: Option.flatMap(Option.fromNullable(keys.find((key) => key.name === "socket")), (key) => key.ttlMs)
+          ttlMs: Option.flatMap(Option.fromNullishOr(keys.find((key) => key.name === "socket")), (key) => key.ttlMs)
         }))
       ),
       Effect.catchTag("CorruptValue", (error) =>

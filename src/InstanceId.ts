@@ -15,18 +15,20 @@ import type { InvalidToken } from "./StoreError.js"
  * @since 0.1.0
  * @category tags
  */
-export class InstanceId extends Context.Tag("leasehold/InstanceId")<InstanceId, string>() {}
+export class InstanceId extends Context.Service<InstanceId, string>()("leasehold/InstanceId") {}
 
 /**
  * A fresh UUID every time the layer is built: two workers built from this one layer
- * value (with `Layer.fresh`) get two ids.
+ * value get two ids (it is `Layer.fresh`, so Effect does not share it between `provide`s).
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<InstanceId> = Layer.effect(
-  InstanceId,
-  Effect.sync(() => randomUUID())
+export const layer: Layer.Layer<InstanceId> = Layer.fresh(
+  Layer.effect(
+    InstanceId,
+    Effect.sync(() => randomUUID())
+  )
 )
 
 /**

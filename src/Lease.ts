@@ -14,13 +14,13 @@
  *
  * @since 0.1.0
  */
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Runtime from "effect/Runtime"
 import type * as Scope from "effect/Scope"
 import type { OneShot } from "./internal/oneShot.js"
 import { begin, complete, inStep } from "./internal/session/caller.js"
@@ -143,19 +143,19 @@ export declare namespace Lease {
  * @since 0.1.0
  * @category tags
  */
-export class Lease extends Context.Tag("leasehold/Lease")<Lease, Lease.Service>() {}
+export class Lease extends Context.Service<Lease, Lease.Service>()("leasehold/Lease") {}
 
 /**
  * @since 0.1.0
  * @category metrics
  */
-export const leasesStarted: Metric.Metric.Counter<number> = metrics.leasesStarted
+export const leasesStarted: Metric.Counter<number> = metrics.leasesStarted
 
 /**
  * @since 0.1.0
  * @category metrics
  */
-export const leasesBroken: Metric.Metric.Counter<number> = metrics.leasesBroken
+export const leasesBroken: Metric.Counter<number> = metrics.leasesBroken
 
 /**
  * Idle leases that parked: after a short wait with nothing to do, a lease lets its fiber
@@ -165,19 +165,19 @@ export const leasesBroken: Metric.Metric.Counter<number> = metrics.leasesBroken
  * @since 0.3.0
  * @category metrics
  */
-export const leasesParked: Metric.Metric.Counter<number> = metrics.leasesParked
+export const leasesParked: Metric.Counter<number> = metrics.leasesParked
 
 /**
  * @since 0.1.0
  * @category metrics
  */
-export const flushes: Metric.Metric.Counter<number> = metrics.flushes
+export const flushes: Metric.Counter<number> = metrics.flushes
 
 /**
  * @since 0.1.0
  * @category metrics
  */
-export const flushFailures: Metric.Metric.Counter<number> = metrics.flushFailures
+export const flushFailures: Metric.Counter<number> = metrics.flushFailures
 
 /** How long an idle lease keeps its fiber before it parks (at least the lease quantum). */
 const parkAfterMs = 20
@@ -217,12 +217,12 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       parkMs: Math.max(parkAfterMs, quantumMs),
       resume: (session, state) => runFork(resumed(env, session, state)),
       inStep: { made: 0 },
-      clock: yield* Effect.clock,
+      clock: yield* Clock.Clock,
       withheld: new Map(),
       withheldSweep: { at: 1024 }
     }
     // Started from a callback (`notify`): with the services this layer was built with.
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
     // Added after the timers: at shutdown, the parked holds are written and released before
     // the timers stop (and after the session fibers, which the scope interrupts first).
     yield* Effect.addFinalizer(() => closeParked(env))
@@ -254,4 +254,4 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Lease, never, Store | Lock | Signals | LeaseholdConfig> = Layer.scoped(Lease, make)
+export const layer: Layer.Layer<Lease, never, Store | Lock | Signals | LeaseholdConfig> = Layer.effect(Lease, make)

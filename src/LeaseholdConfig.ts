@@ -4,15 +4,14 @@
  * @since 0.1.0
  */
 import type * as Config from "effect/Config"
-import type * as ConfigError from "effect/ConfigError"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import * as Environment from "./internal/config/environment.js"
 
 const { defaults } = Environment
@@ -121,14 +120,14 @@ export interface Settings {
  * @category models
  */
 export type Input = {
-  readonly [K in keyof Settings]?: Settings[K] extends Duration.Duration ? Duration.DurationInput : Settings[K]
+  readonly [K in keyof Settings]?: Settings[K] extends Duration.Duration ? Duration.Input : Settings[K]
 }
 
 /**
  * @since 0.1.0
  * @category tags
  */
-export class LeaseholdConfig extends Context.Tag("leasehold/LeaseholdConfig")<LeaseholdConfig, Settings>() {}
+export class LeaseholdConfig extends Context.Service<LeaseholdConfig, Settings>()("leasehold/LeaseholdConfig") {}
 
 /**
  * The knobs as `Config`, with the environment names of DESIGN §7.
@@ -226,7 +225,7 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
       other: { knob: "redisCluster", value: "true" }
     })
   }
-  if (minReplicasAck > 0 && Duration.greaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
+  if (minReplicasAck > 0 && Duration.isGreaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
     // A grant waits for its replicas while its lock's TTL runs: it could expire before its holder knew of it.
     return new InvalidConfig({
       knob: "replicaAckTimeout",
@@ -244,9 +243,9 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
  * @since 0.1.0
  * @category constructors
  */
-export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfig> => {
-  const dur = (value: Duration.DurationInput | undefined, fallbackMs: number) =>
-    value === undefined ? Duration.millis(fallbackMs) : Duration.decode(value)
+export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfig> => {
+  const dur = (value: Duration.Input | undefined, fallbackMs: number) =>
+    value === undefined ? Duration.millis(fallbackMs) : Duration.fromInputUnsafe(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
   const tokenExpiration = dur(input.tokenExpiration, defaults.tokenExpirationS * 1000)
   const settings: Settings = {
@@ -262,17 +261,17 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     leaseHoldTime:
       input.leaseHoldTime === undefined
         ? Duration.millis(Math.floor(Duration.toMillis(lockExpiration) / 2))
-        : Duration.decode(input.leaseHoldTime),
+        : Duration.fromInputUnsafe(input.leaseHoldTime),
     leaseQuantum: dur(input.leaseQuantum, defaults.leaseQuantumMs),
     leaseDurability: input.leaseDurability ?? defaults.leaseDurability,
     handoffTimeout:
       input.handoffTimeout === undefined
         ? Duration.millis(Math.min(defaults.handoffTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
-        : Duration.decode(input.handoffTimeout),
+        : Duration.fromInputUnsafe(input.handoffTimeout),
     presenceExpiration:
       input.presenceExpiration === undefined
         ? Duration.millis(Math.min(defaults.presenceExpirationMs, Math.floor(Duration.toMillis(tokenExpiration) / 2)))
-        : Duration.decode(input.presenceExpiration),
+        : Duration.fromInputUnsafe(input.presenceExpiration),
     retryDelayInitial: dur(input.retryDelayInitial, defaults.retryDelayInitialMs),
     retryDelayMax: dur(input.retryDelayMax, defaults.retryDelayMaxMs),
     retryJitter: input.retryJitter ?? defaults.retryJitter,
@@ -286,10 +285,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     replicaAckTimeout:
       input.replicaAckTimeout === undefined
         ? Duration.millis(Math.min(defaults.replicaAckTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
-        : Duration.decode(input.replicaAckTimeout)
+        : Duration.fromInputUnsafe(input.replicaAckTimeout)
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
-    Either.left(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
+    Result.fail(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
 
   // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
   for (const [knob, value] of Object.entries(input)) {
@@ -330,21 +329,21 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     return fail("dataFlushInterval", fmt(settings.dataFlushInterval), "must be zero or a positive duration")
   }
   const lock = { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
-  if (Duration.greaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
     return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
   }
-  if (Duration.lessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
+  if (Duration.isLessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
     // A lock that outlives the state it protects would hold nothing; the fence would restart.
     return fail("tokenExpiration", fmt(settings.tokenExpiration), "must be greater than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
     return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
     // A grant reserved longer than a lock lives would outlast the waiters' own deadlines.
     return fail("handoffTimeout", fmt(settings.handoffTimeout), "must be less than lockExpiration", lock)
   }
-  if (Duration.greaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
+  if (Duration.isGreaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
     // A record expires by itself before its owner could be found absent: presence would decide nothing.
     return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be less than tokenExpiration", {
       knob: "tokenExpiration",
@@ -367,13 +366,13 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
     return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
   }
   const sentinelProblem = checkSentinels(settings)
-  if (sentinelProblem !== undefined) return Either.left(sentinelProblem)
+  if (sentinelProblem !== undefined) return Result.fail(sentinelProblem)
   const acknowledgementProblem = checkAcknowledgement(settings)
-  if (acknowledgementProblem !== undefined) return Either.left(acknowledgementProblem)
+  if (acknowledgementProblem !== undefined) return Result.fail(acknowledgementProblem)
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
   }
-  return Either.right(settings)
+  return Result.succeed(settings)
 }
 
 /**
@@ -383,7 +382,10 @@ export const resolve = (input: Input = {}): Either.Either<Settings, InvalidConfi
  * @category layers
  */
 export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
-  Layer.effect(LeaseholdConfig, resolve(input))
+  Layer.effect(
+    LeaseholdConfig,
+    Effect.suspend(() => Effect.fromResult(resolve(input)))
+  )
 
 /**
  * Settings from `Config` (the environment by default), validated when the layer is built.
@@ -391,9 +393,9 @@ export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, Inval
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> = Layer.effect(
+export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> = Layer.effect(
   LeaseholdConfig,
-  Effect.flatMap(config, resolve)
+  Effect.flatMap(config, (input) => Effect.fromResult(resolve(input)))
 )
 
 /**
@@ -402,10 +404,8 @@ export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.Con
  * @since 0.1.0
  * @category layers
  */
-export const layerConfig = (
-  overrides: Input = {}
-): Layer.Layer<LeaseholdConfig, InvalidConfig | ConfigError.ConfigError> =>
+export const layerConfig = (overrides: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
   Layer.effect(
     LeaseholdConfig,
-    Effect.flatMap(config, (fromEnv) => resolve({ ...fromEnv, ...overrides }))
+    Effect.flatMap(config, (fromEnv) => Effect.fromResult(resolve({ ...fromEnv, ...overrides })))
   )

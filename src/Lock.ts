@@ -13,11 +13,10 @@
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import * as MetricBoundaries from "effect/MetricBoundaries"
 import type * as Option from "effect/Option"
+import type * as Result from "effect/Result"
 import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
 import * as Timers from "./internal/timers.js"
@@ -157,7 +156,7 @@ export declare namespace Lock {
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
     /**
      * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
      * do): the same step without an uninterruptible region of its own. Run interruptibly,
@@ -169,7 +168,7 @@ export declare namespace Lock {
     readonly attemptMasked: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
     /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is
@@ -193,7 +192,7 @@ export declare namespace Lock {
  * @since 0.1.0
  * @category tags
  */
-export class Lock extends Context.Tag("leasehold/Lock")<Lock, Lock.Service>() {}
+export class Lock extends Context.Service<Lock, Lock.Service>()("leasehold/Lock") {}
 
 /**
  * Time from the first attempt to the grant, for grants that had to wait.
@@ -201,11 +200,10 @@ export class Lock extends Context.Tag("leasehold/Lock")<Lock, Lock.Service>() {}
  * @since 0.1.0
  * @category metrics
  */
-export const lockWait = Metric.histogram(
-  "leasehold_lock_wait_ms",
-  MetricBoundaries.exponential({ start: 1, factor: 2, count: 16 }),
-  "time waited for a token's lock, in ms"
-)
+export const lockWait = Metric.histogram("leasehold_lock_wait_ms", {
+  description: "time waited for a token's lock, in ms",
+  boundaries: Metric.exponentialBoundaries({ start: 1, factor: 2, count: 16 })
+})
 
 /**
  * @since 0.1.0
@@ -250,4 +248,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Lock, never, Store | InstanceId | LeaseholdConfig> = Layer.scoped(Lock, make)
+export const layer: Layer.Layer<Lock, never, Store | InstanceId | LeaseholdConfig> = Layer.effect(Lock, make)

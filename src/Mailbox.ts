@@ -42,7 +42,8 @@ export { InvalidUpdate } from "./internal/mailbox/outbox.js"
  *
  * - `delivered`: the socket is on this worker; `deliver` ran.
  * - `sent`: appended to the mailbox of the worker that holds the socket.
- * - `buffered`: the store is unreachable; kept in the outbox and appended, in order, when it returns.
+ * - `buffered`: the store is unreachable, or came back within `restoreGrace` without the socket's
+ *   record; kept in the outbox and appended, in order, when it (or the record) returns.
  * - `no-owner`: no worker holds a socket for the token; dropped (and counted).
  * - `dropped`: the outbox is full; dropped (and counted).
  *
@@ -57,7 +58,7 @@ export type SendOutcome = "delivered" | "sent" | "buffered" | "no-owner" | "drop
  */
 export interface Options<A, I, R> {
   /** How updates travel: each is encoded with it when sent and decoded when read. */
-  readonly schema: Schema.Schema<A, I>
+  readonly schema: Schema.Codec<A, I>
   /**
    * Hand an update to the socket of `token`, on the worker that holds it. A failure is
    * logged and counted; it never stops delivery of the next update.
@@ -67,11 +68,13 @@ export interface Options<A, I, R> {
   readonly outboxCapacity?: number
   /**
    * How long, once the store is back, a buffered update waits for its socket's record to
-   * be written back by its owner before it is dropped as having none (default 5 s).
+   * be written back by its owner before it is dropped as having none (default 5 s). For as
+   * long after the store's connection returns, an update sent straight to the store that
+   * finds no record is buffered and waits the same way.
    */
-  readonly restoreGrace?: Duration.DurationInput
+  readonly restoreGrace?: Duration.Input
   /** How long one read of the mailbox waits for an entry (default 5 s). */
-  readonly readBlock?: Duration.DurationInput
+  readonly readBlock?: Duration.Input
 }
 
 /**
@@ -101,7 +104,7 @@ export declare namespace Mailbox {
  * @since 0.1.0
  * @category tags
  */
-export class Mailbox extends Context.Tag("leasehold/Mailbox")<Mailbox, Mailbox.Service>() {}
+export class Mailbox extends Context.Service<Mailbox, Mailbox.Service>()("leasehold/Mailbox") {}
 
 /**
  * The name of the supervised loop that reads this worker's mailbox.
@@ -178,14 +181,14 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const instanceId = yield* InstanceId
     const context = yield* Effect.context<R>()
     const envelope = MailboxEnv.envelopeOf(options.schema)
-    const encode = parseSafely(envelope, Schema.encodeEither(envelope))
-    const decode = parseSafely(envelope, Schema.decodeEither(envelope))
+    const encode = parseSafely(Schema.encodeResult(envelope))
+    const decode = parseSafely(Schema.decodeResult(envelope))
     // the update alone through the same schema and JSON as its envelope: refused the same way
-    const updateJson = Schema.parseJson(options.schema)
-    const check = parseSafely(updateJson, Schema.encodeEither(updateJson))
+    const updateJson = Schema.fromJsonString(Schema.toCodecJson(options.schema))
+    const check = parseSafely(Schema.encodeResult(updateJson))
     const capacity = Math.max(1, options.outboxCapacity ?? 10_000)
-    const readBlockMs = Math.max(1, Duration.toMillis(Duration.decode(options.readBlock ?? "5 seconds")))
-    const restoreGraceMs = Duration.toMillis(Duration.decode(options.restoreGrace ?? "5 seconds"))
+    const readBlockMs = Math.max(1, Duration.toMillis(Duration.fromInputUnsafe(options.readBlock ?? "5 seconds")))
+    const restoreGraceMs = Duration.toMillis(Duration.fromInputUnsafe(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
     const env: MailboxEnv.Env<A, I, R> = {
@@ -209,21 +212,24 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       nextSeq: 0,
       wake: yield* Queue.sliding<void>(1),
       overflowing: false,
-      graceEndsAt: undefined
+      graceEndsAt: undefined,
+      epoch: undefined,
+      backAt: undefined
     }
 
     // --- the reader (internal/mailbox/reader.ts) ----------------------------------------
     const reader = Reader.makeReader(ttlMs, readBlockMs)
 
     yield* supervisor.run(readerLoop, (recovered) => Reader.read(env, reader, recovered), untilRecovered())
+    yield* Effect.forkScoped(Effect.interruptible(Outbox.followStatus(store, sender)))
     yield* supervisor.run(outboxLoop, (recovered) => Outbox.drain(env, sender, recovered), untilRecovered())
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() =>
         sender.outbox.length === 0
           ? Effect.void
-          : Effect.zipRight(
+          : Effect.andThen(
               Effect.logWarning(`mailbox: closing with ${sender.outbox.length} updates still waiting for the store`),
-              Metric.incrementBy(outboxSize, -sender.outbox.length)
+              Metric.update(outboxSize, -sender.outbox.length)
             )
       )
     )
@@ -243,4 +249,4 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
 export const layer = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<Mailbox, never, Store | TokenManager | Supervisor | LeaseholdConfig | InstanceId | R> =>
-  Layer.scoped(Mailbox, make(options))
+  Layer.effect(Mailbox, make(options))

@@ -20,7 +20,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
-import type * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import { makeKeys } from "./internal/keys.js"
 import * as MemoryControl from "./internal/memory/control.js"
@@ -87,7 +86,7 @@ export declare namespace MemoryStoreControl {
      * Reports of the flushes to `dataDir` made from now on while the scope is open, each
      * published once its files are written or removed. Nothing arrives without `dataDir`.
      */
-    readonly flushReports: Effect.Effect<Queue.Dequeue<FlushReport>, never, Scope.Scope>
+    readonly flushReports: Effect.Effect<PubSub.Subscription<FlushReport>, never, Scope.Scope>
     /**
      * `true`: behave like a managed Redis that refuses `CONFIG`: `enableSocketEvents`
      * answers `Refused` and no socket events are published. `false` (the default): events.
@@ -121,10 +120,9 @@ export declare namespace MemoryStoreControl {
  * @since 0.1.0
  * @category tags
  */
-export class MemoryStoreControl extends Context.Tag("leasehold/MemoryStoreControl")<
-  MemoryStoreControl,
-  MemoryStoreControl.Service
->() {}
+export class MemoryStoreControl extends Context.Service<MemoryStoreControl, MemoryStoreControl.Service>()(
+  "leasehold/MemoryStoreControl"
+) {}
 
 /**
  * A built memory store: the `Store` service, its control, and a view of its memory.
@@ -191,7 +189,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
       })
     }
     const keys = cachedKeys(makeKeys(settings.keyPrefix))
-    const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
+    const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))
     const ks = new Keyspace(minSweepMs, yield* now)
     const flushReports = yield* PubSub.unbounded<FlushReport>()
     if (Option.isSome(settings.dataDir)) {
@@ -210,7 +208,7 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
       const poke = yield* Deferred.make<void>()
       const delay = yield* Effect.map(now, (at) => {
         if (at >= ks.wakeAt) ks.sweep(at)
-        ks.onWakeAtLowered = () => Deferred.unsafeDone(poke, Effect.void)
+        ks.onWakeAtLowered = () => Deferred.doneUnsafe(poke, Effect.void)
         return ks.wakeAt - at
       })
       if (delay === Number.POSITIVE_INFINITY) yield* Deferred.await(poke)
@@ -235,6 +233,6 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
  * @category layers
  */
 export const layer: Layer.Layer<Store | MemoryStoreControl, DataDirError | InvalidConfig, LeaseholdConfig> =
-  Layer.scopedContext(
+  Layer.effectContext(
     Effect.map(make, (memory) => Context.make(Store, memory).pipe(Context.add(MemoryStoreControl, memory.control)))
   )

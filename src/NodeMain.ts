@@ -15,12 +15,12 @@
  *
  * @since 0.1.0
  */
-import type { RunMain, Teardown } from "@effect/platform/Runtime"
-import { makeRunMain } from "@effect/platform/Runtime"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import { dual } from "effect/Function"
+import * as Result from "effect/Result"
+import { InterruptExitCode, makeRunMain, type Teardown } from "effect/Runtime"
 import { InvalidConfig } from "./LeaseholdConfig.js"
 
 /**
@@ -61,8 +61,6 @@ const maxTimerMs = 2 ** 31 - 1
 export interface RunMainOptions {
   /** As `NodeRuntime.runMain`: do not log the program's failure. */
   readonly disableErrorReporting?: boolean | undefined
-  /** As `NodeRuntime.runMain`: keep the default logger instead of the pretty one. */
-  readonly disablePrettyLogger?: boolean | undefined
   /** As `NodeRuntime.runMain`: how the exit code follows from the program's exit. */
   readonly teardown?: Teardown | undefined
   /**
@@ -71,7 +69,7 @@ export interface RunMainOptions {
    * 10 seconds. `Duration.infinity`: no deadline. Above 0 and at most 2^31-1 ms (what a
    * Node timer can wait).
    */
-  readonly shutdownTimeout?: Duration.DurationInput | undefined
+  readonly shutdownTimeout?: Duration.Input | undefined
 }
 
 /**
@@ -86,7 +84,7 @@ export const shutdownTimeout = (
   options?: Pick<RunMainOptions, "shutdownTimeout">
 ): Effect.Effect<Duration.Duration, InvalidConfig> =>
   Effect.suspend(() => {
-    const given = options?.shutdownTimeout === undefined ? undefined : Duration.decode(options.shutdownTimeout)
+    const given = options?.shutdownTimeout === undefined ? undefined : Duration.fromInputUnsafe(options.shutdownTimeout)
     const raw = process.env[shutdownTimeoutVariable]
     if (given === undefined && (raw === undefined || raw.trim() === "")) return Effect.succeed(defaultShutdownTimeout)
     const [knob, value, timeout] =
@@ -108,10 +106,8 @@ export const shutdownTimeout = (
 
 const signals: ReadonlyArray<NodeJS.Signals> = ["SIGINT", "SIGTERM"]
 
-const runWithDeadline = (timeout: Duration.Duration): RunMain =>
+const runWithDeadline = (timeout: Duration.Duration) =>
   makeRunMain(({ fiber, teardown }) => {
-    // Node exits when nothing is left to wait for; the program may be waiting on a fiber only.
-    const keepAlive = setInterval(() => undefined, 2 ** 31 - 1)
     let signalled: NodeJS.Signals | undefined
     let deadline: ReturnType<typeof setTimeout> | undefined
     const onSignal = (signal: NodeJS.Signals) => {
@@ -119,7 +115,8 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
       // listener still there: the shutdown under way goes on.
       if (signalled !== undefined) return
       signalled = signal
-      fiber.unsafeInterruptAsFork(fiber.id())
+      // A shutdown asked for: the program ends with 0 once it completes (not 130).
+      fiber.interruptUnsafe(fiber.id, Context.make(InterruptExitCode, 0))
       if (!Duration.isFinite(timeout)) return
       // A timer outside the runtime: it must fire even when the program's shutdown is stuck.
       deadline = setTimeout(() => {
@@ -133,7 +130,6 @@ const runWithDeadline = (timeout: Duration.Duration): RunMain =>
     for (const signal of signals) process.on(signal, onSignal)
     fiber.addObserver((exit) => {
       for (const signal of signals) process.off(signal, onSignal)
-      clearInterval(keepAlive)
       if (deadline !== undefined) clearTimeout(deadline)
       teardown(exit, (code) => {
         if (signalled !== undefined || code !== 0) process.exit(code)
@@ -164,14 +160,14 @@ export const runMain: {
   (args) => Effect.isEffect(args[0]),
   <E, A>(effect: Effect.Effect<A, E>, options?: RunMainOptions): void => {
     const { shutdownTimeout: _, ...runOptions } = options ?? {}
-    const timeout = Effect.runSync(Effect.either(shutdownTimeout(options)))
-    if (Either.isLeft(timeout)) {
+    const timeout = Effect.runSync(Effect.result(shutdownTimeout(options)))
+    if (Result.isFailure(timeout)) {
       // The program does not start: said on stderr whatever the program's own error
       // reporting (it may be off), as a failed start.
-      process.stderr.write(`leasehold: ${timeout.left.message}\n`)
+      process.stderr.write(`leasehold: ${timeout.failure.message}\n`)
       process.exitCode = 1
       return
     }
-    runWithDeadline(timeout.right)(effect, runOptions)
+    runWithDeadline(timeout.success)(effect, runOptions)
   }
 )

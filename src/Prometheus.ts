@@ -12,12 +12,6 @@
  */
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import type * as MetricKey from "effect/MetricKey"
-import * as MetricKeyType from "effect/MetricKeyType"
-import type * as MetricLabel from "effect/MetricLabel"
-import type * as MetricPair from "effect/MetricPair"
-import * as MetricState from "effect/MetricState"
-import * as Option from "effect/Option"
 
 /**
  * The `Content-Type` of the text format.
@@ -32,7 +26,7 @@ type Type = "counter" | "gauge" | "histogram" | "summary"
 interface Family {
   readonly name: string
   readonly type: Type
-  readonly help: Option.Option<string>
+  readonly help: string | undefined
   /** Each series' samples, keyed by its labels: series are sorted, a histogram's buckets keep their order. */
   readonly series: Array<readonly [labels: string, samples: ReadonlyArray<string>]>
 }
@@ -61,55 +55,59 @@ const number = (value: number | bigint): string => {
   return String(value)
 }
 
-const labels = (tags: ReadonlyArray<MetricLabel.MetricLabel>, extra: ReadonlyArray<readonly [string, string]> = []) => {
-  const all = [...tags.map((tag) => [labelName(tag.key), tag.value] as const), ...extra]
+type Attributes = Metric.Metric.AttributeSet | undefined
+
+const labels = (attributes: Attributes, extra: ReadonlyArray<readonly [string, string]> = []) => {
+  const all = [...Object.entries(attributes ?? {}).map(([key, value]) => [labelName(key), value] as const), ...extra]
   return all.length === 0 ? "" : `{${all.map(([key, value]) => `${key}="${escapeLabel(value)}"`).join(",")}}`
 }
 
-const typeOf = (key: MetricKey.MetricKey.Untyped): Type | undefined => {
-  const keyType = key.keyType
-  if (MetricKeyType.isCounterKey(keyType) || MetricKeyType.isFrequencyKey(keyType)) return "counter"
-  if (MetricKeyType.isGaugeKey(keyType)) return "gauge"
-  if (MetricKeyType.isHistogramKey(keyType)) return "histogram"
-  if (MetricKeyType.isSummaryKey(keyType)) return "summary"
-  return undefined
+const types: Record<Metric.Metric.Snapshot["type"], Type> = {
+  Counter: "counter",
+  Frequency: "counter",
+  Gauge: "gauge",
+  Histogram: "histogram",
+  Summary: "summary"
 }
 
-const samplesOf = (name: string, pair: MetricPair.MetricPair.Untyped): ReadonlyArray<string> => {
-  const tags = pair.metricKey.tags
-  const state = pair.metricState
-  if (MetricState.isCounterState(state) || MetricState.isGaugeState(state)) {
-    const value = MetricState.isCounterState(state) ? state.count : state.value
-    return [`${name}${labels(tags)} ${number(value)}`]
+const samplesOf = (name: string, snapshot: Metric.Metric.Snapshot): ReadonlyArray<string> => {
+  const tags = snapshot.attributes
+  switch (snapshot.type) {
+    case "Counter":
+      return [`${name}${labels(tags)} ${number(snapshot.state.count)}`]
+    case "Gauge":
+      return [`${name}${labels(tags)} ${number(snapshot.state.value)}`]
+    case "Frequency":
+      return [...snapshot.state.occurrences].map(
+        ([key, count]) => `${name}${labels(tags, [["key", key]])} ${number(count)}`
+      )
+    case "Histogram": {
+      // Effect's buckets are cumulative already, as the format wants them.
+      const state = snapshot.state
+      const buckets = state.buckets.filter(([bound]) => bound !== Number.POSITIVE_INFINITY)
+      return [
+        ...buckets.map(([bound, count]) => `${name}_bucket${labels(tags, [["le", number(bound)]])} ${number(count)}`),
+        `${name}_bucket${labels(tags, [["le", "+Inf"]])} ${number(state.count)}`,
+        `${name}_sum${labels(tags)} ${number(state.sum)}`,
+        `${name}_count${labels(tags)} ${number(state.count)}`
+      ]
+    }
+    case "Summary": {
+      const state = snapshot.state
+      return [
+        ...state.quantiles.map(
+          ([quantile, value]) =>
+            `${name}${labels(tags, [["quantile", number(quantile)]])} ${number(value ?? Number.NaN)}`
+        ),
+        `${name}_sum${labels(tags)} ${number(state.sum)}`,
+        `${name}_count${labels(tags)} ${number(state.count)}`
+      ]
+    }
   }
-  if (MetricState.isFrequencyState(state)) {
-    return [...state.occurrences].map(([key, count]) => `${name}${labels(tags, [["key", key]])} ${number(count)}`)
-  }
-  if (MetricState.isHistogramState(state)) {
-    // Effect's buckets are cumulative already, as the format wants them.
-    const buckets = state.buckets.filter(([bound]) => bound !== Number.POSITIVE_INFINITY)
-    return [
-      ...buckets.map(([bound, count]) => `${name}_bucket${labels(tags, [["le", number(bound)]])} ${number(count)}`),
-      `${name}_bucket${labels(tags, [["le", "+Inf"]])} ${number(state.count)}`,
-      `${name}_sum${labels(tags)} ${number(state.sum)}`,
-      `${name}_count${labels(tags)} ${number(state.count)}`
-    ]
-  }
-  if (MetricState.isSummaryState(state)) {
-    return [
-      ...state.quantiles.map(
-        ([quantile, value]) =>
-          `${name}${labels(tags, [["quantile", number(quantile)]])} ${number(Option.getOrElse(value, () => Number.NaN))}`
-      ),
-      `${name}_sum${labels(tags)} ${number(state.sum)}`,
-      `${name}_count${labels(tags)} ${number(state.count)}`
-    ]
-  }
-  return []
 }
 
 /**
- * Render metric pairs: one family per name (its `# HELP` from the description, its
+ * Render metric snapshots: one family per name (its `# HELP` from the description, its
  * `# TYPE`), sorted by name; series of one name with different tags share the family.
  * Frequencies become counters with a `key` label. A name used with two different types
  * keeps the first and drops the others, since the format allows one type per name.
@@ -117,24 +115,23 @@ const samplesOf = (name: string, pair: MetricPair.MetricPair.Untyped): ReadonlyA
  * @since 0.1.0
  * @category rendering
  */
-export const format = (pairs: ReadonlyArray<MetricPair.MetricPair.Untyped>): string => {
+export const format = (snapshots: ReadonlyArray<Metric.Metric.Snapshot>): string => {
   const families = new Map<string, Family>()
-  for (const pair of pairs) {
-    const type = typeOf(pair.metricKey)
-    if (type === undefined) continue
-    const name = metricName(pair.metricKey.name)
+  for (const snapshot of snapshots) {
+    const type = types[snapshot.type]
+    const name = metricName(snapshot.id)
     let family = families.get(name)
     if (family === undefined) {
-      family = { name, type, help: pair.metricKey.description, series: [] }
+      family = { name, type, help: snapshot.description, series: [] }
       families.set(name, family)
     } else if (family.type !== type) {
       continue
     }
-    family.series.push([labels(pair.metricKey.tags), samplesOf(name, pair)])
+    family.series.push([labels(snapshot.attributes), samplesOf(name, snapshot)])
   }
   const lines: Array<string> = []
   for (const family of [...families.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
-    if (Option.isSome(family.help)) lines.push(`# HELP ${family.name} ${escapeHelp(family.help.value)}`)
+    if (family.help !== undefined) lines.push(`# HELP ${family.name} ${escapeHelp(family.help)}`)
     lines.push(`# TYPE ${family.name} ${family.type}`)
     for (const [, samples] of family.series.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) lines.push(...samples)
   }

@@ -207,9 +207,9 @@ export const make = (
     yield* topology
       .connected(connectTimeoutMs, notConnected)
       .pipe(
-        Effect.zipRight(pubsub.connected(connectTimeoutMs, notConnected)),
-        Effect.zipRight(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
-        Effect.timeoutFail({ duration: connectTimeoutMs, onTimeout: notConnected }),
+        Effect.andThen(pubsub.connected(connectTimeoutMs, notConnected)),
+        Effect.andThen(acknowledged?.connected(connectTimeoutMs, notConnected) ?? Effect.void),
+        Effect.timeoutOrElse({ duration: connectTimeoutMs, orElse: () => Effect.failSync(notConnected) }),
         withLiveClock
       )
     yield* health.sync
@@ -226,4 +226,4 @@ export const make = (
  * @category layers
  */
 export const layer = (options: Options = {}): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
-  Layer.scoped(Store, make(options))
+  Layer.effect(Store, make(options))

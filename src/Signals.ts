@@ -110,7 +110,7 @@ export declare namespace Signals {
  * @since 0.1.0
  * @category tags
  */
-export class Signals extends Context.Tag("leasehold/Signals")<Signals, Signals.Service>() {}
+export class Signals extends Context.Service<Signals, Signals.Service>()("leasehold/Signals") {}
 
 /** How long a token's subscription is kept without listeners: between one and two of these. */
 export const lingerMs = 2_000
@@ -136,7 +136,7 @@ export const make = Effect.gen(function* () {
     Effect.gen(function* () {
       const queue = yield* Queue.unbounded<SignalEvent>()
       yield* Effect.acquireRelease(
-        listen(token, (event) => Queue.unsafeOffer(queue, event)),
+        listen(token, (event) => Queue.offerUnsafe(queue, event)),
         (unlisten) => Effect.sync(unlisten)
       )
       return Stream.fromQueue(queue)
@@ -174,4 +174,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Signals, never, Store | InstanceId | Supervisor> = Layer.scoped(Signals, make)
+export const layer: Layer.Layer<Signals, never, Store | InstanceId | Supervisor> = Layer.effect(Signals, make)

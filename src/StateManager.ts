@@ -13,11 +13,9 @@
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FiberRef from "effect/FiberRef"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import type * as ParseResult from "effect/ParseResult"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { parseSafely } from "./internal/parse.js"
 import { decodeOr } from "./internal/state/decode.js"
@@ -37,12 +35,12 @@ import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.j
  */
 export interface Slice<A, I = unknown> {
   readonly name: string
-  readonly schema: Schema.Schema<A, I>
+  readonly schema: Schema.Codec<A, I>
   readonly initial: A
   /** @internal */
-  readonly decode: (raw: string) => Either.Either<A, ParseResult.ParseError>
+  readonly decode: (raw: string) => Result.Result<A, Schema.SchemaError>
   /** @internal */
-  readonly encode: (value: A) => Either.Either<string, ParseResult.ParseError>
+  readonly encode: (value: A) => Result.Result<string, Schema.SchemaError>
   /** The initial value's encoding: what an absent key stands for. @internal */
   readonly initialEncoded: Option.Option<string>
 }
@@ -54,18 +52,20 @@ export interface Slice<A, I = unknown> {
  * @since 0.1.0
  * @category constructors
  */
-export const slice = <A, I>(name: string, schema: Schema.Schema<A, I>, initial: A): Slice<A, I> => {
+export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A): Slice<A, I> => {
   const problem = tokenProblem(name)
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
-  const json = Schema.parseJson(schema)
-  const encode = parseSafely(json, Schema.encodeEither(json))
+  // JSON of the schema's canonical JSON codec: a declared type (`Schema.Date`, `Schema.Option`,
+  // a `Class`) is stored as JSON, the very text the Effect 3 build stored for it.
+  const json = Schema.fromJsonString(Schema.toCodecJson(schema))
+  const encode = parseSafely(Schema.encodeResult(json))
   return {
     name,
     schema,
     initial,
-    decode: parseSafely(json, Schema.decodeUnknownEither(json)),
+    decode: parseSafely(Schema.decodeUnknownResult(json)),
     encode,
-    initialEncoded: Either.getRight(encode(initial))
+    initialEncoded: Result.getSuccess(encode(initial))
   }
 }
 
@@ -144,7 +144,7 @@ export declare namespace StateManager {
  * @since 0.1.0
  * @category tags
  */
-export class StateManager extends Context.Tag("leasehold/StateManager")<StateManager, StateManager.Service>() {}
+export class StateManager extends Context.Service<StateManager, StateManager.Service>()("leasehold/StateManager") {}
 
 /**
  * Inside a modification's function: the fencing number of the lock grant it runs under
@@ -155,7 +155,7 @@ export class StateManager extends Context.Tag("leasehold/StateManager")<StateMan
  * @since 0.1.0
  * @category accessors
  */
-export const fence: Effect.Effect<Option.Option<number>> = FiberRef.get(currentFence)
+export const fence: Effect.Effect<Option.Option<number>> = currentFence
 
 /**
  * @since 0.1.0

@@ -18,8 +18,8 @@
  */
 import * as Context from "effect/Context"
 import type * as Effect from "effect/Effect"
-import type * as Either from "effect/Either"
 import type * as Option from "effect/Option"
+import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
@@ -236,7 +236,7 @@ export declare namespace Store {
     readonly claimSockets: (
       claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
     ) => Effect.Effect<
-      ReadonlyArray<Either.Either<ClaimResult, CorruptValue | StoreRefused>>,
+      ReadonlyArray<Result.Result<ClaimResult, CorruptValue | StoreRefused>>,
       InvalidToken | StoreError
     >
     /**
@@ -533,4 +533,4 @@ export declare namespace Store {
  * @since 0.1.0
  * @category tags
  */
-export class Store extends Context.Tag("leasehold/Store")<Store, Store.Service>() {}
+export class Store extends Context.Service<Store, Store.Service>()("leasehold/Store") {}

@@ -15,9 +15,8 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Predicate from "effect/Predicate"
+import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
-import * as ScheduleDecision from "effect/ScheduleDecision"
-import * as ScheduleInterval from "effect/ScheduleInterval"
 import * as Stream from "effect/Stream"
 import { Health } from "./Health.js"
 import * as Retry from "./internal/retry.js"
@@ -65,19 +64,28 @@ export interface UntilRecovered {
  * @since 0.1.0
  * @category models
  */
-export type Policy<E = unknown, R = never> = Limited<E> | UntilRecovered | Schedule.Schedule<unknown, E, R>
+export type Policy<E = unknown, R = never> = Limited<E> | UntilRecovered | Schedule.Schedule<unknown, E, unknown, R>
 
 /**
- * Counts the errors of a window that opens at an error and lasts `window`: done at the
- * `limit`-th one. Outputs the count.
+ * `delay` after each error, counting the errors of a window that opens at an error and lasts
+ * `window`: done at the `limit`-th one. Outputs the count.
  */
-const errorsWithin = (limit: number, window: Duration.Duration): Schedule.Schedule<number, unknown> =>
-  Schedule.makeWithState({ count: 0, since: 0 }, (now, _, state) => {
-    const count = state.count > 0 && now - state.since <= Duration.toMillis(window) ? state.count + 1 : 1
-    const since = count === 1 ? now : state.since
-    const decision = count >= limit ? ScheduleDecision.done : ScheduleDecision.continueWith(ScheduleInterval.after(now))
-    return Effect.succeed([{ count, since }, count, decision] as const)
-  })
+const errorsWithin = (
+  delay: Duration.Duration,
+  limit: number,
+  window: Duration.Duration
+): Schedule.Schedule<number, unknown> =>
+  Schedule.fromStep(
+    Effect.sync(() => {
+      let count = 0
+      let since = 0
+      return (now: number) => {
+        count = count > 0 && now - since <= Duration.toMillis(window) ? count + 1 : 1
+        if (count === 1) since = now
+        return count >= limit ? Cause.done(count) : Effect.succeed([count, delay] as [number, Duration.Duration])
+      }
+    })
+  )
 
 /**
  * Delay 1 s between errors; the `limit`-th error (5) within `window` (60 s) ends the loop.
@@ -87,22 +95,22 @@ const errorsWithin = (limit: number, window: Duration.Duration): Schedule.Schedu
  */
 export const limited = <E = unknown>(
   options: {
-    readonly delay?: Duration.DurationInput
+    readonly delay?: Duration.Input
     readonly limit?: number
-    readonly window?: Duration.DurationInput
+    readonly window?: Duration.Input
     readonly retryOn?: (error: E) => boolean
   } = {}
 ): Limited<E> => {
-  const delay = Duration.decode(options.delay ?? "1 second")
+  const delay = Duration.fromInputUnsafe(options.delay ?? "1 second")
   const limit = options.limit ?? 5
-  const window = Duration.decode(options.window ?? "60 seconds")
+  const window = Duration.fromInputUnsafe(options.window ?? "60 seconds")
   return {
     _tag: "Limited",
     delay,
     limit,
     window,
     retryOn: options.retryOn ?? (() => true),
-    schedule: Schedule.intersect(Schedule.spaced(delay), errorsWithin(limit, window))
+    schedule: errorsWithin(delay, limit, window)
   }
 }
 
@@ -114,16 +122,12 @@ export const limited = <E = unknown>(
  * @category policies
  */
 export const untilRecovered = (
-  options: {
-    readonly initial?: Duration.DurationInput
-    readonly max?: Duration.DurationInput
-    readonly jitter?: boolean
-  } = {}
+  options: { readonly initial?: Duration.Input; readonly max?: Duration.Input; readonly jitter?: boolean } = {}
 ): UntilRecovered => ({
   _tag: "UntilRecovered",
-  initial: Option.map(Option.fromNullable(options.initial), Duration.decode),
-  max: Option.map(Option.fromNullable(options.max), Duration.decode),
-  jitter: Option.fromNullable(options.jitter)
+  initial: Option.map(Option.fromNullishOr(options.initial), Duration.fromInputUnsafe),
+  max: Option.map(Option.fromNullishOr(options.max), Duration.fromInputUnsafe),
+  jitter: Option.fromNullishOr(options.jitter)
 })
 
 /**
@@ -137,14 +141,19 @@ export const untilRecovered = (
  * @category policies
  */
 export const backoff = (options: {
-  readonly initial: Duration.DurationInput
-  readonly max: Duration.DurationInput
+  readonly initial: Duration.Input
+  readonly max: Duration.Input
   readonly jitter?: boolean | undefined
 }): Schedule.Schedule<Duration.Duration> => {
-  const max = Duration.decode(options.max)
+  const max = Duration.fromInputUnsafe(options.max)
   const exponential = Schedule.exponential(options.initial)
-  const jittered = options.jitter === true ? Schedule.jitteredWith(exponential, { min: 1, max: 1.1 }) : exponential
-  return Schedule.modifyDelay(jittered, (_, delay) => Duration.min(delay, max))
+  const jittered =
+    options.jitter === true
+      ? Schedule.modifyDelay(exponential, ({ duration }) =>
+          Effect.map(Random.next, (random) => Duration.times(duration, 1 + random / 10))
+        )
+      : exponential
+  return Schedule.modifyDelay(jittered, ({ duration }) => Effect.succeed(Duration.min(duration, max)))
 }
 
 /**
@@ -168,7 +177,7 @@ export declare namespace Supervisor {
       name: string,
       loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
       policy?: Policy<E, R>
-    ) => Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R>
+    ) => Effect.Effect<Fiber.Fiber<never, E>, never, R>
     /**
      * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
      * before its leases are flushed and its records removed. Closing the layer does the
@@ -182,7 +191,7 @@ export declare namespace Supervisor {
  * @since 0.1.0
  * @category tags
  */
-export class Supervisor extends Context.Tag("leasehold/Supervisor")<Supervisor, Supervisor.Service>() {}
+export class Supervisor extends Context.Service<Supervisor, Supervisor.Service>()("leasehold/Supervisor") {}
 
 /**
  * Errors of supervised loops.
@@ -229,7 +238,7 @@ const seconds = (d: Duration.Duration) => `${Duration.toMillis(d) / 1000}s`
 
 /** What `run` does with a policy: the schedule of its delays and the lines it logs. */
 interface Plan<E, R> {
-  readonly schedule: Schedule.Schedule<unknown, E, R>
+  readonly schedule: Schedule.Schedule<unknown, E, unknown, R>
   readonly retryOn: (error: E) => boolean
   /**
    * `untilRecovered` and a schedule of one's own: `recovered` resets the schedule, only
@@ -246,7 +255,7 @@ interface Plan<E, R> {
 const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Plan<E, R> => {
   if (Schedule.isSchedule(policy)) {
     return {
-      schedule: policy as Schedule.Schedule<unknown, E, R>,
+      schedule: policy as Schedule.Schedule<unknown, E, unknown, R>,
       retryOn: () => true,
       recovering: true,
       retrying: (error) => `${name}: task error, retrying on its schedule: ${error}`,
@@ -286,21 +295,21 @@ export const make = Effect.gen(function* () {
   const config = yield* LeaseholdConfig
   const store = yield* Store
   const scope = yield* Effect.scope
-  const fibers = new Set<Fiber.RuntimeFiber<never, unknown>>()
+  const fibers = new Set<Fiber.Fiber<never, unknown>>()
   let closed = false
 
   const run = <E, R>(
     name: string,
     loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
     policy: Policy<E, R> = limited<E>()
-  ): Effect.Effect<Fiber.RuntimeFiber<never, E>, never, R> => {
+  ): Effect.Effect<Fiber.Fiber<never, E>, never, R> => {
     const tags = { loop: name }
-    const errors = Metric.tagged(loopErrors, "loop", name)
-    const recoveries = Metric.tagged(loopRecoveries, "loop", name)
-    const stateGauge = Metric.tagged(loopState, "loop", name)
+    const errors = Metric.withAttributes(loopErrors, { loop: name })
+    const recoveries = Metric.withAttributes(loopRecoveries, { loop: name })
+    const stateGauge = Metric.withAttributes(loopState, { loop: name })
     const setState = (state: "Running" | "Retrying" | "Failed", detail: string, errorCount: number) =>
       Effect.flatMap(Clock.currentTimeMillis, (since) =>
-        Effect.zipRight(
+        Effect.andThen(
           health.set(
             name,
             state === "Running"
@@ -309,7 +318,7 @@ export const make = Effect.gen(function* () {
                 ? { _tag: "Retrying", since, errors: errorCount, lastError: detail }
                 : { _tag: "Failed", since, error: detail }
           ),
-          Metric.set(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
+          Metric.update(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
         )
       )
 
@@ -318,7 +327,7 @@ export const make = Effect.gen(function* () {
     // fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
     // others). Only a cause of interruptions alone ends the loop as an interruption.
     const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
-      Cause.isDie(cause) ? Option.none() : Cause.failureOption(cause)
+      Cause.hasDies(cause) ? Option.none() : Cause.findErrorOption(cause)
 
     // A delay of a recovering plan ends at once when the store's connection is ready
     // again after the attempt began.
@@ -337,9 +346,9 @@ export const make = Effect.gen(function* () {
               if (consecutive === 0) return Effect.void
               consecutive = 0
               return retry.reset.pipe(
-                Effect.zipRight(Effect.logInfo(`${name}: task recovered`)),
-                Effect.zipRight(Metric.increment(recoveries)),
-                Effect.zipRight(setState("Running", "", 0))
+                Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
+                Effect.andThen(Metric.update(recoveries, 1)),
+                Effect.andThen(setState("Running", "", 0))
               )
             })
           : Effect.void
@@ -353,7 +362,7 @@ export const make = Effect.gen(function* () {
           const error = failureOf(exit.cause)
           if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
           consecutive++
-          yield* Metric.increment(errors)
+          yield* Metric.update(errors, 1)
           const text = describe(error.value)
           const delay = yield* retry.next(error.value)
           if (Option.isNone(delay)) {
@@ -378,12 +387,14 @@ export const make = Effect.gen(function* () {
       return yield* runPlan(planOf(name, policy, config))
     }).pipe(
       Effect.onExit((exit) =>
-        Exit.isFailure(exit) && Cause.isInterruptedOnly(exit.cause)
+        Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)
           ? health.remove(name)
           : Exit.isFailure(exit)
-            ? Effect.zipRight(
-                Cause.isDie(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
-                setState("Failed", Cause.isDie(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
+            ? Effect.andThen(
+                Cause.hasDies(exit.cause)
+                  ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause))
+                  : Effect.void,
+                setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
               )
             : Effect.void
       ),
@@ -417,4 +428,4 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<Supervisor, never, Health | LeaseholdConfig | Store> = Layer.scoped(Supervisor, make)
+export const layer: Layer.Layer<Supervisor, never, Health | LeaseholdConfig | Store> = Layer.effect(Supervisor, make)

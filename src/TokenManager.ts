@@ -26,9 +26,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as FiberMap from "effect/FiberMap"
+import * as Latch from "effect/Latch"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
+import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
 import type { RecordNotStored } from "./internal/tokens/link.js"
@@ -149,7 +151,7 @@ export declare namespace TokenManager {
  * @since 0.1.0
  * @category tags
  */
-export class TokenManager extends Context.Tag("leasehold/TokenManager")<TokenManager, TokenManager.Service>() {}
+export class TokenManager extends Context.Service<TokenManager, TokenManager.Service>()("leasehold/TokenManager") {}
 
 /**
  * How a worker keeps the records of its live sockets: re-claiming on the store's events,
@@ -259,7 +261,7 @@ export const make = Effect.gen(function* () {
     store,
     instanceId,
     entries: new Map(),
-    maintenance: yield* Effect.makeSemaphore(1),
+    maintenance: yield* Semaphore.make(1),
     failing: false,
     linking: new Set(),
     lostTokens: new Set(),
@@ -272,7 +274,7 @@ export const make = Effect.gen(function* () {
   const keeper: Records.Keeper = {
     table,
     refreshEvery,
-    started: yield* Effect.makeLatch(false),
+    started: yield* Latch.make(false),
     mode: Option.none(),
     refusalLogged: false,
     // the presence loop's state, below: asked only about links made after `make`
@@ -295,7 +297,7 @@ export const make = Effect.gen(function* () {
     table,
     presenceMs,
     refreshEveryMs: Math.max(1, Math.floor(presenceMs / 3)),
-    started: yield* Effect.makeLatch(false),
+    started: yield* Latch.make(false),
     steadySince: undefined,
     lastRefresh: undefined,
     asks: new Map(),
@@ -311,12 +313,12 @@ export const make = Effect.gen(function* () {
   // Presence goes last, once the records are: a closing worker's tabs are not taken over
   // while it still holds them.
   yield* Effect.addFinalizer(() =>
-    Effect.zipRight(
-      Effect.zipRight(
-        Effect.zipRight(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
+    Effect.andThen(
+      Effect.andThen(
+        Effect.andThen(Fiber.interrupt(loop), Fiber.interrupt(presenceLoop)),
         FiberMap.clear(keeper.settles)
       ),
-      Effect.zipRight(disconnectAll, Presence.remove(presence))
+      Effect.andThen(disconnectAll, Presence.remove(presence))
     )
   )
 
@@ -345,7 +347,7 @@ export const make = Effect.gen(function* () {
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<TokenManager, never, Store | Supervisor | InstanceId | LeaseholdConfig> = Layer.scoped(
+export const layer: Layer.Layer<TokenManager, never, Store | Supervisor | InstanceId | LeaseholdConfig> = Layer.effect(
   TokenManager,
   make
 )

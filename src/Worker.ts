@@ -10,16 +10,17 @@
  * })
  * ```
  *
- * Building the layer twice gives two independent workers with distinct instance ids.
+ * Building the layer twice gives two independent workers with distinct instance ids: the
+ * worker layers are `Layer.fresh`, so two `Effect.provide` of one layer value build two
+ * workers (Effect shares a layer between `provide` calls otherwise).
  * Closing it interrupts every loop, flushes the leases, removes its sockets' records and
  * closes the store's connections, in that order.
  *
  * @since 0.1.0
  */
-import type * as ConfigError from "effect/ConfigError"
+import type * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
@@ -79,7 +80,9 @@ const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
   Mailbox.layer(options).pipe(Layer.provideMerge(TokenManager.layer), Layer.provideMerge(runtimeLayer))
 
 /** The embedded store as a worker gets it: its control (outages, raw keys) is for tests alone. */
-const memoryStore = Layer.map(MemoryStore.layer, Context.omit(MemoryStore.MemoryStoreControl))
+const memoryStore = Layer.flatMap(MemoryStore.layer, (context) =>
+  Layer.succeedContext(Context.omit(MemoryStore.MemoryStoreControl)(context))
+)
 
 const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
 
@@ -92,8 +95,8 @@ const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Laye
  * @since 0.1.0
  * @category layers
  */
-export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> = stateLayer.pipe(
-  Layer.provideMerge(runtimeLayer)
+export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> = Layer.fresh(
+  stateLayer.pipe(Layer.provideMerge(runtimeLayer))
 )
 
 /**
@@ -105,8 +108,8 @@ export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConf
  */
 export const layerStateMemory: Layer.Layer<
   StateServices | Store,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError
-> = layerState.pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer))
+  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError
+> = Layer.fresh(layerState.pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer)))
 
 /**
  * `layerState` on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
@@ -117,8 +120,8 @@ export const layerStateMemory: Layer.Layer<
  */
 export const layerStateRedis = (
   options: RedisStore.Options = {}
-): Layer.Layer<StateServices | Store, LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable> =>
-  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer))
+): Layer.Layer<StateServices | Store, LeaseholdConfig.InvalidConfig | Config.ConfigError | StoreUnavailable> =>
+  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
 
 /**
  * A worker over a given store and configuration.
@@ -129,14 +132,14 @@ export const layerStateRedis = (
 export const layer = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<Services, never, Store | LeaseholdConfig.LeaseholdConfig | R> =>
-  Layer.scopedContext(
+  Layer.effectContext(
     Effect.gen(function* () {
       const scope = yield* Effect.scope
       // Two scopes closed by hand, so that shutdown runs in the documented order rather
       // than in the reverse order of construction (leases need the supervisor's signals
       // while they run, yet must be flushed after its loops are stopped).
-      const baseScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
-      const stateScope = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      const baseScope = yield* Scope.fork(scope, "sequential")
+      const stateScope = yield* Scope.fork(scope, "sequential")
       const base = yield* Layer.buildWithScope(baseLayer(options), baseScope)
       const state = yield* Layer.buildWithScope(stateLayer.pipe(Layer.provide(Layer.succeedContext(base))), stateScope)
       const supervisor = Context.get(base, Supervisor.Supervisor)
@@ -151,7 +154,7 @@ export const layer = <A, I, R>(
       )
       return Context.merge(base, state)
     })
-  )
+  ).pipe(Layer.fresh)
 
 /**
  * One worker on the embedded memory store, configured from the environment: one process,
@@ -164,9 +167,9 @@ export const layerMemory = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<
   Services | Store | LeaseholdConfig.LeaseholdConfig,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | DataDirError,
+  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError,
   R
-> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer))
+> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
 
 /**
  * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
@@ -179,10 +182,11 @@ export const layerRedis = <A, I, R>(
   options: Options<A, I, R> & { readonly redis?: RedisStore.Options }
 ): Layer.Layer<
   Services | Store | LeaseholdConfig.LeaseholdConfig,
-  LeaseholdConfig.InvalidConfig | ConfigError.ConfigError | StoreUnavailable,
+  LeaseholdConfig.InvalidConfig | Config.ConfigError | StoreUnavailable,
   R
 > =>
   layer(options).pipe(
     Layer.provideMerge(RedisStore.layer(options.redis ?? {})),
-    Layer.provideMerge(LeaseholdConfig.layer)
+    Layer.provideMerge(LeaseholdConfig.layer),
+    Layer.fresh
   )

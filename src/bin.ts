@@ -9,35 +9,32 @@
  *
  * @since 0.1.0
  */
-import * as Args from "@effect/cli/Args"
-import * as Command from "@effect/cli/Command"
-import * as Options from "@effect/cli/Options"
-import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Console from "effect/Console"
+import * as Argument from "effect/cli/Argument"
+import * as Command from "effect/cli/Command"
+import * as Flag from "effect/cli/Flag"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
+import * as References from "effect/References"
 import * as Inspect from "./Inspect.js"
 import { validateToken } from "./internal/validate.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
 import * as RedisStore from "./RedisStore.js"
 import type { Store } from "./Store.js"
 
-const url = Options.redacted("url").pipe(
-  Options.withDescription("Redis URL (default: LEASEHOLD_REDIS_URL)"),
-  Options.optional
+const url = Flag.Redacted("url").pipe(Flag.withDescription("Redis URL (default: LEASEHOLD_REDIS_URL)"), Flag.optional)
+const prefix = Flag.String("prefix").pipe(
+  Flag.withDescription("key prefix (default: LEASEHOLD_KEY_PREFIX, or leasehold)"),
+  Flag.optional
 )
-const prefix = Options.text("prefix").pipe(
-  Options.withDescription("key prefix (default: LEASEHOLD_KEY_PREFIX, or leasehold)"),
-  Options.optional
-)
-const json = Options.boolean("json").pipe(Options.withDescription("print one JSON object"))
-const cluster = Options.boolean("cluster").pipe(
-  Options.withDescription("the URL lists seed nodes of a Redis Cluster (default: LEASEHOLD_REDIS_CLUSTER)")
+const json = Flag.Boolean("json").pipe(Flag.withDescription("print one JSON object"), Flag.withDefault(false))
+const cluster = Flag.Boolean("cluster").pipe(
+  Flag.withDescription("the URL lists seed nodes of a Redis Cluster (default: LEASEHOLD_REDIS_CLUSTER)"),
+  Flag.withDefault(false)
 )
 
 const common = { url, prefix, json, cluster }
@@ -66,7 +63,7 @@ const withStore = <A>(
     })
     return yield* effect.pipe(Effect.provide(RedisStore.layer().pipe(Layer.provide(config))))
   }).pipe(
-    Effect.catchAll((error: unknown) => {
+    Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
       exitCode = tagged._tag === "InvalidToken" || tagged._tag === "InvalidConfig" ? 2 : 1
       const hint = tagged.knob === "redisUrl" ? " (pass --url or set LEASEHOLD_REDIS_URL)" : ""
@@ -76,7 +73,7 @@ const withStore = <A>(
 
 const tokenCommand = Command.make(
   "token",
-  { token: Args.text({ name: "token" }), ...common },
+  { token: Argument.String("token"), ...common },
   ({ token, json, ...options }) =>
     withStore(
       options,
@@ -89,7 +86,7 @@ const tokenCommand = Command.make(
 
 const instanceCommand = Command.make(
   "instance",
-  { instanceId: Args.text({ name: "instance-id" }), ...common },
+  { instanceId: Argument.String("instance-id"), ...common },
   ({ instanceId, json, ...options }) =>
     withStore(
       options,
@@ -107,15 +104,13 @@ const inspect = Command.make("inspect").pipe(
 
 const leasehold = Command.make("leasehold").pipe(Command.withSubcommands([inspect]))
 
-const cli = Command.run(leasehold, { name: "leasehold", version: "0.1.0" })
-
-cli(process.argv).pipe(
+Command.run(leasehold, { version: "0.1.0" }).pipe(
   Effect.tap(() =>
     Effect.sync(() => {
       process.exitCode = exitCode
     })
   ),
-  Effect.provide(NodeContext.layer),
-  Logger.withMinimumLogLevel(LogLevel.None),
+  Effect.provide(NodeServices.layer),
+  Effect.provideService(References.MinimumLogLevel, "None"),
   NodeRuntime.runMain({ disableErrorReporting: false })
 )

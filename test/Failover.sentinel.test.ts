@@ -9,9 +9,9 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { decodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { eventually, eventuallyTrue } from "./conformance/helpers.js"
@@ -75,21 +75,25 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
     const waiting = yield* eventually(
       "the modification acknowledged, or waiting for a replica",
       20_000,
-      Effect.flatMap(Fiber.poll(modification), (done) =>
-        Option.isSome(done)
-          ? Effect.succeed(false)
-          : Effect.filterOrFail(
-              Effect.map(sentinel.blockedInWait(primary), (blocked) => blocked > 0),
-              (blocked) => blocked,
-              () => "neither yet"
-            )
+      Effect.flatMap(
+        Effect.sync(() => Option.fromNullishOr(modification.pollUnsafe())),
+        (done) =>
+          Option.isSome(done)
+            ? Effect.succeed(false)
+            : Effect.filterOrFail(
+                Effect.map(sentinel.blockedInWait(primary), (blocked) => blocked > 0),
+                (blocked) => blocked,
+                () => "neither yet"
+              )
       )
     )
     // A commit acknowledged on its own reply, its WAIT sent after it but not awaited, is
     // acknowledged within a moment of that WAIT: look again well after it
     yield* Effect.sleep("250 millis")
     const waited =
-      waiting && Option.isNone(yield* Fiber.poll(modification)) && (yield* sentinel.blockedInWait(primary)) > 0
+      waiting &&
+      Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(modification.pollUnsafe()))) &&
+      (yield* sentinel.blockedInWait(primary)) > 0
     if (waited) yield* a!.resume
     yield* Fiber.join(modification)
     yield* a!.pause
@@ -101,7 +105,7 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
   })
 
 describe("state across a failover", () => {
-  it.scopedLive(
+  it.live(
     "a primary SIGKILLed while two workers modify a token: the modifications fail meanwhile, then go on, one after another",
     () =>
       Effect.gen(function* () {
@@ -114,13 +118,13 @@ describe("state across a failover", () => {
         let promotedAt: number | undefined
         const outcomes: Array<{ readonly at: number; readonly ok: boolean }> = []
         const loops = yield* Effect.forEach(workers, (w) =>
-          Effect.fork(
+          Effect.forkChild(
             Effect.forever(
-              Effect.either(inc(w, "tok")).pipe(
+              Effect.result(inc(w, "tok")).pipe(
                 Effect.tap((result) =>
-                  Effect.sync(() => outcomes.push({ at: performance.now(), ok: Either.isRight(result) }))
+                  Effect.sync(() => outcomes.push({ at: performance.now(), ok: Result.isSuccess(result) }))
                 ),
-                Effect.zipLeft(Effect.sleep(5))
+                Effect.tap(Effect.sleep(5))
               )
             )
           )
@@ -157,7 +161,7 @@ describe("state across a failover", () => {
     120_000
   )
 
-  it.scopedLive(
+  it.live(
     "what the replicas never had is lost with the primary: acknowledged modifications and their grants' fences",
     () =>
       Effect.gen(function* () {
@@ -182,7 +186,7 @@ describe("state across a failover", () => {
     120_000
   )
 
-  it.scopedLive(
+  it.live(
     "with minReplicasAck 1 what the replicas never had is not acknowledged: NotAcknowledged instead of a silent loss",
     () =>
       Effect.gen(function* () {
@@ -200,11 +204,13 @@ describe("state across a failover", () => {
         yield* sentinel.awaitReplicated
 
         const { old, value: outcomes } = yield* sentinel.failoverLosing(
-          Effect.forEach([1, 2, 3], () => Effect.either(inc(w, "tok")))
+          Effect.forEach([1, 2, 3], () => Effect.result(inc(w, "tok")))
         )
         yield* Effect.addFinalizer(() => sentinel.rejoin(old))
         deepStrictEqual(
-          outcomes.map((outcome) => (Either.isLeft(outcome) ? outcome.left._tag : `acknowledged ${outcome.right}`)),
+          outcomes.map((outcome) =>
+            Result.isFailure(outcome) ? outcome.failure._tag : `acknowledged ${outcome.success}`
+          ),
           ["NotAcknowledged", "NotAcknowledged", "NotAcknowledged"]
         )
         // every modification acknowledged is kept: the next one follows the fifth
@@ -217,7 +223,7 @@ describe("state across a failover", () => {
 })
 
 describe("an acknowledged modification across a failover to the replica that had it last", () => {
-  it.scopedLive(
+  it.live(
     "with minReplicasAck 1 it waits for the one replica that can take it, and is kept once that replica is promoted",
     () =>
       Effect.gen(function* () {
@@ -227,7 +233,7 @@ describe("an acknowledged modification across a failover to the replica that had
     120_000
   )
 
-  it.scopedLive(
+  it.live(
     "with minReplicasAck 0 it is acknowledged while no replica has it, and lost when one is promoted",
     () =>
       Effect.gen(function* () {
@@ -239,7 +245,7 @@ describe("an acknowledged modification across a failover to the replica that had
 })
 
 describe("tokens and mailboxes across a failover", () => {
-  it.scopedLive(
+  it.live(
     "a socket record the promoted replica never had is written back by its worker, and updates reach both sockets again",
     () =>
       Effect.gen(function* () {
@@ -272,7 +278,7 @@ describe("tokens and mailboxes across a failover", () => {
         )
         deepStrictEqual(
           decodeSocketRecord(keys.socket("token2"), record),
-          Either.right({ instanceId: a.id, connectionId: "sid2" })
+          Result.succeed({ instanceId: a.id, connectionId: "sid2" })
         )
         yield* healthy([a, b])
         yield* b.mailbox.send("token2", update(2))

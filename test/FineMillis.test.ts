@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { currentFineMillis, fineMillis } from "../src/internal/timers.js"
 
 // A hold's quantum (2 ms by default) is timed with this clock: read in whole milliseconds,
@@ -11,15 +11,15 @@ describe("fineMillis", () => {
     Effect.gen(function* () {
       assert.strictEqual(yield* currentFineMillis, yield* Clock.currentTimeMillis)
       yield* TestClock.adjust("1234 millis")
-      const clock = yield* Effect.clock
-      assert.strictEqual(fineMillis(clock), clock.unsafeCurrentTimeMillis())
+      const clock = yield* Clock.Clock
+      assert.strictEqual(fineMillis(clock), clock.currentTimeMillisUnsafe())
       assert.strictEqual(yield* currentFineMillis, 1234)
     })
   )
 
   it.live("on the live clock it reads fractions of a millisecond, close to the wall clock", () =>
     Effect.gen(function* () {
-      const clock = yield* Effect.clock
+      const clock = yield* Clock.Clock
       const reads: Array<number> = []
       for (let i = 0; i < 1000; i++) reads.push(fineMillis(clock))
       assert.isTrue(

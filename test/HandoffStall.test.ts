@@ -36,7 +36,7 @@ const stalledGrantee = (cluster: Cluster) =>
     const b = yield* cluster.worker()
     const held = yield* cluster.store.acquireQueued("t", "H:1", [], { instanceId: "H" })
     assert.strictEqual(held._tag, "Acquired")
-    const modification = yield* Effect.fork(
+    const modification = yield* Effect.forkChild(
       b.states.modify("t", Counter, (s) => {
         stall(3 * handoffMs)
         return [s.n + 1, { n: s.n + 1 }]
@@ -56,7 +56,7 @@ const stalledGrantee = (cluster: Cluster) =>
 const suite = (name: string, make: (input: LeaseholdConfig.Input) => Effect.Effect<Cluster, unknown, Scope.Scope>) =>
   describe(`a stalled grantee (${name})`, () => {
     for (const oplock of [false, true]) {
-      it.scopedLive(
+      it.live(
         `oplock ${oplock}: its lock expired unextended and nobody had it since: the write takes it back`,
         () =>
           Effect.gen(function* () {

@@ -18,7 +18,7 @@ import * as Logs from "./support/logs.js"
 hostileInputSuite(memory())
 
 describe("hostile input (memory, dataDir)", () => {
-  it.scoped("a token file nested 100k levels deep or of 4 MB: one warning naming it, the others load", () =>
+  it.effect("a token file nested 100k levels deep or of 4 MB: one warning naming it, the others load", () =>
     Effect.gen(function* () {
       const dir = yield* Effect.acquireRelease(
         Effect.promise(() => fs.mkdtemp(path.join(os.tmpdir(), "leasehold-hostile-"))),

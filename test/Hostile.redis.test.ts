@@ -7,9 +7,9 @@ import * as net from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Inspect from "../src/Inspect.js"
@@ -28,7 +28,7 @@ const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), {
 const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
 
 const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 const raw = (server: RedisServer.RedisServer, key: string) =>
   Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
@@ -112,7 +112,7 @@ const everyOperation = (a: DeliveryWorker, b: DeliveryWorker, store: Store.Servi
       [`sock-${round}b`, record]
     ])
     deepStrictEqual(
-      batch.map((result) => (Either.isRight(result) ? result.right._tag : result.left._tag)),
+      batch.map((result) => (Result.isSuccess(result) ? result.success._tag : result.failure._tag)),
       ["Taken", "Claimed"]
     )
     assert.isTrue(yield* store.deleteSocketIfOwner(`sock-${round}`, record))
@@ -138,7 +138,7 @@ const freePort = (): Promise<number> =>
   })
 
 describe("a hostile Redis", () => {
-  it.scopedLive("after SCRIPT FLUSH every operation works at once: the scripts are loaded again", () =>
+  it.live("after SCRIPT FLUSH every operation works at once: the scripts are loaded again", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const fx = yield* redisWorkers(server.url, { commandTimeout: 5_000 })
@@ -157,7 +157,7 @@ describe("a hostile Redis", () => {
         ["after-flush-2", { instanceId: "inst-z", connectionId: "c" }]
       ])
       deepStrictEqual(
-        batch.map((result) => (Either.isRight(result) ? result.right._tag : result.left._tag)),
+        batch.map((result) => (Result.isSuccess(result) ? result.success._tag : result.failure._tag)),
         ["Claimed", "Claimed"]
       )
       yield* everyOperation(a, b, fx.store, 3)
@@ -166,7 +166,7 @@ describe("a hostile Redis", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "maxmemory 1mb, noeviction: writes fail with StoreRefused and nothing is partly written; they work once memory is free",
     () =>
       Effect.gen(function* () {
@@ -214,8 +214,8 @@ describe("a hostile Redis", () => {
           }
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", limit))
           assert.isAbove(yield* usedMemory, limit + 128 * 1024)
-          const tiny = yield* Effect.either(server.command("SET", "tiny", "1"))
-          assert.isTrue(Either.isLeft(tiny) && /OOM/.test(tiny.left.message), "a tiny write still fits")
+          const tiny = yield* Effect.result(server.command("SET", "tiny", "1"))
+          assert.isTrue(Result.isFailure(tiny) && /OOM/.test(tiny.failure.message), "a tiny write still fits")
         })
         const room = Effect.gen(function* () {
           yield* Effect.orDie(server.command("CONFIG", "SET", "maxmemory", roomy))
@@ -281,14 +281,14 @@ describe("a hostile Redis", () => {
       })
   )
 
-  it.scopedLive("CONFIG and KEYS renamed away: every operation works, records kept alive by refreshing", () =>
+  it.live("CONFIG and KEYS renamed away: every operation works, records kept alive by refreshing", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start({
         extraArgs: ["--rename-command", "CONFIG", "", "--rename-command", "KEYS", ""]
       })
       // the server really refuses both
-      assert.isTrue(Either.isLeft(yield* Effect.either(server.command("CONFIG", "GET", "maxmemory"))))
-      assert.isTrue(Either.isLeft(yield* Effect.either(server.command("KEYS", "*"))))
+      assert.isTrue(Result.isFailure(yield* Effect.result(server.command("CONFIG", "GET", "maxmemory"))))
+      assert.isTrue(Result.isFailure(yield* Effect.result(server.command("KEYS", "*"))))
       const fx = yield* redisWorkers(server.url, { commandTimeout: 5_000 })
       const a = yield* fx.worker()
       const b = yield* fx.worker()
@@ -308,7 +308,7 @@ describe("a hostile Redis", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a restart that lost every key: records, mailboxes and leases recover, and the state starts again from the initial value",
     () =>
       Effect.gen(function* () {
@@ -335,15 +335,15 @@ describe("a hostile Redis", () => {
         yield* until(
           "tab-a's record restored",
           Effect.map(
-            Effect.either(b.tokens.owner("tab-a", { refresh: true })),
-            (owner) => Either.isRight(owner) && Option.isSome(owner.right)
+            Effect.result(b.tokens.owner("tab-a", { refresh: true })),
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
           )
         )
         yield* until(
           "tab-b's record restored",
           Effect.map(
-            Effect.either(a.tokens.owner("tab-b", { refresh: true })),
-            (owner) => Either.isRight(owner) && Option.isSome(owner.right)
+            Effect.result(a.tokens.owner("tab-b", { refresh: true })),
+            (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
           )
         )
         // mailboxes: updates reach both sockets again
@@ -403,7 +403,7 @@ describe("credentials", () => {
     for (const message of messages) for (const s of secrets) assert.notInclude(message, s)
   }
 
-  it.scopedLive("a password URL: it works, and the password appears in no log line or error message", () =>
+  it.live("a password URL: it works, and the password appears in no log line or error message", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       yield* Effect.orDie(server.command("CONFIG", "SET", "requirepass", secret))
@@ -451,14 +451,14 @@ describe("credentials", () => {
       yield* Effect.orDie(server.command("CONFIG", "SET", "requirepass", secret))
       yield* until(
         "a modification after the outage",
-        Effect.map(Effect.either(a.states.modify("t", Counter, bump)), Either.isRight),
+        Effect.map(Effect.result(a.states.modify("t", Counter, bump)), Result.isSuccess),
         15_000
       )
       yield* until(
         "the socket record back",
         Effect.map(
-          Effect.either(b.tokens.owner("tab", { refresh: true })),
-          (o) => Either.isRight(o) && Option.isSome(o.right)
+          Effect.result(b.tokens.owner("tab", { refresh: true })),
+          (o) => Result.isSuccess(o) && Option.isSome(o.success)
         ),
         15_000
       )
@@ -470,7 +470,7 @@ describe("credentials", () => {
 
   const tls = redisHasTls()
 
-  it.scopedLive(
+  it.live(
     `a rediss:// URL ${tls ? "against a TLS redis-server" : "(no TLS in this redis-server: the URL is parsed and scrubbed only)"}: the password is never logged`,
     () =>
       Effect.gen(function* () {

@@ -40,7 +40,7 @@ const reads = new Set([
 ])
 
 describe("inspect", () => {
-  it.scopedLive(
+  it.live(
     "a token: the holder with its fence and time left, the queued workers, the slices and the socket record; nothing is written",
     () =>
       Effect.gen(function* () {
@@ -52,16 +52,16 @@ describe("inspect", () => {
         // A holds tab-1's lock in a modification that waits for the gate; B is queued for it.
         const gate = yield* Deferred.make<void>()
         const entered = yield* Deferred.make<void>()
-        const holding = yield* Effect.fork(
+        const holding = yield* Effect.forkChild(
           a.states.modifyEffect("tab-1", Counter, (s) =>
-            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
               null,
               { n: s.n + 5 }
             ] as const)
           )
         )
         yield* Deferred.await(entered)
-        const waiting = yield* Effect.fork(b.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }]))
+        const waiting = yield* Effect.forkChild(b.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }]))
         yield* Effect.sleep(50)
         const [report, commands] = yield* commandsDuring(
           server,
@@ -91,7 +91,7 @@ describe("inspect", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "the command prints JSON for a token and an instance, and refuses a pattern before connecting",
     () =>
       Effect.gen(function* () {

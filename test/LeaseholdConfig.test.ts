@@ -3,10 +3,10 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
+import * as Result from "effect/Result"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -14,7 +14,7 @@ import * as RedisStore from "../src/RedisStore.js"
 const fromEnv = (env: Record<string, string>) =>
   LeaseholdConfig.LeaseholdConfig.pipe(
     Effect.provide(LeaseholdConfig.layer),
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   )
 
 const millis = (d: Duration.Duration) => Duration.toMillis(d)
@@ -127,7 +127,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(error.knob, "handoffTimeout")
       deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
       const zero = LeaseholdConfig.resolve({ handoffTimeout: 0 })
-      assert.isTrue(Either.isLeft(zero) && zero.left.knob === "handoffTimeout")
+      assert.isTrue(Result.isFailure(zero) && zero.failure.knob === "handoffTimeout")
     })
   )
 
@@ -144,69 +144,69 @@ describe("LeaseholdConfig", () => {
       deepStrictEqual(error.other, { knob: "tokenExpiration", value: "20000ms" })
       for (const tooShort of [0, 29]) {
         const refused = LeaseholdConfig.resolve({ presenceExpiration: tooShort })
-        assert.isTrue(Either.isLeft(refused) && refused.left.knob === "presenceExpiration", String(tooShort))
+        assert.isTrue(Result.isFailure(refused) && refused.failure.knob === "presenceExpiration", String(tooShort))
       }
     })
   )
 
   it("a lease hold time not below the lock expiration is refused", () => {
     const result = LeaseholdConfig.resolve({ lockExpiration: 1000, leaseHoldTime: 1200, lockWarningThreshold: 100 })
-    assert.isTrue(Either.isLeft(result))
-    if (Either.isLeft(result)) {
-      assert.strictEqual(result.left.knob, "leaseHoldTime")
-      assert.strictEqual(result.left.value, "1200ms")
-      deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "1000ms" })
+    assert.isTrue(Result.isFailure(result))
+    if (Result.isFailure(result)) {
+      assert.strictEqual(result.failure.knob, "leaseHoldTime")
+      assert.strictEqual(result.failure.value, "1200ms")
+      deepStrictEqual(result.failure.other, { knob: "lockExpiration", value: "1000ms" })
     }
   })
 
   it("the token expiration must exceed the lock expiration", () => {
     const result = LeaseholdConfig.resolve({ lockExpiration: 5_000, tokenExpiration: 5_000 })
-    assert.isTrue(Either.isLeft(result))
-    if (Either.isLeft(result)) {
-      assert.strictEqual(result.left.knob, "tokenExpiration")
-      assert.strictEqual(result.left.value, "5000ms")
-      deepStrictEqual(result.left.other, { knob: "lockExpiration", value: "5000ms" })
+    assert.isTrue(Result.isFailure(result))
+    if (Result.isFailure(result)) {
+      assert.strictEqual(result.failure.knob, "tokenExpiration")
+      assert.strictEqual(result.failure.value, "5000ms")
+      deepStrictEqual(result.failure.other, { knob: "lockExpiration", value: "5000ms" })
     }
   })
 
   it("durations must be positive; the lease quantum may be zero", () => {
     for (const knob of ["lockExpiration", "tokenExpiration", "retryDelayMax", "commandTimeout"] as const) {
       const result = LeaseholdConfig.resolve({ [knob]: 0 })
-      assert.isTrue(Either.isLeft(result), knob)
-      if (Either.isLeft(result)) assert.strictEqual(result.left.knob, knob)
+      assert.isTrue(Result.isFailure(result), knob)
+      if (Result.isFailure(result)) assert.strictEqual(result.failure.knob, knob)
     }
     const negative = LeaseholdConfig.resolve({ lockWarningThreshold: -5 })
-    assert.isTrue(Either.isLeft(negative))
-    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ leaseQuantum: 0 })))
+    assert.isTrue(Result.isFailure(negative))
+    assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ leaseQuantum: 0 })))
     const quantum = LeaseholdConfig.resolve({ leaseQuantum: -1 })
-    assert.isTrue(Either.isLeft(quantum) && quantum.left.knob === "leaseQuantum")
-    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ dataFlushInterval: 0 })))
+    assert.isTrue(Result.isFailure(quantum) && quantum.failure.knob === "leaseQuantum")
+    assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ dataFlushInterval: 0 })))
     const flush = LeaseholdConfig.resolve({ dataFlushInterval: -1 })
-    assert.isTrue(Either.isLeft(flush) && flush.left.knob === "dataFlushInterval")
+    assert.isTrue(Result.isFailure(flush) && flush.failure.knob === "dataFlushInterval")
   })
 
   it("counts must be positive integers", () => {
     for (const knob of ["mailboxMaxLen", "maxValueBytes"] as const) {
       for (const value of [0, -1, 1.5]) {
         const result = LeaseholdConfig.resolve({ [knob]: value })
-        assert.isTrue(Either.isLeft(result) && result.left.knob === knob, `${knob} = ${value}`)
+        assert.isTrue(Result.isFailure(result) && result.failure.knob === knob, `${knob} = ${value}`)
       }
-      assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ [knob]: 1 })))
+      assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ [knob]: 1 })))
     }
   })
 
   it("an empty data directory is refused: it would mean the working directory", () => {
     for (const dataDir of ["", "  "]) {
       const result = LeaseholdConfig.resolve({ dataDir: Option.some(dataDir) })
-      assert.isTrue(Either.isLeft(result) && result.left.knob === "dataDir", JSON.stringify(dataDir))
+      assert.isTrue(Result.isFailure(result) && result.failure.knob === "dataDir", JSON.stringify(dataDir))
     }
-    assert.isTrue(Either.isRight(LeaseholdConfig.resolve({ dataDir: Option.some("state") })))
+    assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ dataDir: Option.some("state") })))
   })
 
   it("a key prefix with glob or hash-tag characters is refused", () => {
     for (const keyPrefix of ["a*", "a{b}", "", "a b"]) {
       const result = LeaseholdConfig.resolve({ keyPrefix })
-      assert.isTrue(Either.isLeft(result) && result.left.knob === "keyPrefix", keyPrefix)
+      assert.isTrue(Result.isFailure(result) && result.failure.knob === "keyPrefix", keyPrefix)
     }
   })
 
@@ -254,19 +254,22 @@ describe("LeaseholdConfig", () => {
         )
         // without acknowledgement the timeout is not used, and not checked against the lock
         assert.isTrue(
-          Either.isRight(
+          Result.isSuccess(
             LeaseholdConfig.resolve({ lockExpiration: 500, lockWarningThreshold: 100, replicaAckTimeout: 800 })
           )
         )
         for (const replicaAckTimeout of [0, -5]) {
           const result = LeaseholdConfig.resolve({ minReplicasAck: 1, replicaAckTimeout })
-          assert.isTrue(Either.isLeft(result) && result.left.knob === "replicaAckTimeout", String(replicaAckTimeout))
+          assert.isTrue(
+            Result.isFailure(result) && result.failure.knob === "replicaAckTimeout",
+            String(replicaAckTimeout)
+          )
         }
         const onCluster = LeaseholdConfig.resolve({ minReplicasAck: 1, redisCluster: true })
-        assert.isTrue(Either.isLeft(onCluster))
-        if (Either.isLeft(onCluster)) {
+        assert.isTrue(Result.isFailure(onCluster))
+        if (Result.isFailure(onCluster)) {
           assert.strictEqual(
-            onCluster.left.message,
+            onCluster.failure.message,
             "invalid configuration: minReplicasAck = 1 is not supported on a Redis Cluster (redisCluster = true)"
           )
         }
@@ -308,7 +311,10 @@ describe("LeaseholdConfig", () => {
     Effect.gen(function* () {
       const s = yield* LeaseholdConfig.LeaseholdConfig.pipe(
         Effect.provide(LeaseholdConfig.layerConfig({ lockExpiration: Duration.seconds(3) })),
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["LEASEHOLD_LOCK_EXPIRATION_MS", "9000"]])))
+        Effect.provideService(
+          ConfigProvider.ConfigProvider,
+          ConfigProvider.fromEnv({ env: { LEASEHOLD_LOCK_EXPIRATION_MS: "9000" } })
+        )
       )
       assert.strictEqual(millis(s.lockExpiration), 3000)
     })

@@ -4,7 +4,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { encodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
@@ -17,19 +17,19 @@ import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { memoryWorkers, Update, update } from "./delivery/workers.js"
 import { untilOnTestClock } from "./support/testClock.js"
 
-const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
 
 const until = untilOnTestClock
 
-const settle = Effect.zipRight(TestClock.adjust(2_000), yields)
+const settle = Effect.andThen(TestClock.adjust(2_000), yields)
 
 const memory: DeliveryBackend = {
   name: "memory",
   test: (name, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const fx = yield* memoryWorkers()
-        yield* body(fx, { until, settle })
+        yield* fx.logged(body(fx, { until, settle }))
       })
     )
 }
@@ -37,7 +37,7 @@ const memory: DeliveryBackend = {
 deliverySuite(memory)
 
 describe("delivery while the embedded store is unavailable", () => {
-  it.scoped("updates sent meanwhile wait in the outbox and arrive in order once it is back", () =>
+  it.effect("updates sent meanwhile wait in the outbox and arrive in order once it is back", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -64,7 +64,7 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
-  it.scoped("a full outbox drops new updates, counted, with one warning", () =>
+  it.effect("a full outbox drops new updates, counted, with one warning", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -72,7 +72,7 @@ describe("delivery while the embedded store is unavailable", () => {
       yield* a.tokens.link("token1", "sid1")
       yield* fx.control.setAvailable(false)
       const outcomes = []
-      for (let i = 1; i <= 6; i++) outcomes.push(yield* b.mailbox.send("token1", update(i)))
+      for (let i = 1; i <= 6; i++) outcomes.push(yield* fx.logged(b.mailbox.send("token1", update(i))))
       deepStrictEqual(outcomes, ["buffered", "buffered", "buffered", "dropped", "dropped", "dropped"])
       const warnings = fx.logs.filter((line) => line.message.startsWith("mailbox: outbox full"))
       assert.strictEqual(warnings.length, 1)
@@ -89,7 +89,7 @@ describe("delivery while the embedded store is unavailable", () => {
     })
   )
 
-  it.scoped("a buffered update whose socket has no record waits for it until the restore grace ends (5 s)", () =>
+  it.effect("a buffered update whose socket has no record waits for it until the restore grace ends (5 s)", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 100, retryDelayMax: 1_000 })
       const a = yield* fx.worker()
@@ -99,11 +99,11 @@ describe("delivery while the embedded store is unavailable", () => {
       assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "buffered")
       yield* fx.control.setAvailable(true)
       // no record of token1 yet: the outbox keeps asking
-      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 20; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 2)
       yield* a.tokens.link("token1", "sid1")
       // within the grace: delivered once the record is there (a reader's blocking read is 1 s)
-      for (let i = 0; i < 30 && a.received.length < 2; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 30 && a.received.length < 2; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       deepStrictEqual(
         a.received.map(([, value]) => value.n),
         [1, 2]
@@ -112,15 +112,15 @@ describe("delivery while the embedded store is unavailable", () => {
       yield* fx.control.setAvailable(false)
       assert.strictEqual(yield* b.mailbox.send("token2", update(3)), "buffered")
       yield* fx.control.setAvailable(true)
-      for (let i = 0; i < 45; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 45; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 1)
-      for (let i = 0; i < 20; i++) yield* Effect.zipRight(TestClock.adjust(100), yields)
+      for (let i = 0; i < 20; i++) yield* Effect.andThen(TestClock.adjust(100), yields)
       assert.strictEqual(yield* b.mailbox.buffered, 0)
       assert.strictEqual(a.received.length, 2)
     })
   )
 
-  it.scoped("a socket on the sender's own worker gets its update without the store", () =>
+  it.effect("a socket on the sender's own worker gets its update without the store", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers()
       const a = yield* fx.worker()
@@ -134,7 +134,7 @@ describe("delivery while the embedded store is unavailable", () => {
 })
 
 describe("a forward the store cut short", () => {
-  it.scoped("an entry whose owner lookup lost its reply is read again and forwarded, not dropped as a copy", () =>
+  it.effect("an entry whose owner lookup lost its reply is read again and forwarded, not dropped as a copy", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ retryDelayInitial: 50, retryDelayMax: 200 })
       const a = yield* fx.worker()
@@ -161,7 +161,7 @@ describe("a forward the store cut short", () => {
 })
 
 describe("delivery after a take-over", () => {
-  it.scoped("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
+  it.effect("updates still in the mailbox of the worker that lost a token are dropped, not passed on", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers({ presenceExpiration: 600 })
       const a = yield* fx.worker()
@@ -201,9 +201,9 @@ describe("delivery after a take-over", () => {
 })
 
 describe("the app's deliver runs with the mailbox's services", () => {
-  class Label extends Context.Tag("test/Label")<Label, string>() {}
+  class Label extends Context.Service<Label, string>()("test/Label") {}
 
-  it.scoped("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
+  it.effect("its own over the caller's, and the caller's back once it ends, delivered or failed", () =>
     Effect.gen(function* () {
       const seen: Array<string> = []
       const worker = yield* Layer.build(

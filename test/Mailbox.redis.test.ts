@@ -1,6 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
@@ -11,7 +12,7 @@ import * as TcpProxy from "./support/proxy.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.zipRight(Effect.sleep(10), check))
+  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 /** The reader's failure as logged: one ERROR when it starts, one INFO when it recovers. */
 const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {
@@ -26,11 +27,11 @@ const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {
 const redis: DeliveryBackend = {
   name: "redis",
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         const fx = yield* redisWorkers(server.url)
-        yield* body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) })
+        yield* fx.logged(body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) }))
       })
     )
 }
@@ -40,7 +41,7 @@ deliverySuite(redis)
 const fastRetries = { retryDelayInitial: 50, retryDelayMax: 200 }
 
 describe("delivery through Redis outages", () => {
-  it.scopedLive(
+  it.live(
     "the mailbox reader survives seven failures in one outage: one ERROR, one INFO, and the next update arrives",
     () =>
       Effect.gen(function* () {
@@ -69,7 +70,7 @@ describe("delivery through Redis outages", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "after CLIENT KILL of its connections the reader logs one ERROR and one INFO, and the next update arrives",
     () =>
       Effect.gen(function* () {
@@ -108,7 +109,7 @@ describe("delivery through Redis outages", () => {
     20_000
   )
 
-  it.scopedLive(
+  it.live(
     "updates sent while the owner's connection is down for 10 s arrive after it returns, in order, once each",
     () =>
       Effect.gen(function* () {
@@ -138,7 +139,7 @@ describe("delivery through Redis outages", () => {
     40_000
   )
 
-  it.scopedLive(
+  it.live(
     "updates sent while the server is down for 10 s wait in the sender's outbox and all arrive, in order",
     () =>
       Effect.gen(function* () {
@@ -169,8 +170,53 @@ describe("delivery through Redis outages", () => {
   )
 })
 
+describe("delivery across a restart that lost the store's data", () => {
+  it.live(
+    "an update sent while the server restarts, before the owner has written its record back, waits for the record and arrives",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const proxy = yield* TcpProxy.start(server.port)
+        // A command timeout longer than the outage: a send that finds the connection down
+        // waits for it and is answered by the restarted server.
+        const fx = yield* redisWorkers(server.url, { ...fastRetries, commandTimeout: 5_000 })
+        const a = yield* fx.worker({ url: proxy.url })
+        const b = yield* fx.worker()
+        yield* a.tokens.link("token1", "sid1")
+        assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
+        yield* until(
+          "A receives the first",
+          Effect.sync(() => a.received.length === 1)
+        )
+        // The owner stays away until the end: the restarted server has no record of its socket.
+        yield* proxy.cut
+        yield* server.stop
+        yield* Effect.sleep(200)
+        const during = yield* Effect.forkChild(b.mailbox.send("token1", update(2)))
+        yield* Effect.sleep(300)
+        yield* server.restart
+        // Answered by the restarted server, which has no record yet: kept, not dropped.
+        assert.strictEqual(yield* Fiber.join(during), "buffered")
+        // Sent after the server is back, before the owner is: kept as well, behind the first.
+        assert.strictEqual(yield* b.mailbox.send("token1", update(3)), "buffered")
+        yield* proxy.restore
+        yield* until(
+          "A receives all",
+          Effect.sync(() => a.received.length >= 3)
+        )
+        yield* Effect.sleep(300)
+        deepStrictEqual(
+          a.received.map(([, value]) => value.n),
+          [1, 2, 3]
+        )
+        assert.strictEqual(yield* b.mailbox.buffered, 0)
+      }),
+    30_000
+  )
+})
+
 describe("round trips of a send", () => {
-  it.scopedLive("an update for a socket of another worker is one command: the record read where it is appended", () =>
+  it.live("an update for a socket of another worker is one command: the record read where it is appended", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const fx = yield* redisWorkers(server.url)

@@ -4,17 +4,16 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Queue from "effect/Queue"
+import * as PubSub from "effect/PubSub"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -23,6 +22,7 @@ import { Store } from "../src/Store.js"
 import * as Worker from "../src/Worker.js"
 import { eventuallyTrue, expectAcquired, failsWith, within } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
+import { pendingSleeps } from "./support/testClock.js"
 
 const INTERVAL_MS = 100
 const TOKEN_EXPIRATION_MS = 60_000
@@ -100,21 +100,18 @@ const awaitTimer = (ms: number) =>
     yield* eventuallyTrue(
       `a timer due within ${ms} ms`,
       5_000,
-      Effect.map(
-        TestClock.sleeps(),
-        Chunk.some((deadline) => deadline > now && deadline <= now + ms)
-      )
+      Effect.map(pendingSleeps, (deadlines) => deadlines.some((deadline) => deadline > now && deadline <= now + ms))
     )
   })
 
 const awaitFlushTimer = awaitTimer(INTERVAL_MS)
 
 /** Let the flush interval pass and return the report of the flush it fires. */
-const nextFlush = (reports: Queue.Dequeue<MemoryStore.FlushReport>) =>
+const nextFlush = (reports: PubSub.Subscription<MemoryStore.FlushReport>) =>
   Effect.gen(function* () {
     yield* awaitFlushTimer
     yield* TestClock.adjust(INTERVAL_MS)
-    return yield* within("the flush report", 5_000, Queue.take(reports))
+    return yield* within("the flush report", 5_000, PubSub.take(reports))
   })
 
 const sorted = (report: MemoryStore.FlushReport) => ({
@@ -124,7 +121,7 @@ const sorted = (report: MemoryStore.FlushReport) => ({
 })
 
 describe("MemoryStore with a data directory", () => {
-  it.scoped("a restart keeps every token's slices and its fencing counter, not its lock", () =>
+  it.effect("a restart keeps every token's slices and its fencing counter, not its lock", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -156,7 +153,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a burst of writes is one file write, one interval after the first", () =>
+  it.effect("a burst of writes is one file write, one interval after the first", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -168,11 +165,11 @@ describe("MemoryStore with a data directory", () => {
           yield* put(store, "t1", [["counter", "2"]])
           yield* put(store, "t1", [["counter", "3"]])
           yield* TestClock.adjust(INTERVAL_MS / 2 - 1)
-          assert.strictEqual(yield* Queue.size(reports), 0)
+          assert.strictEqual(yield* PubSub.remaining(reports), 0)
           deepStrictEqual(yield* tokenFiles(dir), [])
 
           yield* TestClock.adjust(1)
-          const report = yield* within("the flush report", 5_000, Queue.take(reports))
+          const report = yield* within("the flush report", 5_000, PubSub.take(reports))
           deepStrictEqual(report, { written: ["t1"], removed: [], failed: [] })
           const file = yield* readJson(fileOf(dir, "t1"))
           assert.strictEqual(file.token, "t1")
@@ -183,13 +180,13 @@ describe("MemoryStore with a data directory", () => {
 
           // Nothing changed since: no timer, no write.
           yield* TestClock.adjust(10 * INTERVAL_MS)
-          assert.strictEqual(yield* Queue.size(reports), 0)
+          assert.strictEqual(yield* PubSub.remaining(reports), 0)
         })
       )
     })
   )
 
-  it.scoped("only the tokens that changed are rewritten", () =>
+  it.effect("only the tokens that changed are rewritten", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -210,7 +207,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a read that renews a token's expiry is written, so a restart keeps the renewed expiry", () =>
+  it.effect("a read that renews a token's expiry is written, so a restart keeps the renewed expiry", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -231,7 +228,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("shutdown writes the changes still waiting for their interval", () =>
+  it.effect("shutdown writes the changes still waiting for their interval", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -253,7 +250,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a write that fails is logged once and retried until it succeeds", () =>
+  it.effect("a write that fails is logged once and retried until it succeeds", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const logs = Logs.capture()
@@ -292,7 +289,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a temp file left by a crash is ignored on load and removed", () =>
+  it.effect("a temp file left by a crash is ignored on load and removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) => put(store, "t1", [["a", '"old"']]))
@@ -315,7 +312,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a corrupt or unreadable file: one warning naming it, every other token loads", () =>
+  it.effect("a corrupt or unreadable file: one warning naming it, every other token loads", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const tokens = ["good", "notJson", "wrongShape", "wrongName", "badFence", "badKey"]
@@ -364,7 +361,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a token that expired while the store was down is not loaded and its file is removed", () =>
+  it.effect("a token that expired while the store was down is not loaded and its file is removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) =>
@@ -390,7 +387,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a token that expires while the store runs has its file removed", () =>
+  it.effect("a token that expires while the store runs has its file removed", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store, control }) =>
@@ -409,7 +406,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("file names are safe for every valid token; each token keeps its own file", () =>
+  it.effect("file names are safe for every valid token; each token keeps its own file", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const tokens = ["a:b", ".", "..", "Abc", "abc", "-_.:", "X".repeat(128)]
@@ -430,7 +427,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("locks, queues, socket records and mailboxes belong to the process: they are not kept", () =>
+  it.effect("locks, queues, socket records and mailboxes belong to the process: they are not kept", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const keys = makeKeys("leasehold")
@@ -457,7 +454,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a data directory that cannot be created fails the build with DataDirError", () =>
+  it.effect("a data directory that cannot be created fails the build with DataDirError", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const file = path.join(dir, "a-file")
@@ -475,7 +472,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a directory open in a store is refused to a second store, and unlocked at shutdown", () =>
+  it.effect("a directory open in a store is refused to a second store, and unlocked at shutdown", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, () =>
@@ -497,7 +494,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a lock left by a process that is gone is taken over", () =>
+  it.effect("a lock left by a process that is gone is taken over", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       yield* session(dir, ({ store }) => put(store, "t1", [["a", "1"]]))
@@ -513,7 +510,7 @@ describe("MemoryStore with a data directory", () => {
     })
   )
 
-  it.scoped("a relative data directory is resolved once, against the working directory at build", () =>
+  it.effect("a relative data directory is resolved once, against the working directory at build", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const relative = path.relative(process.cwd(), path.join(dir, "nested", "state"))
@@ -532,10 +529,10 @@ describe("StateManager over a persisted MemoryStore", () => {
 
   const run = (env: Record<string, string>) =>
     Effect.provide(bump, Worker.layerStateMemory).pipe(
-      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+      Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
     )
 
-  it.scoped("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
+  it.effect("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       assert.strictEqual(yield* run({ LEASEHOLD_DATA_DIR: dir }), 1)
@@ -544,7 +541,7 @@ describe("StateManager over a persisted MemoryStore", () => {
     })
   )
 
-  it.scoped("a leased modification acknowledged from memory is flushed by the lease, then by the store", () =>
+  it.effect("a leased modification acknowledged from memory is flushed by the lease, then by the store", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       const env = { LEASEHOLD_DATA_DIR: dir, LEASEHOLD_OPLOCK: "true", LEASEHOLD_LEASE_DURABILITY: "memory" }
@@ -557,7 +554,7 @@ describe("StateManager over a persisted MemoryStore", () => {
         return n
       })
       const runLeased = Effect.provide(bumpUnflushed, Worker.layerStateMemory).pipe(
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+        Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
       )
       assert.strictEqual(yield* runLeased, 1)
       assert.strictEqual(yield* runLeased, 2)
@@ -565,7 +562,7 @@ describe("StateManager over a persisted MemoryStore", () => {
     })
   )
 
-  it.scoped("without a data directory nothing is kept", () =>
+  it.effect("without a data directory nothing is kept", () =>
     Effect.gen(function* () {
       assert.strictEqual(yield* run({}), 1)
       assert.strictEqual(yield* run({}), 1)

@@ -6,7 +6,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -35,10 +35,10 @@ const stepOf = (memory: Store.Service) => {
 }
 
 const failureTag = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>) =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.failureOption(exit.cause), (e) => e._tag)) : undefined
+  Exit.isFailure(exit) ? Option.getOrUndefined(Option.map(Cause.findErrorOption(exit.cause), (e) => e._tag)) : undefined
 
 describe("MemoryStore: a whole modification in one step", () => {
-  it.scoped("a free lock: the values read, the fence taken, the writes made, and no lock or notice left", () =>
+  it.effect("a free lock: the values read, the fence taken, the writes made, and no lock or notice left", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -57,7 +57,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("the slices read have their expiry refreshed, as an acquisition refreshes it", () =>
+  it.effect("the slices read have their expiry refreshed, as an acquisition refreshes it", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -72,7 +72,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("a lock held, a grant pending, or a worker queued: nothing done, the decision not made", () =>
+  it.effect("a lock held, a grant pending, or a worker queued: nothing done, the decision not made", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -92,8 +92,8 @@ describe("MemoryStore: a whole modification in one step", () => {
       // attempt, grants the lock to C (under the next fence), and C alone is told
       yield* TestClock.adjust("1500 millis")
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.none())
-      const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.fork)
-      yield* Effect.yieldNow()
+      const toC = yield* Stream.runHead(yield* memory.notices("t", "C")).pipe(Effect.forkChild)
+      yield* Effect.yieldNow
       assert.isFalse(yield* step("t", ["a"], decide))
       deepStrictEqual(yield* memory.queue("t"), [])
       deepStrictEqual(yield* memory.control.getRaw(keys.lock("t")), Option.some("C:1"))
@@ -105,7 +105,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("entries whose deadline passed leave the queue: the lock is free for the step again", () =>
+  it.effect("entries whose deadline passed leave the queue: the lock is free for the step again", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -121,7 +121,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped(
+  it.effect(
     "asked inside the step: nothing (the step does nothing), or a holder's grant (its fence, the lock kept)",
     () =>
       Effect.gen(function* () {
@@ -151,12 +151,12 @@ describe("MemoryStore: a whole modification in one step", () => {
         const bad = yield* Effect.exit(
           step("t", ["a"], () => [["a", "2"]], { when: () => ({ holder: { lockId: "?A" } }) })
         )
-        assert.isTrue(Exit.isFailure(bad) && Cause.isDie(bad.cause))
+        assert.isTrue(Exit.isFailure(bad) && Cause.hasDies(bad.cause))
         deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.some("1"))
       }).pipe(Effect.provide(config))
   )
 
-  it.scoped("refused inputs and refused data: a typed error, the decision not made, nothing written", () =>
+  it.effect("refused inputs and refused data: a typed error, the decision not made, nothing written", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -179,7 +179,7 @@ describe("MemoryStore: a whole modification in one step", () => {
     }).pipe(Effect.provide(config))
   )
 
-  it.scoped("a decision that throws, or writes a slice it did not read: a defect, nothing written", () =>
+  it.effect("a decision that throws, or writes a slice it did not read: a defect, nothing written", () =>
     Effect.gen(function* () {
       const memory = yield* MemoryStore.make
       const step = stepOf(memory)
@@ -188,9 +188,9 @@ describe("MemoryStore: a whole modification in one step", () => {
           throw new Error("boom")
         })
       )
-      assert.isTrue(Exit.isFailure(thrown) && Cause.isDie(thrown.cause))
+      assert.isTrue(Exit.isFailure(thrown) && Cause.hasDies(thrown.cause))
       const stray = yield* Effect.exit(step("t", ["a"], () => [["b", "1"]]))
-      assert.isTrue(Exit.isFailure(stray) && Cause.isDie(stray.cause))
+      assert.isTrue(Exit.isFailure(stray) && Cause.hasDies(stray.cause))
       deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "a")), Option.none())
       deepStrictEqual(yield* memory.control.getRaw(keys.slice("t", "b")), Option.none())
       // the lock is free for the next step: no lock was ever set

@@ -9,7 +9,7 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import { cachedKeys } from "../src/internal/memory/keyCache.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -21,21 +21,21 @@ const StoreLive = MemoryStore.layer.pipe(Layer.provide(config))
 const keys = makeKeys("leasehold")
 
 const failureOf = <A, E>(exit: Exit.Exit<A, E>): Option.Option<E> =>
-  Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
+  Exit.isFailure(exit) ? Cause.findErrorOption(exit.cause) : Option.none()
 
 const tagOf = <A, E extends { readonly _tag: string }>(exit: Exit.Exit<A, E>): string | undefined =>
   Option.getOrUndefined(Option.map(failureOf(exit), (error) => error._tag))
 
 describe("MemoryStore", () => {
   describe("subscriptions after a dropped connection", () => {
-    it.scoped("every listener that subscribes again receives, whatever order the old ones leave in", () =>
+    it.effect("every listener that subscribes again receives, whatever order the old ones leave in", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         // two workers' subscriptions to one token, as two Signals layers on one store make them
         const oldA = yield* Scope.make()
         const oldB = yield* Scope.make()
-        yield* Scope.extend(memory.subscribe("t"), oldA)
-        yield* Scope.extend(memory.subscribe("t"), oldB)
+        yield* Scope.provide(memory.subscribe("t"), oldA)
+        yield* Scope.provide(memory.subscribe("t"), oldB)
         yield* memory.control.dropSubscriptions
         // A leaves its lost subscription and subscribes again before B leaves its own
         yield* Scope.close(oldA, Exit.void)
@@ -52,7 +52,7 @@ describe("MemoryStore", () => {
   })
 
   describe("expiry", () => {
-    it.scoped("the sweeper removes expired entries without any access", () =>
+    it.effect("the sweeper removes expired entries without any access", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.tryAcquire("t1", "L1", []) // lock (10 s) and fence (1 h)
@@ -72,7 +72,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("a deadline earlier than the planned sweep brings the sweep forward", () =>
+    it.effect("a deadline earlier than the planned sweep brings the sweep forward", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw("leasehold:{t1}:s:late", "v", 3_600_000)
@@ -84,7 +84,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("an expired entry is removed by the access that finds it, before any sweep", () =>
+    it.effect("an expired entry is removed by the access that finds it, before any sweep", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw(keys.slice("t1", "a"), "short", 100)
@@ -98,7 +98,7 @@ describe("MemoryStore", () => {
       }).pipe(Effect.provide(config))
     )
 
-    it.scoped("keyCount counts live keys only, even before the sweeper has run", () =>
+    it.effect("keyCount counts live keys only, even before the sweeper has run", () =>
       Effect.gen(function* () {
         const memory = yield* MemoryStore.make
         yield* memory.control.setRaw(keys.lock("t1"), "L1", 100)
@@ -197,10 +197,12 @@ describe("MemoryStore", () => {
           Effect.gen(function* () {
             const signals = yield* store.subscribe("t1")
             const received = yield* Queue.unbounded<Signal>()
-            const consumer = yield* Effect.fork(Stream.runForEach(signals, (signal) => Queue.offer(received, signal)))
+            const consumer = yield* Effect.forkChild(
+              Stream.runForEach(signals, (signal) => Queue.offer(received, signal))
+            )
             yield* store.publish("t1", { _tag: "Released" })
             deepStrictEqual(yield* Queue.take(received), { _tag: "Released" })
-            const reader = yield* Effect.fork(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
+            const reader = yield* Effect.forkChild(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
             yield* TestClock.adjust("1 second")
 
             yield* control.setAvailable(false)
@@ -242,20 +244,20 @@ describe("MemoryStore", () => {
         const store = yield* Store
         const control = yield* MemoryStore.MemoryStoreControl
         const observed = yield* Queue.unbounded<ConnectionStatus>()
-        yield* Effect.fork(Stream.runForEach(store.statusChanges, (status) => Queue.offer(observed, status)))
+        yield* Effect.forkChild(Stream.runForEach(store.statusChanges, (status) => Queue.offer(observed, status)))
         deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 1 })
 
         yield* Effect.scoped(
           Effect.gen(function* () {
             const old = yield* store.subscribe("t1")
-            const oldConsumer = yield* Effect.fork(Stream.runDrain(old))
+            const oldConsumer = yield* Effect.forkChild(Stream.runDrain(old))
             yield* control.dropSubscriptions
             assert.strictEqual(tagOf(yield* Fiber.await(oldConsumer)), "StoreUnavailable")
             deepStrictEqual(yield* Queue.take(observed), { ready: false, epoch: 1 })
             deepStrictEqual(yield* Queue.take(observed), { ready: true, epoch: 2 })
 
             const fresh = yield* store.subscribe("t1")
-            const head = yield* Effect.fork(Stream.runHead(fresh))
+            const head = yield* Effect.forkChild(Stream.runHead(fresh))
             yield* store.publish("t1", { _tag: "Contended", instanceId: "w2" })
             deepStrictEqual(yield* Fiber.join(head), Option.some({ _tag: "Contended", instanceId: "w2" } as const))
           })
@@ -296,12 +298,12 @@ describe("MemoryStore", () => {
       Effect.gen(function* () {
         const store = yield* Store
         const seen = yield* store.mailboxAppend("w1", "seen", { maxLen: 10, ttlMs: 60_000 })
-        const reader = yield* Effect.fork(store.mailboxRead("w1", seen, { count: 10, blockMs: 5_000 }))
+        const reader = yield* Effect.forkChild(store.mailboxRead("w1", seen, { count: 10, blockMs: 5_000 }))
         yield* TestClock.adjust("1 second")
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
         yield* store.mailboxAppend("w2", "elsewhere", { maxLen: 10, ttlMs: 60_000 })
         yield* TestClock.adjust("1 second")
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
 
         const id = yield* store.mailboxAppend("w1", "hello", { maxLen: 10, ttlMs: 60_000 })
         // No clock movement: only the append can end the wait.
@@ -312,9 +314,9 @@ describe("MemoryStore", () => {
     it.effect("a blocking read with nothing to read times out on the clock", () =>
       Effect.gen(function* () {
         const store = yield* Store
-        const reader = yield* Effect.fork(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
+        const reader = yield* Effect.forkChild(store.mailboxRead("w1", "0-0", { count: 10, blockMs: 5_000 }))
         yield* TestClock.adjust("4999 millis")
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))))
         yield* TestClock.adjust("1 millis")
         deepStrictEqual(yield* Fiber.join(reader), [])
       }).pipe(Effect.provide(StoreLive))

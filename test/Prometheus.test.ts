@@ -2,7 +2,6 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import * as MetricBoundaries from "effect/MetricBoundaries"
 import * as Prometheus from "../src/Prometheus.js"
 
 const family = (text: string, name: string) =>
@@ -14,10 +13,10 @@ describe("Prometheus", () => {
   it.effect("counters and gauges, with help, type and escaped labels", () =>
     Effect.gen(function* () {
       const counter = Metric.counter("prom_test_requests_total", { description: "requests\nserved", incremental: true })
-      yield* Metric.incrementBy(Metric.tagged(counter, "route", 'a"b\\c'), 3)
-      yield* Metric.increment(Metric.tagged(counter, "route", "plain"))
+      yield* Metric.update(Metric.withAttributes(counter, { route: 'a"b\\c' }), 3)
+      yield* Metric.update(Metric.withAttributes(counter, { route: "plain" }), 1)
       const gauge = Metric.gauge("prom_test_open")
-      yield* Metric.set(gauge, 2)
+      yield* Metric.update(gauge, 2)
       const text = yield* Prometheus.render
       deepStrictEqual(family(text, "prom_test_requests_total"), [
         "# HELP prom_test_requests_total requests\\nserved",
@@ -32,7 +31,10 @@ describe("Prometheus", () => {
 
   it.effect("a histogram gives cumulative buckets ending in +Inf, a sum and a count", () =>
     Effect.gen(function* () {
-      const histogram = Metric.histogram("prom_test_wait_ms", MetricBoundaries.fromIterable([1, 10]), "wait")
+      const histogram = Metric.histogram("prom_test_wait_ms", {
+        boundaries: Metric.boundariesFromIterable([1, 10]),
+        description: "wait"
+      })
       for (const value of [0.5, 5, 50]) yield* Metric.update(histogram, value)
       const text = yield* Prometheus.render
       deepStrictEqual(family(text, "prom_test_wait_ms").slice(0, 2), [
@@ -55,7 +57,7 @@ describe("Prometheus", () => {
     assert.strictEqual(text, "")
     const counter = Metric.counter("prom-test.dotted")
     const gauge = Metric.gauge("prom_test_dotted")
-    Effect.runSync(Effect.zipRight(Metric.increment(counter), Metric.set(gauge, 7)))
+    Effect.runSync(Effect.andThen(Metric.update(counter, 1), Metric.update(gauge, 7)))
     const rendered = Effect.runSync(Prometheus.render)
     deepStrictEqual(family(rendered, "prom_test_dotted"), ["# TYPE prom_test_dotted counter", "prom_test_dotted 1"])
   })

@@ -14,7 +14,7 @@ import * as RedisServer from "./support/RedisServer.js"
 
 const currentPid = (server: RedisServer.RedisServer) =>
   Effect.flatMap(server.pid, (pid) =>
-    Option.match(pid, { onNone: () => Effect.dieMessage("server is not running"), onSome: Effect.succeed })
+    Option.match(pid, { onNone: () => Effect.die("server is not running"), onSome: Effect.succeed })
   )
 
 const recordFile = (pid: number) => path.join(RedisServer.runDir(), `${pid}.json`)
@@ -40,14 +40,14 @@ const waitUntil = (label: string, condition: () => boolean) =>
       if (condition()) return
       yield* Effect.sleep("10 millis")
     }
-    return yield* Effect.dieMessage(`timed out waiting for ${label}`)
+    return yield* Effect.die(`timed out waiting for ${label}`)
   })
 
 describe("RedisServer harness", () => {
   it.live("start: a fresh server on a free loopback port, no persistence, own dir; scope close removes it", () =>
     Effect.gen(function* () {
       const scope = yield* Scope.make()
-      const server = yield* RedisServer.start().pipe(Scope.extend(scope))
+      const server = yield* RedisServer.start().pipe(Scope.provide(scope))
       const pid = yield* currentPid(server)
       assert.notStrictEqual(server.port, 6379)
       assert.strictEqual(server.url, `redis://127.0.0.1:${server.port}`)
@@ -78,7 +78,7 @@ describe("RedisServer harness", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.scopedLive("kill: SIGKILL, returns once the process is gone", () =>
+  it.live("kill: SIGKILL, returns once the process is gone", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -94,7 +94,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("restart: same port, new process, answers PING, data gone (no persistence)", () =>
+  it.live("restart: same port, new process, answers PING, data gone (no persistence)", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const first = yield* currentPid(server)
@@ -118,7 +118,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("stop: graceful shutdown", () =>
+  it.live("stop: graceful shutdown", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -129,7 +129,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("pause / resume: a paused server answers nothing, a resumed one answers again", () =>
+  it.live("pause / resume: a paused server answers nothing, a resumed one answers again", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -142,10 +142,10 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("a paused server is still removed when its scope closes", () =>
+  it.live("a paused server is still removed when its scope closes", () =>
     Effect.gen(function* () {
       const scope = yield* Scope.make()
-      const server = yield* RedisServer.start().pipe(Scope.extend(scope))
+      const server = yield* RedisServer.start().pipe(Scope.provide(scope))
       const pid = yield* currentPid(server)
       yield* server.pause
       yield* Scope.close(scope, Exit.void)
@@ -153,7 +153,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("clientKill: pubsub kills only subscribers, normal kills only normal clients", () =>
+  it.live("clientKill: pubsub kills only subscribers, normal kills only normal clients", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const normal = yield* connect(server)
@@ -174,7 +174,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("command: raw replies and error replies", () =>
+  it.live("command: raw replies and error replies", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       assert.strictEqual(yield* server.command("SET", "a b", "x\r\ny"), "OK")
@@ -188,7 +188,7 @@ describe("RedisServer harness", () => {
     })
   )
 
-  it.scopedLive("reapRunDir kills a recorded redis-server, and nothing that is not one", () =>
+  it.live("reapRunDir kills a recorded redis-server, and nothing that is not one", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       const pid = yield* currentPid(server)
@@ -217,7 +217,7 @@ describe("RedisCluster harness", () => {
     () =>
       Effect.gen(function* () {
         const scope = yield* Scope.make()
-        const cluster = yield* RedisCluster.start().pipe(Scope.extend(scope))
+        const cluster = yield* RedisCluster.start().pipe(Scope.provide(scope))
         assert.strictEqual(cluster.nodes.length, 3)
         assert.strictEqual(cluster.url, `redis://${cluster.nodes.map((n) => `127.0.0.1:${n.port}`).join(",")}`)
         const pids = yield* Effect.forEach(cluster.nodes, currentPid)

@@ -10,11 +10,11 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -87,7 +87,7 @@ const connections = (server: RedisServer.RedisServer, role: string) =>
   )
 
 describe("RedisStore with minReplicasAck", () => {
-  it.scopedLive(
+  it.live(
     "1: a modification returns once the replica has it; while the replica is frozen it waits",
     () =>
       Effect.gen(function* () {
@@ -103,9 +103,9 @@ describe("RedisStore with minReplicasAck", () => {
         assert.strictEqual(yield* connections(primary, "acknowledged"), 2)
 
         yield* replica.pause
-        const fiber = yield* Effect.fork(inc(w, "tok"))
+        const fiber = yield* Effect.forkChild(inc(w, "tok"))
         yield* Effect.sleep(1_000)
-        const early = yield* Fiber.poll(fiber)
+        const early = yield* Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe()))
         yield* replica.resume
         assert.isTrue(Option.isNone(early), "the modification returned while the replica was frozen")
         assert.strictEqual(yield* Fiber.join(fiber), 6)
@@ -114,7 +114,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a frozen replica: NotAcknowledged within the timeout, and the command connection answers meanwhile",
     () =>
       Effect.gen(function* () {
@@ -126,7 +126,7 @@ describe("RedisStore with minReplicasAck", () => {
 
         yield* replica.pause
         const started = performance.now()
-        const fiber = yield* Effect.fork(Effect.either(inc(w, "tok")))
+        const fiber = yield* Effect.forkChild(Effect.result(inc(w, "tok")))
         // the grant is sent, and its WAIT blocks the acknowledged connection
         yield* Effect.sleep(300)
         const readStarted = performance.now()
@@ -134,7 +134,7 @@ describe("RedisStore with minReplicasAck", () => {
         assert.isTrue(Option.isSome(yield* cluster.store.holder("tok")), "the grant is made on the primary")
         yield* cluster.store.readSlices("other", ["counter"])
         const readMs = performance.now() - readStarted
-        const during = yield* Fiber.poll(fiber)
+        const during = yield* Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe()))
         assert.isTrue(
           Option.isNone(during),
           `the reads (${Math.round(readMs)} ms) waited until the modification was over: the command connection was stalled`
@@ -143,9 +143,9 @@ describe("RedisStore with minReplicasAck", () => {
         const result = yield* Fiber.join(fiber)
         const elapsed = performance.now() - started
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result), "the modification succeeded without its replica")
-        if (Either.isLeft(result)) {
-          const error = result.left
+        assert.isTrue(Result.isFailure(result), "the modification succeeded without its replica")
+        if (Result.isFailure(result)) {
+          const error = result.failure
           assert.strictEqual(error._tag, "NotAcknowledged", error.message)
           if (error._tag === "NotAcknowledged") {
             deepStrictEqual(
@@ -164,7 +164,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a step written after its batch's WAIT (a script resent after NOSCRIPT) waits for a WAIT of its own",
     () =>
       Effect.gen(function* () {
@@ -177,15 +177,15 @@ describe("RedisStore with minReplicasAck", () => {
         yield* Effect.orDie(primary.command("SCRIPT", "FLUSH"))
         yield* caughtUp(primary)
         yield* replica.pause
-        const result = yield* Effect.either(cluster.store.tryAcquire("tok2", "lock-2", []))
+        const result = yield* Effect.result(cluster.store.tryAcquire("tok2", "lock-2", []))
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", JSON.stringify(result))
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", JSON.stringify(result))
         assert.isTrue(Option.isSome(yield* RedisServer.getRaw(primary, cluster.keys.lock("tok2"))))
       }),
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a step whose reply comes before its WAIT's is covered by that WAIT: one WAIT per step, one after the other",
     () =>
       Effect.gen(function* () {
@@ -206,7 +206,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a modification in one step not acknowledged fails, and is not undone: the next one reads it",
     () =>
       Effect.gen(function* () {
@@ -215,11 +215,11 @@ describe("RedisStore with minReplicasAck", () => {
         const w = yield* cluster.worker()
         assert.strictEqual(yield* inc(w, "tok"), 1)
         yield* replica.pause
-        const result = yield* Effect.either(inc(w, "tok"))
+        const result = yield* Effect.result(inc(w, "tok"))
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Either.isLeft(result) && result.left._tag === "NotAcknowledged") {
-          assert.strictEqual(result.left.operation, "commitIfUnchanged")
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.failure._tag === "NotAcknowledged") {
+          assert.strictEqual(result.failure.operation, "commitIfUnchanged")
         }
         assert.strictEqual(yield* cluster.stored("tok"), 2)
         assert.strictEqual(yield* inc(w, "tok"), 3)
@@ -232,7 +232,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a commit not acknowledged fails, and is not undone: its outcome is unknown",
     () =>
       Effect.gen(function* () {
@@ -241,13 +241,13 @@ describe("RedisStore with minReplicasAck", () => {
         const w = yield* cluster.worker()
         assert.strictEqual(yield* inc(w, "tok"), 1)
         // the grant is acknowledged; the replica freezes before the commit
-        const result = yield* Effect.either(
+        const result = yield* Effect.result(
           w.states.modifyEffect("tok", Counter, (s) => Effect.as(replica.pause, [s.n + 1, { n: s.n + 1 }] as const))
         )
         yield* replica.resume
-        assert.isTrue(Either.isLeft(result) && result.left._tag === "NotAcknowledged", String(result))
-        if (Either.isLeft(result) && result.left._tag === "NotAcknowledged") {
-          assert.strictEqual(result.left.operation, "commitAndReleaseQueued")
+        assert.isTrue(Result.isFailure(result) && result.failure._tag === "NotAcknowledged", String(result))
+        if (Result.isFailure(result) && result.failure._tag === "NotAcknowledged") {
+          assert.strictEqual(result.failure.operation, "commitAndReleaseQueued")
         }
         // made on the primary, and the replica catches up: here the change stays
         assert.strictEqual(yield* cluster.stored("tok"), 2)
@@ -261,7 +261,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "the steps sent together share one WAIT; with 0 there is no WAIT and no acknowledged connection",
     () =>
       Effect.gen(function* () {
@@ -293,7 +293,7 @@ describe("RedisStore with minReplicasAck", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "an update for another worker's socket is sent once the replica has it; while the replica is frozen it waits in the outbox, and arrives once",
     () =>
       Effect.gen(function* () {
@@ -367,9 +367,9 @@ let testCount = 0
  */
 const sharedScope = Effect.runSync(Scope.make())
 afterAll(() => Effect.runPromise(Scope.close(sharedScope, Exit.void)))
-let sharedPair: Promise<Effect.Effect.Success<typeof replicated>> | undefined
+let sharedPair: Promise<Effect.Success<typeof replicated>> | undefined
 const shared = Effect.promise(() => {
-  sharedPair ??= Effect.runPromise(Scope.extend(replicated, sharedScope))
+  sharedPair ??= Effect.runPromise(Scope.provide(replicated, sharedScope))
   return sharedPair
 })
 
@@ -378,7 +378,7 @@ const acknowledgedRedis: Backend = {
   name: "redis",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const { primary, replica } = yield* shared
         yield* Effect.orDie(primary.command("FLUSHALL"))
@@ -415,9 +415,9 @@ const acknowledgedRedis: Backend = {
           outage: {
             begin: primary.kill,
             // idempotent: the suite also runs it as a finalizer; back once the replica is linked again
-            end: Effect.zipRight(
+            end: Effect.andThen(
               Effect.flatMap(primary.pid, (pid) => (Option.isNone(pid) ? primary.restart : Effect.void)),
-              Effect.zipRight(linked, acknowledging(primary))
+              Effect.andThen(linked, acknowledging(primary))
             )
           }
         }

@@ -54,7 +54,7 @@ const deployment = Effect.gen(function* () {
 describe.skipIf(!tls)(
   `Sentinel over TLS with a password${tls ? "" : " (skipped: this redis-server was built without TLS)"}`,
   () => {
-    it.scopedLive(
+    it.live(
       "a worker trusting the certificate through NODE_EXTRA_CA_CERTS modifies a token before and after a failover; the new primary holds the exact count",
       () =>
         Effect.gen(function* () {
@@ -89,7 +89,7 @@ describe.skipIf(!tls)(
       60_000
     )
 
-    it.scopedLive(
+    it.live(
       "the certificate not trusted: StoreUnavailable within the connect timeout, and the password in no log line or error",
       () =>
         Effect.gen(function* () {

@@ -10,7 +10,7 @@ import * as Metric from "effect/Metric"
 import * as Queue from "effect/Queue"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { Redis } from "ioredis"
 import * as Health from "../src/Health.js"
 import * as InstanceId from "../src/InstanceId.js"
@@ -61,16 +61,19 @@ const listen = (signals: Signals.Signals.Service, token: string) =>
     return queue
   })
 
+/** The real clock, for waits that must not depend on the TestClock. */
+const liveClock = Clock.Clock.defaultValue()
+
 const next = (queue: Queue.Queue<Signals.SignalEvent>, ms = 5_000) =>
   Queue.take(queue).pipe(
-    Effect.timeoutFail({ duration: ms, onTimeout: () => new Error("no signal arrived") }),
-    Effect.withClock(Clock.make())
+    Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.failSync(() => new Error("no signal arrived")) }),
+    Effect.provideService(Clock.Clock, liveClock)
   )
 
 /** A queue step that must take the lock, or must queue the worker. */
 const expect = (tag: "Acquired" | "Queued", step: Effect.Effect<{ readonly _tag: string }, unknown>) =>
   Effect.flatMap(step, (result) =>
-    result._tag === tag ? Effect.void : Effect.dieMessage(`expected ${tag}, got ${result._tag}`)
+    result._tag === tag ? Effect.void : Effect.die(`expected ${tag}, got ${result._tag}`)
   )
 
 const take = (store: Store.Service, token: string, worker: string, n = 1) =>
@@ -113,7 +116,7 @@ const isGranted = (event: Signals.SignalEvent) => {
 }
 const contended = { _tag: "Contended" } as const
 
-const signalsErrors = Metric.tagged(Supervisor.loopErrors, "loop", Signals.loopName)
+const signalsErrors = Metric.withAttributes(Supervisor.loopErrors, { loop: Signals.loopName })
 const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.count)
 
 describe("Signals on MemoryStore", () => {
@@ -126,7 +129,7 @@ describe("Signals on MemoryStore", () => {
       return { ...worker, control: Context.get(worker.context, MemoryStore.MemoryStoreControl) }
     })
 
-  it.scoped("a listener receives the Contended and Granted notices of its token addressed to its worker", () =>
+  it.effect("a listener receives the Contended and Granted notices of its token addressed to its worker", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const events = yield* listen(signals, "tok")
@@ -147,13 +150,13 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("listeners of one token share one entry, dropped when the last leaves", () =>
+  it.effect("listeners of one token share one entry, dropped when the last leaves", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
       const second = yield* Scope.make()
-      const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
-      const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      const a = yield* listen(signals, "tok").pipe(Scope.provide(first))
+      const b = yield* listen(signals, "tok").pipe(Scope.provide(second))
       deepStrictEqual(yield* signals.tokens, ["tok"])
       yield* sendGranted(store, "tok")
       isGranted(yield* next(a))
@@ -167,17 +170,17 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a token's subscription outlives its last listener by one to two sweeps, then goes", () =>
+  it.effect("a token's subscription outlives its last listener by one to two sweeps, then goes", () =>
     Effect.gen(function* () {
       const { signals, store } = yield* setup()
       const first = yield* Scope.make()
-      yield* listen(signals, "tok").pipe(Scope.extend(first))
+      yield* listen(signals, "tok").pipe(Scope.provide(first))
       yield* Scope.close(first, Exit.void)
       deepStrictEqual(yield* signals.tokens, [])
       deepStrictEqual(yield* signals.subscribed, ["tok"])
       // a listener within the linger reuses it: no new subscription, signals delivered
       const second = yield* Scope.make()
-      const events = yield* listen(signals, "tok").pipe(Scope.extend(second))
+      const events = yield* listen(signals, "tok").pipe(Scope.provide(second))
       yield* sendGranted(store, "tok")
       isGranted(yield* next(events))
       yield* TestClock.adjust(3 * Signals.lingerMs)
@@ -195,7 +198,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a mark tells whether a notice about its token can have arrived unheard since", () =>
+  it.effect("a mark tells whether a notice about its token can have arrived unheard since", () =>
     Effect.gen(function* () {
       const { signals, store, control } = yield* setup()
       // nothing subscribed yet: nothing can be trusted
@@ -239,7 +242,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
+  it.effect("a lost subscription is restored: every listener gets Resubscribed, then later signals", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines } = yield* setup()
       const a = yield* listen(signals, "tok")
@@ -257,7 +260,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
+  it.effect("seven failures in a row: one ERROR, one INFO, and the next signal is delivered", () =>
     Effect.gen(function* () {
       const { signals, store, control, lines, health } = yield* setup()
       const events = yield* listen(signals, "tok")
@@ -281,7 +284,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
+  it.effect("subscribing while the store is away fails with StoreUnavailable and leaves nothing behind", () =>
     Effect.gen(function* () {
       const { signals, store, control } = yield* setup()
       yield* control.setAvailable(false)
@@ -296,7 +299,7 @@ describe("Signals on MemoryStore", () => {
     })
   )
 
-  it.scoped("a bad token is refused before anything else", () =>
+  it.effect("a bad token is refused before anything else", () =>
     Effect.gen(function* () {
       const { signals } = yield* setup()
       const error = yield* Effect.flip(Effect.scoped(signals.subscribe("a*")))
@@ -311,13 +314,17 @@ describe("Signals on MemoryStore", () => {
       const { signals, control, health } = yield* build(memory(), scope).pipe(
         Effect.map((w) => ({ ...w, control: Context.get(w.context, MemoryStore.MemoryStoreControl) }))
       )
-      yield* listen(signals, "tok").pipe(Scope.extend(scope))
+      yield* listen(signals, "tok").pipe(Scope.provide(scope))
       yield* control.setAvailable(false)
       for (let i = 0; i < 40; i++) yield* TestClock.adjust(1_000)
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      const exit = yield* Fiber.join(closing).pipe(Effect.timeout(1_000), Effect.withClock(Clock.make()), Effect.exit)
+      const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void))
+      const exit = yield* Fiber.join(closing).pipe(
+        Effect.timeout(1_000),
+        Effect.provideService(Clock.Clock, liveClock),
+        Effect.exit
+      )
       assert.isTrue(Exit.isSuccess(exit))
       assert.strictEqual(yield* Clock.currentTimeMillis, 40_000)
     })
@@ -358,7 +365,7 @@ describe("Signals on RedisStore", () => {
   const lostLine = (server: RedisServer.RedisServer) =>
     `ERROR signals: task error, retrying until it recovers: store unavailable during subscribe: subscriber connection to ${server.url} lost`
 
-  it.scopedLive(
+  it.live(
     "two listeners share one Redis subscription; the token's entry goes with the last, the worker's notice channel stays",
     () =>
       Effect.gen(function* () {
@@ -370,8 +377,8 @@ describe("Signals on RedisStore", () => {
         )
         const first = yield* Scope.make()
         const second = yield* Scope.make()
-        const a = yield* listen(signals, "tok").pipe(Scope.extend(first))
-        const b = yield* listen(signals, "tok").pipe(Scope.extend(second))
+        const a = yield* listen(signals, "tok").pipe(Scope.provide(first))
+        const b = yield* listen(signals, "tok").pipe(Scope.provide(second))
         assert.strictEqual(yield* Effect.orDie(server.numsub(channel)), 1)
         deepStrictEqual(yield* subscribed, [channel])
         yield* sendGranted(store, "tok")
@@ -395,7 +402,7 @@ describe("Signals on RedisStore", () => {
       })
   )
 
-  it.scopedLive("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
+  it.live("a killed subscriber connection: Resubscribed for every listener, then later signals", () =>
     Effect.gen(function* () {
       const { server, signals, store, lines } = yield* setup
       const a = yield* listen(signals, "tok")
@@ -411,34 +418,30 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.scopedLive(
-    "the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered",
-    () =>
-      Effect.gen(function* () {
-        const { server, signals, store, lines } = yield* setup
-        const events = yield* listen(signals, "tok")
-        const admin = yield* adminClient(server)
-        const before = yield* errorCount
-        // At its client limit the server accepts each reconnection and closes it at once.
-        const connected = Number(
-          /connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1]
-        )
-        yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
-        assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
-        yield* eventuallyTrue(
-          "seven errors of the signals loop",
-          10_000,
-          Effect.map(errorCount, (n) => n - before >= 7)
-        )
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-        deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
-        yield* sendGranted(store, "tok")
-        isGranted(yield* next(events))
-        deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
-      })
+  it.live("the subscriber connection killed seven times in a row: one ERROR, one INFO, next signal delivered", () =>
+    Effect.gen(function* () {
+      const { server, signals, store, lines } = yield* setup
+      const events = yield* listen(signals, "tok")
+      const admin = yield* adminClient(server)
+      const before = yield* errorCount
+      // At its client limit the server accepts each reconnection and closes it at once.
+      const connected = Number(/connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1])
+      yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
+      assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
+      yield* eventuallyTrue(
+        "seven errors of the signals loop",
+        10_000,
+        Effect.map(errorCount, (n) => n - before >= 7)
+      )
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+      deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
+      yield* sendGranted(store, "tok")
+      isGranted(yield* next(events))
+      deepStrictEqual(lines(), [lostLine(server), "INFO signals: task recovered"])
+    })
   )
 
-  it.scopedLive("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
+  it.live("the server SIGKILLed and restarted: one ERROR, one INFO, next signal delivered", () =>
     Effect.gen(function* () {
       const { server, signals, store, lines, health } = yield* setup
       const events = yield* listen(signals, "tok")
@@ -460,44 +463,42 @@ describe("Signals on RedisStore", () => {
     })
   )
 
-  it.scopedLive(
-    "T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections",
-    () =>
-      Effect.gen(function* () {
-        const server = yield* RedisServer.start()
-        const admin = yield* adminClient(server)
-        const scope = yield* Scope.make()
-        const slow = RedisStore.layer({ url: server.url }).pipe(
-          Layer.provideMerge(
-            LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
-          )
+  it.live("T7: closing the worker while the loop waits in a retry delay is prompt and closes its connections", () =>
+    Effect.gen(function* () {
+      const server = yield* RedisServer.start()
+      const admin = yield* adminClient(server)
+      const scope = yield* Scope.make()
+      const slow = RedisStore.layer({ url: server.url }).pipe(
+        Layer.provideMerge(
+          LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
         )
-        const { signals, health } = yield* build(slow, scope)
-        yield* listen(signals, "tok").pipe(Scope.extend(scope))
-        const leasehold = Effect.map(
-          Effect.promise(() => admin.client("LIST") as Promise<string>),
-          (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length
-        )
-        assert.strictEqual(yield* leasehold, 2)
-        yield* Effect.orDie(server.clientKill("pubsub"))
-        // the reconnection is refused, so the loop is left in its 30 s delay
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
-        yield* eventuallyTrue(
-          "the signals loop retrying",
-          5_000,
-          Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
-        )
-        yield* liveSleep(200)
-        const started = yield* Clock.currentTimeMillis
-        yield* Scope.close(scope, Exit.void)
-        const elapsed = (yield* Clock.currentTimeMillis) - started
-        assert.isBelow(elapsed, 1_000)
-        yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-        yield* eventuallyTrue(
-          "no leasehold connection left",
-          2_000,
-          Effect.map(leasehold, (n) => n === 0)
-        )
-      })
+      )
+      const { signals, health } = yield* build(slow, scope)
+      yield* listen(signals, "tok").pipe(Scope.provide(scope))
+      const leasehold = Effect.map(
+        Effect.promise(() => admin.client("LIST") as Promise<string>),
+        (list) => list.split("\n").filter((line) => line.includes("name=leasehold")).length
+      )
+      assert.strictEqual(yield* leasehold, 2)
+      yield* Effect.orDie(server.clientKill("pubsub"))
+      // the reconnection is refused, so the loop is left in its 30 s delay
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
+      yield* eventuallyTrue(
+        "the signals loop retrying",
+        5_000,
+        Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
+      )
+      yield* liveSleep(200)
+      const started = yield* Clock.currentTimeMillis
+      yield* Scope.close(scope, Exit.void)
+      const elapsed = (yield* Clock.currentTimeMillis) - started
+      assert.isBelow(elapsed, 1_000)
+      yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
+      yield* eventuallyTrue(
+        "no leasehold connection left",
+        2_000,
+        Effect.map(leasehold, (n) => n === 0)
+      )
+    })
   )
 })

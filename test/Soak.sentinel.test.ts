@@ -10,7 +10,7 @@ console.log(`chaos soak behind Sentinel: seed ${seed} (replay: npm run soak -- -
 const figures = (report: object) => JSON.stringify({ ...report, details: undefined, fault_timeline: undefined })
 
 describe("chaos soak behind Sentinel", () => {
-  it.scopedLive(
+  it.live(
     "minReplicasAck 2 (every replica), failovers among the faults: no acknowledged modification lost, no fence going down, nothing lost, doubled or stale",
     () =>
       Effect.gen(function* () {
@@ -36,7 +36,7 @@ describe("chaos soak behind Sentinel", () => {
     150_000
   )
 
-  it.scopedLive(
+  it.live(
     "minReplicasAck 0: a failover that loses the primary's last writes loses acknowledged modifications, and the soak reports each",
     () =>
       Effect.gen(function* () {

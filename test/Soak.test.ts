@@ -10,7 +10,7 @@ console.log(
 )
 
 describe("chaos soak", () => {
-  it.scopedLive(
+  it.live(
     `4 workers, 16 tokens, faults on seed ${options.seed}'s schedule: nothing lost, nothing doubled, nothing stale, every tab of a killed worker linked again under its token`,
     () =>
       Effect.gen(function* () {

@@ -3,11 +3,12 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as TestClock from "effect/TestClock"
+import * as Option from "effect/Option"
+import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster, type Worker } from "./state/workers.js"
 
-const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
-const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
+const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
+const advance = (ms: number) => Effect.andThen(TestClock.adjust(ms), settle)
 
 // tokenExpiration 2 s, lockExpiration 1.5 s
 const input = { tokenExpiration: 2_000, lockExpiration: 1_500, lockWarningThreshold: 1_400 } as const
@@ -20,9 +21,9 @@ const slowIncrement = (w: Worker) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect("t", Counter, (s) =>
-        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+        Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
           s.n,
           { n: s.n + 1 }
         ] as const)
@@ -32,7 +33,7 @@ const slowIncrement = (w: Worker) =>
   })
 
 describe("memory store expiry (TestClock)", () => {
-  it.scoped("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
+  it.effect("an idle token is evicted after tokenExpiration; get then returns the initial value", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -48,7 +49,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped("reads and writes push the deadline", () =>
+  it.effect("reads and writes push the deadline", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -66,7 +67,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped("a token whose lock is held is not evicted under the modification", () =>
+  it.effect("a token whose lock is held is not evicted under the modification", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const w = yield* cluster.worker()
@@ -82,7 +83,7 @@ describe("memory store expiry (TestClock)", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "M7: a lock held past tokenExpiration from its grant keeps the slices it read and the fence (a lease kept alive under a slow modification)",
     () =>
       Effect.gen(function* () {
@@ -104,9 +105,9 @@ describe("memory store expiry (TestClock)", () => {
         assert.strictEqual(yield* Fiber.join(fiber), 1)
         assert.strictEqual(yield* cluster.stored("t"), 2)
         // the fence lived on with them: the next grant's number is above every earlier one
-        const next = yield* Effect.fork(reader.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+        const next = yield* Effect.forkChild(reader.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
         // (the worker's lease ends when its hold does: let the TestClock reach it)
-        while ((yield* Fiber.poll(next))._tag === "None") yield* advance(50)
+        while ((yield* Effect.sync(() => Option.fromNullishOr(next.pollUnsafe())))._tag === "None") yield* advance(50)
         assert.strictEqual(yield* cluster.grants("t"), fenceBefore + 2)
       })
   )

@@ -4,7 +4,6 @@ import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as FiberId from "effect/FiberId"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -24,10 +23,10 @@ const TOKENS = ["a", "b"]
 const attempt = (w: Worker, token: string) =>
   Effect.gen(function* () {
     const state = { decided: false }
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect(token, Counter, (s) =>
         Effect.gen(function* () {
-          yield* Effect.sleep(yield* Random.nextIntBetween(0, 3))
+          yield* Effect.sleep(yield* Random.nextIntBetween(0, 3, { halfOpen: true }))
           if ((yield* Random.next) < 0.1) return yield* Effect.fail("failed by itself" as const)
           yield* Effect.sync(() => {
             state.decided = true
@@ -37,15 +36,15 @@ const attempt = (w: Worker, token: string) =>
       )
     )
     if ((yield* Random.next) < 0.3) {
-      yield* Effect.sleep(yield* Random.nextIntBetween(0, 4))
+      yield* Effect.sleep(yield* Random.nextIntBetween(0, 4, { halfOpen: true }))
       // the look and the interruption in one step: an interruption never lands after the decision
       yield* Effect.sync(() => {
-        if (!state.decided) fiber.unsafeInterruptAsFork(FiberId.none)
+        if (!state.decided) fiber.interruptUnsafe()
       })
     }
     const exit = yield* Fiber.await(fiber)
-    if (Exit.isFailure(exit) && !Exit.isInterrupted(exit)) {
-      if (Option.getOrUndefined(Cause.failureOption(exit.cause)) !== "failed by itself")
+    if (Exit.isFailure(exit) && !Exit.hasInterrupts(exit)) {
+      if (Option.getOrUndefined(Cause.findErrorOption(exit.cause)) !== "failed by itself")
         return yield* Effect.failCause(exit.cause)
     }
     return Exit.isSuccess(exit)
@@ -61,7 +60,7 @@ const fuzz = (make: Effect.Effect<Cluster, never, any>) =>
       (w) =>
         Effect.gen(function* () {
           for (let i = 0; i < OPS; i++) {
-            const token = TOKENS[yield* Random.nextIntBetween(0, TOKENS.length)]!
+            const token = TOKENS[yield* Random.nextIntBetween(0, TOKENS.length, { halfOpen: true })]!
             if (yield* attempt(w, token)) successes.set(token, successes.get(token)! + 1)
           }
         }),
@@ -93,7 +92,7 @@ const cases: ReadonlyArray<readonly [string, LeaseholdConfig.Input]> = [
 
 describe("fuzz: workers × fibers, random interruptions", () => {
   for (const [name, input] of cases) {
-    it.scopedLive(`memory store, ${name}`, () => fuzz(memoryCluster(input)), 60_000)
-    it.scopedLive(`redis store, ${name}`, () => fuzz(redisCluster(input)), 60_000)
+    it.live(`memory store, ${name}`, () => fuzz(memoryCluster(input)), 60_000)
+    it.live(`redis store, ${name}`, () => fuzz(redisCluster(input)), 60_000)
   }
 })

@@ -2,6 +2,7 @@ import * as v8 from "node:v8"
 import { runInNewContext } from "node:vm"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -10,12 +11,13 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import * as Lease from "../src/Lease.js"
 import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster } from "./state/workers.js"
+import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 
@@ -28,14 +30,14 @@ const collectGarbage: () => void = (() => {
 const memory: StateBackend = {
   name: "memory",
   test: (name, input, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         yield* body(cluster, {
-          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           settle,
           until: untilOnTestClock
-        })
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }
@@ -43,27 +45,27 @@ const memory: StateBackend = {
 stateSuite(memory)
 
 describe("signals lost with the subscriber connection", () => {
-  it.scoped("a waiter re-checks when its subscription is restored, not after a re-check interval", () =>
+  it.effect("a waiter re-checks when its subscription is restored, not after a re-check interval", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ lockExpiration: 20_000, lockWarningThreshold: 10_000 })
       const holder = yield* cluster.worker()
       const waiter = yield* cluster.worker()
       const gate = yield* Deferred.make<void>()
       const entered = yield* Deferred.make<void>()
-      const blocking = yield* Effect.fork(
+      const blocking = yield* Effect.forkChild(
         holder.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
             null,
             { n: s.n + 1 }
           ] as const)
         )
       )
       yield* Deferred.await(entered)
-      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* eventuallyTrue(
         "the waiter is queued",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.store.queue("t"), (ids) => ids.includes(waiter.id))
         )
@@ -76,7 +78,13 @@ describe("signals lost with the subscriber connection", () => {
       yield* eventuallyTrue(
         "the waiter finished",
         5_000,
-        Effect.zipRight(settle, Effect.map(Fiber.poll(second), Option.isSome))
+        Effect.andThen(
+          settle,
+          Effect.map(
+            Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+            Option.isSome
+          )
+        )
       )
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.strictEqual(yield* cluster.stored("t"), 10)
@@ -90,26 +98,26 @@ describe("signals lost with the subscriber connection", () => {
 })
 
 describe("plain modifications decided by the session", () => {
-  it.scoped(
+  it.effect(
     "one decided while the next caller holds its turn: interrupted, it ends only once its write is acknowledged",
     () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster()
         const w = yield* cluster.worker()
         const first = yield* holding(w, "t")
-        const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+        const plain = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
         const gate = yield* Deferred.make<void>()
-        const second = yield* Effect.fork(
+        const second = yield* Effect.forkChild(
           w.states.modifyEffect("t", Counter, (s) => Effect.as(Deferred.await(gate), [null, { n: s.n + 1 }] as const))
         )
         yield* settle
         // the first turn's end decides the plain one and gives the next turn to the second
         yield* first.open
         yield* settle
-        yield* Fiber.interruptFork(plain)
+        yield* Effect.sync(() => plain.interruptUnsafe())
         yield* settle
         // decided, its write waits for the grant's next write (after the second's turn): so does its end
-        assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+        assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(plain.pollUnsafe()))))
         assert.strictEqual(yield* cluster.stored("t"), 0)
         yield* Deferred.succeed(gate, undefined)
         yield* Fiber.await(plain)
@@ -120,7 +128,7 @@ describe("plain modifications decided by the session", () => {
 })
 
 describe("plain modifications in one step of the embedded store (oplock off)", () => {
-  it.scoped("uncontended: one store step, no session left behind; an effectful one takes two", () =>
+  it.effect("uncontended: one store step, no session left behind; an effectful one takes two", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -139,30 +147,33 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("a tight loop of them lets the worker's other fibers run at least every 16 modifications", () =>
+  it.effect("a tight loop of them lets the worker's other fibers run at least every 16 modifications", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
       let loops = 0
       const ranAt: Array<number> = []
-      const loop = yield* Effect.fork(
+      const loop = yield* Effect.forkChild(
         Effect.whileLoop({
           while: () => loops < 200,
           body: () =>
             Effect.tap(
               w.states.modify("a", Counter, (s) => [null, { n: s.n + 1 }]),
-              () => loops++
+              () =>
+                Effect.sync(() => {
+                  loops++
+                })
             ),
           step: () => undefined
         })
       )
       // another fiber of the same worker, which asks for nothing but its turn to run
-      const other = yield* Effect.fork(
+      const other = yield* Effect.forkChild(
         Effect.whileLoop({
           while: () => loops < 200,
           body: () =>
-            Effect.zipRight(
-              Effect.yieldNow(),
+            Effect.andThen(
+              Effect.yieldNow,
               Effect.sync(() => ranAt.push(loops))
             ),
           step: () => undefined
@@ -177,15 +188,15 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
+  it.effect("a lock held by another worker: the modification queues, waits, and applies after the holder's", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const holder = yield* cluster.worker()
       const w = yield* cluster.worker()
       const first = yield* holding(holder, "t")
-      const plain = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
+      const plain = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 }]))
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(plain)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(plain.pollUnsafe()))))
       assert.strictEqual(yield* cluster.stored("t"), 0)
       yield* first.open
       // it saw the holder's write
@@ -195,7 +206,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
     })
   )
 
-  it.scoped("refused values and a throwing function: as on the queued way, nothing written and the lock free", () =>
+  it.effect("refused values and a throwing function: as on the queued way, nothing written and the lock free", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ maxValueBytes: 10 })
       const w = yield* cluster.worker()
@@ -212,7 +223,9 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
           throw new Error("boom")
         })
       )
-      assert.isTrue(Exit.isFailure(thrown) && thrown.cause._tag === "Die")
+      assert.isTrue(
+        Exit.isFailure(thrown) && thrown.cause.reasons.length === 1 && thrown.cause.reasons.every(Cause.isDieReason)
+      )
       assert.strictEqual(yield* cluster.stored("t"), 1)
       assert.strictEqual(yield* w.lease.sessions, 0)
       // the lock is free: the next modification is served at once
@@ -226,7 +239,7 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
 const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
 
 describe("plain modifications under an idle lease, in one step of the embedded store (oplock on)", () => {
-  it.scoped("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
+  it.effect("one store step each, under the lease's grant and fence, its cache kept; contention sees the last", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -255,28 +268,28 @@ describe("plain modifications under an idle lease, in one step of the embedded s
     })
   )
 
-  it.scoped("a parked lease serves them without waking: it stays parked, and its deadline still ends it", () =>
+  it.effect("a parked lease serves them without waking: it stays parked, and its deadline still ends it", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 5_000, lockExpiration: 20_000 })
       const a = yield* cluster.worker()
       const before = yield* parkedCount
       yield* a.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 1)
       for (let i = 0; i < 3; i++) yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       // not woken, so not parked again
       assert.strictEqual((yield* parkedCount) - before, 1)
       assert.strictEqual(yield* cluster.stored("t"), 4)
       assert.isTrue(a.lease.isLeased("t"))
-      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      yield* Effect.andThen(TestClock.adjust(6_000), settle)
       assert.isFalse(a.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 4)
     })
   )
 
-  it.scoped("a lease whose lock was lost: the step refuses, the hold finds the loss, nothing is written", () =>
+  it.effect("a lease whose lock was lost: the step refuses, the hold finds the loss, nothing is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -293,7 +306,7 @@ describe("plain modifications under an idle lease, in one step of the embedded s
 })
 
 describe("modifications that take the lock in their caller's fiber", () => {
-  it.scoped("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
+  it.effect("a store that is away fails the modification with StoreUnavailable and leaves no local entry", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
@@ -308,27 +321,27 @@ describe("modifications that take the lock in their caller's fiber", () => {
     })
   )
 
-  it.scoped("modifications queued behind one holding the lock in its own fiber run after it, in order", () =>
+  it.effect("modifications queued behind one holding the lock in its own fiber run after it, in order", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const w = yield* cluster.worker()
       const gate = yield* Deferred.make<void>()
       const entered = yield* Deferred.make<void>()
-      const first = yield* Effect.fork(
+      const first = yield* Effect.forkChild(
         w.states.modifyEffect("t", Counter, (s) =>
-          Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+          Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
             s.n,
             { n: s.n * 10 + 1 }
           ] as const)
         )
       )
       yield* Deferred.await(entered)
-      const second = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 2 }]))
-      const third = yield* Effect.fork(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
+      const second = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 2 }]))
+      const third = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [s.n, { n: s.n * 10 + 3 }]))
       yield* settle
       // both wait: the lock stays with the first one
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
-      assert.isTrue(Option.isNone(yield* Fiber.poll(third)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(third.pollUnsafe()))))
       yield* Deferred.succeed(gate, undefined)
       assert.strictEqual(yield* Fiber.join(first), 0)
       assert.strictEqual(yield* Fiber.join(second), 1)
@@ -340,7 +353,7 @@ describe("modifications that take the lock in their caller's fiber", () => {
       yield* eventuallyTrue(
         "no local entry",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(w.lease.sessions, (n) => n === 0)
         )
@@ -354,15 +367,15 @@ describe("a worker closed as a lease is granted", () => {
   // its hold (0 or 1 turns of the scheduler after the modification begins) must still
   // release the lock, not leave it taken until it expires.
   for (const turns of [0, 1, 2]) {
-    it.scoped(`leaves the lock free (${turns} scheduler turns after the modification begins)`, () =>
+    it.effect(`leaves the lock free (${turns} scheduler turns after the modification begins)`, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 20_000, lockWarningThreshold: 10_000 })
         const w = yield* cluster.worker()
-        const modification = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
-        for (let i = 0; i < turns; i++) yield* Effect.yieldNow()
+        const modification = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+        for (let i = 0; i < turns; i++) yield* Effect.yieldNow
         yield* w.close
         yield* settle
-        assert.isTrue(Option.isSome(yield* Fiber.poll(modification)))
+        assert.isTrue(Option.isSome(yield* Effect.sync(() => Option.fromNullishOr(modification.pollUnsafe()))))
         assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       })
     )
@@ -373,21 +386,22 @@ describe("a lease's timer", () => {
   // Node's timers run on a monotonic clock of their own: a timer can fire a little before
   // the wall clock reads its time. This clock's sleeps end 1 ms early.
   const earlyTimers = (clock: Clock.Clock): Clock.Clock => ({
-    [Clock.ClockTypeId]: Clock.ClockTypeId,
-    unsafeCurrentTimeMillis: () => clock.unsafeCurrentTimeMillis(),
+    currentTimeMillisUnsafe: () => clock.currentTimeMillisUnsafe(),
     currentTimeMillis: clock.currentTimeMillis,
-    unsafeCurrentTimeNanos: () => clock.unsafeCurrentTimeNanos(),
+    currentTimeNanosUnsafe: () => clock.currentTimeNanosUnsafe(),
     currentTimeNanos: clock.currentTimeNanos,
+    monotonicTimeNanosUnsafe: () => clock.monotonicTimeNanosUnsafe(),
+    monotonicTimeNanos: clock.monotonicTimeNanos,
     sleep: (duration) => {
       const ms = Duration.toMillis(duration)
       return clock.sleep(Duration.millis(ms > 1 ? ms - 1 : ms))
     }
   })
 
-  it.scoped("that fires before the clock reads the hold time still ends the lease on time", () =>
+  it.effect("that fires before the clock reads the hold time still ends the lease on time", () =>
     Effect.gen(function* () {
-      const clock = (yield* Effect.clock) as TestClock.TestClock
-      yield* Effect.withClock(
+      const clock = (yield* Clock.Clock) as TestClock.TestClock
+      yield* Effect.provideService(
         Effect.gen(function* () {
           const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
           const worker = yield* cluster.worker()
@@ -403,6 +417,7 @@ describe("a lease's timer", () => {
           assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
           assert.strictEqual(yield* cluster.stored("t"), 1)
         }),
+        Clock.Clock,
         earlyTimers(clock)
       )
     })
@@ -413,7 +428,7 @@ describe("a lock handed over", () => {
   // the hand-off timeout (1 s) far below the lock expiration (30 s); held for one
   // modification (oplock off, no quantum) or a quantum's worth (oplock on, another worker queued)
   for (const oplock of [false, true]) {
-    it.scoped(
+    it.effect(
       `lives as long as a slow modification under it: it is extended, not left to the hand-off timeout (oplock ${oplock ? "on" : "off"})`,
       () =>
         Effect.gen(function* () {
@@ -430,9 +445,9 @@ describe("a lock handed over", () => {
           const { fiber: first, open } = yield* holding(a, "t")
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const slow = yield* Effect.fork(
+          const slow = yield* Effect.forkChild(
             b.states.modifyEffect("t", Counter, (s) =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 null,
                 { n: s.n + 10 }
               ] as const)
@@ -443,7 +458,7 @@ describe("a lock handed over", () => {
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
           )
           // c waits behind b all along
-          const waiter = yield* Effect.fork(c.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+          const waiter = yield* Effect.forkChild(c.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
           yield* untilOnTestClock(
             "c queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
@@ -464,11 +479,26 @@ describe("a lock handed over", () => {
             Option.map(yield* cluster.store.holder("t"), (holder) => holder.lockId),
             Option.some(granted.lockId)
           )
-          assert.isTrue(Option.isNone(yield* Fiber.poll(waiter)), "c took the lock from under b")
+          assert.isTrue(
+            Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(waiter.pollUnsafe()))),
+            "c took the lock from under b"
+          )
           yield* Deferred.succeed(gate, undefined)
-          yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(slow), Option.isSome))
+          yield* untilOnTestClock(
+            "b's modification is done",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(slow.pollUnsafe())),
+              Option.isSome
+            )
+          )
           assert.isTrue(Exit.isSuccess(yield* Fiber.await(slow)))
-          yield* untilOnTestClock("c's modification is done", Effect.map(Fiber.poll(waiter), Option.isSome))
+          yield* untilOnTestClock(
+            "c's modification is done",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(waiter.pollUnsafe())),
+              Option.isSome
+            )
+          )
           assert.strictEqual(yield* cluster.stored("t"), 111)
         })
     )
@@ -480,12 +510,12 @@ describe("lost notices", () => {
   const input = { lockExpiration: 20_000, handoffTimeout: 5_000, lockWarningThreshold: 10_000 }
 
   /** `b` queued behind `a`'s modification, which holds the lock until `open`. */
-  const queuedBehind = (cluster: Effect.Effect.Success<ReturnType<typeof memoryCluster>>) =>
+  const queuedBehind = (cluster: Effect.Success<ReturnType<typeof memoryCluster>>) =>
     Effect.gen(function* () {
       const a = yield* cluster.worker()
       const b = yield* cluster.worker()
       const { fiber: first, open } = yield* holding(a, "t")
-      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* untilOnTestClock(
         "b queued",
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
@@ -494,7 +524,7 @@ describe("lost notices", () => {
       return { a, b, first, second, open }
     })
 
-  it.scoped("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>
+  it.effect("a lost Granted: the grantee claims its grant at its next re-check, before the grant expires", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const { first, second, open, b } = yield* queuedBehind(cluster)
@@ -506,12 +536,21 @@ describe("lost notices", () => {
       // the grant installed b's lock id, and waits for b, who was not told
       const granted = Option.getOrUndefined(Option.map(yield* cluster.store.holder("t"), (h) => h.lockId))
       assert.isTrue(granted?.startsWith(`${b.id}:`), `lock ${granted}`)
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       yield* TestClock.adjust(1_990)
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)), "b waited for its re-check")
+      assert.isTrue(
+        Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))),
+        "b waited for its re-check"
+      )
       // one re-check (2 s after b began to wait), well before the grant's 5 s
-      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilOnTestClock(
+        "b's modification is done",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+          Option.isSome
+        )
+      )
       assert.isAtMost((yield* Clock.currentTimeMillis) - released, 2_000)
       assert.strictEqual(yield* cluster.stored("t"), 11)
       assert.strictEqual(yield* cluster.grants("t"), 2)
@@ -519,7 +558,7 @@ describe("lost notices", () => {
     })
   )
 
-  it.scoped("a lost Contended: the lease ends at the waiter's next re-check, which tells its holder again", () =>
+  it.effect("a lost Contended: the lease ends at the waiter's next re-check, which tells its holder again", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ ...input, oplock: true, leaseHoldTime: 15_000 })
       const a = yield* cluster.worker()
@@ -531,14 +570,20 @@ describe("lost notices", () => {
       // the notice of b's first attempt, and of the attempt right after b listens
       yield* cluster.control.loseNotices(2)
       const started = yield* Clock.currentTimeMillis
-      const second = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       yield* settle
       yield* TestClock.adjust(1_990)
       yield* settle
       // a has not heard: its lease goes on
       assert.isTrue(a.lease.isLeased("t"))
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
-      yield* untilOnTestClock("b's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
+      yield* untilOnTestClock(
+        "b's modification is done",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+          Option.isSome
+        )
+      )
       // b's re-check at 2 s tells a again; its lease ends then (and a quantum), not at its
       // 15 s hold time
       assert.isAtMost((yield* Clock.currentTimeMillis) - started, 2_100)
@@ -549,17 +594,23 @@ describe("lost notices", () => {
 })
 
 describe("a contended lease with nothing queued", () => {
-  it.scoped("releases within a turn of the event loop, no clock time: the waiter does not wait out the quantum", () =>
+  it.effect("releases within a turn of the event loop, no clock time: the waiter does not wait out the quantum", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50 })
       const holder = yield* cluster.worker()
       const waiter = yield* cluster.worker()
       yield* holder.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(holder.lease.isLeased("t"))
-      const second = yield* Effect.fork(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
+      const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       // the holder gives its callers one turn of the event loop, no clock time (the clock
       // never moves here: a holder that waited out its quantum fails the wait after 200 turns)
-      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilWithoutTime(
+        "the waiter's modification is done",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+          Option.isSome
+        )
+      )
       // no time passed: the lease ended when the waiter queued, not 50 ms later
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.isFalse(holder.lease.isLeased("t"))
@@ -569,7 +620,7 @@ describe("a contended lease with nothing queued", () => {
 })
 
 describe("a lease's keep-alive", () => {
-  it.scoped(
+  it.effect(
     "tries a failed extension again: a modification that outlives the lock across an outage still commits",
     () =>
       Effect.gen(function* () {
@@ -584,9 +635,9 @@ describe("a lease's keep-alive", () => {
         assert.isTrue(w.lease.isLeased("t"))
         const gate = yield* Deferred.make<void>()
         const entered = yield* Deferred.make<void>()
-        const slow = yield* Effect.fork(
+        const slow = yield* Effect.forkChild(
           w.states.modifyEffect("t", Counter, (s) =>
-            Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+            Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
               null,
               { n: s.n + 1 }
             ] as const)
@@ -604,7 +655,13 @@ describe("a lease's keep-alive", () => {
           yield* settle
         }
         yield* Deferred.succeed(gate, undefined)
-        yield* untilOnTestClock("the slow modification finished", Effect.map(Fiber.poll(slow), Option.isSome))
+        yield* untilOnTestClock(
+          "the slow modification finished",
+          Effect.map(
+            Effect.sync(() => Option.fromNullishOr(slow.pollUnsafe())),
+            Option.isSome
+          )
+        )
         const exit = yield* Fiber.await(slow)
         assert.isTrue(Exit.isSuccess(exit), String(exit))
         assert.strictEqual(yield* cluster.stored("t"), 2)
@@ -613,7 +670,7 @@ describe("a lease's keep-alive", () => {
 })
 
 describe("a lease's contention signals", () => {
-  it.scoped("one that arrived before the lease's grant, from a worker that left since, does not end the lease", () =>
+  it.effect("one that arrived before the lease's grant, from a worker that left since, does not end the lease", () =>
     Effect.gen(function* () {
       // quantum 0: a grant made while another worker waits serves one modification
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 0 })
@@ -622,9 +679,9 @@ describe("a lease's contention signals", () => {
         Effect.gen(function* () {
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyEffect("t", Counter, (s) =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 null,
                 { n: s.n + 1 }
               ] as const)
@@ -651,7 +708,7 @@ describe("a lease's contention signals", () => {
       const xFirst = yield* Deferred.isDone(fromX.entered)
       const [a, c] = xFirst ? [x, y] : [y, x]
       const [first, waiting] = xFirst ? [fromX, fromY] : [fromY, fromX]
-      const second = yield* Effect.fork(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
+      const second = yield* Effect.forkChild(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
       yield* settle
       assert.isFalse(a.lease.isLeased("t"))
       // c checks again after its re-check interval: its queue refresh tells a `contended` during that grant
@@ -664,7 +721,13 @@ describe("a lease's contention signals", () => {
         Effect.map(queued(c), (q) => !q)
       )
       yield* first.open
-      yield* untilOnTestClock("a's modifications done", Effect.map(Fiber.poll(second), Option.isSome))
+      yield* untilOnTestClock(
+        "a's modifications done",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+          Option.isSome
+        )
+      )
       yield* settle
       // a's next grant found no contender: a lease, which c's old signal must not end
       assert.isTrue(a.lease.isLeased("t"))
@@ -674,13 +737,13 @@ describe("a lease's contention signals", () => {
 })
 
 describe("the timers of holds and waits", () => {
-  const advance = (ms: number) => Effect.zipRight(TestClock.adjust(ms), settle)
+  const advance = (ms: number) => Effect.andThen(TestClock.adjust(ms), settle)
 
-  it.scoped("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
+  it.effect("a lease ends at its hold time when the worker was built on another Clock than its callers'", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
       // built on the live clock; the modifications run on the test's clock
-      const w = yield* Effect.withClock(cluster.worker(), Clock.make())
+      const w = yield* Effect.provideService(cluster.worker(), Clock.Clock, Clock.Clock.defaultValue())
       yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       assert.isTrue(w.lease.isLeased("t"))
       for (let i = 0; i < 10; i++) yield* advance(50)
@@ -688,7 +751,7 @@ describe("the timers of holds and waits", () => {
     })
   )
 
-  it.scoped("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
+  it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({
         oplock: true,
@@ -699,7 +762,7 @@ describe("the timers of holds and waits", () => {
       const w = yield* cluster.worker()
       yield* w.states.modify("t", Counter, () => [null, { n: 1 }])
       const held = yield* holding(w, "t")
-      const closing = yield* Effect.fork(w.close)
+      const closing = yield* Effect.forkChild(w.close)
       yield* settle
       // well past the lock expiration: only the keep-alive's extensions keep the lock
       for (let i = 0; i < 25; i++) yield* advance(100)
@@ -713,7 +776,7 @@ describe("the timers of holds and waits", () => {
 })
 
 describe("leasehold's spans", () => {
-  it.scoped(
+  it.effect(
     "made under an installed tracer, with the token; not under Effect's built-in one, which exports nothing",
     () =>
       Effect.gen(function* () {
@@ -745,7 +808,7 @@ describe("leasehold's spans", () => {
 })
 
 describe("a lease and the span of the modification that began it", () => {
-  it.scoped("the lease's session runs outside that span, and does not keep it alive", () =>
+  it.effect("the lease's session runs outside that span, and does not keep it alive", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const worker = yield* cluster.worker()
@@ -778,7 +841,11 @@ describe("a lease and the span of the modification that began it", () => {
 })
 
 describe("an idle lease parks", () => {
-  it.scoped("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
+  // The lease's fiber goes on after its caller has its answer: it is let run until it waits
+  // (its park timer armed) before the clock moves.
+  const idleFor = (ms: number) => Effect.andThen(settle, Effect.andThen(TestClock.adjust(ms), settle))
+
+  it.effect("it lets its fiber go and keeps the lock; a modification, contention and shutdown each go on from it", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -793,7 +860,7 @@ describe("an idle lease parks", () => {
         )
       const before = yield* parkedCount
       assert.strictEqual(yield* bump(a), 1)
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* idleFor(100)
       assert.strictEqual((yield* parkedCount) - before, 1, "the idle lease parked")
       assert.isTrue(a.lease.isLeased("t"))
       const holder = yield* cluster.store.holder("t")
@@ -801,16 +868,16 @@ describe("an idle lease parks", () => {
       // a modification continues the parked hold: the same grant, from memory
       assert.strictEqual(yield* bump(a), 2)
       assert.deepStrictEqual(fences.slice(0, 2), [fences[0], fences[0]])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* idleFor(100)
       assert.strictEqual((yield* parkedCount) - before, 2, "parked again once idle")
       // another worker contends: the parked lease wakes, writes and hands the lock over
       assert.strictEqual(yield* bump(b), 3)
       assert.isFalse(a.lease.isLeased("t"))
       assert.strictEqual(yield* cluster.stored("t"), 3)
       // shutdown of a worker with a parked lease writes it and releases the lock
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* idleFor(100)
       assert.strictEqual(yield* bump(a), 4)
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* idleFor(100)
       assert.strictEqual((yield* parkedCount) - before, 4)
       yield* a.close
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")), "the parked lease's lock was released")
@@ -821,7 +888,7 @@ describe("an idle lease parks", () => {
   // The park timer stays armed across a busy lease's waits (it is not armed again at each):
   // a lease parks after one idle wait of the park delay (20 ms here), never after a busy
   // stretch whose waits are each shorter, however long the stretch.
-  it.scoped("a lease parks after one idle wait of the park delay, not after a busy stretch of short waits", () =>
+  it.effect("a lease parks after one idle wait of the park delay, not after a busy stretch of short waits", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 60_000, lockExpiration: 120_000 })
       const a = yield* cluster.worker()
@@ -829,13 +896,13 @@ describe("an idle lease parks", () => {
       const before = yield* parkedCount
       yield* bump
       for (let i = 0; i < 10; i++) {
-        yield* Effect.zipRight(TestClock.adjust(15), settle)
+        yield* Effect.andThen(TestClock.adjust(15), settle)
         yield* bump
       }
       assert.strictEqual((yield* parkedCount) - before, 0, "150 ms of waits of 15 ms each: not parked")
-      yield* Effect.zipRight(TestClock.adjust(19), settle)
+      yield* Effect.andThen(TestClock.adjust(19), settle)
       assert.strictEqual((yield* parkedCount) - before, 0, "idle for 19 ms: not parked")
-      yield* Effect.zipRight(TestClock.adjust(1), settle)
+      yield* Effect.andThen(TestClock.adjust(1), settle)
       assert.strictEqual((yield* parkedCount) - before, 1, "idle for 20 ms: parked")
       assert.isTrue(a.lease.isLeased("t"))
       assert.strictEqual(yield* bump, 12)
@@ -843,7 +910,7 @@ describe("an idle lease parks", () => {
     })
   )
 
-  it.scoped("a parked lease ends at its deadline, written and released", () =>
+  it.effect("a parked lease ends at its deadline, written and released", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({
         oplock: true,
@@ -855,11 +922,11 @@ describe("an idle lease parks", () => {
       const before = yield* parkedCount
       yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
       yield* a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      yield* Effect.zipRight(TestClock.adjust(100), settle)
+      yield* Effect.andThen(TestClock.adjust(100), settle)
       assert.strictEqual((yield* parkedCount) - before, 1)
       // memory durability: nothing written while leased
       assert.strictEqual(yield* cluster.stored("t"), 0)
-      yield* Effect.zipRight(TestClock.adjust(6_000), settle)
+      yield* Effect.andThen(TestClock.adjust(6_000), settle)
       assert.isFalse(a.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 2)
@@ -868,7 +935,7 @@ describe("an idle lease parks", () => {
 })
 
 describe("a contended grant acknowledged from memory (leaseDurability memory)", () => {
-  it.scoped("serves the callers that come back within a turn of the event loop before the next worker", () =>
+  it.effect("serves the callers that come back within a turn of the event loop before the next worker", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({ oplock: true, leaseQuantum: 50, leaseDurability: "memory" })
       const first = yield* cluster.worker()
@@ -878,7 +945,7 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
       assert.isTrue(first.lease.isLeased("t"))
       // queued behind the lease: `looping` first, then `after`; `looping` is granted with a
       // worker behind it (a quantum), and its loop's callers are acknowledged at once
-      const loop = yield* Effect.fork(
+      const loop = yield* Effect.forkChild(
         Effect.forEach(
           Array.from({ length: 20 }),
           () => looping.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]),
@@ -888,10 +955,16 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
         )
       )
       yield* settle
-      const seen = yield* Effect.fork(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
+      const seen = yield* Effect.forkChild(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
       // the clock stands still: the quantum never ends, so only an empty local queue after
       // a turn of the event loop lets `after` in
-      yield* untilWithoutTime("the waiter's modification is done", Effect.map(Fiber.poll(seen), Option.isSome))
+      yield* untilWithoutTime(
+        "the waiter's modification is done",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(seen.pollUnsafe())),
+          Option.isSome
+        )
+      )
       yield* Fiber.join(loop)
       // every increment of the loop came before the waiter: one grant served them all
       assert.strictEqual(yield* Fiber.join(seen), 21)

@@ -35,7 +35,7 @@ const onCluster: ProcessBackend = {
 }
 
 describe("redis-cluster: durability", () => {
-  it.scopedLive(
+  it.live(
     "a worker killed while it holds a lease loses no acknowledged modification",
     () => killedHoldingALease(onCluster),
     60_000
@@ -44,6 +44,6 @@ describe("redis-cluster: durability", () => {
 
 describe("redis-cluster: the queue with a worker killed", () => {
   for (const [name, stop] of killedInTheQueueCases) {
-    it.scopedLive(name, () => killedInTheQueue(onCluster, stop), 60_000)
+    it.live(name, () => killedInTheQueue(onCluster, stop), 60_000)
   }
 })

@@ -24,7 +24,7 @@ describe("worker identity", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "N worker processes: N distinct ids, and each reads the others' modifications",
     () =>
       Effect.gen(function* () {
@@ -54,7 +54,7 @@ const singleServer: ProcessBackend = {
 }
 
 describe("durability", () => {
-  it.scopedLive(
+  it.live(
     "a worker killed while it holds a lease loses no acknowledged modification",
     () => killedHoldingALease(singleServer),
     60_000
@@ -63,6 +63,6 @@ describe("durability", () => {
 
 describe("the queue with a worker killed", () => {
   for (const [name, stop] of killedInTheQueueCases) {
-    it.scopedLive(name, () => killedInTheQueue(singleServer, stop), 60_000)
+    it.live(name, () => killedInTheQueue(singleServer, stop), 60_000)
   }
 })

@@ -9,20 +9,21 @@ import * as Scripts from "../src/internal/redis/scripts/index.js"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, Other, redisCluster } from "./state/workers.js"
+import * as Logs from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
 import type * as RedisServer from "./support/RedisServer.js"
 
 const redis: StateBackend = {
   name: "redis",
   test: (name, input, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const cluster = yield* redisCluster({ commandTimeout: 1_000, ...input })
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
           settle: Effect.sleep(30),
           until: (label, check) => eventuallyTrue(label, 5_000, check)
-        })
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }
@@ -50,7 +51,7 @@ const sentBetween = (m: Monitor.Monitor, from: number, to: number) =>
   )
 
 describe("round trips", () => {
-  it.scopedLive(
+  it.live(
     "an uncontended modification is two commands (the grant with the reads, the commit with the release), the next ones of the same worker one",
     () =>
       Effect.gen(function* () {
@@ -93,7 +94,7 @@ describe("a modification in one step on the values of the worker's last grant", 
     return { cluster, a, b }
   })
 
-  it.scopedLive("values another worker moved on refuse the step: the function runs again on what is stored", () =>
+  it.live("values another worker moved on refuse the step: the function runs again on what is stored", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       for (let i = 1; i <= 2; i++) yield* a.states.modify("warm", Counter, bump)
@@ -121,37 +122,35 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.scopedLive(
-    "the values are compared, not only the fence: a value changed under the same fence refuses the step",
-    () =>
-      Effect.gen(function* () {
-        const cluster = yield* redisCluster()
-        const a = yield* cluster.worker()
-        yield* a.states.modify("t", Counter, bump)
-        // as a failover that lost writes leaves it: the fence the same, the value another
-        yield* cluster.server.command("SET", "leasehold:{t}:s:counter", JSON.stringify({ n: 10 })).pipe(Effect.orDie)
-        const seen: Array<number> = []
-        assert.strictEqual(yield* a.states.modify("t", Counter, add(seen)), 10)
-        deepStrictEqual(seen, [1, 10])
-        assert.strictEqual(yield* cluster.stored("t"), 11)
-      })
+  it.live("the values are compared, not only the fence: a value changed under the same fence refuses the step", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      yield* a.states.modify("t", Counter, bump)
+      // as a failover that lost writes leaves it: the fence the same, the value another
+      yield* cluster.server.command("SET", "leasehold:{t}:s:counter", JSON.stringify({ n: 10 })).pipe(Effect.orDie)
+      const seen: Array<number> = []
+      assert.strictEqual(yield* a.states.modify("t", Counter, add(seen)), 10)
+      deepStrictEqual(seen, [1, 10])
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
   )
 
-  it.scopedLive("a lock held by another worker refuses the step: the modification waits its turn", () =>
+  it.live("a lock held by another worker refuses the step: the modification waits its turn", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       yield* a.states.modify("t", Counter, bump)
       // b holds the lock, its function not yet returned (it will write 2)
       const held = yield* holding(b, "t")
       const seen: Array<number> = []
-      const later = yield* Effect.fork(a.states.modify("t", Counter, add(seen)))
+      const later = yield* Effect.forkChild(a.states.modify("t", Counter, add(seen)))
       // its step refused, a waits in the token's queue behind b
       yield* eventuallyTrue(
         "a queued",
         5_000,
         Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id))
       )
-      assert.isTrue(Option.isNone(yield* Fiber.poll(later)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(later.pollUnsafe()))))
       yield* held.open
       yield* Fiber.join(held.fiber)
       assert.strictEqual(yield* Fiber.join(later), 2)
@@ -160,7 +159,7 @@ describe("a modification in one step on the values of the worker's last grant", 
     })
   )
 
-  it.scopedLive("two processes modifying a token in runs, one after the other and concurrently: exact", () =>
+  it.live("two processes modifying a token in runs, one after the other and concurrently: exact", () =>
     Effect.gen(function* () {
       const { cluster, a, b } = yield* twoProcesses
       // a and b alternate in runs: every run's first modification may be refused
@@ -177,7 +176,7 @@ describe("a modification in one step on the values of the worker's last grant", 
 })
 
 describe("round trips of a lease", () => {
-  it.scopedLive("a token's first leased modification is written before the lease subscribes to its notices", () =>
+  it.live("a token's first leased modification is written before the lease subscribes to its notices", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster({ oplock: true })
       // the worker under test has subscribed nothing yet (on a single server its notices come
@@ -214,7 +213,7 @@ describe("round trips of a lease", () => {
 })
 
 describe("leases acknowledged from memory", () => {
-  it.scopedLive("a tight loop of callers on one worker lets a waiter on another in", () =>
+  it.live("a tight loop of callers on one worker lets a waiter on another in", () =>
     Effect.gen(function* () {
       // a lease would last 10 s: far longer than the waits below allow
       const cluster = yield* redisCluster({
@@ -229,7 +228,7 @@ describe("leases acknowledged from memory", () => {
       let loops = 0
       // Each modification its own caller, as request handlers are: served from memory, they
       // follow each other on microtasks alone, with nothing that waits for the socket.
-      const looping = yield* Effect.fork(
+      const looping = yield* Effect.forkChild(
         Effect.promise(async () => {
           while (!stop) {
             await Effect.runPromise(a.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }]))
@@ -242,8 +241,15 @@ describe("leases acknowledged from memory", () => {
         5_000,
         Effect.sync(() => loops >= 3)
       )
-      const waiter = yield* Effect.fork(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
-      yield* eventuallyTrue("the waiter got its turn", 5_000, Effect.map(Fiber.poll(waiter), Option.isSome))
+      const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
+      yield* eventuallyTrue(
+        "the waiter got its turn",
+        5_000,
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(waiter.pollUnsafe())),
+          Option.isSome
+        )
+      )
       stop = true
       yield* Fiber.join(looping)
       yield* Fiber.join(waiter)
@@ -257,7 +263,7 @@ describe("leases acknowledged from memory", () => {
 })
 
 describe("interruptions while the store is away", () => {
-  it.scopedLive(
+  it.live(
     "a caller interrupted while its first attempt waits for the connection leaves nothing that blocks the token",
     () =>
       Effect.gen(function* () {
@@ -271,7 +277,7 @@ describe("interruptions while the store is away", () => {
           Effect.map(cluster.store.status, (status) => !status.ready)
         )
         // the first attempt waits (up to the command timeout) for the connection to return
-        const caller = yield* Effect.fork(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
+        const caller = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
         yield* Effect.sleep(100)
         yield* Fiber.interrupt(caller)
         yield* cluster.server.restart
@@ -291,7 +297,7 @@ describe("interruptions while the store is away", () => {
     30_000
   )
 
-  it.scopedLive(
+  it.live(
     "a leased token's modification whose slice cannot be read fails instead of waiting for ever",
     () =>
       Effect.gen(function* () {
@@ -311,9 +317,9 @@ describe("interruptions while the store is away", () => {
         const result = yield* within(
           "the modification",
           10_000,
-          Effect.either(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
+          Effect.result(w.states.modify("t", Other, (s) => [null, { s: `${s.s}x` }]))
         )
-        assert.strictEqual(result._tag === "Left" ? result.left._tag : "written", "StoreUnavailable")
+        assert.strictEqual(result._tag === "Failure" ? result.failure._tag : "written", "StoreUnavailable")
       }),
     30_000
   )

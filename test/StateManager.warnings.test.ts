@@ -10,7 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
@@ -39,7 +39,7 @@ const run = (oplock: boolean) =>
         // A modification that takes `ms` on the clock, run to its end.
         const taking = (ms: number, event: string) =>
           Effect.gen(function* () {
-            const running = yield* Effect.fork(
+            const running = yield* Effect.forkChild(
               w.states.modifyEffect("t", Counter, (s) => Effect.as(Effect.sleep(ms), [null, { n: s.n + 1 }] as const), {
                 event
               })
@@ -48,7 +48,10 @@ const run = (oplock: boolean) =>
             yield* TestClock.adjust(ms)
             yield* untilOnTestClock(
               `the ${event} modification finished`,
-              Effect.map(Fiber.poll(running), Option.isSome)
+              Effect.map(
+                Effect.sync(() => Option.fromNullishOr(running.pollUnsafe())),
+                Option.isSome
+              )
             )
             assert.isTrue(Exit.isSuccess(yield* Fiber.await(running)))
           })
@@ -65,7 +68,7 @@ const run = (oplock: boolean) =>
   })
 
 describe("a modification that holds the lock too long", () => {
-  it.scoped("served under its caller's own grant (oplock off): one warning, with its time, event and threshold", () =>
+  it.effect("served under its caller's own grant (oplock off): one warning, with its time, event and threshold", () =>
     Effect.gen(function* () {
       const { stored, warnings } = yield* run(false)
       assert.strictEqual(stored, 3)
@@ -73,7 +76,7 @@ describe("a modification that holds the lock too long", () => {
     })
   )
 
-  it.scoped("served by a lease's relay (oplock on): the same warning, logged once", () =>
+  it.effect("served by a lease's relay (oplock on): the same warning, logged once", () =>
     Effect.gen(function* () {
       const { stored, leased, warnings } = yield* run(true)
       assert.isTrue(leased)

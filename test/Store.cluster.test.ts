@@ -8,7 +8,6 @@
  */
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -118,7 +117,7 @@ const redisCluster: Backend = {
   name: "redis-cluster",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -181,7 +180,7 @@ const flagsOf = (node: RedisServer.RedisServer) =>
   )
 
 describe("RedisStore on a Redis Cluster", () => {
-  it.scopedLive("the store's slot function agrees with CLUSTER KEYSLOT", () =>
+  it.live("the store's slot function agrees with CLUSTER KEYSLOT", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const samples = [
@@ -203,7 +202,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("each token's keys live on one master, and the tokens spread over every master", () =>
+  it.live("each token's keys live on one master, and the tokens spread over every master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -239,7 +238,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("signals use sharded pub/sub on the token's master", () =>
+  it.live("signals use sharded pub/sub on the token's master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -263,7 +262,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("a subscriber connection cut on one master fails only what it carried", () =>
+  it.live("a subscriber connection cut on one master fails only what it carried", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -300,7 +299,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive("scanSockets and socketEvents cover every master", () =>
+  it.live("scanSockets and socketEvents cover every master", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -318,17 +317,17 @@ describe("RedisStore on a Redis Cluster", () => {
       const claims = yield* store.claimSockets(
         all.map((token) => [token, { instanceId: "inst-a", connectionId: token }])
       )
-      assert.isTrue(claims.every((claim) => claim._tag === "Right" && claim.right._tag === "Claimed"))
+      assert.isTrue(claims.every((claim) => claim._tag === "Success" && claim.success._tag === "Claimed"))
       const ports = new Set(yield* portsOf(cluster, all.map(keys.socket)))
       assert.strictEqual(ports.size, cluster.nodes.length, "the records are on every master")
       const seen = yield* joinWithin("an event of every record", 10_000, heard)
       deepStrictEqual(new Set(seen.map((event) => event.token)), new Set(all))
       const scanned = yield* Stream.runCollect(store.scanSockets)
-      deepStrictEqual(new Set(Chunk.toReadonlyArray(scanned).map(([token]) => token)), new Set(all))
+      deepStrictEqual(new Set(scanned.map(([token]) => token)), new Set(all))
     })
   )
 
-  it.scopedLive("a blocking mailbox read waits on the mailbox's master and returns on an append", () =>
+  it.live("a blocking mailbox read waits on the mailbox's master and returns on an append", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const keyPrefix = `cl${++testCount}`
@@ -336,7 +335,7 @@ describe("RedisStore on a Redis Cluster", () => {
       const store = yield* buildStore(cluster, keyPrefix)
       for (const instance of ["inst-a", "inst-b", "inst-c", "inst-d"]) {
         const owner = yield* Effect.orDie(cluster.nodeFor(keys.mailbox(instance)))
-        const reader = yield* Effect.fork(store.mailboxRead(instance, "0-0", { count: 10, blockMs: 5_000 }))
+        const reader = yield* Effect.forkChild(store.mailboxRead(instance, "0-0", { count: 10, blockMs: 5_000 }))
         yield* eventuallyTrue(
           `${instance}'s read blocked on its master`,
           5_000,
@@ -348,7 +347,7 @@ describe("RedisStore on a Redis Cluster", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a cluster that is down answers StoreUnavailable, on every master, and works again once it recovers",
     () =>
       Effect.gen(function* () {
@@ -423,9 +422,9 @@ describe("RedisStore cluster errors", () => {
 
 describe("RedisStore cluster configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
 
-  it.scopedLive("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
+  it.live("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
       const store = yield* Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(
@@ -458,7 +457,7 @@ describe("RedisStore cluster configuration", () => {
     })
   )
 
-  it.scopedLive("an unreachable cluster fails with StoreUnavailable, and its password appears nowhere", () =>
+  it.live("an unreachable cluster fails with StoreUnavailable, and its password appears nowhere", () =>
     Effect.gen(function* () {
       const ports = [yield* Effect.promise(RedisServer.freePort), yield* Effect.promise(RedisServer.freePort)]
       const error = yield* failsWith(
@@ -478,7 +477,7 @@ describe("RedisStore cluster configuration", () => {
 })
 
 describe("RedisStore when a master leaves the cluster", () => {
-  it.scopedLive(
+  it.live(
     "its slots move to another master: signals follow them, keys stay readable, and the store is ready again",
     () =>
       Effect.gen(function* () {
@@ -498,8 +497,8 @@ describe("RedisStore when a master leaves the cluster", () => {
         yield* store.tryAcquire(token, "lock-1", ["a"])
         yield* store.commitAndRelease(token, "lock-1", [["a", "kept"]])
         yield* store.enableSocketEvents
-        const watch = yield* Effect.fork(Stream.runDrain(yield* store.socketEvents))
-        const before = yield* Effect.fork(Stream.runDrain(yield* store.subscribe(token)))
+        const watch = yield* Effect.forkChild(Stream.runDrain(yield* store.socketEvents))
+        const before = yield* Effect.forkChild(Stream.runDrain(yield* store.subscribe(token)))
         const epoch = (yield* store.status).epoch
 
         // The slots move; the emptied master still runs. What publishes to the token now

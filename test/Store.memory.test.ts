@@ -2,12 +2,11 @@ import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
 import { describe, it } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -15,6 +14,7 @@ import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
 import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { pendingSleeps } from "./support/testClock.js"
 
 const LOCK_EXPIRATION_MS = 300
 /** How long a grant to the queue's head stays pending (the same on every backend of the suite). */
@@ -28,7 +28,7 @@ const memory = (persisted: boolean): Backend => ({
   name: "memory",
   canHang: false,
   test: (name, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const keyPrefix = `mem${++testCount}`
         const dataDir = persisted
@@ -60,7 +60,7 @@ const memory = (persisted: boolean): Backend => ({
           awaitBlockedRead: eventuallyTrue(
             "a sleep registered with the TestClock",
             2_000,
-            Effect.map(TestClock.sleeps(), (sleeps) => Chunk.size(sleeps) > 0)
+            Effect.map(pendingSleeps, (sleeps) => sleeps.length > 0)
           ),
           putRaw: (key, value) => control.setRaw(key, value),
           putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),

@@ -31,7 +31,7 @@ const redis: Backend = {
   name: "redis",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         // a fresh server per test: isolated key space, subscriptions and faults
         const server = yield* RedisServer.start()
@@ -88,7 +88,7 @@ const buildStore = (server: RedisServer.RedisServer) =>
   )
 
 describe("RedisStore: keyspace notification flags", () => {
-  it.scopedLive("adds only the missing flags and keeps those already set", () =>
+  it.live("adds only the missing flags and keeps those already set", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       yield* Effect.orDie(server.command("CONFIG", "SET", "notify-keyspace-events", "Elt"))
@@ -105,7 +105,7 @@ describe("RedisStore: keyspace notification flags", () => {
     })
   )
 
-  it.scopedLive("sends no CONFIG SET when every flag is already there", () =>
+  it.live("sends no CONFIG SET when every flag is already there", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       yield* Effect.orDie(server.command("CONFIG", "SET", "notify-keyspace-events", "KA"))
@@ -119,7 +119,7 @@ describe("RedisStore: keyspace notification flags", () => {
     })
   )
 
-  it.scopedLive("a server without CONFIG answers Refused, and a subscription still works", () =>
+  it.live("a server without CONFIG answers Refused, and a subscription still works", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start({ extraArgs: ["--rename-command", "CONFIG", ""] })
       const store = yield* buildStore(server)

@@ -109,7 +109,7 @@ const sentinelBackend: Backend = {
   name: "redis",
   canHang: true,
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -177,7 +177,7 @@ const storeConnections = (server: RedisServer.RedisServer) =>
   )
 
 describe("RedisStore through a failover", () => {
-  it.scopedLive(
+  it.live(
     "a primary killed: a replica is promoted, the store is ready again in a new epoch, and every connection is on the new primary",
     () =>
       Effect.gen(function* () {
@@ -187,8 +187,8 @@ describe("RedisStore through a failover", () => {
         yield* store.tryAcquire("tok", "lock-1", ["a"])
         yield* store.commitAndRelease("tok", "lock-1", [["a", "kept"]])
         yield* sentinel.awaitReplicated
-        const signals = yield* Effect.fork(Stream.runDrain(yield* store.subscribe("tok")))
-        const read = yield* Effect.fork(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 30_000 }))
+        const signals = yield* Effect.forkChild(Stream.runDrain(yield* store.subscribe("tok")))
+        const read = yield* Effect.forkChild(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 30_000 }))
         yield* eventuallyTrue(
           "the read blocked on the primary",
           5_000,
@@ -232,7 +232,9 @@ describe("RedisStore through a failover", () => {
         deepStrictEqual(yield* joinWithin("a socket event after the failover", 5_000, events), [
           { token: "tok", event: "set" }
         ])
-        const reader = yield* Effect.fork(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 }))
+        const reader = yield* Effect.forkChild(
+          store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 })
+        )
         yield* eventuallyTrue(
           "a read blocked on the new primary",
           5_000,
@@ -249,7 +251,7 @@ describe("RedisStore through a failover", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "a primary frozen: commands time out, the store follows the promotion while the old primary is still frozen, and keeps off it once it thaws as a replica",
     () =>
       Effect.gen(function* () {
@@ -293,38 +295,36 @@ describe("RedisStore through a failover", () => {
 })
 
 describe("Sentinel connections", () => {
-  it.scopedLive(
-    "a connection that ends without the store closing it connects again; one the store closes stays closed",
-    () =>
-      Effect.gen(function* () {
-        const sentinel = yield* sharedDeployment
-        const parsed = parseSentinels(sentinel.addresses, sentinel.name)!
-        const endpoint = { ...parsed.endpoint, sentinel: parsed.target }
-        const options = connectionOptions("command", { commandTimeoutMs: 1_000, connectTimeoutMs: 5_000 })
-        const connection = yield* Effect.acquireRelease(
-          Effect.sync(() => openConnection(endpoint, options, () => undefined)),
-          (c) => Effect.sync(() => endConnection(c))
-        )
-        yield* eventuallyTrue(
-          "ready",
-          10_000,
-          Effect.sync(() => connection.status === "ready")
-        )
-        // what ioredis does when a promotion's announcement cuts a connection that is asking
-        // the Sentinels for the primary: it ends it
-        let ends = 0
-        connection.on("end", () => ends++)
-        connection.disconnect()
-        yield* eventuallyTrue(
-          "ended, then ready again",
-          10_000,
-          Effect.sync(() => ends === 1 && connection.status === "ready")
-        )
-        assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
-        endConnection(connection)
-        yield* Effect.sleep(1_000)
-        assert.strictEqual(connection.status, "end")
-      })
+  it.live("a connection that ends without the store closing it connects again; one the store closes stays closed", () =>
+    Effect.gen(function* () {
+      const sentinel = yield* sharedDeployment
+      const parsed = parseSentinels(sentinel.addresses, sentinel.name)!
+      const endpoint = { ...parsed.endpoint, sentinel: parsed.target }
+      const options = connectionOptions("command", { commandTimeoutMs: 1_000, connectTimeoutMs: 5_000 })
+      const connection = yield* Effect.acquireRelease(
+        Effect.sync(() => openConnection(endpoint, options, () => undefined)),
+        (c) => Effect.sync(() => endConnection(c))
+      )
+      yield* eventuallyTrue(
+        "ready",
+        10_000,
+        Effect.sync(() => connection.status === "ready")
+      )
+      // what ioredis does when a promotion's announcement cuts a connection that is asking
+      // the Sentinels for the primary: it ends it
+      let ends = 0
+      connection.on("end", () => ends++)
+      connection.disconnect()
+      yield* eventuallyTrue(
+        "ended, then ready again",
+        10_000,
+        Effect.sync(() => ends === 1 && connection.status === "ready")
+      )
+      assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
+      endConnection(connection)
+      yield* Effect.sleep(1_000)
+      assert.strictEqual(connection.status, "end")
+    })
   )
 })
 
@@ -332,11 +332,11 @@ describe("Sentinel connections", () => {
 
 describe("RedisStore Sentinel configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
-    Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+    Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   const buildFromEnv = (env: Record<string, string>) =>
     Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(fromEnv(env))
 
-  it.scopedLive("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
+  it.live("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
     Effect.gen(function* () {
       const sentinel = yield* sharedDeployment
       const keyPrefix = `sn${++testCount}`
@@ -399,7 +399,7 @@ describe("RedisStore Sentinel configuration", () => {
       })
   )
 
-  it.scopedLive(
+  it.live(
     "unreachable Sentinels fail the build with StoreUnavailable within the connect timeout, without the password",
     () =>
       Effect.gen(function* () {

@@ -9,6 +9,7 @@
 import { afterAll, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import * as Logs from "./support/logs.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import { onRedisCluster } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
@@ -22,7 +23,7 @@ let testCount = 0
 const redisCluster: TokenBackend = {
   name: "redis-cluster",
   test: (name, input, options, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -31,7 +32,7 @@ const redisCluster: TokenBackend = {
           yield* body(cluster, {
             advance: (ms) => Effect.sleep(ms),
             until: (label, check) => eventuallyTrue(label, 15_000, check)
-          })
+          }).pipe(Effect.provide(Logs.into(cluster.logs)))
         }),
       60_000
     )
@@ -39,7 +40,7 @@ const redisCluster: TokenBackend = {
 
 tokenSuite(redisCluster)
 
-it.scopedLive(
+it.live(
   "redis-cluster: a tab linked while writes are refused, over a dead worker's record: taken over once they are accepted, not lost",
   () =>
     Effect.gen(function* () {

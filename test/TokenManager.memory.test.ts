@@ -3,8 +3,9 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 import { memoryCluster } from "./tokens/cluster.js"
@@ -13,13 +14,13 @@ import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 const memory: TokenBackend = {
   name: "memory",
   test: (name, input, options, body) =>
-    it.scoped(name, () =>
+    it.effect(name, () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input, options)
         yield* body(cluster, {
-          advance: (ms) => Effect.zipRight(TestClock.adjust(ms), settle),
+          advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
           until: untilOnTestClock
-        })
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }
@@ -29,7 +30,7 @@ tokenSuite(memory)
 const presenceOperations = new Set(["refreshPresence", "presenceMessages", "sendPresence", "isPresent"])
 
 describe("TokenManager (memory): the restore", () => {
-  it.scoped("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
+  it.effect("after a resubscription: one batched claim for every record, no read of an unchanged one", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const a = yield* cluster.worker()
@@ -41,7 +42,7 @@ describe("TokenManager (memory): the restore", () => {
       yield* eventuallyTrue(
         "the restore ran",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.operations, (n) => n > before)
         )
@@ -64,7 +65,7 @@ describe("TokenManager (memory): the restore", () => {
 })
 
 describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
-  it.scoped("a socket that disconnects while its record is being claimed again leaves no record behind", () =>
+  it.effect("a socket that disconnects while its record is being claimed again leaves no record behind", () =>
     Effect.gen(function* () {
       const gate = yield* Deferred.make<void>()
       const held = yield* Deferred.make<void>()
@@ -75,7 +76,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
           // Hold the loop's next claim of one record until the test opens the gate.
           before: (operation) =>
             operation === "claimSocket" && holding
-              ? Effect.zipRight(Deferred.succeed(held, undefined), Deferred.await(gate))
+              ? Effect.andThen(Deferred.succeed(held, undefined), Deferred.await(gate))
               : Effect.void
         }
       )
@@ -96,7 +97,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
       yield* eventuallyTrue(
         "the restore after the re-claim",
         5_000,
-        Effect.zipRight(
+        Effect.andThen(
           settle,
           Effect.map(cluster.calls, (calls) => calls.slice(before).includes("claimSockets"))
         )
@@ -110,7 +111,7 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
 })
 
 describe("TokenManager (memory): leasehold's spans", () => {
-  it.scoped("link, owner, disconnect and disconnectAll each make their span under an installed tracer", () =>
+  it.effect("link, owner, disconnect and disconnectAll each make their span under an installed tracer", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster()
       const a = yield* cluster.worker()

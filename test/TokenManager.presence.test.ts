@@ -7,14 +7,13 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { makeKeys } from "../src/internal/keys.js"
 import type { SocketRecord } from "../src/Store.js"
 import { StoreUnavailable } from "../src/StoreError.js"
@@ -32,7 +31,16 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
-  Effect.zipRight(advanceUntil(Effect.map(Fiber.poll(fiber), Option.isSome), limitMs), Fiber.join(fiber))
+  Effect.andThen(
+    advanceUntil(
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      ),
+      limitMs
+    ),
+    Fiber.join(fiber)
+  )
 
 /** Move the TestClock in small steps until `done` (at most `limitMs`). */
 const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
@@ -56,7 +64,7 @@ const recordIs = (
   )
 
 /** Let a worker's presence loop become steady (a whole presence expiration). */
-const steady = Effect.zipRight(TestClock.adjust(presenceMs + 100), settle)
+const steady = Effect.andThen(TestClock.adjust(presenceMs + 100), settle)
 
 /**
  * The tab of a SIGKILLed worker (its record `dead` there, no presence) reconnects to `b`
@@ -84,7 +92,7 @@ const linkDuringOutage = (
 const takingOver = "tab-1: the socket of dead-worker is gone"
 
 describe("TokenManager (memory): a dead owner is not a duplicate", () => {
-  it.scoped("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
+  it.effect("an absent owner's record is taken over: same token, takenOver, the record is ours", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const b = yield* cluster.worker()
@@ -97,7 +105,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped("a present owner that does not answer is dead after the presence expiration, not before", () =>
+  it.effect("a present owner that does not answer is dead after the presence expiration, not before", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const b = yield* cluster.worker()
@@ -105,11 +113,14 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       // the crashed worker's last refresh: its entry outlives it by up to an expiration
       yield* cluster.store.refreshPresence(dead.instanceId, presenceMs)
       yield* cluster.overwrite("tab-1", dead)
-      const link = yield* Effect.fork(b.tokens.link("tab-1", "cb"))
+      const link = yield* Effect.forkChild(b.tokens.link("tab-1", "cb"))
       yield* settle
       yield* TestClock.adjust(presenceMs / 2)
       yield* settle
-      assert.isTrue(Option.isNone(yield* Fiber.poll(link)), "answered before the presence expiration")
+      assert.isTrue(
+        Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(link.pollUnsafe()))),
+        "answered before the presence expiration"
+      )
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
       const linked = yield* runFor(link, presenceMs * 3)
       deepStrictEqual(linked, { token: "tab-1", fresh: false, takenOver: true })
@@ -117,7 +128,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "a live owner that holds the socket: a duplicate, at once; one that no longer does: taken over, at once",
     () =>
       Effect.gen(function* () {
@@ -135,7 +146,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped("two workers taking the same dead record over at once: one wins, the other gets a fresh token", () =>
+  it.effect("two workers taking the same dead record over at once: one wins, the other gets a fresh token", () =>
     Effect.gen(function* () {
       // Both take-overs wait for each other before they reach the store: each read the dead
       // record, each sends its compare-and-set.
@@ -156,7 +167,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         arrived = 0
         bothThere = yield* Deferred.make<void>()
         yield* cluster.overwrite(token, dead)
-        const both = yield* Effect.fork(
+        const both = yield* Effect.forkChild(
           Effect.all([b.tokens.link(token, "cb"), c.tokens.link(token, "cc")], { concurrency: "unbounded" })
         )
         const [fromB, fromC] = yield* runFor(both, presenceMs * 4)
@@ -169,7 +180,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped("a store outage longer than the presence expiration takes no live tab over", () =>
+  it.effect("a store outage longer than the presence expiration takes no live tab over", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster(input)
       const a = yield* cluster.worker()
@@ -183,21 +194,21 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       yield* settle
       // a's presence is not back yet (the store lost it, a's next refresh is still to come)
       yield* cluster.control.setRaw(makeKeys("leasehold").presence(a.id), "", 0)
-      const linked = yield* runFor(yield* Effect.fork(b.tokens.link("tab-1", "cb")), presenceMs * 6)
+      const linked = yield* runFor(yield* Effect.forkChild(b.tokens.link("tab-1", "cb")), presenceMs * 6)
       assert.isTrue(linked.fresh && !linked.takenOver)
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
       deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
     })
   )
 
-  it.scoped(
+  it.effect(
     "a worker whose presence lapsed finds the record taken over, reports its socket lost, deletes nothing",
     () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(a.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(a.tokens.lost, 1)))
         yield* settle
         yield* a.tokens.link("tab-1", "ca")
         yield* b.tokens.link("tab-x", "cb")
@@ -206,7 +217,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         yield* cluster.overwrite("tab-1", mine(b, "cb-new"))
         yield* TestClock.adjust(presenceMs)
         yield* settle
-        const reported = Chunk.toReadonlyArray(yield* Fiber.join(lost))
+        const reported = yield* Fiber.join(lost)
         deepStrictEqual(reported, [{ token: "tab-1", connectionId: "ca", holder: mine(b, "cb-new") }])
         assert.isTrue(yield* a.tokens.isLost("tab-1"))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.none())
@@ -219,13 +230,13 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a tab linked during an outage over a dead worker's record keeps its token: taken over when the store returns, not lost",
     () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
         yield* linkDuringOutage(cluster, b)
         // b is not steady yet: the dead worker's record is still there, and a lookup that
         // reads it answers b (the restore settles it), adopting nothing
@@ -234,13 +245,20 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
         yield* advanceUntil(
-          Effect.zipWith(Fiber.poll(lost), recordIs(cluster, "tab-1", mine(b, "cb")), (l, r) => Option.isSome(l) || r),
+          Effect.zipWith(
+            Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe())),
+            recordIs(cluster, "tab-1", mine(b, "cb")),
+            (l, r) => Option.isSome(l) || r
+          ),
           presenceMs * 8
         )
         deepStrictEqual(yield* cluster.record("tab-1"), ours)
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         assert.isFalse(yield* b.tokens.isLost("tab-1"))
-        assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe()))),
+          "no socket reported lost"
+        )
         assert.isTrue(
           cluster.logs.some((line) => line.message.includes(takingOver)),
           JSON.stringify(cluster.logs)
@@ -248,21 +266,21 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a tab linked during an outage while a live worker's socket holds the token: that record is adopted and the socket reported lost",
     () =>
       Effect.gen(function* () {
         const cluster = yield* memoryCluster(input)
         const a = yield* cluster.worker()
         const b = yield* cluster.worker()
-        const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+        const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
         yield* a.tokens.link("tab-1", "ca")
         yield* steady
         yield* cluster.outage.begin
         yield* settle
         assert.strictEqual((yield* Effect.flip(b.tokens.link("tab-1", "cb")))._tag, "RecordNotStored")
         yield* cluster.outage.end
-        const reported = Chunk.toReadonlyArray(yield* runFor(lost, presenceMs * 8))
+        const reported = yield* runFor(lost, presenceMs * 8)
         deepStrictEqual(reported, [{ token: "tab-1", connectionId: "cb", holder: mine(a, "ca") }])
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(a, "ca")))
         deepStrictEqual(yield* a.tokens.local("tab-1"), Option.some("ca"))
@@ -270,7 +288,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped("a take-over the store fails while a never-stored record is settled is tried again", () =>
+  it.effect("a take-over the store fails while a never-stored record is settled is tried again", () =>
     Effect.gen(function* () {
       let attempts = 0
       const cluster = yield* memoryCluster(input, {
@@ -301,7 +319,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
     })
   )
 
-  it.scoped(
+  it.effect(
     "a never-stored record settled while the loops resubscribe and restore again: one take-over, logged and counted once",
     () =>
       Effect.gen(function* () {
@@ -321,7 +339,7 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
   )
 
-  it.scoped(
+  it.effect(
     "a socket linked while the store failed that disconnects while its record is settled: nothing written",
     () =>
       Effect.gen(function* () {

@@ -30,13 +30,13 @@ const onCluster: ProcessBackend = {
 }
 
 describe("TokenManager (redis-cluster, processes): a dead owner is not a duplicate", () => {
-  it.scopedLive(
+  it.live(
     "SIGKILL of the owner: a link elsewhere one second later keeps the token and the state",
     () => killedOwnerTakenOver(onCluster),
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "an owner SIGSTOPped past the presence expiration: its record is taken over; resumed, it closes that socket and leaves the record",
     () => frozenOwnerTakenOver(onCluster),
     60_000

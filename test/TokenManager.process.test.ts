@@ -19,19 +19,19 @@ const singleServer: ProcessBackend = {
 }
 
 describe("TokenManager (redis, processes): a dead owner is not a duplicate", () => {
-  it.scopedLive(
+  it.live(
     "SIGKILL of the owner: a link elsewhere one second later keeps the token and the state",
     () => killedOwnerTakenOver(singleServer),
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "an owner SIGSTOPped past the presence expiration: its record is taken over; resumed, it closes that socket and leaves the record",
     () => frozenOwnerTakenOver(singleServer),
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "a store restart longer than the presence expiration takes no live tab over",
     () =>
       Effect.gen(function* () {

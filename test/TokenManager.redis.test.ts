@@ -5,6 +5,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as TokenManager from "../src/TokenManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
+import * as Logs from "./support/logs.js"
 import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
@@ -12,13 +13,13 @@ import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
 const redis: TokenBackend = {
   name: "redis",
   test: (name, input, options, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const cluster = yield* redisCluster(input, options)
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
           until: (label, check) => eventuallyTrue(label, 8_000, check)
-        })
+        }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
 }
@@ -29,7 +30,7 @@ const socketsLoop = (w: TokenWorker) =>
   Effect.map(w.health.loops, (loops) => loops.find((loop) => loop.name === TokenManager.loopName)?.state._tag)
 
 describe("TokenManager (redis): refused writes and restarts", () => {
-  it.scopedLive("a refused write (out of memory): linked locally; a refused restore is logged, the loop stays up", () =>
+  it.live("a refused write (out of memory): linked locally; a refused restore is logged, the loop stays up", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
@@ -64,7 +65,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "a tab linked while writes are refused, over a dead worker's record: taken over once they are accepted, not lost",
     () =>
       Effect.gen(function* () {
@@ -78,7 +79,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       })
   )
 
-  it.scopedLive("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
+  it.live("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
@@ -117,15 +118,15 @@ describe("TokenManager (redis): refused writes and restarts", () => {
     })
   )
 
-  it.scopedLive("a link interrupted while its claim is in flight leaves no record behind", () =>
+  it.live("a link interrupted while its claim is in flight leaves no record behind", () =>
     Effect.gen(function* () {
       const cluster = yield* redisCluster()
       const a = yield* cluster.worker()
       yield* cluster.server.pause
-      const linking = yield* Effect.fork(a.tokens.link("tab-cut", "c1"))
+      const linking = yield* Effect.forkChild(a.tokens.link("tab-cut", "c1"))
       // The claim is sent to the paused server, which applies it once it runs again.
       yield* Effect.sleep(100)
-      yield* Fiber.interruptFork(linking)
+      yield* Effect.sync(() => linking.interruptUnsafe())
       yield* cluster.server.resume
       yield* Fiber.await(linking)
       deepStrictEqual(yield* a.tokens.local("tab-cut"), Option.none())

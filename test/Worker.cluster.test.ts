@@ -19,6 +19,7 @@ import { redisWorkers, update } from "./delivery/workers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisClusterWorkers } from "./state/workers.js"
 import { leasehold } from "./support/cli.js"
+import * as Logs from "./support/logs.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -39,7 +40,7 @@ const workersOn = (cluster: RedisCluster.RedisCluster, input: LeaseholdConfig.In
 const state: StateBackend = {
   name: "redis-cluster",
   test: (name, input, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
@@ -53,7 +54,7 @@ const state: StateBackend = {
             advance: (ms) => Effect.sleep(ms),
             settle: Effect.sleep(30),
             until: (label, check) => eventuallyTrue(label, 10_000, check)
-          })
+          }).pipe(Effect.provide(Logs.into(workers.logs)))
         }),
       60_000
     )
@@ -64,14 +65,14 @@ stateSuite(state)
 const delivery: DeliveryBackend = {
   name: "redis-cluster",
   test: (name, body) =>
-    it.scopedLive(
+    it.live(
       name,
       () =>
         Effect.gen(function* () {
           const cluster = yield* clusters.get
           const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix: `delivery${++testCount}` })
           yield* body(fx, {
-            until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check)),
+            until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check)),
             settle: Effect.sleep(200)
           })
         }),
@@ -82,7 +83,7 @@ const delivery: DeliveryBackend = {
 deliverySuite(delivery)
 
 describe("a modification in one step on a Redis Cluster", () => {
-  it.scopedLive(
+  it.live(
     "on the values of the worker's last grant; refused once another worker's store moved them on, decided again",
     () =>
       Effect.gen(function* () {
@@ -114,7 +115,7 @@ describe("a modification in one step on a Redis Cluster", () => {
 })
 
 describe("inspect on a Redis Cluster", () => {
-  it.scopedLive(
+  it.live(
     "reports a token from its master and an instance's mailbox from its own",
     () =>
       Effect.gen(function* () {

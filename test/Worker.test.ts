@@ -6,7 +6,7 @@ import * as Monitor from "./support/monitor.js"
 import * as Server from "./support/RedisServer.js"
 
 describe("Worker", () => {
-  it.scoped("two builds of the layer are two workers with distinct instance ids", () =>
+  it.effect("two builds of the layer are two workers with distinct instance ids", () =>
     Effect.gen(function* () {
       const fx = yield* memoryWorkers()
       const a = yield* fx.worker()
@@ -20,7 +20,7 @@ describe("Worker", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "closing a worker stops its loops, then flushes its leases, then removes its records",
     () =>
       Effect.gen(function* () {

@@ -1,11 +1,11 @@
 /**
  * The HTTP API: bump and read a tab's counter from any worker, health and metrics.
  */
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { Health, type LoopState } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
@@ -22,7 +22,7 @@ export class BadRequest extends Data.TaggedError("BadRequest")<{ readonly messag
 /** No answer from the store within the lock expiration: answered 503. */
 export class Timeout extends Data.TaggedError("Timeout")<{ readonly message: string }> {}
 
-const json = (body: unknown, status = 200) => HttpServerResponse.unsafeJson(body, { status })
+const json = (body: unknown, status = 200) => HttpServerResponse.jsonUnsafe(body, { status })
 
 const single = (params: Readonly<Record<string, string | ReadonlyArray<string>>>, name: string): string | undefined => {
   const value = params[name]
@@ -37,16 +37,16 @@ const tokenParam = Effect.gen(function* () {
   return token
 })
 
-const decodeStep = Schema.decodeUnknownEither(Schema.compose(Schema.NumberFromString, Step))
+const decodeStep = Schema.decodeUnknownResult(Schema.NumberFromString.pipe(Schema.decodeTo(Step)))
 
 const stepParam = Effect.gen(function* () {
   const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")
   if (by === undefined) return 1
   const step = decodeStep(by.trim() === "" ? "x" : by)
-  if (Either.isLeft(step)) {
-    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.left)}` })
+  if (Result.isFailure(step)) {
+    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.failure)}` })
   }
-  return step.right
+  return step.success
 })
 
 /**
@@ -61,14 +61,16 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
     const { lockExpiration } = yield* LeaseholdConfig
     return yield* effect.pipe(
       // An unreachable store fails each command after its timeout; this bounds the whole request.
-      Effect.timeoutFail({
+      Effect.timeoutOrElse({
         duration: lockExpiration,
-        onTimeout: () =>
-          new Timeout({
-            message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
-          })
+        orElse: () =>
+          Effect.fail(
+            new Timeout({
+              message: "the store did not answer within the lock expiration; whether the request took effect is unknown"
+            })
+          )
       }),
-      Effect.catchAll((error: E | Timeout) => {
+      Effect.catch((error: E | Timeout) => {
         const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
           ? 400
           : ["StoreUnavailable", "StoreRefused", "NotAcknowledged", "LockExpired", "Timeout"].includes(error._tag)
@@ -91,9 +93,7 @@ export const bump = answerFailure(
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const delivery = yield* mailbox
       .send(token, count)
-      .pipe(
-        Effect.catchAll((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
-      )
+      .pipe(Effect.catch((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed")))
     return json({ n: count.n, v: count.v, instanceId, delivery })
   })
 )

@@ -4,8 +4,12 @@
  * here, so that `npm start` keeps every tab's counter across restarts.
  */
 import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 
 /** Settings of one app process. */
 export interface AppSettings {
@@ -48,40 +52,54 @@ export const defaultMaxBodyBytes = 65_536
 /** `MAX_URL_BYTES` when unset: 8 KiB (a token is at most 128 characters). */
 export const defaultMaxUrlBytes = 8_192
 
-/** A bound in bytes: a whole number from 1 up. */
-const bytes = (name: string, fallback: number, description: string) =>
-  Config.integer(name).pipe(
-    Config.withDefault(fallback),
-    Config.validate({ message: `${name} must be a whole number of bytes above 0`, validation: (n) => n >= 1 }),
-    Config.withDescription(description)
+/** `config`, refused with `message` unless `valid`. */
+const checked = <A>(config: Config.Config<A>, message: string, valid: (value: A) => boolean): Config.Config<A> =>
+  config.pipe(
+    Config.flatMap((value) =>
+      valid(value)
+        ? Config.succeed(value)
+        : Config.fail(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message })))
+    )
   )
 
-/** The settings, from the environment. */
+/**
+ * A bound in bytes: a whole number from 1 up. The description is what docs/configuration.md
+ * says of the variable, kept beside it.
+ */
+const bytes = (name: string, fallback: number, _description: string) =>
+  checked(
+    Config.Int(name).pipe(Config.withDefault(fallback)),
+    `${name} must be a whole number of bytes above 0`,
+    (n) => n >= 1
+  )
+
+/** The settings, from the environment (each variable's description beside it). */
 export const appConfig: Config.Config<AppSettings> = Config.all({
-  port: Config.port("PORT").pipe(Config.withDefault(3000), Config.withDescription("HTTP port")),
-  host: Config.option(Config.string("HOST")).pipe(Config.withDescription("interface to listen on; unset: all")),
-  workers: Config.integer("WORKERS").pipe(
-    Config.withDefault(1),
-    Config.validate({ message: "WORKERS must be between 1 and 64", validation: (n) => n >= 1 && n <= 64 }),
-    Config.withDescription("worker processes (node:cluster when more than 1)")
+  // HTTP port
+  port: Config.Port("PORT").pipe(Config.withDefault(3000)),
+  // interface to listen on; unset: all
+  host: Config.option(Config.String("HOST")),
+  // worker processes (node:cluster when more than 1)
+  workers: checked(
+    Config.Int("WORKERS").pipe(Config.withDefault(1)),
+    "WORKERS must be between 1 and 64",
+    (n) => n >= 1 && n <= 64
   ),
   redis: Config.all([
-    Config.option(Config.redacted("LEASEHOLD_REDIS_URL")),
-    Config.option(Config.redacted("LEASEHOLD_REDIS_SENTINELS"))
+    Config.option(Config.Redacted("LEASEHOLD_REDIS_URL")),
+    Config.option(Config.Redacted("LEASEHOLD_REDIS_SENTINELS"))
   ]).pipe(Config.map(([url, sentinels]) => Option.isSome(url) || Option.isSome(sentinels))),
-  dataDir: Config.option(Config.string("LEASEHOLD_DATA_DIR")).pipe(
+  // directory of the embedded store's files (default .leasehold; empty: none)
+  dataDir: Config.option(Config.String("LEASEHOLD_DATA_DIR")).pipe(
     Config.map((dir) =>
       Option.match(dir, {
         onNone: () => Option.some(defaultDataDir),
         onSome: (value) => (value.trim() === "" ? Option.none() : Option.some(value))
       })
-    ),
-    Config.withDescription("directory of the embedded store's files (default .leasehold; empty: none)")
+    )
   ),
-  httpTracing: Config.boolean("HTTP_TRACING").pipe(
-    Config.withDefault(false),
-    Config.withDescription("a server span per HTTP request (for an installed tracer); default off")
-  ),
+  // a server span per HTTP request (for an installed tracer); default off
+  httpTracing: Config.Boolean("HTTP_TRACING").pipe(Config.withDefault(false)),
   maxFrameBytes: bytes(
     "MAX_FRAME_BYTES",
     defaultMaxFrameBytes,
@@ -90,6 +108,19 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
   maxBodyBytes: bytes("MAX_BODY_BYTES", defaultMaxBodyBytes, "largest HTTP request body (else 413)"),
   maxUrlBytes: bytes("MAX_URL_BYTES", defaultMaxUrlBytes, "longest HTTP request target, path and query (else 414)")
 })
+
+/**
+ * How the app reads its settings: from the process's environment, where a variable set but
+ * empty is set (`LEASEHOLD_DATA_DIR=` keeps nothing on disk), not unset as Effect's default
+ * reading of the environment has it.
+ */
+export const environment = (env?: Record<string, string>): ConfigProvider.ConfigProvider =>
+  ConfigProvider.fromEnv(env === undefined ? { preserveEmptyStrings: true } : { env, preserveEmptyStrings: true })
+
+/** The settings of this process, from its environment. */
+export const loadSettings: Effect.Effect<AppSettings, Config.ConfigError> = Effect.suspend(() =>
+  appConfig.parse(environment())
+)
 
 /** `WORKERS` above 1 without Redis: the workers would each have their own embedded store. */
 export class ClusterNeedsRedis extends Data.TaggedError("ClusterNeedsRedis")<{ readonly workers: number }> {

@@ -59,10 +59,10 @@ export const primary = (settings: AppSettings) =>
     const allExited = yield* Deferred.make<void>()
     let stopping = false
 
-    const onListening = (worker: Worker) => events.unsafeOffer({ _tag: "listening", worker })
+    const onListening = (worker: Worker) => Queue.offerUnsafe(events, { _tag: "listening", worker })
     const onExit = (worker: Worker, code: number | null, signal: string | null) => {
-      events.unsafeOffer({ _tag: "exit", worker, code, signal })
-      if (stopping && Object.keys(cluster.workers ?? {}).length === 0) Deferred.unsafeDone(allExited, Effect.void)
+      Queue.offerUnsafe(events, { _tag: "exit", worker, code, signal })
+      if (stopping && Object.keys(cluster.workers ?? {}).length === 0) Deferred.doneUnsafe(allExited, Effect.void)
     }
     yield* Effect.acquireRelease(
       Effect.sync(() => {
@@ -98,7 +98,7 @@ export const primary = (settings: AppSettings) =>
 
     for (let i = 0; i < settings.workers; i++) yield* fork
     while (listening.size < settings.workers) {
-      const event = yield* events.take
+      const event = yield* Queue.take(events)
       if (event._tag === "listening") listening.add(event.worker)
       else
         return yield* new WorkerStartFailed({ pid: event.worker.process.pid, code: event.code, signal: event.signal })
@@ -106,7 +106,7 @@ export const primary = (settings: AppSettings) =>
     yield* Effect.logInfo(`counter: ${settings.workers} workers listening on port ${settings.port}`)
 
     while (true) {
-      const event = yield* events.take
+      const event = yield* Queue.take(events)
       if (event._tag === "listening") {
         listening.add(event.worker)
         continue

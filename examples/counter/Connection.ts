@@ -13,16 +13,16 @@
  * socket with code 1009 before it is read (see `Upgrade`).
  */
 import { randomUUID } from "node:crypto"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
-import * as Socket from "@effect/platform/Socket"
-import * as Chunk from "effect/Chunk"
+import * as Arr from "effect/Array"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
+import * as Socket from "effect/socket/Socket"
 import { Mailbox } from "leasehold/Mailbox"
 import { StateManager } from "leasehold/StateManager"
 import { isValidToken, TokenManager } from "leasehold/TokenManager"
@@ -102,20 +102,18 @@ const framesHandler = (connection: Connection) =>
     const states = yield* StateManager
     const refuse = (message: string) => sockets.send(connection, { type: "error", message })
     const failed = (message: string) =>
-      Effect.zipRight(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
+      Effect.andThen(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const deliver = (count: Counter.Count) =>
       mailbox
         .send(connection.token, count)
-        .pipe(
-          Effect.catchAll((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
-        )
+        .pipe(Effect.catch((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`)))
     const bumps = (steps: ReadonlyArray<number>) =>
       Effect.matchEffect(Counter.bumpAll(states, connection.token, steps), {
         // not stored: none of the run's bumps took effect
         onFailure: (error) => Effect.forEach(steps, () => failed(error.message), { discard: true }),
         onSuccess: (results) =>
-          Effect.forEach(results, Either.match({ onLeft: (error) => failed(error.message), onRight: deliver }), {
+          Effect.forEach(results, Result.match({ onFailure: (error) => failed(error.message), onSuccess: deliver }), {
             discard: true
           })
       })
@@ -125,13 +123,13 @@ const framesHandler = (connection: Connection) =>
         let run: Array<number> = []
         for (const text of texts) {
           const bump = parseClientMessage(text)
-          if (Either.isRight(bump)) {
-            run.push(bump.right.by)
+          if (Result.isSuccess(bump)) {
+            run.push(bump.success.by)
             continue
           }
           if (run.length > 0) handled.push(bumps(run))
           run = []
-          handled.push(refuse(bump.left))
+          handled.push(refuse(bump.failure))
         }
         if (run.length > 0) handled.push(bumps(run))
         return handled.length === 1 ? handled[0]! : Effect.all(handled, { discard: true })
@@ -147,12 +145,12 @@ export const handler = Effect.gen(function* () {
   const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
   // Not the platform's `request.upgrade`: its WebSocket server buffers messages of up to 100 MiB.
   const { batch, socket } = yield* Effect.flatMap(Upgrades, (upgrades) => upgrades.upgrade(request))
-  const write = yield* socket.writer
+  const { write, writeAll } = yield* socket.writer
   const id = randomUUID()
 
   const linked = yield* linkTab(asked, id)
   const connection = yield* Effect.acquireRelease(sockets.attach(id, linked.token), (connection) =>
-    Effect.zipRight(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
+    Effect.andThen(sockets.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
   )
   if (asked === undefined || linked.fresh) yield* sockets.send(connection, { type: "new_token", token: linked.token })
   yield* sockets.send(connection, { type: "hello", token: linked.token, instanceId: tokens.instanceId })
@@ -163,57 +161,61 @@ export const handler = Effect.gen(function* () {
   // yields to the scheduler once per batch, not once per frame.
   const handleFrames = yield* framesHandler(connection)
   yield* Effect.forkScoped(
-    Effect.forever(
-      Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) => handleFrames(Chunk.toReadonlyArray(texts)))
-    ).pipe(Effect.interruptible)
+    Effect.forever(Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), handleFrames)).pipe(Effect.interruptible)
   )
   yield* Effect.forkScoped(
     Effect.forever(
       Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
         // one write to the connection for the batch, not one per frame
-        batch(Effect.forEach(frames, write, { discard: true }))
+        Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
       )
     ).pipe(Effect.ignore, Effect.interruptible)
   )
   yield* Effect.forkScoped(
     Counter.read(connection.token).pipe(
       Effect.flatMap((count) => sockets.sendCount(connection, "state", count)),
-      Effect.catchAll((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
+      Effect.catch((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
     )
   )
   // Closed from the server: the token is held by a socket of another worker now.
   const closedHere = Deferred.await(connection.closed).pipe(
-    Effect.zipRight(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
-    Effect.zipRight(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+    Effect.andThen(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
+    Effect.andThen(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
     Effect.ignore
   )
   if (linked.takenOver)
     yield* Effect.logInfo(`socket ${id}: token ${linked.token} taken over from a worker that was gone`)
-  yield* socket
-    .runRaw((data) => {
-      // Queued synchronously, in the order the frames arrived.
-      if (Option.getOrElse(incoming.unsafeSize(), () => 0) >= maxPendingFrames) {
-        return sockets.send(connection, {
-          type: "error",
-          message: `too many messages waiting (${maxPendingFrames}): message dropped`
-        })
+  // The WebSocket opens here (the handshake completed), its messages read until it closes.
+  const reading = Effect.gen(function* () {
+    const pull = yield* socket.reader
+    while (true) {
+      for (const data of yield* pull.pull) {
+        // Queued synchronously, in the order the frames arrived.
+        if (Queue.sizeUnsafe(incoming) >= maxPendingFrames) {
+          yield* sockets.send(connection, {
+            type: "error",
+            message: `too many messages waiting (${maxPendingFrames}): message dropped`
+          })
+          continue
+        }
+        Queue.offerUnsafe(incoming, typeof data === "string" ? data : decoder.decode(data))
       }
-      incoming.unsafeOffer(typeof data === "string" ? data : decoder.decode(data))
-    })
-    .pipe(
-      Effect.catchIf(Socket.isSocketError, (error) =>
-        (isTooBig(error)
-          ? Effect.logWarning(`socket ${id}: a message over MAX_FRAME_BYTES, closed with ${tooBigCloseCode}`)
-          : Effect.logDebug(`socket ${id} closed: ${error.reason}`)
-        ).pipe(Effect.annotateLogs({ token: connection.token }))
-      ),
-      Effect.raceFirst(closedHere)
-    )
+    }
+  }).pipe(Effect.scoped)
+  yield* reading.pipe(
+    Effect.catchIf(Socket.isSocketError, (error) =>
+      (isTooBig(error)
+        ? Effect.logWarning(`socket ${id}: a message over MAX_FRAME_BYTES, closed with ${tooBigCloseCode}`)
+        : Effect.logDebug(`socket ${id} closed: ${error.message}`)
+      ).pipe(Effect.annotateLogs({ token: connection.token }))
+    ),
+    Effect.raceFirst(closedHere)
+  )
   return HttpServerResponse.empty()
 }).pipe(
-  Effect.catchTag("RequestError", (error) =>
+  Effect.catchTag("HttpServerError", (error) =>
     Effect.succeed(
-      HttpServerResponse.unsafeJson({ error: `not a WebSocket request: ${error.message}` }, { status: 400 })
+      HttpServerResponse.jsonUnsafe({ error: `not a WebSocket request: ${error.message}` }, { status: 400 })
     )
   ),
   Effect.scoped

@@ -9,7 +9,7 @@
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as State from "leasehold/StateManager"
 import { StateManager } from "leasehold/StateManager"
@@ -17,7 +17,7 @@ import { StateManager } from "leasehold/StateManager"
 /** The stored counter, and the update sent to the tab's socket after each change. */
 export const Count = Schema.Struct({
   n: Schema.Int,
-  v: Schema.Int.pipe(Schema.nonNegative()),
+  v: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)),
   epoch: Schema.Number
 })
 export type Count = typeof Count.Type
@@ -50,14 +50,14 @@ export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epo
 export const bump = (token: string, by: number) => Effect.flatMap(StateManager, (states) => bumpWith(states, token, by))
 
 /** `bump` with the state manager at hand (a socket's handler looks it up once). */
-export const bumpWith = (states: StateManager["Type"], token: string, by: number) =>
-  Effect.flatMap(bumpAll(states, token, [by]), (results) => results[0]!)
+export const bumpWith = (states: StateManager["Service"], token: string, by: number) =>
+  Effect.flatMap(bumpAll(states, token, [by]), (results) => Effect.fromResult(results[0]!))
 
 /** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
-const step = (token: string, count: Count, by: number, now: number): Either.Either<Count, CounterOverflow> => {
+const step = (token: string, count: Count, by: number, now: number): Result.Result<Count, CounterOverflow> => {
   const n = count.n + by
-  if (!Number.isSafeInteger(n)) return Either.left(new CounterOverflow({ token, n: count.n, by }))
-  return Either.right({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
+  if (!Number.isSafeInteger(n)) return Result.fail(new CounterOverflow({ token, n: count.n, by }))
+  return Result.succeed({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
 }
 
 /**
@@ -71,18 +71,18 @@ const step = (token: string, count: Count, by: number, now: number): Either.Eith
  * its turn comes, with no step of this fiber in between); each costs less than an effectful
  * one. Nothing is written when every step overflowed.
  */
-export const bumpAll = (states: StateManager["Type"], token: string, steps: ReadonlyArray<number>) =>
+export const bumpAll = (states: StateManager["Service"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {
-    const now = clock.unsafeCurrentTimeMillis()
+    const now = clock.currentTimeMillisUnsafe()
     return states.modify(
       token,
       Counter,
-      (count): readonly [ReadonlyArray<Either.Either<Count, CounterOverflow>>, Count] => {
-        const results: Array<Either.Either<Count, CounterOverflow>> = []
+      (count): readonly [ReadonlyArray<Result.Result<Count, CounterOverflow>>, Count] => {
+        const results: Array<Result.Result<Count, CounterOverflow>> = []
         let current = count
         for (const by of steps) {
           const result = step(token, current, by, now)
-          if (Either.isRight(result)) current = result.right
+          if (Result.isSuccess(result)) current = result.success
           results.push(result)
         }
         return [results, current]

@@ -12,12 +12,12 @@
  * before the app sees them; see docs/operations.md for every bound.
  */
 import type { IncomingMessage } from "node:http"
-import * as HttpIncomingMessage from "@effect/platform/HttpIncomingMessage"
-import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as ByteSize from "effect/ByteSize"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
+import * as HttpIncomingMessage from "effect/http/HttpIncomingMessage"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 
 export interface RequestBounds {
   readonly maxBodyBytes: number
@@ -25,7 +25,7 @@ export interface RequestBounds {
 }
 
 const refuse = (status: 413 | 414, message: string) =>
-  HttpServerResponse.unsafeJson(
+  HttpServerResponse.jsonUnsafe(
     { error: message, code: status === 413 ? "BodyTooLarge" : "UrlTooLong" },
     { status, headers: { connection: "close" } }
   )
@@ -36,8 +36,10 @@ export const bounded =
   <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
     Effect.gen(function* () {
       const request = yield* HttpServerRequest.HttpServerRequest
+      // The app serves HTTP/1.1 only (Node's `http` server).
+      const source = NodeHttpServerRequest.toIncomingMessage(request) as IncomingMessage
       // The target as received: its characters are bytes (anything else is percent-encoded).
-      const target = request.originalUrl
+      const target = source.url ?? ""
       if (target.length > bounds.maxUrlBytes) {
         return refuse(414, `request target longer than ${bounds.maxUrlBytes} bytes (${target.length})`)
       }
@@ -45,10 +47,10 @@ export const bounded =
       if (length !== undefined && Number(length) > bounds.maxBodyBytes) {
         return refuse(413, `body larger than ${bounds.maxBodyBytes} bytes (${length})`)
       }
-      const limited = HttpIncomingMessage.withMaxBodySize(app, Option.some(bounds.maxBodyBytes))
+      const limited = Effect.provideService(app, HttpIncomingMessage.MaxBodySize, ByteSize.bytes(bounds.maxBodyBytes))
       if (request.headers["transfer-encoding"] === undefined) return yield* limited
       // A body of unknown length: counted as it arrives, and refused once past the bound.
-      const within = yield* drainWithin(NodeHttpServerRequest.toIncomingMessage(request), bounds.maxBodyBytes)
+      const within = yield* drainWithin(source, bounds.maxBodyBytes)
       if (!within) return refuse(413, `body larger than ${bounds.maxBodyBytes} bytes`)
       return yield* limited
     })
@@ -58,7 +60,7 @@ export const bounded =
  * as soon as more than `max` bytes have arrived, and it is left unread from there.
  */
 const drainWithin = (source: IncomingMessage, max: number) =>
-  Effect.async<boolean>((resume) => {
+  Effect.callback<boolean>((resume) => {
     let bytes = 0
     const stop = () => {
       source.off("data", onData)

@@ -11,14 +11,17 @@
  *
  * Client to server: `{"type":"bump","by":K}` (K an integer, |K| ≤ 1,000,000).
  */
-import * as Either from "effect/Either"
-import * as ParseResult from "effect/ParseResult"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { maxStep } from "./Counter.js"
 
 /** A step of a bump: an integer within ±`maxStep`. */
-export const Step = Schema.Int.pipe(
-  Schema.between(-maxStep, maxStep, { message: () => `must be an integer between -${maxStep} and ${maxStep}` })
+export const Step = Schema.Int.check(
+  Schema.isBetween(
+    { minimum: -maxStep, maximum: maxStep },
+    { message: `must be an integer between -${maxStep} and ${maxStep}` }
+  )
 )
 
 /** The one event a client sends. */
@@ -28,13 +31,19 @@ export type Bump = typeof Bump.Type
 // A value nested too deeply (`[[[[…]]]]`) makes Schema's recursive decoder and formatters
 // overflow the stack: below, that is a reason like any other, not a thrown RangeError that
 // would end the socket's frame handler.
-const decodeBump = Schema.decodeUnknownEither(Schema.parseJson(Bump), { onExcessProperty: "ignore" })
+const decodeBump = Schema.decodeUnknownResult(Schema.fromJsonString(Bump), { onExcessProperty: "ignore" })
 
 /** The innermost reason of a parse error, on one line (a value too deep to describe, in short). */
-export const problem = (error: ParseResult.ParseError): string => {
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+
+export const problem = (error: Schema.SchemaError): string => {
   try {
-    return ParseResult.ArrayFormatter.formatErrorSync(error)
-      .map((issue) => (issue.path.length === 0 ? issue.message : `${issue.path.join(".")}: ${issue.message}`))
+    return formatIssues(error.issue)
+      .issues.map((issue) =>
+        issue.path === undefined || issue.path.length === 0
+          ? issue.message
+          : `${issue.path.map(String).join(".")}: ${issue.message}`
+      )
       .join("; ")
   } catch (cause) {
     return cause instanceof RangeError ? "invalid, and nested too deeply to describe" : "invalid"
@@ -60,14 +69,14 @@ const plainBump = (text: string): Bump | undefined => {
 }
 
 /** A client frame as a bump, or the reason it is not one. */
-export const parseClientMessage = (text: string): Either.Either<Bump, string> => {
+export const parseClientMessage = (text: string): Result.Result<Bump, string> => {
   const plain = plainBump(text)
-  if (plain !== undefined) return Either.right(plain)
+  if (plain !== undefined) return Result.succeed(plain)
   try {
-    return Either.mapLeft(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
+    return Result.mapError(decodeBump(text), (error) => `malformed message: ${problem(error)}`)
   } catch (cause) {
     const reason = cause instanceof RangeError ? "nested too deeply to parse" : String(cause)
-    return Either.left(`malformed message: ${reason} (${text.length} characters)`)
+    return Result.fail(`malformed message: ${reason} (${text.length} characters)`)
   }
 }
 

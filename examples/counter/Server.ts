@@ -3,20 +3,19 @@
  * set, else on the embedded store), the sockets it holds, and the HTTP server.
  *
  * Shutdown order follows from the layers: the HTTP server closes first (no new
- * connection; every socket's fiber is interrupted, which closes the socket and removes
- * its record; a connection still open after `connectionCloseGrace` is cut), then the
- * leasehold worker (loops stopped, leases flushed, remaining
+ * connection; every socket is sent its close, and its fiber removes its record as it ends;
+ * a connection still open after `connectionCloseGrace` is cut), then the leasehold worker (loops stopped, leases flushed, remaining
  * records removed, store connections closed).
  */
 import { createServer } from "node:http"
 import type { Socket as NetSocket } from "node:net"
-import * as HttpMiddleware from "@effect/platform/HttpMiddleware"
-import * as HttpRouter from "@effect/platform/HttpRouter"
-import * as HttpServer from "@effect/platform/HttpServer"
-import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as HttpMiddleware from "effect/http/HttpMiddleware"
+import * as HttpRouter from "effect/http/HttpRouter"
+import * as HttpServer from "effect/http/HttpServer"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
@@ -39,26 +38,26 @@ import * as Sockets from "./Sockets.js"
 import * as Upgrade from "./Upgrade.js"
 
 /** Every route of the app. */
-export const router = HttpRouter.empty.pipe(
-  HttpRouter.get("/", Effect.succeed(HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" }))),
-  HttpRouter.get("/ws", Connection.handler),
-  HttpRouter.post("/api/bump", Api.bump),
-  HttpRouter.get("/api/state", Api.state),
-  HttpRouter.get("/healthz", Api.healthz),
-  HttpRouter.get("/metrics", Api.metrics)
+export const routes = Layer.mergeAll(
+  HttpRouter.add("GET", "/", HttpServerResponse.text(page, { contentType: "text/html; charset=utf-8" })),
+  HttpRouter.add("GET", "/ws", Connection.handler),
+  HttpRouter.add("POST", "/api/bump", Api.bump),
+  HttpRouter.add("GET", "/api/state", Api.state),
+  HttpRouter.add("GET", "/healthz", Api.healthz),
+  HttpRouter.add("GET", "/metrics", Api.metrics)
 )
 
 /** leasehold's settings from the environment, with the app's default data directory. */
 export const configLayer = (settings: AppSettings) => LeaseholdConfig.layerConfig({ dataDir: settings.dataDir })
 
-const storeLayer = Layer.unwrapEffect(
+const storeLayer = Layer.unwrap(
   Effect.map(
     LeaseholdConfig.LeaseholdConfig,
     (
       config
     ): Layer.Layer<
       Store,
-      Layer.Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
+      Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
       LeaseholdConfig.LeaseholdConfig
     > => (LeaseholdConfig.usesRedis(config) ? RedisStore.layer() : MemoryStore.layer)
   )
@@ -69,14 +68,14 @@ const storeLayer = Layer.unwrapEffect(
  * up once, when the layer is built, not at every update).
  */
 export const workerLayer = (settings: AppSettings) =>
-  Layer.unwrapEffect(
+  Layer.unwrap(
     Effect.map(Sockets.Sockets, (sockets) =>
       Worker.layer({ schema: Count, deliver: (token, count) => sockets.deliver(token, count) })
     )
   ).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
 
 /** Close every socket whose token another worker took over (it found this worker gone). */
-const closeLost = Layer.scopedDiscard(
+const closeLost = Layer.effectDiscard(
   Effect.gen(function* () {
     const tokens = yield* TokenManager.TokenManager
     const sockets = yield* Sockets.Sockets
@@ -84,7 +83,7 @@ const closeLost = Layer.scopedDiscard(
   })
 )
 
-const announce = Layer.scopedDiscard(
+const announce = Layer.effectDiscard(
   Effect.gen(function* () {
     const instanceId = yield* InstanceId
     const config = yield* LeaseholdConfig.LeaseholdConfig
@@ -114,7 +113,12 @@ export const connectionCloseGrace = Duration.seconds(2)
 export const httpTracing =
   (enabled: boolean) =>
   <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
-    enabled ? layer : HttpMiddleware.withTracerDisabledWhen(layer, () => true)
+    enabled
+      ? layer
+      : Layer.provide(
+          layer,
+          Layer.succeed(HttpMiddleware.TracerDisabledWhen, () => true)
+        )
 
 /**
  * An HTTP server that remembers its open connections, and can cut them once it closes; and
@@ -144,16 +148,23 @@ const trackedServer = () => {
 }
 
 /** The whole worker process: serve until interrupted. */
-export const layer = (settings: AppSettings) =>
-  Layer.unwrapEffect(Effect.sync(() => serving(settings, trackedServer())))
+export const layer = (settings: AppSettings) => Layer.unwrap(Effect.sync(() => serving(settings, trackedServer())))
 
 /** One server per build of `layer`. */
 const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer>) => {
-  // Released before the HTTP server (which it needs), so the grace starts as closing does.
-  const cutOnClose = Layer.scopedDiscard(Effect.addFinalizer(() => tracked.cutLingering))
-  return Layer.mergeAll(HttpServer.serve(Limits.bounded(settings)(router)), announce, closeLost).pipe(
+  const app = Layer.effectDiscard(
+    Effect.gen(function* () {
+      const routed = yield* HttpRouter.toHttpEffect(routes)
+      const upgrades = yield* Upgrade.Upgrades
+      // Interruptible, as a request is when its client goes or the server closes.
+      yield* HttpServer.serveEffect(Effect.interruptible(Limits.bounded(settings)(routed)))
+      // Run before the server's own close (finalizers run last to first): the grace starts as
+      // closing does, and every WebSocket is sent its close before its connection is ended.
+      yield* Effect.addFinalizer(() => Effect.andThen(tracked.cutLingering, upgrades.closeAll))
+    })
+  )
+  return Layer.mergeAll(app, announce, closeLost).pipe(
     httpTracing(settings.httpTracing),
-    Layer.provide(cutOnClose),
     Layer.provide(
       Upgrade.layer(tracked.pending, { maxFrameBytes: settings.maxFrameBytes, closeGrace: connectionCloseGrace })
     ),

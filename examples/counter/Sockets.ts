@@ -41,7 +41,7 @@ export const overtaken = Metric.counter("counter_updates_overtaken_total", {
 })
 
 /** This worker's sockets, by token. */
-export class Sockets extends Context.Tag("counter/Sockets")<
+export class Sockets extends Context.Service<
   Sockets,
   {
     readonly attach: (id: string, token: string) => Effect.Effect<Connection>
@@ -58,7 +58,7 @@ export class Sockets extends Context.Tag("counter/Sockets")<
     /** The `deliver` of the worker's mailbox: the update to the token's socket on this worker. */
     readonly deliver: (token: string, count: Count) => Effect.Effect<void>
   }
->() {}
+>()("counter/Sockets") {}
 
 /** An empty registry: built before the leasehold worker, whose `deliver` uses it, and closed after it. */
 export const layer = Layer.sync(Sockets, () => {
@@ -68,12 +68,12 @@ export const layer = Layer.sync(Sockets, () => {
   // its queue shut down, takes nothing.
   const send = (connection: Connection, message: ServerMessage) =>
     Effect.sync(() => {
-      connection.outgoing.unsafeOffer(encode(message))
+      Queue.offerUnsafe(connection.outgoing, encode(message))
     })
 
   const sendCount = (connection: Connection, type: "state" | "update", count: Count) =>
     Effect.suspend(() => {
-      if (!isNewer(count, connection.last)) return Metric.increment(overtaken)
+      if (!isNewer(count, connection.last)) return Metric.update(overtaken, 1)
       connection.last = { v: count.v, epoch: count.epoch }
       return send(connection, { type, n: count.n, v: count.v })
     })
@@ -89,14 +89,14 @@ export const layer = Layer.sync(Sockets, () => {
           closed: yield* Deferred.make<void>()
         }
         byToken.set(token, connection)
-        yield* Metric.increment(open)
+        yield* Metric.update(open, 1)
         return connection
       }),
     detach: (connection) =>
       Effect.suspend(() => {
         if (byToken.get(connection.token) !== connection) return Effect.void
         byToken.delete(connection.token)
-        return Effect.zipRight(Metric.incrementBy(open, -1), Queue.shutdown(connection.outgoing))
+        return Effect.andThen(Metric.update(open, -1), Queue.shutdown(connection.outgoing))
       }),
     send,
     sendCount,

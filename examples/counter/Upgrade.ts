@@ -2,8 +2,8 @@
  * The example's WebSocket server, which bounds what a client may send in one message.
  *
  * `@effect/platform-node` upgrades a request with a `ws` server of its own, made with ws's
- * defaults: a message of up to 100 MiB is buffered whole before the app sees it, and no
- * option reaches that server. So `/ws` upgrades with this one, whose `maxPayload` is
+ * defaults unless told otherwise: a message of up to 100 MiB is buffered whole before the
+ * app sees it. `/ws` upgrades with this one, whose `maxPayload` is
  * `MAX_FRAME_BYTES`: a frame whose header announces more (or a fragment that takes its
  * message past it) is answered with a close frame, code 1009, before its payload is read;
  * the connection is not read any further, and is cut once the close grace has passed (the
@@ -20,14 +20,14 @@
  */
 import type { IncomingMessage, Server } from "node:http"
 import type { Duplex } from "node:stream"
-import * as HttpServerError from "@effect/platform/HttpServerError"
-import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import * as Socket from "@effect/platform/Socket"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as HttpServerError from "effect/http/HttpServerError"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as Layer from "effect/Layer"
+import * as Socket from "effect/socket/Socket"
 import { type WebSocket, WebSocketServer } from "ws"
 
 /** The close code of a socket that sent a message over `MAX_FRAME_BYTES` (RFC 6455: "message too big"). */
@@ -64,7 +64,7 @@ export interface Upgraded {
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
-export class Upgrades extends Context.Tag("counter/Upgrades")<
+export class Upgrades extends Context.Service<
   Upgrades,
   {
     /**
@@ -74,13 +74,18 @@ export class Upgrades extends Context.Tag("counter/Upgrades")<
      */
     readonly upgrade: (
       request: HttpServerRequest.HttpServerRequest
-    ) => Effect.Effect<Upgraded, HttpServerError.RequestError>
+    ) => Effect.Effect<Upgraded, HttpServerError.HttpServerError>
+    /**
+     * Start the close of every WebSocket open (the server is shutting down): each gets a
+     * close frame before its connection is ended.
+     */
+    readonly closeAll: Effect.Effect<void>
   }
->() {}
+>()("counter/Upgrades") {}
 
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
 const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
-  Effect.async<void>((resume) => {
+  Effect.callback<void>((resume) => {
     if (ws.readyState === ws.CLOSED) return resume(Effect.void)
     const timer = setTimeout(() => ws.terminate(), Duration.toMillis(grace))
     ws.once("close", () => {
@@ -92,8 +97,8 @@ const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
 
 /** Whether a socket's failure is the close of a message over the bound (ws's error, seen through the platform's socket). */
 export const isTooBig = (error: Socket.SocketError): boolean => {
-  if (error.reason !== "Read") return false
-  const cause = (error as { readonly cause?: unknown }).cause
+  if (error.reason._tag !== "SocketReadError") return false
+  const cause = error.reason.cause
   const inner = typeof cause === "object" && cause !== null && "error" in cause ? cause.error : undefined
   return typeof inner === "object" && inner !== null && "code" in inner && inner.code === tooBigErrorCode
 }
@@ -103,20 +108,26 @@ export const layer = (
   pending: Pending,
   options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }
 ) =>
-  Layer.scoped(
+  Layer.effect(
     Upgrades,
     Effect.gen(function* () {
       const wss = yield* Effect.acquireRelease(
         Effect.sync(() => new WebSocketServer({ noServer: true, maxPayload: options.maxFrameBytes })),
-        (wss) => Effect.async<void>((resume) => wss.close(() => resume(Effect.void)))
+        (wss) => Effect.callback<void>((resume) => wss.close(() => resume(Effect.void)))
       )
+      const open = new Set<WebSocket>()
       return Upgrades.of({
+        closeAll: Effect.sync(() => {
+          for (const ws of open) if (ws.readyState === ws.OPEN) ws.close()
+        }),
         upgrade: (request) => {
-          const source = NodeHttpServerRequest.toIncomingMessage(request)
+          const source = NodeHttpServerRequest.toIncomingMessage(request) as IncomingMessage
           const raw = pending.get(source)
           if (raw === undefined) {
             return Effect.fail(
-              new HttpServerError.RequestError({ request, reason: "Decode", description: "not an upgrade request" })
+              new HttpServerError.HttpServerError({
+                reason: new HttpServerError.RequestParseError({ request, description: "not an upgrade request" })
+              })
             )
           }
           pending.delete(source)
@@ -133,20 +144,28 @@ export const layer = (
             raw.socket.cork()
             setImmediate(release)
           })
-          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.zipRight(hold, effect)
+          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.andThen(hold, effect)
           const socket = Socket.fromWebSocket(
             Effect.acquireRelease(
-              Effect.async<WebSocket, Socket.SocketError>((resume) => {
+              Effect.callback<WebSocket, Socket.SocketError>((resume) => {
                 // A handshake ws refuses (no key, another version) is answered (400, 405) and
                 // its connection ended, without a call back; the platform does not interrupt
                 // the route then (the connection was ended, not cut). The route fails here
                 // instead, and releases what it took (the tab's link) rather than wait for ever.
                 const refused = () =>
-                  resume(Effect.fail(new Socket.SocketGenericError({ reason: "Open", cause: handshakeRefused })))
+                  resume(
+                    Effect.fail(
+                      new Socket.SocketError({
+                        reason: new Socket.SocketOpenError({ kind: "Unknown", cause: new Error(handshakeRefused) })
+                      })
+                    )
+                  )
                 if (raw.socket.destroyed || raw.socket.writableEnded) return refused()
                 raw.socket.once("close", refused)
                 wss.handleUpgrade(source, raw.socket, raw.head, (ws) => {
                   raw.socket.off("close", refused)
+                  open.add(ws)
+                  ws.once("close", () => open.delete(ws))
                   ws.on("error", (error: Error & { readonly code?: string }) => {
                     // ws has sent the close frame (1009) and drains the connection unread; stop
                     // reading it instead, so that the client cannot go on uploading: what it
@@ -158,7 +177,9 @@ export const layer = (
                 return Effect.sync(() => raw.socket.off("close", refused))
               }),
               (ws) => closeFully(ws, options.closeGrace)
-            ).pipe(Effect.map((ws) => ws as unknown as globalThis.WebSocket))
+            ).pipe(Effect.map((ws) => ws as unknown as Socket.WebSocketLike)),
+            // one connection: its socket is not opened again once closed
+            { disableReconnects: true }
           )
           return Effect.map(socket, (socket): Upgraded => ({ socket, batch }))
         }

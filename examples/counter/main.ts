@@ -4,17 +4,17 @@
  */
 import cluster from "node:cluster"
 import * as Cause from "effect/Cause"
-import * as ConfigError from "effect/ConfigError"
+import * as Config from "effect/Config"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import { runMain } from "leasehold/NodeMain"
-import { appConfig, ClusterNeedsRedis } from "./AppConfig.js"
+import { ClusterNeedsRedis, loadSettings } from "./AppConfig.js"
 import * as Cluster from "./Cluster.js"
 import * as Server from "./Server.js"
 
 const program = Effect.gen(function* () {
-  const settings = yield* appConfig
+  const settings = yield* loadSettings
   if (settings.workers > 1 && !settings.redis) return yield* new ClusterNeedsRedis({ workers: settings.workers })
   if (settings.workers > 1 && cluster.isPrimary) return yield* Cluster.primary(settings)
   if (cluster.isWorker) {
@@ -31,7 +31,7 @@ const program = Effect.gen(function* () {
 })
 
 const messageOf = (error: unknown): string => {
-  if (ConfigError.isConfigError(error)) return String(error)
+  if (error instanceof Config.ConfigError) return String(error)
   if (typeof error !== "object" || error === null) return String(error)
   const message = "message" in error ? String(error.message) : ""
   // A failed listen (EADDRINUSE) carries its reason in the cause.
@@ -41,7 +41,7 @@ const messageOf = (error: unknown): string => {
 
 /** The one line a failed start prints: the error's message, not a stack. */
 const reason = (cause: Cause.Cause<unknown>): string =>
-  Option.match(Cause.failureOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
+  Option.match(Cause.findErrorOption(cause), { onNone: () => Cause.pretty(cause), onSome: messageOf })
 
 // The first SIGINT or SIGTERM starts the graceful shutdown (sockets closed, leases written,
 // records removed); later ones (npm forwarding a Ctrl-C, a signal to the whole group) do
@@ -49,11 +49,11 @@ const reason = (cause: Cause.Cause<unknown>): string =>
 // every mode: one process, a cluster primary, a cluster worker. A primary of workers waits
 // for theirs: its own deadline comes after.
 const forksWorkers =
-  cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(appConfig)), (settings) => settings.workers > 1)
+  cluster.isPrimary && Option.exists(Effect.runSync(Effect.option(loadSettings)), (settings) => settings.workers > 1)
 runMain(
   program.pipe(
-    Effect.tapErrorCause((cause) =>
-      Cause.isInterruptedOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
+    Effect.tapCause((cause) =>
+      Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.logError(`counter: ${reason(cause)}`)
     )
   ),
   { disableErrorReporting: true, ...(forksWorkers ? Cluster.primaryOptions() : {}) }

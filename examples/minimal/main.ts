@@ -7,9 +7,9 @@
  *   curl -X POST 'localhost:3000/api/bump?token=tab-1'   # {"token":"tab-1","n":1}
  */
 import { createServer } from "node:http"
-import { HttpRouter, HttpServer, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Config, Effect, Layer, Option, Schema } from "effect"
+import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeMain, StateManager, Worker } from "leasehold"
 
 // A client's counter: one slice of its state, zero for a token never seen before.
@@ -26,16 +26,13 @@ const bump = Effect.gen(function* () {
   Effect.catchTag("InvalidToken", (error) => HttpServerResponse.json({ error: error.message }, { status: 400 }))
 )
 
-const App = HttpRouter.empty.pipe(
-  HttpRouter.post("/api/bump", bump),
-  HttpServer.serve(),
-  HttpServer.withLogAddress,
-  Layer.provide(NodeHttpServer.layerConfig(createServer, { port: Config.port("PORT").pipe(Config.withDefault(3000)) }))
+const App = HttpRouter.serve(HttpRouter.add("POST", "/api/bump", bump), { disableLogger: true }).pipe(
+  Layer.provide(NodeHttpServer.layerConfig(createServer, { port: Config.Port("PORT").pipe(Config.withDefault(3000)) }))
 )
 
 // The app over a leasehold worker (its state on Redis, or embedded), which closes after it.
 const main = Effect.gen(function* () {
-  const redis = yield* Config.option(Config.redacted("LEASEHOLD_REDIS_URL"))
+  const redis = yield* Config.option(Config.Redacted("LEASEHOLD_REDIS_URL"))
   return yield* Option.isSome(redis)
     ? Layer.launch(Layer.provide(App, Worker.layerStateRedis()))
     : Layer.launch(Layer.provide(App, Worker.layerStateMemory))

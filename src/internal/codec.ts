@@ -6,8 +6,9 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { HandedOver, Notice, PresenceMessage, Signal, SocketRecord } from "../Store.js"
 import { CorruptValue } from "../StoreError.js"
@@ -118,20 +119,17 @@ export const decodeNotice = (token: string, message: string): Notice | undefined
 }
 
 const SocketRecordSchema = Schema.Struct({ instanceId: Schema.String, connectionId: Schema.String })
-const decodeRecordJson = parseSafely(
-  SocketRecordSchema,
-  Schema.decodeUnknownEither(Schema.parseJson(SocketRecordSchema))
-)
+const decodeRecordJson = parseSafely(Schema.decodeUnknownResult(Schema.fromJsonString(SocketRecordSchema)))
 
 /** Canonical JSON of a record: the field order is fixed so stores may compare strings. @internal */
 export const encodeSocketRecord = (record: SocketRecord): string =>
   JSON.stringify({ instanceId: record.instanceId, connectionId: record.connectionId })
 
 /** @internal */
-export const decodeSocketRecord = (key: string, raw: string): Either.Either<SocketRecord, CorruptValue> =>
-  Either.mapLeft(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))
+export const decodeSocketRecord = (key: string, raw: string): Result.Result<SocketRecord, CorruptValue> =>
+  Result.mapError(decodeRecordJson(raw), (error) => new CorruptValue({ key, raw, reason: describeParseError(error) }))
 
-const PresenceMessageSchema = Schema.Union(
+const PresenceMessageSchema = Schema.Union([
   Schema.TaggedStruct("Ask", {
     askId: Schema.String,
     from: Schema.String,
@@ -139,11 +137,8 @@ const PresenceMessageSchema = Schema.Union(
     connectionId: Schema.String
   }),
   Schema.TaggedStruct("Answer", { askId: Schema.String, linked: Schema.Boolean })
-)
-const decodePresenceJson = parseSafely(
-  PresenceMessageSchema,
-  Schema.decodeUnknownEither(Schema.parseJson(PresenceMessageSchema))
-)
+])
+const decodePresenceJson = parseSafely(Schema.decodeUnknownResult(Schema.fromJsonString(PresenceMessageSchema)))
 
 /** Wire form of a message on a worker's presence channel (JSON: a connection id may hold any character). @internal */
 export const encodePresenceMessage = (message: PresenceMessage): string => JSON.stringify(message)
@@ -151,5 +146,5 @@ export const encodePresenceMessage = (message: PresenceMessage): string => JSON.
 /** A presence message, or `undefined` for anything else published on the channel. @internal */
 export const decodePresenceMessage = (raw: string): PresenceMessage | undefined => {
   const decoded = decodePresenceJson(raw)
-  return Either.isRight(decoded) ? decoded.right : undefined
+  return Result.isSuccess(decoded) ? decoded.success : undefined
 }

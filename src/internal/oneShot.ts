@@ -48,7 +48,7 @@ export class OneShot<A, E = never> {
 
   /** Wait for it (interruptible: the waiter is removed). Made at its first use: most are never awaited. */
   get await(): Effect.Effect<A, E> {
-    this.awaiting ??= Effect.async<A, E>((resume) => {
+    this.awaiting ??= Effect.callback<A, E>((resume) => {
       if (this.exit !== undefined) return resume(this.exit)
       if (this.waiters === undefined) this.waiters = []
       this.waiters.push(resume)

@@ -8,39 +8,36 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
-import * as ParseResult from "effect/ParseResult"
-import type * as Schema from "effect/Schema"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 
 const tooDeep = (cause: unknown): string =>
   cause instanceof RangeError ? "nested too deeply to parse" : `cannot be parsed (${String(cause)})`
 
 /**
  * `parse` (a Schema decoder or encoder), with a thrown exception (a stack overflow)
- * turned into a `ParseError`.
+ * turned into a `SchemaError`.
  *
  * @internal
  */
 export const parseSafely =
-  <In, A, R>(
-    schema: Schema.Schema<any, any, R>,
-    parse: (input: In) => Either.Either<A, ParseResult.ParseError>
-  ): ((input: In) => Either.Either<A, ParseResult.ParseError>) =>
+  <In, A>(
+    parse: (input: In) => Result.Result<A, Schema.SchemaError>
+  ): ((input: In) => Result.Result<A, Schema.SchemaError>) =>
   (input) => {
     try {
       return parse(input)
     } catch (cause) {
       const size = typeof input === "string" ? ` (${input.length} characters)` : ""
       // `actual` is left out: describing it is what may overflow the stack again.
-      return Either.left(
-        new ParseResult.ParseError({ issue: new ParseResult.Type(schema.ast, undefined, `${tooDeep(cause)}${size}`) })
-      )
+      return Result.fail(new Schema.SchemaError(new SchemaIssue.InvalidValue({ message: `${tooDeep(cause)}${size}` })))
     }
   }
 
-const describe = (error: ParseResult.ParseError, lines: (text: string) => string): string => {
+const describe = (error: Schema.SchemaError, lines: (text: string) => string): string => {
   try {
-    return lines(ParseResult.TreeFormatter.formatErrorSync(error))
+    return lines(error.message)
   } catch (cause) {
     return `invalid, and ${cause instanceof RangeError ? "nested too deeply to describe" : "cannot be described"}`
   }
@@ -52,13 +49,13 @@ const describe = (error: ParseResult.ParseError, lines: (text: string) => string
  *
  * @internal
  */
-export const describeParseError = (error: ParseResult.ParseError): string =>
+export const describeParseError = (error: Schema.SchemaError): string =>
   describe(error, (text) => text.split("\n")[0] ?? "invalid")
 
 /**
- * The whole tree of a parse error, as `TreeFormatter` writes it, or a short reason when
+ * The whole tree of a parse error, as Schema's default formatter writes it, or a short reason when
  * the value is too deep to describe.
  *
  * @internal
  */
-export const formatParseError = (error: ParseResult.ParseError): string => describe(error, (text) => text)
+export const formatParseError = (error: Schema.SchemaError): string => describe(error, (text) => text)

@@ -1,37 +1,17 @@
 /**
  * Driving a retry `Schedule` whose wait the caller serves itself: the supervisor races it
  * with the store's connection coming back, a lease's keep-alive hands it to the worker's
- * timers. The schedule decides every delay and when to give up; `Schedule.driver` keeps
- * its state, and `reset` starts it over.
+ * timers. The schedule decides every delay and when to give up; its step function
+ * (`Schedule.toStep`) keeps its state, and `reset` takes a fresh one.
  *
  * @internal
  */
-import * as Duration from "effect/Duration"
+import * as Clock from "effect/Clock"
+import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import type * as Option from "effect/Option"
+import * as Option from "effect/Option"
+import * as Pull from "effect/Pull"
 import * as Schedule from "effect/Schedule"
-import * as ScheduleDecision from "effect/ScheduleDecision"
-import * as ScheduleInterval from "effect/ScheduleInterval"
-import * as ScheduleIntervals from "effect/ScheduleIntervals"
-
-/**
- * `self`, answering each step with the delay it decided and recurring at once: the wait is
- * left to whoever drives it. Done when `self` is.
- *
- * @internal
- */
-export const decided = <Out, In, R>(self: Schedule.Schedule<Out, In, R>): Schedule.Schedule<Duration.Duration, In, R> =>
-  Schedule.makeWithState(self.initial, (now, input, state) =>
-    Effect.map(self.step(now, input, state), ([next, _, decision]) =>
-      ScheduleDecision.isDone(decision)
-        ? ([next, Duration.zero, decision] as const)
-        : ([
-            next,
-            Duration.millis(Math.max(0, ScheduleIntervals.start(decision.intervals) - now)),
-            ScheduleDecision.continueWith(ScheduleInterval.after(now))
-          ] as const)
-    )
-  )
 
 /**
  * The state of one run of a retry schedule.
@@ -45,9 +25,30 @@ export interface Retry<In, R> {
   readonly reset: Effect.Effect<void>
 }
 
-/** @internal */
-export const driver = <Out, In, R>(schedule: Schedule.Schedule<Out, In, R>): Effect.Effect<Retry<In, R>> =>
-  Effect.map(Schedule.driver(decided(schedule)), (driven) => ({
-    next: (input: In) => Effect.option(driven.next(input)),
-    reset: driven.reset
-  }))
+/**
+ * A schedule that fails gives up as one that is done: a retry policy decides delays, and
+ * an error of its own is no reason to retry sooner.
+ *
+ * @internal
+ */
+export const driver = <Out, In, E, R>(
+  schedule: Schedule.Schedule<Out, In, E, R>
+): Effect.Effect<Retry<In, R>, never, R> =>
+  Effect.gen(function* () {
+    const context = yield* Effect.context<R>()
+    const fresh = Effect.provideContext(Schedule.toStep(schedule), context)
+    let step = yield* fresh
+    return {
+      next: (input: In) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          step(now, input).pipe(
+            Effect.map(([, delay]): Option.Option<Duration.Duration> => Option.some(delay)),
+            Pull.catchDone(() => Effect.succeed(Option.none<Duration.Duration>())),
+            Effect.orElseSucceed(() => Option.none<Duration.Duration>())
+          )
+        ),
+      reset: Effect.map(fresh, (fresh) => {
+        step = fresh
+      })
+    }
+  })

@@ -9,9 +9,8 @@
  *
  * @internal
  */
-import type * as Clock from "effect/Clock"
+import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
 import { OneShot } from "./oneShot.js"
@@ -24,7 +23,7 @@ import { OneShot } from "./oneShot.js"
  *
  * @internal
  */
-export const fineMillis = (clock: Clock.Clock): number => Number(clock.unsafeCurrentTimeNanos()) / 1_000_000
+export const fineMillis = (clock: Clock.Clock): number => Number(clock.currentTimeNanosUnsafe()) / 1_000_000
 
 /** `fineMillis` of the fiber's clock. @internal */
 export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
@@ -177,13 +176,13 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   }
 
   const serve = Effect.gen(function* () {
-    const now = clock.unsafeCurrentTimeMillis()
+    const now = clock.currentTimeMillisUnsafe()
     const started = runDue(now)
     if (started !== undefined) {
       for (const effect of started) {
         yield* Effect.forkIn(
           Effect.interruptible(
-            Effect.catchAllCause(effect, (cause) => Effect.logError("timers: an entry's work failed", cause))
+            Effect.catchCause(effect, (cause) => Effect.logError("timers: an entry's work failed", cause))
           ),
           scope
         )
@@ -198,23 +197,23 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
     }
     sleepingUntil = next.at
     // One sleeper per wait of this fiber, cut short when an earlier entry wakes it.
-    const sleeper = yield* Effect.fork(
+    const sleeper = yield* Effect.forkChild(
       Effect.interruptible(
-        Effect.zipRight(
+        Effect.andThen(
           Effect.sleep(Math.max(1, next.at - now)),
           Effect.sync(() => woken.done(Exit.void))
         )
       )
     )
     yield* woken.await
-    sleeper.unsafeInterruptAsFork(sleeper.id())
+    sleeper.interruptUnsafe()
   })
   // A defect in the loop is logged and the loop goes on: every deadline depends on it.
   const loop = Effect.forever(
-    Effect.catchAllDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
+    Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
-  const wheel: Wheel = { at, after: (ms, action) => at(clock.unsafeCurrentTimeMillis() + ms, action) }
-  return { wheel, loop: Effect.interruptible(Effect.withClock(loop, clock)) }
+  const wheel: Wheel = { at, after: (ms, action) => at(clock.currentTimeMillisUnsafe() + ms, action) }
+  return { wheel, loop: Effect.interruptible(Effect.provideService(loop, Clock.Clock, clock)) }
 }
 
 /**
@@ -226,7 +225,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
  * @internal
  */
 export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
-  const scope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+  const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
   const wheels = new Map<Clock.Clock, Wheel>()
   const wheel = Effect.clockWith((clock) => {
     const found = wheels.get(clock)

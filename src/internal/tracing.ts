@@ -22,4 +22,4 @@ const builtIn: Tracer.Tracer = Effect.runSync(Effect.tracer)
 export const withSpan =
   (name: string, options?: Tracer.SpanOptions) =>
   <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    Effect.tracerWith((tracer) => (tracer === builtIn ? effect : Effect.withSpan(effect, name, options)))
+    Effect.flatMap(Effect.tracer, (tracer) => (tracer === builtIn ? effect : Effect.withSpan(effect, name, options)))

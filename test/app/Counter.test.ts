@@ -5,8 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import { StateManager } from "leasehold/StateManager"
@@ -49,10 +49,10 @@ describe("counter", () => {
         const manager = yield* StateManager
         const results = yield* Counter.bumpAll(manager, "tab-r", [1, 2, -4])
         deepStrictEqual(
-          results.map((result) => Either.map(result, ({ n, v }) => ({ n, v }))),
-          [Either.right({ n: 1, v: 1 }), Either.right({ n: 3, v: 2 }), Either.right({ n: -1, v: 3 })]
+          results.map((result) => Result.map(result, ({ n, v }) => ({ n, v }))),
+          [Result.succeed({ n: 1, v: 1 }), Result.succeed({ n: 3, v: 2 }), Result.succeed({ n: -1, v: 3 })]
         )
-        const epoch = Either.getOrThrow(results[0]!).epoch
+        const epoch = Result.getOrThrow(results[0]!).epoch
         deepStrictEqual(yield* Counter.read("tab-r"), { n: -1, v: 3, epoch })
 
         const top = Number.MAX_SAFE_INTEGER - 2
@@ -60,13 +60,13 @@ describe("counter", () => {
         // the overflowing step changes nothing; the next goes on from the count before it
         const mixed = yield* Counter.bumpAll(manager, "tab-r", [1, 5, 1, 3])
         assert.deepStrictEqual(
-          mixed.map((result) => (Either.isRight(result) ? result.right.n : result.left._tag)),
+          mixed.map((result) => (Result.isSuccess(result) ? result.success.n : result.failure._tag)),
           [top + 1, "CounterOverflow", top + 2, "CounterOverflow"]
         )
         deepStrictEqual(yield* Counter.read("tab-r"), { n: top + 2, v: 5, epoch })
         // every step overflowing: nothing written, the counter as it was
         const none = yield* Counter.bumpAll(manager, "tab-r", [10, 20])
-        assert.isTrue(none.every(Either.isLeft))
+        assert.isTrue(none.every(Result.isFailure))
         deepStrictEqual(yield* Counter.read("tab-r"), { n: top + 2, v: 5, epoch })
         assert.deepStrictEqual(yield* Counter.bumpAll(manager, "tab-r", []), [])
       }).pipe(Effect.provide(states(oplock)))

@@ -3,15 +3,14 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
 import { parseClientMessage } from "../../examples/counter/Protocol.js"
 import { layer, Sockets } from "../../examples/counter/Sockets.js"
 
 const sent = (queue: Queue.Queue<string>) =>
-  Effect.map(Queue.takeAll(queue), (frames) => Chunk.toArray(frames).map((frame) => JSON.parse(frame)))
+  Effect.map(Queue.takeAll(queue), (frames) => frames.map((frame) => JSON.parse(frame)))
 
 describe("counter sockets", () => {
   it.effect("a socket gets only updates newer than the last one it was sent", () =>
@@ -33,23 +32,23 @@ describe("counter sockets", () => {
       yield* sockets.deliver("tab-2", { n: 1, v: 1, epoch: 1 })
       yield* sockets.detach(connection)
       yield* sockets.deliver("tab-1", { n: 2, v: 2, epoch: 200 })
-      assert.isTrue(yield* Queue.isShutdown(connection.outgoing))
+      assert.strictEqual(connection.outgoing.state._tag, "Done")
     }).pipe(Effect.provide(layer))
   )
 
   it("client frames: a bump, or the reason it is not one", () => {
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: -3 })),
-      Either.right({ type: "bump", by: -3 })
+      Result.succeed({ type: "bump", by: -3 })
     )
     // other properties are left out; the bounds are the step's
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: 1_000_000, extra: [1] })),
-      Either.right({ type: "bump", by: 1_000_000 })
+      Result.succeed({ type: "bump", by: 1_000_000 })
     )
     deepStrictEqual(
       parseClientMessage(JSON.stringify({ type: "bump", by: -1_000_000 })),
-      Either.right({ type: "bump", by: -1_000_000 })
+      Result.succeed({ type: "bump", by: -1_000_000 })
     )
     for (const frame of [
       "not json",
@@ -67,8 +66,8 @@ describe("counter sockets", () => {
       `${"[".repeat(200_000)}${"]".repeat(200_000)}`
     ]) {
       const parsed = parseClientMessage(frame)
-      assert.isTrue(Either.isLeft(parsed), frame)
-      if (Either.isLeft(parsed)) assert.match(parsed.left, /^malformed message: .+/, frame)
+      assert.isTrue(Result.isFailure(parsed), frame)
+      if (Result.isFailure(parsed)) assert.match(parsed.failure, /^malformed message: .+/, frame)
     }
   })
 })

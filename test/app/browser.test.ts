@@ -29,7 +29,7 @@ const browser = Effect.acquireRelease(
   Effect.suspend(() =>
     fs.existsSync(executablePath)
       ? Effect.promise(() => chromium.launch({ executablePath, headless: true, args }))
-      : Effect.dieMessage(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
+      : Effect.die(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
   ),
   (browser) => Effect.promise(() => browser.close())
 )
@@ -51,10 +51,10 @@ const shows = (page: Page, n: number, step = "") =>
   Effect.tryPromise(() =>
     page.waitForFunction(`document.getElementById("count")?.textContent === "${n}"`, undefined, { timeout: 10_000 })
   ).pipe(
-    Effect.catchAll(() =>
+    Effect.catch(() =>
       Effect.flatMap(
         Effect.promise(() => page.evaluate(`document.body.innerText`)),
-        (text) => Effect.dieMessage(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
+        (text) => Effect.die(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
       )
     )
   )
@@ -63,7 +63,7 @@ const textOf = (page: Page, id: string) =>
   Effect.promise(async () => (await page.locator(`#${id}`).textContent()) ?? "")
 
 describe("counter page in chromium", () => {
-  it.scopedLive(
+  it.live(
     "+1 three times shows 3; another tab starts at 0; an API bump shows on the first page",
     () =>
       Effect.gen(function* () {
@@ -99,7 +99,7 @@ describe("counter page in chromium", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "the page reconnects by itself after a restart, with its token and its count",
     () =>
       Effect.gen(function* () {

@@ -16,7 +16,7 @@ import { waitUntil } from "../support/waitUntil.js"
 import { type App, bump, connect, request, startApp } from "./support.js"
 
 /** One app process with the default bounds, shared by the tests below. */
-class Shared extends Context.Tag("test/limits/Shared")<Shared, App>() {}
+class Shared extends Context.Service<Shared, App>()("test/limits/Shared") {}
 
 const KiB = 1024
 const MB = 1024 * 1024
@@ -44,7 +44,7 @@ interface Closed {
 
 /** Send `data` as one message on a fresh socket, and wait for the server to close it. */
 const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
-  Effect.async<Closed>((resume) => {
+  Effect.callback<Closed>((resume) => {
     const socket = new WebSocket(`ws://127.0.0.1:${app.port}/ws`)
     let unsent = 0
     const poll = setInterval(() => {
@@ -53,7 +53,7 @@ const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
     const timer = setTimeout(() => {
       clearInterval(poll)
       socket.terminate()
-      resume(Effect.dieMessage(`the socket was not closed within ${ms} ms`))
+      resume(Effect.die(`the socket was not closed within ${ms} ms`))
     }, ms)
     socket.on("open", () => socket.send(data))
     socket.on("close", (code) => {
@@ -73,7 +73,7 @@ const sendAndAwaitClose = (app: App, data: string | Buffer, ms = 20_000) =>
 const rawSocket = (app: App) =>
   Effect.gen(function* () {
     const socket = yield* Effect.acquireRelease(
-      Effect.async<net.Socket>((resume) => {
+      Effect.callback<net.Socket>((resume) => {
         const socket = net.connect(app.port, "127.0.0.1", () => resume(Effect.succeed(socket)))
         socket.on("error", () => {})
       }),
@@ -129,7 +129,7 @@ const rawSocket = (app: App) =>
     )
     return {
       write: (data: Buffer) =>
-        Effect.async<void>((resume) => {
+        Effect.callback<void>((resume) => {
           socket.write(data, () => resume(Effect.void))
         }),
       /** The code of the first close frame the server sent, within `ms`. */
@@ -154,13 +154,13 @@ const frameHeader = (length: number) => {
 
 /** An HTTP request with the given headers and body chunks, on a fresh connection: its status. */
 const post = (url: string, headers: Record<string, string | number>, chunks: ReadonlyArray<Buffer>) =>
-  Effect.async<number>((resume) => {
+  Effect.callback<number>((resume) => {
     const req = http.request(url, { method: "POST", agent: false, headers }, (res) => {
       res.resume()
       resume(Effect.succeed(res.statusCode ?? 0))
     })
     // The server may close the connection before it has read what was sent.
-    req.on("error", (error) => resume(Effect.dieMessage(`POST ${url}: ${error.message}`)))
+    req.on("error", (error) => resume(Effect.die(`POST ${url}: ${error.message}`)))
     req.flushHeaders()
     for (const chunk of chunks) req.write(chunk)
     // A declared length and no chunks: the body is left unsent, as a slow upload's would be.
@@ -168,10 +168,10 @@ const post = (url: string, headers: Record<string, string | number>, chunks: Rea
     return Effect.sync(() => req.destroy())
   })
 
-layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
+layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
   "counter app: bounds on what a client sends",
   (it) => {
-    it.scoped("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
+    it.effect("a message of MAX_FRAME_BYTES (64 KiB) is handled; one byte more closes the socket with 1009", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const client = yield* connect(app)
@@ -187,7 +187,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
+    it.effect("a frame announcing 50 MB is closed with 1009 from its header, before its payload is sent", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const raw = yield* rawSocket(app)
@@ -198,11 +198,11 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a handshake refused on /ws (400) leaves nothing behind: its token stays free for the tab", () =>
+    it.effect("a handshake refused on /ws (400) leaves nothing behind: its token stays free for the tab", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         // An upgrade to /ws without a Sec-WebSocket-Key: the route links the token, then ws refuses the handshake.
-        const answer = yield* Effect.async<string>((resume) => {
+        const answer = yield* Effect.callback<string>((resume) => {
           const socket = net.connect(app.port, "127.0.0.1", () =>
             socket.write(
               "GET /ws?token=tab-refused HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n" +
@@ -228,7 +228,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
+    it.effect("a body over MAX_BODY_BYTES (64 KiB) is answered 413, by its Content-Length or as it arrives", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const url = `${app.url}/api/bump?token=tab-body`
@@ -246,7 +246,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
       })
     )
 
-    it.scoped("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
+    it.effect("a request target over MAX_URL_BYTES (8 KiB) is answered 414", () =>
       Effect.gen(function* () {
         const app = yield* Shared
         const base = `/api/state?token=tab-url&pad=`
@@ -264,7 +264,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })(
 )
 
 describe("counter app: bounds", () => {
-  it.scopedLive(
+  it.live(
     "a 50 MB message does not grow the process by its size",
     () =>
       Effect.gen(function* () {
@@ -284,7 +284,7 @@ describe("counter app: bounds", () => {
     90_000
   )
 
-  it.scopedLive("the bounds are read from MAX_FRAME_BYTES, MAX_BODY_BYTES and MAX_URL_BYTES", () =>
+  it.live("the bounds are read from MAX_FRAME_BYTES, MAX_BODY_BYTES and MAX_URL_BYTES", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { MAX_FRAME_BYTES: "1000", MAX_BODY_BYTES: "10", MAX_URL_BYTES: "100" } })
       const client = yield* connect(app)
@@ -301,7 +301,7 @@ describe("counter app: bounds", () => {
     })
   )
 
-  it.scopedLive("a bound that is not a whole number of bytes above 0 is refused at start", () =>
+  it.live("a bound that is not a whole number of bytes above 0 is refused at start", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { MAX_FRAME_BYTES: "0" }, ready: false })
       assert.notStrictEqual(yield* app.exited, 0)

@@ -11,15 +11,15 @@ import * as Layer from "effect/Layer"
 import { type App, bump, connect, request, startApp, updates } from "./support.js"
 
 /** One app process shared by the tests below; each test uses tokens of its own. */
-class Shared extends Context.Tag("test/Shared")<Shared, App>() {}
+class Shared extends Context.Service<Shared, App>()("test/Shared") {}
 
 const metric = (text: string, series: string) => {
   const line = text.split("\n").find((line) => line.startsWith(`${series} `))
   return line === undefined ? 0 : Number(line.slice(series.length + 1))
 }
 
-layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter app (embedded store)", (it) => {
-  it.scoped("the API bumps and reads a counter and answers bad input with 400", () =>
+layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter app (embedded store)", (it) => {
+  it.effect("the API bumps and reads a counter and answers bad input with 400", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       const first = yield* bump(app, "tab-1", 2)
@@ -41,7 +41,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
-  it.scoped("health and metrics", () =>
+  it.effect("health and metrics", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       const before = (yield* request("GET", `${app.url}/metrics`)).body as string
@@ -67,7 +67,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
-  it.scoped("a socket gets a token, its state, and one update per bump in the order sent", () =>
+  it.effect("a socket gets a token, its state, and one update per bump in the order sent", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       const client = yield* connect(app)
@@ -103,7 +103,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
-  it.scoped("a burst of frames: an update for each bump and an error for each bad frame, in the order sent", () =>
+  it.effect("a burst of frames: an update for each bump and an error for each bad frame, in the order sent", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       const client = yield* connect(app, "tab-burst")
@@ -122,7 +122,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
-  it.scoped("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
+  it.effect("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       const first = yield* connect(app, "tab-a")
@@ -147,7 +147,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
-  it.scoped("a reload that reconnects before its old socket is closed keeps its token", () =>
+  it.effect("a reload that reconnects before its old socket is closed keeps its token", () =>
     Effect.gen(function* () {
       const app = yield* Shared
       for (let i = 0; i < 5; i++) {
@@ -156,7 +156,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
         yield* bump(app, token, i + 1)
         yield* before.waitFor((frame) => frame.type === "update")
         // the new socket opens while the old one is still closing
-        const closing = yield* Effect.fork(before.close)
+        const closing = yield* Effect.forkChild(before.close)
         const after = yield* connect(app, token)
         yield* Fiber.join(closing)
         assert.isFalse(
@@ -171,7 +171,7 @@ layer(Layer.scoped(Shared, startApp()), { excludeTestServices: true })("counter 
 })
 
 describe("counter app (embedded store), shutdown", () => {
-  it.scopedLive("SIGTERM closes the sockets and exits 0", () =>
+  it.live("SIGTERM closes the sockets and exits 0", () =>
     Effect.gen(function* () {
       const app = yield* startApp()
       const client = yield* connect(app)

@@ -40,11 +40,9 @@ const bumpTwiceAndStop = (env: Record<string, string | undefined>) =>
   })
 
 describe("examples/minimal", () => {
-  it.scopedLive("on the embedded store: POST /api/bump counts per token; Ctrl-C exits with 0", () =>
-    bumpTwiceAndStop({})
-  )
+  it.live("on the embedded store: POST /api/bump counts per token; Ctrl-C exits with 0", () => bumpTwiceAndStop({}))
 
-  it.scopedLive("on Redis (LEASEHOLD_REDIS_URL): the same, and the counter is in Redis", () =>
+  it.live("on Redis (LEASEHOLD_REDIS_URL): the same, and the counter is in Redis", () =>
     Effect.gen(function* () {
       const server = yield* RedisServer.start()
       yield* bumpTwiceAndStop({ LEASEHOLD_REDIS_URL: server.url })

@@ -11,7 +11,7 @@ import * as RedisServer from "../support/RedisServer.js"
 import { bump, connect, request, socketRecords, startApp, updates } from "./support.js"
 
 describe("counter app (Redis, several processes)", () => {
-  it.scopedLive(
+  it.live(
     "two processes: every update of bumps made through B reaches A's socket in order; SIGTERM of A leaves none of its records",
     () =>
       Effect.gen(function* () {
@@ -65,7 +65,7 @@ describe("counter app (Redis, several processes)", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "WORKERS=4: 100 bumps on fresh connections; the socket's last update equals the successful bumps; a worker that dies is replaced",
     () =>
       Effect.gen(function* () {
@@ -111,7 +111,7 @@ describe("counter app (Redis, several processes)", () => {
     120_000
   )
 
-  it.scopedLive("WORKERS above 1 without Redis is refused with a clear message", () =>
+  it.live("WORKERS above 1 without Redis is refused with a clear message", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { WORKERS: "2" }, ready: false })
       assert.strictEqual(yield* app.exited, 1)
@@ -119,7 +119,7 @@ describe("counter app (Redis, several processes)", () => {
     })
   )
 
-  it.scopedLive(
+  it.live(
     "an unreachable Redis: 503 with a JSON error, not a hang; health says so",
     () =>
       Effect.gen(function* () {
@@ -135,7 +135,7 @@ describe("counter app (Redis, several processes)", () => {
         assert.strictEqual((yield* bump(app, "tab-u")).status, 200)
         yield* server.pause
         // health turns 503 once a loop notices; watched meanwhile
-        const unhealthy = yield* Effect.fork(
+        const unhealthy = yield* Effect.forkChild(
           Effect.gen(function* () {
             let health = yield* request("GET", `${app.url}/healthz`)
             for (let i = 0; i < 100 && health.status !== 503; i++) {
@@ -170,7 +170,7 @@ describe("counter app (Redis, several processes)", () => {
       }),
     60_000
   )
-  it.scopedLive(
+  it.live(
     "with LEASEHOLD_MIN_REPLICAS_ACK and a frozen replica: 503 NotAcknowledged, not 500",
     () =>
       Effect.gen(function* () {

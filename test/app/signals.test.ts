@@ -34,16 +34,21 @@ const frozenPeer = (port: number, token: string) =>
           await exited
         })
     )
-    yield* Effect.async<void>((resume) => {
+    yield* Effect.callback<void>((resume) => {
       child.stdout!.on("data", (chunk: Buffer) => {
         if (chunk.toString().includes("hello")) resume(Effect.void)
       })
-    }).pipe(Effect.timeoutFail({ duration: "15 seconds", onTimeout: () => new Error("the peer got no hello") }))
+    }).pipe(
+      Effect.timeoutOrElse({
+        duration: "15 seconds",
+        orElse: () => Effect.failSync(() => new Error("the peer got no hello"))
+      })
+    )
     yield* Effect.sync(() => child.kill("SIGSTOP"))
   })
 
 describe("counter app: stopped by signals", () => {
-  it.scopedLive(
+  it.live(
     "Ctrl-C on npm start (SIGINT to npm and node at once): the shutdown completes and the acknowledged bump survives a restart",
     () =>
       Effect.gen(function* () {
@@ -66,7 +71,7 @@ describe("counter app: stopped by signals", () => {
     60_000
   )
 
-  it.scopedLive(
+  it.live(
     "Redis, two processes: SIGTERM to one's process group removes its socket records, a frozen peer's too, and the tab keeps its token on the other",
     () =>
       Effect.gen(function* () {
@@ -107,7 +112,7 @@ describe("counter app: stopped by signals", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "WORKERS=2: Ctrl-C reaches npm, the primary and both workers (and the primary forwards SIGTERM): every worker shuts down completely",
     () =>
       Effect.gen(function* () {
@@ -131,7 +136,7 @@ describe("counter app: stopped by signals", () => {
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "WORKERS=2: a primary killed outright (SIGKILL) leaves workers that still shut down completely",
     () =>
       Effect.gen(function* () {
@@ -146,12 +151,17 @@ describe("counter app: stopped by signals", () => {
         yield* app.waitForCount(/pid \d+ closing/, 2, 20_000)
         yield* Effect.gen(function* () {
           while ((yield* socketRecords(server)).length > 0) yield* Effect.sleep("100 millis")
-        }).pipe(Effect.timeoutFail({ duration: "20 seconds", onTimeout: () => new Error("records left") }))
+        }).pipe(
+          Effect.timeoutOrElse({
+            duration: "20 seconds",
+            orElse: () => Effect.failSync(() => new Error("records left"))
+          })
+        )
       }),
     90_000
   )
 
-  it.scopedLive(
+  it.live(
     "a shutdown slower than the deadline (a frozen peer, a 1 s deadline) ends at the deadline, whatever signals follow",
     () =>
       Effect.gen(function* () {
@@ -176,7 +186,7 @@ describe("counter app: stopped by signals", () => {
     60_000
   )
 
-  it.scopedLive("a deadline that is not a number: the app does not start, and says why on one line", () =>
+  it.live("a deadline that is not a number: the app does not start, and says why on one line", () =>
     Effect.gen(function* () {
       const app = yield* startApp({ env: { LEASEHOLD_SHUTDOWN_TIMEOUT_MS: "soon" }, ready: false })
       assert.strictEqual(yield* app.exited, 1)
@@ -184,7 +194,7 @@ describe("counter app: stopped by signals", () => {
     })
   )
 
-  it.scopedLive("a frozen peer does not hold the shutdown: its connection is cut after the grace", () =>
+  it.live("a frozen peer does not hold the shutdown: its connection is cut after the grace", () =>
     Effect.gen(function* () {
       const app = yield* startApp()
       yield* frozenPeer(app.port, "frozen")

@@ -165,7 +165,7 @@ export const startApp = (options: StartOptions = {}): Effect.Effect<App, never, 
       yield* Effect.raceFirst(
         waitFor(ready),
         Effect.flatMap(app.exited, (code) =>
-          Effect.dieMessage(`app exited with ${code} before it was ready:\n${lines.join("\n")}`)
+          Effect.die(`app exited with ${code} before it was ready:\n${lines.join("\n")}`)
         )
       )
     }
@@ -179,7 +179,7 @@ export interface Response {
 
 /** One HTTP request on a fresh connection (no keep-alive): under cluster, any worker may serve it. */
 export const request = (method: "GET" | "POST", url: string): Effect.Effect<Response> =>
-  Effect.async<Response>((resume) => {
+  Effect.callback<Response>((resume) => {
     const req = http.request(url, { method, agent: false }, (res) => {
       let text = ""
       res.setEncoding("utf8")
@@ -196,7 +196,7 @@ export const request = (method: "GET" | "POST", url: string): Effect.Effect<Resp
         resume(Effect.succeed({ status: res.statusCode ?? 0, body }))
       })
     })
-    req.on("error", (error) => resume(Effect.dieMessage(`${method} ${url}: ${error.message}`)))
+    req.on("error", (error) => resume(Effect.die(`${method} ${url}: ${error.message}`)))
     req.end()
     return Effect.sync(() => req.destroy())
   })
@@ -230,7 +230,7 @@ export const connect = (app: { readonly port: number }, token?: string): Effect.
     const socket = yield* Effect.acquireRelease(
       Effect.sync(() => new WebSocket(`ws://127.0.0.1:${app.port}/ws${query}`)),
       (socket) =>
-        Effect.async<void>((resume) => {
+        Effect.callback<void>((resume) => {
           if (socket.readyState === WebSocket.CLOSED) return resume(Effect.void)
           socket.once("close", () => resume(Effect.void))
           socket.terminate()
@@ -259,7 +259,7 @@ export const connect = (app: { readonly port: number }, token?: string): Effect.
         waitFor((frame) => frame.type === "hello"),
         (hello) => hello.token as string
       ),
-      close: Effect.async<void>((resume) => {
+      close: Effect.callback<void>((resume) => {
         if (socket.readyState === WebSocket.CLOSED) return resume(Effect.void)
         socket.once("close", () => resume(Effect.void))
         socket.close()

@@ -86,7 +86,7 @@ export interface Backend {
   /** Whether `Fixture.hang` is available: the hung-store case is registered only then. */
   readonly canHang: boolean
   /**
-   * Register one test: `it.scoped` (TestClock) on memory, `it.scopedLive` on Redis. The
+   * Register one test: `it.effect` (TestClock) on memory, `it.live` on Redis. The
    * fixture is built in the test's scope and torn down with it.
    */
   readonly test: (name: string, body: (fixture: Fixture) => Effect.Effect<void, unknown, Scope.Scope>) => void

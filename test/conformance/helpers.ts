@@ -4,31 +4,30 @@
  * awaited effect keeps the clock of the test.
  */
 import * as Cause from "effect/Cause"
-import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Stream from "effect/Stream"
-import * as TestServices from "effect/TestServices"
+import type * as TestClock from "effect/testing/TestClock"
 import type { AcquireResult } from "../../src/Store.js"
 
+/** `effect` on the live clock, whatever clock the test runs on (`TestClock` or the live one). */
+export const live = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.withFiber((fiber) => {
+    const clock = fiber.getRef(Clock.Clock) as Clock.Clock & Partial<Pick<TestClock.TestClock, "withLive">>
+    return clock.withLive === undefined ? effect : clock.withLive(effect)
+  })
+
 /** Milliseconds on the live clock, whatever clock the test runs on. */
-export const liveNow: Effect.Effect<number> = TestServices.provideLive(Clock.currentTimeMillis)
+export const liveNow: Effect.Effect<number> = live(Clock.currentTimeMillis)
 
 /** Sleep in real time, whatever clock the test runs on. */
-export const liveSleep = (ms: number): Effect.Effect<void> => TestServices.provideLive(Effect.sleep(ms))
+export const liveSleep = (ms: number): Effect.Effect<void> => live(Effect.sleep(ms))
 
-/** Fail the test (as a defect) when `effect` does not complete within `ms` of real time. */
+/** Fail the test (as a defect) when `effect` does not complete within `ms` of real time; `effect` keeps the test's clock. */
 export const within = <A, E, R>(label: string, ms: number, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  TestServices.provideWithLive(effect, (self) =>
-    Effect.timeoutFail(self, { duration: ms, onTimeout: () => `timeout` as const }).pipe(
-      Effect.catchIf(
-        (error): error is "timeout" => error === "timeout",
-        () => Effect.dieMessage(`${label}: not done within ${ms} ms`)
-      )
-    )
-  )
+  Effect.raceFirst(effect, Effect.andThen(liveSleep(ms), Effect.die(new Error(`${label}: not done within ${ms} ms`))))
 
 /** Retry `effect` every 50 ms of real time until it succeeds, for at most `ms`. */
 export const eventually = <A, E, R>(
@@ -42,7 +41,7 @@ export const eventually = <A, E, R>(
       const exit = yield* Effect.exit(effect)
       if (Exit.isSuccess(exit)) return exit.value
       if ((yield* liveNow) > deadline) {
-        return yield* Effect.dieMessage(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`)
+        return yield* Effect.die(new Error(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`))
       }
       yield* liveSleep(50)
     }
@@ -62,7 +61,7 @@ export const eventuallyTrue = <E, R>(label: string, ms: number, effect: Effect.E
 
 /** Fork a fiber that collects the first `n` elements of a stream. */
 export const collectFirst = <A, E, R>(stream: Stream.Stream<A, E, R>, n: number) =>
-  Effect.fork(Stream.runCollect(Stream.take(stream, n)).pipe(Effect.map(Chunk.toReadonlyArray)))
+  Effect.forkChild(Stream.runCollect(Stream.take(stream, n)))
 
 /** Join a fiber within `ms` of real time. */
 export const joinWithin = <A, E>(label: string, ms: number, fiber: Fiber.Fiber<A, E>) =>
@@ -73,7 +72,7 @@ export const expectAcquired = <E, R>(effect: Effect.Effect<AcquireResult, E, R>)
   Effect.flatMap(effect, (result) =>
     result._tag === "Acquired"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`expected Acquired, got Held (remainingMs ${result.remainingMs})`)
+      : Effect.die(new Error(`expected Acquired, got Held (remainingMs ${result.remainingMs})`))
   )
 
 /** The `Held` case, or a defect naming what came instead. */
@@ -81,7 +80,7 @@ export const expectHeld = <E, R>(effect: Effect.Effect<AcquireResult, E, R>) =>
   Effect.flatMap(effect, (result) =>
     result._tag === "Held"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`expected Held, got Acquired (fence ${result.fence})`)
+      : Effect.die(new Error(`expected Held, got Acquired (fence ${result.fence})`))
   )
 
 /** Compare two mailbox ids `<ms>-<seq>`. */
@@ -97,13 +96,13 @@ export const failsWith = <A, E extends { readonly _tag: string }, R, T extends E
   tag: T
 ): Effect.Effect<Extract<E, { readonly _tag: T }>, never, R> =>
   Effect.matchCauseEffect(effect, {
-    onSuccess: (value) => Effect.dieMessage(`expected ${tag}, succeeded with ${safeJson(value)}`),
+    onSuccess: (value) => Effect.die(new Error(`expected ${tag}, succeeded with ${safeJson(value)}`)),
     onFailure: (cause) => {
-      const failure = Cause.failureOption(cause)
+      const failure = Cause.findErrorOption(cause)
       if (failure._tag === "Some" && failure.value._tag === tag) {
         return Effect.succeed(failure.value as Extract<E, { readonly _tag: T }>)
       }
-      return Effect.dieMessage(`expected ${tag}, got ${Cause.pretty(cause)}`)
+      return Effect.die(new Error(`expected ${tag}, got ${Cause.pretty(cause)}`))
     }
   })
 

@@ -54,7 +54,7 @@ const takes = (fx: Fixture, token: string, worker: string, options: Attempt = {}
   Effect.flatMap(attempt(fx, token, worker, options), (result) =>
     result._tag === "Acquired"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`${worker} on ${token}: expected Acquired, got Queued (remainingMs ${result.remainingMs})`)
+      : Effect.die(`${worker} on ${token}: expected Acquired, got Queued (remainingMs ${result.remainingMs})`)
   )
 
 /** `worker`'s attempt is queued, or the test dies naming what came instead. */
@@ -62,7 +62,7 @@ const waits = (fx: Fixture, token: string, worker: string, options: Attempt = {}
   Effect.flatMap(attempt(fx, token, worker, options), (result) =>
     result._tag === "Queued"
       ? Effect.succeed(result)
-      : Effect.dieMessage(`${worker} on ${token}: expected Queued, got Acquired (fence ${result.fence})`)
+      : Effect.die(`${worker} on ${token}: expected Queued, got Acquired (fence ${result.fence})`)
   )
 
 const release = (fx: Fixture, token: string, worker: string, options: { readonly requeue?: boolean } = {}) =>
@@ -94,7 +94,7 @@ const recordNotices = (fx: Fixture, token: string, worker: string) =>
   Effect.gen(function* () {
     const notices = yield* fx.store.notices(token, worker)
     const all = yield* Ref.make<ReadonlyArray<Notice>>([])
-    yield* Effect.fork(Stream.runForEach(notices, (notice) => Ref.update(all, (seen) => [...seen, notice])))
+    yield* Effect.forkChild(Stream.runForEach(notices, (notice) => Ref.update(all, (seen) => [...seen, notice])))
     return { token, worker, all } satisfies Recorder
   })
 
@@ -158,7 +158,7 @@ const ttlsOf = (fx: Fixture, token: string) =>
     fx.store.tokenKeys(token),
     (infos) => (name: string) =>
       Option.getOrElse(
-        Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+        Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
         () => -1
       )
   )
@@ -284,7 +284,7 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       const seen = yield* Ref.make<ReadonlyArray<TokenNotice>>([])
       const notices = yield* fx.store.channelNotices("tok", "B")
-      yield* Effect.fork(Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, n])))
+      yield* Effect.forkChild(Stream.runForEach(notices, (n) => Ref.update(seen, (all) => [...all, n])))
       const named = (all: ReadonlyArray<TokenNotice>) => all.map((n) => `${n.notice._tag}:${n.token}`)
       const shared = fx.store.noticeChannel("tok", "B") === fx.store.noticeChannel("tok2", "B")
       assert.notStrictEqual(fx.store.noticeChannel("tok", "B"), fx.store.noticeChannel("tok", "C"))

@@ -6,11 +6,11 @@
 import { assert, describe } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
@@ -156,7 +156,7 @@ export const storeSuite = (backend: Backend): void => {
     const ttlOf = (fx: Fixture, name: string) =>
       Effect.map(fx.store.tokenKeys("tok"), (infos) =>
         Option.getOrElse(
-          Option.flatMap(Option.fromNullable(infos.find((info) => info.name === name)), (info) => info.ttlMs),
+          Option.flatMap(Option.fromNullishOr(infos.find((info) => info.name === name)), (info) => info.ttlMs),
           () => -1
         )
       )
@@ -447,7 +447,7 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const signals = yield* fx.store.subscribe("tok")
         const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
-        yield* Effect.fork(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
+        yield* Effect.forkChild(Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal])))
 
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         yield* fx.advance(fx.lockExpirationMs + 50)
@@ -510,8 +510,8 @@ export const storeSuite = (backend: Backend): void => {
         const channel = fx.keys.signal("tok")
         const scope1 = yield* Scope.make()
         const scope2 = yield* Scope.make()
-        const first = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope1))
-        const second = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope2))
+        const first = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope1))
+        const second = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope2))
         deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
         const got1 = yield* collectFirst(first, 1)
         const got2 = yield* collectFirst(second, 2)
@@ -538,9 +538,9 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         const channel = fx.keys.signal("tok")
         const scope = yield* Scope.make()
-        const signals = yield* fx.store.subscribe("tok").pipe(Scope.extend(scope))
+        const signals = yield* fx.store.subscribe("tok").pipe(Scope.provide(scope))
         const seen = yield* Ref.make<ReadonlyArray<Signal>>([])
-        const reader = yield* Effect.fork(
+        const reader = yield* Effect.forkChild(
           Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal]))
         )
         yield* fx.store.publish("tok", released)
@@ -652,7 +652,7 @@ export const storeSuite = (backend: Backend): void => {
         assert.isFalse(yield* fx.store.isPresent("worker-1"))
         const messages = yield* fx.store.presenceMessages("worker-1")
         // the stream holds what arrives from the confirmed subscription on, read or not yet
-        const first = yield* Effect.fork(Stream.runHead(messages))
+        const first = yield* Effect.forkChild(Stream.runHead(messages))
         const ask = { _tag: "Ask", askId: "q1", from: "worker-2", token: "tok", connectionId: "c 1" } as const
         yield* fx.store.sendPresence("worker-1", ask)
         deepStrictEqual(yield* Fiber.join(first), Option.some(ask))
@@ -718,9 +718,9 @@ export const storeSuite = (backend: Backend): void => {
           { _tag: "Taken", record: recordA },
           { _tag: "Taken", record: recordB }
         ]
-        deepStrictEqual(results.slice(0, 3), expected.map(Either.right))
+        deepStrictEqual(results.slice(0, 3), expected.map(Result.succeed))
         const corrupt = results[3]!
-        assert.isTrue(Either.isLeft(corrupt) && corrupt.left._tag === "CorruptValue")
+        assert.isTrue(Result.isFailure(corrupt) && corrupt.failure._tag === "CorruptValue")
         deepStrictEqual(yield* fx.store.readSocket("tok-new"), Option.some(recordA))
         deepStrictEqual(yield* fx.store.readSocket("tok-theirs"), Option.some(recordB))
       }))
@@ -775,8 +775,8 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         yield* fx.store.enableSocketEvents
         const scope = yield* Scope.make()
-        const events = yield* fx.store.socketEvents.pipe(Scope.extend(scope))
-        const reader = yield* Effect.fork(Stream.runDrain(events))
+        const events = yield* fx.store.socketEvents.pipe(Scope.provide(scope))
+        const reader = yield* Effect.forkChild(Stream.runDrain(events))
         const before = (yield* fx.store.status).epoch
         const cut = yield* fx.dropSubscriptions
         assert.isTrue(cut >= 1)
@@ -807,7 +807,7 @@ export const storeSuite = (backend: Backend): void => {
             Effect.forEach(tokenOperations(fx.store), ([name, op]) =>
               Effect.gen(function* () {
                 const error = yield* failsWith(op(token), "InvalidToken").pipe(
-                  Effect.catchAllDefect((defect) => Effect.dieMessage(`${name}: ${String(defect)}`))
+                  Effect.catchDefect((defect) => Effect.die(`${name}: ${String(defect)}`))
                 )
                 assert.strictEqual(error.token, token, name)
               })
@@ -845,9 +845,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
               failsWith(op(instanceId), "InvalidToken").pipe(
-                Effect.catchAllDefect((defect) =>
-                  Effect.dieMessage(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`)
-                )
+                Effect.catchDefect((defect) => Effect.die(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`))
               )
             )
           )
@@ -873,9 +871,7 @@ export const storeSuite = (backend: Backend): void => {
             fx,
             Effect.forEach(cases, ([opName, op]) =>
               failsWith(op(name), "InvalidToken").pipe(
-                Effect.catchAllDefect((defect) =>
-                  Effect.dieMessage(`${opName}(${JSON.stringify(name)}): ${String(defect)}`)
-                )
+                Effect.catchDefect((defect) => Effect.die(`${opName}(${JSON.stringify(name)}): ${String(defect)}`))
               )
             )
           )
@@ -1035,10 +1031,13 @@ export const storeSuite = (backend: Backend): void => {
     test("a blocking read returns when an entry is appended", (fx) =>
       Effect.gen(function* () {
         const first = yield* fx.store.mailboxAppend("inst-a", "p0", { maxLen: 100, ttlMs: 60_000 })
-        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
+        const reader = yield* Effect.forkChild(fx.store.mailboxRead("inst-a", first, { count: 10, blockMs: 10_000 }))
         yield* fx.awaitBlockedRead
         yield* fx.advance(50)
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))),
+          "the read did not block"
+        )
         const started = yield* liveNow
         yield* fx.store.mailboxAppend("inst-a", "p1", { maxLen: 100, ttlMs: 60_000 })
         const entries = yield* joinWithin("the blocked read", 2_000, reader)
@@ -1051,10 +1050,15 @@ export const storeSuite = (backend: Backend): void => {
 
     test("a blocking read with no entry returns nothing after blockMs", (fx) =>
       Effect.gen(function* () {
-        const reader = yield* Effect.fork(fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 }))
+        const reader = yield* Effect.forkChild(
+          fx.store.mailboxRead("inst-a", MailboxStart, { count: 10, blockMs: 300 })
+        )
         yield* fx.awaitBlockedRead
         yield* fx.advance(100)
-        assert.isTrue(Option.isNone(yield* Fiber.poll(reader)), "the read did not block")
+        assert.isTrue(
+          Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(reader.pollUnsafe()))),
+          "the read did not block"
+        )
         yield* fx.advance(300)
         deepStrictEqual(yield* joinWithin("the timed-out read", 2_000, reader), [])
       }))
@@ -1158,7 +1162,7 @@ export const storeSuite = (backend: Backend): void => {
       Effect.gen(function* () {
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
         const signals = yield* fx.store.subscribe("tok")
-        const subscription = yield* Effect.fork(Stream.runDrain(signals))
+        const subscription = yield* Effect.forkChild(Stream.runDrain(signals))
         const before = yield* fx.store.status
         assert.isTrue(before.ready)
 
@@ -1264,7 +1268,7 @@ export const storeSuite = (backend: Backend): void => {
     test("a subscription fails when the subscriber connection is cut; a new subscribe works", (fx) =>
       Effect.gen(function* () {
         const signals = yield* fx.store.subscribe("tok")
-        const subscription = yield* Effect.fork(Stream.runCollect(signals))
+        const subscription = yield* Effect.forkChild(Stream.runCollect(signals))
         const cut = yield* fx.dropSubscriptions
         assert.isTrue(cut >= 1, `connections cut: ${cut}`)
         const error = yield* within("the subscription to fail", 5_000, Effect.flip(Fiber.join(subscription)))

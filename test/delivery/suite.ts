@@ -36,7 +36,7 @@ export interface DeliveryBackend {
 const ns = (values: ReadonlyArray<readonly [string, Update]>) => values.map(([, value]) => value.n)
 
 const dropped = (reason: string) =>
-  Effect.map(Metric.value(Metric.tagged(Mailbox.dropped, "reason", reason)), (state) => state.count)
+  Effect.map(Metric.value(Metric.withAttributes(Mailbox.dropped, { reason: reason })), (state) => state.count)
 
 const linked = (worker: DeliveryWorker, token: string, connection: string) =>
   Effect.map(worker.tokens.link(token, connection), (result: TokenManager.Linked) => {

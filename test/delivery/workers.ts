@@ -25,11 +25,9 @@ import { buildOwn } from "../support/ownScope.js"
 /** A structured update: a number, a date, a list and an optional nested record. */
 export const Update = Schema.Struct({
   n: Schema.Number,
-  at: Schema.Date,
+  at: Schema.DateFromString,
   tags: Schema.Array(Schema.String),
-  route: Schema.optional(
-    Schema.Struct({ path: Schema.String, query: Schema.Record({ key: Schema.String, value: Schema.String }) })
-  )
+  route: Schema.optional(Schema.Struct({ path: Schema.String, query: Schema.Record(Schema.String, Schema.String) }))
 })
 export type Update = typeof Update.Type
 
@@ -88,6 +86,15 @@ const recorder = (options: WorkerOptions) => {
   return { received, workerOptions }
 }
 
+/**
+ * Run `effect` (the test's own calls of its workers) with its log records captured with
+ * the workers': the capture is provided to the workers' fibers only.
+ */
+const logged =
+  (logs: { readonly layer: Layer.Layer<never> }) =>
+  <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.provide(effect, logs.layer)
+
 /** A fresh worker over a store shared by every worker of the test. */
 export const workerOver = (
   shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
@@ -102,7 +109,7 @@ export const workerOver = (
   )
 }
 
-/** Workers over one MemoryStore (time on the TestClock under it.effect/it.scoped). */
+/** Workers over one MemoryStore (time on the TestClock under it.effect). */
 export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const logs = capture()
@@ -112,6 +119,7 @@ export const memoryWorkers = (input: LeaseholdConfig.Input = {}) =>
     )
     return {
       logs: logs.lines,
+      logged: logged(logs),
       store: Context.get(shared, Store),
       control: Context.get(shared, MemoryStore.MemoryStoreControl),
       worker: (options: WorkerOptions = {}) => workerOver(shared, logs, options)
@@ -141,5 +149,5 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
         logs
       )
     }
-    return { logs: logs.lines, store: Context.get(shared, Store), worker }
+    return { logs: logs.lines, logged: logged(logs), store: Context.get(shared, Store), worker }
   })

@@ -78,7 +78,7 @@ const memoryFixture = (input: LeaseholdConfig.Input) =>
     const memory = yield* MemoryStore.make.pipe(Effect.provide(settings), Effect.provide(logs.layer), Effect.orDie)
     const seen: Array<string> = []
     const shared = Context.add(settings, Store, recording(memory, seen))
-    return {
+    const fixture = {
       store: memory,
       keys: makeKeys("mem"),
       logs: logs.lines,
@@ -94,6 +94,10 @@ const memoryFixture = (input: LeaseholdConfig.Input) =>
         ),
       until: (label, check) => untilOnTestClock(label, check, 10_000)
     } satisfies HostileFixture
+    return {
+      fixture,
+      logged: (effect: Effect.Effect<void, unknown, Scope.Scope>) => Effect.provide(effect, logs.layer)
+    }
   })
 
 const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
@@ -102,7 +106,7 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
     // each command as `<command> <args…>` (the case of its name as sent does not matter here)
     const lines = () => m.commands.map((command) => command.args.join(" "))
     const fx = yield* redisWorkers(server.url, { keyPrefix: "red", commandTimeout: 10_000, ...input })
-    return {
+    const fixture = {
       store: fx.store,
       keys: makeKeys("red"),
       logs: fx.logs,
@@ -116,8 +120,9 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
           5_000,
           Effect.sync(() => lines().some((line) => line.includes(text)))
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
     } satisfies HostileFixture
+    return { fixture, logged: fx.logged }
   })
 
 /** Run `args` on every master of the cluster. */
@@ -139,7 +144,7 @@ const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string
     const lines = () => monitors.flatMap((m) => m.commands.map((command) => command.args.join(" ")))
     const fx = yield* redisWorkers(nodes.url, { redisCluster: true, keyPrefix, commandTimeout: 10_000, ...input })
     const masterOf = (key: string) => Effect.orDie(nodes.nodeFor(key))
-    return {
+    const fixture = {
       store: fx.store,
       keys: makeKeys(keyPrefix),
       logs: fx.logs,
@@ -154,22 +159,35 @@ const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string
           5_000,
           Effect.sync(() => lines().some((line) => line.includes(text)))
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.zipRight(Effect.sleep(10), check))
+      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
     } satisfies HostileFixture
+    return { fixture, logged: fx.logged }
   })
+
+/**
+ * The test's body, with its own calls of the workers logging into the workers' capture (a
+ * logger is provided to the effect it is provided to, not to the fiber that built it).
+ */
+const withLogs =
+  (body: (fx: HostileFixture) => Effect.Effect<void, unknown, Scope.Scope>) =>
+  (built: {
+    readonly fixture: HostileFixture
+    readonly logged: (effect: Effect.Effect<void, unknown, Scope.Scope>) => Effect.Effect<void, unknown, Scope.Scope>
+  }) =>
+    built.logged(body(built.fixture))
 
 export const memory = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
   name: "memory",
-  test: (name, body) => it.scoped(name, () => Effect.flatMap(memoryFixture(input), body))
+  test: (name, body) => it.effect(name, () => Effect.flatMap(memoryFixture(input), withLogs(body)))
 })
 
 export const redis = (input: LeaseholdConfig.Input = {}): HostileBackend => ({
   name: "redis",
   test: (name, body) =>
-    it.scopedLive(name, () =>
+    it.live(name, () =>
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
-        yield* body(yield* redisFixture(server, input))
+        yield* withLogs(body)(yield* redisFixture(server, input))
       })
     )
 })
@@ -186,12 +204,12 @@ export const redisCluster = (
   return {
     name: "redis-cluster",
     test: (name, body) =>
-      it.scopedLive(
+      it.live(
         name,
         () =>
           Effect.gen(function* () {
             const nodes = yield* cluster
-            yield* body(yield* redisClusterFixture(nodes, `hostile${++testCount}`, input))
+            yield* withLogs(body)(yield* redisClusterFixture(nodes, `hostile${++testCount}`, input))
           }),
         60_000
       )

@@ -40,7 +40,7 @@ const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), {
 interface Tree {
   readonly children: ReadonlyArray<Tree>
 }
-const Tree: Schema.Schema<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend(() => Tree)) })
+const Tree: Schema.Codec<Tree> = Schema.Struct({ children: Schema.Array(Schema.suspend(() => Tree)) })
 /** A recursive slice: its decoder recurses as deep as the stored value goes. */
 const Nested = StateManager.slice("nested", Tree, { children: [] })
 
@@ -67,7 +67,7 @@ const warnings = (lines: ReadonlyArray<{ level: string; message: string }>, text
   lines.filter((line) => line.level === "WARN" && line.message.includes(text))
 
 const dropped = (reason: string) =>
-  Effect.map(Metric.value(Metric.tagged(Mailbox.dropped, "reason", reason)), (state) => state.count)
+  Effect.map(Metric.value(Metric.withAttributes(Mailbox.dropped, { reason: reason })), (state) => state.count)
 
 const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
 
@@ -129,7 +129,7 @@ export const hostileInputSuite = (backend: HostileBackend) =>
             const error = yield* failsWith(
               call(token) as Effect.Effect<unknown, InvalidToken | { readonly _tag: "other" }>,
               "InvalidToken"
-            ).pipe(Effect.catchAllDefect((defect) => Effect.dieMessage(`${name} (${label}): ${String(defect)}`)))
+            ).pipe(Effect.catchDefect((defect) => Effect.die(`${name} (${label}): ${String(defect)}`)))
             assert.strictEqual(error.token, token, `${name} (${label})`)
             // the message names the token, shortened, with its control characters escaped
             assert.isBelow(error.message.length, 300, `${name} (${label})`)

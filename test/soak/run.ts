@@ -251,21 +251,17 @@ interface Holding {
 }
 
 const startWorker = (name: string, env: Record<string, string>): Proc => {
-  const child = spawn(
-    process.execPath,
-    [path.join(root, "node_modules/vite-node/vite-node.mjs"), "test/soak/worker.ts"],
-    {
-      cwd: root,
-      // the soak's own settings only: a LEASEHOLD_REDIS_URL of the shell would clash with Sentinels
-      env: {
-        ...Object.fromEntries(
-          Object.entries(process.env).filter(([key]) => !key.startsWith("LEASEHOLD_") && key !== "SOAK_INJECT")
-        ),
-        ...env
-      },
-      stdio: ["pipe", "pipe", "pipe"]
-    }
-  )
+  const child = spawn(process.execPath, ["--import", "tsx", "test/soak/worker.ts"], {
+    cwd: root,
+    // the soak's own settings only: a LEASEHOLD_REDIS_URL of the shell would clash with Sentinels
+    env: {
+      ...Object.fromEntries(
+        Object.entries(process.env).filter(([key]) => !key.startsWith("LEASEHOLD_") && key !== "SOAK_INJECT")
+      ),
+      ...env
+    },
+    stdio: ["pipe", "pipe", "pipe"]
+  })
   const events: Array<Event> = []
   const listeners = new Set<() => void>()
   let buffer = ""
@@ -383,11 +379,11 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
     const presenceMs = 1_200
     const minReplicasAck = options.minReplicasAck ?? (options.sentinel === true ? 2 : 0)
     if (options.sentinel !== true && minReplicasAck !== 0)
-      return yield* Effect.dieMessage("minReplicasAck needs replicas: run the soak with sentinel")
+      return yield* Effect.die(new Error("minReplicasAck needs replicas: run the soak with sentinel"))
     const unknown = (options.faults ?? []).filter((kind) => !faultKinds(options.sentinel === true).includes(kind))
     if (unknown.length > 0)
-      return yield* Effect.dieMessage(
-        `no fault ${unknown.join(", ")} here; the kinds: ${faultKinds(options.sentinel === true).join(", ")}`
+      return yield* Effect.die(
+        new Error(`no fault ${unknown.join(", ")} here; the kinds: ${faultKinds(options.sentinel === true).join(", ")}`)
       )
     // One server with persistence, or a primary, two replicas and three Sentinels (without
     // persistence: a killed primary comes back empty, as a replica, and copies the new one).

@@ -6,7 +6,7 @@
  * needs it), and reads commands on stdin: `link <token> <connectionId>` links a socket (a
  * tab that reconnects here, its worker having died), `stop` stops it.
  *
- *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0=tab-t0-0 FIBERS=4 SEED=1 vite-node test/soak/worker.ts
+ *   LEASEHOLD_REDIS_URL=… INDEX=0 TOKENS=t0,t1 SOCKETS=t0=tab-t0-0 FIBERS=4 SEED=1 node --import tsx test/soak/worker.ts
  *
  * (or `LEASEHOLD_REDIS_SENTINELS`, `LEASEHOLD_REDIS_SENTINEL_NAME` and `LEASEHOLD_MIN_REPLICAS_ACK`
  * instead of the URL: the soak behind Sentinel).
@@ -35,13 +35,11 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Random from "effect/Random"
+import * as References from "effect/References"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
@@ -85,8 +83,8 @@ const emit = (event: Record<string, unknown>) => Effect.sync(() => process.stdou
 const links: Array<readonly [token: string, connectionId: string]> = []
 let onLink = () => {}
 
+const lines = readline.createInterface({ input: process.stdin })
 const stopped = new Promise<void>((resolve) => {
-  const lines = readline.createInterface({ input: process.stdin })
   lines.on("line", (line) => {
     const [command, token, connectionId] = line.trim().split(" ")
     if (command === "stop") resolve()
@@ -108,13 +106,13 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
   Effect.gen(function* () {
     const state = { decided: false }
     const invoked = Date.now()
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       states.modifyEffect(
         token,
         Log,
         (log) =>
           Effect.gen(function* () {
-            yield* Effect.sleep(yield* Random.nextIntBetween(0, 2))
+            yield* Effect.sleep(yield* Random.nextIntBetween(0, 2, { halfOpen: true }))
             // the fencing number of the grant this modification runs under, kept with its id
             const own = Option.getOrElse(yield* StateManager.fence, () => -1)
             const last = log.ops.at(-1)
@@ -131,10 +129,10 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
       )
     )
     if ((yield* Random.next) < 0.1) {
-      yield* Effect.sleep(yield* Random.nextIntBetween(0, 3))
+      yield* Effect.sleep(yield* Random.nextIntBetween(0, 3, { halfOpen: true }))
       // the look and the interruption in one step: never after the decision
       yield* Effect.sync(() => {
-        if (!state.decided) fiber.unsafeInterruptAsFork(FiberId.none)
+        if (!state.decided) fiber.interruptUnsafe()
       })
     }
     const exit = yield* Fiber.await(fiber)
@@ -147,9 +145,9 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
       const n = inject === "counter-order" && injectNow() ? exit.value - 3 : exit.value
       return yield* emit({ t: "ok", token, op, n, invoked, at })
     }
-    if (Exit.isInterrupted(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
-    const reason = Option.match(Cause.failureOption(exit.cause), {
-      onNone: () => (Exit.isInterrupted(exit) ? "Interrupted" : "defect"),
+    if (Exit.hasInterrupts(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
+    const reason = Option.match(Cause.findErrorOption(exit.cause), {
+      onNone: () => (Exit.hasInterrupts(exit) ? "Interrupted" : "defect"),
       onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
     })
     return yield* emit({ t: state.decided ? "decided" : "failed", token, op, reason, invoked, at })
@@ -202,9 +200,9 @@ const program = Effect.gen(function* () {
   const linkTab = (token: string, connectionId: string) =>
     Effect.gen(function* () {
       const started = Date.now()
-      const linked = yield* Effect.either(tokenManager.link(token, connectionId))
-      if (linked._tag === "Left" && linked.left._tag === "RecordNotStored") {
-        yield* whenStored(linked.left.token, connectionId)
+      const linked = yield* Effect.result(tokenManager.link(token, connectionId))
+      if (linked._tag === "Failure" && linked.failure._tag === "RecordNotStored") {
+        yield* whenStored(linked.failure.token, connectionId)
       }
       yield* emit({
         t: "linked",
@@ -212,17 +210,17 @@ const program = Effect.gen(function* () {
         connectionId,
         started,
         at: Date.now(),
-        ...(linked._tag === "Right"
-          ? { result: linked.right.token, fresh: linked.right.fresh, takenOver: linked.right.takenOver }
-          : linked.left._tag === "RecordNotStored"
+        ...(linked._tag === "Success"
+          ? { result: linked.success.token, fresh: linked.success.fresh, takenOver: linked.success.takenOver }
+          : linked.failure._tag === "RecordNotStored"
             ? // linked locally; the record is written (or a dead owner's taken over) when the store returns
               {
-                result: linked.left.token,
-                fresh: linked.left.fresh === true,
+                result: linked.failure.token,
+                fresh: linked.failure.fresh === true,
                 notStored: true,
-                error: linked.left.message
+                error: linked.failure.message
               }
-            : { result: linked.left._tag, error: linked.left.message })
+            : { result: linked.failure._tag, error: linked.failure.message })
       })
     })
   for (const [token, connectionId] of sockets) yield* linkTab(token, connectionId)
@@ -235,12 +233,14 @@ const program = Effect.gen(function* () {
   // Tabs that reconnect here, as the soak says, each linked in a fiber of its own.
   const linkRequests = yield* Queue.unbounded<readonly [string, string]>()
   onLink = () => {
-    for (const request of links.splice(0)) Effect.runSync(linkRequests.offer(request))
+    for (const request of links.splice(0)) Queue.offerUnsafe(linkRequests, request)
   }
   onLink()
   yield* Effect.forkScoped(
     Effect.forever(
-      Effect.flatMap(linkRequests.take, ([token, connectionId]) => Effect.fork(linkTab(token, connectionId)))
+      Effect.flatMap(Queue.take(linkRequests), ([token, connectionId]) =>
+        Effect.forkChild(linkTab(token, connectionId))
+      )
     )
   )
   yield* emit({ t: "ready", instanceId })
@@ -250,41 +250,41 @@ const program = Effect.gen(function* () {
       let ops = 0
       let seq = 0
       while (running) {
-        const token = tokens[yield* Random.nextIntBetween(0, tokens.length)]!
+        const token = tokens[yield* Random.nextIntBetween(0, tokens.length, { halfOpen: true })]!
         current.set(fiber, { what: `modify ${token}`, since: Date.now() })
         if ((yield* Random.next) < 0.8) {
           yield* modifyOnce(states, token, `${index}g${generation}.${fiber}.${ops++}`)
         } else {
           const at = Date.now()
           current.set(fiber, { what: `send ${token}`, since: at })
-          const outcome = yield* Effect.either(mailbox.send(token, { sender: name, fiber, seq }))
+          const outcome = yield* Effect.result(mailbox.send(token, { sender: name, fiber, seq }))
           yield* emit({
             t: "sent",
             token,
             fiber,
             seq,
             at,
-            outcome: outcome._tag === "Right" ? outcome.right : outcome.left._tag
+            outcome: outcome._tag === "Success" ? outcome.success : outcome.failure._tag
           })
           seq++
         }
       }
     })
-  const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.fork(loop(i)))
+  const workers = yield* Effect.forEach(Array.from({ length: fibers }), (_, i) => Effect.forkChild(loop(i)))
   yield* Effect.promise(() => stopped)
   running = false
-  const stuck = yield* Effect.fork(
+  const stuck = yield* Effect.forkChild(
     Effect.gen(function* () {
       yield* Effect.sleep("20 seconds")
       const tokensStuck = [...new Set([...current.values()].map((op) => op.what.split(" ")[1]!))]
       const state = yield* Effect.forEach(tokensStuck, (token) =>
         Effect.gen(function* () {
-          const holder = yield* Effect.either(store.holder(token))
-          const waiters = yield* Effect.either(store.queue(token))
+          const holder = yield* Effect.result(store.holder(token))
+          const waiters = yield* Effect.result(store.queue(token))
           return {
             token,
-            holder: holder._tag === "Right" ? Option.getOrNull(holder.right) : holder.left._tag,
-            waiters: waiters._tag === "Right" ? waiters.right : waiters.left._tag,
+            holder: holder._tag === "Success" ? Option.getOrNull(holder.success) : holder.failure._tag,
+            waiters: waiters._tag === "Success" ? waiters.success : waiters.failure._tag,
             leased: lease.isLeased(token),
             sessions: yield* lease.sessions
           }
@@ -306,8 +306,10 @@ const program = Effect.gen(function* () {
   yield* emit({ t: "health", buffered: yield* mailbox.buffered, loops: yield* health.loops })
 }).pipe(
   Effect.scoped,
-  Effect.zipRight(Effect.suspend(() => emit({ t: "closed", at: Date.now() }))),
-  Effect.withRandom(Random.make(seed * 100 + index))
+  Effect.andThen(Effect.suspend(() => emit({ t: "closed", at: Date.now() }))),
+  // stdin read no more: nothing keeps the process once the program has ended
+  Effect.ensuring(Effect.sync(() => lines.close())),
+  Random.withSeed(seed * 100 + index)
 )
 
-NodeRuntime.runMain(program.pipe(Logger.withMinimumLogLevel(LogLevel.Warning)))
+NodeRuntime.runMain(program.pipe(Effect.provideService(References.MinimumLogLevel, "Warn")))

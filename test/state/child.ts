@@ -2,15 +2,14 @@
  * A worker process for the cross-process tests: one Redis worker (its own InstanceId)
  * that adds 1 to a token's counter COUNT times and reports each acknowledgement.
  *
- *   LEASEHOLD_REDIS_URL=… TOKEN=t COUNT=10 [LEASEHOLD_OPLOCK=true] [STAY=1] vite-node test/state/child.ts
+ *   LEASEHOLD_REDIS_URL=… TOKEN=t COUNT=10 [LEASEHOLD_OPLOCK=true] [STAY=1] node --import tsx test/state/child.ts
  *
  * Prints `id <instanceId>`, then `ack <value>` after each acknowledged modification, then
  * `done`; with STAY=1 it then waits to be killed, holding whatever lease it has.
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import { InstanceId } from "../../src/InstanceId.js"
 import * as StateManager from "../../src/StateManager.js"
 import * as Worker from "../../src/Worker.js"
@@ -29,6 +28,6 @@ const program = Effect.gen(function* () {
   }
   console.log("done")
   if (stay) yield* Effect.never
-}).pipe(Effect.provide(Worker.layerStateRedis()), Logger.withMinimumLogLevel(LogLevel.Warning))
+}).pipe(Effect.provide(Worker.layerStateRedis()), Effect.provideService(References.MinimumLogLevel, "Warn"))
 
 NodeRuntime.runMain(program)

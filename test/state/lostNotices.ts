@@ -58,7 +58,7 @@ interface Worker {
   readonly user: string
   readonly states: StateManager.StateManager.Service
   readonly lease: Lease.Lease.Service
-  readonly store: Store["Type"]
+  readonly store: Store["Service"]
 }
 
 const PASSWORD = "lost-notice-test"
@@ -152,9 +152,9 @@ const holding = (w: Worker, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect(token, Counter, (s) =>
-        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+        Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
           null,
           { n: s.n + 1 }
         ] as const)
@@ -184,7 +184,7 @@ const queuedBehind = (deployment: Deployment, input: LeaseholdConfig.Input, toke
     const b = yield* makeWorker(deployment, input)
     const { fiber: first, open } = yield* holding(a, token)
     const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
-    const second = yield* Effect.fork(addTen(b, token))
+    const second = yield* Effect.forkChild(addTen(b, token))
     // the attempt that queued b, then the one that follows its subscription (a grant's
     // notice may have been sent before it listened)
     yield* attemptsOf(monitor, b, 2)
@@ -210,7 +210,7 @@ const doneBy = <A, E>(label: string, fiber: Fiber.Fiber<A, E>, since: number, ms
 export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.Scope>) => {
   const token = "t"
   const test = (name: string, body: (deployment: Deployment) => Effect.Effect<void, never, Scope.Scope>) =>
-    it.scopedLive(name, () => Effect.flatMap(deploy, body), 60_000)
+    it.live(name, () => Effect.flatMap(deploy, body), 60_000)
 
   test("a lost Granted: the waiter, cut off from its notices at the release, claims its grant at its next re-check (2 s), before the grant expires", (deployment) =>
     Effect.gen(function* () {
@@ -240,12 +240,12 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
       yield* listening(deployment, a, token)
       const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
       yield* deafen(deployment, a, token)
-      const second = yield* Effect.fork(addTen(b, token))
+      const second = yield* Effect.forkChild(addTen(b, token))
       // b's attempts, each a Contended notice to a, published while a cannot hear them
       yield* attemptsOf(monitor, b, 2)
       yield* listening(deployment, b, token)
       assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       const allowed = yield* Clock.currentTimeMillis
       yield* hear(deployment, a)
       // a's subscription comes back: a asks the store, finds b queued, and ends its lease
@@ -264,7 +264,7 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
       yield* Effect.orDie(Fiber.join(first))
       yield* handedTo(b, token)
       assert.strictEqual(yield* subscribers(deployment, b, token), 0)
-      assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+      assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       const allowed = yield* Clock.currentTimeMillis
       yield* hear(deployment, b)
       yield* doneBy("b's modification, after its resubscription", second, allowed, 5_000)

@@ -91,13 +91,13 @@ export const killedInTheQueue = (backend: ProcessBackend, stop: Stop) =>
       20_000,
       Effect.map(cluster.store.queue("t"), (ids) => ids.includes(childId))
     )
-    const second = yield* Effect.fork(c.states.modify("t", Counter, (s) => [s.n + 10, { n: s.n + 10 }]))
+    const second = yield* Effect.forkChild(c.states.modify("t", Counter, (s) => [s.n + 10, { n: s.n + 10 }]))
     yield* eventuallyTrue(
       "c queued behind it",
       10_000,
       Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[1] === c.id)
     )
-    const release = Effect.zipRight(open, Effect.orDie(Effect.asVoid(Fiber.join(first))))
+    const release = Effect.andThen(open, Effect.orDie(Effect.asVoid(Fiber.join(first))))
     const started = yield* Clock.currentTimeMillis
     yield* stop(queued, release)
     const value = yield* Fiber.join(second)

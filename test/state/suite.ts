@@ -35,13 +35,28 @@ export interface Tools {
 /** Run `effect` to its end while time moves (a lease may wait out its quantum meanwhile). */
 const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
   Effect.gen(function* () {
-    const fiber = yield* Effect.fork(effect)
-    yield* tools.until("the effect to end", Effect.map(Fiber.poll(fiber), Option.isSome))
+    const fiber = yield* Effect.forkChild(effect)
+    yield* tools.until(
+      "the effect to end",
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      )
+    )
     return yield* Fiber.join(fiber)
   })
 
 const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.join(fiber))
+  Effect.andThen(
+    tools.until(
+      "the fiber to end",
+      Effect.map(
+        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+        Option.isSome
+      )
+    ),
+    Fiber.join(fiber)
+  )
 
 export interface StateBackend {
   readonly name: "memory" | "redis" | "redis-cluster"
@@ -79,7 +94,7 @@ const blocker = (tools: Tools, w: Worker, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(held(w, token, gate, entered))
+    const fiber = yield* Effect.forkChild(held(w, token, gate, entered))
     yield* tools.until("the modification entered", Deferred.isDone(entered))
     return { fiber, open: Deferred.succeed(gate, undefined) }
   })
@@ -103,13 +118,13 @@ const queueBecomes = (cluster: Cluster, tools: Tools, ids: ReadonlyArray<string>
 /** A worker of no cluster, queued for the token's lock by hand (its lock ids are `<id>:<n>`, as the protocol makes them). */
 const queueFake = (cluster: Cluster, token: string, id: string) =>
   Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
-    result._tag === "Queued" ? Effect.void : Effect.dieMessage(`${id} took the lock of ${token} instead of queuing`)
+    result._tag === "Queued" ? Effect.void : Effect.die(`${id} took the lock of ${token} instead of queuing`)
   )
 
 /** A worker of no cluster takes the token's free lock by hand (lock id `<id>:1`). */
 const holdFake = (cluster: Cluster, token: string, id: string) =>
   Effect.flatMap(cluster.store.acquireQueued(token, `${id}:1`, [], { instanceId: id }), (result) =>
-    result._tag === "Acquired" ? Effect.void : Effect.dieMessage(`${id} was queued for ${token} instead of taking it`)
+    result._tag === "Acquired" ? Effect.void : Effect.die(`${id} was queued for ${token} instead of taking it`)
   )
 
 /** The token's lock as its value reads: a lock id, `?<worker>` for a pending grant, `undefined` when free. */
@@ -139,11 +154,20 @@ const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
 /** The error a fiber failed with, or a defect naming how else it ended. */
 const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
   Effect.flatMap(
-    Effect.zipRight(tools.until("the fiber to end", Effect.map(Fiber.poll(fiber), Option.isSome)), Fiber.await(fiber)),
+    Effect.andThen(
+      tools.until(
+        "the fiber to end",
+        Effect.map(
+          Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
+          Option.isSome
+        )
+      ),
+      Fiber.await(fiber)
+    ),
     (exit) =>
-      Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
-        ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
-        : Effect.dieMessage(`expected a failure, got ${String(exit)}`)
+      Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
+        ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
+        : Effect.die(`expected a failure, got ${String(exit)}`)
   )
 
 /** Wait until a worker has no local entry left. */
@@ -308,12 +332,12 @@ export const stateSuite = (backend: StateBackend) => {
           const w = yield* cluster.worker()
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyEffect(
               "t",
               Counter,
               (s) =>
-                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                   0,
                   { n: s.n + 666 }
                 ] as const),
@@ -325,7 +349,7 @@ export const stateSuite = (backend: StateBackend) => {
           yield* Deferred.succeed(gate, undefined)
           const exit = yield* Fiber.await(fiber)
           assert.isTrue(Exit.isFailure(exit))
-          const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
+          const error = Exit.isFailure(exit) ? Option.getOrUndefined(Cause.findErrorOption(exit.cause)) : undefined
           assert.strictEqual(error?._tag, "LockExpired")
           if (error?._tag === "LockExpired") {
             deepStrictEqual(error.event, Option.some("slow"))
@@ -344,16 +368,16 @@ export const stateSuite = (backend: StateBackend) => {
           const b = yield* cluster.worker()
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const blocker = yield* Effect.fork(
+          const blocker = yield* Effect.forkChild(
             a.states.modifyEffect("t", Counter, () =>
-              Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+              Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                 0,
                 { n: 666 }
               ] as const)
             )
           )
           yield* Deferred.await(entered)
-          const waiter = yield* Effect.fork(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
+          const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
           yield* tools.settle
           yield* tools.advance(400)
           yield* Fiber.join(waiter)
@@ -373,12 +397,12 @@ export const stateSuite = (backend: StateBackend) => {
           const before = atLevels(cluster.logs, ["WARN"]).length
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const fiber = yield* Effect.fork(
+          const fiber = yield* Effect.forkChild(
             w.states.modifyAll(
               "t",
               { c: Counter, o: Other },
               (v) =>
-                Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+                Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
                   null,
                   { c: { n: v.c.n + 1 }, o: { s: "x" } }
                 ] as const),
@@ -407,7 +431,7 @@ export const stateSuite = (backend: StateBackend) => {
           const a = yield* cluster.worker()
           const b = yield* cluster.worker()
           const first = yield* blocker(tools, a, "t")
-          const second = yield* Effect.fork(inc(b, "t"))
+          const second = yield* Effect.forkChild(inc(b, "t"))
           yield* tools.until(
             "b queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
@@ -416,7 +440,13 @@ export const stateSuite = (backend: StateBackend) => {
           const released = yield* Clock.currentTimeMillis
           yield* first.open
           yield* Fiber.join(first.fiber)
-          yield* tools.until("the waiter finished", Effect.map(Fiber.poll(second), Option.isSome))
+          yield* tools.until(
+            "the waiter finished",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
+              Option.isSome
+            )
+          )
           // within 5 s of the release, far from the 30 s of a re-check (real time on Redis, a
           // few ms on a quiet machine; on memory the clock moves 1 ms a poll)
           const waited = (yield* Clock.currentTimeMillis) - released
@@ -444,9 +474,9 @@ export const stateSuite = (backend: StateBackend) => {
           })
           const first = yield* blocker(tools, a, "t")
           const done: Array<string> = []
-          const fibers: Array<Fiber.RuntimeFiber<number, unknown>> = []
+          const fibers: Array<Fiber.Fiber<number, unknown>> = []
           for (const w of others) {
-            fibers.push(yield* Effect.fork(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
+            fibers.push(yield* Effect.forkChild(Effect.tap(inc(w, "t"), () => Effect.sync(() => done.push(w.id)))))
             yield* tools.until(
               "queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.includes(w.id))
@@ -529,8 +559,8 @@ export const stateSuite = (backend: StateBackend) => {
         const b = yield* cluster.worker()
         const go = yield* Deferred.make<void>()
         let stop = false
-        const waiter = yield* Effect.fork(
-          Effect.zipRight(
+        const waiter = yield* Effect.forkChild(
+          Effect.andThen(
             Deferred.await(go),
             b.states.modifyEffect("t", Served, (s) =>
               Effect.map(cluster.grants("t"), (fence) => [[s.n, fence], { ...s, w: s.w + 1, at: s.n }] as const)
@@ -645,8 +675,8 @@ export const stateSuite = (backend: StateBackend) => {
         const holder = yield* cluster.worker()
         const w = yield* cluster.worker()
         const blocking = yield* blocker(tools, holder, "t")
-        const a = yield* Effect.fork(inc(w, "t"))
-        const b = yield* Effect.fork(inc(w, "t"))
+        const a = yield* Effect.forkChild(inc(w, "t"))
+        const b = yield* Effect.forkChild(inc(w, "t"))
         yield* queueBecomes(cluster, tools, [w.id])
         yield* Fiber.interrupt(a)
         yield* tools.settle
@@ -667,18 +697,18 @@ export const stateSuite = (backend: StateBackend) => {
           const holder = yield* cluster.worker()
           const w = yield* cluster.worker()
           const blocking = yield* blocker(tools, holder, "t")
-          const first = yield* Effect.fork(inc(w, "t"))
+          const first = yield* Effect.forkChild(inc(w, "t"))
           yield* queueBecomes(cluster, tools, [w.id])
           // the last waiter leaves and, in the same instant, another one queues
-          yield* Fiber.interruptFork(first)
-          const second = yield* Effect.fork(inc(w, "t"))
+          yield* Effect.sync(() => first.interruptUnsafe())
+          const second = yield* Effect.forkChild(inc(w, "t"))
           yield* tools.settle
           yield* queueBecomes(cluster, tools, [w.id])
           yield* tools.settle
           deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
           // and that one leaves while its attempt to queue is under way
-          const third = yield* Effect.fork(inc(w, "t"))
-          yield* Fiber.interruptFork(second)
+          const third = yield* Effect.forkChild(inc(w, "t"))
+          yield* Effect.sync(() => second.interruptUnsafe())
           yield* Fiber.interrupt(third)
           yield* queueBecomes(cluster, tools, [])
           yield* idle(tools, w)
@@ -694,8 +724,8 @@ export const stateSuite = (backend: StateBackend) => {
         const w = yield* cluster.worker()
         const blocking = yield* blocker(tools, holder, "t")
         for (let i = 0; i < 5; i++) {
-          const waiter = yield* Effect.fork(inc(w, "t"))
-          yield* Effect.yieldNow()
+          const waiter = yield* Effect.forkChild(inc(w, "t"))
+          yield* Effect.yieldNow
           yield* Fiber.interrupt(waiter)
         }
         yield* queueBecomes(cluster, tools, [])
@@ -719,7 +749,7 @@ export const stateSuite = (backend: StateBackend) => {
       Effect.gen(function* () {
         const b = yield* cluster.worker()
         yield* holdFake(cluster, "t", "H")
-        const waiter = yield* Effect.fork(inc(b, "t"))
+        const waiter = yield* Effect.forkChild(inc(b, "t"))
         yield* queueBecomes(cluster, tools, [b.id])
         yield* queueFake(cluster, "t", "N")
         deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
@@ -735,9 +765,9 @@ export const stateSuite = (backend: StateBackend) => {
           const b = yield* cluster.worker()
           const c = yield* cluster.worker()
           yield* holdFake(cluster, "t", "H")
-          const waiter = yield* Effect.fork(inc(b, "t"))
+          const waiter = yield* Effect.forkChild(inc(b, "t"))
           yield* queueBecomes(cluster, tools, [b.id])
-          const next = yield* Effect.fork(inc(c, "t", 10))
+          const next = yield* Effect.forkChild(inc(c, "t", 10))
           yield* queueBecomes(cluster, tools, [b.id, c.id])
           deepStrictEqual(yield* cluster.store.queue("t"), [b.id, c.id])
           yield* tools.settle
@@ -745,7 +775,14 @@ export const stateSuite = (backend: StateBackend) => {
           const heard = yield* cluster.handoffs.unheard("t", b, releaseFake(cluster, "H"))
           yield* Fiber.interrupt(waiter)
           yield* heard
-          yield* soon(tools, "c's modification is done", Effect.map(Fiber.poll(next), Option.isSome))
+          yield* soon(
+            tools,
+            "c's modification is done",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(next.pollUnsafe())),
+              Option.isSome
+            )
+          )
           assert.strictEqual(yield* Fiber.join(next), 10)
           // three fences: H's, b's grant (never used), c's
           assert.strictEqual(yield* cluster.grants("t"), 3)
@@ -790,7 +827,7 @@ export const stateSuite = (backend: StateBackend) => {
             // interrupted claim handed the lock to N (the next fence)
             yield* lockBecomes(cluster, tools, "N:1")
             assert.strictEqual(yield* cluster.grants("t"), 3)
-            assert.isTrue(Exit.isInterrupted(yield* Fiber.await(waiter)))
+            assert.isTrue(Exit.hasInterrupts(yield* Fiber.await(waiter)))
             deepStrictEqual(yield* cluster.store.queue("t"), [])
             yield* idle(tools, b)
             assert.strictEqual(yield* cluster.stored("t"), 0)
@@ -811,7 +848,7 @@ export const stateSuite = (backend: StateBackend) => {
             yield* holdFake(cluster, "t", "H")
             const gate = yield* Deferred.make<void>()
             const entered = yield* Deferred.make<void>()
-            const first = yield* Effect.fork(held(b, "t", gate, entered))
+            const first = yield* Effect.forkChild(held(b, "t", gate, entered))
             yield* queueBecomes(cluster, tools, [b.id])
             // H hands the lock to b, whose notice is held back: b's re-check claims the grant
             const deliver = yield* lateNotice("t", b, releaseFake(cluster, "H"))
@@ -824,7 +861,7 @@ export const stateSuite = (backend: StateBackend) => {
             yield* join(tools, first)
             yield* lockBecomes(cluster, tools, "X:1")
             // b waits again, behind Y
-            const second = yield* Effect.fork(inc(b, "t"))
+            const second = yield* Effect.forkChild(inc(b, "t"))
             yield* tools.until(
               "b queued behind Y",
               Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[0] === "Y" && ids[1] === b.id)
@@ -844,7 +881,7 @@ export const stateSuite = (backend: StateBackend) => {
             assert.strictEqual(yield* cluster.stored("t"), 1)
             assert.strictEqual(yield* lockValue(cluster, "t"), "Y:1")
             deepStrictEqual(yield* cluster.store.queue("t"), [b.id])
-            assert.isTrue(Option.isNone(yield* Fiber.poll(second)))
+            assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
             // Y leaves: its grant passes to b, whose waiter is served
             yield* cluster.store.leaveQueue("t", "Y")
             assert.strictEqual(yield* join(tools, second), 2)
@@ -937,8 +974,8 @@ export const stateSuite = (backend: StateBackend) => {
             const m1 = yield* cluster.worker()
             const m2 = yield* cluster.worker()
             const first = yield* blocker(tools, m1, "t")
-            const a = yield* Effect.fork(inc(m2, "t"))
-            const b = yield* Effect.fork(inc(m2, "t"))
+            const a = yield* Effect.forkChild(inc(m2, "t"))
+            const b = yield* Effect.forkChild(inc(m2, "t"))
             yield* tools.until(
               "m2 queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.includes(m2.id))
@@ -964,8 +1001,8 @@ export const stateSuite = (backend: StateBackend) => {
             const m2 = yield* cluster.worker()
             const m3 = yield* cluster.worker()
             const first = yield* blocker(tools, m1, "t")
-            const b = yield* Effect.fork(inc(m2, "t"))
-            const c = yield* Effect.fork(inc(m3, "t"))
+            const b = yield* Effect.forkChild(inc(m2, "t"))
+            const c = yield* Effect.forkChild(inc(m3, "t"))
             yield* tools.until(
               "m2 and m3 queued",
               Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2)
@@ -987,9 +1024,9 @@ export const stateSuite = (backend: StateBackend) => {
           const token = `race-${gap}-${Math.random().toString(36).slice(2, 8)}`
           const m1 = yield* cluster.worker()
           const m2 = yield* cluster.worker()
-          const a = yield* Effect.fork(inc(m1, token))
+          const a = yield* Effect.forkChild(inc(m1, token))
           if (gap > 0) yield* tools.advance(gap)
-          const b = yield* Effect.fork(inc(m2, token))
+          const b = yield* Effect.forkChild(inc(m2, token))
           yield* join(tools, a)
           yield* join(tools, b)
           yield* tools.until(
@@ -1041,7 +1078,7 @@ export const stateSuite = (backend: StateBackend) => {
           yield* inc(w, "t")
           yield* inc(w, "t")
           const fiber = yield* blocker(tools, w, "t")
-          const closing = yield* Effect.fork(w.close)
+          const closing = yield* Effect.forkChild(w.close)
           yield* tools.settle
           yield* fiber.open
           assert.strictEqual(yield* join(tools, fiber.fiber), 3)
@@ -1072,7 +1109,7 @@ export const stateSuite = (backend: StateBackend) => {
           const m1 = yield* cluster.worker()
           const m2 = yield* cluster.worker()
           const slow = yield* blocker(tools, m1, "t")
-          const other = yield* Effect.fork(inc(m2, "t"))
+          const other = yield* Effect.forkChild(inc(m2, "t"))
           for (let i = 0; i < 8; i++) yield* tools.advance(60)
           yield* slow.open
           assert.strictEqual(yield* join(tools, slow.fiber), 1)
@@ -1092,14 +1129,20 @@ export const stateSuite = (backend: StateBackend) => {
           assert.isTrue(h.lease.isLeased("t"))
           const gate = yield* Deferred.make<void>()
           const entered = yield* Deferred.make<void>()
-          const r1 = yield* Effect.fork(held(r, "t", gate, entered))
-          const r2 = yield* Effect.fork(inc(r, "t"))
+          const r1 = yield* Effect.forkChild(held(r, "t", gate, entered))
+          const r2 = yield* Effect.forkChild(inc(r, "t"))
           yield* tools.until("the modification entered", Deferred.isDone(entered))
-          const hNext = yield* Effect.fork(inc(h, "t"))
+          const hNext = yield* Effect.forkChild(inc(h, "t"))
           yield* tools.settle
           yield* Deferred.succeed(gate, undefined)
           yield* join(tools, r1)
-          yield* tools.until("r's second waiter finished", Effect.map(Fiber.poll(r2), Option.isSome))
+          yield* tools.until(
+            "r's second waiter finished",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(r2.pollUnsafe())),
+              Option.isSome
+            )
+          )
           yield* join(tools, hNext)
           assert.strictEqual(yield* cluster.stored("t"), 4)
         })

@@ -154,7 +154,7 @@ const watchSent = (server: RedisServer.RedisServer) =>
   )
 
 /** The longest a waiter waits between attempts, as `Lock.make` derives it. */
-const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Type"]) =>
+const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Service"]) =>
   Math.max(
     1,
     Math.floor(
@@ -165,7 +165,7 @@ const recheckMsOf = (settings: LeaseholdConfig.LeaseholdConfig["Type"]) =>
 /** `Handoffs` on a real server: `serverFor` is the server that holds a token's keys. */
 const pausedHandoffs = (
   serverFor: (token: string) => Effect.Effect<RedisServer.RedisServer>,
-  settings: LeaseholdConfig.LeaseholdConfig["Type"]
+  settings: LeaseholdConfig.LeaseholdConfig["Service"]
 ): Handoffs => {
   const commandTimeoutMs = Duration.toMillis(settings.commandTimeout)
   const recheckMs = recheckMsOf(settings)
@@ -197,7 +197,7 @@ const pausedHandoffs = (
       yield* afterAttemptOf(server, grantee)
       yield* Effect.orDie(server.command("CLIENT", "PAUSE", ms, "ALL"))
       const over = (yield* Clock.currentTimeMillis) + ms + 100
-      yield* Effect.fork(Effect.ignore(release))
+      yield* Effect.forkChild(Effect.ignore(release))
       // the release is sent before anything the test does next makes a worker send
       yield* Effect.sleep(100)
       return Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, over - now)))
@@ -213,7 +213,7 @@ const pausedHandoffs = (
       Effect.gen(function* () {
         const pauseMs = recheckMs + 1_500
         if (commandTimeoutMs < pauseMs + 1_000) {
-          return yield* Effect.dieMessage(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
+          return yield* Effect.die(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
         }
         const over = yield* pauseAndRelease(token, grantee, release, pauseMs)
         // the grantee's re-check is sent by now, and waits
@@ -236,7 +236,10 @@ interface BackendParts<R> {
   readonly scripts?: Option.Option<
     (token: string) => Effect.Effect<Effect.Effect<ReadonlyArray<string>>, never, Scope.Scope>
   >
-  readonly handoffs: (shared: Context.Context<Store | R>, settings: LeaseholdConfig.LeaseholdConfig["Type"]) => Handoffs
+  readonly handoffs: (
+    shared: Context.Context<Store | R>,
+    settings: LeaseholdConfig.LeaseholdConfig["Service"]
+  ) => Handoffs
   /**
    * Each worker's own store, built with it as `Worker.layerStateRedis` builds one; without
    * it, the workers share the test's store.
@@ -398,9 +401,9 @@ export const holding = (w: Worker, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.fork(
+    const fiber = yield* Effect.forkChild(
       w.states.modifyEffect(token, Counter, (s) =>
-        Effect.as(Effect.zipRight(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
+        Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
           null,
           { n: s.n + 1 }
         ] as const)

@@ -89,9 +89,7 @@ const awaitOk = (nodes: ReadonlyArray<RedisServer.RedisServer>): Effect.Effect<v
       yield* Effect.promise(() => sleep(50))
     }
     const logs = yield* Effect.forEach(nodes, (node) => node.logs)
-    return yield* Effect.dieMessage(
-      `the cluster did not reach cluster_state:ok in ${OK_TIMEOUT_MS} ms\n${logs.join("\n")}`
-    )
+    return yield* Effect.die(`the cluster did not reach cluster_state:ok in ${OK_TIMEOUT_MS} ms\n${logs.join("\n")}`)
   })
 
 /**
@@ -168,7 +166,7 @@ export const start = (): Effect.Effect<RedisCluster, never, Scope.Scope> =>
       url: `redis://${addresses.join(",")}`,
       nodeFor,
       kill: each((node) => node.kill),
-      restart: Effect.zipRight(
+      restart: Effect.andThen(
         each((node) => Effect.flatMap(node.pid, (pid) => (pid._tag === "None" ? node.restart : Effect.void))),
         Effect.suspend(() => awaitOk(live))
       ),
@@ -193,7 +191,7 @@ export const shared = (): { readonly get: Effect.Effect<RedisCluster>; readonly 
   let started: Promise<RedisCluster> | undefined
   return {
     get: Effect.promise(() => {
-      started ??= Effect.runPromise(Scope.extend(start(), scope))
+      started ??= Effect.runPromise(Scope.provide(start(), scope))
       return started
     }).pipe(Effect.tap((cluster) => cluster.awaitOk)),
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))

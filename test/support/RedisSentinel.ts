@@ -123,7 +123,7 @@ const until = (label: string, check: Effect.Effect<boolean>, logs: Effect.Effect
       if (yield* check) return
       yield* Effect.promise(() => sleep(50))
     }
-    return yield* Effect.dieMessage(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
+    return yield* Effect.die(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
   })
 
 const sentinelConfig = (primaryPort: number, password: string | undefined) =>
@@ -215,12 +215,12 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
       while (performance.now() < deadline) {
         for (const sentinel of sentinels) {
           const port = yield* namedBy(sentinel)
-          const server = Option.flatMap(port, (p) => Option.fromNullable(byPort.get(p)))
+          const server = Option.flatMap(port, (p) => Option.fromNullishOr(byPort.get(p)))
           if (Option.isSome(server)) return server.value
         }
         yield* Effect.promise(() => sleep(50))
       }
-      return yield* Effect.dieMessage(`no Sentinel names a primary\n${yield* logs}`)
+      return yield* Effect.die(`no Sentinel names a primary\n${yield* logs}`)
     })
 
     /** One Sentinel's view is whole: the master up, both replicas and both other Sentinels known and up. */
@@ -308,8 +308,13 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         let killedAt = Number.POSITIVE_INFINITY
         const value = yield* writes.pipe(
           Effect.ensuring(
-            Effect.zipRight(
-              Effect.andThen(old.kill, () => (killedAt = Date.now())),
+            Effect.andThen(
+              Effect.andThen(
+                old.kill,
+                Effect.sync(() => {
+                  killedAt = Date.now()
+                })
+              ),
               Effect.forEach(followers, (server) => server.resume)
             )
           )
@@ -332,7 +337,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
     const failoverTo = (chosen: RedisServer.RedisServer) =>
       Effect.gen(function* () {
         const old = yield* primaryNow
-        if (chosen === old) return yield* Effect.dieMessage("failoverTo: the chosen server is the primary")
+        if (chosen === old) return yield* Effect.die("failoverTo: the chosen server is the primary")
         const others = servers.filter((server) => server !== old && server !== chosen)
         yield* until(
           "the other replicas seen down by every Sentinel",
@@ -351,7 +356,7 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
           logs
         )
         yield* Effect.forEach(others, (server) =>
-          Effect.zipRight(server.resume, Effect.ignore(server.command("REPLICAOF", "127.0.0.1", chosen.port)))
+          Effect.andThen(server.resume, Effect.ignore(server.command("REPLICAOF", "127.0.0.1", chosen.port)))
         )
         yield* until(
           "the other replicas following the promoted one",
@@ -451,7 +456,7 @@ export const shared = (): { readonly get: Effect.Effect<RedisSentinel>; readonly
   let started: Promise<RedisSentinel> | undefined
   return {
     get: Effect.promise(() => {
-      started ??= Effect.runPromise(Scope.extend(start(), scope))
+      started ??= Effect.runPromise(Scope.provide(start(), scope))
       return started
     }).pipe(Effect.tap((sentinel) => sentinel.awaitStable)),
     close: () => Effect.runPromise(Scope.close(scope, Exit.void))

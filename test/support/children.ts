@@ -1,5 +1,5 @@
 /**
- * Real Node worker processes for cross-process tests, run with vite-node so they load the
+ * Real Node worker processes for cross-process tests, run with tsx so they load the
  * TypeScript sources directly. Each child is killed when the test's scope closes.
  */
 import { type ChildProcess, spawn } from "node:child_process"
@@ -23,15 +23,11 @@ const root = path.resolve(import.meta.dirname, "../..")
 export const spawnChild = (script: string, env: Record<string, string>): Effect.Effect<Child, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.sync(() => {
-      const child: ChildProcess = spawn(
-        process.execPath,
-        [path.join(root, "node_modules/vite-node/vite-node.mjs"), script],
-        {
-          cwd: root,
-          env: { ...process.env, ...env },
-          stdio: ["ignore", "pipe", "pipe"]
-        }
-      )
+      const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", script], {
+        cwd: root,
+        env: { ...process.env, ...env },
+        stdio: ["ignore", "pipe", "pipe"]
+      })
       const lines: Array<string> = []
       const listeners = new Set<() => void>()
       let buffer = ""

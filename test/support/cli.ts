@@ -1,5 +1,5 @@
 /**
- * The `leasehold` command run as a real process (from the sources, through vite-node).
+ * The `leasehold` command run as a real process (from the sources, through tsx).
  */
 import { execFile } from "node:child_process"
 import * as path from "node:path"
@@ -20,7 +20,7 @@ export const leasehold = (args: ReadonlyArray<string>, env: Record<string, strin
       new Promise<Run>((resolve) => {
         execFile(
           process.execPath,
-          [path.join(root, "node_modules/vite-node/vite-node.mjs"), "src/bin.ts", "--", ...args],
+          ["--import", "tsx", "src/bin.ts", ...args],
           { cwd: root, env: { ...process.env, LEASEHOLD_REDIS_URL: "", ...env }, timeout: 60_000 },
           (error, stdout, stderr) =>
             resolve({ code: error === null ? 0 : typeof error.code === "number" ? error.code : 1, stdout, stderr })

@@ -2,7 +2,7 @@
  * Capture log records in a test, to compare the lines a component logs in full.
  */
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import type * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 
 export interface LogLine {
@@ -10,15 +10,24 @@ export interface LogLine {
   readonly message: string
 }
 
-/** A logger layer that appends every record to `lines`. */
+/**
+ * A logger layer that appends every record to `lines`, in place of the default logger:
+ * captured lines are asserted, not printed. A logger reaches only what it is provided to: a
+ * test provides it to its workers' builds and to its own body, since a modification logs
+ * from its caller's fiber.
+ */
+export const into = (lines: Array<LogLine>): Layer.Layer<never> =>
+  Logger.layer([
+    Logger.make(({ logLevel, message }) => {
+      const parts = Array.isArray(message) ? message : [message]
+      lines.push({ level: logLevel.toUpperCase(), message: parts.map(String).join(" ") })
+    })
+  ])
+
+/** A logger layer that appends every record to `lines` (`into`), with the lines. */
 export const capture = (): { readonly lines: Array<LogLine>; readonly layer: Layer.Layer<never> } => {
   const lines: Array<LogLine> = []
-  const logger = Logger.make(({ logLevel, message }) => {
-    const parts = Array.isArray(message) ? message : [message]
-    lines.push({ level: logLevel.label, message: parts.map(String).join(" ") })
-  })
-  // The default logger is removed as well: captured lines are asserted, not printed.
-  return { lines, layer: Layer.merge(Logger.remove(Logger.defaultLogger), Logger.add(logger)) }
+  return { lines, layer: into(lines) }
 }
 
 /** The lines at INFO level or above, or of the given levels. */

@@ -3,7 +3,6 @@
  * can close one worker and keep the others.
  */
 import * as Effect from "effect/Effect"
-import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
@@ -11,7 +10,7 @@ import * as Scope from "effect/Scope"
 /** Build `layer` with its logs captured by `logs`; `close` closes its scope alone. */
 export const buildOwn = <ROut, E>(layer: Layer.Layer<ROut, E>, logs: { readonly layer: Layer.Layer<never> }) =>
   Effect.gen(function* () {
-    const own = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+    const own = yield* Scope.fork(yield* Effect.scope, "sequential")
     const built = yield* Layer.buildWithScope(layer, own).pipe(Effect.provide(logs.layer))
     return { built, close: Scope.close(own, Exit.void) }
   })

@@ -3,11 +3,11 @@
  * and move the clock one millisecond at a time until it holds (or the real-time limit).
  */
 import * as Effect from "effect/Effect"
-import * as TestClock from "effect/TestClock"
+import * as TestClock from "effect/testing/TestClock"
 import { eventuallyTrue } from "../conformance/helpers.js"
 
 /** Let every fiber that can run, run. */
-export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow(), { discard: true })
+export const settle = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
 
 /** Until `check` holds, within `ms` of real time. */
 export const untilOnTestClock = <E>(label: string, check: Effect.Effect<boolean, E>, ms = 5_000) =>
@@ -36,5 +36,17 @@ export const untilWithoutTime = <E>(label: string, check: Effect.Effect<boolean,
       if (yield* check) return
       yield* macrotask
     }
-    return yield* Effect.dieMessage(`${label}: not within ${turns} turns of the event loop, the clock standing`)
+    return yield* Effect.die(`${label}: not within ${turns} turns of the event loop, the clock standing`)
   })
+
+/**
+ * The deadlines (in the clock's milliseconds) of the sleeps registered with the fiber's
+ * `TestClock`, which Effect's `TestClock` keeps without a public accessor.
+ */
+export const pendingSleeps: Effect.Effect<ReadonlyArray<number>> = TestClock.testClockWith((clock) =>
+  Effect.sync(() =>
+    (clock as unknown as { readonly sleeps: ReadonlyArray<{ readonly timestamp: number }> }).sleeps.map(
+      (entry) => entry.timestamp
+    )
+  )
+)

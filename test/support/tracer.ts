@@ -8,11 +8,11 @@ import * as Tracer from "effect/Tracer"
 export const recordingTracer = Effect.map(Effect.tracer, (base) => {
   const names: Array<string> = []
   const tracer = Tracer.make({
-    span: (name, parent, context, links, startTime, kind, options) => {
-      names.push(name)
-      return base.span(name, parent, context, links, startTime, kind, options)
+    span: (options) => {
+      names.push(options.name)
+      return base.span(options)
     },
-    context: (f, fiber) => base.context(f, fiber)
+    ...(base.context === undefined ? {} : { context: base.context })
   })
   return { tracer, names }
 })

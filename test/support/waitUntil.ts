@@ -11,7 +11,7 @@ export const waitUntil = <A>(
   ms: number,
   describe: () => string
 ): Effect.Effect<A> =>
-  Effect.async<A>((resume) => {
+  Effect.callback<A>((resume) => {
     const attempt = () => {
       const found = check()
       if (found !== undefined) {
@@ -22,7 +22,7 @@ export const waitUntil = <A>(
     }
     const timer = setTimeout(() => {
       listeners.delete(attempt)
-      resume(Effect.dieMessage(describe()))
+      resume(Effect.die(describe()))
     }, ms)
     listeners.add(attempt)
     attempt()

@@ -2,7 +2,7 @@
  * A worker process for the take-over tests: one Redis worker that links a tab's socket to
  * TOKEN, bumps the tab's counter COUNT times, and reports every socket it loses.
  *
- *   LEASEHOLD_REDIS_URL=… LEASEHOLD_PRESENCE_EXPIRATION_MS=… TOKEN=t COUNT=5 vite-node test/tokens/child.ts
+ *   LEASEHOLD_REDIS_URL=… LEASEHOLD_PRESENCE_EXPIRATION_MS=… TOKEN=t COUNT=5 node --import tsx test/tokens/child.ts
  *
  * Prints `linked <instanceId>`, then `n <value>` once the bumps are acknowledged, then
  * `lost <token> <holder instance>` for each socket whose token another worker took over;
@@ -10,8 +10,7 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
-import * as Logger from "effect/Logger"
-import * as LogLevel from "effect/LogLevel"
+import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as StateManager from "../../src/StateManager.js"
@@ -25,7 +24,7 @@ const count = Number(process.env.COUNT ?? "0")
 const program = Effect.gen(function* () {
   const tokens = yield* TokenManager.TokenManager
   const states = yield* StateManager.StateManager
-  yield* Effect.forkDaemon(
+  yield* Effect.forkDetach(
     Stream.runForEach(tokens.lost, (lost) =>
       Effect.sync(() => console.log(`lost ${lost.token} ${lost.holder.instanceId}`))
     )
@@ -38,7 +37,7 @@ const program = Effect.gen(function* () {
   yield* Effect.never
 }).pipe(
   Effect.provide(Worker.layerRedis({ schema: Schema.Unknown, deliver: () => Effect.void })),
-  Logger.withMinimumLogLevel(LogLevel.Warning)
+  Effect.provideService(References.MinimumLogLevel, "Warn")
 )
 
 NodeRuntime.runMain(program)

@@ -102,7 +102,7 @@ const makeCluster = (
 ) => {
   const config = Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)
   const keys = makeKeys(Context.get(config, LeaseholdConfig.LeaseholdConfig).keyPrefix)
-  const build = (layer: Layer.Layer<Layer.Layer.Success<typeof workerLayer>, unknown>) =>
+  const build = (layer: Layer.Layer<Layer.Success<typeof workerLayer>, unknown>) =>
     Effect.gen(function* () {
       const { built, close } = yield* Effect.orDie(buildOwn(layer, logs))
       return {
@@ -159,7 +159,7 @@ const counting = (store: Store.Service, before?: (operation: string) => Effect.E
             const call = value as (...args: Array<unknown>) => Effect.Effect<unknown, unknown, unknown>
             return before === undefined
               ? call(...args)
-              : Effect.zipRight(
+              : Effect.andThen(
                   before(name),
                   Effect.suspend(() => call(...args))
                 )

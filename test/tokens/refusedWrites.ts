@@ -6,9 +6,8 @@
 import { assert } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import { eventuallyTrue } from "../conformance/helpers.js"
 import type { TokenCluster } from "./cluster.js"
@@ -28,10 +27,10 @@ export const deadRecordTakenOverAfterRefusedLink = (
 ) =>
   Effect.gen(function* () {
     const b = yield* cluster.worker()
-    const lost = yield* Effect.fork(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
+    const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
     yield* cluster.overwrite("tab-1", { instanceId: "dead-worker", connectionId: "c-dead" })
     yield* refuseWrites(true)
-    yield* eventuallyTrue("writes refused", withinMs, Effect.map(Effect.either(probeWrite), Either.isLeft))
+    yield* eventuallyTrue("writes refused", withinMs, Effect.map(Effect.result(probeWrite), Result.isFailure))
     const refused = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
     assert.strictEqual(refused._tag, "RecordNotStored")
     yield* refuseWrites(false)
@@ -45,7 +44,10 @@ export const deadRecordTakenOverAfterRefusedLink = (
     deepStrictEqual(yield* cluster.record("tab-1"), Option.some({ instanceId: b.id, connectionId: "cb" }))
     deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
     assert.isFalse(yield* b.tokens.isLost("tab-1"))
-    assert.isTrue(Option.isNone(yield* Fiber.poll(lost)), "no socket reported lost")
+    assert.isTrue(
+      Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe()))),
+      "no socket reported lost"
+    )
   })
 
 /** `CONFIG SET maxmemory`: 1 byte refuses every write, 0 lifts the limit. */

@@ -38,16 +38,16 @@ export interface TokenBackend {
   ) => void
 }
 
-const counter = (metric: Metric.Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
+const counter = (metric: Metric.Counter<number>) => Effect.map(Metric.value(metric), (state) => state.count)
 
 const mine = (w: TokenWorker, connectionId: string): SocketRecord => ({ instanceId: w.id, connectionId })
 
 /** The failure of `effect`, which must be tagged `tag`. */
 const failure = <A, E extends { readonly _tag: string }>(effect: Effect.Effect<A, E>) =>
   Effect.flatMap(Effect.exit(effect), (exit) =>
-    Exit.isFailure(exit) && Option.isSome(Cause.failureOption(exit.cause))
-      ? Effect.succeed(Option.getOrThrow(Cause.failureOption(exit.cause)))
-      : Effect.dieMessage(`expected a failure, got ${JSON.stringify(exit)}`)
+    Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
+      ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
+      : Effect.die(`expected a failure, got ${JSON.stringify(exit)}`)
   )
 
 const allTokens = (w: TokenWorker) =>
@@ -336,9 +336,15 @@ export const tokenSuite = (backend: TokenBackend) => {
           // present (its entry outlives it) but silent: its presence lives in another slot than the record
           yield* Effect.orDie(cluster.store.refreshPresence(dead.instanceId, 60_000))
           yield* cluster.overwrite("tab-e", dead)
-          const link = yield* Effect.fork(b.tokens.link("tab-e", "cb2"))
+          const link = yield* Effect.forkChild(b.tokens.link("tab-e", "cb2"))
           yield* tools.advance(800)
-          yield* tools.until("the silent owner's record taken over", Effect.map(Fiber.poll(link), Option.isSome))
+          yield* tools.until(
+            "the silent owner's record taken over",
+            Effect.map(
+              Effect.sync(() => Option.fromNullishOr(link.pollUnsafe())),
+              Option.isSome
+            )
+          )
           deepStrictEqual(yield* Fiber.join(link), { token: "tab-e", fresh: false, takenOver: true })
           deepStrictEqual(yield* cluster.record("tab-e"), Option.some(mine(b, "cb2")))
         }),

@@ -10,15 +10,16 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
+import { forkInUninterruptible } from "../fork.js"
 import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
 
 /**
@@ -44,7 +45,7 @@ export interface Env {
   /** The service's scope: work left to the background (a release after a failed attempt) runs in it. */
   readonly scope: Scope.Scope
   /** `Lock.lockWait`. */
-  readonly lockWait: Metric.Metric.Histogram<number>
+  readonly lockWait: Metric.Histogram<number>
 }
 
 const makeGrant = (
@@ -207,11 +208,11 @@ export const acquire = (
       )
       if (result._tag === "Queued") {
         state.attempting = undefined
-        return Either.left(result.remainingMs)
+        return Result.fail(result.remainingMs)
       }
       state.queued = false
       state.granted = true
-      return Either.right(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
+      return Result.succeed(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
     })
   return Effect.gen(function* () {
     const started = yield* currentFineMillis
@@ -221,8 +222,8 @@ export const acquire = (
       // What was signalled before the attempt is answered by it.
       yield* local.drain
       const first = yield* attempt(undefined)
-      if (Either.isRight(first)) return Option.some(first.right)
-      remainingMs = first.left
+      if (Result.isSuccess(first)) return Option.some(first.success)
+      remainingMs = first.failure
     }
     // Listening before it waits: a subscription made after the attempt that queued the
     // worker may have missed the notice of a grant, so a first re-check follows it.
@@ -262,11 +263,11 @@ export const acquire = (
       }
       checkFirst = false
       const next = yield* attempt(claim)
-      if (Either.isRight(next)) {
-        yield* Metric.update(lockWait, next.right.grantedAt - started)
-        return Option.some(next.right)
+      if (Result.isSuccess(next)) {
+        yield* Metric.update(lockWait, next.success.grantedAt - started)
+        return Option.some(next.success)
       }
-      remainingMs = next.left
+      remainingMs = next.failure
       claim = undefined
     }
   }).pipe(
@@ -285,7 +286,7 @@ export const acquire = (
           state.queued && !state.granted
             ? Effect.ignore(store.leaveQueue(token, instanceId, state.queuedAs))
             : Effect.void
-        return Effect.zipRight(release, leave)
+        return Effect.andThen(release, leave)
       })
     )
   )
@@ -302,14 +303,14 @@ export const attemptWith = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
-): Effect.Effect<Either.Either<Grant, Refused>, InvalidToken | AcknowledgedError> =>
+): Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError> =>
   Effect.clockWith((clock) =>
     Effect.matchCauseEffect(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), {
       onSuccess: (result) =>
         Effect.succeed(
           result._tag === "Acquired"
-            ? Either.right(makeGrant(token, lockId, slices, result, fineMillis(clock)))
-            : Either.left({ remainingMs: result.remainingMs, lockId })
+            ? Result.succeed(makeGrant(token, lockId, slices, result, fineMillis(clock)))
+            : Result.fail({ remainingMs: result.remainingMs, lockId })
         ),
       // A failed attempt may have taken the lock all the same (its reply lost), or queued
       // the worker under its lock id: nobody has that id, so it is released (a release of a
@@ -319,9 +320,9 @@ export const attemptWith = (
       // `attemptMasked`'s caller, `Lease.begin`, runs so; an interruption could skip a
       // handler of an interruptible step.)
       onFailure: (cause) =>
-        Effect.zipRight(
-          Effect.forkIn(
-            Effect.zipRight(
+        Effect.andThen(
+          forkInUninterruptible(
+            Effect.andThen(
               Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId })),
               Effect.ignore(env.store.leaveQueue(token, env.instanceId, lockId))
             ),

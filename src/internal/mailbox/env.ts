@@ -8,10 +8,8 @@
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import type * as Either from "effect/Either"
-import * as FiberRef from "effect/FiberRef"
 import * as Metric from "effect/Metric"
-import type * as ParseResult from "effect/ParseResult"
+import type * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { Options } from "../../Mailbox.js"
 import type { Store } from "../../Store.js"
@@ -80,14 +78,14 @@ type DropReason =
   | "duplicate"
   | "taken-over"
 
-export const drop = (reason: DropReason) => Metric.increment(Metric.tagged(dropped, "reason", reason))
+export const drop = (reason: DropReason) => Metric.update(Metric.withAttributes(dropped, { reason: reason }), 1)
 
-export const envelopeOf = <A, I>(schema: Schema.Schema<A, I>) =>
-  Schema.parseJson(
+export const envelopeOf = <A, I>(schema: Schema.Codec<A, I>) =>
+  Schema.fromJsonString(
     Schema.Struct({
-      token: Schema.String.pipe(Schema.filter((token) => isValidToken(token) || "not a valid token")),
-      update: schema,
-      forwarded: Schema.optionalWith(Schema.Boolean, { default: () => false }),
+      token: Schema.String.check(Schema.makeFilter((token) => isValidToken(token) || "not a valid token")),
+      update: Schema.toCodecJson(schema),
+      forwarded: Schema.Boolean.pipe(Schema.withDecodingDefaultType(Effect.succeed(false))),
       // The sending instance and its number for this update: an append that reached the
       // store although its caller saw it fail is sent again, and the reader drops the copy.
       from: Schema.optional(Schema.String),
@@ -96,7 +94,7 @@ export const envelopeOf = <A, I>(schema: Schema.Schema<A, I>) =>
   )
 
 /** An update as it travels, with its token and sender. */
-export type Envelope<A, I> = Schema.Schema.Type<ReturnType<typeof envelopeOf<A, I>>>
+export type Envelope<A, I> = ReturnType<typeof envelopeOf<A, I>>["Type"]
 
 /**
  * The environment of one mailbox, built once by `Mailbox.make`.
@@ -109,10 +107,10 @@ export interface Env<A, I, R> {
   readonly tokens: TokenManager.Service
   readonly instanceId: string
   readonly context: Context.Context<R>
-  readonly encode: (envelope: Envelope<A, I>) => Either.Either<string, ParseResult.ParseError>
+  readonly encode: (envelope: Envelope<A, I>) => Result.Result<string, Schema.SchemaError>
   /** The update encoded alone (its schema, then JSON; no envelope): whether it can be sent at all. */
-  readonly check: (update: A) => Either.Either<unknown, ParseResult.ParseError>
-  readonly decode: (payload: string) => Either.Either<Envelope<A, I>, ParseResult.ParseError>
+  readonly check: (update: A) => Result.Result<unknown, Schema.SchemaError>
+  readonly decode: (payload: string) => Result.Result<Envelope<A, I>, Schema.SchemaError>
   /** The last caller's context `deliver` merged the mailbox's into (`provided`). */
   readonly merged: Merged
   /** The options of every append to a mailbox. */
@@ -121,45 +119,38 @@ export interface Env<A, I, R> {
 
 /** The last context `deliver` merged the mailbox's into, and the merge. */
 export interface Merged {
-  from: Context.Context<never> | undefined
-  to: Context.Context<never> | undefined
+  from: Context.Context<unknown> | undefined
+  to: Context.Context<unknown> | undefined
 }
 
 /**
  * The update to the app's `deliver`, run with the mailbox's context merged into its fiber's
- * (as `Effect.provide` would, without its acquire-use-release: a score of runtime steps, more
- * than the rest of a delivery): the fiber's context set, then set back however the delivery
- * ends, uninterruptibly around it. The merge made last is kept: a socket's updates come from
+ * (`Effect.updateContext`: the fiber's context set, and set back when the delivery ends,
+ * however it ends). The merge made last is kept: a socket's updates come from
  * the same fiber, with the same context (so one caller's context stays reachable until
  * another's replaces it). A failed delivery is logged and counted.
  */
 export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
-  Effect.uninterruptibleMask((restore) =>
-    FiberRef.getWith(FiberRef.currentContext, (previous) => {
+  Effect.updateContext<void, never, unknown, unknown>(
+    Effect.matchCauseEffect(env.options.deliver(token, update) as Effect.Effect<void>, {
+      onSuccess: () => Metric.update(delivered, 1),
+      onFailure: (cause) =>
+        Cause.hasInterruptsOnly(cause)
+          ? Effect.failCause(cause)
+          : Effect.andThen(
+              Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
+              drop("deliver-failed")
+            )
+    }),
+    (previous: Context.Context<unknown>) => {
       const { merged } = env
       if (merged.from !== previous) {
         merged.from = previous
         merged.to = Context.merge(previous, env.context)
       }
-      const back = FiberRef.set(FiberRef.currentContext, previous)
-      return Effect.zipRight(
-        FiberRef.set(FiberRef.currentContext, merged.to!),
-        Effect.matchCauseEffect(restore(env.options.deliver(token, update) as Effect.Effect<void>), {
-          onSuccess: () => Effect.zipRight(back, Metric.increment(delivered)),
-          onFailure: (cause) =>
-            Effect.zipRight(
-              back,
-              Cause.isInterruptedOnly(cause)
-                ? Effect.failCause(cause)
-                : Effect.zipRight(
-                    Effect.logWarning(`mailbox: delivery to token ${token} failed`, Cause.squash(cause)),
-                    drop("deliver-failed")
-                  )
-            )
-        })
-      )
-    })
-  )
+      return merged.to!
+    }
+  ) as Effect.Effect<void>
 
 /**
  * A failure after which an update is appended again: the store could not be reached, or

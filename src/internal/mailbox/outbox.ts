@@ -6,18 +6,20 @@
  *
  * @internal
  */
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import type * as ParseResult from "effect/ParseResult"
-import type * as Queue from "effect/Queue"
+import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
+import type * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
 import type { SendOutcome } from "../../Mailbox.js"
-import type { SocketRecord } from "../../Store.js"
+import type { ConnectionStatus, SocketRecord, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
@@ -47,7 +49,7 @@ interface Pending {
 }
 
 /** Encode the envelope of `pending` (kept in it); why the update cannot be, if it cannot. */
-const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResult.ParseError | undefined => {
+const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): Schema.SchemaError | undefined => {
   const encoded = env.encode({
     token: pending.token,
     update: pending.update as A,
@@ -55,8 +57,8 @@ const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): ParseResu
     from: env.instanceId,
     seq: pending.seq
   })
-  if (Either.isLeft(encoded)) return encoded.left
-  pending.payload = encoded.right
+  if (Result.isFailure(encoded)) return encoded.failure
+  pending.payload = encoded.success
   return undefined
 }
 
@@ -90,7 +92,30 @@ export interface Sender {
    * such answer, and only then is dropped.
    */
   graceEndsAt: number | undefined
+  /** The epoch of the store's connection when the sender last saw it ready. */
+  epoch: number | undefined
+  /**
+   * When the store's connection last became ready again. A store that restarted without
+   * persistence has no socket records until their owners reconnect and write them back,
+   * and a send that waited for the connection meanwhile is answered by it: until
+   * `restoreGrace` after this, an update sent straight to a socket without a record is
+   * kept in the outbox and waits for the record as a buffered one does.
+   */
+  backAt: number | undefined
 }
+
+/** Note a status of the store: a ready one of a later epoch than the last is a return. */
+const observe = (sender: Sender, status: ConnectionStatus, now: number): void => {
+  if (!status.ready) return
+  if (sender.epoch !== undefined && status.epoch > sender.epoch) sender.backAt = now
+  sender.epoch = status.epoch
+}
+
+/** Follow the store's connection status into `sender` (forked by `Mailbox.make` for its lifetime). */
+export const followStatus = (store: Store.Service, sender: Sender): Effect.Effect<void> =>
+  Stream.runForEach(store.statusChanges, (status) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sync(() => observe(sender, status, now)))
+  )
 
 const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =>
   Effect.suspend(() => {
@@ -98,7 +123,7 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
     if (outbox.length >= capacity) {
       const first = !sender.overflowing
       sender.overflowing = true
-      return Effect.zipRight(
+      return Effect.andThen(
         first
           ? Effect.logWarning(`mailbox: outbox full (${capacity} updates): dropping updates until the store returns`)
           : Effect.void,
@@ -106,8 +131,28 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
       )
     }
     outbox.push(pending)
-    return Metric.increment(outboxSize).pipe(Effect.zipRight(wake.offer(undefined)), Effect.as("buffered" as const))
+    return Metric.update(outboxSize, 1).pipe(
+      Effect.andThen(Queue.offer(wake, undefined)),
+      Effect.as("buffered" as const)
+    )
   })
+
+/**
+ * A send straight to the store found no record of the socket. Within `restoreGrace` of the
+ * store's return the record may be one its owner has not written back yet: the update joins
+ * the outbox (and every later one queues behind it). Otherwise it is dropped.
+ */
+const withoutRecord = <A, I, R>(env: Env<A, I, R>, sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =>
+  Effect.flatMap(env.store.status, (status) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      // The status is read here too: the follower may not have seen a return that this
+      // very send waited for.
+      observe(sender, status, now)
+      return sender.backAt !== undefined && now < sender.backAt + sender.restoreGraceMs
+        ? enqueue(sender, pending)
+        : Effect.as(drop("no-owner"), "no-owner" as const)
+    })
+  )
 
 /**
  * Deliver or append one update. `Unavailable` when the store could not be reached: the
@@ -129,12 +174,12 @@ const routeFrom = <A, I, R>(
       Effect.as(Effect.logWarning(`socket records: ${error.message}`), Option.none<SocketRecord>())
     ),
     Effect.flatMap((owner) =>
-      Option.isNone(owner) ? Effect.succeed("no-owner" as const) : Effect.as(Metric.increment(sent), "sent" as const)
+      Option.isNone(owner) ? Effect.succeed("no-owner" as const) : Effect.as(Metric.update(sent, 1), "sent" as const)
     )
   )
 }
 
-const invalidUpdate = (token: string, error: ParseResult.ParseError): Effect.Effect<never, InvalidUpdate> =>
+const invalidUpdate = (token: string, error: Schema.SchemaError): Effect.Effect<never, InvalidUpdate> =>
   Effect.fail(new InvalidUpdate({ token, reason: describeParseError(error) }))
 
 /**
@@ -166,7 +211,7 @@ export const send = <A, I, R>(
       (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
-          if (Either.isLeft(checked)) return invalidUpdate(token, checked.left)
+          if (Result.isFailure(checked)) return invalidUpdate(token, checked.failure)
           return Effect.as(deliver(env, token, update as A), "delivered" as const)
         }
         const error = encodeEnvelope(env, pending)
@@ -174,7 +219,9 @@ export const send = <A, I, R>(
         return routeFrom(env, pending, local).pipe(
           // kept and appended again by the outbox: the store away, or its replicas behind
           Effect.catchIf(retried, () => enqueue(sender, pending)),
-          Effect.tap((outcome) => (outcome === "no-owner" ? drop("no-owner") : Effect.void))
+          Effect.flatMap((outcome) =>
+            outcome === "no-owner" ? withoutRecord(env, sender, pending) : Effect.succeed(outcome)
+          )
         )
       }
     )
@@ -187,19 +234,15 @@ type Routed = "delivered" | "sent" | "no-owner" | "refused"
  * the restore grace ends (the last wait cut to its end), then done with the last outcome.
  */
 const untilGraceEnds = (sender: Sender): Schedule.Schedule<Routed, Routed> =>
-  Schedule.spaced("100 millis").pipe(
-    Schedule.whileInputEffect((outcome: Routed) =>
-      Effect.map(
-        Clock.currentTimeMillis,
-        (now) => outcome === "no-owner" && sender.graceEndsAt !== undefined && now < sender.graceEndsAt
-      )
-    ),
-    Schedule.modifyDelayEffect((_, delay) =>
-      Effect.map(Clock.currentTimeMillis, (now) =>
-        Duration.min(delay, Duration.millis(Math.max(0, (sender.graceEndsAt ?? now) - now)))
-      )
-    ),
-    Schedule.passthrough
+  Schedule.fromStep(
+    Effect.succeed((now: number, outcome: Routed) =>
+      outcome === "no-owner" && sender.graceEndsAt !== undefined && now < sender.graceEndsAt
+        ? Effect.succeed([outcome, Duration.millis(Math.min(100, sender.graceEndsAt - now))] as [
+            Routed,
+            Duration.Duration
+          ])
+        : Cause.done(outcome)
+    )
   )
 
 /** One attempt of the `mailbox-outbox` loop, run by the supervisor. */
@@ -211,13 +254,13 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
       Effect.catchIf(
         (error) => !retried(error),
         (error) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.logWarning(`mailbox: a buffered update for token ${head.token} was refused: ${error.message}`),
             Effect.as(drop("forward-failed"), "refused" as const)
           )
       ),
       Effect.tap((outcome) =>
-        Effect.zipRight(
+        Effect.andThen(
           recovered,
           outcome === "no-owner"
             ? Effect.flatMap(Clock.currentTimeMillis, (now) =>
@@ -230,18 +273,18 @@ export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Eff
       )
     )
   return Effect.gen(function* () {
-    yield* wake.take
+    yield* Queue.take(wake)
     while (outbox.length > 0) {
       const head = outbox[0]!
       const outcome: Routed = yield* Effect.repeat(routeHead(head), retryHead)
       if (outcome === "no-owner") yield* drop("no-owner")
       outbox.shift()
-      yield* Metric.incrementBy(outboxSize, -1)
+      yield* Metric.update(outboxSize, -1)
     }
     sender.overflowing = false
     sender.graceEndsAt = undefined
   }).pipe(
     // Still waiting: wake the next run, after the supervisor's delay.
-    Effect.tapError(() => (outbox.length > 0 ? wake.offer(undefined) : Effect.void))
+    Effect.tapError(() => (outbox.length > 0 ? Queue.offer(wake, undefined) : Effect.void))
   )
 }

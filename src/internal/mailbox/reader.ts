@@ -8,9 +8,9 @@
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
 import { describeParseError } from "../parse.js"
 import { deliver, drop, type Env, type Envelope, forwarded, retried } from "./env.js"
@@ -77,20 +77,20 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
 const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry) =>
   Effect.suspend(() => {
     const decoded = env.decode(entry.payload)
-    if (Either.isLeft(decoded)) {
-      return Effect.zipRight(
-        Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.left)}`),
+    if (Result.isFailure(decoded)) {
+      return Effect.andThen(
+        Effect.logWarning(`mailbox: skipping entry ${entry.id}: ${describeParseError(decoded.failure)}`),
         drop("undecodable")
       )
     }
-    const { from, seq } = decoded.right
-    const handled = pass(env, decoded.right).pipe(
+    const { from, seq } = decoded.success
+    const handled = pass(env, decoded.success).pipe(
       // Only an unreachable store (or, on a forward, replicas behind) stops the reader: the
       // entry is read again once it is back. Anything else about one entry costs that entry alone.
       Effect.catchIf(
         (error) => !retried(error),
         (error) =>
-          Effect.zipRight(
+          Effect.andThen(
             Effect.logWarning(`mailbox: dropping entry ${entry.id}: ${error.message}`),
             drop(error._tag === "InvalidToken" ? "undecodable" : "forward-failed")
           )
@@ -100,7 +100,7 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
     if (reader.seen.has(from, seq)) return drop("duplicate")
     // Recorded once handled: an entry whose handling the store cut short (a lookup or a
     // forward that did not reach it) is read again and handled then, not dropped as a copy.
-    return Effect.tap(handled, () => reader.seen.add(from, seq))
+    return Effect.tap(handled, () => Effect.sync(() => reader.seen.add(from, seq)))
   })
 
 /** Deliver an update here, or forward it to the worker that holds its socket now. */
@@ -115,9 +115,9 @@ const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
     const owner = yield* env.tokens.owner(token, { refresh: true })
     if (Option.isNone(owner) || owner.value.instanceId === env.instanceId) return yield* drop("no-owner")
     const payload = env.encode({ token, update, forwarded: true, from, seq })
-    if (Either.isLeft(payload)) return yield* drop("undecodable")
-    yield* env.store.mailboxAppend(owner.value.instanceId, payload.right, env.append)
-    yield* Metric.increment(forwarded)
+    if (Result.isFailure(payload)) return yield* drop("undecodable")
+    yield* env.store.mailboxAppend(owner.value.instanceId, payload.success, env.append)
+    yield* Metric.update(forwarded, 1)
   })
 
 /** One attempt of the `mailbox` loop, run by the supervisor. */

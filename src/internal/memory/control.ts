@@ -15,7 +15,7 @@ import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { FlushReport } from "./disk.js"
 import type { State } from "./driver.js"
 
-const now = Effect.clockWith((clock) => Effect.sync(() => clock.unsafeCurrentTimeMillis()))
+const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))
 
 /** @internal */
 export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => {
@@ -29,7 +29,7 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
           if (next === state.available) return Effect.void
           state.available = next
           if (next) return SubscriptionRef.update(state.status, (s) => ({ ready: true, epoch: s.epoch + 1 }))
-          return Effect.zipRight(
+          return Effect.andThen(
             state.dropConnection("the memory store is set unavailable", true),
             SubscriptionRef.update(state.status, (s) => ({ ready: false, epoch: s.epoch }))
           )
@@ -38,11 +38,11 @@ export const make = (state: State, flushReports: PubSub.PubSub<FlushReport>) => 
 
     dropSubscriptions: Effect.uninterruptible(
       Effect.suspend(() =>
-        Effect.zipRight(
+        Effect.andThen(
           state.dropConnection("the subscriber connection was dropped", false),
           // While the whole store is down the subscriber cannot reconnect: status stays not ready.
           state.available
-            ? Effect.zipRight(
+            ? Effect.andThen(
                 SubscriptionRef.update(state.status, (s) => ({ ready: false, epoch: s.epoch })),
                 SubscriptionRef.update(state.status, (s) => ({ ready: true, epoch: s.epoch + 1 }))
               )

@@ -17,10 +17,9 @@ import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FiberId from "effect/FiberId"
 import * as Metric from "effect/Metric"
 import * as PubSub from "effect/PubSub"
+import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import { DataDirError } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
@@ -81,7 +80,7 @@ interface Job {
   readonly content: string | undefined
 }
 
-type Outcome = Either.Either<Job, readonly [Job, string]>
+type Outcome = Result.Result<Job, readonly [Job, string]>
 
 /** What `attach` keeps for one directory, from the load to the last flush. */
 interface Writer {
@@ -101,7 +100,7 @@ interface Writer {
 
 const markDirty = (w: Writer, token: string) => {
   w.dirty.add(token)
-  Deferred.unsafeDone(w.wake, Effect.void)
+  Deferred.doneUnsafe(w.wake, Effect.void)
 }
 
 /** Load the directory's files (`names`) into the keyspace. */
@@ -145,7 +144,7 @@ const load = (w: Writer, names: ReadonlyArray<string>) =>
       (token) => Effect.promise(() => fs.rm(fileOf(token), { force: true }).catch(() => undefined)),
       { concurrency: 16, discard: true }
     )
-    if (expired.length > 0) yield* Metric.incrementBy(filesRemoved, expired.length)
+    if (expired.length > 0) yield* Metric.update(filesRemoved, expired.length)
   })
 
 /** `ks.onKeyChanged`: a change of a key that the token's file holds, or would, makes the token dirty. */
@@ -195,8 +194,8 @@ const perform = (w: Writer, job: Job): Effect.Effect<Outcome> => {
     content === undefined ? fs.rm(file, { force: true }) : writeFile(file, content)
   ).pipe(
     Effect.match({
-      onFailure: (error): Outcome => Either.left([job, `${file}: ${reasonOf(error.error)}`] as const),
-      onSuccess: (): Outcome => Either.right(job)
+      onFailure: (error): Outcome => Result.fail([job, `${file}: ${reasonOf(error.cause)}`] as const),
+      onSuccess: (): Outcome => Result.succeed(job)
     })
   )
 }
@@ -210,7 +209,7 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const jobs = yield* Effect.sync(() => {
         const batch = w.dirty
         w.dirty = new Set()
-        w.wake = Deferred.unsafeMake<void>(FiberId.none)
+        w.wake = Deferred.makeUnsafe<void>()
         return Array.from(batch, (token) => snapshot(w, token, at))
       })
       if (jobs.length === 0) return true
@@ -219,13 +218,13 @@ const flush = (w: Writer): Effect.Effect<boolean> =>
       const removed: Array<string> = []
       const failed: Array<readonly [Job, string]> = []
       for (const outcome of outcomes) {
-        if (Either.isLeft(outcome)) failed.push(outcome.left)
-        else (outcome.right.content === undefined ? removed : written).push(outcome.right.token)
+        if (Result.isFailure(outcome)) failed.push(outcome.failure)
+        else (outcome.success.content === undefined ? removed : written).push(outcome.success.token)
       }
-      yield* Metric.incrementBy(filesWritten, written.length)
-      yield* Metric.incrementBy(filesRemoved, removed.length)
+      yield* Metric.update(filesWritten, written.length)
+      yield* Metric.update(filesRemoved, removed.length)
       if (failed.length > 0) {
-        yield* Metric.incrementBy(fileWriteFailures, failed.length)
+        yield* Metric.update(fileWriteFailures, failed.length)
         // A failed token is dirty again: its latest state is written by a later flush.
         for (const [job] of failed) markDirty(w, job.token)
         // One line per run of failures, not one per file and flush.
@@ -289,7 +288,7 @@ export const attach = (ks: Keyspace, options: Options): Effect.Effect<void, Data
       fileOf,
       index: new Map(),
       dirty: new Set(),
-      wake: Deferred.unsafeMake<void>(FiberId.none),
+      wake: Deferred.makeUnsafe<void>(),
       failing: false
     }
     yield* load(w, names)

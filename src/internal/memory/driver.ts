@@ -11,11 +11,10 @@
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
-import * as FiberId from "effect/FiberId"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import * as RcMap from "effect/RcMap"
+import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
@@ -68,7 +67,7 @@ export const unavailable = (operation: string) =>
 export const make = (
   ks: Keyspace,
   keys: Keys,
-  settings: LeaseholdConfig["Type"]
+  settings: LeaseholdConfig["Service"]
 ): Effect.Effect<{ readonly driver: Driver; readonly state: State }, never, Scope.Scope> =>
   Effect.gen(function* () {
     const lockMs = Duration.toMillis(settings.lockExpiration)
@@ -100,14 +99,14 @@ export const make = (
       const waiting = mailboxReaders.get(key)
       if (waiting === undefined) return
       mailboxReaders.delete(key)
-      for (const deferred of waiting) Deferred.unsafeDone(deferred, outcome)
+      for (const deferred of waiting) Deferred.doneUnsafe(deferred, outcome)
     }
 
     const state: State = {
       ks,
       status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
       available: true,
-      subscriberLost: Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none),
+      subscriberLost: Deferred.makeUnsafe<never, StoreUnavailable>(),
       socketEventsRefused: false,
       operations: 0,
       noticesToLose: 0,
@@ -115,16 +114,17 @@ export const make = (
       heldNotices: [],
       repliesToLose: new Map(),
       keyEvent: (key, event) => {
-        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined) socketChanges.unsafeOffer({ key, event })
+        if (!state.socketEventsRefused && keys.socketToken(key) !== undefined)
+          PubSub.publishUnsafe(socketChanges, { key, event })
       },
       dropConnection: (reason, failReaders) =>
         Effect.sync(() => {
           const lost = state.subscriberLost
-          state.subscriberLost = Deferred.unsafeMake<never, StoreUnavailable>(FiberId.none)
+          state.subscriberLost = Deferred.makeUnsafe<never, StoreUnavailable>()
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
           connection++
           delivered.clear()
-          Deferred.unsafeDone(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
+          Deferred.doneUnsafe(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
           if (failReaders) {
             for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
           }
@@ -145,10 +145,14 @@ export const make = (
         }
         if (state.noticesToHold > 0 && channel.startsWith(keys.workerNotices(""))) {
           state.noticesToHold--
-          state.heldNotices.push(() => delivered.get(channel)?.unsafeOffer(message))
+          state.heldNotices.push(() => {
+            const pubsub = delivered.get(channel)
+            if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
+          })
           return
         }
-        delivered.get(channel)?.unsafeOffer(message)
+        const pubsub = delivered.get(channel)
+        if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
       },
       keyEvent: state.keyEvent,
       appended: (key) => wakeReaders(key, Effect.void)
@@ -161,7 +165,7 @@ export const make = (
         const lost = yield* op(operation, () => state.subscriberLost)
         const pubsub = yield* RcMap.get(channels, `${connection}:${name}`)
         const dequeue = yield* PubSub.subscribe(pubsub)
-        return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+        return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
       })
     const driver: Driver = {
       kind: "memory",
@@ -194,7 +198,7 @@ const makeOp =
       state.operations++
       if (!state.available) return Effect.fail(unavailable(operation))
       try {
-        const reply = body(clock.unsafeCurrentTimeMillis())
+        const reply = body(clock.currentTimeMillisUnsafe())
         const toLose = state.repliesToLose.get(operation) ?? 0
         if (toLose === 0) return Effect.succeed(reply)
         if (toLose === 1) state.repliesToLose.delete(operation)
@@ -222,11 +226,11 @@ const lockPart = (space: Scripts.Space, op: Op) => {
     holder: (token) =>
       Effect.flatMap(
         op("holder", (now) => Scripts.holder(space, now, token)),
-        (reply) => lockHolder(reply, lockMs)
+        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
       ),
 
     readSlices: (token, names) =>
-      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullable)),
+      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullishOr)),
     writeIfHolder: (token, lockId, entries, claim) =>
       op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries, claim))
   } satisfies Partial<Driver>
@@ -270,7 +274,7 @@ const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) 
     publish: (token, message) => op("publish", () => space.publish(keys.signal(token), message)),
     subscribe: (token) => listen("subscribe", keys.signal(token)),
     status: SubscriptionRef.get(state.status),
-    statusChanges: state.status.changes
+    statusChanges: SubscriptionRef.changes(state.status)
   } satisfies Partial<Driver>
 }
 
@@ -280,7 +284,9 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
   return {
     claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
     readSocket: (token) =>
-      op("readSocket", (now) => Option.map(Option.fromNullable(ks.getString(keys.socket(token), now)), (e) => e.value)),
+      op("readSocket", (now) =>
+        Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)
+      ),
     deleteSocketIfOwner: (token, instanceId, connectionId) =>
       op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
     refreshSocket: (token, instanceId, connectionId) =>
@@ -304,11 +310,11 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
       op("claimSockets", (now) =>
         claims.map(([token, record]) => {
           try {
-            return Either.right(Scripts.claimSocket(space, now, token, record))
+            return Result.succeed(Scripts.claimSocket(space, now, token, record))
           } catch (error) {
             // One record's refusal is its own, as each claim is its own script on Redis.
             if (error instanceof WrongTypeError) {
-              return Either.left(new StoreRefused({ operation: "claimSockets", reply: error.message }))
+              return Result.fail(new StoreRefused({ operation: "claimSockets", reply: error.message }))
             }
             throw error
           }
@@ -329,7 +335,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
     socketEvents: Effect.gen(function* () {
       const lost = yield* op("socketEvents", () => state.subscriberLost)
       const dequeue = yield* PubSub.subscribe(socketChanges)
-      return Stream.fromQueue(dequeue).pipe(Stream.interruptWhenDeferred(lost))
+      return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
     })
   } satisfies Partial<Driver>
 }
@@ -392,7 +398,7 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
         (ready) =>
           ready !== undefined
             ? Effect.succeed(ready)
-            : Effect.zipRight(
+            : Effect.andThen(
                 Effect.timeoutOption(Deferred.await(wake), Duration.millis(blockMs)),
                 op("mailboxRead", (now) => readMailbox(key, after, count, now))
               ),
@@ -443,7 +449,7 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
       }),
     mailboxCursor: (instanceId) =>
       op("mailboxCursor", (now) =>
-        Option.map(Option.fromNullable(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
+        Option.map(Option.fromNullishOr(ks.getString(keys.mailboxCursor(instanceId), now)), (e) => e.value)
       )
   } satisfies Partial<Driver>
 }

@@ -15,8 +15,9 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { KeyInfo } from "../../Store.js"
 import { decodeSocketRecord } from "../codec.js"
 import type { Keys } from "../keys.js"
@@ -95,7 +96,7 @@ export const pttl = (lock: StringEntry, now: number): number =>
 /** @internal */
 export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
   _tag: "Lost",
-  holder: Option.map(Option.fromNullable(lock), (entry) => entry.value)
+  holder: Option.map(Option.fromNullishOr(lock), (entry) => entry.value)
 })
 
 /** The lock id `worker` is recorded under in a queue's `ids` set (`<worker> <lock id>`), if any. @internal */
@@ -260,9 +261,9 @@ const ownRecord = (s: Space, now: number, key: string, instanceId: string, conne
   const entry = s.ks.getString(key, now)
   if (entry === undefined) return undefined
   const decoded = decodeSocketRecord(key, entry.value)
-  return Either.isRight(decoded) &&
-    decoded.right.instanceId === instanceId &&
-    decoded.right.connectionId === connectionId
+  return Result.isSuccess(decoded) &&
+    decoded.success.instanceId === instanceId &&
+    decoded.success.connectionId === connectionId
     ? entry
     : undefined
 }

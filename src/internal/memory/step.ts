@@ -72,7 +72,7 @@ export const modifyInStep = (
   }
   const fence = readFence(s, token, now)
   if (fence === undefined) throw new NotAnInteger()
-  const values = readAndRefresh(s, token, slices, now).map(Option.fromNullable)
+  const values = readAndRefresh(s, token, slices, now).map(Option.fromNullishOr)
   const granted = holder === undefined ? fence + 1 : fence
   if (holder === undefined) s.ks.setString(s.keys.fence(token), String(granted), now + s.tokenMs)
   const entries = decide(values, granted)

@@ -205,7 +205,7 @@ export const make = (
       send: (connection: Redis) => Promise<unknown>,
       needsAck: (reply: unknown) => boolean
     ): Effect.Effect<unknown, AcknowledgedError> => {
-      const enqueue = Effect.async<unknown, AcknowledgedError>((resume) => {
+      const enqueue = Effect.callback<unknown, AcknowledgedError>((resume) => {
         const step: Step = { operation, send, needsAck, resume, withdrawn: false }
         waiting.push(step)
         // The steps issued in the same tick go in one batch.
@@ -220,7 +220,7 @@ export const make = (
       return Effect.suspend(() =>
         connection.status === "ready"
           ? enqueue
-          : Effect.zipRight(
+          : Effect.andThen(
               awaitReady(connection, commandTimeoutMs, health.notConnected(operation, commandTimeoutMs)),
               enqueue
             )

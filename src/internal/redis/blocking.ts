@@ -10,6 +10,7 @@
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import type { Redis } from "ioredis"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
 import {
@@ -42,7 +43,7 @@ export const make = (
     let blocking: { readonly node: string; readonly connection: Redis } | undefined
     let clientId: number | undefined
     let closed = false
-    const permit = yield* Effect.makeSemaphore(1)
+    const permit = yield* Semaphore.make(1)
 
     const connectionFor = (key: string): Effect.Effect<Redis, StoreUnavailable> =>
       Effect.gen(function* () {
@@ -106,11 +107,11 @@ export const make = (
             Effect.onInterrupt(() => Effect.sync(unblock)),
             Effect.timeout(blockMs + commandTimeoutMs),
             withLiveClock,
-            Effect.catchTag("TimeoutException", () =>
+            Effect.catchTag("TimeoutError", () =>
               // No reply long after the block ended: the connection is dead without
               // knowing it. Start a fresh one rather than queue behind the lost read.
               Effect.sync(() => connection.disconnect(true)).pipe(
-                Effect.zipRight(
+                Effect.andThen(
                   Effect.fail(new StoreUnavailable({ operation: "mailboxRead", reason: "no reply to a blocking read" }))
                 )
               )

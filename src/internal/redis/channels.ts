@@ -9,14 +9,14 @@
  *
  * @internal
  */
+
+import * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
-import * as Mailbox from "effect/Mailbox"
+import * as Queue from "effect/Queue"
 import * as RcMap from "effect/RcMap"
 import type * as Scope from "effect/Scope"
-import type * as Stream from "effect/Stream"
+import * as Stream from "effect/Stream"
 import { type StoreError, StoreUnavailable } from "../../StoreError.js"
 import { awaitReady, withLiveClock } from "./connection.js"
 import type { Health } from "./health.js"
@@ -31,7 +31,7 @@ interface Channel {
   /** The subscriber's generation when SUBSCRIBE was sent; a later one means the server forgot it. */
   readonly generation: number
   readonly confirmed: Deferred.Deferred<void, StoreError>
-  readonly listeners: Set<Mailbox.Mailbox<string, StoreUnavailable>>
+  readonly listeners: Set<Queue.Queue<string, StoreUnavailable | Cause.Done>>
 }
 
 /** @internal */
@@ -83,11 +83,15 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
       keyOf.delete(channel.name)
     }
 
-    /** A channel's listeners are told it is lost; the next subscribe starts a new one. */
+    /**
+     * A channel's listeners are told it is lost; the next subscribe starts a new one. It is
+     * retired first: a listener's fiber resumes on this very call stack, and may subscribe
+     * again before the loop is done.
+     */
     const fail = (channel: Channel, error: StoreUnavailable) => {
-      Deferred.unsafeDone(channel.confirmed, Effect.fail(error))
-      for (const mailbox of channel.listeners) mailbox.unsafeDone(Exit.fail(error))
       retire(channel)
+      Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
+      for (const mailbox of [...channel.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
     }
 
     /** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */
@@ -98,15 +102,15 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           slot: topology.slotOf(name),
           subscriber,
           generation: subscriber.generation,
-          confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+          confirmed: Deferred.makeUnsafe<void, StoreError>(),
           listeners: new Set()
         }
         live.set(name, channel)
         topology.channels.subscribe(subscriber.connection, name).then(
-          () => Deferred.unsafeDone(channel.confirmed, Effect.void),
+          () => Deferred.doneUnsafe(channel.confirmed, Effect.void),
           (cause) => {
             topology.onReplyError(cause)
-            Deferred.unsafeDone(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
+            Deferred.doneUnsafe(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
             // A refused SUBSCRIBE must not stay in force: the next subscriber tries again.
             retire(channel)
           }
@@ -146,7 +150,7 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
           const subscriber = yield* env.subscriberFor(name)
           yield* awaitReady(subscriber.connection, commandTimeoutMs, health.notConnected("subscribe", commandTimeoutMs))
           const channel = yield* channelFor(name)
-          const mailbox = yield* Mailbox.make<string, StoreUnavailable>()
+          const mailbox = yield* Queue.unbounded<string, StoreUnavailable | Cause.Done>()
           yield* Effect.acquireRelease(
             Effect.suspend(() =>
               // A channel that failed while the map handed it out (its connection dropped,
@@ -158,16 +162,16 @@ export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Sco
             () =>
               Effect.sync(() => {
                 channel.listeners.delete(mailbox)
-                mailbox.unsafeDone(Exit.void)
+                Queue.endUnsafe(mailbox)
               })
           )
           yield* env.awaitConfirmed(channel.confirmed, "subscribe")
-          return Mailbox.toStream(mailbox)
+          return Stream.fromQueue(mailbox)
         }),
       deliver: (name, message) => {
         const channel = live.get(name)
         if (channel === undefined) return
-        for (const mailbox of channel.listeners) mailbox.unsafeOffer(message)
+        for (const mailbox of channel.listeners) Queue.offerUnsafe(mailbox, message)
       },
       failOn: (subscriber, error) => {
         for (const channel of [...live.values()]) if (channel.subscriber === subscriber) fail(channel, error)

@@ -17,11 +17,11 @@ import { type SentinelTarget, sentinelOptions } from "./sentinel.js"
  *
  * @internal
  */
-export const liveClock: Clock.Clock = Clock.make()
+export const liveClock: Clock.Clock = Clock.Clock.defaultValue()
 
 /** @internal */
 export const withLiveClock = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.withClock(effect, liveClock)
+  Effect.provideService(effect, Clock.Clock, liveClock)
 
 /**
  * What the store knows about its server, minus the secrets: the URL without userinfo
@@ -278,7 +278,7 @@ export const awaitReady = (
     // an uninterruptible caller too (a lease's flush, a release), and an interruption sent to
     // such a caller still never cuts its cleanup short. (Network deadlines run on live time,
     // as everywhere in this store.)
-    return Effect.async<void, StoreUnavailable>((resume) => {
+    return Effect.callback<void, StoreUnavailable>((resume) => {
       const onReady = () => {
         clearTimeout(timer)
         resume(Effect.void)

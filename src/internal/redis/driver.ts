@@ -6,11 +6,10 @@
  *
  * @internal
  */
-import * as Chunk from "effect/Chunk"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
@@ -71,7 +70,7 @@ const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
 /** The reply of a script that checks the holder first, as the driver's outcome. */
 const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
   reply._tag === "Lost"
-    ? { _tag: "Lost", holder: Option.fromNullable(reply.holder) }
+    ? { _tag: "Lost", holder: Option.fromNullishOr(reply.holder) }
     : { _tag: "Done", value: undefined }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
@@ -173,7 +172,7 @@ const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs
     holder: (token) =>
       Effect.flatMap(
         runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
-        (reply) => lockHolder(reply, lockMs)
+        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
       ),
 
     readSlices: (token, names) =>
@@ -185,7 +184,7 @@ const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs
               restKeys: names.map((name) => keys.slice(token, name)),
               args: { tokenMs }
             }),
-            (values) => names.map((_, i) => Option.fromNullable(values[i]))
+            (values) => names.map((_, i) => Option.fromNullishOr(values[i]))
           ),
     writeIfHolder: (token, lockId, entries, claim) =>
       // the values it writes are not what the attempt's grant read: not remembered
@@ -213,7 +212,7 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
       Effect.asVoid(run("publish", (c) => topology.channels.publish(c, keys.signal(token), message))),
     subscribe: (token) => pubsub.subscribe(keys.signal(token)),
     status: SubscriptionRef.get(health.status),
-    statusChanges: health.status.changes
+    statusChanges: SubscriptionRef.changes(health.status)
   }) satisfies Partial<Driver>
 
 /** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
@@ -250,7 +249,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
           if (typeof raw === "string") records.push({ key, token, raw })
         }
       }
-      return [Chunk.unsafeFromArray(records), next] as const
+      return [records, next] as const
     })
 
   /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
@@ -275,7 +274,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     readSocket: (token) =>
       Effect.map(
         run("readSocket", (c) => c.get(keys.socket(token))),
-        Option.fromNullable
+        Option.fromNullishOr
       ),
     deleteSocketIfOwner: (token, instanceId, connectionId) =>
       runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
@@ -291,14 +290,16 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     scanSockets: Stream.suspend(() => {
       const all = topology.nodes()
       if (all.length === 0) return Stream.fail(health.notConnected("scanSockets", 0)())
-      return Stream.paginateChunkEffect({ node: 0, cursor: "0" }, ({ cursor, node }) =>
-        Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
-          if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
-          return [
-            records,
-            node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
-          ] as const
-        })
+      return Stream.paginate(
+        { node: 0, cursor: "0" },
+        ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
+          Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
+            if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
+            return [
+              records,
+              node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
+            ] as const
+          })
       )
     }),
     // Each claim is its own script (one slot each); batched, they cost one round trip (per node).
@@ -308,7 +309,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
           "claimSockets",
           claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
         )
-        const results: Array<Either.Either<RawClaim, StoreRefused>> = []
+        const results: Array<Result.Result<RawClaim, StoreRefused>> = []
         for (let i = 0; i < claims.length; i++) {
           const [error, reply] = replies?.[i] ?? [null, null]
           if (error !== null) {
@@ -316,11 +317,13 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
             // A lost connection fails the whole batch; a refused step (a key of another
             // type) is that record's own failure.
             if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
-            results.push(Either.left(mapped))
+            results.push(Result.fail(mapped))
             continue
           }
           const claim = Scripts.claimSocket.decode(reply)
-          results.push(claim === undefined ? Either.left(unexpectedReply("claimSockets", reply)) : Either.right(claim))
+          results.push(
+            claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim)
+          )
         }
         return results
       }),
@@ -415,7 +418,7 @@ const mailboxPart = ({ blocking, keys, run, runAcknowledged, topology }: Context
     mailboxCursor: (instanceId) =>
       Effect.map(
         run("mailboxCursor", (c) => c.get(keys.mailboxCursor(instanceId))),
-        Option.fromNullable
+        Option.fromNullishOr
       )
   }) satisfies Partial<Driver>
 
@@ -459,7 +462,7 @@ const inspectPart = ({ commandTimeoutMs, health, keys, runScript, topology }: Co
   }) satisfies Partial<Driver>
 
 /** @internal */
-export const make = (settings: LeaseholdConfig["Type"], parts: Parts): Driver => {
+export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver => {
   const { run } = parts.topology
   /** Call a script with named keys and arguments; a reply of another shape is `StoreRefused`. */
   const runScript = <K extends string, A extends string, R>(

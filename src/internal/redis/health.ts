@@ -68,14 +68,14 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
     })
     yield* Queue.take(events).pipe(
       // Events that pile up meanwhile collapse into one update: the epoch still counts each.
-      Effect.zipRight(Queue.takeAll(events)),
-      Effect.zipRight(sync),
+      Effect.andThen(Queue.clear(events)),
+      Effect.andThen(sync),
       Effect.forever,
       Effect.interruptible,
       Effect.forkScoped
     )
     const changed = () => {
-      events.unsafeOffer(undefined)
+      Queue.offerUnsafe(events, undefined)
     }
     const set = (connection: Redis | Cluster, role: Role, ready: boolean) => {
       if (role === "command") command = ready

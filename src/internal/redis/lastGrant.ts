@@ -102,7 +102,7 @@ export const make = (): LastGrant => {
   return {
     granted: (lockId, token, fence, slices, values) => {
       const known = new Map<string, Option.Option<string>>()
-      for (const [i, name] of slices.entries()) known.set(name, Option.fromNullable(values[i]))
+      for (const [i, name] of slices.entries()) known.set(name, Option.fromNullishOr(values[i]))
       bounded(grants, lockId, { token, fence, values: known })
     },
     released: (lockId, token, entries, released) => {

@@ -84,9 +84,12 @@ export const make = (
       subscriberFor: (name: string) => Effect.flatMap(topology.nodeOf("subscribe", name), nodeSubscriber),
       awaitConfirmed: (confirmed: Deferred.Deferred<void, StoreError>, operation: string) =>
         Deferred.await(confirmed).pipe(
-          Effect.timeoutFail({
+          Effect.timeoutOrElse({
             duration: commandTimeoutMs,
-            onTimeout: () => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" })
+            orElse: () =>
+              Effect.failSync(
+                () => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" })
+              )
           }),
           withLiveClock
         ),

@@ -152,7 +152,7 @@ export const queuePart = ({
           ),
           (reply) =>
             reply._tag === "Lost"
-              ? ({ _tag: "Lost", holder: Option.fromNullable(reply.holder) } as const)
+              ? ({ _tag: "Lost", holder: Option.fromNullishOr(reply.holder) } as const)
               : ({ _tag: "Done", value: reply.queued } as const)
         ),
         // a claim's grant was not taken by an attempt here: nothing of it is known

@@ -8,13 +8,13 @@
  *
  * @internal
  */
+
+import * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as FiberId from "effect/FiberId"
-import * as Mailbox from "effect/Mailbox"
+import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
-import type * as Stream from "effect/Stream"
+import * as Stream from "effect/Stream"
 import type { StoreError, StoreUnavailable } from "../../StoreError.js"
 import type { RawSocketEvent } from "../store/driver.js"
 import type { Environment as ChannelsEnvironment } from "./channels.js"
@@ -25,7 +25,7 @@ import type { Subscriber } from "./pubsub.js"
 interface Watch {
   readonly parts: ReadonlyArray<{ readonly subscriber: Subscriber; readonly generation: number }>
   readonly confirmed: Deferred.Deferred<void, StoreError>
-  readonly listeners: Set<Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>>
+  readonly listeners: Set<Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>>
 }
 
 /** @internal */
@@ -59,25 +59,30 @@ export const make = (env: Environment): SocketWatch => {
   const { commandTimeoutMs, health, keyspace } = env
   let current: Watch | undefined
 
+  // The watch is dropped first: a listener's fiber resumes on this very call stack, and may
+  // watch again before the loop is done.
   const fail = (watch: Watch, error: StoreUnavailable) => {
-    Deferred.unsafeDone(watch.confirmed, Effect.fail(error))
-    for (const mailbox of watch.listeners) mailbox.unsafeDone(Exit.fail(error))
     if (current === watch) current = undefined
+    Deferred.doneUnsafe(watch.confirmed, Effect.fail(error))
+    for (const mailbox of [...watch.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
   }
 
-  const join = (on: ReadonlyArray<Subscriber>, mailbox: Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>): Watch => {
+  const join = (
+    on: ReadonlyArray<Subscriber>,
+    mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>
+  ): Watch => {
     let watch = current
     if (watch === undefined) {
       const created: Watch = {
         parts: on.map((subscriber) => ({ subscriber, generation: subscriber.generation })),
-        confirmed: Deferred.unsafeMake<void, StoreError>(FiberId.none),
+        confirmed: Deferred.makeUnsafe<void, StoreError>(),
         listeners: new Set()
       }
       current = created
       Promise.all(on.map((subscriber) => subscriber.connection.psubscribe(keyspace.pattern))).then(
-        () => Deferred.unsafeDone(created.confirmed, Effect.void),
+        () => Deferred.doneUnsafe(created.confirmed, Effect.void),
         (cause) => {
-          Deferred.unsafeDone(created.confirmed, Effect.fail(env.mapError("socketEvents")(cause)))
+          Deferred.doneUnsafe(created.confirmed, Effect.fail(env.mapError("socketEvents")(cause)))
           if (current === created) current = undefined
         }
       )
@@ -87,10 +92,13 @@ export const make = (env: Environment): SocketWatch => {
     return watch
   }
 
-  const leave = (watch: Watch, mailbox: Mailbox.Mailbox<RawSocketEvent, StoreUnavailable>): Effect.Effect<void> =>
+  const leave = (
+    watch: Watch,
+    mailbox: Queue.Queue<RawSocketEvent, StoreUnavailable | Cause.Done>
+  ): Effect.Effect<void> =>
     Effect.suspend(() => {
       watch.listeners.delete(mailbox)
-      mailbox.unsafeDone(Exit.void)
+      Queue.endUnsafe(mailbox)
       if (watch.listeners.size > 0 || current !== watch) return Effect.void
       current = undefined
       const stillThere = watch.parts.filter(
@@ -116,19 +124,19 @@ export const make = (env: Environment): SocketWatch => {
         (s) => awaitReady(s.connection, commandTimeoutMs, health.notConnected("socketEvents", commandTimeoutMs)),
         { concurrency: "unbounded", discard: true }
       )
-      const mailbox = yield* Mailbox.make<RawSocketEvent, StoreUnavailable>()
+      const mailbox = yield* Queue.unbounded<RawSocketEvent, StoreUnavailable | Cause.Done>()
       const watch = yield* Effect.acquireRelease(
         Effect.sync(() => join(on, mailbox)),
         (watch) => leave(watch, mailbox)
       )
       yield* env.awaitConfirmed(watch.confirmed, "socketEvents")
-      return Mailbox.toStream(mailbox)
+      return Stream.fromQueue(mailbox)
     }),
     deliver: (pattern, channel, message) => {
       if (pattern !== keyspace.pattern || current === undefined) return
       const key = keyspace.key(channel)
       if (key === undefined) return
-      for (const mailbox of current.listeners) mailbox.unsafeOffer({ key, event: message })
+      for (const mailbox of current.listeners) Queue.offerUnsafe(mailbox, { key, event: message })
     },
     failOn: (subscriber, error) => {
       if (current?.parts.some((part) => part.subscriber === subscriber)) fail(current, error)

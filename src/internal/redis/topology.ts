@@ -151,8 +151,8 @@ export const make = (
         command.status === "ready"
           ? attempt
           : awaitReady(command, commandTimeoutMs, notConnected).pipe(
-              Effect.zipRight(attempt),
-              Effect.timeoutFail({ duration: commandTimeoutMs, onTimeout: notConnected }),
+              Effect.andThen(attempt),
+              Effect.timeoutOrElse({ duration: commandTimeoutMs, orElse: () => Effect.failSync(notConnected) }),
               withLiveClock
             )
       )
@@ -163,9 +163,9 @@ export const make = (
       (connection: Redis) =>
       <A>(operation: string, f: (connection: Redis) => Promise<A>): Effect.Effect<A, StoreError> =>
         Effect.tryPromise({ try: () => f(connection), catch: mapError(operation) }).pipe(
-          Effect.timeoutFail({
+          Effect.timeoutOrElse({
             duration: commandTimeoutMs,
-            onTimeout: health.notConnected(operation, commandTimeoutMs)
+            orElse: () => Effect.failSync(health.notConnected(operation, commandTimeoutMs))
           }),
           withLiveClock
         )
@@ -261,7 +261,7 @@ const sharded = (
       connected: (timeoutMs, onTimeout) =>
         awaitReady(command, timeoutMs, onTimeout).pipe(
           // The masters are known once the cluster client is ready.
-          Effect.zipRight(
+          Effect.andThen(
             Effect.suspend(() =>
               Effect.forEach(masters(), (master) => awaitReady(master, timeoutMs, onTimeout), {
                 concurrency: "unbounded",
@@ -276,7 +276,7 @@ const sharded = (
     // The client re-reads its slot table on a MOVED reply; this re-reads it every 5 s too,
     // so that slots that moved with no command of ours touching them are noticed. Not
     // ioredis' `slotsRefreshInterval`: its timer can outlive the client.
-    yield* Effect.async<void>((resume) => command.refreshSlotsCache(() => resume(Effect.void))).pipe(
+    yield* Effect.callback<void>((resume) => command.refreshSlotsCache(() => resume(Effect.void))).pipe(
       Effect.schedule(Schedule.spaced(Duration.seconds(5))),
       withLiveClock,
       Effect.interruptible,

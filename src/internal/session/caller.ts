@@ -7,9 +7,9 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { Request, Turn } from "../../Lease.js"
 import type { SliceEntry, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
@@ -54,7 +54,7 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
         // still have queued this worker: the session leaves the queue if it ends
         // without a grant (the entry's own deadline covers the rest).
         if (session.queue.length > 0) {
-          return Effect.zipRight(start(env, session, { queued: true }), Effect.failCause(cause))
+          return Effect.andThen(start(env, session, { queued: true }), Effect.failCause(cause))
         }
         if (sessions.get(token) === session) sessions.delete(token)
         // the failed attempt may still have queued this worker, and nobody waits here: the
@@ -63,21 +63,21 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
         return Effect.failCause(cause)
       },
       onSuccess: (attempt) => {
-        if (Either.isLeft(attempt)) {
+        if (Result.isFailure(attempt)) {
           session.queue.unshift(request)
           // the refused attempt queued this worker
           return Effect.as(
             start(env, session, {
               queued: true,
               attempted: true,
-              remainingMs: attempt.left.remainingMs,
-              lockId: attempt.left.lockId,
+              remainingMs: attempt.failure.remainingMs,
+              lockId: attempt.failure.lockId,
               mark
             }),
             Option.none()
           )
         }
-        const grant = attempt.right
+        const grant = attempt.success
         // a quantum or a lease serves the modifications that queue meanwhile: its fiber
         // does; with the oplock off the caller holds the grant for its own modification
         const mode = modeOf(env, grant)
@@ -103,7 +103,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     const { sessions, store, instanceId } = env
     const session = sessions.get(token)
     const own = session?.own
-    if (session === undefined || own === undefined) return Effect.dieMessage("complete without a turn from begin")
+    if (session === undefined || own === undefined) return Effect.die(new Error("complete without a turn from begin"))
     session.own = undefined
     const { lockId } = own
     const outcome = request.done.poll()
@@ -128,15 +128,15 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
             // waiting until it pauses. On Redis the yield costs next to nothing beside its
             // round trips.
             return after.queued
-              ? Effect.zipRight(Effect.ignore(store.leaveQueue(token, instanceId, after.lockId)), Effect.yieldNow())
-              : Effect.yieldNow()
+              ? Effect.andThen(Effect.ignore(store.leaveQueue(token, instanceId, after.lockId)), Effect.yieldNow)
+              : Effect.yieldNow
           })
     }
     // the held time read in the step that goes on: one step fewer than a warning step first
     return Effect.clockWith((clock) => {
       const heldMs = fineMillis(clock) - own.grantedAt
       return heldMs > env.warnMs
-        ? Effect.zipRight(warnHeld(env, token, request.event, heldMs), Effect.suspend(written))
+        ? Effect.andThen(warnHeld(env, token, request.event, heldMs), Effect.suspend(written))
         : written()
     })
   })
@@ -152,7 +152,7 @@ const stepsPerYield = 16
 const afterStep = <A, E>(env: SessionEnv, next: Effect.Effect<A, E>): Effect.Effect<A, E> => {
   if (++env.inStep.made < stepsPerYield) return next
   env.inStep.made = 0
-  return Effect.zipRight(Effect.yieldNow(), next)
+  return Effect.andThen(Effect.yieldNow, next)
 }
 
 /** What a step of the store's own grant asks for (`Store.Stepping`'s `when`). */
@@ -216,6 +216,6 @@ export const inStep = <A, E>(
   return Effect.flatMap(step(token, slices, decideTimed, { when, written }), (done) => {
     if (!done) return then(false)
     const next = afterStep(env, then(true))
-    return heldMs > env.warnMs ? Effect.zipRight(warnHeld(env, token, event, heldMs), next) : next
+    return heldMs > env.warnMs ? Effect.andThen(warnHeld(env, token, event, heldMs), next) : next
   })
 }

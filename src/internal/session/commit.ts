@@ -150,7 +150,7 @@ export const commitAndRelease = (
         },
         onFailure: orDefect((error) =>
           Effect.gen(function* () {
-            yield* Metric.increment(flushFailures)
+            yield* Metric.update(flushFailures, 1)
             yield* Effect.logWarning(`writing the modifications of token ${token} failed: ${error.message}`)
             failAcks(env, requests, lockId, error)
             // A refused commit (no memory left) wrote nothing and kept the lock: left held, it

@@ -5,12 +5,14 @@
  *
  * @internal
  */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
@@ -75,7 +77,7 @@ export const hold = (
       timer: undefined,
       watching: session.signals !== undefined,
       keeper: undefined,
-      clock: yield* Effect.clock,
+      clock: yield* Clock.Clock,
       ioAt: grant.grantedAt,
       turnAt: 0,
       relayEnd: undefined,
@@ -146,7 +148,7 @@ const contend = (state: HoldState) =>
       if (state.contended) return Effect.void
       state.contended = true
       state.deadline = Math.min(state.deadline, now + state.env.quantumMs)
-      return Effect.zipRight(Metric.increment(leasesBroken), armTimer(state))
+      return Effect.andThen(Metric.update(leasesBroken, 1), armTimer(state))
     })
   )
 
@@ -193,10 +195,16 @@ const checkSignals = (state: HoldState) =>
  * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
  * never after the store said the lock is no longer ours: the schedule is done.
  */
-const cadence = (every: number, again: number) =>
-  Schedule.identity<Either.Either<boolean, unknown>>().pipe(
-    Schedule.whileInput((extended) => Either.isLeft(extended) || extended.right),
-    Schedule.addDelay((extended) => (Either.isRight(extended) ? every : again))
+const cadence = (every: number, again: number): Schedule.Schedule<undefined, Result.Result<boolean, unknown>> =>
+  Schedule.fromStep(
+    Effect.succeed((_now: number, extended: Result.Result<boolean, unknown>) =>
+      Result.isSuccess(extended) && !extended.success
+        ? Cause.done()
+        : Effect.succeed<[undefined, Duration.Duration]>([
+            undefined,
+            Duration.millis(Result.isSuccess(extended) ? every : again)
+          ])
+    )
   )
 
 /**
@@ -221,14 +229,14 @@ const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive 
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
   let cancel: () => void = () => undefined
-  let retry: Retry.Retry<Either.Either<boolean, unknown>, never> | undefined
+  let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
     // the slices read under this lock, and the fence, live as long as it is held
-    const extended = yield* Effect.either(
+    const extended = yield* Effect.result(
       store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
     )
     // extended: the lock lives a full lock expiration, no longer the hand-off's
-    if (Either.isRight(extended) && extended.right) state.claim = undefined
+    if (Result.isSuccess(extended) && extended.success) state.claim = undefined
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
     if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
@@ -264,7 +272,7 @@ const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, Inva
       state.relayEnd = end
       const relayed = relay(state, request, fineMillis(state.clock))
       return relayed
-        ? Effect.zipRight(
+        ? Effect.andThen(
             end.await,
             Effect.suspend(() => afterRelay(state))
           )
@@ -272,7 +280,7 @@ const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, Inva
     })
     if (missing.length === 0) return served
     // Fetched under the lock this worker holds: as current as the grant's reads.
-    return Effect.zipRight(
+    return Effect.andThen(
       Effect.map(env.store.readSlices(token, missing), (values) => {
         for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
       }),
@@ -305,7 +313,7 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
     return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
       onSuccess: () => {
         state.writeMs = fineMillis(clock) - started
-        return Effect.map(Metric.increment(flushes), () => {
+        return Effect.map(Metric.update(flushes, 1), () => {
           succeedAcks(batch)
           return true
         })
@@ -313,8 +321,8 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
       onFailure: orDefect((error) => {
         state.writeMs = fineMillis(clock) - started
         // The lock is lost or the store is away: this lease writes nothing more.
-        return Metric.increment(flushFailures).pipe(
-          Effect.zipRight(
+        return Metric.update(flushFailures, 1).pipe(
+          Effect.andThen(
             Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
           ),
           Effect.map(() => {
@@ -332,7 +340,7 @@ const serve = (state: HoldState, resumed: boolean) =>
     const { env, session, mode } = state
     const lookForContenders = checkSignals(state)
     if (mode === "lease" && !resumed) {
-      yield* Metric.increment(leasesStarted)
+      yield* Metric.update(leasesStarted, 1)
       session.lease = { cache: state.cache, hold: state }
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
@@ -410,7 +418,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       if (mode === "lease") {
         // An idle lease parks (its fiber ends) once it was woken by nothing but its park timer.
         if (yield* park(state, changed)) {
-          yield* Metric.increment(leasesParked)
+          yield* Metric.update(leasesParked, 1)
           return parking
         }
         state.idleSince = fineMillis(state.clock)

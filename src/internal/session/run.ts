@@ -10,11 +10,10 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as FiberId from "effect/FiberId"
-import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import type { Grant, Previous } from "../../Lock.js"
+import { forkInUninterruptible } from "../fork.js"
 import { noTurn } from "./commit.js"
 import { type Carried, hold, type Parking, parking, resumeHold } from "./hold.js"
 import type { HoldState } from "./relay.js"
@@ -95,13 +94,12 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
           ? Effect.ignore(env.store.leaveQueue(session.token, env.instanceId, queuedAs))
           : Effect.void
         if (Exit.isSuccess(exit)) return closeScope
-        const error = Option.getOrUndefined(Cause.failureOption(exit.cause))
+        const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause))
         return Effect.forEach(
           left,
-          (request) =>
-            Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt(FiberId.none) : Exit.fail(error))),
+          (request) => Effect.sync(() => request.turn.done(error === undefined ? Exit.interrupt() : Exit.fail(error))),
           { discard: true }
-        ).pipe(Effect.zipRight(closeScope))
+        ).pipe(Effect.andThen(closeScope))
       })
     )
   )
@@ -112,8 +110,8 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  *
  * Uninterruptible but where it waits (acquiring, lingering, serving): an interruption
  * between a grant and its hold, even before the fiber's first step, would leave the
- * lock taken until it expires. Its callers are uninterruptible too, and the fiber
- * inherits that.
+ * lock taken until it expires: the fiber is forked uninterruptible, and runs even when the
+ * service's scope has closed meanwhile (`forkInUninterruptible`).
  *
  * Forked outside the span of the modification that starts it: the session outlives that
  * modification (a lease, for as long as it is held), and its writes are not the
@@ -123,14 +121,13 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  */
 export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
   Effect.asVoid(
-    Effect.locallyWith(
-      Effect.forkIn(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
-      FiberRef.currentContext,
+    Effect.updateContext(
+      forkInUninterruptible(Effect.uninterruptible(run(env, session, from, carried)), env.scope),
       withoutParentSpan
     )
   )
 
-const withoutParentSpan = Context.omit(Tracer.ParentSpan)
+const withoutParentSpan: (context: Context.Context<never>) => Context.Context<never> = Context.omit(Tracer.ParentSpan)
 
 /**
  * A parked hold goes on in a new fiber of the session (`SessionEnv.resume`).
@@ -154,7 +151,7 @@ export const closeParked = (env: SessionEnv) =>
         if (state === undefined) return Effect.void
         session.parked = undefined
         return Effect.flatMap(
-          Effect.fork(Effect.uninterruptible(run(env, session, { parked: state }))),
+          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked: state })), { uninterruptible: true }),
           Fiber.interrupt
         )
       }),

@@ -137,7 +137,7 @@ export interface Session {
  *
  * @internal
  */
-export const turnEventLoop: Effect.Effect<void> = Effect.async<void>((resume) => {
+export const turnEventLoop: Effect.Effect<void> = Effect.callback<void>((resume) => {
   const handle = setImmediate(() => resume(Effect.void))
   return Effect.sync(() => clearImmediate(handle))
 })

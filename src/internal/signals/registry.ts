@@ -12,6 +12,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
+import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import type { Store } from "../../Store.js"
 import type { StoreUnavailable } from "../../StoreError.js"
@@ -30,11 +31,11 @@ export interface Channel {
   readonly name: string
   /** The tokens it carries that have an entry here. */
   readonly tokens: Map<string, Entry>
-  readonly lock: Effect.Semaphore
+  readonly lock: Semaphore.Semaphore
   /** Set once its last token was swept away: nothing restores it any more. */
   closed: boolean
   /** The scope of the latest store subscription and its pump. */
-  scope: Scope.CloseableScope | undefined
+  scope: Scope.Closeable | undefined
   /** Whether that subscription still delivers. */
   live: boolean
   /** Whether a subscription was ever confirmed: its replacement announces `Resubscribed`. */
@@ -109,7 +110,7 @@ const subscribeChannel = (
           yield* closeScope(channel)
           const scope = yield* Scope.make()
           const stream = yield* restoreInterrupt(store.channelNotices(token, instanceId)).pipe(
-            Scope.extend(scope),
+            Scope.provide(scope),
             Effect.onError(() => Scope.close(scope, Exit.void))
           )
           // The pump cannot close its own scope (closing waits for the pump): it marks the
@@ -128,7 +129,7 @@ const subscribeChannel = (
                 tell(channel.tokens.get(received.token), received.notice)
               })
             ),
-            Effect.catchAll(markLost),
+            Effect.catch(markLost),
             Effect.interruptible,
             Effect.forkIn(scope)
           )
@@ -169,7 +170,7 @@ export const make = (
       channel = {
         name,
         tokens: new Map(),
-        lock: Effect.unsafeMakeSemaphore(1),
+        lock: Semaphore.makeUnsafe(1),
         closed: false,
         scope: undefined,
         live: false,

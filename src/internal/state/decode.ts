@@ -5,13 +5,13 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Option from "effect/Option"
-import type * as ParseResult from "effect/ParseResult"
+import * as Result from "effect/Result"
+import type * as Schema from "effect/Schema"
 import type { Slice } from "../../StateManager.js"
 import { describeParseError } from "../parse.js"
 
-const undecodable = <A, I>(token: string, s: Slice<A, I>, error: ParseResult.ParseError) =>
+const undecodable = <A, I>(token: string, s: Slice<A, I>, error: Schema.SchemaError) =>
   Effect.logWarning(
     `slice ${s.name} of token ${token} does not decode; using its initial value: ${describeParseError(error)}`
   )
@@ -20,12 +20,12 @@ const undecodable = <A, I>(token: string, s: Slice<A, I>, error: ParseResult.Par
 const decodeStored = <A, I>(
   s: Slice<A, I>,
   raw: Option.Option<string>,
-  onError: (error: ParseResult.ParseError) => void
+  onError: (error: Schema.SchemaError) => void
 ): A => {
   if (Option.isNone(raw)) return s.initial
   const decoded = s.decode(raw.value)
-  if (Either.isRight(decoded)) return decoded.right
-  onError(decoded.left)
+  if (Result.isSuccess(decoded)) return decoded.success
+  onError(decoded.failure)
   return s.initial
 }
 

@@ -6,11 +6,11 @@
  *
  * @internal
  */
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
-import * as FiberRef from "effect/FiberRef"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
 import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"
@@ -34,7 +34,7 @@ const newRequest = (
   decideNow?: Lease.Request["decideNow"]
 ): Lease.Request => ({
   slices: slices.map((s) => s.name),
-  event: Option.fromNullable(options?.event),
+  event: Option.fromNullishOr(options?.event),
   turn: new OneShot<Lease.Turn, InvalidToken | AcknowledgedError>(),
   done: new OneShot<Lease.Outcome>(),
   ack: new OneShot<void, LockExpired | AcknowledgedError>(),
@@ -53,7 +53,9 @@ export interface Env {
  *
  * @internal
  */
-export const currentFence = FiberRef.unsafeMake<Option.Option<number>>(Option.none())
+export const currentFence = Context.Reference<Option.Option<number>>("leasehold/StateManager/currentFence", {
+  defaultValue: Option.none
+})
 
 const abortOutcome: Lease.Outcome = { _tag: "Abort" }
 const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed(abortOutcome)
@@ -65,23 +67,23 @@ const encodeWrites = (
   slices: ReadonlyArray<Slice<any, any>>,
   current: ReadonlyArray<Option.Option<string>>,
   next: ReadonlyArray<unknown>
-): Either.Either<ReadonlyArray<SliceEntry>, InvalidSliceValue | ValueTooLarge> => {
+): Result.Result<ReadonlyArray<SliceEntry>, InvalidSliceValue | ValueTooLarge> => {
   const { maxValueBytes } = env
   const writes: Array<SliceEntry> = []
   for (const [i, s] of slices.entries()) {
     const encoded = s.encode(next[i])
-    if (Either.isLeft(encoded)) {
-      return Either.left(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.left) }))
+    if (Result.isFailure(encoded)) {
+      return Result.fail(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.failure) }))
     }
-    const bytes = Buffer.byteLength(encoded.right, "utf8")
+    const bytes = Buffer.byteLength(encoded.success, "utf8")
     if (bytes > maxValueBytes) {
-      return Either.left(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
+      return Result.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
     }
     // Nothing stored means the initial value: writing it would change nothing.
     const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
-    if (!Option.contains(baseline, encoded.right)) writes.push([s.name, encoded.right])
+    if (!Option.contains(baseline, encoded.success)) writes.push([s.name, encoded.success])
   }
-  return Either.right(writes)
+  return Result.succeed(writes)
 }
 
 const currentOf = (slices: ReadonlyArray<Slice<any, any>>, turn: Lease.Turn) =>
@@ -102,10 +104,10 @@ const decide = <B, E, R>(
   Effect.gen(function* () {
     const current = currentOf(slices, turn)
     const decoded = yield* decodeAll(token, slices, current)
-    const [value, next] = yield* Effect.locally(f(decoded), currentFence, Option.some(turn.fence))
+    const [value, next] = yield* Effect.provideService(f(decoded), currentFence, Option.some(turn.fence))
     const writes = encodeWrites(env, token, slices, current, next)
-    if (Either.isLeft(writes)) return yield* Effect.fail(writes.left)
-    return { value, writes: writes.right }
+    if (Result.isFailure(writes)) return yield* Effect.fail(writes.failure)
+    return { value, writes: writes.success }
   })
 
 /**
@@ -190,17 +192,17 @@ class PureDecision<B> {
       return noWrites
     }
     const writes = encodeWrites(env, token, slices, current, next)
-    if (Either.isLeft(writes)) {
-      this.exit = Exit.fail(writes.left)
+    if (Result.isFailure(writes)) {
+      this.exit = Exit.fail(writes.failure)
       return noWrites
     }
     this.exit = Exit.succeed(value)
-    return writes.right
+    return writes.success
   }
 
   /** `then` after the warnings, if any. */
   afterWarnings<A, E>(then: Effect.Effect<A, E>): Effect.Effect<A, E> {
-    return this.warnings === undefined ? then : Effect.zipRight(this.warnings, then)
+    return this.warnings === undefined ? then : Effect.andThen(this.warnings, then)
   }
 }
 
@@ -233,7 +235,7 @@ export const runPure = <B>(
     const { inStep } = env.lease
     if (inStep === undefined) return viaSession(env, token, slices, options, decision)
     const names = slices.map((s) => s.name)
-    return inStep(token, names, Option.fromNullable(options?.event), decision.on, (done) =>
+    return inStep(token, names, Option.fromNullishOr(options?.event), decision.on, (done) =>
       // done: the function ran (its result is set) and its writes are made
       done ? decision.afterWarnings(decision.exit!) : viaSession(env, token, slices, options, decision)
     )
@@ -270,11 +272,11 @@ const viaSession = <B>(
     Effect.flatMap(lease.begin(token, request), (own) => {
       if (Option.isSome(own)) {
         request.done.done(Exit.succeed(decideNow(own.value)))
-        return Effect.zipRight(lease.complete(token, request), outcome)
+        return Effect.andThen(lease.complete(token, request), outcome)
       }
       return Effect.flatMap(Effect.exit(restore(result.await)), (waited) => {
         if (Exit.isSuccess(waited) || result.poll() !== undefined) return outcome
-        return Effect.zipRight(
+        return Effect.andThen(
           lease.cancel(token, request),
           // not decided yet: it never will be
           Effect.suspend(() => (request.done.poll() === undefined ? Effect.failCause(waited.cause) : outcome))

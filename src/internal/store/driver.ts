@@ -13,8 +13,8 @@
  * @internal
  */
 import type * as Effect from "effect/Effect"
-import type * as Either from "effect/Either"
 import type * as Option from "effect/Option"
+import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
@@ -190,7 +190,7 @@ export interface Driver {
   /** One result per claim, in order; a claim the store refused is that claim's own failure. */
   readonly claimSockets: (
     claims: ReadonlyArray<readonly [token: string, record: string]>
-  ) => Effect.Effect<ReadonlyArray<Either.Either<RawClaim, StoreRefused>>, StoreError>
+  ) => Effect.Effect<ReadonlyArray<Result.Result<RawClaim, StoreRefused>>, StoreError>
   /** Overwrite the record with `record` only while it names exactly the expected instance and connection. */
   readonly takeOverSocket: (
     token: string,

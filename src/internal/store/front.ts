@@ -14,8 +14,9 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Filter from "effect/Filter"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
 import type {
   ClaimResult,
@@ -175,7 +176,10 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeNotice(token, message)))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeNotice(token, message)))
+          )
         )
       ),
     noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
@@ -183,7 +187,10 @@ const queuePart = (driver: Driver) =>
       checked(tokensError(token, instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // what is not a notice (published by someone else) is ignored
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeTokenNotice(message)))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeTokenNotice(message)))
+          )
         )
       )
   }) satisfies Partial<Store.Service>
@@ -197,7 +204,10 @@ const signalPart = (driver: Driver) =>
       checked(tokenError(token), () =>
         Effect.map(driver.subscribe(token), (messages) =>
           // A message that is not a signal (published by someone else) is ignored.
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodeSignal(message)))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodeSignal(message)))
+          )
         )
       ),
     status: driver.status,
@@ -207,10 +217,10 @@ const signalPart = (driver: Driver) =>
 /** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
 const socketPart = (driver: Driver) => {
   const { keys } = driver
-  const claimResult = (token: string, claim: RawClaim): Either.Either<ClaimResult, CorruptValue> =>
+  const claimResult = (token: string, claim: RawClaim): Result.Result<ClaimResult, CorruptValue> =>
     claim._tag === "Claimed"
-      ? Either.right(claim)
-      : Either.map(
+      ? Result.succeed(claim)
+      : Result.map(
           decodeSocketRecord(keys.socket(token), claim.raw),
           (record): ClaimResult => ({ _tag: "Taken", record })
         )
@@ -224,11 +234,11 @@ const socketPart = (driver: Driver) => {
           continue
         }
         const decoded = decodeSocketRecord(key, raw)
-        if (Either.isLeft(decoded)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.left.message}`)
+        if (Result.isFailure(decoded)) {
+          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.failure.message}`)
           continue
         }
-        records.push([token, decoded.right])
+        records.push([token, decoded.success])
       }
       return records
     })
@@ -244,14 +254,16 @@ const socketPart = (driver: Driver) => {
   return {
     claimSocket: (token, record) =>
       checked(tokenAndInstanceError(token, record.instanceId), () =>
-        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) => claimResult(token, claim))
+        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) =>
+          Effect.fromResult(claimResult(token, claim))
+        )
       ),
     readSocket: (token) =>
       checked(tokenError(token), () =>
         Effect.flatMap(driver.readSocket(token), (raw) =>
           Option.isNone(raw)
             ? Effect.succeed(Option.none<SocketRecord>())
-            : Effect.map(decodeSocketRecord(keys.socket(token), raw.value), Option.some)
+            : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), raw.value)), Option.some)
         )
       ),
     deleteSocketIfOwner: (token, record) =>
@@ -265,7 +277,7 @@ const socketPart = (driver: Driver) => {
     scanSockets: driver.scanSockets.pipe(
       Stream.chunks,
       Stream.mapEffect((chunk) => decodeRecords([...chunk])),
-      Stream.flattenIterables
+      Stream.flattenIterable
     ),
     claimSockets: (claims) =>
       Effect.gen(function* () {
@@ -278,8 +290,8 @@ const socketPart = (driver: Driver) => {
           claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
         )
         return outcomes.map(
-          (outcome, i): Either.Either<ClaimResult, CorruptValue | StoreRefused> =>
-            Either.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
+          (outcome, i): Result.Result<ClaimResult, CorruptValue | StoreRefused> =>
+            Result.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
         )
       }),
     takeOverSocket: (token, expected, record) =>
@@ -291,14 +303,16 @@ const socketPart = (driver: Driver) => {
               ? Effect.succeed(outcome)
               : outcome.raw === undefined
                 ? Effect.succeed({ _tag: "Changed", record: Option.none() })
-                : Effect.map(decodeSocketRecord(keys.socket(token), outcome.raw), (found) => ({
+                : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
                     _tag: "Changed",
                     record: Option.some(found)
                   }))
         )
       ),
     enableSocketEvents: driver.enableSocketEvents,
-    socketEvents: Effect.map(driver.socketEvents, (events) => Stream.filterMap(events, toSocketEvent))
+    socketEvents: Effect.map(driver.socketEvents, (events) =>
+      Stream.filterMap(events, Filter.fromPredicateOption(toSocketEvent))
+    )
   } satisfies Partial<Store.Service>
 }
 
@@ -320,7 +334,10 @@ const presencePart = (driver: Driver) =>
     presenceMessages: (instanceId) =>
       checked(tokenError(instanceId), () =>
         Effect.map(driver.presenceMessages(instanceId), (messages) =>
-          Stream.filterMap(messages, (message) => Option.fromNullable(decodePresenceMessage(message)))
+          Stream.filterMap(
+            messages,
+            Filter.fromPredicateOption((message) => Option.fromNullishOr(decodePresenceMessage(message)))
+          )
         )
       )
   }) satisfies Partial<Store.Service>
@@ -339,7 +356,7 @@ const appendToOwner = (
 ): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError> => {
   const key = driver.keys.socket(token)
   const recordOf = (raw: string) =>
-    Effect.flatMap(decodeSocketRecord(key, raw), (record) => {
+    Effect.flatMap(Effect.fromResult(decodeSocketRecord(key, raw)), (record) => {
       const invalid = tokenError(record.instanceId)
       return invalid === undefined ? Effect.succeed(record) : Effect.fail(invalid)
     })

@@ -5,8 +5,9 @@
  *
  * @internal
  */
-import * as Either from "effect/Either"
+
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type { AcquireResult, LockHolder, QueuedAcquireResult } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
 import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
@@ -51,13 +52,13 @@ export const notAnInteger = "ERR value is not an integer or out of range"
 export const acquireResult = (reply: TryAcquire.Reply, lockMs: number): AcquireResult =>
   reply._tag === "Held"
     ? { _tag: "Held", remainingMs: remainingMs(reply.pttl, lockMs) }
-    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullable) }
+    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullishOr) }
 
 /** @internal */
 export const queuedAcquireResult = (reply: AcquireQueued.Reply, lockMs: number): QueuedAcquireResult =>
   reply._tag === "Queued"
     ? { _tag: "Queued", remainingMs: remainingMs(reply.pttl, lockMs) }
-    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullable), queued: reply.queued }
+    : { _tag: "Acquired", fence: reply.fence, values: reply.values.map(Option.fromNullishOr), queued: reply.queued }
 
 /**
  * The holder named by a reply. The fence lives as long as the slices; a lock outliving it
@@ -68,9 +69,9 @@ export const queuedAcquireResult = (reply: AcquireQueued.Reply, lockMs: number):
 export const lockHolder = (
   reply: Holder.Reply,
   lockMs: number
-): Either.Either<Option.Option<LockHolder>, StoreRefused> => {
-  if (reply._tag === "Free") return Either.right(Option.none())
+): Result.Result<Option.Option<LockHolder>, StoreRefused> => {
+  if (reply._tag === "Free") return Result.succeed(Option.none())
   const fence = reply.fence === null ? 0 : parseInteger(reply.fence)
-  if (fence === undefined) return Either.left(new StoreRefused({ operation: "holder", reply: notAnInteger }))
-  return Either.right(Option.some({ lockId: reply.lockId, fence, remainingMs: remainingMs(reply.pttl, lockMs) }))
+  if (fence === undefined) return Result.fail(new StoreRefused({ operation: "holder", reply: notAnInteger }))
+  return Result.succeed(Option.some({ lockId: reply.lockId, fence, remainingMs: remainingMs(reply.pttl, lockMs) }))
 }

@@ -9,10 +9,10 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
 import * as FiberMap from "effect/FiberMap"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import type * as Schedule from "effect/Schedule"
 import type { ClaimResult, SocketRecord } from "../../Store.js"
 import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
@@ -56,31 +56,31 @@ export const applyClaim = (
   table: Table,
   token: string,
   entry: Entry,
-  result: Either.Either<ClaimResult, CorruptValue | StoreRefused>,
-  stored: Metric.Metric.Counter<number> = recordsRestored
+  result: Result.Result<ClaimResult, CorruptValue | StoreRefused>,
+  stored: Metric.Counter<number> = recordsRestored
 ): Effect.Effect<Option.Option<SocketRecord>> =>
   Effect.suspend(() => {
     const current = table.entries.get(token)
     if (current !== entry) {
-      const written = Either.isRight(result) && result.right._tag === "Claimed"
+      const written = Result.isSuccess(result) && result.success._tag === "Claimed"
       if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return none
       return table.store.deleteSocketIfOwner(token, entry.record).pipe(
         Effect.asVoid,
         Effect.catchTag("InvalidToken", () => Effect.void),
-        Effect.catchAll((error) => storeFailed(table, `deleting the record of disconnected token ${token}`, error)),
+        Effect.catch((error) => storeFailed(table, `deleting the record of disconnected token ${token}`, error)),
         Effect.as(Option.none())
       )
     }
-    if (Either.isLeft(result)) {
+    if (Result.isFailure(result)) {
       return Effect.as(
-        Effect.logWarning(`socket records: cannot restore token ${token}: ${result.left.message}`),
+        Effect.logWarning(`socket records: cannot restore token ${token}: ${result.failure.message}`),
         Option.none()
       )
     }
-    const claim = result.right
+    const claim = result.success
     if (claim._tag === "Claimed" || sameRecord(claim.record, entry.record)) {
       table.unstored.delete(entry)
-      return claim._tag === "Claimed" ? Effect.as(Metric.increment(stored), Option.none()) : none
+      return claim._tag === "Claimed" ? Effect.as(Metric.update(stored, 1), Option.none()) : none
     }
     if (table.unstored.has(entry)) return Effect.succeed(Option.some(claim.record))
     return Effect.as(adopt(table, token, entry, claim.record), Option.none())
@@ -119,17 +119,17 @@ const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketR
             )
           : applyFound(table, token, entry, found, takeovers)
       ),
-      Effect.zipLeft(storeWorked(table)),
+      Effect.tap(storeWorked(table)),
       Effect.tapError((error) => storeFailed(table, `taking the record of token ${token} over`, error))
     )
   })
 
 /** `applyClaim` for what a take-over or a claim found (a record that does not decode: left for the next restore). */
-const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Metric.Counter<number>) =>
+const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Counter<number>) =>
   found._tag === "ours"
-    ? applyClaim(table, token, entry, Either.right(claimed), stored)
+    ? applyClaim(table, token, entry, Result.succeed(claimed), stored)
     : found._tag === "taken"
-      ? applyClaim(table, token, entry, Either.right({ _tag: "Taken", record: found.record }))
+      ? applyClaim(table, token, entry, Result.succeed({ _tag: "Taken", record: found.record }))
       : none
 
 const claimed: ClaimResult = { _tag: "Claimed" }
@@ -175,7 +175,7 @@ const settle = (keeper: Settler, [token, entry, found]: Contested) => {
       Effect.logDebug(`socket records: settling token ${token} failed, trying again: ${error.message}`)
     ),
     Effect.retry(keeper.retry),
-    Effect.catchAll((error) => Effect.logError(`socket records: settling token ${token} gave up: ${error.message}`))
+    Effect.catch((error) => Effect.logError(`socket records: settling token ${token} gave up: ${error.message}`))
   )
 }
 

@@ -98,11 +98,11 @@ const freshAttempts = 3
  */
 const forget = (table: Table, token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
   table.store.deleteSocketIfOwner(token, record).pipe(
-    Effect.zipRight(storeWorked(table)),
+    Effect.andThen(storeWorked(table)),
     Effect.catchTag("InvalidToken", () => Effect.void),
-    Effect.catchAll((error) => storeFailed(table, what, error)),
+    Effect.catch((error) => storeFailed(table, what, error)),
     Effect.interruptible,
-    Effect.fork,
+    Effect.forkChild,
     Effect.flatMap(Fiber.join)
   )
 
@@ -188,8 +188,8 @@ const linkAs = (
   })
 
 const notStored = (table: Table, token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
-  Effect.zipRight(
-    Effect.zipRight(
+  Effect.andThen(
+    Effect.andThen(
       linkAs(table, token, connectionId, fresh, { stored: false }),
       storeFailed(table, `linking token ${token}`, cause)
     ),
@@ -227,12 +227,12 @@ const claimAndLink = (
       connectionId,
       restore(step).pipe(
         Effect.onInterrupt(() => forget(table, token, record, `deleting the record of interrupted link ${token}`)),
-        Effect.catchAll(notStored(table, token, connectionId, fresh)),
+        Effect.catch(notStored(table, token, connectionId, fresh)),
         Effect.flatMap((outcome) =>
           outcome._tag !== "ours"
             ? Effect.succeed<Outcome>(outcome)
-            : Effect.zipRight(
-                Effect.zipRight(Metric.increment(expected === undefined ? links : takeovers), storeWorked(table)),
+            : Effect.andThen(
+                Effect.andThen(Metric.update(expected === undefined ? links : takeovers, 1), storeWorked(table)),
                 linkAs(table, token, connectionId, fresh, { takenOver: expected !== undefined })
               ).pipe(Effect.map((linked): Outcome => ({ _tag: "Linked", linked })))
         )
@@ -243,12 +243,12 @@ const claimAndLink = (
 
 const linkFresh = (table: Table, connectionId: string) =>
   Effect.gen(function* () {
-    yield* Metric.increment(duplicates)
+    yield* Metric.update(duplicates, 1)
     for (let attempt = 0; attempt < freshAttempts; attempt++) {
       const linked = yield* claimAndLink(table, randomUUID(), connectionId, true)
       if (linked._tag === "Linked") return linked.linked
     }
-    return yield* Effect.dieMessage(`socket records: ${freshAttempts} fresh tokens in a row were taken`)
+    return yield* Effect.die(new Error(`socket records: ${freshAttempts} fresh tokens in a row were taken`))
   })
 
 /**
@@ -270,7 +270,7 @@ const claimOrTakeOver = (presence: Presence, token: string, connectionId: string
       if (found._tag === "corrupt") return Option.none()
       const holder = found.record
       const verdict = yield* judge(presence, token, holder).pipe(
-        Effect.catchAll((error) =>
+        Effect.catch((error) =>
           Effect.as(
             Effect.logWarning(`socket records: the owner of token ${token} could not be asked: ${error.message}`),
             "unsure" as const

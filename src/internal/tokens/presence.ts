@@ -18,6 +18,7 @@ import { randomUUID } from "node:crypto"
 import * as Clock from "effect/Clock"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import type * as Latch from "effect/Latch"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { PresenceMessage, SocketRecord } from "../../Store.js"
@@ -41,7 +42,7 @@ export interface Presence {
   readonly presenceMs: number
   readonly refreshEveryMs: number
   /** Open once the loop's first attempt has refreshed, or failed. */
-  readonly started: Effect.Latch
+  readonly started: Latch.Latch
   /** When the current attempt became steady (subscribed and refreshed); `undefined` while it is not. */
   steadySince: number | undefined
   /** When the last refresh that succeeded was sent. */
@@ -70,7 +71,7 @@ const handle = (presence: Presence, message: PresenceMessage) =>
     }
     const linked = linkedHere(table, message.token, message.connectionId)
     return table.store.sendPresence(message.from, { _tag: "Answer", askId: message.askId, linked }).pipe(
-      Effect.catchAll((error) => Effect.logDebug(`${loopName}: no answer sent to ${message.from}: ${error.message}`)),
+      Effect.catch((error) => Effect.logDebug(`${loopName}: no answer sent to ${message.from}: ${error.message}`)),
       Effect.forkScoped,
       Effect.asVoid
     )
@@ -112,7 +113,7 @@ export const watch = (presence: Presence, recovered: Effect.Effect<void>) => {
     })
   ).pipe(
     Effect.ensuring(
-      Effect.zipRight(
+      Effect.andThen(
         Effect.sync(() => {
           presence.steadySince = undefined
         }),
@@ -166,7 +167,7 @@ const ask = (presence: Presence, token: string, owner: SocketRecord) =>
             token,
             connectionId: owner.connectionId
           })
-          .pipe(Effect.zipRight(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs))),
+          .pipe(Effect.andThen(Effect.timeoutOption(Deferred.await(answer), presence.presenceMs))),
       () => Effect.sync(() => presence.asks.delete(askId))
     )
   })
@@ -233,5 +234,5 @@ export const remove = (presence: Presence) =>
       ? Effect.void
       : presence.table.store
           .removePresence(presence.table.instanceId)
-          .pipe(Effect.catchAll((error) => Effect.logDebug(`${loopName}: presence not removed: ${error.message}`)))
+          .pipe(Effect.catch((error) => Effect.logDebug(`${loopName}: presence not removed: ${error.message}`)))
   )

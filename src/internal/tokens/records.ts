@@ -10,8 +10,9 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import type * as Latch from "effect/Latch"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import type { InvalidToken, StoreError } from "../../StoreError.js"
@@ -40,7 +41,7 @@ const restoreBatch = 1_000
 export interface Keeper extends Settler {
   readonly refreshEvery: Duration.Duration
   /** Open once the loop's first attempt is over. */
-  readonly started: Effect.Latch
+  readonly started: Latch.Latch
   mode: Option.Option<KeepAlive>
   refusalLogged: boolean
 }
@@ -69,11 +70,11 @@ const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
 /** One maintenance pass over the map: alone, and its store failure logged once per episode (then `orElse`). */
 const maintain = <A>(table: Table, what: string, pass: Effect.Effect<A, StoreError | InvalidToken>, orElse: A) =>
   table.maintenance.withPermits(1)(
-    Effect.zipLeft(pass, storeWorked(table)).pipe(
+    Effect.tap(pass, storeWorked(table)).pipe(
       Effect.catchTag("InvalidToken", (error) =>
         Effect.as(Effect.logError(`socket records: ${error.message}`), orElse)
       ),
-      Effect.catchAll((error) => Effect.as(storeFailed(table, what, error), orElse))
+      Effect.catch((error) => Effect.as(storeFailed(table, what, error), orElse))
     )
   )
 
@@ -90,7 +91,7 @@ export const restore = (keeper: Keeper) => {
   return table.maintenance
     .withPermits(1)(
       Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
-        Effect.zipLeft(storeWorked(table)),
+        Effect.tap(storeWorked(table)),
         Effect.catchTag("InvalidToken", (error) =>
           Effect.as(Effect.logError(`socket records: ${error.message}`), [] as ReadonlyArray<Contested>)
         ),
@@ -141,16 +142,14 @@ const removed = (keeper: Keeper, token: string) => {
             Option.none<Contested>()
           )
         return table.store.claimSocket(token, entry.record).pipe(
-          Effect.map(Either.right),
-          Effect.catchTag("CorruptValue", (error) => Effect.succeed(Either.left(error))),
+          Effect.map(Result.succeed),
+          Effect.catchTag("CorruptValue", (error) => Effect.succeed(Result.fail(error))),
           Effect.flatMap((result) => applyClaim(table, token, entry, result)),
           Effect.map(Option.map((holder): Contested => [token, entry, holder])),
           Effect.catchTag("InvalidToken", (error) =>
             Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
           ),
-          Effect.catchAll((error) =>
-            Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none())
-          )
+          Effect.catch((error) => Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none()))
         )
       })
     )

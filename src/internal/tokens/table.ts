@@ -12,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
+import type * as Semaphore from "effect/Semaphore"
 import type { SocketRecord, Store } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
 import { withSpan } from "../tracing.js"
@@ -66,7 +67,7 @@ export interface Table {
   readonly instanceId: string
   readonly entries: Map<string, Entry>
   /** Restores, refreshes and re-claims run one at a time: each reads the map, then applies what the store said. */
-  readonly maintenance: Effect.Semaphore
+  readonly maintenance: Semaphore.Semaphore
   /** One warning per failure episode: a store that is down fails every write until it returns. */
   failing: boolean
   /** Links whose claim or take-over is in flight, as `<token> <connectionId>` (a token has no space). */
@@ -139,9 +140,9 @@ export const adopt = (table: Table, token: string, entry: Entry, record: SocketR
     // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
     if (entries.get(token) !== entry) return Effect.void
     entries.set(token, { connectionId: entry.connectionId, record })
-    return Effect.zipRight(
-      Effect.zipRight(
-        Metric.increment(recordsAdopted),
+    return Effect.andThen(
+      Effect.andThen(
+        Metric.update(recordsAdopted, 1),
         Effect.logInfo(`socket records: token ${token} is held by ${record.instanceId} now; adopted its record`)
       ),
       // Only a socket that held the token under its own record lost it; one that had adopted already was told.

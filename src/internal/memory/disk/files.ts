@@ -9,7 +9,7 @@ import { createHash } from "node:crypto"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import * as Effect from "effect/Effect"
-import * as Either from "effect/Either"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import { describeParseError, parseSafely } from "../../parse.js"
 import { tokenProblem } from "../../validate.js"
@@ -39,16 +39,16 @@ const StoredValue = Schema.Struct({ value: Schema.String, expiresAt: Schema.Null
 const TokenFile = Schema.Struct({
   format: Schema.Literal(format),
   token: Schema.String,
-  keys: Schema.Record({ key: Schema.String, value: StoredValue })
+  keys: Schema.Record(Schema.String, StoredValue)
 })
 
 /** @internal */
 export type TokenFile = typeof TokenFile.Type
 
 /** The file's content, or what is wrong with it (a file nested too deeply included), in a few words. */
-const parseTokenFile = (raw: string): Either.Either<TokenFile, string> =>
-  Either.mapLeft(
-    parseSafely(TokenFile, Schema.decodeUnknownEither(Schema.parseJson(TokenFile)))(raw),
+const parseTokenFile = (raw: string): Result.Result<TokenFile, string> =>
+  Result.mapError(
+    parseSafely(Schema.decodeUnknownResult(Schema.fromJsonString(TokenFile)))(raw),
     (error) => `not a token file: ${describeParseError(error)}`
   )
 
@@ -152,16 +152,18 @@ export const writeFile = async (file: string, content: string) => {
 export const readTokenFile = (dir: string, name: string) =>
   Effect.gen(function* () {
     const file = path.join(dir, name)
-    const raw = yield* Effect.either(Effect.tryPromise(() => fs.readFile(file, "utf8")))
-    if (Either.isLeft(raw)) {
-      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.left.error)}`)
+    const raw = yield* Effect.result(Effect.tryPromise(() => fs.readFile(file, "utf8")))
+    if (Result.isFailure(raw)) {
+      yield* Effect.logWarning(`MemoryStore: skipping ${file}: cannot read it: ${reasonOf(raw.failure.cause)}`)
       return undefined
     }
-    const decoded = parseTokenFile(raw.right)
-    const problem = Either.isLeft(decoded) ? decoded.left : fileProblem(name.slice(0, -".json".length), decoded.right)
-    if (problem !== undefined || Either.isLeft(decoded)) {
+    const decoded = parseTokenFile(raw.success)
+    const problem = Result.isFailure(decoded)
+      ? decoded.failure
+      : fileProblem(name.slice(0, -".json".length), decoded.success)
+    if (problem !== undefined || Result.isFailure(decoded)) {
       yield* Effect.logWarning(`MemoryStore: skipping ${file}: ${problem}`)
       return undefined
     }
-    return decoded.right
+    return decoded.success
   })
