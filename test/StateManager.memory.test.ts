@@ -35,7 +35,7 @@ const memory: StateBackend = {
         const cluster = yield* memoryCluster(input)
         yield* body(cluster, {
           advance: (ms) => Effect.andThen(TestClock.adjust(ms), settle),
-          settle,
+          quiet: () => settle,
           until: untilOnTestClock
         }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })

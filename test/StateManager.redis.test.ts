@@ -21,7 +21,7 @@ const redis: StateBackend = {
         const cluster = yield* redisCluster({ commandTimeout: 1_000, ...input })
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
-          settle: Effect.sleep(30),
+          quiet: () => Monitor.quiet(cluster.server),
           until: (label, check) => eventuallyTrue(label, 5_000, check)
         }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })

@@ -20,6 +20,7 @@ import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, redisClusterWorkers } from "./state/workers.js"
 import { leasehold } from "./support/cli.js"
 import * as Logs from "./support/logs.js"
+import * as Monitor from "./support/monitor.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -52,7 +53,7 @@ const state: StateBackend = {
           })
           yield* body(workers, {
             advance: (ms) => Effect.sleep(ms),
-            settle: Effect.sleep(30),
+            quiet: (token) => Effect.flatMap(Effect.orDie(cluster.nodeFor(workers.keys.lock(token))), Monitor.quiet),
             until: (label, check) => eventuallyTrue(label, 10_000, check)
           }).pipe(Effect.provide(Logs.into(workers.logs)))
         }),

@@ -26,8 +26,12 @@ import { type Cluster, Counter, Other, type Worker } from "./workers.js"
 export interface Tools {
   /** Let `ms` pass: TestClock on memory, real time on Redis. */
   readonly advance: (ms: number) => Effect.Effect<void>
-  /** Let forked fibers run until they wait (no time passes on memory). */
-  readonly settle: Effect.Effect<void>
+  /**
+   * Wait until nothing more is under way for `token`, before asserting that something did
+   * not happen: on memory the fibers run until they wait (no time passes); on a real server,
+   * barriers on the server of the token's keys until no client sends anything between two.
+   */
+  readonly quiet: (token: string) => Effect.Effect<void>
   /** Wait until `check` holds (polling; on memory the TestClock moves 1 ms a poll; fails the test after a while). */
   readonly until: (label: string, check: Effect.Effect<boolean, unknown>) => Effect.Effect<void>
 }
@@ -378,7 +382,10 @@ export const stateSuite = (backend: StateBackend) => {
           )
           yield* Deferred.await(entered)
           const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, () => [0, { n: 4252 }]))
-          yield* tools.settle
+          yield* tools.until(
+            "b queued",
+            Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
+          )
           yield* tools.advance(400)
           yield* Fiber.join(waiter)
           yield* Deferred.succeed(gate, undefined)
@@ -436,7 +443,8 @@ export const stateSuite = (backend: StateBackend) => {
             "b queued",
             Effect.map(cluster.store.queue("t"), (ids) => ids.includes(b.id))
           )
-          yield* tools.settle
+          // b's steps after queueing (listening, a last attempt) are over: it waits for the notice
+          yield* tools.quiet("t")
           const released = yield* Clock.currentTimeMillis
           yield* first.open
           yield* Fiber.join(first.fiber)
@@ -488,7 +496,7 @@ export const stateSuite = (backend: StateBackend) => {
           )
           // A waiter that queued before it listened attempts once more right after it listens
           // (its grant may have been announced before): two scripts each, then they wait.
-          yield* tools.settle
+          yield* tools.quiet("t")
           if (Option.isSome(seen)) {
             yield* tools.until(
               "every waiter waits",
@@ -679,7 +687,7 @@ export const stateSuite = (backend: StateBackend) => {
         const b = yield* Effect.forkChild(inc(w, "t"))
         yield* queueBecomes(cluster, tools, [w.id])
         yield* Fiber.interrupt(a)
-        yield* tools.settle
+        yield* tools.quiet("t")
         deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
         yield* Fiber.interrupt(b)
         yield* queueBecomes(cluster, tools, [])
@@ -702,9 +710,9 @@ export const stateSuite = (backend: StateBackend) => {
           // the last waiter leaves and, in the same instant, another one queues
           yield* Effect.sync(() => first.interruptUnsafe())
           const second = yield* Effect.forkChild(inc(w, "t"))
-          yield* tools.settle
+          yield* tools.quiet("t")
           yield* queueBecomes(cluster, tools, [w.id])
-          yield* tools.settle
+          yield* tools.quiet("t")
           deepStrictEqual(yield* cluster.store.queue("t"), [w.id])
           // and that one leaves while its attempt to queue is under way
           const third = yield* Effect.forkChild(inc(w, "t"))
@@ -730,7 +738,7 @@ export const stateSuite = (backend: StateBackend) => {
         }
         yield* queueBecomes(cluster, tools, [])
         yield* idle(tools, w)
-        yield* tools.settle
+        yield* tools.quiet("t")
         deepStrictEqual(yield* cluster.store.queue("t"), [])
         yield* blocking.open
         yield* join(tools, blocking.fiber)
@@ -753,7 +761,7 @@ export const stateSuite = (backend: StateBackend) => {
         yield* queueBecomes(cluster, tools, [b.id])
         yield* queueFake(cluster, "t", "N")
         deepStrictEqual(yield* cluster.store.queue("t"), [b.id, "N"])
-        yield* tools.settle
+        yield* tools.quiet("t")
         return { b, waiter }
       })
 
@@ -770,7 +778,7 @@ export const stateSuite = (backend: StateBackend) => {
           const next = yield* Effect.forkChild(inc(c, "t", 10))
           yield* queueBecomes(cluster, tools, [b.id, c.id])
           deepStrictEqual(yield* cluster.store.queue("t"), [b.id, c.id])
-          yield* tools.settle
+          yield* tools.quiet("t")
           // H's release hands the lock to b, who does not hear of it before its only waiter is gone
           const heard = yield* cluster.handoffs.unheard("t", b, releaseFake(cluster, "H"))
           yield* Fiber.interrupt(waiter)
@@ -875,7 +883,7 @@ export const stateSuite = (backend: StateBackend) => {
             deepStrictEqual(yield* cluster.store.queue("t"), ["Y", b.id])
             // now b hears of its first grant
             yield* deliver
-            yield* tools.settle
+            yield* tools.quiet("t")
             // b did not take the free lock ahead of Y (nor serve its waiter under it): its
             // attempt granted the lock to Y, and b waits behind
             assert.strictEqual(yield* cluster.stored("t"), 1)
@@ -1079,7 +1087,8 @@ export const stateSuite = (backend: StateBackend) => {
           yield* inc(w, "t")
           const fiber = yield* blocker(tools, w, "t")
           const closing = yield* Effect.forkChild(w.close)
-          yield* tools.settle
+          // the close is under way, and waits for the modification
+          yield* tools.quiet("t")
           yield* fiber.open
           assert.strictEqual(yield* join(tools, fiber.fiber), 3)
           yield* join(tools, closing)
@@ -1133,7 +1142,10 @@ export const stateSuite = (backend: StateBackend) => {
           const r2 = yield* Effect.forkChild(inc(r, "t"))
           yield* tools.until("the modification entered", Deferred.isDone(entered))
           const hNext = yield* Effect.forkChild(inc(h, "t"))
-          yield* tools.settle
+          yield* tools.until(
+            "h queued behind r",
+            Effect.map(cluster.store.queue("t"), (ids) => ids.includes(h.id))
+          )
           yield* Deferred.succeed(gate, undefined)
           yield* join(tools, r1)
           yield* tools.until(

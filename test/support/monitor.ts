@@ -136,3 +136,30 @@ export const sentBetween = (m: Monitor, from: number, to: number): ReadonlyArray
   m.commands
     .slice(from, to)
     .filter((c) => !c.fromScript && !(c.args[0] === "echo" && c.args[1]?.startsWith("leasehold-test-barrier-")))
+
+/**
+ * Wait until clients have nothing more under way on the server: barriers, on a monitor of
+ * its own, until two in a row have no command of a client between them. One barrier sees
+ * what was sent before it; a chain (a subscription, then the attempt its confirmation
+ * starts) may still be sending, and shows as a command between two barriers. For "nothing
+ * more happened" without a sleep that guesses when. Dies after `ms` of steady traffic.
+ */
+export const quiet = (server: RedisServer.RedisServer, ms = 5_000): Effect.Effect<void> =>
+  Effect.scoped(
+    Effect.gen(function* () {
+      const m = yield* monitor(server)
+      const deadline = performance.now() + ms
+      let from = yield* barrier(server, m)
+      while (true) {
+        const to = yield* barrier(server, m)
+        const sent = sentBetween(m, from, to)
+        if (sent.length === 0) return
+        if (performance.now() > deadline) {
+          return yield* Effect.die(
+            `the server was not quiet within ${ms} ms: ${sent.map((c) => c.args.join(" ")).join("; ")}`
+          )
+        }
+        from = to
+      }
+    })
+  )
