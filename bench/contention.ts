@@ -95,15 +95,20 @@ const startWorker = (env: Record<string, string>) => {
     lines.push(...parts.filter((line) => line.trim().length > 0))
     for (const wake of waiters.splice(0)) wake()
   })
+  // "close", not "exit": the last lines a worker printed may still be on their way at its exit
+  let exited = false
+  child.once("close", () => {
+    exited = true
+    for (const wake of waiters.splice(0)) wake()
+  })
   const line = (test: (line: string) => boolean) =>
     new Promise<string>((resolve, reject) => {
       const check = () => {
         const found = lines.find(test)
         if (found !== undefined) return resolve(found)
-        if (child.exitCode !== null) return reject(new Error(`worker exited with ${child.exitCode}`))
+        if (exited) return reject(new Error(`worker exited with ${child.exitCode}`))
         waiters.push(check)
       }
-      child.once("exit", () => check())
       check()
     })
   return { child, line }
