@@ -191,7 +191,9 @@ const main = async () => {
   measuring = true
   await loops
   const cpu = process.cpuUsage(cpuBefore)
-  console.log(JSON.stringify({ ok, warm_ok: warmOk, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 }))
+  // A pipe takes a long line in several writes: the exit below must not cut the report short.
+  const report = JSON.stringify({ ok, warm_ok: warmOk, failed, lat, cpu_ms: (cpu.user + cpu.system) / 1000 })
+  await new Promise<void>((resolve) => process.stdout.write(`${report}\n`, () => resolve()))
   reported = true
   lines.close()
   await close()
