@@ -299,41 +299,51 @@ const afterRelay = (state: HoldState): Effect.Effect<void> => {
   })
 }
 
-/** Group commit: one write for every modification served since the last one (`false`: nothing to write). */
+/**
+ * Group commit: one write for every modification served since the last one (`false`: nothing to write).
+ *
+ * Uninterruptible: the batch leaves `unacked` before its write, and only the write's outcome
+ * acknowledges or fails it. Called from the serving loop, which a closing worker interrupts:
+ * an interruption during the write would drop the batch, and its callers, decided, would wait
+ * for their acknowledgements for ever. The write is bounded (the command timeout; a closed
+ * store fails at once), and `finish` would make it anyway.
+ */
 const flush = (state: HoldState): Effect.Effect<boolean> =>
   // Steps chained by hand, not `Effect.gen`: a leased modification written alone makes one.
-  Effect.suspend(() => {
-    const { env, token, lockId, dirty, clock } = state
-    if (state.unacked.length === 0) return Effect.succeed(false)
-    const batch = state.unacked
-    state.unacked = []
-    const entries = [...dirty.entries()]
-    dirty.clear()
-    const started = fineMillis(clock)
-    return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
-      onSuccess: () => {
-        state.writeMs = fineMillis(clock) - started
-        return Effect.map(Metric.update(flushes, 1), () => {
-          succeedAcks(batch)
-          return true
-        })
-      },
-      onFailure: orDefect((error) => {
-        state.writeMs = fineMillis(clock) - started
-        // The lock is lost or the store is away: this lease writes nothing more.
-        return Metric.update(flushFailures, 1).pipe(
-          Effect.andThen(
-            Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
-          ),
-          Effect.map(() => {
-            state.failed = error
-            failAcks(env, batch, lockId, error)
+  Effect.uninterruptible(
+    Effect.suspend(() => {
+      const { env, token, lockId, dirty, clock } = state
+      if (state.unacked.length === 0) return Effect.succeed(false)
+      const batch = state.unacked
+      state.unacked = []
+      const entries = [...dirty.entries()]
+      dirty.clear()
+      const started = fineMillis(clock)
+      return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
+        onSuccess: () => {
+          state.writeMs = fineMillis(clock) - started
+          return Effect.map(Metric.update(flushes, 1), () => {
+            succeedAcks(batch)
             return true
           })
-        )
+        },
+        onFailure: orDefect((error) => {
+          state.writeMs = fineMillis(clock) - started
+          // The lock is lost or the store is away: this lease writes nothing more.
+          return Metric.update(flushFailures, 1).pipe(
+            Effect.andThen(
+              Effect.logWarning(`writing the leased modifications of token ${token} failed: ${error.message}`)
+            ),
+            Effect.map(() => {
+              state.failed = error
+              failAcks(env, batch, lockId, error)
+              return true
+            })
+          )
+        })
       })
     })
-  })
+  )
 
 const serve = (state: HoldState, resumed: boolean) =>
   Effect.gen(function* () {
