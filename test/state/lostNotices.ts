@@ -19,7 +19,6 @@
 import { assert, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
-import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -38,7 +37,7 @@ import { capture } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
 import * as RedisServer from "../support/RedisServer.js"
-import { Counter } from "./workers.js"
+import { Counter, holding } from "./workers.js"
 
 /** Where the workers of a test run. */
 export interface Deployment {
@@ -146,23 +145,6 @@ const attemptsOf = (m: Monitor.Monitor, w: Worker, n: number) =>
         m.commands.filter((c) => !c.fromScript && c.args[0]!.startsWith("eval") && c.args.includes(w.id)).length >= n
     )
   )
-
-/** A modification of `token` on `w` that adds 1 and holds the lock until `open`; returns once it has entered. */
-const holding = (w: Worker, token: string) =>
-  Effect.gen(function* () {
-    const gate = yield* Deferred.make<void>()
-    const entered = yield* Deferred.make<void>()
-    const fiber = yield* Effect.forkChild(
-      w.states.modifyEffect(token, Counter, (s) =>
-        Effect.as(Effect.andThen(Deferred.succeed(entered, undefined), Deferred.await(gate)), [
-          null,
-          { n: s.n + 1 }
-        ] as const)
-      )
-    )
-    yield* Deferred.await(entered)
-    return { fiber, open: Deferred.succeed(gate, undefined) }
-  })
 
 const addTen = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [null, { n: s.n + 10 }])
 

@@ -36,31 +36,22 @@ export interface Tools {
   readonly until: (label: string, check: Effect.Effect<boolean, unknown>) => Effect.Effect<void>
 }
 
+/** Until `fiber` has ended. */
+const ended = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>, label = "the fiber to end") =>
+  tools.until(
+    label,
+    Effect.sync(() => fiber.pollUnsafe() !== undefined)
+  )
+
 /** Run `effect` to its end while time moves (a lease may wait out its quantum meanwhile). */
 const run = <A, E>(tools: Tools, effect: Effect.Effect<A, E>) =>
   Effect.gen(function* () {
     const fiber = yield* Effect.forkChild(effect)
-    yield* tools.until(
-      "the effect to end",
-      Effect.map(
-        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
-        Option.isSome
-      )
-    )
+    yield* ended(tools, fiber, "the effect to end")
     return yield* Fiber.join(fiber)
   })
 
-const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.andThen(
-    tools.until(
-      "the fiber to end",
-      Effect.map(
-        Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
-        Option.isSome
-      )
-    ),
-    Fiber.join(fiber)
-  )
+const join = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) => Effect.andThen(ended(tools, fiber), Fiber.join(fiber))
 
 export interface StateBackend {
   readonly name: "memory" | "redis" | "redis-cluster"
@@ -157,21 +148,10 @@ const lockBecomes = (cluster: Cluster, tools: Tools, value: string) =>
 
 /** The error a fiber failed with, or a defect naming how else it ended. */
 const failureOf = <A, E>(tools: Tools, fiber: Fiber.Fiber<A, E>) =>
-  Effect.flatMap(
-    Effect.andThen(
-      tools.until(
-        "the fiber to end",
-        Effect.map(
-          Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
-          Option.isSome
-        )
-      ),
-      Fiber.await(fiber)
-    ),
-    (exit) =>
-      Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
-        ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
-        : Effect.die(`expected a failure, got ${String(exit)}`)
+  Effect.flatMap(Effect.andThen(ended(tools, fiber), Fiber.await(fiber)), (exit) =>
+    Exit.isFailure(exit) && Option.isSome(Cause.findErrorOption(exit.cause))
+      ? Effect.succeed(Option.getOrThrow(Cause.findErrorOption(exit.cause)))
+      : Effect.die(`expected a failure, got ${String(exit)}`)
   )
 
 /** Wait until a worker has no local entry left. */

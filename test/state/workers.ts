@@ -397,7 +397,7 @@ export const redisSentinelWorkers = (sentinel: RedisSentinel.RedisSentinel, inpu
  * Start a modification of `token` on `w` that adds 1 and holds its turn (and the lock)
  * until `open` runs; returns once it has entered.
  */
-export const holding = (w: Worker, token: string) =>
+export const holding = (w: { readonly states: StateManager.StateManager.Service }, token: string) =>
   Effect.gen(function* () {
     const gate = yield* Deferred.make<void>()
     const entered = yield* Deferred.make<void>()
