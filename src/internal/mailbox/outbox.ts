@@ -92,7 +92,7 @@ export interface Sender {
    * such answer, and only then is dropped.
    */
   graceEndsAt: number | undefined
-  /** The epoch of the store's connection when the sender last saw it ready. */
+  /** The latest epoch of the store's connections the sender has seen, from its first ready status on. */
   epoch: number | undefined
   /**
    * When the store's connection last became ready again. A store that restarted without
@@ -104,11 +104,18 @@ export interface Sender {
   backAt: number | undefined
 }
 
-/** Note a status of the store: a ready one of a later epoch than the last is a return. */
+/**
+ * Note a status of the store. The first ready one sets the epoch; a later epoch is a return,
+ * even while another connection is still coming back (a command answered by a restarted
+ * server is one).
+ */
 const observe = (sender: Sender, status: ConnectionStatus, now: number): void => {
-  if (!status.ready) return
-  if (sender.epoch !== undefined && status.epoch > sender.epoch) sender.backAt = now
-  sender.epoch = status.epoch
+  if (sender.epoch === undefined) {
+    if (status.ready) sender.epoch = status.epoch
+  } else if (status.epoch > sender.epoch) {
+    sender.backAt = now
+    sender.epoch = status.epoch
+  }
 }
 
 /** Follow the store's connection status into `sender` (forked by `Mailbox.make` for its lifetime). */

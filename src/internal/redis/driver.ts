@@ -211,7 +211,8 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
     publish: (token, message) =>
       Effect.asVoid(run("publish", (c) => topology.channels.publish(c, keys.signal(token), message))),
     subscribe: (token) => pubsub.subscribe(keys.signal(token)),
-    status: SubscriptionRef.get(health.status),
+    // brought up to date first: an event's mirror may not have run yet
+    status: Effect.andThen(health.sync, SubscriptionRef.get(health.status)),
     statusChanges: SubscriptionRef.changes(health.status)
   }) satisfies Partial<Driver>
 
