@@ -1,7 +1,7 @@
 /**
  * The per-token sessions of a worker: the local queue of a token's modifications, the
  * lock its head holds, and the lease (oplock) that keeps the lock while this worker alone
- * uses the token (DESIGN §4–§5).
+ * uses the token (docs/design.md#the-lock-a-queue-in-the-store, #leases-oplock).
  *
  * A session exists while a token has queued modifications or a lease on this worker, and
  * is dropped as soon as it has neither: memory does not grow with the tokens ever seen.

@@ -130,7 +130,7 @@ export type Input = {
 export class LeaseholdConfig extends Context.Service<LeaseholdConfig, Settings>()("leasehold/LeaseholdConfig") {}
 
 /**
- * The knobs as `Config`, with the environment names of DESIGN §7.
+ * The knobs as `Config`, with the environment names of docs/configuration.md.
  *
  * @since 0.1.0
  * @category config

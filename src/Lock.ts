@@ -1,5 +1,6 @@
 /**
- * A token's lock, as the local head of a worker takes it (DESIGN §4).
+ * A token's lock, as the local head of a worker takes it
+ * (docs/design.md#the-lock-a-queue-in-the-store).
  *
  * Within a worker, the modifications of one token queue locally and only the head of that
  * queue deals with the store, so this module sees one caller per token at a time. The
@@ -170,12 +171,12 @@ export declare namespace Lock {
       slices: ReadonlyArray<string>
     ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
     /**
-     * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
-     * contention this is one store round trip and no subscription. Otherwise the worker is
-     * queued in the store and waits for the lock to be handed to it (a `Granted` notice
-     * that hands it over, or one it claims), for a resubscription, or for `min(remaining + 5 ms, lockExpiration /
-     * 10, handoffTimeout / 2)`, after which it checks again (and claims a grant whose notice
-     * was lost before the grant expires).
+     * Take the token's lock, reading `slices` with the grant (docs/protocol.md#the-queue-hand-off).
+     * Without contention this is one store round trip and no subscription. Otherwise the worker is
+     * queued in the store and waits for the lock to be handed to it (a `Granted` notice that hands
+     * it over, or one it claims), for a resubscription, or for `min(remaining + 5 ms,
+     * lockExpiration / 10, handoffTimeout / 2)`, after which it checks again (and claims a grant
+     * whose notice was lost before the grant expires).
      * `None` when every local waiter left meanwhile (the worker leaves the queue, and a
      * grant pending for it passes to the next worker).
      */

@@ -1,6 +1,6 @@
 /**
- * The embedded default `Store`: every operation of the Redis scripts (DESIGN §3) on an
- * in-process key space, with TTLs on Effect's `Clock` so that `TestClock` drives expiry.
+ * The embedded default `Store`: every operation of the Redis scripts (docs/protocol.md#operations)
+ * on an in-process key space, with TTLs on Effect's `Clock` so that `TestClock` drives expiry.
  *
  * Keys are the full Redis key names, so raw values written by tests through
  * `MemoryStoreControl.setRaw` land exactly where the Redis store would find them. Each

@@ -3,7 +3,7 @@
  * under `internal/redis/`: the connections' health (`health`), where commands go
  * (`topology`: one server, or a Cluster), pub/sub (`pubsub`), blocking mailbox reads
  * (`blocking`) and the driver (`driver`: one Lua script per atomic operation, from
- * `scripts/`), behind the checked front every store shares. Keys follow DESIGN §3; every
+ * `scripts/`), behind the checked front every store shares. Keys follow docs/protocol.md; every
  * script touches the keys of one token only, so the layout is Cluster-safe.
  *
  * On a Redis Cluster (`cluster: true`, or `redisCluster` in `LeaseholdConfig`) the command

@@ -1,6 +1,7 @@
 /**
  * The user API: typed slices of a token's state, read with `get` and changed with
- * `modify`, under the token's lock (DESIGN §4, §5, §9).
+ * `modify`, under the token's lock (docs/state.md; docs/design.md#the-lock-a-queue-in-the-store,
+ * #leases-oplock).
  *
  * ```ts
  * const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })

@@ -359,14 +359,14 @@ export declare namespace Store {
   }
 
   /**
-   * The token's queue of waiting workers and the hand-off of its lock (DESIGN §4): a
-   * release grants the lock to the queue's head in the same step and notifies that worker
-   * alone. A worker queues under a lock id of its own (the attempt's); the grant installs
-   * it (for the hand-off timeout, which the grantee extends as it holds the lock) and its
-   * notice carries the values of the slices the releasing step had at hand, so the grantee
-   * holds the lock from the notice on, without a claim. A grantee that needs other slices,
-   * or whose notice was lost, claims the grant with an attempt. Every step drops the entries
-   * whose deadline (a lock expiration after their last refresh) has passed, and one that
+   * The token's queue of waiting workers and the hand-off of its lock
+   * (docs/protocol.md#the-queue-hand-off): a release grants the lock to the queue's head in the
+   * same step and notifies that worker alone. A worker queues under a lock id of its own (the
+   * attempt's); the grant installs it (for the hand-off timeout, which the grantee extends as it
+   * holds the lock) and its notice carries the values of the slices the releasing step had at hand,
+   * so the grantee holds the lock from the notice on, without a claim. A grantee that needs other
+   * slices, or whose notice was lost, claims the grant with an attempt. Every step drops the
+   * entries whose deadline (a lock expiration after their last refresh) has passed, and one that
    * finds the lock free with a non-empty queue grants it to the head.
    *
    * @since 0.2.0

@@ -39,8 +39,8 @@ export interface ReleaseResult {
 }
 
 /**
- * The outcome of `acquireQueued` (DESIGN §4): the lock taken (free with nobody queued
- * ahead, or a pending grant claimed), or the caller queued behind it.
+ * The outcome of `acquireQueued` (docs/protocol.md#the-queue-hand-off): the lock taken (free with
+ * nobody queued ahead, or a pending grant claimed), or the caller queued behind it.
  *
  * @since 0.2.0
  * @category models

@@ -1,5 +1,6 @@
 /**
- * Which worker holds each client's socket (DESIGN §8).
+ * Which worker holds each client's socket (docs/tokens.md,
+ * docs/design.md#socket-records-and-delivery).
  *
  * A token's socket record names the instance and the connection that hold the client's
  * socket. `link` claims it atomically; a second tab presenting a token that is already

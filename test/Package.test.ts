@@ -2,7 +2,9 @@
  * leasehold as a new user gets it: the packed library installed into a fresh application
  * beside `effect` and `@effect/platform-node`, with one copy of `effect` in the app (a peer
  * dependency, not a second copy under leasehold), and examples/minimal/main.ts copied in
- * unchanged: type-checked under strict `tsc`, then serving `POST /api/bump`.
+ * unchanged: type-checked under strict `tsc`, then serving `POST /api/bump`. The tarball
+ * holds the built library, its sources, the README, the LICENSE and the CHANGELOG, and
+ * nothing of the tests, benchmarks or examples.
  *
  * It packs with `npm pack` (which builds `dist/`) and installs from the npm registry.
  */
@@ -50,6 +52,23 @@ describe("the packed library in a fresh Effect 4 application", () => {
         const app = yield* tempDir("leasehold-app-")
         const { stdout } = yield* sh(root, npm, ["pack", "--silent", "--pack-destination", packs])
         const tarball = path.join(packs, stdout.trim().split("\n").pop()!)
+
+        // what the tarball holds, as npm wrote it (every entry under `package/`)
+        const { stdout: listing } = yield* sh(packs, "tar", ["-tzf", tarball])
+        const entries = listing
+          .trim()
+          .split("\n")
+          .map((entry) => entry.replace(/^package\//, ""))
+        const topLevel = [...new Set(entries.map((entry) => entry.split("/")[0]!))].sort()
+        deepStrictEqual(topLevel, ["CHANGELOG.md", "LICENSE", "README.md", "dist", "package.json", "src"])
+        for (const file of ["dist/index.js", "dist/index.d.ts", "dist/bin.js"]) {
+          assert.include(entries, file, `${file} is not in the tarball`)
+        }
+        assert.deepStrictEqual(
+          entries.filter((entry) => /(^|\/)(test|bench|examples)\/|\.test\.[jt]s$/.test(entry)),
+          [],
+          "tests, benchmarks or examples in the tarball"
+        )
         const [effect, platformNode, typesNode] = yield* Effect.promise(() =>
           Promise.all([versionOf("effect"), versionOf("@effect/platform-node"), versionOf("@types/node")])
         )

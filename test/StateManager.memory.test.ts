@@ -348,7 +348,8 @@ describe("modifications that take the lock in their caller's fiber", () => {
       assert.strictEqual(yield* Fiber.join(third), 12)
       assert.strictEqual(yield* cluster.stored("t"), 123)
       // one grant: with the oplock off the worker keeps the lock for its local waiters
-      // (each written before it is acknowledged), as nobody else waits (DESIGN §4.10)
+      // (each written before it is acknowledged), as nobody else waits
+      // (docs/design.md#local-batching-bounded-unfairness)
       assert.strictEqual(yield* cluster.grants("t"), 1)
       yield* eventuallyTrue(
         "no local entry",

@@ -36,10 +36,10 @@ export const decodeSignal = (message: string): Signal | undefined => {
 }
 
 /**
- * Wire form of a notice to a worker about `token` (DESIGN §4.7): `granted:<token> <fence>`
- * or `contended:<token>`. A worker's channel carries the notices of every token on a single
- * server, so the token is always part of the message; a token may contain `:` but never a
- * space, so the fence after the space is never part of it. The queue steps publish the
+ * Wire form of a notice to a worker about `token` (docs/design.md#notices-reach-one-worker):
+ * `granted:<token> <fence>` or `contended:<token>`. A worker's channel carries the notices of every
+ * token on a single server, so the token is always part of the message; a token may contain `:` but
+ * never a space, so the fence after the space is never part of it. The queue steps publish the
  * `granted:<token>` of a notice without a fence, and append ` <fence>` themselves (the
  * fence as the grant finds it), then, for a grant that installed the grantee's lock id,
  * ` <json>` (see `handedOver`); a notice without a number (an older store's, or a fence

@@ -1,6 +1,7 @@
 /**
- * Key layout (DESIGN §3). Every key of one token carries the hash tag `{<token>}`, so each
- * script touches one Redis Cluster slot. Callers validate tokens and names first.
+ * Key layout (docs/protocol.md, docs/design.md#keys). Every key of one token carries the hash tag
+ * `{<token>}`, so each script touches one Redis Cluster slot. Callers validate tokens and names
+ * first.
  *
  * @internal
  */

@@ -1,14 +1,17 @@
 /**
- * Validation of what becomes part of a key: tokens, slice names and instance ids (DESIGN
- * §1). The store's front runs it before any I/O; nothing that passes is special in a Redis
- * glob, a hash tag or a channel name.
+ * Validation of what becomes part of a key: tokens, slice names and instance ids
+ * (docs/design.md#vocabulary). The store's front runs it before any I/O; nothing that passes is
+ * special in a Redis glob, a hash tag or a channel name.
  *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import { InvalidToken } from "../StoreError.js"
 
-/** DESIGN §1: 1–128 characters of `[A-Za-z0-9_.:-]`. Nothing here is special in a Redis glob or a hash tag. */
+/**
+ * docs/design.md#vocabulary: 1–128 characters of `[A-Za-z0-9_.:-]`. Nothing here is special in a
+ * Redis glob or a hash tag.
+ */
 const tokenPattern = /^[A-Za-z0-9_.:-]{1,128}$/
 
 /**
@@ -76,7 +79,8 @@ export const signalInstance = (signal: { readonly _tag: string; readonly instanc
 
 /**
  * A lock id of the queue steps: never one that starts with `?`, which marks a grant pending
- * for a worker (DESIGN §4.2), so a lock id can never pass for one. @internal
+ * for a worker (docs/design.md#the-lock-value-names-its-worker), so a lock id can never pass for
+ * one. @internal
  */
 export const lockIdError = (lockId: string): InvalidToken | undefined =>
   typeof lockId === "string" && !lockId.startsWith("?")

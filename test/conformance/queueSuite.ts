@@ -1,8 +1,8 @@
 /**
- * The queue hand-off cases of the store conformance suite (DESIGN §4): a token's queue of
- * waiting workers, the grant of a released lock to the queue's head alone, the claim, the
- * per-entry deadlines, and the notices. `storeSuite` registers them in its "queue hand-off"
- * block, so they run on every backend the suite runs on.
+ * The queue hand-off cases of the store conformance suite (docs/protocol.md#the-queue-hand-off): a
+ * token's queue of waiting workers, the grant of a released lock to the queue's head alone, the
+ * claim, the per-entry deadlines, and the notices. `storeSuite` registers them in its "queue
+ * hand-off" block, so they run on every backend the suite runs on.
  *
  * Workers are named `A`, `B`, `C`…; their lock ids are `<worker>:<n>`, as the protocol makes
  * them, so the store can tell a holder's worker from its lock id. A worker queues under the

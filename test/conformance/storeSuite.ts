@@ -1,5 +1,6 @@
 /**
- * The store conformance suite: the same cases for every `Store` backend (DESIGN §3).
+ * The store conformance suite: the same cases for every `Store` backend
+ * (docs/protocol.md#operations).
  * `Store.memory.test.ts` runs it on `MemoryStore` under `TestClock`, `Store.redis.test.ts`
  * on `RedisStore` against a real redis-server started per test.
  */

@@ -1,5 +1,5 @@
 /**
- * The knobs' defaults, and reading them from the environment (the names of DESIGN §7):
+ * The knobs' defaults, and reading them from the environment (the names of docs/configuration.md):
  * what `LeaseholdConfig.config` is. `LeaseholdConfig.resolve` checks what is read.
  *
  * @internal
@@ -91,7 +91,7 @@ const ms = (name: string, fallback: number, description: string) => setting(numb
 const optional = <A>(config: Config.Config<A>, _description: string) => Config.option(config)
 
 /**
- * The knobs as `Config`, with the environment names of DESIGN §7.
+ * The knobs as `Config`, with the environment names of docs/configuration.md.
  *
  * @internal
  */

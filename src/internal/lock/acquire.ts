@@ -1,11 +1,11 @@
 /**
- * Taking a token's lock for `Lock` (DESIGN §4): the uncontended attempt, which queues the
- * worker in the store when it cannot take the lock; the wait for the lock to be handed to
- * it (a `Granted` notice, a resubscription, the local queue, or a re-check interval); and
- * the attempts between waits, which refresh the worker's place in the queue and claim a
- * grant pending for it. A notice of a grant that installed the lock id of the last attempt,
- * carrying every slice asked for, is the grant itself: no claim follows it. An exit without a grant leaves no lock taken and no queue entry
- * or pending grant behind.
+ * Taking a token's lock for `Lock` (docs/protocol.md#the-queue-hand-off): the uncontended attempt,
+ * which queues the worker in the store when it cannot take the lock; the wait for the lock to be
+ * handed to it (a `Granted` notice, a resubscription, the local queue, or a re-check interval); and
+ * the attempts between waits, which refresh the worker's place in the queue and claim a grant
+ * pending for it. A notice of a grant that installed the lock id of the last attempt, carrying
+ * every slice asked for, is the grant itself: no claim follows it. An exit without a grant leaves
+ * no lock taken and no queue entry or pending grant behind.
  *
  * @internal
  */

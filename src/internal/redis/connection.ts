@@ -156,7 +156,8 @@ export type ConnectionRole = "command" | "subscriber" | "blocking" | "acknowledg
  *   drops, instead of leaving them to the command timeout.
  * - A short reconnect delay, forever: operations work again right after Redis returns.
  * - No automatic resubscription: the store fails its subscription streams when the
- *   subscriber connection drops, and callers subscribe again (DESIGN §4.3, §6).
+ *   subscriber connection drops, and callers subscribe again
+ *   (docs/design.md#no-lost-wake-up, #supervised-loops).
  *
  * @internal
  */

@@ -1,8 +1,8 @@
 /**
- * The queue part of the Redis `Driver` (DESIGN §4): each step the token's lock, queue and
- * deadline keys, then one script; notices go to the channel the topology names (one per
- * worker on a single server, per worker and token on a Cluster), appended by the scripts
- * with the worker id.
+ * The queue part of the Redis `Driver` (docs/protocol.md#the-queue-hand-off): each step the token's
+ * lock, queue and deadline keys, then one script; notices go to the channel the topology names (one
+ * per worker on a single server, per worker and token on a Cluster), appended by the scripts with
+ * the worker id.
  *
  * @internal
  */

@@ -62,9 +62,9 @@ export interface Topology {
   }
   /**
    * The channel a worker's notices about `token` go to, less the worker id the scripts
-   * append (DESIGN §4.7): one channel per worker on a single server (`<p>:w:`), shared by
-   * every token; the token's hash tag on a Cluster (`<p>:{<t>}:w:`), where a script may
-   * publish only in its own slot.
+   * append (docs/design.md#notices-reach-one-worker): one channel per worker on a single server
+   * (`<p>:w:`), shared by every token; the token's hash tag on a Cluster (`<p>:{<t>}:w:`), where a
+   * script may publish only in its own slot.
    */
   readonly noticePrefix: (keys: Keys, token: string) => string
   /**

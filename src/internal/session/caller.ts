@@ -114,7 +114,8 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
       return !leases(env, token) && env.quantumMs > 0 && session.queue.length > 0
         ? // The modifications queued here meanwhile are served under the same grant (with
           // this one written in their first batch), for at most a quantum once another
-          // worker waits: a release and a claim fewer per batch (DESIGN §4.10).
+          // worker waits: a release and a claim fewer per batch
+          // (docs/design.md#local-batching-bounded-unfairness).
           start(env, session, own, { writes, request })
         : Effect.flatMap(commitAndRelease(env, session, lockId, writes, [request], [...own.values.keys()]), (after) => {
             prune(session)

@@ -68,9 +68,9 @@ export interface RawSocketEvent {
 }
 
 /**
- * What a release passes on with the lock (DESIGN §4.5): whether the worker queues again
- * (under the lock id `queueAs`, `""` for none), and the slices whose values the grant's
- * notice carries to the next holder (which then needs no claim to read them).
+ * What a release passes on with the lock (docs/design.md#hand-off-in-the-release-step): whether the
+ * worker queues again (under the lock id `queueAs`, `""` for none), and the slices whose values the
+ * grant's notice carries to the next holder (which then needs no claim to read them).
  *
  * @internal
  */
@@ -110,7 +110,7 @@ export interface Driver {
   ) => Effect.Effect<boolean, StoreError>
   readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
 
-  // --- queue (DESIGN §4) ----------------------------------------------------------------
+  // --- queue (docs/protocol.md#the-queue-hand-off) ---------------------------------------
   readonly acquireQueued: (
     token: string,
     lockId: string,

@@ -134,7 +134,7 @@ const handoffOf = (options: {
   carry: options.carry ?? []
 })
 
-/** The queue of waiting workers and the hand-off of the lock (DESIGN §4). */
+/** The queue of waiting workers and the hand-off of the lock (docs/protocol.md#the-queue-hand-off). */
 const queuePart = (driver: Driver) =>
   ({
     acquireQueued: (token, lockId, slices, options) =>

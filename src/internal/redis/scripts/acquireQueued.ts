@@ -1,16 +1,16 @@
 /**
- * `acquireQueued` (DESIGN §4.4, §4.6): take the lock when it is a grant pending for this
- * worker (a `?<worker>` grant, or the lock id the worker was queued under, which a grant
- * installs with its fence taken: its notice was lost or is late, and this attempt takes it
- * over with the same fence), or when it is free and nobody else is queued ahead (the queue
- * is empty, its head is this worker, or a claim of a grant that expired unclaimed: `claim`
- * equals the fence, which has not moved since that grant was made). Taking sets the lock
- * id, reads the slices, increments the fence (but for a take-over) and takes the worker out
- * of the queue. Otherwise a free lock goes to the queue's head (its notice carrying the
- * slices named here), and the worker is queued under `lockId` (once: at the head for a claim
- * that still names the fence, or names the one before it while the lock is held, which is the
- * grant its expiry passed on; else at the tail), its deadline refreshed, and the lock's
- * holder told again. A claim whose fence has moved on further is an ordinary attempt.
+ * `acquireQueued` (docs/design.md#the-fast-path, #the-claim): take the lock when it is a grant
+ * pending for this worker (a `?<worker>` grant, or the lock id the worker was queued under, which a
+ * grant installs with its fence taken: its notice was lost or is late, and this attempt takes it
+ * over with the same fence), or when it is free and nobody else is queued ahead (the queue is
+ * empty, its head is this worker, or a claim of a grant that expired unclaimed: `claim` equals the
+ * fence, which has not moved since that grant was made). Taking sets the lock id, reads the slices,
+ * increments the fence (but for a take-over) and takes the worker out of the queue. Otherwise a
+ * free lock goes to the queue's head (its notice carrying the slices named here), and the worker is
+ * queued under `lockId` (once: at the head for a claim that still names the fence, or names the one
+ * before it while the lock is held, which is the grant its expiry passed on; else at the tail), its
+ * deadline refreshed, and the lock's holder told again. A claim whose fence has moved on further is
+ * an ordinary attempt.
  *
  * Redis does not roll back a script that fails half-way: a read that fails (a slice key of
  * the wrong type) deletes the lock it just set, as `tryAcquire` does.

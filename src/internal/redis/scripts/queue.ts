@@ -1,9 +1,9 @@
 /**
- * The queue on its own (DESIGN §4.3): `leave` (and a grant pending for the worker passes to
- * the next head; with a lock id, only an entry queued under it leaves, and only a grant made
- * under it passes: a newer attempt of the same worker keeps its place and its grant), the number of other live entries, the live entries in order. The two
- * reads skip the entries past their deadline without removing them: they write nothing
- * (the next step that writes drops them).
+ * The queue on its own (docs/design.md#the-queue): `leave` (and a grant pending for the worker
+ * passes to the next head; with a lock id, only an entry queued under it leaves, and only a grant
+ * made under it passes: a newer attempt of the same worker keeps its place and its grant), the
+ * number of other live entries, the live entries in order. The two reads skip the entries past
+ * their deadline without removing them: they write nothing (the next step that writes drops them).
  *
  * @internal
  */

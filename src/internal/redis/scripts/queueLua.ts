@@ -1,11 +1,11 @@
 /**
- * The Lua shared by the scripts of a token's queue of waiting workers (DESIGN §4): two sorted
- * sets, `queue` (worker id scored by arrival order, head first) and `deadlines` (worker id
- * scored by its deadline on the server's clock, `lockMs` after its last enqueue or refresh).
- * An entry is in both or in neither; both keys expire with the newest deadline. A third,
- * `ids`, holds the lock id each worker was queued under (`<worker> <lock id>`, score 0): a
- * grant installs it as the lock, so the grantee holds the lock from the grant on, and the
- * grant's notice carries what a claim would have read.
+ * The Lua shared by the scripts of a token's queue of waiting workers
+ * (docs/protocol.md#the-queue-hand-off): two sorted sets, `queue` (worker id scored by arrival
+ * order, head first) and `deadlines` (worker id scored by its deadline on the server's clock,
+ * `lockMs` after its last enqueue or refresh). An entry is in both or in neither; both keys expire
+ * with the newest deadline. A third, `ids`, holds the lock id each worker was queued under
+ * (`<worker> <lock id>`, score 0): a grant installs it as the lock, so the grantee holds the
+ * lock from the grant on, and the grant's notice carries what a claim would have read.
  *
  * Each fragment reads the named locals of the script it is spliced into (`lock`, `fence`,
  * `queue`, `deadlines`, `ids`, `instanceId`, `lockMs`, `tokenMs`, `handoffMs`, `noticePrefix`,

@@ -1,8 +1,9 @@
 /**
- * `releaseQueued` (DESIGN §4.5): compare-and-delete, then (with `requeue` "1") the worker
- * goes back to the tail of the queue (under the lock id `queueAs`), then a free lock is
- * granted to the queue's head, in the same step, its notice carrying the slices named. `queued` counts the other live entries before the requeue and the grant.
- * Whether or not the lock was still the caller's, the requeue and the grant happen.
+ * `releaseQueued` (docs/design.md#hand-off-in-the-release-step): compare-and-delete, then (with
+ * `requeue` "1") the worker goes back to the tail of the queue (under the lock id `queueAs`), then
+ * a free lock is granted to the queue's head, in the same step, its notice carrying the slices
+ * named. `queued` counts the other live entries before the requeue and the grant. Whether or not
+ * the lock was still the caller's, the requeue and the grant happen.
  *
  * @internal
  */
