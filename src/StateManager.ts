@@ -3,6 +3,9 @@
  * `modify`, under the token's lock (DESIGN §4, §5, §9).
  *
  * ```ts
+ * import { Effect, Schema } from "effect"
+ * import { StateManager } from "leasehold"
+ *
  * const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
  * const bump = (token: string) =>
  *   Effect.flatMap(StateManager.StateManager, (states) =>
