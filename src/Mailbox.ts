@@ -29,13 +29,15 @@ import type { InvalidToken, StoreRefused } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
-/**
- * An update that the app's schema cannot encode: nothing was sent.
- *
- * @since 0.1.0
- * @category errors
- */
-export { InvalidUpdate } from "./internal/mailbox/outbox.js"
+export {
+  /**
+   * An update that the app's schema cannot encode: nothing was sent.
+   *
+   * @since 0.1.0
+   * @category errors
+   */
+  InvalidUpdate
+} from "./internal/mailbox/outbox.js"
 
 /**
  * What became of a sent update.

@@ -147,6 +147,8 @@ const runWithDeadline = (timeout: Duration.Duration) =>
  * import * as Layer from "effect/Layer"
  * import { runMain } from "leasehold/NodeMain"
  *
+ * declare const AppLayer: Layer.Layer<never>
+ *
  * runMain(Layer.launch(AppLayer))
  * ```
  *

@@ -4,7 +4,11 @@
  * app's alike.
  *
  * ```ts
- * HttpRouter.get("/metrics", Effect.map(Prometheus.render, (body) =>
+ * import { Effect } from "effect"
+ * import { HttpRouter, HttpServerResponse } from "effect/http"
+ * import { Prometheus } from "leasehold"
+ *
+ * const metrics = HttpRouter.add("GET", "/metrics", Effect.map(Prometheus.render, (body) =>
  *   HttpServerResponse.text(body, { contentType: Prometheus.contentType })))
  * ```
  *

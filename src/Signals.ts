@@ -112,7 +112,12 @@ export declare namespace Signals {
  */
 export class Signals extends Context.Service<Signals, Signals.Service>()("leasehold/Signals") {}
 
-/** How long a token's subscription is kept without listeners: between one and two of these. */
+/**
+ * How long a token's subscription is kept without listeners: between one and two of these.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
 export const lingerMs = 2_000
 
 /**

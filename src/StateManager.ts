@@ -4,6 +4,9 @@
  * #leases-oplock).
  *
  * ```ts
+ * import { Effect, Schema } from "effect"
+ * import { StateManager } from "leasehold"
+ *
  * const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
  * const bump = (token: string) =>
  *   Effect.flatMap(StateManager.StateManager, (states) =>

@@ -58,13 +58,15 @@ import type {
  */
 export type * from "./StoreModel.js"
 
-/**
- * The id that denotes "before every entry" of a mailbox.
- *
- * @since 0.1.0
- * @category constants
- */
-export { MailboxStart } from "./StoreModel.js"
+export {
+  /**
+   * The id that denotes "before every entry" of a mailbox.
+   *
+   * @since 0.1.0
+   * @category constants
+   */
+  MailboxStart
+} from "./StoreModel.js"
 
 /**
  * How a release of the queue protocol hands the lock on (`releaseQueued`,

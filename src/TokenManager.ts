@@ -46,15 +46,17 @@ import { type SocketRecord, Store } from "./Store.js"
 import type { InvalidToken, StoreError } from "./StoreError.js"
 import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
 
-/**
- * `link` made the local link but could not write the socket record: the store failed.
- * The record is written when the store returns (by the restore after resubscription or
- * the periodic refresh), so the socket is reachable again without another `link`.
- *
- * @since 0.1.0
- * @category errors
- */
-export { RecordNotStored } from "./internal/tokens/link.js"
+export {
+  /**
+   * `link` made the local link but could not write the socket record: the store failed.
+   * The record is written when the store returns (by the restore after resubscription or
+   * the periodic refresh), so the socket is reachable again without another `link`.
+   *
+   * @since 0.1.0
+   * @category errors
+   */
+  RecordNotStored
+} from "./internal/tokens/link.js"
 
 /**
  * The outcome of `link`.
@@ -75,15 +77,17 @@ export interface Linked {
   readonly takenOver: boolean
 }
 
-/**
- * A socket of this worker whose token another worker's socket holds now (it took the record
- * over while this worker seemed gone, or won it while ours was not stored). Close it: its
- * tab reconnects, and is linked where its token is held.
- *
- * @since 0.3.0
- * @category models
- */
-export type { LostSocket } from "./internal/tokens/table.js"
+export type {
+  /**
+   * A socket of this worker whose token another worker's socket holds now (it took the record
+   * over while this worker seemed gone, or won it while ours was not stored). Close it: its
+   * tab reconnects, and is linked where its token is held.
+   *
+   * @since 0.3.0
+   * @category models
+   */
+  LostSocket
+} from "./internal/tokens/table.js"
 
 /**
  * @since 0.1.0

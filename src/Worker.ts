@@ -4,6 +4,12 @@
  * configuration.
  *
  * ```ts
+ * import { Effect, Schema } from "effect"
+ * import { Worker } from "leasehold"
+ *
+ * const Update = Schema.Struct({ n: Schema.Number })
+ * declare const sockets: { push: (token: string, update: typeof Update.Type) => Effect.Effect<void> }
+ *
  * const worker = Worker.layerRedis({
  *   schema: Update,
  *   deliver: (token, update) => sockets.push(token, update)
