@@ -23,7 +23,7 @@ import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { Mark, SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidInput, StoreError } from "./StoreError.js"
 
 /**
  * A granted lock.
@@ -79,7 +79,7 @@ export interface LocalQueue {
    */
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
-  readonly signals: Effect.Effect<SignalInbox, InvalidToken | StoreError>
+  readonly signals: Effect.Effect<SignalInbox, InvalidInput | StoreError>
   /** Drop the signals received so far, without subscribing when the caller has not yet. */
   readonly drain: Effect.Effect<void>
   /** Whether the token's signals are subscribed already (`signals` was opened). */
@@ -156,7 +156,7 @@ export declare namespace Lock {
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
     /**
      * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
      * do): the same step without an uninterruptible region of its own. Run interruptibly,
@@ -168,7 +168,7 @@ export declare namespace Lock {
     readonly attemptMasked: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
     /**
      * Take the token's lock, reading `slices` with the grant (DESIGN §4). Without
      * contention this is one store round trip and no subscription. Otherwise the worker is
@@ -184,7 +184,7 @@ export declare namespace Lock {
       slices: ReadonlyArray<string>,
       local: LocalQueue,
       previous: Previous
-    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Option.Option<Grant>, InvalidInput | AcknowledgedError>
   }
 }
 

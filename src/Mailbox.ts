@@ -19,13 +19,12 @@ import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import { InstanceId } from "./InstanceId.js"
 import * as MailboxEnv from "./internal/mailbox/env.js"
-import type { InvalidUpdate } from "./internal/mailbox/outbox.js"
 import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
 import { parseSafely } from "./internal/parse.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
-import type { InvalidToken, StoreRefused } from "./StoreError.js"
+import type { InvalidInstanceId, InvalidToken, StoreRefused } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
@@ -35,7 +34,14 @@ import { TokenManager } from "./TokenManager.js"
  * @since 0.1.0
  * @category errors
  */
-export { InvalidUpdate } from "./internal/mailbox/outbox.js"
+export class InvalidUpdate extends Schema.TaggedError<InvalidUpdate>()("InvalidUpdate", {
+  token: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid update for token ${this.token}: ${this.reason}`
+  }
+}
 
 /**
  * What became of a sent update.
@@ -94,7 +100,7 @@ export declare namespace Mailbox {
     readonly send: (
       token: string,
       update: unknown
-    ) => Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused>
+    ) => Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused>
     /** Updates waiting in the outbox. */
     readonly buffered: Effect.Effect<number>
   }

@@ -25,6 +25,10 @@ import type * as Stream from "effect/Stream"
 import type {
   AcknowledgedError,
   CorruptValue,
+  InvalidClaim,
+  InvalidInstanceId,
+  InvalidLockId,
+  InvalidSliceName,
   InvalidToken,
   LockLost,
   StoreError,
@@ -126,7 +130,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<AcquireResult, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<AcquireResult, InvalidToken | InvalidSliceName | AcknowledgedError>
     /** Compare-and-delete; publishes `Released` when it deleted (`released: false` when not the holder). */
     readonly release: (token: string, lockId: string) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
     /**
@@ -137,7 +141,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>
-    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<void, InvalidToken | InvalidSliceName | LockLost | AcknowledgedError>
     /**
      * Compare-and-extend to a full lock expiration, with the fence and the named slices to a
      * full token expiration (a lock held past the token expiration of its grant's reads keeps
@@ -148,7 +152,7 @@ export declare namespace Store {
       lockId: string,
       slices?: ReadonlyArray<string>,
       options?: HolderOptions
-    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidSliceName | InvalidClaim | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
   }
@@ -164,14 +168,14 @@ export declare namespace Store {
     readonly readSlices: (
       token: string,
       names: ReadonlyArray<string>
-    ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | StoreError>
+    ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | InvalidSliceName | StoreError>
     /** Write every entry, or none when `lockId` no longer holds the lock. */
     readonly writeIfHolder: (
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
       options?: HolderOptions
-    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<void, InvalidToken | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError>
   }
 
   /**
@@ -182,7 +186,10 @@ export declare namespace Store {
    */
   export interface Signaling {
     /** Publish a signal on the token's channel. */
-    readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly publish: (
+      token: string,
+      signal: Signal
+    ) => Effect.Effect<void, InvalidToken | InvalidInstanceId | StoreError>
     /**
      * Subscribe to the token's channel. The returned effect completes once the
      * subscription is confirmed: every signal published after that is delivered while
@@ -209,7 +216,7 @@ export declare namespace Store {
     readonly claimSocket: (
       token: string,
       record: SocketRecord
-    ) => Effect.Effect<ClaimResult, InvalidToken | CorruptValue | StoreError>
+    ) => Effect.Effect<ClaimResult, InvalidToken | InvalidInstanceId | CorruptValue | StoreError>
     /** Read the token's socket record. */
     readonly readSocket: (
       token: string
@@ -218,9 +225,12 @@ export declare namespace Store {
     readonly deleteSocketIfOwner: (
       token: string,
       record: SocketRecord
-    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidInstanceId | StoreError>
     /** Reset the record's TTL only if it is exactly `record`; `true` when refreshed. */
-    readonly refreshSocket: (token: string, record: SocketRecord) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly refreshSocket: (
+      token: string,
+      record: SocketRecord
+    ) => Effect.Effect<boolean, InvalidToken | InvalidInstanceId | StoreError>
     /**
      * Every socket record of every instance, by a scan whose pattern the store builds
      * itself. A record that does not decode is skipped with a warning.
@@ -237,7 +247,7 @@ export declare namespace Store {
       claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
     ) => Effect.Effect<
       ReadonlyArray<Result.Result<ClaimResult, CorruptValue | StoreRefused>>,
-      InvalidToken | StoreError
+      InvalidToken | InvalidInstanceId | StoreError
     >
     /**
      * Compare-and-set on the record alone: write `record` in place of `expected` only while
@@ -249,7 +259,7 @@ export declare namespace Store {
       token: string,
       expected: SocketRecord,
       record: SocketRecord
-    ) => Effect.Effect<TakeOverResult, InvalidToken | CorruptValue | StoreError>
+    ) => Effect.Effect<TakeOverResult, InvalidToken | InvalidInstanceId | CorruptValue | StoreError>
     /**
      * Ask the store to report socket-record changes. Redis: `CONFIG SET
      * notify-keyspace-events` with the flags already set plus `K`, `g`, `$`, `x`, `e`
@@ -278,16 +288,19 @@ export declare namespace Store {
    */
   export interface Presence {
     /** Set the worker's presence entry to expire `ttlMs` from now; `true` when it was still there. */
-    readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly refreshPresence: (
+      instanceId: string,
+      ttlMs: number
+    ) => Effect.Effect<boolean, InvalidInstanceId | StoreError>
     /** Whether the worker's presence entry is there. */
-    readonly isPresent: (instanceId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly isPresent: (instanceId: string) => Effect.Effect<boolean, InvalidInstanceId | StoreError>
     /** Delete the worker's presence entry (a graceful close). */
-    readonly removePresence: (instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly removePresence: (instanceId: string) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** Publish a message on the worker's presence channel (delivered only to a subscriber of it). */
     readonly sendPresence: (
       instanceId: string,
       message: PresenceMessage
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidInstanceId | InvalidToken | StoreError>
     /**
      * The messages of the worker's presence channel, from the confirmed subscription on;
      * anything else published there is ignored. The stream fails with `StoreUnavailable`
@@ -295,7 +308,7 @@ export declare namespace Store {
      */
     readonly presenceMessages: (
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<PresenceMessage, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<Stream.Stream<PresenceMessage, StoreUnavailable>, InvalidInstanceId | StoreError, Scope.Scope>
   }
 
   /**
@@ -317,7 +330,7 @@ export declare namespace Store {
       instanceId: string,
       payload: string,
       options: { readonly maxLen: number; readonly ttlMs: number }
-    ) => Effect.Effect<string, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<string, InvalidInstanceId | AcknowledgedError>
     /**
      * Append to the mailbox of the worker whose socket holds `token`, as `readSocket` then
      * `mailboxAppend` to the instance its record names: the record it appended for, or
@@ -325,14 +338,14 @@ export declare namespace Store {
      * entry is appended, in one step where the store can make one (a single Redis server:
      * one script, one round trip; a Cluster, whose mailbox lives in another slot: the two
      * steps). A record that does not decode is a `CorruptValue`, one naming an invalid
-     * instance an `InvalidToken`; nothing is appended for either. Acknowledged as
+     * instance an `InvalidInstanceId`; nothing is appended for either. Acknowledged as
      * `mailboxAppend` is.
      */
     readonly mailboxAppendToOwner: (
       token: string,
       payload: string,
       options: { readonly maxLen: number; readonly ttlMs: number }
-    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError>
+    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | InvalidInstanceId | CorruptValue | AcknowledgedError>
     /**
      * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to
      * that long for the first entry when there is none yet; 0 or absent: do not wait.
@@ -341,21 +354,21 @@ export declare namespace Store {
       instanceId: string,
       afterId: string,
       options: { readonly count: number; readonly blockMs?: number }
-    ) => Effect.Effect<ReadonlyArray<MailboxEntry>, InvalidToken | StoreError>
+    ) => Effect.Effect<ReadonlyArray<MailboxEntry>, InvalidInstanceId | StoreError>
     /** Trim the mailbox to at most `maxLen` entries (the newest kept). */
-    readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** Make the mailbox expire `ttlMs` from now unless refreshed again. */
-    readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** The number of entries in the mailbox. */
-    readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidInstanceId | StoreError>
     /** Record the id of the last entry the instance delivered (for inspection), expiring after `ttlMs`. */
     readonly mailboxSetCursor: (
       instanceId: string,
       id: string,
       ttlMs: number
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** The id of the last entry the instance delivered, as last recorded. */
-    readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidToken | StoreError>
+    readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidInstanceId | StoreError>
   }
 
   /**
@@ -391,7 +404,10 @@ export declare namespace Store {
       lockId: string,
       slices: ReadonlyArray<string>,
       options: { readonly instanceId: string; readonly claim?: number }
-    ) => Effect.Effect<QueuedAcquireResult, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<
+      QueuedAcquireResult,
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | AcknowledgedError
+    >
     /**
      * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the
      * lock to the head. `queued`: the other workers queued, counted before the grant.
@@ -400,7 +416,10 @@ export declare namespace Store {
       token: string,
       lockId: string,
       options: ReleaseOptions
-    ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, InvalidToken | StoreError>
+    ) => Effect.Effect<
+      { readonly released: boolean; readonly queued: number },
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | StoreError
+    >
     /**
      * `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the
      * holder. The grant's notice carries the written slices and those of `carry`.
@@ -410,7 +429,10 @@ export declare namespace Store {
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
       options: ReleaseOptions
-    ) => Effect.Effect<number, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<
+      number,
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError
+    >
     /**
      * Leave the queue; a grant pending for the worker passes to the next head. With `lockId`
      * (the last lock id the worker queued under) only that entry leaves and only a grant made
@@ -420,9 +442,12 @@ export declare namespace Store {
       token: string,
       instanceId: string,
       lockId?: string
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidToken | InvalidInstanceId | InvalidLockId | StoreError>
     /** The workers queued other than `instanceId`, in one step. */
-    readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    readonly queueLength: (
+      token: string,
+      instanceId: string
+    ) => Effect.Effect<number, InvalidToken | InvalidInstanceId | StoreError>
     /** The workers queued, head first (for inspection and tests). */
     readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
     /**
@@ -432,7 +457,11 @@ export declare namespace Store {
     readonly notices: (
       token: string,
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<Notice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<
+      Stream.Stream<Notice, StoreUnavailable>,
+      InvalidToken | InvalidInstanceId | StoreError,
+      Scope.Scope
+    >
     /**
      * The channel that carries the token's notices to `instanceId`: one per worker on a
      * single server and on the embedded store (every token's), one per token on a Redis
@@ -447,7 +476,11 @@ export declare namespace Store {
     readonly channelNotices: (
       token: string,
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<TokenNotice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<
+      Stream.Stream<TokenNotice, StoreUnavailable>,
+      InvalidToken | InvalidInstanceId | StoreError,
+      Scope.Scope
+    >
   }
 
   /**
@@ -503,7 +536,7 @@ export declare namespace Store {
           | undefined
         readonly written?: (values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void
       }
-    ) => Effect.Effect<boolean, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidSliceName | AcknowledgedError>
   }
 
   /**

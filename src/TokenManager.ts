@@ -33,7 +33,6 @@ import * as PubSub from "effect/PubSub"
 import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
-import type { RecordNotStored } from "./internal/tokens/link.js"
 import * as Link from "./internal/tokens/link.js"
 import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
@@ -42,18 +41,8 @@ import * as SocketTable from "./internal/tokens/table.js"
 import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { InvalidToken, RecordNotStored, StoreError } from "./StoreError.js"
 import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
-
-/**
- * `link` made the local link but could not write the socket record: the store failed.
- * The record is written when the store returns (by the restore after resubscription or
- * the periodic refresh), so the socket is reachable again without another `link`.
- *
- * @since 0.1.0
- * @category errors
- */
-export { RecordNotStored } from "./internal/tokens/link.js"
 
 /**
  * The outcome of `link`.
