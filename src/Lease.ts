@@ -162,7 +162,7 @@ export const leasesBroken: Metric.Counter<number> = metrics.leasesBroken
  * go and holds the lock with its state alone (its keep-alive and deadline are timers); the
  * next modification, contention or deadline continues it in a new fiber.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category metrics
  */
 export const leasesParked: Metric.Counter<number> = metrics.leasesParked

@@ -57,7 +57,7 @@ export interface Grant {
  * An attempt that did not take the lock: how long the lock has left, and the lock id the
  * worker is now queued under.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface Refused {

@@ -74,7 +74,7 @@ export { MailboxStart } from "./StoreModel.js"
  * How a release of the queue protocol hands the lock on (`releaseQueued`,
  * `commitAndReleaseQueued`).
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface ReleaseOptions {
@@ -93,7 +93,7 @@ export interface ReleaseOptions {
  * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
  * `extend`).
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface HolderOptions {
@@ -283,7 +283,7 @@ export declare namespace Store {
    * The entry lives in a Cluster slot of its own (the worker's id is its hash tag), never
    * in a socket record's: no step reads both.
    *
-   * @since 0.3.0
+   * @since 0.2.0
    * @category models
    */
   export interface Presence {
@@ -501,7 +501,7 @@ export declare namespace Store {
    * if none of them (nor the fence) has changed since, and answers `false` without a round
    * trip when it knows nothing of the token (see docs/state.md).
    *
-   * @since 0.3.0
+   * @since 0.2.0
    * @category models
    */
   export interface Stepping {

@@ -68,7 +68,7 @@ export interface Linked {
  * over while this worker seemed gone, or won it while ours was not stored). Close it: its
  * tab reconnects, and is linked where its token is held.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export type { LostSocket } from "./internal/tokens/table.js"
@@ -182,7 +182,7 @@ export const loopName = Records.loopName
  * The name of the supervised loop that keeps this worker's presence and answers questions
  * about its records.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category constants
  */
 export const presenceLoopName = Presence.loopName
@@ -190,7 +190,7 @@ export const presenceLoopName = Presence.loopName
 /**
  * Records of a gone socket taken over by a link of its token, which kept its token.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category metrics
  */
 export const takeovers = Link.takeovers
