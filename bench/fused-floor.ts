@@ -25,7 +25,7 @@ import { cachedKeys } from "../src/internal/memory/keyCache.js"
 import { Keyspace } from "../src/internal/memory/keyspace.js"
 import * as QueueScripts from "../src/internal/memory/queueScripts.js"
 import type { Space } from "../src/internal/memory/scripts.js"
-import { sliceNamesError, tokensError } from "../src/internal/validate.js"
+import { instanceIdError, sliceNamesError, tokenError } from "../src/internal/validate.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
@@ -108,7 +108,7 @@ const main = async () => {
   const handoff = { requeue: false, queueAs: "", carry: [] }
   const oneStep: Run = Effect.andThen(
     Effect.clockWith((clock) => {
-      const invalid = tokensError("one", "bench") ?? sliceNamesError(["counter"])
+      const invalid = tokenError("one") ?? instanceIdError("bench") ?? sliceNamesError(["counter"])
       if (invalid !== undefined) return Effect.fail(invalid)
       const now = clock.currentTimeMillisUnsafe()
       const lockId = `bench:${next++}`

@@ -9,7 +9,7 @@
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { InvalidInstanceId, InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * @since 0.1.0
@@ -92,7 +92,7 @@ export const token = (token: string): Effect.Effect<TokenReport, InvalidToken | 
  * @since 0.1.0
  * @category inspection
  */
-export const instance = (instanceId: string): Effect.Effect<InstanceReport, InvalidToken | StoreError, Store> =>
+export const instance = (instanceId: string): Effect.Effect<InstanceReport, InvalidInstanceId | StoreError, Store> =>
   Effect.gen(function* () {
     const store = yield* Store
     return {

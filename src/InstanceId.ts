@@ -8,8 +8,8 @@ import { randomUUID } from "node:crypto"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { validateToken } from "./internal/validate.js"
-import type { InvalidToken } from "./StoreError.js"
+import { validateInstanceId } from "./internal/validate.js"
+import type { InvalidInstanceId } from "./StoreError.js"
 
 /**
  * @since 0.1.0
@@ -38,5 +38,5 @@ export const layer: Layer.Layer<InstanceId> = Layer.fresh(
  * @since 0.1.0
  * @category layers
  */
-export const layerFixed = (id: string): Layer.Layer<InstanceId, InvalidToken> =>
-  Layer.effect(InstanceId, validateToken(id))
+export const layerFixed = (id: string): Layer.Layer<InstanceId, InvalidInstanceId> =>
+  Layer.effect(InstanceId, validateInstanceId(id))

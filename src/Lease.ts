@@ -33,7 +33,7 @@ import { Lock } from "./Lock.js"
 import { Signals } from "./Signals.js"
 import type { LockExpired } from "./StateError.js"
 import { type SliceEntry, Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken } from "./StoreError.js"
+import type { AcknowledgedError, InvalidInput } from "./StoreError.js"
 
 /**
  * What a modification receives when its turn comes.
@@ -68,7 +68,7 @@ export interface Request {
   readonly slices: ReadonlyArray<string>
   readonly event: Option.Option<string>
   /** Completed by the session when the turn comes, or failed when it cannot come. */
-  readonly turn: OneShot<Turn, InvalidToken | AcknowledgedError>
+  readonly turn: OneShot<Turn, InvalidInput | AcknowledgedError>
   /** Completed by the caller once its modification is decided. */
   readonly done: OneShot<Outcome>
   /**
@@ -104,7 +104,7 @@ export declare namespace Lease {
     readonly begin: (
       token: string,
       request: Request
-    ) => Effect.Effect<Option.Option<Turn>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Option.Option<Turn>, InvalidInput | AcknowledgedError>
     /**
      * A whole modification in one step of the store (`Store.Stepping`), before `begin`;
      * `undefined` (decided once, when the layer is built) where the store has no such step,
@@ -124,7 +124,7 @@ export declare namespace Lease {
           event: Option.Option<string>,
           decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
           then: (done: boolean) => Effect.Effect<A, E>
-        ) => Effect.Effect<A, E | InvalidToken | AcknowledgedError>)
+        ) => Effect.Effect<A, E | InvalidInput | AcknowledgedError>)
       | undefined
     /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
     readonly complete: (token: string, request: Request) => Effect.Effect<void>
@@ -162,7 +162,7 @@ export const leasesBroken: Metric.Counter<number> = metrics.leasesBroken
  * go and holds the lock with its state alone (its keep-alive and deadline are timers); the
  * next modification, contention or deadline continues it in a new fiber.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category metrics
  */
 export const leasesParked: Metric.Counter<number> = metrics.leasesParked

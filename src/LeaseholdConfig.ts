@@ -5,13 +5,13 @@
  */
 import type * as Config from "effect/Config"
 import * as Context from "effect/Context"
-import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import * as Environment from "./internal/config/environment.js"
 
 const { defaults } = Environment
@@ -22,12 +22,12 @@ const { defaults } = Environment
  * @since 0.1.0
  * @category errors
  */
-export class InvalidConfig extends Data.TaggedError("InvalidConfig")<{
-  readonly knob: string
-  readonly value: string
-  readonly other?: { readonly knob: string; readonly value: string }
-  readonly reason: string
-}> {
+export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidConfig", {
+  knob: Schema.String,
+  value: Schema.String,
+  other: Schema.optionalKey(Schema.Struct({ knob: Schema.String, value: Schema.String })),
+  reason: Schema.String
+}) {
   override get message(): string {
     const other = this.other === undefined ? "" : ` (${this.other.knob} = ${this.other.value})`
     return `invalid configuration: ${this.knob} = ${this.value} ${this.reason}${other}`

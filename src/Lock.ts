@@ -24,7 +24,7 @@ import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import type { Mark, SignalEvent } from "./Signals.js"
 import { Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidInput, StoreError } from "./StoreError.js"
 
 /**
  * A granted lock.
@@ -58,7 +58,7 @@ export interface Grant {
  * An attempt that did not take the lock: how long the lock has left, and the lock id the
  * worker is now queued under.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface Refused {
@@ -80,7 +80,7 @@ export interface LocalQueue {
    */
   readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
   /** The token's signals, opened once by the caller and kept while it lives. */
-  readonly signals: Effect.Effect<SignalInbox, InvalidToken | StoreError>
+  readonly signals: Effect.Effect<SignalInbox, InvalidInput | StoreError>
   /** Drop the signals received so far, without subscribing when the caller has not yet. */
   readonly drain: Effect.Effect<void>
   /** Whether the token's signals are subscribed already (`signals` was opened). */
@@ -157,7 +157,7 @@ export declare namespace Lock {
     readonly attempt: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
     /**
      * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
      * do): the same step without an uninterruptible region of its own. Run interruptibly,
@@ -169,7 +169,7 @@ export declare namespace Lock {
     readonly attemptMasked: (
       token: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
     /**
      * Take the token's lock, reading `slices` with the grant (docs/protocol.md#the-queue-hand-off).
      * Without contention this is one store round trip and no subscription. Otherwise the worker is
@@ -185,7 +185,7 @@ export declare namespace Lock {
       slices: ReadonlyArray<string>,
       local: LocalQueue,
       previous: Previous
-    ) => Effect.Effect<Option.Option<Grant>, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<Option.Option<Grant>, InvalidInput | AcknowledgedError>
   }
 }
 

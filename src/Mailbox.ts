@@ -1,5 +1,5 @@
 /**
- * Updates for a client, delivered to the worker that holds its socket (docs/delivery.md).
+ * Updates for a client, delivered to the worker that holds its socket (DESIGN §8).
  *
  * `send(token, update)` finds the socket's owner and appends the update to the owner's
  * mailbox stream in the store; each worker reads its own mailbox from the last id it
@@ -19,25 +19,29 @@ import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import { InstanceId } from "./InstanceId.js"
 import * as MailboxEnv from "./internal/mailbox/env.js"
-import type { InvalidUpdate } from "./internal/mailbox/outbox.js"
 import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
 import { parseSafely } from "./internal/parse.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
-import type { InvalidToken, StoreRefused } from "./StoreError.js"
+import type { InvalidInstanceId, InvalidToken, StoreRefused } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
-export {
-  /**
-   * An update that the app's schema cannot encode: nothing was sent.
-   *
-   * @since 0.1.0
-   * @category errors
-   */
-  InvalidUpdate
-} from "./internal/mailbox/outbox.js"
+/**
+ * An update that the app's schema cannot encode: nothing was sent.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidUpdate extends Schema.TaggedError<InvalidUpdate>()("InvalidUpdate", {
+  token: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid update for token ${this.token}: ${this.reason}`
+  }
+}
 
 /**
  * What became of a sent update.
@@ -96,7 +100,7 @@ export declare namespace Mailbox {
     readonly send: (
       token: string,
       update: unknown
-    ) => Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused>
+    ) => Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused>
     /** Updates waiting in the outbox. */
     readonly buffered: Effect.Effect<number>
   }

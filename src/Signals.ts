@@ -26,7 +26,7 @@ import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
 import * as Registry from "./internal/signals/registry.js"
 import { type Notice, Store } from "./Store.js"
-import type { InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
+import type { InvalidInstanceId, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
 import { Supervisor, untilRecovered } from "./Supervisor.js"
 
 /**
@@ -72,7 +72,7 @@ export declare namespace Signals {
      */
     readonly subscribe: (
       token: string
-    ) => Effect.Effect<Stream.Stream<SignalEvent>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<Stream.Stream<SignalEvent>, InvalidToken | InvalidInstanceId | StoreError, Scope.Scope>
     /**
      * Call `listener` with each of the token's signals until the returned function is
      * called; the same guarantee as `subscribe`. The listener runs synchronously in the
@@ -82,7 +82,7 @@ export declare namespace Signals {
     readonly listen: (
       token: string,
       listener: (event: SignalEvent) => void
-    ) => Effect.Effect<() => void, InvalidToken | StoreError>
+    ) => Effect.Effect<() => void, InvalidToken | InvalidInstanceId | StoreError>
     /**
      * Where the token's notice channel stands now; taken just before a step that may make
      * the store send this worker a notice about the token (an attempt that queues it).

@@ -1,10 +1,12 @@
 /**
- * The typed errors of modifications.
+ * The typed errors of modifications: what `StateManager.modify` and a lock's held run fail
+ * with when nothing was written. Each is a Schema tagged error, so an app can declare it
+ * in an HTTP API or an RPC schema and send it to a client.
  *
  * @since 0.1.0
  */
-import * as Data from "effect/Data"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 
 /**
  * A modification whose lock was lost before its write: nothing was written.
@@ -12,15 +14,15 @@ import * as Option from "effect/Option"
  * @since 0.1.0
  * @category errors
  */
-export class LockExpired extends Data.TaggedError("LockExpired")<{
-  readonly token: string
-  readonly event: Option.Option<string>
+export class LockExpired extends Schema.TaggedError<LockExpired>()("LockExpired", {
+  token: Schema.String,
+  event: Schema.Option(Schema.String),
   /** The lock id this modification held. */
-  readonly expected: string
+  expected: Schema.String,
   /** The lock id holding the token's lock when the write was refused. */
-  readonly current: Option.Option<string>
-  readonly lockExpirationMs: number
-}> {
+  current: Schema.Option(Schema.String),
+  lockExpirationMs: Schema.Number
+}) {
   override get message(): string {
     const event = Option.match(this.event, { onNone: () => "", onSome: (e) => ` Happened in event: ${e}.` })
     return (
@@ -37,11 +39,11 @@ export class LockExpired extends Data.TaggedError("LockExpired")<{
  * @since 0.1.0
  * @category errors
  */
-export class InvalidSliceValue extends Data.TaggedError("InvalidSliceValue")<{
-  readonly token: string
-  readonly slice: string
-  readonly reason: string
-}> {
+export class InvalidSliceValue extends Schema.TaggedError<InvalidSliceValue>()("InvalidSliceValue", {
+  token: Schema.String,
+  slice: Schema.String,
+  reason: Schema.String
+}) {
   override get message(): string {
     return `slice ${this.slice} of token ${this.token} cannot be encoded: ${this.reason}`
   }
@@ -54,12 +56,12 @@ export class InvalidSliceValue extends Data.TaggedError("InvalidSliceValue")<{
  * @since 0.1.0
  * @category errors
  */
-export class ValueTooLarge extends Data.TaggedError("ValueTooLarge")<{
-  readonly token: string
-  readonly slice: string
-  readonly bytes: number
-  readonly maxBytes: number
-}> {
+export class ValueTooLarge extends Schema.TaggedError<ValueTooLarge>()("ValueTooLarge", {
+  token: Schema.String,
+  slice: Schema.String,
+  bytes: Schema.Number,
+  maxBytes: Schema.Number
+}) {
   override get message(): string {
     return `slice ${this.slice} of token ${this.token} is ${this.bytes} bytes encoded, over the maximum of ${this.maxBytes} (maxValueBytes)`
   }

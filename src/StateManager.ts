@@ -29,7 +29,7 @@ import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
 import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
 import { Store } from "./Store.js"
-import type { AcknowledgedError, InvalidToken, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidInput, InvalidSliceName, InvalidToken, StoreError } from "./StoreError.js"
 
 /**
  * One named, Schema-typed part of a token's state, with the value a token starts with.
@@ -74,12 +74,14 @@ export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A
 }
 
 /**
- * What a modification can fail with, besides the errors of its own function.
+ * What a modification can fail with, besides the errors of its own function. Of the
+ * invalid inputs, only an `InvalidToken` (the token) and an `InvalidSliceName` (a slice
+ * given by name) come from the caller; the others name the worker's own ids.
  *
  * @since 0.1.0
  * @category errors
  */
-export type ModifyError = InvalidToken | AcknowledgedError | LockExpired | InvalidSliceValue | ValueTooLarge
+export type ModifyError = InvalidInput | AcknowledgedError | LockExpired | InvalidSliceValue | ValueTooLarge
 
 /**
  * @since 0.1.0
@@ -112,7 +114,10 @@ export declare namespace StateManager {
      * Read a slice, without taking the lock. Under this worker's lease it comes from the
      * lease's memory; otherwise from the store.
      */
-    readonly get: <A, I>(token: string, slice: Slice<A, I>) => Effect.Effect<A, InvalidToken | StoreError>
+    readonly get: <A, I>(
+      token: string,
+      slice: Slice<A, I>
+    ) => Effect.Effect<A, InvalidToken | InvalidSliceName | StoreError>
     /**
      * Change a slice under the token's lock with a pure function returning
      * `[result, next]`. The result is returned once `next` is stored (or, under a

@@ -25,6 +25,10 @@ import type * as Stream from "effect/Stream"
 import type {
   AcknowledgedError,
   CorruptValue,
+  InvalidClaim,
+  InvalidInstanceId,
+  InvalidLockId,
+  InvalidSliceName,
   InvalidToken,
   LockLost,
   StoreError,
@@ -72,7 +76,7 @@ export {
  * How a release of the queue protocol hands the lock on (`releaseQueued`,
  * `commitAndReleaseQueued`).
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface ReleaseOptions {
@@ -91,7 +95,7 @@ export interface ReleaseOptions {
  * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
  * `extend`).
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface HolderOptions {
@@ -128,7 +132,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       slices: ReadonlyArray<string>
-    ) => Effect.Effect<AcquireResult, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<AcquireResult, InvalidToken | InvalidSliceName | AcknowledgedError>
     /** Compare-and-delete; publishes `Released` when it deleted (`released: false` when not the holder). */
     readonly release: (token: string, lockId: string) => Effect.Effect<ReleaseResult, InvalidToken | StoreError>
     /**
@@ -139,7 +143,7 @@ export declare namespace Store {
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>
-    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<void, InvalidToken | InvalidSliceName | LockLost | AcknowledgedError>
     /**
      * Compare-and-extend to a full lock expiration, with the fence and the named slices to a
      * full token expiration (a lock held past the token expiration of its grant's reads keeps
@@ -150,7 +154,7 @@ export declare namespace Store {
       lockId: string,
       slices?: ReadonlyArray<string>,
       options?: HolderOptions
-    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidSliceName | InvalidClaim | StoreError>
     /** The current holder, if any. */
     readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, InvalidToken | StoreError>
   }
@@ -166,14 +170,14 @@ export declare namespace Store {
     readonly readSlices: (
       token: string,
       names: ReadonlyArray<string>
-    ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | StoreError>
+    ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | InvalidSliceName | StoreError>
     /** Write every entry, or none when `lockId` no longer holds the lock. */
     readonly writeIfHolder: (
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
       options?: HolderOptions
-    ) => Effect.Effect<void, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<void, InvalidToken | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError>
   }
 
   /**
@@ -184,7 +188,10 @@ export declare namespace Store {
    */
   export interface Signaling {
     /** Publish a signal on the token's channel. */
-    readonly publish: (token: string, signal: Signal) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly publish: (
+      token: string,
+      signal: Signal
+    ) => Effect.Effect<void, InvalidToken | InvalidInstanceId | StoreError>
     /**
      * Subscribe to the token's channel. The returned effect completes once the
      * subscription is confirmed: every signal published after that is delivered while
@@ -211,7 +218,7 @@ export declare namespace Store {
     readonly claimSocket: (
       token: string,
       record: SocketRecord
-    ) => Effect.Effect<ClaimResult, InvalidToken | CorruptValue | StoreError>
+    ) => Effect.Effect<ClaimResult, InvalidToken | InvalidInstanceId | CorruptValue | StoreError>
     /** Read the token's socket record. */
     readonly readSocket: (
       token: string
@@ -220,9 +227,12 @@ export declare namespace Store {
     readonly deleteSocketIfOwner: (
       token: string,
       record: SocketRecord
-    ) => Effect.Effect<boolean, InvalidToken | StoreError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidInstanceId | StoreError>
     /** Reset the record's TTL only if it is exactly `record`; `true` when refreshed. */
-    readonly refreshSocket: (token: string, record: SocketRecord) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly refreshSocket: (
+      token: string,
+      record: SocketRecord
+    ) => Effect.Effect<boolean, InvalidToken | InvalidInstanceId | StoreError>
     /**
      * Every socket record of every instance, by a scan whose pattern the store builds
      * itself. A record that does not decode is skipped with a warning.
@@ -239,7 +249,7 @@ export declare namespace Store {
       claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
     ) => Effect.Effect<
       ReadonlyArray<Result.Result<ClaimResult, CorruptValue | StoreRefused>>,
-      InvalidToken | StoreError
+      InvalidToken | InvalidInstanceId | StoreError
     >
     /**
      * Compare-and-set on the record alone: write `record` in place of `expected` only while
@@ -251,7 +261,7 @@ export declare namespace Store {
       token: string,
       expected: SocketRecord,
       record: SocketRecord
-    ) => Effect.Effect<TakeOverResult, InvalidToken | CorruptValue | StoreError>
+    ) => Effect.Effect<TakeOverResult, InvalidToken | InvalidInstanceId | CorruptValue | StoreError>
     /**
      * Ask the store to report socket-record changes. Redis: `CONFIG SET
      * notify-keyspace-events` with the flags already set plus `K`, `g`, `$`, `x`, `e`
@@ -275,21 +285,24 @@ export declare namespace Store {
    * The entry lives in a Cluster slot of its own (the worker's id is its hash tag), never
    * in a socket record's: no step reads both.
    *
-   * @since 0.3.0
+   * @since 0.2.0
    * @category models
    */
   export interface Presence {
     /** Set the worker's presence entry to expire `ttlMs` from now; `true` when it was still there. */
-    readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly refreshPresence: (
+      instanceId: string,
+      ttlMs: number
+    ) => Effect.Effect<boolean, InvalidInstanceId | StoreError>
     /** Whether the worker's presence entry is there. */
-    readonly isPresent: (instanceId: string) => Effect.Effect<boolean, InvalidToken | StoreError>
+    readonly isPresent: (instanceId: string) => Effect.Effect<boolean, InvalidInstanceId | StoreError>
     /** Delete the worker's presence entry (a graceful close). */
-    readonly removePresence: (instanceId: string) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly removePresence: (instanceId: string) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** Publish a message on the worker's presence channel (delivered only to a subscriber of it). */
     readonly sendPresence: (
       instanceId: string,
       message: PresenceMessage
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidInstanceId | InvalidToken | StoreError>
     /**
      * The messages of the worker's presence channel, from the confirmed subscription on;
      * anything else published there is ignored. The stream fails with `StoreUnavailable`
@@ -297,7 +310,7 @@ export declare namespace Store {
      */
     readonly presenceMessages: (
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<PresenceMessage, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<Stream.Stream<PresenceMessage, StoreUnavailable>, InvalidInstanceId | StoreError, Scope.Scope>
   }
 
   /**
@@ -319,7 +332,7 @@ export declare namespace Store {
       instanceId: string,
       payload: string,
       options: { readonly maxLen: number; readonly ttlMs: number }
-    ) => Effect.Effect<string, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<string, InvalidInstanceId | AcknowledgedError>
     /**
      * Append to the mailbox of the worker whose socket holds `token`, as `readSocket` then
      * `mailboxAppend` to the instance its record names: the record it appended for, or
@@ -327,14 +340,14 @@ export declare namespace Store {
      * entry is appended, in one step where the store can make one (a single Redis server:
      * one script, one round trip; a Cluster, whose mailbox lives in another slot: the two
      * steps). A record that does not decode is a `CorruptValue`, one naming an invalid
-     * instance an `InvalidToken`; nothing is appended for either. Acknowledged as
+     * instance an `InvalidInstanceId`; nothing is appended for either. Acknowledged as
      * `mailboxAppend` is.
      */
     readonly mailboxAppendToOwner: (
       token: string,
       payload: string,
       options: { readonly maxLen: number; readonly ttlMs: number }
-    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError>
+    ) => Effect.Effect<Option.Option<SocketRecord>, InvalidToken | InvalidInstanceId | CorruptValue | AcknowledgedError>
     /**
      * Read up to `count` entries after `afterId`, in order. With `blockMs` ≥ 1, wait up to
      * that long for the first entry when there is none yet; 0 or absent: do not wait.
@@ -343,21 +356,21 @@ export declare namespace Store {
       instanceId: string,
       afterId: string,
       options: { readonly count: number; readonly blockMs?: number }
-    ) => Effect.Effect<ReadonlyArray<MailboxEntry>, InvalidToken | StoreError>
+    ) => Effect.Effect<ReadonlyArray<MailboxEntry>, InvalidInstanceId | StoreError>
     /** Trim the mailbox to at most `maxLen` entries (the newest kept). */
-    readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly mailboxTrim: (instanceId: string, maxLen: number) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** Make the mailbox expire `ttlMs` from now unless refreshed again. */
-    readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidToken | StoreError>
+    readonly mailboxExpire: (instanceId: string, ttlMs: number) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** The number of entries in the mailbox. */
-    readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    readonly mailboxLength: (instanceId: string) => Effect.Effect<number, InvalidInstanceId | StoreError>
     /** Record the id of the last entry the instance delivered (for inspection), expiring after `ttlMs`. */
     readonly mailboxSetCursor: (
       instanceId: string,
       id: string,
       ttlMs: number
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidInstanceId | StoreError>
     /** The id of the last entry the instance delivered, as last recorded. */
-    readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidToken | StoreError>
+    readonly mailboxCursor: (instanceId: string) => Effect.Effect<Option.Option<string>, InvalidInstanceId | StoreError>
   }
 
   /**
@@ -393,7 +406,10 @@ export declare namespace Store {
       lockId: string,
       slices: ReadonlyArray<string>,
       options: { readonly instanceId: string; readonly claim?: number }
-    ) => Effect.Effect<QueuedAcquireResult, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<
+      QueuedAcquireResult,
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | AcknowledgedError
+    >
     /**
      * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the
      * lock to the head. `queued`: the other workers queued, counted before the grant.
@@ -402,7 +418,10 @@ export declare namespace Store {
       token: string,
       lockId: string,
       options: ReleaseOptions
-    ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, InvalidToken | StoreError>
+    ) => Effect.Effect<
+      { readonly released: boolean; readonly queued: number },
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | StoreError
+    >
     /**
      * `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the
      * holder. The grant's notice carries the written slices and those of `carry`.
@@ -412,7 +431,10 @@ export declare namespace Store {
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
       options: ReleaseOptions
-    ) => Effect.Effect<number, InvalidToken | LockLost | AcknowledgedError>
+    ) => Effect.Effect<
+      number,
+      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError
+    >
     /**
      * Leave the queue; a grant pending for the worker passes to the next head. With `lockId`
      * (the last lock id the worker queued under) only that entry leaves and only a grant made
@@ -422,9 +444,12 @@ export declare namespace Store {
       token: string,
       instanceId: string,
       lockId?: string
-    ) => Effect.Effect<void, InvalidToken | StoreError>
+    ) => Effect.Effect<void, InvalidToken | InvalidInstanceId | InvalidLockId | StoreError>
     /** The workers queued other than `instanceId`, in one step. */
-    readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, InvalidToken | StoreError>
+    readonly queueLength: (
+      token: string,
+      instanceId: string
+    ) => Effect.Effect<number, InvalidToken | InvalidInstanceId | StoreError>
     /** The workers queued, head first (for inspection and tests). */
     readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
     /**
@@ -434,7 +459,11 @@ export declare namespace Store {
     readonly notices: (
       token: string,
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<Notice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<
+      Stream.Stream<Notice, StoreUnavailable>,
+      InvalidToken | InvalidInstanceId | StoreError,
+      Scope.Scope
+    >
     /**
      * The channel that carries the token's notices to `instanceId`: one per worker on a
      * single server and on the embedded store (every token's), one per token on a Redis
@@ -449,7 +478,11 @@ export declare namespace Store {
     readonly channelNotices: (
       token: string,
       instanceId: string
-    ) => Effect.Effect<Stream.Stream<TokenNotice, StoreUnavailable>, InvalidToken | StoreError, Scope.Scope>
+    ) => Effect.Effect<
+      Stream.Stream<TokenNotice, StoreUnavailable>,
+      InvalidToken | InvalidInstanceId | StoreError,
+      Scope.Scope
+    >
   }
 
   /**
@@ -470,7 +503,7 @@ export declare namespace Store {
    * if none of them (nor the fence) has changed since, and answers `false` without a round
    * trip when it knows nothing of the token (see docs/state.md).
    *
-   * @since 0.3.0
+   * @since 0.2.0
    * @category models
    */
   export interface Stepping {
@@ -505,7 +538,7 @@ export declare namespace Store {
           | undefined
         readonly written?: (values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void
       }
-    ) => Effect.Effect<boolean, InvalidToken | AcknowledgedError>
+    ) => Effect.Effect<boolean, InvalidToken | InvalidSliceName | AcknowledgedError>
   }
 
   /**

@@ -1,10 +1,18 @@
 /**
- * The typed errors of the store layer.
+ * The typed errors of the stores, which every operation that reads or writes them can
+ * fail with. Each is a Schema tagged error: an app can declare it in an HTTP API or an
+ * RPC schema and send it to a client. A `cause` (what a library failed with underneath)
+ * travels as `Schema.Defect`: an `Error` is encoded as its name and message.
  *
  * @since 0.1.0
  */
-import * as Data from "effect/Data"
 import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
+
+/** What a library failed with underneath: any value, encoded to JSON as a defect is. */
+const Cause = Schema.optional(Schema.Defect())
+
+const shown = (value: string): string => JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}…` : value)
 
 /**
  * A token outside the allowed charset or length. Raised before any I/O.
@@ -12,12 +20,76 @@ import * as Option from "effect/Option"
  * @since 0.1.0
  * @category errors
  */
-export class InvalidToken extends Data.TaggedError("InvalidToken")<{
-  readonly token: string
-  readonly reason: string
-}> {
+export class InvalidToken extends Schema.TaggedError<InvalidToken>()("InvalidToken", {
+  token: Schema.String,
+  reason: Schema.String
+}) {
   override get message(): string {
-    return `invalid token ${JSON.stringify(this.token.length > 64 ? `${this.token.slice(0, 64)}…` : this.token)}: ${this.reason}`
+    return `invalid token ${shown(this.token)}: ${this.reason}`
+  }
+}
+
+/**
+ * An instance id outside the token charset or length (an instance id becomes part of
+ * keys, as a token does). Raised before any I/O.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidInstanceId extends Schema.TaggedError<InvalidInstanceId>()("InvalidInstanceId", {
+  instanceId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid instance id ${shown(this.instanceId)}: ${this.reason}`
+  }
+}
+
+/**
+ * A slice name outside the token charset or length (a slice name becomes part of keys).
+ * Raised before any I/O.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidSliceName extends Schema.TaggedError<InvalidSliceName>()("InvalidSliceName", {
+  slice: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid slice name ${shown(this.slice)}: ${this.reason}`
+  }
+}
+
+/**
+ * A lock id that a queue step cannot take: one that starts with `?`, which marks a grant
+ * pending for a worker. Raised before any I/O.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidLockId extends Schema.TaggedError<InvalidLockId>()("InvalidLockId", {
+  lockId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid lock id ${shown(this.lockId)}: ${this.reason}`
+  }
+}
+
+/**
+ * A fence (`claim`) that is not a whole number of at least 0. Raised before any I/O.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidClaim extends Schema.TaggedError<InvalidClaim>()("InvalidClaim", {
+  /** The claim as given, as text (it may be no number at all). */
+  claim: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid claim ${shown(this.claim)}: ${this.reason}`
   }
 }
 
@@ -27,11 +99,11 @@ export class InvalidToken extends Data.TaggedError("InvalidToken")<{
  * @since 0.1.0
  * @category errors
  */
-export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
-  readonly operation: string
-  readonly reason: string
-  readonly cause?: unknown
-}> {
+export class StoreUnavailable extends Schema.TaggedError<StoreUnavailable>()("StoreUnavailable", {
+  operation: Schema.String,
+  reason: Schema.String,
+  cause: Cause
+}) {
   override get message(): string {
     return `store unavailable during ${this.operation}: ${this.reason}`
   }
@@ -44,11 +116,11 @@ export class StoreUnavailable extends Data.TaggedError("StoreUnavailable")<{
  * @since 0.1.0
  * @category errors
  */
-export class StoreRefused extends Data.TaggedError("StoreRefused")<{
-  readonly operation: string
-  readonly reply: string
-  readonly cause?: unknown
-}> {
+export class StoreRefused extends Schema.TaggedError<StoreRefused>()("StoreRefused", {
+  operation: Schema.String,
+  reply: Schema.String,
+  cause: Cause
+}) {
   override get message(): string {
     return `store refused ${this.operation}: ${this.reply}`
   }
@@ -64,13 +136,13 @@ export class StoreRefused extends Data.TaggedError("StoreRefused")<{
  * @since 0.1.0
  * @category errors
  */
-export class NotAcknowledged extends Data.TaggedError("NotAcknowledged")<{
-  readonly operation: string
+export class NotAcknowledged extends Schema.TaggedError<NotAcknowledged>()("NotAcknowledged", {
+  operation: Schema.String,
   /** The replicas that reported having the step (and every write before it) by the timeout. */
-  readonly acknowledged: number
-  readonly required: number
-  readonly timeoutMs: number
-}> {
+  acknowledged: Schema.Number,
+  required: Schema.Number,
+  timeoutMs: Schema.Number
+}) {
   override get message(): string {
     return (
       `${this.operation} not acknowledged: ${this.acknowledged} of the ${this.required} replicas required had it ` +
@@ -85,11 +157,11 @@ export class NotAcknowledged extends Data.TaggedError("NotAcknowledged")<{
  * @since 0.1.0
  * @category errors
  */
-export class CorruptValue extends Data.TaggedError("CorruptValue")<{
-  readonly key: string
-  readonly raw: string
-  readonly reason: string
-}> {
+export class CorruptValue extends Schema.TaggedError<CorruptValue>()("CorruptValue", {
+  key: Schema.String,
+  raw: Schema.String,
+  reason: Schema.String
+}) {
   override get message(): string {
     const raw = this.raw.length > 80 ? `${this.raw.slice(0, 80)}…` : this.raw
     return `corrupt value under ${this.key} (${this.reason}): ${JSON.stringify(raw)}`
@@ -103,11 +175,11 @@ export class CorruptValue extends Data.TaggedError("CorruptValue")<{
  * @since 0.1.0
  * @category errors
  */
-export class LockLost extends Data.TaggedError("LockLost")<{
-  readonly token: string
-  readonly lockId: string
-  readonly holder: Option.Option<string>
-}> {
+export class LockLost extends Schema.TaggedError<LockLost>()("LockLost", {
+  token: Schema.String,
+  lockId: Schema.String,
+  holder: Schema.Option(Schema.String)
+}) {
   override get message(): string {
     return `lock of token ${this.token} lost: expected holder ${this.lockId}, current holder ${Option.getOrElse(this.holder, () => "none")}`
   }
@@ -121,15 +193,40 @@ export class LockLost extends Data.TaggedError("LockLost")<{
  * @since 0.1.0
  * @category errors
  */
-export class DataDirError extends Data.TaggedError("DataDirError")<{
-  readonly path: string
+export class DataDirError extends Schema.TaggedError<DataDirError>()("DataDirError", {
+  path: Schema.String,
   /** `lock`: another store, in this process or another, has the directory open. */
-  readonly operation: "create" | "lock" | "list" | "write"
-  readonly reason: string
-  readonly cause?: unknown
-}> {
+  operation: Schema.Literals(["create", "lock", "list", "write"]),
+  reason: Schema.String,
+  cause: Cause
+}) {
   override get message(): string {
     return `data directory ${this.path} cannot be used: could not ${this.operation} it: ${this.reason}`
+  }
+}
+
+/**
+ * `TokenManager.link` made the local link but could not write the socket record: the
+ * store failed. The record is written when the store returns (by the restore after
+ * resubscription or the periodic refresh), so the socket is reachable again without
+ * another `link`.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class RecordNotStored extends Schema.TaggedError<RecordNotStored>()("RecordNotStored", {
+  /**
+   * The token linked locally: the one asked for, or (with `fresh`) the token minted for a
+   * duplicate tab, whose claim is the one that failed.
+   */
+  token: Schema.String,
+  connectionId: Schema.String,
+  cause: Schema.Union([StoreUnavailable, StoreRefused]),
+  /** Present when `token` is a fresh token: the one asked for was linked elsewhere. */
+  fresh: Schema.optionalKey(Schema.Literal(true))
+}) {
+  override get message(): string {
+    return `socket record of ${this.fresh === true ? "fresh token" : "token"} ${this.token} not stored (linked locally): ${this.cause.message}`
   }
 }
 
@@ -149,3 +246,24 @@ export type StoreError = StoreUnavailable | StoreRefused
  * @category errors
  */
 export type AcknowledgedError = StoreError | NotAcknowledged
+
+/**
+ * A token, instance id, slice name, lock id or claim refused before any I/O.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type InvalidInput = InvalidToken | InvalidInstanceId | InvalidSliceName | InvalidLockId | InvalidClaim
+
+/**
+ * Whether `error` is one of {@link InvalidInput}.
+ *
+ * @since 0.2.0
+ * @category guards
+ */
+export const isInvalidInput = (error: { readonly _tag: string }): error is InvalidInput =>
+  error._tag === "InvalidToken" ||
+  error._tag === "InvalidInstanceId" ||
+  error._tag === "InvalidSliceName" ||
+  error._tag === "InvalidLockId" ||
+  error._tag === "InvalidClaim"

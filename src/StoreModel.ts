@@ -83,7 +83,7 @@ export type Notice =
 /**
  * What a grant that installed the grantee's own lock id tells it (see `Notice`).
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export interface HandedOver {
@@ -162,7 +162,7 @@ export type ClaimResult = { readonly _tag: "Claimed" } | { readonly _tag: "Taken
  * one expected (`None`: there is none any more). Nothing is written unless the record was
  * exactly the one expected.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export type TakeOverResult =
@@ -174,7 +174,7 @@ export type TakeOverResult =
  * the records naming this one (is the connection still linked here?), or the answer to a
  * question this worker asked. `askId` pairs them; `from` is the worker to answer.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category models
  */
 export type PresenceMessage =

@@ -34,7 +34,6 @@ import * as PubSub from "effect/PubSub"
 import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
-import type { RecordNotStored } from "./internal/tokens/link.js"
 import * as Link from "./internal/tokens/link.js"
 import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
@@ -43,20 +42,8 @@ import * as SocketTable from "./internal/tokens/table.js"
 import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
-import type { InvalidToken, StoreError } from "./StoreError.js"
+import type { InvalidToken, RecordNotStored, StoreError } from "./StoreError.js"
 import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
-
-export {
-  /**
-   * `link` made the local link but could not write the socket record: the store failed.
-   * The record is written when the store returns (by the restore after resubscription or
-   * the periodic refresh), so the socket is reachable again without another `link`.
-   *
-   * @since 0.1.0
-   * @category errors
-   */
-  RecordNotStored
-} from "./internal/tokens/link.js"
 
 /**
  * The outcome of `link`.
@@ -83,7 +70,7 @@ export type {
    * over while this worker seemed gone, or won it while ours was not stored). Close it: its
    * tab reconnects, and is linked where its token is held.
    *
-   * @since 0.3.0
+   * @since 0.2.0
    * @category models
    */
   LostSocket
@@ -198,7 +185,7 @@ export const loopName = Records.loopName
  * The name of the supervised loop that keeps this worker's presence and answers questions
  * about its records.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category constants
  */
 export const presenceLoopName = Presence.loopName
@@ -206,7 +193,7 @@ export const presenceLoopName = Presence.loopName
 /**
  * Records of a gone socket taken over by a link of its token, which kept its token.
  *
- * @since 0.3.0
+ * @since 0.2.0
  * @category metrics
  */
 export const takeovers = Link.takeovers

@@ -21,10 +21,11 @@ import * as Option from "effect/Option"
 import type * as Redacted from "effect/Redacted"
 import * as References from "effect/References"
 import * as Inspect from "./Inspect.js"
-import { validateToken } from "./internal/validate.js"
+import { validateInstanceId, validateToken } from "./internal/validate.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
 import * as RedisStore from "./RedisStore.js"
 import type { Store } from "./Store.js"
+import type { InvalidInstanceId, InvalidToken } from "./StoreError.js"
 
 const url = Flag.Redacted("url").pipe(Flag.withDescription("Redis URL (default: LEASEHOLD_REDIS_URL)"), Flag.optional)
 const prefix = Flag.String("prefix").pipe(
@@ -42,18 +43,21 @@ const common = { url, prefix, json, cluster }
 /** The exit code of a failure: 2 for bad input, 1 for the store. */
 let exitCode = 0
 
+/** Input refused before any connection, and the configuration: what exits with 2. */
+const invalidInput: ReadonlySet<string> = new Set(["InvalidToken", "InvalidInstanceId", "InvalidConfig"])
+
 const withStore = <A>(
   options: {
     readonly url: Option.Option<Redacted.Redacted>
     readonly prefix: Option.Option<string>
     readonly cluster: boolean
   },
-  name: string,
+  checked: Effect.Effect<string, InvalidToken | InvalidInstanceId>,
   effect: Effect.Effect<A, unknown, Store>
 ) =>
   Effect.gen(function* () {
     // Before any connection: a pattern or other bad input never reaches the server.
-    yield* validateToken(name)
+    yield* checked
     // The environment's knobs, with the options given on the command line over them; a
     // missing Redis URL is the store's InvalidConfig.
     const config = LeaseholdConfig.layerConfig({
@@ -65,7 +69,7 @@ const withStore = <A>(
   }).pipe(
     Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
-      exitCode = tagged._tag === "InvalidToken" || tagged._tag === "InvalidConfig" ? 2 : 1
+      exitCode = invalidInput.has(tagged._tag ?? "") ? 2 : 1
       const hint = tagged.knob === "redisUrl" ? " (pass --url or set LEASEHOLD_REDIS_URL)" : ""
       return Console.error(`leasehold inspect: ${tagged.message ?? String(error)}${hint}`)
     })
@@ -77,7 +81,7 @@ const tokenCommand = Command.make(
   ({ token, json, ...options }) =>
     withStore(
       options,
-      token,
+      validateToken(token),
       Effect.flatMap(Inspect.token(token), (report) =>
         Console.log(json ? JSON.stringify(Inspect.tokenJson(report)) : Inspect.tokenText(report))
       )
@@ -90,7 +94,7 @@ const instanceCommand = Command.make(
   ({ instanceId, json, ...options }) =>
     withStore(
       options,
-      instanceId,
+      validateInstanceId(instanceId),
       Effect.flatMap(Inspect.instance(instanceId), (report) =>
         Console.log(json ? JSON.stringify(Inspect.instanceJson(report)) : Inspect.instanceText(report))
       )

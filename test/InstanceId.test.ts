@@ -30,7 +30,7 @@ describe("InstanceId", () => {
         "worker-1"
       )
       const error = yield* Effect.flip(InstanceId.InstanceId.pipe(Effect.provide(InstanceId.layerFixed("w*"))))
-      assert.strictEqual(error._tag, "InvalidToken")
+      assert.strictEqual(error._tag, "InvalidInstanceId")
     })
   )
 })

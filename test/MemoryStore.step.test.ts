@@ -163,7 +163,7 @@ describe("MemoryStore: a whole modification in one step", () => {
       const seen: Seen = []
       const decide = recording(seen, [["a", "1"]])
       assert.strictEqual(failureTag(yield* Effect.exit(step("bad token", ["a"], decide))), "InvalidToken")
-      assert.strictEqual(failureTag(yield* Effect.exit(step("t", ["bad name"], decide))), "InvalidToken")
+      assert.strictEqual(failureTag(yield* Effect.exit(step("t", ["bad name"], decide))), "InvalidSliceName")
       // a fencing counter that is not an integer refuses the step
       yield* memory.control.setRaw(keys.fence("t"), "not a number")
       assert.strictEqual(failureTag(yield* Effect.exit(step("t", ["a"], decide))), "StoreRefused")

@@ -6,7 +6,7 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import { InvalidToken } from "../StoreError.js"
+import { InvalidClaim, InvalidInstanceId, InvalidLockId, InvalidSliceName, InvalidToken } from "../StoreError.js"
 
 /**
  * docs/design.md#vocabulary: 1–128 characters of `[A-Za-z0-9_.:-]`. Nothing here is special in a
@@ -39,38 +39,53 @@ export const tokenProblem = (token: unknown): string | undefined => {
 /** @internal */
 export const isValidToken = (token: unknown): token is string => tokenProblem(token) === undefined
 
-/** What is wrong with a token (or an instance id), as the error to fail with; `undefined` when nothing. @internal */
+/** What is wrong with a token, as the error to fail with; `undefined` when nothing. @internal */
 export const tokenError = (token: string): InvalidToken | undefined => {
   const reason = tokenProblem(token)
   return reason === undefined ? undefined : new InvalidToken({ token: String(token), reason })
 }
 
-/** The first of `tokens` that is not valid, as the error to fail with. @internal */
-export const tokensError = (...tokens: ReadonlyArray<string>): InvalidToken | undefined => {
-  for (const token of tokens) {
-    const error = tokenError(token)
+/** What is wrong with an instance id (the token charset: it names keys too), as the error to fail with. @internal */
+export const instanceIdError = (instanceId: string): InvalidInstanceId | undefined => {
+  const reason = tokenProblem(instanceId)
+  return reason === undefined ? undefined : new InvalidInstanceId({ instanceId: String(instanceId), reason })
+}
+
+/** The first of `instanceIds` that is not valid, as the error to fail with. @internal */
+export const instanceIdsError = (...instanceIds: ReadonlyArray<string>): InvalidInstanceId | undefined => {
+  for (const instanceId of instanceIds) {
+    const error = instanceIdError(instanceId)
     if (error !== undefined) return error
   }
   return undefined
 }
 
 /** Slice names become part of a key: the same charset as tokens. @internal */
-export const sliceNamesError = (names: ReadonlyArray<string>): InvalidToken | undefined => {
+export const sliceNamesError = (names: ReadonlyArray<string>): InvalidSliceName | undefined => {
   for (const name of names) {
     const reason = tokenProblem(name)
-    if (reason !== undefined) return new InvalidToken({ token: String(name), reason: `slice name ${reason}` })
+    if (reason !== undefined) return new InvalidSliceName({ slice: String(name), reason })
   }
   return undefined
 }
 
 /** A token together with the instance id a record or signal carries (it names a mailbox key). @internal */
-export const tokenAndInstanceError = (token: string, instanceId: string | undefined): InvalidToken | undefined =>
-  instanceId === undefined ? tokenError(token) : tokensError(token, instanceId)
+export const tokenAndInstanceError = (
+  token: string,
+  instanceId: string | undefined
+): InvalidToken | InvalidInstanceId | undefined =>
+  tokenError(token) ?? (instanceId === undefined ? undefined : instanceIdError(instanceId))
 
 /** @internal */
 export const validateToken = (token: string): Effect.Effect<string, InvalidToken> => {
   const error = tokenError(token)
   return error === undefined ? Effect.succeed(token) : Effect.fail(error)
+}
+
+/** @internal */
+export const validateInstanceId = (instanceId: string): Effect.Effect<string, InvalidInstanceId> => {
+  const error = instanceIdError(instanceId)
+  return error === undefined ? Effect.succeed(instanceId) : Effect.fail(error)
 }
 
 /** The instance id a signal carries, if any. @internal */
@@ -82,13 +97,13 @@ export const signalInstance = (signal: { readonly _tag: string; readonly instanc
  * for a worker (docs/design.md#the-lock-value-names-its-worker), so a lock id can never pass for
  * one. @internal
  */
-export const lockIdError = (lockId: string): InvalidToken | undefined =>
+export const lockIdError = (lockId: string): InvalidLockId | undefined =>
   typeof lockId === "string" && !lockId.startsWith("?")
     ? undefined
-    : new InvalidToken({ token: String(lockId), reason: "a lock id must not start with ?" })
+    : new InvalidLockId({ lockId: String(lockId), reason: "a lock id must not start with ?" })
 
 /** The `claim` of `acquireQueued`: a `Granted` notice's fence, a whole number, at least 0. @internal */
-export const claimError = (claim: number | undefined): InvalidToken | undefined =>
+export const claimError = (claim: number | undefined): InvalidClaim | undefined =>
   claim === undefined || (Number.isSafeInteger(claim) && claim >= 0)
     ? undefined
-    : new InvalidToken({ token: String(claim), reason: "a claim is a fence: a whole number, at least 0" })
+    : new InvalidClaim({ claim: String(claim), reason: "a claim is a fence: a whole number, at least 0" })

@@ -17,7 +17,7 @@ import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import type { Notice, TokenNotice } from "../../src/Store.js"
-import type { AcknowledgedError, InvalidToken, LockLost } from "../../src/StoreError.js"
+import type { AcknowledgedError, InvalidInput, LockLost } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import { eventuallyTrue, failsWith } from "./helpers.js"
 
@@ -502,8 +502,8 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* fx.store.readSlices("f", ["a"]), [Option.none()])
 
       // a claim that is not a fence is refused before any I/O
-      yield* failsWith(fx.store.writeIfHolder("m", "B:1", [["a", "1"]], { claim: -1 }), "InvalidToken")
-      yield* failsWith(fx.store.extend("m", "B:1", [], { claim: 1.5 }), "InvalidToken")
+      yield* failsWith(fx.store.writeIfHolder("m", "B:1", [["a", "1"]], { claim: -1 }), "InvalidClaim")
+      yield* failsWith(fx.store.extend("m", "B:1", [], { claim: 1.5 }), "InvalidClaim")
     }))
 
   test("a claim whose fence has moved on is an ordinary attempt: the queue's head gets the free lock", (fx) =>
@@ -623,7 +623,7 @@ export const queueHandoff = (backend: Backend): void => {
   test("a claim that is not a fence is refused before any I/O", (fx) =>
     Effect.gen(function* () {
       for (const claim of [-1, 1.5, Number.NaN, Number.MAX_SAFE_INTEGER + 1]) {
-        yield* failsWith(attempt(fx, "tok", "A", { claim }), "InvalidToken")
+        yield* failsWith(attempt(fx, "tok", "A", { claim }), "InvalidClaim")
       }
       assert.strictEqual(yield* fx.keyCount, 0)
     }))
@@ -843,7 +843,7 @@ export const queueHandoff = (backend: Backend): void => {
         const a = yield* takes(fx, token, "A")
         yield* fx.putRaw(key, "not a set")
         const steps: ReadonlyArray<
-          readonly [string, Effect.Effect<unknown, InvalidToken | LockLost | AcknowledgedError>]
+          readonly [string, Effect.Effect<unknown, InvalidInput | LockLost | AcknowledgedError>]
         > = [
           ["acquireQueued", attempt(fx, token, "B", { slices: ["a"] })],
           ["releaseQueued", release(fx, token, "A", { requeue: true })],
@@ -867,11 +867,11 @@ export const queueHandoff = (backend: Backend): void => {
     Effect.gen(function* () {
       const before = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
       const pending = "?B"
-      yield* failsWith(fx.store.acquireQueued("tok", pending, [], { instanceId: "A" }), "InvalidToken")
-      yield* failsWith(fx.store.releaseQueued("tok", pending, { instanceId: "A" }), "InvalidToken")
+      yield* failsWith(fx.store.acquireQueued("tok", pending, [], { instanceId: "A" }), "InvalidLockId")
+      yield* failsWith(fx.store.releaseQueued("tok", pending, { instanceId: "A" }), "InvalidLockId")
       yield* failsWith(
         fx.store.commitAndReleaseQueued("tok", pending, [["a", "1"]], { instanceId: "A" }),
-        "InvalidToken"
+        "InvalidLockId"
       )
       const after = yield* Option.match(fx.commandsProcessed, { onNone: () => Effect.succeed(0), onSome: (n) => n })
       assert.strictEqual(after - before, 0, "commands reached the server")

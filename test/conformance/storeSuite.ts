@@ -16,7 +16,7 @@ import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
 import { type ClaimResult, MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
-import type { AcknowledgedError, CorruptValue, InvalidToken, LockLost, StoreError } from "../../src/StoreError.js"
+import type { AcknowledgedError, CorruptValue, InvalidInput, LockLost, StoreError } from "../../src/StoreError.js"
 import type { Backend, Fixture } from "./backend.js"
 import {
   collectFirst,
@@ -52,7 +52,7 @@ export const invalidTokens: ReadonlyArray<readonly [label: string, token: string
   ["129 characters", "t".repeat(129)]
 ]
 
-type AnyOp = (value: string) => Effect.Effect<unknown, InvalidToken | LockLost | CorruptValue | AcknowledgedError>
+type AnyOp = (value: string) => Effect.Effect<unknown, InvalidInput | LockLost | CorruptValue | AcknowledgedError>
 
 /** Every operation that takes a token, applied to `token`. */
 const tokenOperations = (store: Store.Service): ReadonlyArray<readonly [string, AnyOp]> => [
@@ -655,7 +655,7 @@ export const storeSuite = (backend: Backend): void => {
         const corrupt = yield* Effect.flip(fx.store.takeOverSocket("bad", recordA, recordB))
         assert.strictEqual(corrupt._tag, "CorruptValue")
         const invalid = yield* Effect.flip(fx.store.takeOverSocket("tok", { ...recordA, instanceId: "a b" }, recordB))
-        assert.strictEqual(invalid._tag, "InvalidToken")
+        assert.strictEqual(invalid._tag, "InvalidInstanceId")
       }))
 
     test("presence: refresh tells whether the entry was there; remove; a message reaches the worker's subscriber", (fx) =>
@@ -673,7 +673,7 @@ export const storeSuite = (backend: Backend): void => {
         yield* fx.store.sendPresence("worker-1", ask)
         deepStrictEqual(yield* Fiber.join(first), Option.some(ask))
         const invalid = yield* Effect.flip(fx.store.sendPresence("worker-1", { ...ask, from: "not valid" }))
-        assert.strictEqual(invalid._tag, "InvalidToken")
+        assert.strictEqual(invalid._tag, "InvalidInstanceId")
       }))
 
     test("refreshSocket succeeds only for the owner", (fx) =>
@@ -750,7 +750,10 @@ export const storeSuite = (backend: Backend): void => {
           ]),
           "InvalidToken"
         )
-        yield* failsWith(fx.store.claimSockets([["tok-1", { instanceId: "in st", connectionId: "c" }]]), "InvalidToken")
+        yield* failsWith(
+          fx.store.claimSockets([["tok-1", { instanceId: "in st", connectionId: "c" }]]),
+          "InvalidInstanceId"
+        )
         deepStrictEqual(yield* fx.store.readSocket("tok-1"), Option.none())
       }))
 
@@ -860,7 +863,7 @@ export const storeSuite = (backend: Backend): void => {
           yield* noCommandsDuring(
             fx,
             Effect.forEach(instanceOperations(fx.store), ([name, op]) =>
-              failsWith(op(instanceId), "InvalidToken").pipe(
+              failsWith(op(instanceId), "InvalidInstanceId").pipe(
                 Effect.catchDefect((defect) => Effect.die(`${name}(${JSON.stringify(instanceId)}): ${String(defect)}`))
               )
             )
@@ -886,7 +889,7 @@ export const storeSuite = (backend: Backend): void => {
           yield* noCommandsDuring(
             fx,
             Effect.forEach(cases, ([opName, op]) =>
-              failsWith(op(name), "InvalidToken").pipe(
+              failsWith(op(name), "InvalidSliceName").pipe(
                 Effect.catchDefect((defect) => Effect.die(`${opName}(${JSON.stringify(name)}): ${String(defect)}`))
               )
             )
@@ -935,8 +938,8 @@ export const storeSuite = (backend: Backend): void => {
         }
         const badInstance = encodeSocketRecord({ instanceId: "bad id*", connectionId: "c" })
         yield* fx.putRaw(fx.keys.socket("tok-bad"), badInstance)
-        const error = yield* failsWith(fx.store.mailboxAppendToOwner("tok-bad", "p", options), "InvalidToken")
-        assert.strictEqual(error.token, "bad id*")
+        const error = yield* failsWith(fx.store.mailboxAppendToOwner("tok-bad", "p", options), "InvalidInstanceId")
+        assert.strictEqual(error.instanceId, "bad id*")
         // only the records written above: no mailbox
         assert.strictEqual(yield* fx.keyCount, corrupt.length + 1)
       }))
@@ -1251,7 +1254,7 @@ export const storeSuite = (backend: Backend): void => {
             ["an uninterruptible writeIfHolder", Effect.uninterruptible(fx.store.writeIfHolder("tok", "lock-a", []))]
           ] as const) {
             const started = yield* liveNow
-            yield* failsWith(op as Effect.Effect<unknown, InvalidToken | CorruptValue | StoreError>, "StoreUnavailable")
+            yield* failsWith(op as Effect.Effect<unknown, InvalidInput | CorruptValue | StoreError>, "StoreUnavailable")
             const elapsed = (yield* liveNow) - started
             assert.isTrue(elapsed <= bound, `${name} failed after ${elapsed} ms (bound ${bound} ms)`)
             assert.isTrue(

@@ -13,7 +13,7 @@ import * as Stream from "effect/Stream"
 import * as Mailbox from "../../src/Mailbox.js"
 import * as StateManager from "../../src/StateManager.js"
 import { MailboxStart, type SocketRecord } from "../../src/Store.js"
-import type { InvalidToken } from "../../src/StoreError.js"
+import type { InvalidInstanceId, InvalidToken } from "../../src/StoreError.js"
 import { failsWith, within } from "../conformance/helpers.js"
 import { update } from "../delivery/workers.js"
 import type { HostileBackend } from "./fixture.js"
@@ -73,81 +73,91 @@ const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
 
 export const hostileInputSuite = (backend: HostileBackend) =>
   describe(`hostile input (${backend.name})`, () => {
-    backend.test("bad tokens are refused by every public entry point with InvalidToken, before any I/O", (fx) =>
-      Effect.gen(function* () {
-        const a = yield* fx.worker()
-        const entryPoints: ReadonlyArray<
-          readonly [string, (token: string) => Effect.Effect<unknown, { readonly _tag: string }>]
-        > = [
-          ["StateManager.get", (t) => a.states.get(t, Counter)],
-          ["StateManager.modify", (t) => a.states.modify(t, Counter, bump)],
-          ["StateManager.modifyEffect", (t) => a.states.modifyEffect(t, Counter, (s) => Effect.succeed(bump(s)))],
-          [
-            "StateManager.modifyAll",
-            (t) => a.states.modifyAll(t, { Counter, Other }, (v) => Effect.succeed([null, v] as const))
-          ],
-          ["TokenManager.link", (t) => a.tokens.link(t, "conn-1")],
-          ["TokenManager.disconnect", (t) => a.tokens.disconnect(t, "conn-1")],
-          ["TokenManager.owner", (t) => a.tokens.owner(t)],
-          ["TokenManager.owner (refresh)", (t) => a.tokens.owner(t, { refresh: true })],
-          ["Mailbox.send", (t) => a.mailbox.send(t, update(1))],
-          ["Store.tryAcquire", (t) => fx.store.tryAcquire(t, "lock-1", ["counter"])],
-          ["Store.commitAndRelease", (t) => fx.store.commitAndRelease(t, "lock-1", [["counter", "{}"]])],
-          ["Store.writeIfHolder", (t) => fx.store.writeIfHolder(t, "lock-1", [["counter", "{}"]])],
-          ["Store.release", (t) => fx.store.release(t, "lock-1")],
-          ["Store.extend", (t) => fx.store.extend(t, "lock-1")],
-          ["Store.holder", (t) => fx.store.holder(t)],
-          ["Store.readSlices", (t) => fx.store.readSlices(t, ["counter"])],
-          ["Store.publish", (t) => fx.store.publish(t, { _tag: "Released" })],
-          ["Store.subscribe", (t) => Effect.scoped(fx.store.subscribe(t))],
-          ["Store.claimSocket", (t) => fx.store.claimSocket(t, { instanceId: "inst-1", connectionId: "c" })],
-          ["Store.claimSockets", (t) => fx.store.claimSockets([[t, { instanceId: "inst-1", connectionId: "c" }]])],
-          ["Store.readSocket", (t) => fx.store.readSocket(t)],
-          ["Store.tokenKeys", (t) => fx.store.tokenKeys(t)],
-          ["Store.acquireQueued", (t) => fx.store.acquireQueued(t, "inst-1:1", ["counter"], { instanceId: "inst-1" })],
-          ["Store.releaseQueued", (t) => fx.store.releaseQueued(t, "inst-1:1", { instanceId: "inst-1" })],
-          [
-            "Store.commitAndReleaseQueued",
-            (t) => fx.store.commitAndReleaseQueued(t, "inst-1:1", [["counter", "{}"]], { instanceId: "inst-1" })
-          ],
-          ["Store.leaveQueue", (t) => fx.store.leaveQueue(t, "inst-1")],
-          ["Store.queueLength", (t) => fx.store.queueLength(t, "inst-1")],
-          ["Store.queue", (t) => fx.store.queue(t)],
-          ["Store.notices", (t) => Effect.scoped(fx.store.notices(t, "inst-1"))],
-          ["Store.channelNotices", (t) => Effect.scoped(fx.store.channelNotices(t, "inst-1"))],
-          // an instance id names a mailbox key: the same rules
-          ["Store.mailboxAppend", (t) => fx.store.mailboxAppend(t, "x", { maxLen: 10, ttlMs: 1_000 })],
-          ["Store.mailboxRead", (t) => fx.store.mailboxRead(t, MailboxStart, { count: 1 })],
-          ["Store.acquireQueued (instance)", (t) => fx.store.acquireQueued("fine", "lock-1", [], { instanceId: t })],
-          ["Store.releaseQueued (instance)", (t) => fx.store.releaseQueued("fine", "lock-1", { instanceId: t })],
-          ["Store.leaveQueue (instance)", (t) => fx.store.leaveQueue("fine", t)],
-          ["Store.notices (instance)", (t) => Effect.scoped(fx.store.notices("fine", t))],
-          ["Store.channelNotices (instance)", (t) => Effect.scoped(fx.store.channelNotices("fine", t))]
-        ]
-        for (const [label, token] of hostileTokens) {
-          for (const [name, call] of entryPoints) {
-            const error = yield* failsWith(
-              call(token) as Effect.Effect<unknown, InvalidToken | { readonly _tag: "other" }>,
-              "InvalidToken"
-            ).pipe(Effect.catchDefect((defect) => Effect.die(`${name} (${label}): ${String(defect)}`)))
-            assert.strictEqual(error.token, token, `${name} (${label})`)
-            // the message names the token, shortened, with its control characters escaped
-            assert.isBelow(error.message.length, 300, `${name} (${label})`)
-            assert.isFalse(
-              [...error.message].some((c) => c.charCodeAt(0) < 0x20),
-              `${name} (${label}): a control character in ${JSON.stringify(error.message)}`
-            )
+    backend.test(
+      "bad tokens (bad instance ids) are refused by every entry point with InvalidToken (InvalidInstanceId), before any I/O",
+      (fx) =>
+        Effect.gen(function* () {
+          const a = yield* fx.worker()
+          const entryPoints: ReadonlyArray<
+            readonly [string, (token: string) => Effect.Effect<unknown, { readonly _tag: string }>]
+          > = [
+            ["StateManager.get", (t) => a.states.get(t, Counter)],
+            ["StateManager.modify", (t) => a.states.modify(t, Counter, bump)],
+            ["StateManager.modifyEffect", (t) => a.states.modifyEffect(t, Counter, (s) => Effect.succeed(bump(s)))],
+            [
+              "StateManager.modifyAll",
+              (t) => a.states.modifyAll(t, { Counter, Other }, (v) => Effect.succeed([null, v] as const))
+            ],
+            ["TokenManager.link", (t) => a.tokens.link(t, "conn-1")],
+            ["TokenManager.disconnect", (t) => a.tokens.disconnect(t, "conn-1")],
+            ["TokenManager.owner", (t) => a.tokens.owner(t)],
+            ["TokenManager.owner (refresh)", (t) => a.tokens.owner(t, { refresh: true })],
+            ["Mailbox.send", (t) => a.mailbox.send(t, update(1))],
+            ["Store.tryAcquire", (t) => fx.store.tryAcquire(t, "lock-1", ["counter"])],
+            ["Store.commitAndRelease", (t) => fx.store.commitAndRelease(t, "lock-1", [["counter", "{}"]])],
+            ["Store.writeIfHolder", (t) => fx.store.writeIfHolder(t, "lock-1", [["counter", "{}"]])],
+            ["Store.release", (t) => fx.store.release(t, "lock-1")],
+            ["Store.extend", (t) => fx.store.extend(t, "lock-1")],
+            ["Store.holder", (t) => fx.store.holder(t)],
+            ["Store.readSlices", (t) => fx.store.readSlices(t, ["counter"])],
+            ["Store.publish", (t) => fx.store.publish(t, { _tag: "Released" })],
+            ["Store.subscribe", (t) => Effect.scoped(fx.store.subscribe(t))],
+            ["Store.claimSocket", (t) => fx.store.claimSocket(t, { instanceId: "inst-1", connectionId: "c" })],
+            ["Store.claimSockets", (t) => fx.store.claimSockets([[t, { instanceId: "inst-1", connectionId: "c" }]])],
+            ["Store.readSocket", (t) => fx.store.readSocket(t)],
+            ["Store.tokenKeys", (t) => fx.store.tokenKeys(t)],
+            [
+              "Store.acquireQueued",
+              (t) => fx.store.acquireQueued(t, "inst-1:1", ["counter"], { instanceId: "inst-1" })
+            ],
+            ["Store.releaseQueued", (t) => fx.store.releaseQueued(t, "inst-1:1", { instanceId: "inst-1" })],
+            [
+              "Store.commitAndReleaseQueued",
+              (t) => fx.store.commitAndReleaseQueued(t, "inst-1:1", [["counter", "{}"]], { instanceId: "inst-1" })
+            ],
+            ["Store.leaveQueue", (t) => fx.store.leaveQueue(t, "inst-1")],
+            ["Store.queueLength", (t) => fx.store.queueLength(t, "inst-1")],
+            ["Store.queue", (t) => fx.store.queue(t)],
+            ["Store.notices", (t) => Effect.scoped(fx.store.notices(t, "inst-1"))],
+            ["Store.channelNotices", (t) => Effect.scoped(fx.store.channelNotices(t, "inst-1"))],
+            // an instance id names a mailbox key: the same rules, its own error
+            ["Store.mailboxAppend (instance)", (t) => fx.store.mailboxAppend(t, "x", { maxLen: 10, ttlMs: 1_000 })],
+            ["Store.mailboxRead (instance)", (t) => fx.store.mailboxRead(t, MailboxStart, { count: 1 })],
+            ["Store.acquireQueued (instance)", (t) => fx.store.acquireQueued("fine", "lock-1", [], { instanceId: t })],
+            ["Store.releaseQueued (instance)", (t) => fx.store.releaseQueued("fine", "lock-1", { instanceId: t })],
+            ["Store.leaveQueue (instance)", (t) => fx.store.leaveQueue("fine", t)],
+            ["Store.notices (instance)", (t) => Effect.scoped(fx.store.notices("fine", t))],
+            ["Store.channelNotices (instance)", (t) => Effect.scoped(fx.store.channelNotices("fine", t))]
+          ]
+          for (const [label, token] of hostileTokens) {
+            for (const [name, call] of entryPoints) {
+              const ofInstance = name.endsWith("(instance)")
+              const error = yield* failsWith(
+                call(token) as Effect.Effect<unknown, InvalidToken | InvalidInstanceId | { readonly _tag: "other" }>,
+                ofInstance ? "InvalidInstanceId" : "InvalidToken"
+              ).pipe(Effect.catchDefect((defect) => Effect.die(`${name} (${label}): ${String(defect)}`)))
+              assert.strictEqual(
+                error._tag === "InvalidInstanceId" ? error.instanceId : error.token,
+                token,
+                `${name} (${label})`
+              )
+              // the message names the token, shortened, with its control characters escaped
+              assert.isBelow(error.message.length, 300, `${name} (${label})`)
+              assert.isFalse(
+                [...error.message].some((c) => c.charCodeAt(0) < 0x20),
+                `${name} (${label}): a control character in ${JSON.stringify(error.message)}`
+              )
+            }
           }
-        }
-        // Control: the same calls with a valid token that carries the marker do reach the store.
-        const valid = `${marker}-valid`
-        yield* a.states.modify(valid, Counter, bump)
-        yield* fx.sawText(valid)
-        const reached = (yield* fx.seen).filter((line) => line.includes(marker) && !line.includes(valid))
-        deepStrictEqual(reached, [])
-        deepStrictEqual(yield* a.tokens.local(hostileTokens[0]![1]), Option.none())
-        assert.strictEqual(yield* a.states.get(valid, Counter).pipe(Effect.map((s) => s.n)), 1)
-      })
+          // Control: the same calls with a valid token that carries the marker do reach the store.
+          const valid = `${marker}-valid`
+          yield* a.states.modify(valid, Counter, bump)
+          yield* fx.sawText(valid)
+          const reached = (yield* fx.seen).filter((line) => line.includes(marker) && !line.includes(valid))
+          deepStrictEqual(reached, [])
+          deepStrictEqual(yield* a.tokens.local(hostileTokens[0]![1]), Option.none())
+          assert.strictEqual(yield* a.states.get(valid, Counter).pipe(Effect.map((s) => s.n)), 1)
+        })
     )
 
     backend.test(

@@ -18,7 +18,7 @@ import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
 import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
-import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { forkInUninterruptible } from "../fork.js"
 import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
 
@@ -303,7 +303,7 @@ export const attemptWith = (
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
-): Effect.Effect<Result.Result<Grant, Refused>, InvalidToken | AcknowledgedError> =>
+): Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError> =>
   Effect.clockWith((clock) =>
     Effect.matchCauseEffect(env.store.acquireQueued(token, lockId, slices, { instanceId: env.instanceId }), {
       onSuccess: (result) =>

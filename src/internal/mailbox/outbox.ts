@@ -8,7 +8,6 @@
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
-import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
@@ -18,26 +17,13 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import type { SendOutcome } from "../../Mailbox.js"
+// A value import of the module that imports this one: `InvalidUpdate` is used in functions only.
+import { InvalidUpdate, type SendOutcome } from "../../Mailbox.js"
 import type { ConnectionStatus, SocketRecord, Store } from "../../Store.js"
-import type { AcknowledgedError, InvalidToken, StoreRefused } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidInstanceId, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
 import { deliver, drop, type Env, outboxSize, retried, sent } from "./env.js"
-
-/**
- * An update that the app's schema cannot encode: nothing was sent.
- *
- * @internal
- */
-export class InvalidUpdate extends Data.TaggedError("InvalidUpdate")<{
-  readonly token: string
-  readonly reason: string
-}> {
-  override get message(): string {
-    return `invalid update for token ${this.token}: ${this.reason}`
-  }
-}
 
 interface Pending {
   readonly token: string
@@ -173,7 +159,7 @@ const routeFrom = <A, I, R>(
   env: Env<A, I, R>,
   pending: Pending,
   local: Option.Option<string>
-): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | AcknowledgedError> => {
+): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | InvalidInstanceId | AcknowledgedError> => {
   if (Option.isSome(local)) return Effect.as(deliver(env, pending.token, pending.update as A), "delivered" as const)
   // The socket's record read as the entry is appended: one round trip on a single server.
   return env.store.mailboxAppendToOwner(pending.token, payloadOf(env, pending), env.append).pipe(
@@ -200,7 +186,7 @@ export const send = <A, I, R>(
   sender: Sender,
   token: string,
   update: unknown
-): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> =>
+): Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused> =>
   // Steps chained by hand, not `Effect.gen`: this is on the path of every update.
   Effect.suspend(() => {
     const invalid = tokenError(token)
@@ -215,7 +201,7 @@ export const send = <A, I, R>(
     }
     return Effect.flatMap(
       env.tokens.local(token),
-      (local): Effect.Effect<SendOutcome, InvalidToken | InvalidUpdate | StoreRefused> => {
+      (local): Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused> => {
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
           if (Result.isFailure(checked)) return invalidUpdate(token, checked.failure)

@@ -12,7 +12,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type { Request, Turn } from "../../Lease.js"
 import type { SliceEntry, Store } from "../../Store.js"
-import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
 import { type HoldState, idleLease, servedInStep } from "./relay.js"
@@ -191,7 +191,7 @@ export const inStep = <A, E>(
   event: Option.Option<string>,
   decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
   then: (done: boolean) => Effect.Effect<A, E>
-): Effect.Effect<A, E | InvalidToken | AcknowledgedError> => {
+): Effect.Effect<A, E | InvalidInput | AcknowledgedError> => {
   let lease: HoldState | undefined
   let heldMs = 0
   const when = () => {

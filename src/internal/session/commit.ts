@@ -13,7 +13,7 @@ import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
 import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
-import type { AcknowledgedError, InvalidToken, LockLost } from "../../StoreError.js"
+import { type AcknowledgedError, type InvalidInput, isInvalidInput, type LockLost } from "../../StoreError.js"
 import { flushFailures } from "./metrics.js"
 import { leases, prune, type Session, type SessionEnv } from "./session.js"
 
@@ -49,8 +49,8 @@ export const failAcks = (
  */
 export const orDefect =
   <A>(onFailure: (error: LockLost | AcknowledgedError) => Effect.Effect<A>) =>
-  (error: InvalidToken | LockLost | AcknowledgedError): Effect.Effect<A> =>
-    error._tag === "InvalidToken" ? Effect.die(error) : onFailure(error)
+  (error: InvalidInput | LockLost | AcknowledgedError): Effect.Effect<A> =>
+    isInvalidInput(error) ? Effect.die(error) : onFailure(error)
 
 /** @internal */
 export const succeedAcks = (requests: ReadonlyArray<Request>) => {

@@ -16,7 +16,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type { Request } from "../../Lease.js"
 import type { Grant, Previous } from "../../Lock.js"
-import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { InvalidInput, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
@@ -262,7 +262,7 @@ const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect.Effect
   )
 
 /** Serve `request` and, through the relay, the requests queued behind it that memory can serve. */
-const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, InvalidToken | StoreError> =>
+const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, InvalidInput | StoreError> =>
   // Steps chained by hand, not `Effect.gen`: every leased modification makes one.
   Effect.suspend(() => {
     const { env, token, cache } = state

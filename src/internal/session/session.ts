@@ -16,7 +16,7 @@ import type { Request } from "../../Lease.js"
 import type { Grant, LocalQueue, Lock, SignalInbox } from "../../Lock.js"
 import type { SignalEvent, Signals } from "../../Signals.js"
 import type { Store } from "../../Store.js"
-import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { InvalidInput, StoreError } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import { fineMillis, type Timers } from "../timers.js"
 import type { HoldState } from "./relay.js"
@@ -210,7 +210,7 @@ export class Inbox implements SignalInbox {
  *
  * @internal
  */
-export const openSignals = (env: SessionEnv, session: Session): Effect.Effect<Inbox, InvalidToken | StoreError> =>
+export const openSignals = (env: SessionEnv, session: Session): Effect.Effect<Inbox, InvalidInput | StoreError> =>
   Effect.suspend(() => {
     if (session.signals !== undefined) return Effect.succeed(session.signals)
     // Recorded in the same uninterruptible step as the listening succeeds: an interruption

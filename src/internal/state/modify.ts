@@ -15,7 +15,7 @@ import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
 import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"
 import type { SliceEntry } from "../../Store.js"
-import type { AcknowledgedError, InvalidToken } from "../../StoreError.js"
+import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { OneShot } from "../oneShot.js"
 import { formatParseError } from "../parse.js"
 import { withSpan } from "../tracing.js"
@@ -35,7 +35,7 @@ const newRequest = (
 ): Lease.Request => ({
   slices: slices.map((s) => s.name),
   event: Option.fromNullishOr(options?.event),
-  turn: new OneShot<Lease.Turn, InvalidToken | AcknowledgedError>(),
+  turn: new OneShot<Lease.Turn, InvalidInput | AcknowledgedError>(),
   done: new OneShot<Lease.Outcome>(),
   ack: new OneShot<void, LockExpired | AcknowledgedError>(),
   cancelled: false,

@@ -30,6 +30,8 @@ import type {
 import {
   type AcknowledgedError,
   CorruptValue,
+  type InvalidInput,
+  type InvalidInstanceId,
   type InvalidToken,
   LockLost,
   type StoreRefused
@@ -47,13 +49,14 @@ import {
 } from "../codec.js"
 import {
   claimError,
+  instanceIdError,
+  instanceIdsError,
   isValidToken,
   lockIdError,
   signalInstance,
   sliceNamesError,
   tokenAndInstanceError,
-  tokenError,
-  tokensError
+  tokenError
 } from "../validate.js"
 import type { Driver, Guarded, Handoff, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
 
@@ -64,10 +67,10 @@ const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", 
  * The step `run` builds, or the input's error when it has one: validation before any I/O,
  * and no effect built for a step that is refused.
  */
-const checked = <A, E, R>(
-  error: InvalidToken | undefined,
+const checked = <A, E, R, V extends InvalidInput = never>(
+  error: V | undefined,
   run: () => Effect.Effect<A, E, R>
-): Effect.Effect<A, E | InvalidToken, R> => (error === undefined ? run() : Effect.fail(error))
+): Effect.Effect<A, E | V, R> => (error === undefined ? run() : Effect.fail(error))
 
 /** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
 const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
@@ -118,7 +121,7 @@ const noticeMessages = (token: string): NoticeMessages => ({
 
 /** What is wrong with a queue step's token, worker, lock id or slice names. */
 const queueStepError = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
-  tokensError(token, instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
+  tokenError(token) ?? instanceIdError(instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
 
 /** A release's `queueAs`: a lock id, when given. */
 const queueAsError = (queueAs: string | undefined) => (queueAs === undefined ? undefined : lockIdError(queueAs))
@@ -166,14 +169,15 @@ const queuePart = (driver: Driver) =>
           )
       ),
     leaveQueue: (token, instanceId, lockId) =>
-      checked(tokensError(token, instanceId) ?? (lockId === undefined ? undefined : lockIdError(lockId)), () =>
-        driver.leaveQueue(token, instanceId, lockId, noticeMessages(token))
+      checked(
+        tokenError(token) ?? instanceIdError(instanceId) ?? (lockId === undefined ? undefined : lockIdError(lockId)),
+        () => driver.leaveQueue(token, instanceId, lockId, noticeMessages(token))
       ),
     queueLength: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () => driver.queueLength(token, instanceId)),
+      checked(tokenError(token) ?? instanceIdError(instanceId), () => driver.queueLength(token, instanceId)),
     queue: (token) => checked(tokenError(token), () => driver.queue(token)),
     notices: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () =>
+      checked(tokenError(token) ?? instanceIdError(instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // The channel may carry other tokens' notices (one channel per worker on a single server).
           Stream.filterMap(
@@ -184,7 +188,7 @@ const queuePart = (driver: Driver) =>
       ),
     noticeChannel: (token, instanceId) => driver.noticeChannel(token, instanceId),
     channelNotices: (token, instanceId) =>
-      checked(tokensError(token, instanceId), () =>
+      checked(tokenError(token) ?? instanceIdError(instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
           // what is not a notice (published by someone else) is ignored
           Stream.filterMap(
@@ -295,7 +299,7 @@ const socketPart = (driver: Driver) => {
         )
       }),
     takeOverSocket: (token, expected, record) =>
-      checked(tokensError(token, expected.instanceId, record.instanceId), () =>
+      checked(tokenError(token) ?? instanceIdsError(expected.instanceId, record.instanceId), () =>
         Effect.flatMap(
           driver.takeOverSocket(token, expected.instanceId, expected.connectionId, encodeSocketRecord(record)),
           (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
@@ -318,21 +322,23 @@ const socketPart = (driver: Driver) => {
 
 /** What is wrong with the instance ids a presence message names (its token too, for a question). */
 const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
-  message._tag === "Ask" ? tokensError(instanceId, message.from, message.token) : tokenError(instanceId)
+  message._tag === "Ask"
+    ? (instanceIdsError(instanceId, message.from) ?? tokenError(message.token))
+    : instanceIdError(instanceId)
 
 /** Presence: the entry with its TTL, and the worker's channel of questions and answers. */
 const presencePart = (driver: Driver) =>
   ({
     refreshPresence: (instanceId, ttlMs) =>
-      checked(tokenError(instanceId), () => driver.refreshPresence(instanceId, wholeMs(ttlMs))),
-    isPresent: (instanceId) => checked(tokenError(instanceId), () => driver.isPresent(instanceId)),
-    removePresence: (instanceId) => checked(tokenError(instanceId), () => driver.removePresence(instanceId)),
+      checked(instanceIdError(instanceId), () => driver.refreshPresence(instanceId, wholeMs(ttlMs))),
+    isPresent: (instanceId) => checked(instanceIdError(instanceId), () => driver.isPresent(instanceId)),
+    removePresence: (instanceId) => checked(instanceIdError(instanceId), () => driver.removePresence(instanceId)),
     sendPresence: (instanceId, message) =>
       checked(presenceMessageError(instanceId, message), () =>
         driver.presencePublish(instanceId, encodePresenceMessage(message))
       ),
     presenceMessages: (instanceId) =>
-      checked(tokenError(instanceId), () =>
+      checked(instanceIdError(instanceId), () =>
         Effect.map(driver.presenceMessages(instanceId), (messages) =>
           Stream.filterMap(
             messages,
@@ -353,11 +359,11 @@ const appendToOwner = (
   payload: string,
   maxLen: number,
   ttlMs: number
-): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | CorruptValue | AcknowledgedError> => {
+): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | InvalidInstanceId | CorruptValue | AcknowledgedError> => {
   const key = driver.keys.socket(token)
   const recordOf = (raw: string) =>
     Effect.flatMap(Effect.fromResult(decodeSocketRecord(key, raw)), (record) => {
-      const invalid = tokenError(record.instanceId)
+      const invalid = instanceIdError(record.instanceId)
       return invalid === undefined ? Effect.succeed(record) : Effect.fail(invalid)
     })
   const inOneStep = driver.mailboxAppendToOwner
@@ -386,13 +392,13 @@ const appendToOwner = (
 const mailboxPart = (driver: Driver) =>
   ({
     mailboxAppend: (instanceId, payload, options) =>
-      checked(tokenError(instanceId), () =>
+      checked(instanceIdError(instanceId), () =>
         driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
       ),
     mailboxAppendToOwner: (token, payload, options) =>
       checked(tokenError(token), () => appendToOwner(driver, token, payload, options.maxLen, wholeMs(options.ttlMs))),
     mailboxRead: (instanceId, afterId, options) =>
-      checked(tokenError(instanceId), () =>
+      checked(instanceIdError(instanceId), () =>
         Effect.suspend(() => {
           const count = Math.floor(options.count)
           if (!(count >= 1)) return Effect.succeed([])
@@ -401,13 +407,14 @@ const mailboxPart = (driver: Driver) =>
           return driver.mailboxRead(instanceId, afterId, count, blockMs >= 1 ? blockMs : 0)
         })
       ),
-    mailboxTrim: (instanceId, maxLen) => checked(tokenError(instanceId), () => driver.mailboxTrim(instanceId, maxLen)),
+    mailboxTrim: (instanceId, maxLen) =>
+      checked(instanceIdError(instanceId), () => driver.mailboxTrim(instanceId, maxLen)),
     mailboxExpire: (instanceId, ttlMs) =>
-      checked(tokenError(instanceId), () => driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
-    mailboxLength: (instanceId) => checked(tokenError(instanceId), () => driver.mailboxLength(instanceId)),
+      checked(instanceIdError(instanceId), () => driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
+    mailboxLength: (instanceId) => checked(instanceIdError(instanceId), () => driver.mailboxLength(instanceId)),
     mailboxSetCursor: (instanceId, id, ttlMs) =>
-      checked(tokenError(instanceId), () => driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
-    mailboxCursor: (instanceId) => checked(tokenError(instanceId), () => driver.mailboxCursor(instanceId))
+      checked(instanceIdError(instanceId), () => driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
+    mailboxCursor: (instanceId) => checked(instanceIdError(instanceId), () => driver.mailboxCursor(instanceId))
   }) satisfies Partial<Store.Service>
 
 /**

@@ -15,7 +15,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type * as Schedule from "effect/Schedule"
 import type { ClaimResult, SocketRecord } from "../../Store.js"
-import type { CorruptValue, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
+import type { CorruptValue, InvalidInstanceId, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
 import { type Claim, claim, takeOver, takeovers } from "./link.js"
 import type { Verdict } from "./presence.js"
 import { adopt, type Entry, sameRecord, storeFailed, storeWorked, type Table } from "./table.js"
@@ -38,7 +38,10 @@ export const recordsRestored = Metric.counter("leasehold_socket_records_restored
 export interface Settler {
   readonly table: Table
   /** What became of the owner of a record found in place of one of ours never stored (`presence.ts`). */
-  readonly judge: (token: string, owner: SocketRecord) => Effect.Effect<Verdict, StoreError | InvalidToken>
+  readonly judge: (
+    token: string,
+    owner: SocketRecord
+  ) => Effect.Effect<Verdict, StoreError | InvalidToken | InvalidInstanceId>
   /** The fibers that settle such records, one per socket (`<token> <connectionId>`), closed with the token manager. */
   readonly settles: FiberMap.FiberMap<string>
   /** When a settle the store failed starts over (the retry delays, capped at the presence expiration). */
@@ -66,7 +69,7 @@ export const applyClaim = (
       if (!written || (current !== undefined && sameRecord(current.record, entry.record))) return none
       return table.store.deleteSocketIfOwner(token, entry.record).pipe(
         Effect.asVoid,
-        Effect.catchTag("InvalidToken", () => Effect.void),
+        Effect.catchTag(["InvalidToken", "InvalidInstanceId"], () => Effect.void),
         Effect.catch((error) => storeFailed(table, `deleting the record of disconnected token ${token}`, error)),
         Effect.as(Option.none())
       )
@@ -170,7 +173,9 @@ const settle = (keeper: Settler, [token, entry, found]: Contested) => {
       })
     )
   }).pipe(
-    Effect.catchTag("InvalidToken", (error) => Effect.logError(`socket records: ${error.message}`)),
+    Effect.catchTag(["InvalidToken", "InvalidInstanceId"], (error) =>
+      Effect.logError(`socket records: ${error.message}`)
+    ),
     Effect.tapError((error) =>
       Effect.logDebug(`socket records: settling token ${token} failed, trying again: ${error.message}`)
     ),

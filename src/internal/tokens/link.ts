@@ -8,13 +8,12 @@
  * @internal
  */
 import { randomUUID } from "node:crypto"
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { SocketRecord } from "../../Store.js"
-import type { CorruptValue, StoreError } from "../../StoreError.js"
+import { type CorruptValue, RecordNotStored, type StoreError } from "../../StoreError.js"
 import type { Linked } from "../../TokenManager.js"
 import { withSpan } from "../tracing.js"
 import { validateToken } from "../validate.js"
@@ -29,29 +28,6 @@ import {
   type Table,
   whileLinking
 } from "./table.js"
-
-/**
- * `link` made the local link but could not write the socket record: the store failed.
- * The record is written when the store returns (by the restore after resubscription or
- * the periodic refresh), so the socket is reachable again without another `link`.
- *
- * @internal
- */
-export class RecordNotStored extends Data.TaggedError("RecordNotStored")<{
-  /**
-   * The token linked locally: the one asked for, or (with `fresh`) the token minted for a
-   * duplicate tab, whose claim is the one that failed.
-   */
-  readonly token: string
-  readonly connectionId: string
-  readonly cause: StoreError
-  /** Present when `token` is a fresh token: the one asked for was linked elsewhere. */
-  readonly fresh?: true
-}> {
-  override get message(): string {
-    return `socket record of ${this.fresh === true ? "fresh token" : "token"} ${this.token} not stored (linked locally): ${this.cause.message}`
-  }
-}
 
 /**
  * Sockets linked with a record of their own (fresh tokens included).
@@ -99,7 +75,7 @@ const freshAttempts = 3
 const forget = (table: Table, token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
   table.store.deleteSocketIfOwner(token, record).pipe(
     Effect.andThen(storeWorked(table)),
-    Effect.catchTag("InvalidToken", () => Effect.void),
+    Effect.catchTag(["InvalidToken", "InvalidInstanceId"], () => Effect.void),
     Effect.catch((error) => storeFailed(table, what, error)),
     Effect.interruptible,
     Effect.forkChild,
@@ -149,7 +125,8 @@ export const claim = (table: Table, token: string, record: SocketRecord): Effect
     Effect.catchTags({
       // A record nobody can read still names some other socket: the token is not free.
       CorruptValue: corrupt(token),
-      InvalidToken: (error) => Effect.die(error)
+      InvalidToken: (error) => Effect.die(error),
+      InvalidInstanceId: (error) => Effect.die(error)
     })
   )
 
@@ -169,7 +146,11 @@ export const takeOver = (table: Table, token: string, expected: SocketRecord, re
               onSome: (found) => ({ _tag: "taken", record: found })
             })
     ),
-    Effect.catchTags({ CorruptValue: corrupt(token), InvalidToken: (error) => Effect.die(error) })
+    Effect.catchTags({
+      CorruptValue: corrupt(token),
+      InvalidToken: (error) => Effect.die(error),
+      InvalidInstanceId: (error) => Effect.die(error)
+    })
   )
 
 const linkAs = (

@@ -15,7 +15,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
-import type { InvalidToken, StoreError } from "../../StoreError.js"
+import type { InvalidInstanceId, InvalidToken, StoreError } from "../../StoreError.js"
 import type { KeepAlive } from "../../TokenManager.js"
 import { applyClaim, type Contested, type Settler, settleLater } from "./claims.js"
 import { concurrentWrites, type Entry, isOurs, storeFailed, storeWorked, type Table } from "./table.js"
@@ -68,10 +68,15 @@ const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
   })
 
 /** One maintenance pass over the map: alone, and its store failure logged once per episode (then `orElse`). */
-const maintain = <A>(table: Table, what: string, pass: Effect.Effect<A, StoreError | InvalidToken>, orElse: A) =>
+const maintain = <A>(
+  table: Table,
+  what: string,
+  pass: Effect.Effect<A, StoreError | InvalidToken | InvalidInstanceId>,
+  orElse: A
+) =>
   table.maintenance.withPermits(1)(
     Effect.tap(pass, storeWorked(table)).pipe(
-      Effect.catchTag("InvalidToken", (error) =>
+      Effect.catchTag(["InvalidToken", "InvalidInstanceId"], (error) =>
         Effect.as(Effect.logError(`socket records: ${error.message}`), orElse)
       ),
       Effect.catch((error) => Effect.as(storeFailed(table, what, error), orElse))
@@ -92,7 +97,7 @@ export const restore = (keeper: Keeper) => {
     .withPermits(1)(
       Effect.suspend(() => reclaim(table, ownEntries(table))).pipe(
         Effect.tap(storeWorked(table)),
-        Effect.catchTag("InvalidToken", (error) =>
+        Effect.catchTag(["InvalidToken", "InvalidInstanceId"], (error) =>
           Effect.as(Effect.logError(`socket records: ${error.message}`), [] as ReadonlyArray<Contested>)
         ),
         Effect.tapError((error) => storeFailed(table, "restoring records", error))
@@ -146,7 +151,7 @@ const removed = (keeper: Keeper, token: string) => {
           Effect.catchTag("CorruptValue", (error) => Effect.succeed(Result.fail(error))),
           Effect.flatMap((result) => applyClaim(table, token, entry, result)),
           Effect.map(Option.map((holder): Contested => [token, entry, holder])),
-          Effect.catchTag("InvalidToken", (error) =>
+          Effect.catchTag(["InvalidToken", "InvalidInstanceId"], (error) =>
             Effect.as(Effect.logError(`socket records: ${error.message}`), Option.none())
           ),
           Effect.catch((error) => Effect.as(storeFailed(table, `claiming token ${token} again`, error), Option.none()))
