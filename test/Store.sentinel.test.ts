@@ -85,7 +85,7 @@ const cutSubscribers = (server: RedisServer.RedisServer) =>
 let testCount = 0
 
 const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
-  LeaseholdConfig.layerWith({
+  LeaseholdConfig.layer({
     keyPrefix,
     lockExpiration: LOCK_EXPIRATION_MS,
     handoffTimeout: HANDOFF_TIMEOUT_MS,
@@ -97,7 +97,7 @@ const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
 
 const buildStore = (sentinel: RedisSentinel.RedisSentinel, keyPrefix: string) =>
   Layer.build(
-    RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
+    RedisStore.layerAt({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
       Layer.provide(config(keyPrefix))
     )
   ).pipe(
@@ -334,7 +334,7 @@ describe("RedisStore Sentinel configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
     Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   const buildFromEnv = (env: Record<string, string>) =>
-    Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(fromEnv(env))
+    Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(fromEnv(env))
 
   it.live("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
     Effect.gen(function* () {
@@ -407,10 +407,10 @@ describe("RedisStore Sentinel configuration", () => {
         const started = performance.now()
         const error = yield* failsWith(
           Layer.build(
-            RedisStore.layer({
+            RedisStore.layerAt({
               sentinels: `redis://user:s3cret-pw@127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}`,
               sentinelName: "leasehold"
-            }).pipe(Layer.provide(LeaseholdConfig.layerWith({ connectTimeout: 500, commandTimeout: 500 })))
+            }).pipe(Layer.provide(LeaseholdConfig.layer({ connectTimeout: 500, commandTimeout: 500 })))
           ).pipe(Effect.scoped),
           "StoreUnavailable"
         )
