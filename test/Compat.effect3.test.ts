@@ -264,7 +264,9 @@ const parse = (env: Record<string, string>) =>
       Result.isSuccess(result)
         ? { settings: jsonOf(result.success) }
         : result.failure._tag === "InvalidConfig"
-          ? { invalid: { knob: result.failure.knob, names: result.failure.message.includes(`${result.failure.knob}=`) } }
+          ? {
+              invalid: { knob: result.failure.knob, names: result.failure.message.includes(`${result.failure.knob}=`) }
+            }
           : { configError: variableOf(String(result.failure)) }
   )
 
