@@ -355,33 +355,33 @@ describe("RedisStore Sentinel configuration", () => {
   )
 
   it.effect(
-    "a malformed Sentinel list, a missing master name, or a URL beside them is InvalidConfig, never echoing a password",
+    "a malformed Sentinel list, a missing master name, or a URL beside them is InvalidConfig naming the variable, never echoing a password",
     () =>
       Effect.gen(function* () {
         for (const [env, knob] of [
           [
             { LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
-            "redisSentinels"
+            "LEASEHOLD_REDIS_SENTINELS"
           ],
           [
             { LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:99999", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
-            "redisSentinels"
+            "LEASEHOLD_REDIS_SENTINELS"
           ],
-          [{ LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinels"],
-          [{ LEASEHOLD_REDIS_SENTINELS: " ", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinels"],
-          [{ LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:1" }, "redisSentinelName"],
+          [{ LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINELS"],
+          [{ LEASEHOLD_REDIS_SENTINELS: " ", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINELS"],
+          [{ LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:1" }, "LEASEHOLD_REDIS_SENTINEL_NAME"],
           [
             { LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1", LEASEHOLD_REDIS_SENTINEL_NAME: "my master" },
-            "redisSentinelName"
+            "LEASEHOLD_REDIS_SENTINEL_NAME"
           ],
-          [{ LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinelName"],
+          [{ LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINEL_NAME"],
           [
             {
               LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1",
               LEASEHOLD_REDIS_SENTINEL_NAME: "m",
               LEASEHOLD_REDIS_URL: "redis://:s3cret-pw@127.0.0.1:2"
             },
-            "redisUrl"
+            "LEASEHOLD_REDIS_URL"
           ],
           [
             {
@@ -389,7 +389,7 @@ describe("RedisStore Sentinel configuration", () => {
               LEASEHOLD_REDIS_SENTINEL_NAME: "m",
               LEASEHOLD_REDIS_CLUSTER: "true"
             },
-            "redisCluster"
+            "LEASEHOLD_REDIS_CLUSTER"
           ]
         ] as const) {
           const error = yield* failsWith(Effect.scoped(buildFromEnv(env)), "InvalidConfig")
