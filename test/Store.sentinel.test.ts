@@ -367,7 +367,10 @@ describe("RedisStore Sentinel configuration", () => {
             { LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:99999", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
             "LEASEHOLD_REDIS_SENTINELS"
           ],
-          [{ LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINELS"],
+          [
+            { LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
+            "LEASEHOLD_REDIS_SENTINELS"
+          ],
           [{ LEASEHOLD_REDIS_SENTINELS: " ", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINELS"],
           [{ LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:1" }, "LEASEHOLD_REDIS_SENTINEL_NAME"],
           [
