@@ -54,7 +54,7 @@ const makeOp = async (): Promise<{ op: Op; close: () => Promise<void> }> => {
     // The log level is set once for the runtime: set per operation, it costs a change of the
     // fiber's context every time, which is the harness's cost, not the library's.
     const runtime = ManagedRuntime.make(
-      Layer.merge(Worker.layerStateRedis(), Layer.succeed(References.MinimumLogLevel, "Error"))
+      Layer.merge(Worker.layerStateFromEnv, Layer.succeed(References.MinimumLogLevel, "Error"))
     )
     const modify = Effect.flatMap(StateManager.StateManager, (states) =>
       states.modify(token, Counter, (s) => [null, { n: s.n + 1 }])

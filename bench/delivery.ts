@@ -46,11 +46,11 @@ const round = (ms: number) => Math.round(ms * 1000) / 1000
 /** Two workers, A receiving into `onDeliver`, on the server at `url`. */
 const workers = (url: string, onDeliver: (probe: Probe) => void) =>
   Effect.gen(function* () {
-    const config = LeaseholdConfig.layerWith({ retryJitter: true })
+    const config = LeaseholdConfig.layer({ retryJitter: true })
     const worker = (deliver: (probe: Probe) => void) =>
       Layer.build(
         Worker.layer({ schema: Probe, deliver: (_token, probe) => Effect.sync(() => deliver(probe)) }).pipe(
-          Layer.provide(RedisStore.layer({ url })),
+          Layer.provide(RedisStore.layerAt({ url })),
           Layer.provide(config)
         )
       )

@@ -52,7 +52,7 @@ const main = async () => {
   const runtime = ManagedRuntime.make(
     Worker.layerState.pipe(
       Layer.provideMerge(MemoryStore.layer),
-      Layer.provideMerge(LeaseholdConfig.layerWith({ oplock: false })),
+      Layer.provideMerge(LeaseholdConfig.layer({ oplock: false })),
       Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
     )
   )

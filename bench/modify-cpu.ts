@@ -127,7 +127,7 @@ const measure = async (oplock: boolean) => {
     ManagedRuntime.make(
       Worker.layerState.pipe(
         Layer.provideMerge(MemoryStore.layer),
-        Layer.provideMerge(LeaseholdConfig.layerWith({ oplock })),
+        Layer.provideMerge(LeaseholdConfig.layer({ oplock })),
         Layer.merge(errorsOnly),
         Layer.provideMerge(under)
       )

@@ -1,7 +1,7 @@
 /**
  * What keeping the embedded store on disk (`dataDir`) costs.
  *
- * One worker (`Worker.layerStateMemory`) modifies `--tokens` distinct tokens once each,
+ * One worker (`Worker.layerStateFromEnv`) modifies `--tokens` distinct tokens once each,
  * one after the other, first without a data directory (after one unmeasured pass that
  * warms the JIT up), then with one in a fresh temp directory. Then the worker is shut down (which writes every token's file) and built
  * again on the same directory (which loads them all).
@@ -41,7 +41,7 @@ const withEnv = (env: Record<string, string>) =>
 const buildWorker = (env: Record<string, string>) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
-    const context = yield* Layer.buildWithScope(Worker.layerStateMemory, scope).pipe(withEnv(env))
+    const context = yield* Layer.buildWithScope(Worker.layerStateFromEnv, scope).pipe(withEnv(env))
     return { scope, context }
   })
 

@@ -41,9 +41,9 @@ const measure = (outageS: number) =>
       const worker = Signals.layer.pipe(
         Layer.provideMerge(Supervisor.layer),
         Layer.provideMerge(
-          Layer.mergeAll(RedisStore.layer({ url: server.url }), Health.layer, InstanceId.layerFixed(WORKER_ID))
+          Layer.mergeAll(RedisStore.layerAt({ url: server.url }), Health.layer, InstanceId.layerFixed(WORKER_ID))
         ),
-        Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: true }))
+        Layer.provideMerge(LeaseholdConfig.layer({ retryJitter: true }))
       )
       const context = yield* Layer.build(worker)
       const signals = Context.get(context, Signals.Signals)

@@ -53,8 +53,8 @@ const main = Effect.scoped(
     const server = yield* RedisServer.start()
     return yield* Effect.promise(async () => {
       const runtime = ManagedRuntime.make(
-        RedisStore.layer({ url: server.url }).pipe(
-          Layer.provideMerge(LeaseholdConfig.layerWith({ lockExpiration: 600_000, lockWarningThreshold: 300_000 })),
+        RedisStore.layerAt({ url: server.url }).pipe(
+          Layer.provideMerge(LeaseholdConfig.layer({ lockExpiration: 600_000, lockWarningThreshold: 300_000 })),
           Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
         )
       )

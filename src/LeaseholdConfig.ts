@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type * as Config from "effect/Config"
+import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -15,6 +15,10 @@ import * as Schema from "effect/Schema"
 import * as Environment from "./internal/config/environment.js"
 
 const { defaults } = Environment
+
+/** A variable as a shell sets it (`LEASEHOLD_LOCK_EXPIRATION_MS=500`), an option as code does (`lockExpiration = 500ms`). */
+const setting = (knob: string, value: string) =>
+  /^[A-Z][A-Z0-9_]*$/.test(knob) ? `${knob}=${value}` : `${knob} = ${value}`
 
 /**
  * A knob whose value is out of range or contradicts another knob.
@@ -29,8 +33,8 @@ export class InvalidConfig extends Schema.TaggedError<InvalidConfig>()("InvalidC
   reason: Schema.String
 }) {
   override get message(): string {
-    const other = this.other === undefined ? "" : ` (${this.other.knob} = ${this.other.value})`
-    return `invalid configuration: ${this.knob} = ${this.value} ${this.reason}${other}`
+    const other = this.other === undefined ? "" : ` (${setting(this.other.knob, this.other.value)})`
+    return `invalid configuration: ${setting(this.knob, this.value)} ${this.reason}${other}`
   }
 }
 
@@ -244,6 +248,12 @@ const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => 
  * @category constructors
  */
 export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfig> => {
+  const [settings, problem] = check(input)
+  return problem === undefined ? Result.succeed(settings) : Result.fail(problem)
+}
+
+/** The settings with their defaults filled, and the first problem with them. */
+const check = (input: Input): readonly [Settings, InvalidConfig | undefined] => {
   const dur = (value: Duration.Input | undefined, fallbackMs: number) =>
     value === undefined ? Duration.millis(fallbackMs) : Duration.fromInputUnsafe(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
@@ -288,7 +298,10 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
         : Duration.fromInputUnsafe(input.replicaAckTimeout)
   }
   const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
-    Result.fail(new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other }))
+    [
+      settings,
+      new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other })
+    ] as const
 
   // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
   for (const [knob, value] of Object.entries(input)) {
@@ -366,46 +379,61 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
     return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
   }
   const sentinelProblem = checkSentinels(settings)
-  if (sentinelProblem !== undefined) return Result.fail(sentinelProblem)
+  if (sentinelProblem !== undefined) return [settings, sentinelProblem]
   const acknowledgementProblem = checkAcknowledgement(settings)
-  if (acknowledgementProblem !== undefined) return Result.fail(acknowledgementProblem)
+  if (acknowledgementProblem !== undefined) return [settings, acknowledgementProblem]
   if (!prefixPattern.test(settings.keyPrefix)) {
     return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
   }
-  return Result.succeed(settings)
+  return [settings, undefined]
 }
 
 /**
- * Settings from code, validated when the layer is built.
+ * Settings from code, validated when the layer is built; every knob not given has its
+ * default (`layer({})`: all of them). An `InvalidConfig` names the options as given.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category layers
  */
-export const layerWith = (input: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
+export const layer = (input: Input): Layer.Layer<LeaseholdConfig, InvalidConfig> =>
   Layer.effect(
     LeaseholdConfig,
     Effect.suspend(() => Effect.fromResult(resolve(input)))
   )
 
 /**
- * Settings from `Config` (the environment by default), validated when the layer is built.
+ * Settings from a `Config`: a whole `Config<Input>`, or a record of a `Config` per knob
+ * (`{ lockExpiration: Config.Duration("LOCK_TTL") }`), validated when the layer is built.
+ * An `InvalidConfig` names the options (the `Config` knows its own names); `layerFromEnv`
+ * reads leasehold's own variables and names them.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category layers
  */
-export const layer: Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> = Layer.effect(
-  LeaseholdConfig,
-  Effect.flatMap(config, (input) => Effect.fromResult(resolve(input)))
-)
-
-/**
- * Settings from `Config`, with values given in code taking precedence.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerConfig = (overrides: Input = {}): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
+export const layerConfig = (
+  config: Config.Wrap<Input>
+): Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> =>
   Layer.effect(
     LeaseholdConfig,
-    Effect.flatMap(config, (fromEnv) => Effect.fromResult(resolve({ ...fromEnv, ...overrides })))
+    Effect.flatMap(Config.unwrap(config), (input) => Effect.fromResult(resolve(input)))
   )
+
+/**
+ * Settings from the `LEASEHOLD_*` variables (`config`), read from the current
+ * `ConfigProvider` (the environment unless the app provides another), validated when the
+ * layer is built. An empty variable is unset. Every `InvalidConfig` about these settings,
+ * from this layer or from a store built on them, names the variable and the value the user
+ * set (a URL without its password), or the default used when the variable is unset.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerFromEnv: Layer.Layer<LeaseholdConfig, InvalidConfig | Config.ConfigError> = Layer.effect(
+  LeaseholdConfig,
+  Effect.flatMap(Environment.configWithTexts, ({ input, texts }) => {
+    const [settings, problem] = check(input)
+    return problem === undefined
+      ? Effect.succeed(Environment.remember(settings, texts))
+      : Effect.fail(new InvalidConfig(Environment.inVariables(problem, texts, settings)))
+  })
+)

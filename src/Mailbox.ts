@@ -1,5 +1,5 @@
 /**
- * Updates for a client, delivered to the worker that holds its socket (DESIGN §8).
+ * Updates for a client, delivered to the worker that holds its socket (docs/delivery.md).
  *
  * `send(token, update)` finds the socket's owner and appends the update to the owner's
  * mailbox stream in the store; each worker reads its own mailbox from the last id it

@@ -21,6 +21,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as PubSub from "effect/PubSub"
 import type * as Scope from "effect/Scope"
+import * as Environment from "./internal/config/environment.js"
 import { makeKeys } from "./internal/keys.js"
 import * as MemoryControl from "./internal/memory/control.js"
 import * as MemoryDisk from "./internal/memory/disk.js"
@@ -182,11 +183,13 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
     const settings = yield* LeaseholdConfig
     if (settings.minReplicasAck > 0) {
       // Nothing could acknowledge: accepting the knob would promise what the store cannot keep.
-      return yield* new InvalidConfig({
-        knob: "minReplicasAck",
-        value: String(settings.minReplicasAck),
-        reason: "needs a Redis store with replicas; the embedded store has none"
-      })
+      return yield* new InvalidConfig(
+        Environment.describe(settings, {
+          knob: "minReplicasAck",
+          value: String(settings.minReplicasAck),
+          reason: "needs a Redis store with replicas; the embedded store has none"
+        })
+      )
     }
     const keys = cachedKeys(makeKeys(settings.keyPrefix))
     const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))

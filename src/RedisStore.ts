@@ -37,6 +37,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import type * as Scope from "effect/Scope"
+import * as Environment from "./internal/config/environment.js"
 import { makeKeys } from "./internal/keys.js"
 import * as Acknowledged from "./internal/redis/acknowledged.js"
 import * as Blocking from "./internal/redis/blocking.js"
@@ -53,27 +54,30 @@ import { Store } from "./Store.js"
 import type { StoreUnavailable } from "./StoreError.js"
 
 /**
- * Where the store connects. Without a `url`, the `redisUrl` of `LeaseholdConfig` is used.
+ * Where the store connects, given in code (`layerAt`): a URL, or Sentinels. What is not
+ * given here (the `cluster` flag, the master name) comes from `LeaseholdConfig`.
  *
  * @since 0.1.0
  * @category models
  */
-export interface Options {
-  readonly url?: string | Redacted.Redacted
-  /**
-   * The URL names seed nodes of a Redis Cluster: `redis://[user:password@]host:port[,host:port...]`.
-   * Without it, the `redisCluster` of `LeaseholdConfig` decides.
-   */
-  readonly cluster?: boolean
-  /**
-   * Find the primary through Sentinels instead of a URL: `host:port,host:port`, or
-   * `redis[s]://[user:password@]host:port,…[/db]`. Without it (and without `url`), the
-   * `redisSentinels` of `LeaseholdConfig` decides.
-   */
-  readonly sentinels?: string | Redacted.Redacted
-  /** The master name the Sentinels monitor; without it, the `redisSentinelName` of `LeaseholdConfig`. */
-  readonly sentinelName?: string
-}
+export type Options =
+  | {
+      readonly url: string | Redacted.Redacted
+      /**
+       * The URL names seed nodes of a Redis Cluster: `redis://[user:password@]host:port[,host:port...]`.
+       * Without it, the `redisCluster` of `LeaseholdConfig` decides.
+       */
+      readonly cluster?: boolean
+    }
+  | {
+      /**
+       * Find the primary through Sentinels instead of a URL: `host:port,host:port`, or
+       * `redis[s]://[user:password@]host:port,…[/db]`.
+       */
+      readonly sentinels: string | Redacted.Redacted
+      /** The master name the Sentinels monitor; without it, the `redisSentinelName` of `LeaseholdConfig`. */
+      readonly sentinelName?: string
+    }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
@@ -86,11 +90,19 @@ interface Target {
 const reveal = (value: string | Redacted.Redacted): string =>
   Redacted.isRedacted(value) ? String(Redacted.value(value)) : value
 
+/** A problem with the settings, in the terms the user gave them in (variables, or options). */
+const invalid = (settings: Settings, problem: Environment.Problem) =>
+  new InvalidConfig(Environment.describe(settings, problem))
+
 /** The primary as the Sentinels name it: the list and the master name from the options, else the settings. */
-const sentinelTarget = (list: string, name: Option.Option<string>): Effect.Effect<Target, InvalidConfig> => {
+const sentinelTarget = (
+  settings: Settings,
+  list: string,
+  name: Option.Option<string>
+): Effect.Effect<Target, InvalidConfig> => {
   if (Option.isNone(name)) {
     return Effect.fail(
-      new InvalidConfig({
+      invalid(settings, {
         knob: "redisSentinelName",
         value: "(unset)",
         reason: "must name the master the Sentinels monitor"
@@ -100,7 +112,7 @@ const sentinelTarget = (list: string, name: Option.Option<string>): Effect.Effec
   const parsed = parseSentinels(list, name.value)
   return parsed === undefined
     ? Effect.fail(
-        new InvalidConfig({
+        invalid(settings, {
           knob: "redisSentinels",
           value: "<redacted>",
           reason:
@@ -110,50 +122,53 @@ const sentinelTarget = (list: string, name: Option.Option<string>): Effect.Effec
     : Effect.succeed({ endpoint: { ...parsed.endpoint, sentinel: parsed.target }, cluster: undefined })
 }
 
-const resolveTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> => {
-  const sentinels =
-    options.sentinels !== undefined
-      ? Option.some(reveal(options.sentinels))
-      : options.url === undefined
-        ? Option.map(settings.redisSentinels, reveal)
-        : Option.none()
-  if (Option.isSome(sentinels)) {
-    return sentinelTarget(
-      sentinels.value,
-      options.sentinelName !== undefined ? Option.some(options.sentinelName) : settings.redisSentinelName
-    )
+/** Where the settings say to connect: Sentinels, else the URL (one server or a Cluster). */
+const settingsTarget = (settings: Settings): Effect.Effect<Target, InvalidConfig> => {
+  if (Option.isSome(settings.redisSentinels)) {
+    return sentinelTarget(settings, reveal(settings.redisSentinels.value), settings.redisSentinelName)
   }
-  const url =
-    options.url !== undefined
-      ? Option.some(Redacted.isRedacted(options.url) ? String(Redacted.value(options.url)) : options.url)
-      : Option.map(settings.redisUrl, (url) => String(Redacted.value(url)))
-  if (Option.isNone(url)) {
-    return Effect.fail(
-      new InvalidConfig({ knob: "redisUrl", value: "(unset)", reason: "must be set to use the Redis store" })
-    )
-  }
-  if (options.cluster ?? settings.redisCluster) {
-    const cluster = parseClusterEndpoint(url.value)
-    return cluster === undefined
+  return Option.isSome(settings.redisUrl)
+    ? urlTarget(settings, reveal(settings.redisUrl.value), settings.redisCluster)
+    : Effect.fail(
+        invalid(settings, { knob: "redisUrl", value: "(unset)", reason: "must be set to use the Redis store" })
+      )
+}
+
+const urlTarget = (settings: Settings, url: string, cluster: boolean): Effect.Effect<Target, InvalidConfig> => {
+  if (cluster) {
+    const seeds = parseClusterEndpoint(url)
+    return seeds === undefined
       ? Effect.fail(
-          new InvalidConfig({
+          invalid(settings, {
             knob: "redisUrl",
             value: "<redacted>",
             reason: "must be a redis:// or rediss:// URL listing host:port seed nodes, without a database other than 0"
           })
         )
-      : Effect.succeed({ endpoint: cluster.endpoint, cluster })
+      : Effect.succeed({ endpoint: seeds.endpoint, cluster: seeds })
   }
-  const endpoint = parseEndpoint(url.value)
+  const endpoint = parseEndpoint(url)
   return endpoint === undefined
     ? Effect.fail(
-        new InvalidConfig({
+        invalid(settings, {
           knob: "redisUrl",
           value: "<redacted>",
           reason: "must be a redis:// or rediss:// URL with a host"
         })
       )
     : Effect.succeed({ endpoint, cluster: undefined })
+}
+
+/** Given in code: the options' own words; the rest from the settings, in theirs. */
+const optionsTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> => {
+  const fromCode = { ...settings }
+  return "sentinels" in options
+    ? sentinelTarget(
+        fromCode,
+        reveal(options.sentinels),
+        options.sentinelName !== undefined ? Option.some(options.sentinelName) : settings.redisSentinelName
+      )
+    : urlTarget(fromCode, reveal(options.url), options.cluster ?? settings.redisCluster)
 }
 
 /**
@@ -164,14 +179,16 @@ const resolveTarget = (options: Options, settings: Settings): Effect.Effect<Targ
  * @category constructors
  */
 export const make = (
-  options: Options = {}
+  options?: Options
 ): Effect.Effect<Store.Service, StoreUnavailable | InvalidConfig, Scope.Scope | LeaseholdConfig> =>
   Effect.gen(function* () {
     const settings = yield* LeaseholdConfig
-    const { cluster, endpoint } = yield* resolveTarget(options, settings)
+    const { cluster, endpoint } = yield* options === undefined
+      ? settingsTarget(settings)
+      : optionsTarget(options, settings)
     if (settings.minReplicasAck > 0 && cluster !== undefined) {
       return yield* Effect.fail(
-        new InvalidConfig({
+        invalid(settings, {
           knob: "minReplicasAck",
           value: String(settings.minReplicasAck),
           reason: "is not supported on a Redis Cluster: one WAIT cannot cover writes spread over many masters",
@@ -203,7 +220,16 @@ export const make = (
 
     // Ready when the command connection and a subscriber for every master are.
     const { connectTimeoutMs } = timeouts
-    const notConnected = health.notConnected("connect", connectTimeoutMs)
+    // Named as the user set them: the variables when the settings came from the environment.
+    const timeoutVariable = Environment.variableOf(settings, "connectTimeout")
+    const targetVariable =
+      options === undefined
+        ? Environment.variableOf(settings, Option.isSome(settings.redisSentinels) ? "redisSentinels" : "redisUrl")
+        : undefined
+    const notConnected = health.notConnected("connect", connectTimeoutMs, {
+      ...(targetVariable === undefined ? {} : { target: targetVariable }),
+      ...(timeoutVariable === undefined ? {} : { timeout: timeoutVariable })
+    })
     yield* topology
       .connected(connectTimeoutMs, notConnected)
       .pipe(
@@ -218,12 +244,21 @@ export const make = (
   })
 
 /**
- * The Redis store as a layer. The URL comes from `options.url`, else from the
- * `redisUrl` of `LeaseholdConfig` (neither: `InvalidConfig`). Building fails with
- * `StoreUnavailable` when Redis cannot be reached within `connectTimeout`.
+ * The Redis store where `LeaseholdConfig` says: `redisSentinels` (with `redisSentinelName`),
+ * else `redisUrl` (a Cluster's seed nodes with `redisCluster`); neither: `InvalidConfig`.
+ * Building fails with `StoreUnavailable` when Redis cannot be reached within `connectTimeout`.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer = (options: Options = {}): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
+export const layer: Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> = Layer.effect(Store, make())
+
+/**
+ * The Redis store at a URL or behind Sentinels given in code; its other settings (timeouts,
+ * key prefix, and the `cluster` flag or master name when not given) from `LeaseholdConfig`.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerAt = (options: Options): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
   Layer.effect(Store, make(options))

@@ -10,11 +10,17 @@
  * const Update = Schema.Struct({ n: Schema.Number })
  * declare const sockets: { push: (token: string, update: typeof Update.Type) => Effect.Effect<void> }
  *
- * const worker = Worker.layerRedis({
+ * const worker = Worker.layerFromEnv({
  *   schema: Update,
  *   deliver: (token, update) => sockets.push(token, update)
  * })
  * ```
+ *
+ * `layerFromEnv` reads the `LEASEHOLD_*` variables and builds the store they name: Redis
+ * (one server, a Cluster, or behind Sentinels) when `LEASEHOLD_REDIS_URL` or
+ * `LEASEHOLD_REDIS_SENTINELS` is set, else the embedded store (keeping its state in
+ * `LEASEHOLD_DATA_DIR` when that is set). `layer` runs over a store and settings you provide
+ * (`MemoryStore.layer`, `RedisStore.layerAt({ url })`, `LeaseholdConfig.layer({ ... })`).
  *
  * Building the layer twice gives two independent workers with distinct instance ids: the
  * worker layers are `Layer.fresh`, so two `Effect.provide` of one layer value build two
@@ -106,28 +112,41 @@ export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConf
 )
 
 /**
- * `layerState` on the embedded memory store, configured from the environment (with
- * `LEASEHOLD_DATA_DIR`, its slices survive a restart).
+ * The store the settings name: Redis when they name a deployment (`redisUrl`, with
+ * `redisCluster` a Cluster, or `redisSentinels`), else the embedded store (with `dataDir`,
+ * its slices kept on disk). Its control, for the embedded store, is left out: it is for tests.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category layers
  */
-export const layerStateMemory: Layer.Layer<
-  StateServices | Store,
-  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError
-> = Layer.fresh(layerState.pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer)))
+export const layerStore: Layer.Layer<
+  Store,
+  LeaseholdConfig.InvalidConfig | DataDirError | StoreUnavailable,
+  LeaseholdConfig.LeaseholdConfig
+> = Layer.unwrap(
+  Effect.map(
+    LeaseholdConfig.LeaseholdConfig,
+    (
+      settings
+    ): Layer.Layer<
+      Store,
+      LeaseholdConfig.InvalidConfig | DataDirError | StoreUnavailable,
+      LeaseholdConfig.LeaseholdConfig
+    > => (LeaseholdConfig.usesRedis(settings) ? RedisStore.layer : memoryStore)
+  )
+)
 
 /**
- * `layerState` on Redis (`LEASEHOLD_REDIS_URL`, or `options.url`), configured from the
- * environment.
+ * `layerState` on the store the `LEASEHOLD_*` variables name (see `layerStore`), with the
+ * settings they give.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category layers
  */
-export const layerStateRedis = (
-  options: RedisStore.Options = {}
-): Layer.Layer<StateServices | Store, LeaseholdConfig.InvalidConfig | Config.ConfigError | StoreUnavailable> =>
-  layerState.pipe(Layer.provideMerge(RedisStore.layer(options)), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
+export const layerStateFromEnv: Layer.Layer<
+  StateServices | Store | LeaseholdConfig.LeaseholdConfig,
+  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError | StoreUnavailable
+> = layerState.pipe(Layer.provideMerge(layerStore), Layer.provideMerge(LeaseholdConfig.layerFromEnv), Layer.fresh)
 
 /**
  * A worker over a given store and configuration.
@@ -163,36 +182,16 @@ export const layer = <A, I, R>(
   ).pipe(Layer.fresh)
 
 /**
- * One worker on the embedded memory store, configured from the environment: one process,
- * no Redis (with `LEASEHOLD_DATA_DIR`, its slices are kept on disk across restarts).
+ * One worker on the store the `LEASEHOLD_*` variables name (see `layerStore`), with the
+ * settings they give: the embedded store for one process with no Redis, Redis for several.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category layers
  */
-export const layerMemory = <A, I, R>(
+export const layerFromEnv = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<
   Services | Store | LeaseholdConfig.LeaseholdConfig,
-  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError,
+  LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError | StoreUnavailable,
   R
-> => layer(options).pipe(Layer.provideMerge(memoryStore), Layer.provideMerge(LeaseholdConfig.layer), Layer.fresh)
-
-/**
- * One worker on Redis (`LEASEHOLD_REDIS_URL`, or `options.redis.url`), configured from the
- * environment.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerRedis = <A, I, R>(
-  options: Options<A, I, R> & { readonly redis?: RedisStore.Options }
-): Layer.Layer<
-  Services | Store | LeaseholdConfig.LeaseholdConfig,
-  LeaseholdConfig.InvalidConfig | Config.ConfigError | StoreUnavailable,
-  R
-> =>
-  layer(options).pipe(
-    Layer.provideMerge(RedisStore.layer(options.redis ?? {})),
-    Layer.provideMerge(LeaseholdConfig.layer),
-    Layer.fresh
-  )
+> => layer(options).pipe(Layer.provideMerge(layerStore), Layer.provideMerge(LeaseholdConfig.layerFromEnv), Layer.fresh)

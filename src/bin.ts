@@ -11,6 +11,7 @@
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as NodeServices from "@effect/platform-node/NodeServices"
+import * as Config from "effect/Config"
 import * as Console from "effect/Console"
 import * as Argument from "effect/cli/Argument"
 import * as Command from "effect/cli/Command"
@@ -60,12 +61,18 @@ const withStore = <A>(
     yield* checked
     // The environment's knobs, with the options given on the command line over them; a
     // missing Redis URL is the store's InvalidConfig.
-    const config = LeaseholdConfig.layerConfig({
-      ...(Option.isSome(options.url) ? { redisUrl: options.url } : {}),
-      ...(Option.isSome(options.prefix) ? { keyPrefix: options.prefix.value } : {}),
-      ...(options.cluster ? { redisCluster: true } : {})
-    })
-    return yield* effect.pipe(Effect.provide(RedisStore.layer().pipe(Layer.provide(config))))
+    const config = LeaseholdConfig.layerConfig(
+      Config.map(
+        LeaseholdConfig.config,
+        (fromEnv): LeaseholdConfig.Input => ({
+          ...fromEnv,
+          ...(Option.isSome(options.url) ? { redisUrl: options.url } : {}),
+          ...(Option.isSome(options.prefix) ? { keyPrefix: options.prefix.value } : {}),
+          ...(options.cluster ? { redisCluster: true } : {})
+        })
+      )
+    )
+    return yield* effect.pipe(Effect.provide(RedisStore.layer.pipe(Layer.provide(config))))
   }).pipe(
     Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }

@@ -36,7 +36,7 @@ describe("hostile input (memory, dataDir)", () => {
       ]
       for (const [token, content] of files) yield* Effect.promise(() => fs.writeFile(fileOf(token), content))
       const logs = Logs.capture()
-      const config = LeaseholdConfig.layerWith({ dataDir: Option.some(dir) })
+      const config = LeaseholdConfig.layer({ dataDir: Option.some(dir) })
       const context = yield* Layer.build(MemoryStore.layer.pipe(Layer.provide(config))).pipe(Effect.provide(logs.layer))
       const store = Context.get(context, Store)
       for (const [token] of files) deepStrictEqual(yield* store.readSlices(token, ["a"]), [Option.none()], token)

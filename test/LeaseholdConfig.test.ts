@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -13,7 +14,7 @@ import * as RedisStore from "../src/RedisStore.js"
 
 const fromEnv = (env: Record<string, string>) =>
   LeaseholdConfig.LeaseholdConfig.pipe(
-    Effect.provide(LeaseholdConfig.layer),
+    Effect.provide(LeaseholdConfig.layerFromEnv),
     Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   )
 
@@ -93,18 +94,20 @@ describe("LeaseholdConfig", () => {
     })
   )
 
-  it.effect("a warning threshold not below the lock expiration names both knobs and values", () =>
+  it.effect("a warning threshold not below the lock expiration names both variables and their values", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(
         fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "2000", LEASEHOLD_LOCK_WARNING_THRESHOLD_MS: "2000" })
       )
       assert.strictEqual(error._tag, "InvalidConfig")
       if (error._tag !== "InvalidConfig") return
-      assert.strictEqual(error.knob, "lockWarningThreshold")
-      assert.strictEqual(error.value, "2000ms")
-      deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
-      assert.include(error.message, "lockWarningThreshold = 2000ms")
-      assert.include(error.message, "lockExpiration = 2000ms")
+      assert.strictEqual(error.knob, "LEASEHOLD_LOCK_WARNING_THRESHOLD_MS")
+      assert.strictEqual(error.value, "2000")
+      deepStrictEqual(error.other, { knob: "LEASEHOLD_LOCK_EXPIRATION_MS", value: "2000" })
+      assert.strictEqual(
+        error.message,
+        "invalid configuration: LEASEHOLD_LOCK_WARNING_THRESHOLD_MS=2000 must be less than LEASEHOLD_LOCK_EXPIRATION_MS (LEASEHOLD_LOCK_EXPIRATION_MS=2000)"
+      )
     })
   )
 
@@ -124,8 +127,8 @@ describe("LeaseholdConfig", () => {
       )
       assert.strictEqual(error._tag, "InvalidConfig")
       if (error._tag !== "InvalidConfig") return
-      assert.strictEqual(error.knob, "handoffTimeout")
-      deepStrictEqual(error.other, { knob: "lockExpiration", value: "2000ms" })
+      assert.strictEqual(error.knob, "LEASEHOLD_HANDOFF_TIMEOUT_MS")
+      deepStrictEqual(error.other, { knob: "LEASEHOLD_LOCK_EXPIRATION_MS", value: "2000" })
       const zero = LeaseholdConfig.resolve({ handoffTimeout: 0 })
       assert.isTrue(Result.isFailure(zero) && zero.failure.knob === "handoffTimeout")
     })
@@ -140,8 +143,8 @@ describe("LeaseholdConfig", () => {
       )
       assert.strictEqual(error._tag, "InvalidConfig")
       if (error._tag !== "InvalidConfig") return
-      assert.strictEqual(error.knob, "presenceExpiration")
-      deepStrictEqual(error.other, { knob: "tokenExpiration", value: "20000ms" })
+      assert.strictEqual(error.knob, "LEASEHOLD_PRESENCE_EXPIRATION_MS")
+      deepStrictEqual(error.other, { knob: "LEASEHOLD_TOKEN_EXPIRATION_S", value: "20" })
       for (const tooShort of [0, 29]) {
         const refused = LeaseholdConfig.resolve({ presenceExpiration: tooShort })
         assert.isTrue(Result.isFailure(refused) && refused.failure.knob === "presenceExpiration", String(tooShort))
@@ -239,7 +242,7 @@ describe("LeaseholdConfig", () => {
         assert.strictEqual(negative._tag, "InvalidConfig")
         assert.strictEqual(
           negative.message,
-          "invalid configuration: minReplicasAck = -1 must be a whole number of replicas, 0 or more"
+          "invalid configuration: LEASEHOLD_MIN_REPLICAS_ACK=-1 must be a whole number of replicas, 0 or more"
         )
         const long = yield* Effect.flip(
           fromEnv({
@@ -250,7 +253,7 @@ describe("LeaseholdConfig", () => {
         )
         assert.strictEqual(
           long.message,
-          "invalid configuration: replicaAckTimeout = 10000ms must be less than lockExpiration (lockExpiration = 10000ms)"
+          "invalid configuration: LEASEHOLD_REPLICA_ACK_TIMEOUT_MS=10000 must be less than LEASEHOLD_LOCK_EXPIRATION_MS (LEASEHOLD_LOCK_EXPIRATION_MS=10000)"
         )
         // without acknowledgement the timeout is not used, and not checked against the lock
         assert.isTrue(
@@ -279,7 +282,7 @@ describe("LeaseholdConfig", () => {
   it.effect("minReplicasAck is refused where nothing could acknowledge: the embedded store, a Redis Cluster", () =>
     Effect.gen(function* () {
       const memory = yield* Effect.flip(
-        Layer.build(MemoryStore.layer.pipe(Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 1 })))).pipe(
+        Layer.build(MemoryStore.layer.pipe(Layer.provide(LeaseholdConfig.layer({ minReplicasAck: 1 })))).pipe(
           Effect.scoped
         )
       )
@@ -290,8 +293,8 @@ describe("LeaseholdConfig", () => {
       // refused before any connection is opened (nothing listens on this port)
       const cluster = yield* Effect.flip(
         Layer.build(
-          RedisStore.layer({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
-            Layer.provide(LeaseholdConfig.layerWith({ minReplicasAck: 2 }))
+          RedisStore.layerAt({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
+            Layer.provide(LeaseholdConfig.layer({ minReplicasAck: 2 }))
           )
         ).pipe(Effect.scoped)
       )
@@ -307,25 +310,163 @@ describe("LeaseholdConfig", () => {
     })
   )
 
-  it.effect("values given in code override the environment", () =>
+  it.effect("layerConfig reads a Config: a whole one, or one per knob; its errors name the options", () =>
     Effect.gen(function* () {
-      const s = yield* LeaseholdConfig.LeaseholdConfig.pipe(
-        Effect.provide(LeaseholdConfig.layerConfig({ lockExpiration: Duration.seconds(3) })),
-        Effect.provideService(
-          ConfigProvider.ConfigProvider,
-          ConfigProvider.fromEnv({ env: { LEASEHOLD_LOCK_EXPIRATION_MS: "9000" } })
+      const env = ConfigProvider.fromEnv({ env: { LEASEHOLD_LOCK_EXPIRATION_MS: "9000", APP_LOCK_MS: "3000" } })
+      const read = <E>(layer: Layer.Layer<LeaseholdConfig.LeaseholdConfig, E>) =>
+        LeaseholdConfig.LeaseholdConfig.pipe(
+          Effect.provide(layer),
+          Effect.provideService(ConfigProvider.ConfigProvider, env)
+        )
+      // the app's own variable, one knob
+      const own = yield* read(LeaseholdConfig.layerConfig({ lockExpiration: Config.Number("APP_LOCK_MS") }))
+      assert.strictEqual(millis(own.lockExpiration), 3000)
+      // leasehold's variables, with a value given in code over them
+      const over = yield* read(
+        LeaseholdConfig.layerConfig(
+          Config.map(LeaseholdConfig.config, (input) => ({ ...input, lockExpiration: Duration.seconds(3) }))
         )
       )
-      assert.strictEqual(millis(s.lockExpiration), 3000)
+      assert.strictEqual(millis(over.lockExpiration), 3000)
+      const error = yield* Effect.flip(
+        read(
+          LeaseholdConfig.layerConfig({
+            lockExpiration: Config.Number("APP_LOCK_MS"),
+            lockWarningThreshold: Config.succeed(5000)
+          })
+        )
+      )
+      assert.strictEqual(error._tag, "InvalidConfig")
+      if (error._tag === "InvalidConfig") {
+        assert.strictEqual(
+          error.message,
+          "invalid configuration: lockWarningThreshold = 5000ms must be less than lockExpiration (lockExpiration = 3000ms)"
+        )
+      }
     })
   )
 
-  it.effect("layerWith validates when the layer is built", () =>
+  it.effect("layer validates the settings given in code when it is built, naming the options", () =>
     Effect.gen(function* () {
       const error = yield* Effect.flip(
-        Layer.build(LeaseholdConfig.layerWith({ lockExpiration: 100, lockWarningThreshold: 500 })).pipe(Effect.scoped)
+        Layer.build(LeaseholdConfig.layer({ lockExpiration: 100, lockWarningThreshold: 500 })).pipe(Effect.scoped)
       )
       assert.strictEqual(error.knob, "lockWarningThreshold")
+      assert.strictEqual(
+        error.message,
+        "invalid configuration: lockWarningThreshold = 500ms must be less than lockExpiration (lockExpiration = 100ms)"
+      )
+      const defaults = yield* LeaseholdConfig.LeaseholdConfig.pipe(Effect.provide(LeaseholdConfig.layer({})))
+      assert.strictEqual(millis(defaults.lockExpiration), 10_000)
+    })
+  )
+
+  it.effect("the environment's presence expiration: 3 s, or half a short token expiration, as from code", () =>
+    Effect.gen(function* () {
+      // a token expiration of 3 s: presence 1.5 s, not the 3 s that would equal it
+      const short = yield* fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "2000", LEASEHOLD_TOKEN_EXPIRATION_S: "3" })
+      assert.strictEqual(millis(short.presenceExpiration), 1500)
+      const fromCode = LeaseholdConfig.resolve({ lockExpiration: 2000, tokenExpiration: "3 seconds" })
+      assert.isTrue(Result.isSuccess(fromCode) && millis(fromCode.success.presenceExpiration) === 1500)
+      assert.strictEqual(millis((yield* fromEnv({ LEASEHOLD_TOKEN_EXPIRATION_S: "60" })).presenceExpiration), 3000)
+      // set, it is as set, and still checked against the token expiration
+      const error = yield* Effect.flip(
+        fromEnv({
+          LEASEHOLD_LOCK_EXPIRATION_MS: "2000",
+          LEASEHOLD_TOKEN_EXPIRATION_S: "3",
+          LEASEHOLD_PRESENCE_EXPIRATION_MS: "3000"
+        })
+      )
+      assert.strictEqual(
+        error.message,
+        "invalid configuration: LEASEHOLD_PRESENCE_EXPIRATION_MS=3000 must be less than LEASEHOLD_TOKEN_EXPIRATION_S (LEASEHOLD_TOKEN_EXPIRATION_S=3)"
+      )
+    })
+  )
+
+  it.effect("an error from the environment names a variable left unset with the default it took", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(fromEnv({ LEASEHOLD_LOCK_EXPIRATION_MS: "500" }))
+      assert.strictEqual(
+        error.message,
+        "invalid configuration: LEASEHOLD_LOCK_WARNING_THRESHOLD_MS=(unset: 1000) must be less than LEASEHOLD_LOCK_EXPIRATION_MS (LEASEHOLD_LOCK_EXPIRATION_MS=500)"
+      )
+      const name = yield* Effect.flip(fromEnv({ LEASEHOLD_REDIS_SENTINEL_NAME: "mymaster" }))
+      assert.strictEqual(
+        name.message,
+        "invalid configuration: LEASEHOLD_REDIS_SENTINEL_NAME=mymaster is set without LEASEHOLD_REDIS_SENTINELS"
+      )
+    })
+  )
+
+  it.effect("an error from the environment shows a Redis URL without its password", () =>
+    Effect.gen(function* () {
+      const error = yield* Effect.flip(
+        fromEnv({
+          LEASEHOLD_REDIS_URL: "redis://app:hunter2@127.0.0.1:6390/0",
+          LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret@10.0.0.1:26379,10.0.0.2:26379",
+          LEASEHOLD_REDIS_SENTINEL_NAME: "mymaster"
+        })
+      )
+      assert.strictEqual(
+        error.message,
+        "invalid configuration: LEASEHOLD_REDIS_URL=redis://app:<redacted>@127.0.0.1:6390/0 must be unset with LEASEHOLD_REDIS_SENTINELS (credentials, TLS and the database go in the Sentinel URL) (LEASEHOLD_REDIS_SENTINELS=redis://:<redacted>@10.0.0.1:26379,10.0.0.2:26379)"
+      )
+      assert.notInclude(error.message, "hunter2")
+      assert.notInclude(error.message, "s3cret")
+    })
+  )
+
+  it.effect("a store built on settings from the environment names the variables in its InvalidConfig", () =>
+    Effect.gen(function* () {
+      const build = <A, E>(store: Layer.Layer<A, E, LeaseholdConfig.LeaseholdConfig>, env: Record<string, string>) =>
+        Effect.flip(
+          Layer.build(store.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(
+            Effect.scoped,
+            Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
+          )
+        )
+      const unset = yield* build(RedisStore.layer, {})
+      assert.strictEqual(
+        unset.message,
+        "invalid configuration: LEASEHOLD_REDIS_URL=(unset) must be set to use the Redis store"
+      )
+      const memory = yield* build(MemoryStore.layer, { LEASEHOLD_MIN_REPLICAS_ACK: "1" })
+      assert.strictEqual(
+        memory.message,
+        "invalid configuration: LEASEHOLD_MIN_REPLICAS_ACK=1 needs a Redis store with replicas; the embedded store has none"
+      )
+      // from code, the options as given
+      const fromCode = yield* Effect.flip(
+        Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layer({})))).pipe(Effect.scoped)
+      )
+      assert.strictEqual(
+        fromCode.message,
+        "invalid configuration: redisUrl = (unset) must be set to use the Redis store"
+      )
+    })
+  )
+
+  it.effect("an empty LEASEHOLD_DATA_DIR keeps nothing on disk, whether the provider keeps empty strings or not", () =>
+    Effect.gen(function* () {
+      for (const preserveEmptyStrings of [false, true]) {
+        const settings = yield* LeaseholdConfig.LeaseholdConfig.pipe(
+          Effect.provide(LeaseholdConfig.layerFromEnv),
+          Effect.provideService(
+            ConfigProvider.ConfigProvider,
+            ConfigProvider.fromEnv({
+              env: { LEASEHOLD_DATA_DIR: "", LEASEHOLD_LOCK_EXPIRATION_MS: "" },
+              preserveEmptyStrings
+            })
+          )
+        )
+        assert.isTrue(Option.isNone(settings.dataDir), String(preserveEmptyStrings))
+        // and an empty number is unset too, not 0
+        assert.strictEqual(millis(settings.lockExpiration), 10_000, String(preserveEmptyStrings))
+      }
+      // from code, an empty path is still refused: it would be the working directory
+      const empty = LeaseholdConfig.resolve({ dataDir: Option.some("") })
+      assert.isTrue(Result.isFailure(empty) && empty.failure.knob === "dataDir")
     })
   )
 })

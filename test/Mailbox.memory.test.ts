@@ -216,7 +216,7 @@ describe("the app's deliver runs with the mailbox's services", () => {
             })
         }).pipe(
           Layer.provideMerge(MemoryStore.layer),
-          Layer.provideMerge(LeaseholdConfig.layerWith({})),
+          Layer.provideMerge(LeaseholdConfig.layer({})),
           Layer.provide(Layer.succeed(Label, "mailbox"))
         )
       )

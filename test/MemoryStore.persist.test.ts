@@ -34,7 +34,7 @@ const tempDir: Effect.Effect<string, never, Scope.Scope> = Effect.acquireRelease
 )
 
 const configFor = (dir: string, input: LeaseholdConfig.Input = {}) =>
-  LeaseholdConfig.layerWith({
+  LeaseholdConfig.layer({
     dataDir: Option.some(dir),
     lockExpiration: "1 second",
     lockWarningThreshold: "500 millis",
@@ -528,11 +528,11 @@ describe("StateManager over a persisted MemoryStore", () => {
   )
 
   const run = (env: Record<string, string>) =>
-    Effect.provide(bump, Worker.layerStateMemory).pipe(
+    Effect.provide(bump, Worker.layerStateFromEnv).pipe(
       Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
     )
 
-  it.effect("a counter survives two builds of layerMemory (LEASEHOLD_DATA_DIR)", () =>
+  it.effect("a counter survives two builds of layerStateFromEnv (LEASEHOLD_DATA_DIR)", () =>
     Effect.gen(function* () {
       const dir = yield* tempDir
       assert.strictEqual(yield* run({ LEASEHOLD_DATA_DIR: dir }), 1)
@@ -553,7 +553,7 @@ describe("StateManager over a persisted MemoryStore", () => {
         ])
         return n
       })
-      const runLeased = Effect.provide(bumpUnflushed, Worker.layerStateMemory).pipe(
+      const runLeased = Effect.provide(bumpUnflushed, Worker.layerStateFromEnv).pipe(
         Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
       )
       assert.strictEqual(yield* runLeased, 1)

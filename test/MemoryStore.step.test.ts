@@ -12,7 +12,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import type { SliceEntry, Store } from "../src/Store.js"
 
-const config = LeaseholdConfig.layerWith({
+const config = LeaseholdConfig.layer({
   lockExpiration: "10 seconds",
   handoffTimeout: "1 second",
   tokenExpiration: "1 hour"

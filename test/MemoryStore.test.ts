@@ -16,7 +16,7 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import { type ConnectionStatus, type Signal, Store } from "../src/Store.js"
 
-const config = LeaseholdConfig.layerWith({ lockExpiration: "10 seconds", tokenExpiration: "1 hour" })
+const config = LeaseholdConfig.layer({ lockExpiration: "10 seconds", tokenExpiration: "1 hour" })
 const StoreLive = MemoryStore.layer.pipe(Layer.provide(config))
 const keys = makeKeys("leasehold")
 

@@ -389,7 +389,7 @@ const acknowledgedRedis: Backend = {
           Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
         )
         const keyPrefix = `ack${++testCount}`
-        const config = LeaseholdConfig.layerWith({
+        const config = LeaseholdConfig.layer({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
           handoffTimeout: HANDOFF_TIMEOUT_MS,
@@ -400,7 +400,7 @@ const acknowledgedRedis: Backend = {
           // as long as the suite's short lock allows: a loaded machine's replica may take 150 ms
           replicaAckTimeout: LOCK_EXPIRATION_MS - 10
         })
-        const context = yield* Layer.build(RedisStore.layer({ url: primary.url }).pipe(Layer.provide(config))).pipe(
+        const context = yield* Layer.build(RedisStore.layerAt({ url: primary.url }).pipe(Layer.provide(config))).pipe(
           Effect.orDie
         )
         const fixture: Fixture = {

@@ -121,7 +121,7 @@ const errorCount = Effect.map(Metric.value(signalsErrors), (state) => state.coun
 
 describe("Signals on MemoryStore", () => {
   const memory = (input: LeaseholdConfig.Input = {}) =>
-    MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: false, ...input })))
+    MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layer({ retryJitter: false, ...input })))
 
   const setup = (input: LeaseholdConfig.Input = {}) =>
     Effect.gen(function* () {
@@ -332,7 +332,7 @@ describe("Signals on MemoryStore", () => {
 })
 
 describe("Signals on RedisStore", () => {
-  const config = LeaseholdConfig.layerWith({
+  const config = LeaseholdConfig.layer({
     retryJitter: false,
     retryDelayInitial: 20,
     retryDelayMax: 100,
@@ -340,7 +340,7 @@ describe("Signals on RedisStore", () => {
     connectTimeout: 1_000
   })
   const redis = (server: RedisServer.RedisServer) =>
-    RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(config))
+    RedisStore.layerAt({ url: server.url }).pipe(Layer.provideMerge(config))
   // on a single server, the one notice channel of the worker, shared by every token
   const channel = makeKeys("leasehold").workerNotices(ME)
 
@@ -468,9 +468,9 @@ describe("Signals on RedisStore", () => {
       const server = yield* RedisServer.start()
       const admin = yield* adminClient(server)
       const scope = yield* Scope.make()
-      const slow = RedisStore.layer({ url: server.url }).pipe(
+      const slow = RedisStore.layerAt({ url: server.url }).pipe(
         Layer.provideMerge(
-          LeaseholdConfig.layerWith({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
+          LeaseholdConfig.layer({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
         )
       )
       const { signals, health } = yield* build(slow, scope)

@@ -16,7 +16,7 @@ const child = "test/state/child.ts"
 describe("worker identity", () => {
   it.effect("N builds of the worker layer in one process: N distinct instance ids", () =>
     Effect.gen(function* () {
-      const store = MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layerWith({})))
+      const store = MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layer({})))
       const ids = yield* Effect.forEach([1, 2, 3, 4], () =>
         InstanceId.pipe(Effect.provide(Layer.fresh(Worker.layerState).pipe(Layer.provide(store))))
       )

@@ -39,7 +39,7 @@ const memory = (persisted: boolean): Backend => ({
               )
             )
           : Option.none()
-        const config = LeaseholdConfig.layerWith({
+        const config = LeaseholdConfig.layer({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
           handoffTimeout: HANDOFF_TIMEOUT_MS,

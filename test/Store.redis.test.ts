@@ -36,7 +36,7 @@ const redis: Backend = {
         // a fresh server per test: isolated key space, subscriptions and faults
         const server = yield* RedisServer.start()
         const keyPrefix = `redis${++testCount}`
-        const config = LeaseholdConfig.layerWith({
+        const config = LeaseholdConfig.layer({
           keyPrefix,
           lockExpiration: LOCK_EXPIRATION_MS,
           handoffTimeout: HANDOFF_TIMEOUT_MS,
@@ -44,7 +44,7 @@ const redis: Backend = {
           commandTimeout: COMMAND_TIMEOUT_MS,
           connectTimeout: COMMAND_TIMEOUT_MS
         })
-        const context = yield* Layer.build(RedisStore.layer({ url: server.url }).pipe(Layer.provide(config))).pipe(
+        const context = yield* Layer.build(RedisStore.layerAt({ url: server.url }).pipe(Layer.provide(config))).pipe(
           Effect.orDie
         )
         const fixture: Fixture = {
@@ -73,9 +73,9 @@ describe("Store conformance: RedisStore", () => {
 
 const buildStore = (server: RedisServer.RedisServer) =>
   Layer.build(
-    RedisStore.layer({ url: server.url }).pipe(
+    RedisStore.layerAt({ url: server.url }).pipe(
       Layer.provide(
-        LeaseholdConfig.layerWith({
+        LeaseholdConfig.layer({
           keyPrefix: "flags",
           commandTimeout: COMMAND_TIMEOUT_MS,
           connectTimeout: COMMAND_TIMEOUT_MS

@@ -85,7 +85,7 @@ const cutSubscribers = (server: RedisServer.RedisServer) =>
 let testCount = 0
 
 const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
-  LeaseholdConfig.layerWith({
+  LeaseholdConfig.layer({
     keyPrefix,
     lockExpiration: LOCK_EXPIRATION_MS,
     handoffTimeout: HANDOFF_TIMEOUT_MS,
@@ -97,7 +97,7 @@ const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
 
 const buildStore = (sentinel: RedisSentinel.RedisSentinel, keyPrefix: string) =>
   Layer.build(
-    RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
+    RedisStore.layerAt({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
       Layer.provide(config(keyPrefix))
     )
   ).pipe(
@@ -334,7 +334,7 @@ describe("RedisStore Sentinel configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
     Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   const buildFromEnv = (env: Record<string, string>) =>
-    Layer.build(RedisStore.layer().pipe(Layer.provide(LeaseholdConfig.layer))).pipe(fromEnv(env))
+    Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(fromEnv(env))
 
   it.live("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
     Effect.gen(function* () {
@@ -355,33 +355,36 @@ describe("RedisStore Sentinel configuration", () => {
   )
 
   it.effect(
-    "a malformed Sentinel list, a missing master name, or a URL beside them is InvalidConfig, never echoing a password",
+    "a malformed Sentinel list, a missing master name, or a URL beside them is InvalidConfig naming the variable, never echoing a password",
     () =>
       Effect.gen(function* () {
         for (const [env, knob] of [
           [
             { LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
-            "redisSentinels"
+            "LEASEHOLD_REDIS_SENTINELS"
           ],
           [
             { LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:99999", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
-            "redisSentinels"
+            "LEASEHOLD_REDIS_SENTINELS"
           ],
-          [{ LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinels"],
-          [{ LEASEHOLD_REDIS_SENTINELS: " ", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinels"],
-          [{ LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:1" }, "redisSentinelName"],
+          [
+            { LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1/x", LEASEHOLD_REDIS_SENTINEL_NAME: "m" },
+            "LEASEHOLD_REDIS_SENTINELS"
+          ],
+          [{ LEASEHOLD_REDIS_SENTINELS: " ", LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINELS"],
+          [{ LEASEHOLD_REDIS_SENTINELS: "redis://:s3cret-pw@127.0.0.1:1" }, "LEASEHOLD_REDIS_SENTINEL_NAME"],
           [
             { LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1", LEASEHOLD_REDIS_SENTINEL_NAME: "my master" },
-            "redisSentinelName"
+            "LEASEHOLD_REDIS_SENTINEL_NAME"
           ],
-          [{ LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "redisSentinelName"],
+          [{ LEASEHOLD_REDIS_SENTINEL_NAME: "m" }, "LEASEHOLD_REDIS_SENTINEL_NAME"],
           [
             {
               LEASEHOLD_REDIS_SENTINELS: "127.0.0.1:1",
               LEASEHOLD_REDIS_SENTINEL_NAME: "m",
               LEASEHOLD_REDIS_URL: "redis://:s3cret-pw@127.0.0.1:2"
             },
-            "redisUrl"
+            "LEASEHOLD_REDIS_URL"
           ],
           [
             {
@@ -389,7 +392,7 @@ describe("RedisStore Sentinel configuration", () => {
               LEASEHOLD_REDIS_SENTINEL_NAME: "m",
               LEASEHOLD_REDIS_CLUSTER: "true"
             },
-            "redisCluster"
+            "LEASEHOLD_REDIS_CLUSTER"
           ]
         ] as const) {
           const error = yield* failsWith(Effect.scoped(buildFromEnv(env)), "InvalidConfig")
@@ -407,10 +410,10 @@ describe("RedisStore Sentinel configuration", () => {
         const started = performance.now()
         const error = yield* failsWith(
           Layer.build(
-            RedisStore.layer({
+            RedisStore.layerAt({
               sentinels: `redis://user:s3cret-pw@127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}`,
               sentinelName: "leasehold"
-            }).pipe(Layer.provide(LeaseholdConfig.layerWith({ connectTimeout: 500, commandTimeout: 500 })))
+            }).pipe(Layer.provide(LeaseholdConfig.layer({ connectTimeout: 500, commandTimeout: 500 })))
           ).pipe(Effect.scoped),
           "StoreUnavailable"
         )

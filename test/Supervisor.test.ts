@@ -24,7 +24,7 @@ class Unexpected extends Data.TaggedError("Unexpected")<{ readonly message: stri
 const layerFor = (input: LeaseholdConfig.Input = {}) =>
   Supervisor.layer.pipe(
     Layer.provideMerge(Layer.mergeAll(MemoryStore.layer, Health.layer)),
-    Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: false, ...input }))
+    Layer.provideMerge(LeaseholdConfig.layer({ retryJitter: false, ...input }))
   )
 
 /** Build a worker's supervisor in the test scope, with logs captured. */

@@ -72,7 +72,7 @@ describe("closing a worker ends every modification in flight", () => {
     Effect.gen(function* () {
       const logs = capture()
       const built = yield* Layer.build(
-        MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layerWith({ retryJitter: false })))
+        MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layer({ retryJitter: false })))
       ).pipe(Effect.provide(logs.layer), Effect.orDie)
       const store = Context.get(built, Store)
       const late: Store.Service = {

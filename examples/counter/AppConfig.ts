@@ -1,7 +1,8 @@
 /**
  * The example's own settings, read with `Config` from the environment. leasehold's knobs
- * (`LEASEHOLD_*`) are read by `LeaseholdConfig`; only the data directory gets a default
- * here, so that `npm start` keeps every tab's counter across restarts.
+ * (`LEASEHOLD_*`) are read by leasehold (`Worker.layerFromEnv`); only the data directory
+ * gets a default here (`leaseholdEnvironment`), so that `npm start` keeps every tab's
+ * counter across restarts.
  */
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -20,8 +21,6 @@ export interface AppSettings {
   readonly workers: number
   /** Whether `LEASEHOLD_REDIS_URL` or `LEASEHOLD_REDIS_SENTINELS` is set (workers cannot share the embedded store). */
   readonly redis: boolean
-  /** Where the embedded store keeps state: `.leasehold` unless set; set but empty keeps nothing on disk. */
-  readonly dataDir: Option.Option<string>
   /**
    * Whether each HTTP request gets a server span (`HTTP_TRACING`, default off). The
    * platform makes one per request by default; with no tracer installed to export them
@@ -89,15 +88,6 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
     Config.option(Config.Redacted("LEASEHOLD_REDIS_URL")),
     Config.option(Config.Redacted("LEASEHOLD_REDIS_SENTINELS"))
   ]).pipe(Config.map(([url, sentinels]) => Option.isSome(url) || Option.isSome(sentinels))),
-  // directory of the embedded store's files (default .leasehold; empty: none)
-  dataDir: Config.option(Config.String("LEASEHOLD_DATA_DIR")).pipe(
-    Config.map((dir) =>
-      Option.match(dir, {
-        onNone: () => Option.some(defaultDataDir),
-        onSome: (value) => (value.trim() === "" ? Option.none() : Option.some(value))
-      })
-    )
-  ),
   // a server span per HTTP request (for an installed tracer); default off
   httpTracing: Config.Boolean("HTTP_TRACING").pipe(Config.withDefault(false)),
   maxFrameBytes: bytes(
@@ -116,6 +106,14 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
  */
 export const environment = (env?: Record<string, string>): ConfigProvider.ConfigProvider =>
   ConfigProvider.fromEnv(env === undefined ? { preserveEmptyStrings: true } : { env, preserveEmptyStrings: true })
+
+/**
+ * How leasehold reads its variables in this app: from the process's environment, with
+ * `LEASEHOLD_DATA_DIR` (the directory of the embedded store's files) `.leasehold` unless it
+ * is set. Set but empty, it keeps nothing on disk, as leasehold reads an empty variable.
+ */
+export const leaseholdEnvironment = (env?: Record<string, string>): ConfigProvider.ConfigProvider =>
+  environment(env).pipe(ConfigProvider.orElse(ConfigProvider.fromUnknown({ LEASEHOLD_DATA_DIR: defaultDataDir })))
 
 /** The settings of this process, from its environment. */
 export const loadSettings: Effect.Effect<AppSettings, Config.ConfigError> = Effect.suspend(() =>

@@ -1,6 +1,7 @@
 /**
- * One worker of the app: leasehold's worker layer (on Redis when `LEASEHOLD_REDIS_URL` is
- * set, else on the embedded store), the sockets it holds, and the HTTP server.
+ * One worker of the app: leasehold's worker layer (on the store the `LEASEHOLD_*` variables
+ * name: Redis when `LEASEHOLD_REDIS_URL` or `LEASEHOLD_REDIS_SENTINELS` is set, else the
+ * embedded store), the sockets it holds, and the HTTP server.
  *
  * Shutdown order follows from the layers: the HTTP server closes first (no new
  * connection; every socket is sent its close, and its fiber removes its record as it ends;
@@ -10,6 +11,7 @@
 import { createServer } from "node:http"
 import type { Socket as NetSocket } from "node:net"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HttpMiddleware from "effect/http/HttpMiddleware"
@@ -20,16 +22,11 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "leasehold/InstanceId"
-import type { InvalidConfig } from "leasehold/LeaseholdConfig"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
-import * as MemoryStore from "leasehold/MemoryStore"
-import * as RedisStore from "leasehold/RedisStore"
-import type { Store } from "leasehold/Store"
-import type { StoreUnavailable } from "leasehold/StoreError"
 import * as TokenManager from "leasehold/TokenManager"
 import * as Worker from "leasehold/Worker"
 import * as Api from "./Api.js"
-import type { AppSettings } from "./AppConfig.js"
+import { type AppSettings, leaseholdEnvironment } from "./AppConfig.js"
 import * as Connection from "./Connection.js"
 import { Count } from "./Counter.js"
 import * as Limits from "./Limits.js"
@@ -47,32 +44,16 @@ export const routes = Layer.mergeAll(
   HttpRouter.add("GET", "/metrics", Api.metrics)
 )
 
-/** leasehold's settings from the environment, with the app's default data directory. */
-export const configLayer = (settings: AppSettings) => LeaseholdConfig.layerConfig({ dataDir: settings.dataDir })
-
-const storeLayer = Layer.unwrap(
-  Effect.map(
-    LeaseholdConfig.LeaseholdConfig,
-    (
-      config
-    ): Layer.Layer<
-      Store,
-      Layer.Error<typeof MemoryStore.layer> | StoreUnavailable | InvalidConfig,
-      LeaseholdConfig.LeaseholdConfig
-    > => (LeaseholdConfig.usesRedis(config) ? RedisStore.layer() : MemoryStore.layer)
-  )
-)
-
 /**
  * The leasehold worker, delivering updates to this process's sockets (the registry looked
- * up once, when the layer is built, not at every update).
+ * up once, when the layer is built, not at every update), on the store and with the
+ * settings the `LEASEHOLD_*` variables name (and the app's default data directory).
  */
-export const workerLayer = (settings: AppSettings) =>
-  Layer.unwrap(
-    Effect.map(Sockets.Sockets, (sockets) =>
-      Worker.layer({ schema: Count, deliver: (token, count) => sockets.deliver(token, count) })
-    )
-  ).pipe(Layer.provideMerge(storeLayer), Layer.provideMerge(Sockets.layer), Layer.provideMerge(configLayer(settings)))
+export const workerLayer = Layer.unwrap(
+  Effect.map(Sockets.Sockets, (sockets) =>
+    Worker.layerFromEnv({ schema: Count, deliver: (token, count) => sockets.deliver(token, count) })
+  )
+).pipe(Layer.provideMerge(Sockets.layer), Layer.provide(ConfigProvider.layer(leaseholdEnvironment())))
 
 /** Close every socket whose token another worker took over (it found this worker gone). */
 const closeLost = Layer.effectDiscard(
@@ -177,6 +158,6 @@ const serving = (settings: AppSettings, tracked: ReturnType<typeof trackedServer
         })
       )
     ),
-    Layer.provide(workerLayer(settings))
+    Layer.provide(workerLayer)
   )
 }

@@ -8,7 +8,7 @@
  */
 import { createServer } from "node:http"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Config, Effect, Layer, Option, Schema } from "effect"
+import { Config, Effect, Layer, Schema } from "effect"
 import { HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
 import { NodeMain, StateManager, Worker } from "leasehold"
 
@@ -30,13 +30,9 @@ const App = HttpRouter.serve(HttpRouter.add("POST", "/api/bump", bump), { disabl
   Layer.provide(NodeHttpServer.layerConfig(createServer, { port: Config.Port("PORT").pipe(Config.withDefault(3000)) }))
 )
 
-// The app over a leasehold worker (its state on Redis, or embedded), which closes after it.
-const main = Effect.gen(function* () {
-  const redis = yield* Config.option(Config.Redacted("LEASEHOLD_REDIS_URL"))
-  return yield* Option.isSome(redis)
-    ? Layer.launch(Layer.provide(App, Worker.layerStateRedis()))
-    : Layer.launch(Layer.provide(App, Worker.layerStateMemory))
-})
+// The app over a leasehold worker, which closes after it: its state on the store the
+// LEASEHOLD_* variables name (Redis when LEASEHOLD_REDIS_URL is set, else embedded).
+const main = Layer.launch(Layer.provide(App, Worker.layerStateFromEnv))
 
 // leasehold's runMain: the first Ctrl-C or SIGTERM shuts down in order, a second one
 // does not cut that short.

@@ -14,10 +14,7 @@ import * as Worker from "leasehold/Worker"
 import * as Counter from "../../examples/counter/Counter.js"
 
 const states = (oplock: boolean) =>
-  Worker.layerState.pipe(
-    Layer.provideMerge(MemoryStore.layer),
-    Layer.provideMerge(LeaseholdConfig.layerWith({ oplock }))
-  )
+  Worker.layerState.pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer({ oplock })))
 
 describe("counter", () => {
   for (const oplock of [false, true]) {

@@ -6,16 +6,23 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { appConfig, environment } from "../../examples/counter/AppConfig.js"
+import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
+import { leaseholdEnvironment } from "../../examples/counter/AppConfig.js"
 import { bump, startApp, state, tempDir } from "./support.js"
 
 describe("counter app (embedded store on disk)", () => {
   it.effect("the data directory defaults to .leasehold; set but empty keeps nothing on disk", () =>
     Effect.gen(function* () {
+      // as leasehold reads it in the app: the library's own reading, over the app's variables
       const dataDir = (env: Record<string, string>) =>
-        Effect.map(appConfig.parse(environment(env)), (settings) => settings.dataDir)
+        LeaseholdConfig.LeaseholdConfig.pipe(
+          Effect.provide(LeaseholdConfig.layerFromEnv),
+          Effect.provideService(ConfigProvider.ConfigProvider, leaseholdEnvironment(env)),
+          Effect.map((settings) => settings.dataDir)
+        )
       deepStrictEqual(yield* dataDir({}), Option.some(".leasehold"))
       deepStrictEqual(yield* dataDir({ LEASEHOLD_DATA_DIR: "" }), Option.none())
       deepStrictEqual(yield* dataDir({ LEASEHOLD_DATA_DIR: "/srv/counter" }), Option.some("/srv/counter"))

@@ -190,7 +190,7 @@ describe("counter app: stopped by signals", () => {
     Effect.gen(function* () {
       const app = yield* startApp({ env: { LEASEHOLD_SHUTDOWN_TIMEOUT_MS: "soon" }, ready: false })
       assert.strictEqual(yield* app.exited, 1)
-      yield* app.waitFor(/^leasehold: invalid configuration: LEASEHOLD_SHUTDOWN_TIMEOUT_MS = soon/, 1_000)
+      yield* app.waitFor(/^leasehold: invalid configuration: LEASEHOLD_SHUTDOWN_TIMEOUT_MS=soon/, 1_000)
     })
   )
 

@@ -55,7 +55,7 @@ export interface WorkerOptions {
   readonly url?: string
 }
 
-const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layerWith({ retryJitter: false, ...input })
+const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layer({ retryJitter: false, ...input })
 
 const build = (
   layer: Layer.Layer<Worker.Services, unknown, never>,
@@ -134,7 +134,7 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
   Effect.gen(function* () {
     const logs = capture()
     const config = configWith({ commandTimeout: 1_000, ...input })
-    const shared = yield* Layer.build(RedisStore.layer(target).pipe(Layer.provideMerge(config))).pipe(
+    const shared = yield* Layer.build(RedisStore.layerAt(target).pipe(Layer.provideMerge(config))).pipe(
       Effect.provide(logs.layer),
       Effect.orDie
     )
@@ -142,7 +142,7 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
       const { received, workerOptions } = recorder(options)
       return build(
         Worker.layer(workerOptions).pipe(
-          Layer.provide(RedisStore.layer(options.url === undefined ? target : { url: options.url })),
+          Layer.provide(RedisStore.layerAt(options.url === undefined ? target : { url: options.url })),
           Layer.provide(config)
         ) as Layer.Layer<Worker.Services, unknown, never>,
         received,

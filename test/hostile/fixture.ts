@@ -55,7 +55,7 @@ export interface HostileBackend {
 }
 
 const config = (keyPrefix: string, input: LeaseholdConfig.Input) =>
-  LeaseholdConfig.layerWith({ retryJitter: false, keyPrefix, commandTimeout: 2_000, ...input })
+  LeaseholdConfig.layer({ retryJitter: false, keyPrefix, commandTimeout: 2_000, ...input })
 
 /** Records every call of a store operation (with its arguments as JSON) and delegates it. */
 const recording = (store: Store.Service, seen: Array<string>): Store.Service =>

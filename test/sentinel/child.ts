@@ -46,7 +46,7 @@ const program = Effect.gen(function* () {
     yield* Queue.take(rounds)
   }
 }).pipe(
-  Effect.provide(Worker.layerRedis({ schema: Schema.Unknown, deliver: () => Effect.void })),
+  Effect.provide(Worker.layerFromEnv({ schema: Schema.Unknown, deliver: () => Effect.void })),
   Effect.provideService(References.MinimumLogLevel, "Warn")
 )
 

@@ -1,5 +1,5 @@
 /**
- * One worker process of the chaos soak: a full `Worker.layerRedis` (configured from the
+ * One worker process of the chaos soak: a full `Worker.layerFromEnv` (configured from the
  * environment) whose fibers modify random tokens and send updates to random tokens'
  * sockets, and which holds the sockets of the tabs it is given. It reports every outcome
  * on stdout, one JSON object per line (with `at`, the time it happened, where the soak
@@ -155,7 +155,7 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
 
 const program = Effect.gen(function* () {
   const context = yield* Layer.build(
-    Worker.layerRedis({
+    Worker.layerFromEnv({
       schema: Update,
       deliver: (token, update) =>
         emit({ t: "dlv", token, sender: update.sender, fiber: update.fiber, seq: update.seq, at: Date.now() }),

@@ -28,6 +28,6 @@ const program = Effect.gen(function* () {
   }
   console.log("done")
   if (stay) yield* Effect.never
-}).pipe(Effect.provide(Worker.layerStateRedis()), Effect.provideService(References.MinimumLogLevel, "Warn"))
+}).pipe(Effect.provide(Worker.layerStateFromEnv), Effect.provideService(References.MinimumLogLevel, "Warn"))
 
 NodeRuntime.runMain(program)

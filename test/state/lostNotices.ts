@@ -10,7 +10,7 @@
  * (each worker logs in as an ACL user of its own, denied the subscribe commands meanwhile):
  * nothing else of the worker is touched, its command connection runs on. Each worker has
  * its own RedisStore (its own command and subscriber connections), as separate processes
- * do, built the way `Worker.layerStateRedis` builds one.
+ * do, built the way `Worker.layerStateFromEnv` builds one.
  *
  * Every re-check interval is far from the bound it is not meant to meet: the lock lives
  * 300 s (600 s where the interval is 60 s), so a notice that nobody recovers shows as a
@@ -75,9 +75,9 @@ const makeWorker = (deployment: Deployment, input: LeaseholdConfig.Input) =>
     const user = `lost-${process.pid}-${++users}`
     yield* onEveryNode(deployment, "ACL", "SETUSER", user, "on", `>${PASSWORD}`, "~*", "&*", "+@all")
     const layer = WorkerLayers.layerState.pipe(
-      Layer.provideMerge(RedisStore.layer({ url: deployment.urlFor(user, PASSWORD), cluster: deployment.cluster })),
+      Layer.provideMerge(RedisStore.layerAt({ url: deployment.urlFor(user, PASSWORD), cluster: deployment.cluster })),
       Layer.provideMerge(
-        LeaseholdConfig.layerWith({
+        LeaseholdConfig.layer({
           keyPrefix: deployment.keyPrefix,
           retryJitter: false,
           // a subscription allowed again is restored within a fifth of a second

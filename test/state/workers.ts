@@ -226,7 +226,7 @@ const pausedHandoffs = (
 }
 
 const configWith = (input: LeaseholdConfig.Input) =>
-  LeaseholdConfig.layerWith({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
+  LeaseholdConfig.layer({ retryJitter: false, lockWarningThreshold: 1_000, ...input })
 
 /** What a backend adds to a cluster of workers, from the store's own services. */
 interface BackendParts<R> {
@@ -241,7 +241,7 @@ interface BackendParts<R> {
     settings: LeaseholdConfig.LeaseholdConfig["Service"]
   ) => Handoffs
   /**
-   * Each worker's own store, built with it as `Worker.layerStateRedis` builds one; without
+   * Each worker's own store, built with it as `Worker.layerStateFromEnv` builds one; without
    * it, the workers share the test's store.
    */
   readonly workerStore?: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig>
@@ -340,7 +340,7 @@ const redisWorkers = (
   target: RedisStore.Options,
   input: LeaseholdConfig.Input,
   parts: Omit<BackendParts<never>, "workerStore">
-) => makeCluster(RedisStore.layer(target), input, { ...parts, workerStore: RedisStore.layer(target) })
+) => makeCluster(RedisStore.layerAt(target), input, { ...parts, workerStore: RedisStore.layerAt(target) })
 
 /** Workers each with its own RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>

@@ -36,7 +36,7 @@ const program = Effect.gen(function* () {
   console.log(`n ${n}`)
   yield* Effect.never
 }).pipe(
-  Effect.provide(Worker.layerRedis({ schema: Schema.Unknown, deliver: () => Effect.void })),
+  Effect.provide(Worker.layerFromEnv({ schema: Schema.Unknown, deliver: () => Effect.void })),
   Effect.provideService(References.MinimumLogLevel, "Warn")
 )
 

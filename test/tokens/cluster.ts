@@ -79,7 +79,7 @@ export interface ClusterOptions {
 }
 
 const configWith = (input: LeaseholdConfig.Input) =>
-  LeaseholdConfig.layerWith({ retryJitter: false, lockExpiration: 1_000, lockWarningThreshold: 500, ...input })
+  LeaseholdConfig.layer({ retryJitter: false, lockExpiration: 1_000, lockWarningThreshold: 500, ...input })
 
 const workerLayer = TokenManager.layer.pipe(
   Layer.provideMerge(Supervisor.layer),
@@ -95,7 +95,7 @@ const makeCluster = (
     readonly del: (key: string) => Effect.Effect<void>
   },
   /**
-   * Each worker's own store, built with it as `Worker.layerRedis` builds one; without it,
+   * Each worker's own store, built with it as `Worker.layerFromEnv` builds one; without it,
    * the workers share the test's store.
    */
   workerStore?: Layer.Layer<Store, unknown, LeaseholdConfig.LeaseholdConfig>
@@ -218,7 +218,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
     const server = yield* RedisServer.start(
       options.refuseEvents === true ? { extraArgs: ["--rename-command", "CONFIG", ""] } : undefined
     )
-    const store = RedisStore.layer({ url: server.url })
+    const store = RedisStore.layerAt({ url: server.url })
     const shared = yield* Layer.build(
       store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
@@ -299,7 +299,7 @@ export const onRedisCluster = (
         })
       )
     }
-    const store = RedisStore.layer({ url: nodes.url, cluster: true })
+    const store = RedisStore.layerAt({ url: nodes.url, cluster: true })
     const shared = yield* Layer.build(
       store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)

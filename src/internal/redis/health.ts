@@ -34,7 +34,12 @@ export interface Health {
   /** The `error` listener of every connection: remembers the last error, scrubbed of credentials. */
   readonly onError: (error: Error) => void
   /** The error of an operation that found no connection within `timeoutMs`. */
-  readonly notConnected: (operation: string, timeoutMs: number) => () => StoreUnavailable
+  readonly notConnected: (
+    operation: string,
+    timeoutMs: number,
+    /** The variables the user set the target and the timeout with, to name in the message. */
+    names?: { readonly target?: string; readonly timeout?: string }
+  ) => () => StoreUnavailable
   /** Bring the status up to date now. */
   readonly sync: Effect.Effect<void>
 }
@@ -113,10 +118,10 @@ export const make = (endpoint: Endpoint): Effect.Effect<Health, never, Scope.Sco
       onError: (error) => {
         lastError = scrub(endpoint, error.message)
       },
-      notConnected: (operation, timeoutMs) => () =>
+      notConnected: (operation, timeoutMs, names) => () =>
         new StoreUnavailable({
           operation,
-          reason: `not connected to ${endpoint.safeUrl} within ${timeoutMs}ms${
+          reason: `not connected to ${endpoint.safeUrl}${names?.target === undefined ? "" : ` (${names.target})`} within ${timeoutMs}ms${names?.timeout === undefined ? "" : ` (${names.timeout})`}${
             lastError === undefined ? "" : ` (last error: ${lastError})`
           }`
         }),
