@@ -11,9 +11,10 @@
  *
  * The README has no fragments: each of its blocks is a whole file of `examples/`, quoted.
  */
-import { assert, describe, it } from "@effect/vitest"
+
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { assert, describe, it } from "@effect/vitest"
 import ts from "typescript"
 
 const root = path.resolve(import.meta.dirname, "..")
@@ -110,13 +111,15 @@ const typeCheck = (sources: ReadonlyMap<string, string>): Map<string, ReadonlyAr
 }
 
 const exampleFiles = (dir: string): ReadonlyArray<string> =>
-  fs.readdirSync(path.join(root, dir), { withFileTypes: true }).flatMap((entry) =>
-    entry.isDirectory()
-      ? exampleFiles(`${dir}/${entry.name}`)
-      : entry.name.endsWith(".ts")
-        ? [`${dir}/${entry.name}`]
-        : []
-  )
+  fs
+    .readdirSync(path.join(root, dir), { withFileTypes: true })
+    .flatMap((entry) =>
+      entry.isDirectory()
+        ? exampleFiles(`${dir}/${entry.name}`)
+        : entry.name.endsWith(".ts")
+          ? [`${dir}/${entry.name}`]
+          : []
+    )
 
 describe("the docs' code", () => {
   it("every ts block of README.md and docs/*.md compiles against the library", () => {
