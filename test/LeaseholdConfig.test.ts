@@ -417,6 +417,41 @@ describe("LeaseholdConfig", () => {
     })
   )
 
+  it.effect("a URL that does not parse (a password with a /, a , or an @) shows none of its password", () =>
+    Effect.gen(function* () {
+      const refused = (env: Record<string, string>) =>
+        Effect.flip(
+          Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(
+            Effect.scoped,
+            Effect.provideService(
+              ConfigProvider.ConfigProvider,
+              ConfigProvider.fromEnv({ env: { LEASEHOLD_CONNECT_TIMEOUT_MS: "300", ...env } })
+            )
+          )
+        )
+      // each password's pieces between its separators are what must not show
+      const pieces = ["zq7", "xv9", "qu3ry"]
+      const cases: ReadonlyArray<Record<string, string>> = [
+        { LEASEHOLD_REDIS_URL: "redis://user:zq7/xv9@127.0.0.1:1" },
+        { LEASEHOLD_REDIS_URL: "redis://user:zq7,xv9@127.0.0.1:1" },
+        { LEASEHOLD_REDIS_URL: "redis://user:zq7@xv9@" },
+        { LEASEHOLD_REDIS_URL: "redis://user:zq7@xv9@/0?password=qu3ry" },
+        { LEASEHOLD_REDIS_SENTINELS: "redis://:zq7/xv9@127.0.0.1:1", LEASEHOLD_REDIS_SENTINEL_NAME: "mymaster" },
+        { LEASEHOLD_REDIS_SENTINELS: "redis://:zq7,xv9@127.0.0.1:1", LEASEHOLD_REDIS_SENTINEL_NAME: "mymaster" }
+      ]
+      for (const env of cases) {
+        // refused as it is, or (one that parses) not reached: either way, no password shown
+        const error = yield* refused(env)
+        assert.oneOf(error._tag, ["InvalidConfig", "StoreUnavailable"])
+        for (const piece of pieces) assert.notInclude(error.message, piece, JSON.stringify(env))
+      }
+      assert.strictEqual(
+        (yield* refused({ LEASEHOLD_REDIS_URL: "redis://user:zq7/xv9@127.0.0.1:1" })).message,
+        "invalid configuration: LEASEHOLD_REDIS_URL=<redacted> must be a redis:// or rediss:// URL with a host"
+      )
+    })
+  )
+
   it.effect("a store built on settings from the environment names the variables in its InvalidConfig", () =>
     Effect.gen(function* () {
       const build = <A, E>(store: Layer.Layer<A, E, LeaseholdConfig.LeaseholdConfig>, env: Record<string, string>) =>

@@ -199,14 +199,32 @@ export const configWithTexts: Config.Config<{ readonly input: Input; readonly te
  */
 export const config: Config.Config<Input> = Config.map(configWithTexts, ({ input }) => input)
 
+/** One URL, or one `host:port` of a list, as it may be shown: only what a parse found. */
+const shownUrl = (part: string): string => {
+  const text = part.trim()
+  if (/^[A-Za-z0-9.-]+:\d+$/.test(text)) return text
+  try {
+    const url = new URL(text)
+    if (url.hostname === "") return "<redacted>"
+    const user =
+      url.username === "" && url.password === "" ? "" : `${url.username}${url.password === "" ? "" : ":<redacted>"}@`
+    const path = url.pathname === "/" ? "" : url.pathname
+    return `${url.protocol}//${user}${url.host}${path}${url.search === "" ? "" : "?<redacted>"}`
+  } catch {
+    // A text that does not parse is shown as nothing: a password with a `/`, `,` or `@`
+    // in it is what makes a URL fail to parse.
+    return "<redacted>"
+  }
+}
+
 /**
- * A URL without its password: `redis://user:secret@host` shows as `redis://user:<redacted>@host`
- * (each `user:password@` of a list of Sentinels too).
+ * A URL without its password: `redis://user:secret@host` shows as `redis://user:<redacted>@host`,
+ * each URL of a list of Sentinels too; a query (which may carry a password) shows as
+ * `?<redacted>`, and a text that does not parse as `<redacted>`.
  *
  * @internal
  */
-export const withoutPassword = (url: string): string =>
-  url.replace(/(^|[/,])([^/,:@]*):[^@/,]*@/g, (_, lead: string, user: string) => `${lead}${user}:<redacted>@`)
+export const withoutPassword = (text: string): string => text.split(",").map(shownUrl).join(",")
 
 /** What a knob's value is, in its variable's terms: as the user set it, else `(unset)` or the default used. */
 const shown = (knob: Knob, texts: Texts, settings: Settings | undefined): string => {
