@@ -191,6 +191,17 @@ export const make: Effect.Effect<MemoryStore, DataDirError | InvalidConfig, Leas
         })
       )
     }
+    if (settings.redisCluster) {
+      // A Cluster was asked for and its seeds are missing (an unset URL, a lost secret):
+      // starting on a private embedded store instead would split the state without a word.
+      return yield* new InvalidConfig(
+        Environment.describe(settings, {
+          knob: "redisCluster",
+          value: "true",
+          reason: "is set without redisUrl; the embedded store is no Cluster"
+        })
+      )
+    }
     const keys = cachedKeys(makeKeys(settings.keyPrefix))
     const now = Effect.clockWith((clock) => Effect.sync(() => clock.currentTimeMillisUnsafe()))
     const ks = new Keyspace(minSweepMs, yield* now)

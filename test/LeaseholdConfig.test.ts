@@ -471,6 +471,11 @@ describe("LeaseholdConfig", () => {
         memory.message,
         "invalid configuration: LEASEHOLD_MIN_REPLICAS_ACK=1 needs a Redis store with replicas; the embedded store has none"
       )
+      const cluster = yield* build(MemoryStore.layer, { LEASEHOLD_REDIS_CLUSTER: "true" })
+      assert.strictEqual(
+        cluster.message,
+        "invalid configuration: LEASEHOLD_REDIS_CLUSTER=true is set without LEASEHOLD_REDIS_URL; the embedded store is no Cluster"
+      )
       // from code, the options as given
       const fromCode = yield* Effect.flip(
         Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layer({})))).pipe(Effect.scoped)

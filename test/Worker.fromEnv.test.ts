@@ -108,6 +108,12 @@ describe("Worker.layerFromEnv", () => {
       // as one server, the same URL is not a URL with a host
       const single = yield* failureWith({ LEASEHOLD_REDIS_URL: "redis://127.0.0.1:1,127.0.0.1:2" })
       assert.strictEqual(single._tag, "InvalidConfig")
+      // a Cluster without its seeds is refused, not served by an embedded store of this process
+      const seedless = yield* failureWith({ LEASEHOLD_REDIS_CLUSTER: "true" })
+      assert.strictEqual(
+        seedless.message,
+        "invalid configuration: LEASEHOLD_REDIS_CLUSTER=true is set without LEASEHOLD_REDIS_URL; the embedded store is no Cluster"
+      )
     })
   )
 
