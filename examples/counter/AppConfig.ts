@@ -84,10 +84,11 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
     "WORKERS must be between 1 and 64",
     (n) => n >= 1 && n <= 64
   ),
+  // whether leasehold will be on Redis: a URL or Sentinels set and not empty, as leasehold reads them
   redis: Config.all([
-    Config.option(Config.Redacted("LEASEHOLD_REDIS_URL")),
-    Config.option(Config.Redacted("LEASEHOLD_REDIS_SENTINELS"))
-  ]).pipe(Config.map(([url, sentinels]) => Option.isSome(url) || Option.isSome(sentinels))),
+    Config.option(Config.String("LEASEHOLD_REDIS_URL")),
+    Config.option(Config.String("LEASEHOLD_REDIS_SENTINELS"))
+  ]).pipe(Config.map((targets) => targets.some((target) => Option.isSome(target) && target.value !== ""))),
   // a server span per HTTP request (for an installed tracer); default off
   httpTracing: Config.Boolean("HTTP_TRACING").pipe(Config.withDefault(false)),
   maxFrameBytes: bytes(

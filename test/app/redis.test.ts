@@ -116,6 +116,10 @@ describe("counter app (Redis, several processes)", () => {
       const app = yield* startApp({ env: { WORKERS: "2" }, ready: false })
       assert.strictEqual(yield* app.exited, 1)
       assert.isTrue(app.lines.some((line) => /WORKERS=2 needs LEASEHOLD_REDIS_URL/.test(line)))
+      // an empty URL is no URL, for the app as for leasehold
+      const empty = yield* startApp({ env: { WORKERS: "2", LEASEHOLD_REDIS_URL: "" }, ready: false })
+      assert.strictEqual(yield* empty.exited, 1)
+      assert.isTrue(empty.lines.some((line) => /WORKERS=2 needs LEASEHOLD_REDIS_URL/.test(line)))
     })
   )
 
