@@ -90,30 +90,34 @@ interface Target {
 const reveal = (value: string | Redacted.Redacted): string =>
   Redacted.isRedacted(value) ? String(Redacted.value(value)) : value
 
-/** A problem with the settings, in the terms the user gave them in (variables, or options). */
-const invalid = (settings: Settings, problem: Environment.Problem) =>
-  new InvalidConfig(Environment.describe(settings, problem))
+/** How a problem with one value of the target is said: the knob it came from, in the user's terms. */
+type Say = (problem: Omit<Environment.Problem, "knob">) => InvalidConfig
 
-/** The primary as the Sentinels name it: the list and the master name from the options, else the settings. */
+/** A value of the settings: named as the user set it (a variable, or an option of `LeaseholdConfig`). */
+const fromSettings =
+  (settings: Settings, knob: string): Say =>
+  (problem) =>
+    new InvalidConfig(Environment.describe(settings, { ...problem, knob }))
+
+/** A value of `layerAt`'s options: named as the option. */
+const fromOptions =
+  (option: string): Say =>
+  (problem) =>
+    new InvalidConfig({ ...problem, knob: option })
+
+/** The primary as the Sentinels name it. */
 const sentinelTarget = (
-  settings: Settings,
   list: string,
-  name: Option.Option<string>
+  name: Option.Option<string>,
+  say: { readonly sentinels: Say; readonly sentinelName: Say }
 ): Effect.Effect<Target, InvalidConfig> => {
   if (Option.isNone(name)) {
-    return Effect.fail(
-      invalid(settings, {
-        knob: "redisSentinelName",
-        value: "(unset)",
-        reason: "must name the master the Sentinels monitor"
-      })
-    )
+    return Effect.fail(say.sentinelName({ value: "(unset)", reason: "must name the master the Sentinels monitor" }))
   }
   const parsed = parseSentinels(list, name.value)
   return parsed === undefined
     ? Effect.fail(
-        invalid(settings, {
-          knob: "redisSentinels",
+        say.sentinels({
           value: "<redacted>",
           reason:
             "must be host:port[,host:port...] or a redis:// or rediss:// URL listing them, with an optional database number"
@@ -125,22 +129,23 @@ const sentinelTarget = (
 /** Where the settings say to connect: Sentinels, else the URL (one server or a Cluster). */
 const settingsTarget = (settings: Settings): Effect.Effect<Target, InvalidConfig> => {
   if (Option.isSome(settings.redisSentinels)) {
-    return sentinelTarget(settings, reveal(settings.redisSentinels.value), settings.redisSentinelName)
+    return sentinelTarget(reveal(settings.redisSentinels.value), settings.redisSentinelName, {
+      sentinels: fromSettings(settings, "redisSentinels"),
+      sentinelName: fromSettings(settings, "redisSentinelName")
+    })
   }
+  const url = fromSettings(settings, "redisUrl")
   return Option.isSome(settings.redisUrl)
-    ? urlTarget(settings, reveal(settings.redisUrl.value), settings.redisCluster)
-    : Effect.fail(
-        invalid(settings, { knob: "redisUrl", value: "(unset)", reason: "must be set to use the Redis store" })
-      )
+    ? urlTarget(reveal(settings.redisUrl.value), settings.redisCluster, url)
+    : Effect.fail(url({ value: "(unset)", reason: "must be set to use the Redis store" }))
 }
 
-const urlTarget = (settings: Settings, url: string, cluster: boolean): Effect.Effect<Target, InvalidConfig> => {
+const urlTarget = (url: string, cluster: boolean, say: Say): Effect.Effect<Target, InvalidConfig> => {
   if (cluster) {
     const seeds = parseClusterEndpoint(url)
     return seeds === undefined
       ? Effect.fail(
-          invalid(settings, {
-            knob: "redisUrl",
+          say({
             value: "<redacted>",
             reason: "must be a redis:// or rediss:// URL listing host:port seed nodes, without a database other than 0"
           })
@@ -149,27 +154,25 @@ const urlTarget = (settings: Settings, url: string, cluster: boolean): Effect.Ef
   }
   const endpoint = parseEndpoint(url)
   return endpoint === undefined
-    ? Effect.fail(
-        invalid(settings, {
-          knob: "redisUrl",
-          value: "<redacted>",
-          reason: "must be a redis:// or rediss:// URL with a host"
-        })
-      )
+    ? Effect.fail(say({ value: "<redacted>", reason: "must be a redis:// or rediss:// URL with a host" }))
     : Effect.succeed({ endpoint, cluster: undefined })
 }
 
-/** Given in code: the options' own words; the rest from the settings, in theirs. */
-const optionsTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> => {
-  const fromCode = { ...settings }
-  return "sentinels" in options
+/** Given in code: each value named by where it came from, an option or the settings. */
+const optionsTarget = (options: Options, settings: Settings): Effect.Effect<Target, InvalidConfig> =>
+  "sentinels" in options
     ? sentinelTarget(
-        fromCode,
         reveal(options.sentinels),
-        options.sentinelName !== undefined ? Option.some(options.sentinelName) : settings.redisSentinelName
+        options.sentinelName !== undefined ? Option.some(options.sentinelName) : settings.redisSentinelName,
+        {
+          sentinels: fromOptions("sentinels"),
+          sentinelName:
+            options.sentinelName !== undefined
+              ? fromOptions("sentinelName")
+              : fromSettings(settings, "redisSentinelName")
+        }
       )
-    : urlTarget(fromCode, reveal(options.url), options.cluster ?? settings.redisCluster)
-}
+    : urlTarget(reveal(options.url), options.cluster ?? settings.redisCluster, fromOptions("url"))
 
 /**
  * Build a Redis-backed store in the current scope. Waits for both connections to be
@@ -188,12 +191,14 @@ export const make = (
       : optionsTarget(options, settings)
     if (settings.minReplicasAck > 0 && cluster !== undefined) {
       return yield* Effect.fail(
-        invalid(settings, {
-          knob: "minReplicasAck",
-          value: String(settings.minReplicasAck),
-          reason: "is not supported on a Redis Cluster: one WAIT cannot cover writes spread over many masters",
-          other: { knob: "cluster", value: "true" }
-        })
+        new InvalidConfig(
+          Environment.describe(settings, {
+            knob: "minReplicasAck",
+            value: String(settings.minReplicasAck),
+            reason: "is not supported on a Redis Cluster: one WAIT cannot cover writes spread over many masters",
+            other: { knob: "cluster", value: "true" }
+          })
+        )
       )
     }
     const keys = makeKeys(settings.keyPrefix)

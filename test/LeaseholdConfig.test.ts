@@ -484,6 +484,32 @@ describe("LeaseholdConfig", () => {
         fromCode.message,
         "invalid configuration: redisUrl = (unset) must be set to use the Redis store"
       )
+      // layerAt: its options by their names; what it takes from the settings, in their terms
+      const at = <A, E>(store: Layer.Layer<A, E, LeaseholdConfig.LeaseholdConfig>, env?: Record<string, string>) =>
+        Effect.flip(
+          Layer.build(
+            store.pipe(Layer.provide(env === undefined ? LeaseholdConfig.layer({}) : LeaseholdConfig.layerFromEnv))
+          ).pipe(
+            Effect.scoped,
+            Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env: env ?? {} }))
+          )
+        )
+      assert.strictEqual(
+        (yield* at(RedisStore.layerAt({ url: "redis://" }))).message,
+        "invalid configuration: url = <redacted> must be a redis:// or rediss:// URL with a host"
+      )
+      assert.strictEqual(
+        (yield* at(RedisStore.layerAt({ sentinels: "not a list", sentinelName: "m" }))).message,
+        "invalid configuration: sentinels = <redacted> must be host:port[,host:port...] or a redis:// or rediss:// URL listing them, with an optional database number"
+      )
+      assert.strictEqual(
+        (yield* at(RedisStore.layerAt({ sentinels: "127.0.0.1:1" }))).message,
+        "invalid configuration: redisSentinelName = (unset) must name the master the Sentinels monitor"
+      )
+      assert.strictEqual(
+        (yield* at(RedisStore.layerAt({ sentinels: "127.0.0.1:1" }), {})).message,
+        "invalid configuration: LEASEHOLD_REDIS_SENTINEL_NAME=(unset) must name the master the Sentinels monitor"
+      )
     })
   )
 
