@@ -4,6 +4,8 @@
  * within `TimeoutStopSec`, nothing of the worker left in Redis), and the Kubernetes manifest
  * parses and keeps its promises (probes on /healthz, a grace period above the shutdown bound,
  * several replicas behind a Service that selects them). The Dockerfile is not built here.
+ * The checks that need `systemd-analyze` or PyYAML say so in their names, and warn, when the
+ * machine lacks them.
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -66,6 +68,22 @@ const manifest = (): ReadonlyArray<any> | undefined => {
 
 const hasSystemdAnalyze = spawnSync("systemd-analyze", ["--version"], { stdio: "ignore" }).status === 0
 const documents = manifest()
+const verifyTitle = hasSystemdAnalyze
+  ? "systemd-analyze verify finds nothing to say"
+  : "systemd-analyze verify finds nothing to say (skipped: systemd-analyze is not installed)"
+const manifestTitle =
+  documents === undefined
+    ? "deploy/kubernetes.yaml (skipped: python3 with PyYAML is not installed)"
+    : "deploy/kubernetes.yaml (parsed with PyYAML)"
+if (!hasSystemdAnalyze) console.warn("Deploy.test: systemd-analyze is not installed: the unit is not verified")
+if (documents === undefined)
+  console.warn("Deploy.test: python3 with PyYAML is not installed: the manifest is not parsed")
+
+/** `major.minor` of a Node version string, as a number pair. */
+const nodeVersion = (version: string): readonly [number, number] => {
+  const [major, minor] = version.replace(/^v/, "").split(".").map(Number)
+  return [major!, minor!]
+}
 
 describe("deploy/counter.service", () => {
   it("stops with SIGTERM to the whole group, after a timeout above the shutdown bound", () => {
@@ -75,7 +93,7 @@ describe("deploy/counter.service", () => {
     assert.match(single(unit, "ExecStart"), /^\/usr\/bin\/node /)
   })
 
-  it.runIf(hasSystemdAnalyze)("systemd-analyze verify finds nothing to say", () => {
+  it.skipIf(!hasSystemdAnalyze)(verifyTitle, () => {
     const result = spawnSync("systemd-analyze", ["verify", path.join(deployDir, "counter.service")], {
       encoding: "utf8"
     })
@@ -91,14 +109,17 @@ describe("deploy/counter.service", () => {
         const port = yield* freePort
         const [node, ...args] = single(unit, "ExecStart").split(" ")
         assert.strictEqual(node, "/usr/bin/node")
-        // The unit's environment, but this test's Redis and port; the sources rather than a build.
+        // The unit's command with this test's Node in place of /usr/bin/node: one of the
+        // versions the unit asks for.
+        const [major, minor] = nodeVersion(process.version)
+        assert.isTrue(major > 22 || (major === 22 && minor >= 19), `Node ${process.version} >= 22.19`)
+        // The unit's environment, but this test's Redis and port; nothing else (no NODE_OPTIONS).
         const env = {
           PATH: process.env.PATH,
           ...unit.environment,
           HOST: "127.0.0.1",
           PORT: String(port),
-          LEASEHOLD_REDIS_URL: server.url,
-          NODE_OPTIONS: "--conditions=leasehold-source"
+          LEASEHOLD_REDIS_URL: server.url
         }
         const child = yield* Effect.acquireRelease(
           // A process group of its own, as the service's control group.
@@ -115,18 +136,22 @@ describe("deploy/counter.service", () => {
         )
         const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)))
         const url = `http://127.0.0.1:${port}`
-        // Ready: every worker listens and /healthz answers 200.
-        let healthy = false
-        for (let attempt = 0; attempt < 300 && !healthy; attempt++) {
+        // Ready: every worker listens, each answering /healthz with 200 and its own instance id
+        // (each request is a new connection, which the cluster primary hands to its workers in
+        // turn).
+        const workers = Number(unit.environment.WORKERS ?? "1")
+        const healthy = new Set<string>()
+        for (let attempt = 0; attempt < 300 && healthy.size < workers; attempt++) {
           const answer = yield* request("GET", `${url}/healthz`).pipe(
             Effect.timeout("1 second"),
             Effect.orElseSucceed(() => undefined),
             Effect.catchDefect(() => Effect.succeed(undefined))
           )
-          healthy = answer?.status === 200
-          if (!healthy) yield* Effect.sleep("100 millis")
+          const instanceId = (answer?.body as { readonly instanceId?: unknown } | undefined)?.instanceId
+          if (answer?.status === 200 && typeof instanceId === "string") healthy.add(instanceId)
+          else yield* Effect.sleep("100 millis")
         }
-        assert.isTrue(healthy, "GET /healthz answered 200")
+        assert.strictEqual(healthy.size, workers, `GET /healthz answered 200 from ${workers} workers`)
         // A tab's socket, whose record the shutdown must remove.
         yield* connect({ port }, "deploy-tab")
         assert.isAbove((yield* socketRecords(server)).length, 0)
@@ -143,7 +168,7 @@ describe("deploy/counter.service", () => {
   )
 })
 
-describe.runIf(documents !== undefined)("deploy/kubernetes.yaml (parsed with PyYAML)", () => {
+describe.skipIf(documents === undefined)(manifestTitle, () => {
   const deployment = () => documents!.find((document) => document.kind === "Deployment")
   const service = () => documents!.find((document) => document.kind === "Service")
 
