@@ -22,10 +22,11 @@ import * as MailboxEnv from "./internal/mailbox/env.js"
 import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
 import { parseSafely } from "./internal/parse.js"
+import { Supervisor } from "./internal/supervisor.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
 import type { InvalidInstanceId, InvalidToken, StoreRefused } from "./StoreError.js"
-import { Supervisor, untilRecovered } from "./Supervisor.js"
+import { untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
 /**

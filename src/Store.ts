@@ -23,19 +23,6 @@ import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
-  AcknowledgedError,
-  CorruptValue,
-  InvalidClaim,
-  InvalidInstanceId,
-  InvalidLockId,
-  InvalidSliceName,
-  InvalidToken,
-  LockLost,
-  StoreError,
-  StoreRefused,
-  StoreUnavailable
-} from "./StoreError.js"
-import type {
   AcquireResult,
   ClaimResult,
   ConnectionStatus,
@@ -53,14 +40,27 @@ import type {
   SocketRecord,
   TakeOverResult,
   TokenNotice
-} from "./StoreModel.js"
+} from "./internal/storeModel.js"
+import type {
+  AcknowledgedError,
+  CorruptValue,
+  InvalidClaim,
+  InvalidInstanceId,
+  InvalidLockId,
+  InvalidSliceName,
+  InvalidToken,
+  LockLost,
+  StoreError,
+  StoreRefused,
+  StoreUnavailable
+} from "./StoreError.js"
 
 /**
- * The values the service takes and gives (defined in `StoreModel`).
+ * The values the service takes and gives.
  *
  * @since 0.1.0
  */
-export type * from "./StoreModel.js"
+export type * from "./internal/storeModel.js"
 
 export {
   /**
@@ -70,7 +70,7 @@ export {
    * @category constants
    */
   MailboxStart
-} from "./StoreModel.js"
+} from "./internal/storeModel.js"
 
 /**
  * How a release of the queue protocol hands the lock on (`releaseQueued`,

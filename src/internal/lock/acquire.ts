@@ -16,10 +16,10 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
-import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { forkInUninterruptible } from "../fork.js"
+import type { SignalEvent } from "../signals.js"
 import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
 
 /**
