@@ -25,6 +25,7 @@ import {
   encodeSocketRecord
 } from "../src/internal/codec.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
+import * as Untyped from "../src/internal/mailbox/untyped.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as Mailbox from "../src/Mailbox.js"
 import * as Prometheus from "../src/Prometheus.js"
@@ -97,7 +98,7 @@ describe("what the Effect 3 build stored", () => {
       const page = yield* Effect.gen(function* () {
         const states = yield* StateManager.StateManager
         const tokens = yield* TokenManager.TokenManager
-        const mailbox = yield* Mailbox.Mailbox
+        const mailbox = Untyped.sender(yield* Mailbox.Mailbox)
         for (let i = 0; i < 3; i++) yield* states.modify("metrics-tab", cases.int.slice, (n) => [n, n + 1])
         yield* tokens.link("metrics-tab", "metrics-socket")
         yield* mailbox.send("metrics-tab", { n: 1, at: new Date(0) })
