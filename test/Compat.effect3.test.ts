@@ -26,6 +26,7 @@ import {
 } from "../src/internal/codec.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
 import * as Untyped from "../src/internal/mailbox/untyped.js"
+import { codecOf } from "../src/internal/state/codec.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as Mailbox from "../src/Mailbox.js"
 import * as Prometheus from "../src/Prometheus.js"
@@ -126,10 +127,10 @@ describe("what the Effect 3 build stored", () => {
   it("each slice decodes to the value written, and encodes to the same text", () => {
     for (const [name, c] of entries) {
       const raw = records.slices[name]
-      const decoded = c.slice.decode(raw)
+      const decoded = codecOf(c.slice).decode(raw)
       assert.isTrue(Result.isSuccess(decoded), `${name} decodes`)
       if (Result.isSuccess(decoded)) deepStrictEqual(decoded.success, c.value, name)
-      deepStrictEqual(c.slice.encode(c.value), Result.succeed(raw), name)
+      deepStrictEqual(codecOf(c.slice).encode(c.value), Result.succeed(raw), name)
     }
   })
 

@@ -20,6 +20,7 @@ import { OneShot } from "../oneShot.js"
 import { formatParseError } from "../parse.js"
 import { withSpan } from "../tracing.js"
 import { tokenError, validateToken } from "../validate.js"
+import { codecOf } from "./codec.js"
 import { decodeAll, decodeNow } from "./decode.js"
 
 /**
@@ -71,7 +72,8 @@ const encodeWrites = (
   const { maxValueBytes } = env
   const writes: Array<SliceEntry> = []
   for (const [i, s] of slices.entries()) {
-    const encoded = s.encode(next[i])
+    const codec = codecOf(s)
+    const encoded = codec.encode(next[i])
     if (Result.isFailure(encoded)) {
       return Result.fail(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.failure) }))
     }
@@ -80,7 +82,7 @@ const encodeWrites = (
       return Result.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
     }
     // Nothing stored means the initial value: writing it would change nothing.
-    const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
+    const baseline = Option.orElse(current[i]!, () => codec.initialEncoded)
     if (!Option.contains(baseline, encoded.success)) writes.push([s.name, encoded.success])
   }
   return Result.succeed(writes)
