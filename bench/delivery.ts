@@ -27,6 +27,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as References from "effect/References"
 import * as Schema from "effect/Schema"
+import * as Untyped from "../src/internal/mailbox/untyped.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as Mailbox from "../src/Mailbox.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -57,7 +58,7 @@ const workers = (url: string, onDeliver: (probe: Probe) => void) =>
     const a = yield* worker(onDeliver)
     const b = yield* worker(() => undefined)
     const linked = yield* Context.get(a, TokenManager.TokenManager).link("bench", "socket-1")
-    return { a, b, token: linked.token, sender: Context.get(b, Mailbox.Mailbox) }
+    return { a, b, token: linked.token, sender: Untyped.sender(Context.get(b, Mailbox.Mailbox)) }
   })
 
 const latency = Effect.scoped(

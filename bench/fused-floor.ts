@@ -25,6 +25,7 @@ import { cachedKeys } from "../src/internal/memory/keyCache.js"
 import { Keyspace } from "../src/internal/memory/keyspace.js"
 import * as QueueScripts from "../src/internal/memory/queueScripts.js"
 import type { Space } from "../src/internal/memory/scripts.js"
+import { codecOf } from "../src/internal/state/codec.js"
 import { instanceIdError, sliceNamesError, tokenError } from "../src/internal/validate.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
@@ -79,9 +80,11 @@ const main = async () => {
       const lockId = `bench:${next++}`
       return Effect.flatMap(store.acquireQueued("fused", lockId, ["counter"], { instanceId: "bench" }), (got) => {
         if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
-        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) => Result.getSuccess(Counter.decode(raw)))
+        const stored = Option.flatMap(got.values[0] ?? Option.none(), (raw) =>
+          Result.getSuccess(codecOf(Counter).decode(raw))
+        )
         const value = Option.getOrElse(stored, () => Counter.initial)
-        const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
+        const encoded = Result.getOrThrow(codecOf(Counter).encode({ n: value.n + 1 }))
         return Effect.andThen(
           store.commitAndReleaseQueued("fused", lockId, [["counter", encoded]], { instanceId: "bench" }),
           Effect.yieldNow
@@ -115,10 +118,10 @@ const main = async () => {
       const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
       if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
       const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) =>
-        Result.getSuccess(Counter.decode(raw))
+        Result.getSuccess(codecOf(Counter).decode(raw))
       )
       const value = Option.getOrElse(stored, () => Counter.initial)
-      const encoded = Result.getOrThrow(Counter.encode({ n: value.n + 1 }))
+      const encoded = Result.getOrThrow(codecOf(Counter).encode({ n: value.n + 1 }))
       QueueScripts.commitAndReleaseQueued(
         space,
         now,

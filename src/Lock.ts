@@ -9,6 +9,19 @@
  * (no lost wake-up: a notice, or a re-check that claims a grant whose notice was lost)
  * and leaving the queue, with nothing left behind, however the wait ends.
  *
+ * `withLock` runs an effect under a token's lock, as a turn of the token's local queue (beside
+ * the token's modifications, in order), with the grant's fencing number:
+ *
+ * ```ts
+ * import { Effect } from "effect"
+ * import { Lock } from "leasehold"
+ *
+ * declare const charge: (invoice: string, fence: number) => Effect.Effect<void>
+ *
+ * const once = (invoice: string) =>
+ *   Effect.flatMap(Lock.Lock, (lock) => lock.withLock(`invoice-${invoice}`, (grant) => charge(invoice, grant.fence)))
+ * ```
+ *
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
@@ -16,122 +29,41 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
-import type * as Option from "effect/Option"
-import type * as Result from "effect/Result"
+import type * as Scope from "effect/Scope"
 import { InstanceId } from "./InstanceId.js"
 import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
+import { type Engine, register, type WithLock } from "./internal/lock/service.js"
 import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import type { Mark, SignalEvent } from "./Signals.js"
+import type { LockExpired } from "./StateError.js"
 import { Store } from "./Store.js"
-import type { AcknowledgedError, InvalidInput, StoreError } from "./StoreError.js"
+import type { AcknowledgedError, InvalidInput } from "./StoreError.js"
 
 /**
- * A granted lock.
+ * The lock a `withLock` turn runs under.
  *
  * @since 0.1.0
  * @category models
  */
 export interface Grant {
   readonly token: string
-  /** Unique to this acquisition. */
-  readonly lockId: string
-  /** Strictly greater than the fence of every earlier grant of the token. */
+  /**
+   * Strictly greater than the fence of every earlier grant of the token: a write that
+   * carries it can be refused by a store that has seen a greater one. Turns served by one
+   * lease of this worker share their grant's number.
+   */
   readonly fence: number
-  /** The slices read with the grant. */
-  readonly values: ReadonlyMap<string, Option.Option<string>>
-  /** Other workers queued for the lock at the grant. */
-  readonly contenders: number
-  /**
-   * Clock time of the grant (ms, with the fraction of a millisecond the clock's nanoseconds
-   * give: a quantum of 2 ms is timed from it).
-   */
-  readonly grantedAt: number
-  /**
-   * The lock was handed over by the store (a release installed this worker's lock id): it
-   * lives for the hand-off timeout from the grant, not a lock expiration, until extended.
-   */
-  readonly handedOver?: boolean
 }
 
 /**
- * An attempt that did not take the lock: how long the lock has left, and the lock id the
- * worker is now queued under.
+ * What `withLock` can fail with, besides the errors of its own effect: an invalid token,
+ * a store that did not answer or acknowledge, or a lock that expired before the turn
+ * ended.
  *
  * @since 0.2.0
- * @category models
+ * @category errors
  */
-export interface Refused {
-  readonly remainingMs: number
-  readonly lockId: string
-}
-
-/**
- * What the local head tells `acquire` about the fibers queued behind it.
- *
- * @since 0.1.0
- * @category models
- */
-export interface LocalQueue {
-  /**
-   * Whether any local waiter is left (`false`: the wait ends without a grant), with an
-   * effect that completes at the next change after this look: of the local queue, a signal
-   * received, or `wake`.
-   */
-  readonly look: Effect.Effect<{ readonly wanted: boolean; readonly changed: Effect.Effect<void> }>
-  /** The token's signals, opened once by the caller and kept while it lives. */
-  readonly signals: Effect.Effect<SignalInbox, InvalidInput | StoreError>
-  /** Drop the signals received so far, without subscribing when the caller has not yet. */
-  readonly drain: Effect.Effect<void>
-  /** Whether the token's signals are subscribed already (`signals` was opened). */
-  readonly listening: Effect.Effect<boolean>
-  /** Complete the current `changed` (a timer's way to end a wait), at once. */
-  readonly wake: () => void
-  /** `Signals.missedSince` for the token. */
-  readonly missedSince: (mark: Mark) => boolean
-}
-
-/**
- * The signals a session received and nobody has taken yet.
- *
- * @since 0.1.0
- * @category models
- */
-export interface SignalInbox {
-  /** The signals received since the last `take`, oldest first. */
-  readonly take: () => ReadonlyArray<SignalEvent>
-}
-
-/**
- * What this worker's previous step left behind: whether it is in the token's store queue
- * (its last release put it back at the tail because local waiters remained, or an attempt
- * queued it).
- *
- * @since 0.1.0
- * @category models
- */
-export interface Previous {
-  readonly queued: boolean
-  /**
-   * No attempt is needed before the first wait: the caller has just made the uncontended
-   * attempt (`attempt`) and was queued, or its release handed the lock to another worker
-   * and put this one back at the tail.
-   */
-  readonly attempted?: boolean
-  /** With `attempted`: how long the lock was left to be held, the first wait's bound. */
-  readonly remainingMs?: number
-  /**
-   * With `attempted`: the token's notice channel just before that attempt was sent
-   * (`Signals.mark`). A caller that listens only after its attempt re-checks the store
-   * once, unless this says that no notice about the token can have been missed.
-   */
-  readonly mark?: Mark
-  /**
-   * With `attempted`: the lock id the worker was queued under by that step. A grant that
-   * installs it comes with its notice, and is held from there without a claim.
-   */
-  readonly lockId?: string
-}
+export type LockError = InvalidInput | AcknowledgedError | LockExpired
 
 /**
  * @since 0.1.0
@@ -143,49 +75,20 @@ export declare namespace Lock {
    * @category models
    */
   export interface Service {
+    /** This worker's instance id, which its lock ids start with. */
     readonly instanceId: string
-    /** A lock id unique to this worker (for a release that queues the worker again: `Previous.lockId`). */
-    readonly nextLockId: () => string
     /**
-     * One attempt to take the token's lock, reading `slices` with the grant: the first step
-     * of `acquire` on its own, for a caller with no local waiter before it. `Left` with the
-     * time the lock has left when it is held or other workers are queued: the worker is then
-     * queued in the same step under the attempt's lock id, and the holder told (pass
-     * `queued: true, attempted: true`, that time and that lock id to `acquire`, which leaves
-     * the queue if it ends without a grant).
+     * Run `use` under the token's lock, and release it (or keep it under this worker's
+     * lease) when `use` ends. Workers take a token's lock in the order they asked for it, and
+     * within a worker `withLock` queues with the token's modifications. The lock lives for
+     * `lockExpiration` and is extended while `use` runs; an expired lock fails the turn with
+     * `LockExpired`. Interrupting the caller leaves the queue, or ends `use`.
      */
-    readonly attempt: (
+    readonly withLock: <A, E, R>(
       token: string,
-      slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
-    /**
-     * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
-     * do): the same step without an uninterruptible region of its own. Run interruptibly,
-     * an interruption during the store's step would skip the release of a lock taken by a
-     * lost reply.
-     *
-     * @internal
-     */
-    readonly attemptMasked: (
-      token: string,
-      slices: ReadonlyArray<string>
-    ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
-    /**
-     * Take the token's lock, reading `slices` with the grant (docs/protocol.md#the-queue-hand-off).
-     * Without contention this is one store round trip and no subscription. Otherwise the worker is
-     * queued in the store and waits for the lock to be handed to it (a `Granted` notice that hands
-     * it over, or one it claims), for a resubscription, or for `min(remaining + 5 ms,
-     * lockExpiration / 10, handoffTimeout / 2)`, after which it checks again (and claims a grant
-     * whose notice was lost before the grant expires).
-     * `None` when every local waiter left meanwhile (the worker leaves the queue, and a
-     * grant pending for it passes to the next worker).
-     */
-    readonly acquire: (
-      token: string,
-      slices: ReadonlyArray<string>,
-      local: LocalQueue,
-      previous: Previous
-    ) => Effect.Effect<Option.Option<Grant>, InvalidInput | AcknowledgedError>
+      use: (grant: Grant) => Effect.Effect<A, E, R>,
+      options?: { readonly event?: string }
+    ) => Effect.Effect<A, E | LockError, R>
   }
 }
 
@@ -210,42 +113,63 @@ export const lockWait = Metric.histogram("leasehold_lock_wait_ms", {
  * @since 0.1.0
  * @category constructors
  */
-export const make = Effect.gen(function* () {
-  const store = yield* Store
-  const instanceId = yield* InstanceId
-  const config = yield* LeaseholdConfig
-  const recheckMs = Math.max(
-    1,
-    Math.floor(Math.min(Duration.toMillis(config.lockExpiration) / 10, Duration.toMillis(config.handoffTimeout) / 2))
-  )
-  let counter = 0
-  const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
-  const timers = yield* Timers.make
-  const scope = yield* Effect.scope
-  const env: Env = {
-    store,
-    instanceId,
-    recheckMs,
-    handoffMs: Duration.toMillis(config.handoffTimeout),
-    nextLockId,
-    timers,
-    scope,
-    lockWait
+export const make: Effect.Effect<Lock.Service, never, Store | InstanceId | LeaseholdConfig | Scope.Scope> = Effect.gen(
+  function* () {
+    const store = yield* Store
+    const instanceId = yield* InstanceId
+    const config = yield* LeaseholdConfig
+    const recheckMs = Math.max(
+      1,
+      Math.floor(Math.min(Duration.toMillis(config.lockExpiration) / 10, Duration.toMillis(config.handoffTimeout) / 2))
+    )
+    let counter = 0
+    const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
+    const timers = yield* Timers.make
+    const scope = yield* Effect.scope
+    const env: Env = {
+      store,
+      instanceId,
+      recheckMs,
+      handoffMs: Duration.toMillis(config.handoffTimeout),
+      nextLockId,
+      timers,
+      scope,
+      lockWait
+    }
+    let served: WithLock | undefined
+
+    const attemptMasked = (token: string, slices: ReadonlyArray<string>) =>
+      attemptWith(env, token, nextLockId(), slices)
+
+    const engine: Engine = {
+      instanceId,
+      nextLockId,
+      acquire: (token, slices, local, previous) => acquire(env, token, slices, local, previous),
+      // uninterruptible: its clean-up after a failure is a handler of its store step
+      attempt: (token, slices) => Effect.uninterruptible(attemptMasked(token, slices)),
+      attemptMasked,
+      serve: (run) => {
+        served = run
+      }
+    }
+    const lock = Lock.of({
+      instanceId,
+      withLock: (token, use, options) =>
+        Effect.suspend(() =>
+          served === undefined
+            ? Effect.die(new Error("Lock.withLock: no leases serve this lock (build it in a Worker layer)"))
+            : served(token, use, options)
+        )
+    })
+    // the engine the worker's leases take locks with, found by this service (`engineOf`)
+    return register(lock, engine)
   }
-
-  const attemptMasked = (token: string, slices: ReadonlyArray<string>) => attemptWith(env, token, nextLockId(), slices)
-
-  return Lock.of({
-    instanceId,
-    nextLockId,
-    acquire: (token, slices, local, previous) => acquire(env, token, slices, local, previous),
-    // uninterruptible: its clean-up after a failure is a handler of its store step
-    attempt: (token, slices) => Effect.uninterruptible(attemptMasked(token, slices)),
-    attemptMasked
-  })
-})
+)
 
 /**
+ * A worker's lock, with the engine its leases take locks with: `withLock` is served once
+ * the worker's leases are built over it, as `Worker`'s layers do.
+ *
  * @since 0.1.0
  * @category layers
  */

@@ -1,6 +1,18 @@
 /**
  * Updates for a client, delivered to the worker that holds its socket (docs/delivery.md).
  *
+ * `typed(schema)` gives the `send` of updates of the worker's schema:
+ *
+ * ```ts
+ * import { Effect, Schema } from "effect"
+ * import { Mailbox } from "leasehold"
+ *
+ * const Count = Schema.Struct({ n: Schema.Number })
+ * const Updates = Mailbox.typed(Count)
+ *
+ * const notify = (token: string, n: number) => Updates.send(token, { n })
+ * ```
+ *
  * `send(token, update)` finds the socket's owner and appends the update to the owner's
  * mailbox stream in the store; each worker reads its own mailbox from the last id it
  * delivered, so updates sent while its connection was down arrive after it returns, in
@@ -21,11 +33,13 @@ import { InstanceId } from "./InstanceId.js"
 import * as MailboxEnv from "./internal/mailbox/env.js"
 import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
+import * as Untyped from "./internal/mailbox/untyped.js"
 import { parseSafely } from "./internal/parse.js"
+import { Supervisor } from "./internal/supervisor.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
 import type { InvalidInstanceId, InvalidToken, StoreRefused } from "./StoreError.js"
-import { Supervisor, untilRecovered } from "./Supervisor.js"
+import { untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
 /**
@@ -84,23 +98,28 @@ export interface Options<A, I, R> {
 }
 
 /**
+ * What a send fails with: a bad token (or, from the store, a bad instance id in a socket's
+ * record), an update the schema cannot encode, or a store that refused the append. An
+ * unreachable store is no failure: the update waits in the outbox.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type SendError = InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused
+
+/**
  * @since 0.1.0
  * @category models
  */
 export declare namespace Mailbox {
   /**
+   * The worker's mailbox. Updates are sent with the `send` of `typed(schema)`, typed by
+   * the schema the worker was built with.
+   *
    * @since 0.1.0
    * @category models
    */
   export interface Service {
-    /**
-     * Send an update to the socket of `token`, wherever it is. Fails only on bad input or
-     * a store that refused the append; an unreachable store buffers the update instead.
-     */
-    readonly send: (
-      token: string,
-      update: unknown
-    ) => Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused>
     /** Updates waiting in the outbox. */
     readonly buffered: Effect.Effect<number>
   }
@@ -111,6 +130,35 @@ export declare namespace Mailbox {
  * @category tags
  */
 export class Mailbox extends Context.Service<Mailbox, Mailbox.Service>()("leasehold/Mailbox") {}
+
+/**
+ * The `send` of updates of one schema.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Typed<A> {
+  /**
+   * Send an update to the socket of `token`, wherever it is. Fails only on bad input or a
+   * store that refused the append; an unreachable store buffers the update instead.
+   */
+  readonly send: (token: string, update: A) => Effect.Effect<SendOutcome, SendError, Mailbox>
+  /** `send` with the worker's mailbox looked up once, for a caller that sends many. */
+  readonly sender: Effect.Effect<(token: string, update: A) => Effect.Effect<SendOutcome, SendError>, never, Mailbox>
+}
+
+/**
+ * Sending typed by `schema`, the schema the worker was built with (`Worker` options'
+ * `schema`): an update of another shape does not compile. The worker's own schema encodes
+ * it, as every update, when it is sent.
+ *
+ * @since 0.2.0
+ * @category accessors
+ */
+export const typed = <A, I>(_schema: Schema.Codec<A, I>): Typed<A> => ({
+  send: (token, update) => Effect.flatMap(Mailbox, (mailbox) => Untyped.sendOf(mailbox)(token, update)),
+  sender: Effect.map(Mailbox, Untyped.sendOf)
+})
 
 /**
  * The name of the supervised loop that reads this worker's mailbox.
@@ -240,10 +288,10 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       )
     )
 
-    return Mailbox.of({
-      send: (token, update) => Outbox.send(env, sender, token, update),
-      buffered: Effect.sync(() => sender.outbox.length)
-    })
+    // the untyped send, found by the service (`typed`): the public service types none
+    return Untyped.register(Mailbox.of({ buffered: Effect.sync(() => sender.outbox.length) }), (token, update) =>
+      Outbox.send(env, sender, token, update)
+    )
   }).pipe(Effect.annotateLogs({ module: "Mailbox" }))
 
 /**

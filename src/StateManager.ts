@@ -21,11 +21,12 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as Lease from "./internal/lease.js"
 import { parseSafely } from "./internal/parse.js"
+import * as SliceCodec from "./internal/state/codec.js"
 import { decodeOr } from "./internal/state/decode.js"
 import { currentFence, type Env, run, runPure } from "./internal/state/modify.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
-import * as Lease from "./Lease.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
 import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
 import { Store } from "./Store.js"
@@ -41,12 +42,6 @@ export interface Slice<A, I = unknown> {
   readonly name: string
   readonly schema: Schema.Codec<A, I>
   readonly initial: A
-  /** @internal */
-  readonly decode: (raw: string) => Result.Result<A, Schema.SchemaError>
-  /** @internal */
-  readonly encode: (value: A) => Result.Result<string, Schema.SchemaError>
-  /** The initial value's encoding: what an absent key stands for. @internal */
-  readonly initialEncoded: Option.Option<string>
 }
 
 /**
@@ -63,14 +58,15 @@ export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A
   // a `Class`) is stored as JSON, the very text the Effect 3 build stored for it.
   const json = Schema.fromJsonString(Schema.toCodecJson(schema))
   const encode = parseSafely(Schema.encodeResult(json))
-  return {
-    name,
-    schema,
-    initial,
-    decode: parseSafely(Schema.decodeUnknownResult(json)),
-    encode,
-    initialEncoded: Result.getSuccess(encode(initial))
-  }
+  // the codec beside the slice, found by it (`codecOf`): the public `Slice` shows none of it
+  return SliceCodec.register(
+    { name, schema, initial },
+    {
+      decode: parseSafely(Schema.decodeUnknownResult(json)),
+      encode,
+      initialEncoded: Result.getSuccess(encode(initial))
+    }
+  )
 }
 
 /**

@@ -23,19 +23,6 @@ import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
-  AcknowledgedError,
-  CorruptValue,
-  InvalidClaim,
-  InvalidInstanceId,
-  InvalidLockId,
-  InvalidSliceName,
-  InvalidToken,
-  LockLost,
-  StoreError,
-  StoreRefused,
-  StoreUnavailable
-} from "./StoreError.js"
-import type {
   AcquireResult,
   ClaimResult,
   ConnectionStatus,
@@ -53,14 +40,27 @@ import type {
   SocketRecord,
   TakeOverResult,
   TokenNotice
-} from "./StoreModel.js"
+} from "./internal/storeModel.js"
+import type {
+  AcknowledgedError,
+  CorruptValue,
+  InvalidClaim,
+  InvalidInstanceId,
+  InvalidLockId,
+  InvalidSliceName,
+  InvalidToken,
+  LockLost,
+  StoreError,
+  StoreRefused,
+  StoreUnavailable
+} from "./StoreError.js"
 
 /**
- * The values the service takes and gives (defined in `StoreModel`).
+ * The values the service takes and gives.
  *
  * @since 0.1.0
  */
-export type * from "./StoreModel.js"
+export type * from "./internal/storeModel.js"
 
 export {
   /**
@@ -70,13 +70,13 @@ export {
    * @category constants
    */
   MailboxStart
-} from "./StoreModel.js"
+} from "./internal/storeModel.js"
 
 /**
  * How a release of the queue protocol hands the lock on (`releaseQueued`,
  * `commitAndReleaseQueued`).
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category models
  */
 export interface ReleaseOptions {
@@ -95,7 +95,7 @@ export interface ReleaseOptions {
  * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
  * `extend`).
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category models
  */
 export interface HolderOptions {
@@ -120,7 +120,7 @@ export declare namespace Store {
    * `commitAndRelease` neither read nor change the token's queue: a lock shared with workers
    * that queue for it is taken and released with the steps of `Store.Queueing`.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Locking {
@@ -162,7 +162,7 @@ export declare namespace Store {
   /**
    * The slices of a token, read and written under its lock.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Slices {
@@ -183,7 +183,7 @@ export declare namespace Store {
   /**
    * Signals on a token's channel, and the health of the connections that carry them.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Signaling {
@@ -210,7 +210,7 @@ export declare namespace Store {
   /**
    * Socket records: which worker holds a client's socket.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Sockets {
@@ -285,7 +285,7 @@ export declare namespace Store {
    * The entry lives in a Cluster slot of its own (the worker's id is its hash tag), never
    * in a socket record's: no step reads both.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Presence {
@@ -316,7 +316,7 @@ export declare namespace Store {
   /**
    * Mailboxes: each instance's stream of deliveries.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Mailboxes {
@@ -384,7 +384,7 @@ export declare namespace Store {
    * entries whose deadline (a lock expiration after their last refresh) has passed, and one that
    * finds the lock free with a non-empty queue grants it to the head.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Queueing {
@@ -488,7 +488,7 @@ export declare namespace Store {
   /**
    * Inspection of a token's keys.
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Inspection {
@@ -503,7 +503,7 @@ export declare namespace Store {
    * if none of them (nor the fence) has changed since, and answers `false` without a round
    * trip when it knows nothing of the token (see docs/state.md).
    *
-   * @since 0.2.0
+   * @since 0.1.0
    * @category models
    */
   export interface Stepping {

@@ -34,6 +34,7 @@ import * as PubSub from "effect/PubSub"
 import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
+import { Supervisor } from "./internal/supervisor.js"
 import * as Link from "./internal/tokens/link.js"
 import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
@@ -43,7 +44,7 @@ import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
 import type { InvalidToken, RecordNotStored, StoreError } from "./StoreError.js"
-import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
+import { backoff, untilRecovered } from "./Supervisor.js"
 
 /**
  * The outcome of `link`.
@@ -160,7 +161,7 @@ export type KeepAlive = "events" | "refresh"
  * `InvalidToken` before any I/O; an app checks what a client sent with this first, to
  * answer it plainly (a 400, a fresh token).
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category validation
  */
 export const tokenProblem: (token: unknown) => string | undefined = Validate.tokenProblem
@@ -168,7 +169,7 @@ export const tokenProblem: (token: unknown) => string | undefined = Validate.tok
 /**
  * Whether `token` is a valid token: `tokenProblem(token)` is `undefined`.
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category validation
  */
 export const isValidToken: (token: unknown) => token is string = Validate.isValidToken
@@ -185,7 +186,7 @@ export const loopName = Records.loopName
  * The name of the supervised loop that keeps this worker's presence and answers questions
  * about its records.
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category constants
  */
 export const presenceLoopName = Presence.loopName
@@ -193,7 +194,7 @@ export const presenceLoopName = Presence.loopName
 /**
  * Records of a gone socket taken over by a link of its token, which kept its token.
  *
- * @since 0.2.0
+ * @since 0.1.0
  * @category metrics
  */
 export const takeovers = Link.takeovers

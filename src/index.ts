@@ -14,9 +14,6 @@ export * as Inspect from "./Inspect.js"
 export * as InstanceId from "./InstanceId.js"
 
 /** @since 0.1.0 */
-export * as Lease from "./Lease.js"
-
-/** @since 0.1.0 */
 export * as LeaseholdConfig from "./LeaseholdConfig.js"
 
 /** @since 0.1.0 */
@@ -38,9 +35,6 @@ export * as Prometheus from "./Prometheus.js"
 export * as RedisStore from "./RedisStore.js"
 
 /** @since 0.1.0 */
-export * as Signals from "./Signals.js"
-
-/** @since 0.1.0 */
 export * as StateError from "./StateError.js"
 
 /** @since 0.1.0 */
@@ -51,9 +45,6 @@ export * as Store from "./Store.js"
 
 /** @since 0.1.0 */
 export * as StoreError from "./StoreError.js"
-
-/** @since 0.2.0 */
-export * as StoreModel from "./StoreModel.js"
 
 /** @since 0.1.0 */
 export * as Supervisor from "./Supervisor.js"

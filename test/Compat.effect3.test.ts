@@ -26,6 +26,8 @@ import {
 } from "../src/internal/codec.js"
 import * as Environment from "../src/internal/config/environment.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
+import * as Untyped from "../src/internal/mailbox/untyped.js"
+import { codecOf } from "../src/internal/state/codec.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as Mailbox from "../src/Mailbox.js"
 import * as Prometheus from "../src/Prometheus.js"
@@ -98,7 +100,7 @@ describe("what the Effect 3 build stored", () => {
       const page = yield* Effect.gen(function* () {
         const states = yield* StateManager.StateManager
         const tokens = yield* TokenManager.TokenManager
-        const mailbox = yield* Mailbox.Mailbox
+        const mailbox = Untyped.sender(yield* Mailbox.Mailbox)
         for (let i = 0; i < 3; i++) yield* states.modify("metrics-tab", cases.int.slice, (n) => [n, n + 1])
         yield* tokens.link("metrics-tab", "metrics-socket")
         yield* mailbox.send("metrics-tab", { n: 1, at: new Date(0) })
@@ -126,10 +128,10 @@ describe("what the Effect 3 build stored", () => {
   it("each slice decodes to the value written, and encodes to the same text", () => {
     for (const [name, c] of entries) {
       const raw = records.slices[name]
-      const decoded = c.slice.decode(raw)
+      const decoded = codecOf(c.slice).decode(raw)
       assert.isTrue(Result.isSuccess(decoded), `${name} decodes`)
       if (Result.isSuccess(decoded)) deepStrictEqual(decoded.success, c.value, name)
-      deepStrictEqual(c.slice.encode(c.value), Result.succeed(raw), name)
+      deepStrictEqual(codecOf(c.slice).encode(c.value), Result.succeed(raw), name)
     }
   })
 

@@ -8,8 +8,9 @@ import * as TestClock from "effect/testing/TestClock"
 import { encodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
 import { envelopeOf } from "../src/internal/mailbox/env.js"
+import * as Untyped from "../src/internal/mailbox/untyped.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import { Mailbox } from "../src/Mailbox.js"
+import { Mailbox, typed } from "../src/Mailbox.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import { TokenManager } from "../src/TokenManager.js"
 import * as Worker from "../src/Worker.js"
@@ -220,7 +221,7 @@ describe("the app's deliver runs with the mailbox's services", () => {
           Layer.provide(Layer.succeed(Label, "mailbox"))
         )
       )
-      const mailbox = Context.get(worker, Mailbox)
+      const mailbox = Untyped.sender(Context.get(worker, Mailbox))
       yield* Context.get(worker, TokenManager).link("token1", "sid1")
       const asCaller = Effect.gen(function* () {
         assert.strictEqual(yield* mailbox.send("token1", update(1)), "delivered")
@@ -235,4 +236,44 @@ describe("the app's deliver runs with the mailbox's services", () => {
       deepStrictEqual(seen, ["mailbox", "mailbox", "mailbox"])
     })
   )
+})
+
+describe("Mailbox.typed: a send typed by the worker's schema", () => {
+  const Updates = typed(Update)
+
+  it.effect("delivers an update of the schema's type, with the worker's Mailbox from the environment", () =>
+    Effect.gen(function* () {
+      const received: Array<[string, Update]> = []
+      const worker = yield* Layer.build(
+        Worker.layer({
+          schema: Update,
+          deliver: (token, value) => Effect.sync(() => received.push([token, value]))
+        }).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layerWith({})))
+      )
+      yield* Context.get(worker, TokenManager).link("token1", "sid1")
+      const outcome = yield* Updates.send("token1", update(1)).pipe(Effect.provide(worker))
+      assert.strictEqual(outcome, "delivered")
+      const send = yield* Updates.sender.pipe(Effect.provide(worker))
+      assert.strictEqual(yield* send("token1", update(2)), "delivered")
+      deepStrictEqual(
+        received.map(([token, value]) => [token, value.n, value.at.getTime()]),
+        [
+          ["token1", 1, update(1).at.getTime()],
+          ["token1", 2, update(2).at.getTime()]
+        ]
+      )
+    })
+  )
+
+  it("refuses, at compile time, an update of another shape", () => {
+    // checked by `npm run typecheck` (test/ is part of it): each line must fail to compile
+    const wrongShape = () =>
+      // @ts-expect-error: `n` is a number in the schema
+      Updates.send("token1", { n: "one", at: new Date(0), tags: [] })
+    const missingField = () =>
+      // @ts-expect-error: the schema's `tags` is missing
+      Updates.send("token1", { n: 1, at: new Date(0) })
+    assert.isFunction(wrongShape)
+    assert.isFunction(missingField)
+  })
 })

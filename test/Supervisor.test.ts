@@ -13,9 +13,9 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as TestClock from "effect/testing/TestClock"
 import * as Health from "../src/Health.js"
+import * as Supervisor from "../src/internal/supervisor.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
-import * as Supervisor from "../src/Supervisor.js"
 import { atLevels, capture, type LogLine } from "./support/logs.js"
 
 class ValueError extends Data.TaggedError("ValueError")<{ readonly message: string }> {}

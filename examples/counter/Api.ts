@@ -10,7 +10,6 @@ import * as Schema from "effect/Schema"
 import { Health, type LoopState } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
 import { LeaseholdConfig, usesRedis } from "leasehold/LeaseholdConfig"
-import { Mailbox } from "leasehold/Mailbox"
 import * as Prometheus from "leasehold/Prometheus"
 import { tokenProblem } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
@@ -88,12 +87,11 @@ export const bump = answerFailure(
     const token = yield* tokenParam
     const by = yield* stepParam
     const instanceId = yield* InstanceId
-    const mailbox = yield* Mailbox
     const count = yield* Counter.bump(token, by)
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
-    const delivery = yield* mailbox
-      .send(token, count)
-      .pipe(Effect.catch((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed")))
+    const delivery = yield* Counter.Updates.send(token, count).pipe(
+      Effect.catch((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
+    )
     return json({ n: count.n, v: count.v, instanceId, delivery })
   })
 )

@@ -23,7 +23,6 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
 import * as Socket from "effect/socket/Socket"
-import { Mailbox } from "leasehold/Mailbox"
 import { StateManager } from "leasehold/StateManager"
 import { isValidToken, TokenManager } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
@@ -98,16 +97,16 @@ const linkTab = (asked: string | undefined, id: string) =>
 const framesHandler = (connection: Connection) =>
   Effect.gen(function* () {
     const sockets = yield* Sockets
-    const mailbox = yield* Mailbox
     const states = yield* StateManager
+    const send = yield* Counter.Updates.sender
     const refuse = (message: string) => sockets.send(connection, { type: "error", message })
     const failed = (message: string) =>
       Effect.andThen(Effect.logWarning(`socket ${connection.id}: bump failed: ${message}`), refuse(message))
     // The bump is stored: a delivery the store refuses costs the update, not the bump.
     const deliver = (count: Counter.Count) =>
-      mailbox
-        .send(connection.token, count)
-        .pipe(Effect.catch((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`)))
+      send(connection.token, count).pipe(
+        Effect.catch((error) => Effect.logWarning(`socket ${connection.id}: update not sent: ${error.message}`))
+      )
     const bumps = (steps: ReadonlyArray<number>) =>
       Effect.matchEffect(Counter.bumpAll(states, connection.token, steps), {
         // not stored: none of the run's bumps took effect

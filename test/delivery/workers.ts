@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
+import * as Untyped from "../../src/internal/mailbox/untyped.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import * as Mailbox from "../../src/Mailbox.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
@@ -41,7 +42,8 @@ export const update = (n: number, extra: Partial<Update> = {}): Update => ({
 export interface DeliveryWorker {
   readonly id: string
   readonly tokens: TokenManager.TokenManager.Service
-  readonly mailbox: Mailbox.Mailbox.Service
+  /** The mailbox with its untyped send: the suites send what the schema must refuse. */
+  readonly mailbox: Untyped.Sender
   readonly states: StateManager.StateManager.Service
   readonly health: Health.Health.Service
   /** What reached this worker's sockets, in order. */
@@ -67,7 +69,7 @@ const build = (
     return {
       id: Context.get(built, InstanceId),
       tokens: Context.get(built, TokenManager.TokenManager),
-      mailbox: Context.get(built, Mailbox.Mailbox),
+      mailbox: Untyped.sender(Context.get(built, Mailbox.Mailbox)),
       states: Context.get(built, StateManager.StateManager),
       health: Context.get(built, Health.Health),
       received,

@@ -45,7 +45,8 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
-import * as Lease from "../../src/Lease.js"
+import * as Lease from "../../src/internal/lease.js"
+import * as Untyped from "../../src/internal/mailbox/untyped.js"
 import * as Mailbox from "../../src/Mailbox.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
@@ -165,7 +166,7 @@ const program = Effect.gen(function* () {
   )
   const states = Context.get(context, StateManager.StateManager)
   const tokenManager = Context.get(context, TokenManager.TokenManager)
-  const mailbox = Context.get(context, Mailbox.Mailbox)
+  const mailbox = Untyped.sender(Context.get(context, Mailbox.Mailbox))
   const health = Context.get(context, Health.Health)
   const instanceId = Context.get(context, InstanceId)
   const store = Context.get(context, Store)

@@ -17,8 +17,9 @@ import type * as Scope from "effect/Scope"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import { makeKeys } from "../../src/internal/keys.js"
-import * as Lease from "../../src/Lease.js"
+import * as Lease from "../../src/internal/lease.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
+import * as Lock from "../../src/Lock.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
@@ -39,6 +40,7 @@ export interface Worker {
   readonly id: string
   readonly states: StateManager.StateManager.Service
   readonly lease: Lease.Lease.Service
+  readonly lock: Lock.Lock.Service
   readonly health: Health.Health.Service
   /** Close this worker (flushes its leases, releases its locks). */
   readonly close: Effect.Effect<void>
@@ -276,6 +278,7 @@ const makeCluster = <R, E>(
           id: Context.get(built, InstanceId),
           states: Context.get(built, StateManager.StateManager),
           lease: Context.get(built, Lease.Lease),
+          lock: Context.get(built, Lock.Lock),
           health: Context.get(built, Health.Health),
           close
         } satisfies Worker

@@ -15,12 +15,12 @@ import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
-import type { Grant, LocalQueue, Previous, Refused } from "../../Lock.js"
-import type { SignalEvent } from "../../Signals.js"
 import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { forkInUninterruptible } from "../fork.js"
+import type { SignalEvent } from "../signals.js"
 import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
+import type { Grant, LocalQueue, Previous, Refused } from "./service.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.

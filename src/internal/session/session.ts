@@ -12,12 +12,12 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { Request } from "../../Lease.js"
-import type { Grant, LocalQueue, Lock, SignalInbox } from "../../Lock.js"
-import type { SignalEvent, Signals } from "../../Signals.js"
 import type { Store } from "../../Store.js"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
+import type { Request } from "../lease.js"
+import type { Engine, Grant, LocalQueue, SignalInbox } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
+import type { SignalEvent, Signals } from "../signals.js"
 import { fineMillis, type Timers } from "../timers.js"
 import type { HoldState } from "./relay.js"
 
@@ -28,7 +28,7 @@ import type { HoldState } from "./relay.js"
  */
 export interface SessionEnv {
   readonly store: Store.Service
-  readonly lock: Lock.Service
+  readonly lock: Engine
   readonly signals: Signals.Service
   readonly instanceId: string
   /** The tokens with a session on this worker. */

@@ -16,7 +16,7 @@ import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import type { Store } from "../../Store.js"
 import type { StoreUnavailable } from "../../StoreError.js"
-import type { Notice } from "../../StoreModel.js"
+import type { Notice } from "../storeModel.js"
 import { validateToken } from "../validate.js"
 
 /** What a listener receives (`Signals.SignalEvent`). @internal */

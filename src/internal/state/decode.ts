@@ -10,6 +10,7 @@ import * as Result from "effect/Result"
 import type * as Schema from "effect/Schema"
 import type { Slice } from "../../StateManager.js"
 import { describeParseError } from "../parse.js"
+import { codecOf } from "./codec.js"
 
 const undecodable = <A, I>(token: string, s: Slice<A, I>, error: Schema.SchemaError) =>
   Effect.logWarning(
@@ -23,7 +24,7 @@ const decodeStored = <A, I>(
   onError: (error: Schema.SchemaError) => void
 ): A => {
   if (Option.isNone(raw)) return s.initial
-  const decoded = s.decode(raw.value)
+  const decoded = codecOf(s).decode(raw.value)
   if (Result.isSuccess(decoded)) return decoded.success
   onError(decoded.failure)
   return s.initial

@@ -11,15 +11,16 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
-import type * as Lease from "../../Lease.js"
 import { InvalidSliceValue, type LockExpired, ValueTooLarge } from "../../StateError.js"
 import type { ModifyError, ModifyOptions, Slice } from "../../StateManager.js"
 import type { SliceEntry } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
+import type * as Lease from "../lease.js"
 import { OneShot } from "../oneShot.js"
 import { formatParseError } from "../parse.js"
 import { withSpan } from "../tracing.js"
 import { tokenError, validateToken } from "../validate.js"
+import { codecOf } from "./codec.js"
 import { decodeAll, decodeNow } from "./decode.js"
 
 /**
@@ -71,7 +72,8 @@ const encodeWrites = (
   const { maxValueBytes } = env
   const writes: Array<SliceEntry> = []
   for (const [i, s] of slices.entries()) {
-    const encoded = s.encode(next[i])
+    const codec = codecOf(s)
+    const encoded = codec.encode(next[i])
     if (Result.isFailure(encoded)) {
       return Result.fail(new InvalidSliceValue({ token, slice: s.name, reason: formatParseError(encoded.failure) }))
     }
@@ -80,7 +82,7 @@ const encodeWrites = (
       return Result.fail(new ValueTooLarge({ token, slice: s.name, bytes, maxBytes: maxValueBytes }))
     }
     // Nothing stored means the initial value: writing it would change nothing.
-    const baseline = Option.orElse(current[i]!, () => s.initialEncoded)
+    const baseline = Option.orElse(current[i]!, () => codec.initialEncoded)
     if (!Option.contains(baseline, encoded.success)) writes.push([s.name, encoded.success])
   }
   return Result.succeed(writes)

@@ -23,11 +23,12 @@ import * as Queue from "effect/Queue"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
-import { InstanceId } from "./InstanceId.js"
-import * as Registry from "./internal/signals/registry.js"
-import { type Notice, Store } from "./Store.js"
-import type { InvalidInstanceId, InvalidToken, StoreError, StoreUnavailable } from "./StoreError.js"
-import { Supervisor, untilRecovered } from "./Supervisor.js"
+import { InstanceId } from "../InstanceId.js"
+import { type Notice, Store } from "../Store.js"
+import type { InvalidInstanceId, InvalidToken, StoreError, StoreUnavailable } from "../StoreError.js"
+import { untilRecovered } from "../Supervisor.js"
+import * as Registry from "./signals/registry.js"
+import { Supervisor } from "./supervisor.js"
 
 /**
  * What a listener receives: a store signal, or `Resubscribed` after the token's

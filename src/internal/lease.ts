@@ -22,18 +22,21 @@ import * as Layer from "effect/Layer"
 import type * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { OneShot } from "./internal/oneShot.js"
-import { begin, complete, inStep } from "./internal/session/caller.js"
-import * as metrics from "./internal/session/metrics.js"
-import { closeParked, resumed } from "./internal/session/run.js"
-import { notify, type Session, type SessionEnv } from "./internal/session/session.js"
-import * as Timers from "./internal/timers.js"
-import { LeaseholdConfig } from "./LeaseholdConfig.js"
-import { Lock } from "./Lock.js"
-import { Signals } from "./Signals.js"
-import type { LockExpired } from "./StateError.js"
-import { type SliceEntry, Store } from "./Store.js"
-import type { AcknowledgedError, InvalidInput } from "./StoreError.js"
+import { LeaseholdConfig } from "../LeaseholdConfig.js"
+import { Lock, type LockError, type Grant as LockGrant } from "../Lock.js"
+import type { LockExpired } from "../StateError.js"
+import type { ModifyOptions } from "../StateManager.js"
+import { type SliceEntry, Store } from "../Store.js"
+import type { AcknowledgedError, InvalidInput } from "../StoreError.js"
+import { engineOf } from "./lock/service.js"
+import type { OneShot } from "./oneShot.js"
+import { begin, complete, inStep } from "./session/caller.js"
+import * as metrics from "./session/metrics.js"
+import { closeParked, resumed } from "./session/run.js"
+import { notify, type Session, type SessionEnv } from "./session/session.js"
+import { Signals } from "./signals.js"
+import * as Modify from "./state/modify.js"
+import * as Timers from "./timers.js"
 
 /**
  * What a modification receives when its turn comes.
@@ -189,7 +192,7 @@ const parkAfterMs = 20
 export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Lock | Signals | LeaseholdConfig> =
   Effect.gen(function* () {
     const store = yield* Store
-    const lock = yield* Lock
+    const lock = engineOf(yield* Lock)
     const signals = yield* Signals
     const config = yield* LeaseholdConfig
     const scope = yield* Effect.scope
@@ -227,7 +230,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     // the timers stop (and after the session fibers, which the scope interrupts first).
     yield* Effect.addFinalizer(() => closeParked(env))
 
-    return Lease.of({
+    const service = Lease.of({
       begin: (token, request) => begin(env, token, request),
       inStep:
         store.modifyInStep === undefined
@@ -248,6 +251,23 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       isLeased: (token) => sessions.get(token)?.lease !== undefined,
       sessions: Effect.sync(() => sessions.size)
     })
+    // `Lock.withLock`: a modification of no slice, whose function is the caller's effect
+    const state: Modify.Env = { lease: service, maxValueBytes: config.maxValueBytes }
+    // of no slice: none of the slice errors of `ModifyError` can occur
+    lock.serve(
+      <A, E, R>(token: string, use: (grant: LockGrant) => Effect.Effect<A, E, R>, options?: ModifyOptions) =>
+        Modify.run(
+          state,
+          token,
+          [],
+          () =>
+            Effect.flatMap(Modify.currentFence, (fence) =>
+              Effect.map(use({ token, fence: Option.getOrElse(fence, () => 0) }), (a) => [a, []] as const)
+            ),
+          options
+        ) as Effect.Effect<A, E | LockError, R>
+    )
+    return service
   })
 
 /**

@@ -1,0 +1,301 @@
+/**
+ * Keep a worker's background loops running under a retry policy (`Supervisor.ts`): through
+ * errors, through Redis outages, and until the layer that owns them closes.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Predicate from "effect/Predicate"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import { Health } from "../Health.js"
+import { LeaseholdConfig, type Settings } from "../LeaseholdConfig.js"
+import { Store } from "../Store.js"
+import { backoff, limited, type Policy } from "../Supervisor.js"
+import * as Retry from "./retry.js"
+
+/** The policies, for the library's own callers beside the service. */
+export { backoff, limited, type Policy, untilRecovered } from "../Supervisor.js"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Supervisor {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /**
+     * Fork `loop` into the supervisor's scope and keep it running under `policy` (default
+     * `limited()`; any `Schedule` fed with the loop's errors is one too). A loop that
+     * returns is run again at once; interruption propagates; defects end the loop. The
+     * fiber ends only by interruption, by a defect, or when the policy's schedule is done
+     * (`limited` at its limit, a schedule of one's own at its end).
+     */
+    readonly run: <E, R>(
+      name: string,
+      loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+      policy?: Policy<E, R>
+    ) => Effect.Effect<Fiber.Fiber<never, E>, never, R>
+    /**
+     * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
+     * before its leases are flushed and its records removed. Closing the layer does the
+     * same.
+     */
+    readonly shutdown: Effect.Effect<void>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class Supervisor extends Context.Service<Supervisor, Supervisor.Service>()("leasehold/Supervisor") {}
+
+/**
+ * Errors of supervised loops.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const loopErrors = Metric.counter("leasehold_loop_errors_total", {
+  description: "errors of supervised loops",
+  incremental: true
+})
+
+/**
+ * Recoveries of supervised loops after a run of errors.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const loopRecoveries = Metric.counter("leasehold_loop_recoveries_total", {
+  description: "recoveries of supervised loops",
+  incremental: true
+})
+
+/**
+ * The state of each supervised loop: 0 running, 1 retrying, 2 failed.
+ *
+ * @since 0.1.0
+ * @category metrics
+ */
+export const loopState = Metric.gauge("leasehold_loop_state", {
+  description: "state of each supervised loop: 0 running, 1 retrying, 2 failed"
+})
+
+/** How an error reads in a log line: its message, as Reflex prints `str(err)`. */
+const describe = (error: unknown): string => {
+  if (Predicate.hasProperty(error, "message") && typeof error.message === "string" && error.message.length > 0) {
+    return error.message
+  }
+  if (Predicate.hasProperty(error, "_tag") && typeof error._tag === "string") return error._tag
+  return String(error)
+}
+
+const seconds = (d: Duration.Duration) => `${Duration.toMillis(d) / 1000}s`
+
+/** What `run` does with a policy: the schedule of its delays and the lines it logs. */
+interface Plan<E, R> {
+  readonly schedule: Schedule.Schedule<unknown, E, unknown, R>
+  readonly retryOn: (error: E) => boolean
+  /**
+   * `untilRecovered` and a schedule of one's own: `recovered` resets the schedule, only
+   * the first error of a run is logged, and the store's connection coming back cuts a
+   * delay short. `limited`: none of these.
+   */
+  readonly recovering: boolean
+  /** The line of an error that is retried. */
+  readonly retrying: (error: string) => string
+  /** The line of the error at which the schedule gave up. */
+  readonly gaveUp: (error: string, errors: number) => string
+}
+
+const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Plan<E, R> => {
+  if (Schedule.isSchedule(policy)) {
+    return {
+      schedule: policy as Schedule.Schedule<unknown, E, unknown, R>,
+      retryOn: () => true,
+      recovering: true,
+      retrying: (error) => `${name}: task error, retrying on its schedule: ${error}`,
+      gaveUp: (error, errors) => `${name}: task schedule gave up after ${errors} errors in a row: ${error}`
+    }
+  }
+  if (policy._tag === "Limited") {
+    return {
+      schedule: policy.schedule,
+      retryOn: policy.retryOn,
+      recovering: false,
+      retrying: (error) => `${name}: task error suppressed: ${error}`,
+      gaveUp: (error) =>
+        `${name}: task exceeded exception limit ${policy.limit} within ${seconds(policy.window)}: ${error}`
+    }
+  }
+  return {
+    schedule: backoff({
+      initial: Option.getOrElse(policy.initial, () => config.retryDelayInitial),
+      max: Option.getOrElse(policy.max, () => config.retryDelayMax),
+      jitter: Option.getOrElse(policy.jitter, () => config.retryJitter)
+    }),
+    retryOn: () => true,
+    recovering: true,
+    retrying: (error) => `${name}: task error, retrying until it recovers: ${error}`,
+    // `backoff` never gives up
+    gaveUp: (error) => `${name}: task error: ${error}`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = Effect.gen(function* () {
+  const health = yield* Health
+  const config = yield* LeaseholdConfig
+  const store = yield* Store
+  const scope = yield* Effect.scope
+  const fibers = new Set<Fiber.Fiber<never, unknown>>()
+  let closed = false
+
+  const run = <E, R>(
+    name: string,
+    loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+    policy: Policy<E, R> = limited<E>()
+  ): Effect.Effect<Fiber.Fiber<never, E>, never, R> => {
+    const tags = { loop: name }
+    const errors = Metric.withAttributes(loopErrors, { loop: name })
+    const recoveries = Metric.withAttributes(loopRecoveries, { loop: name })
+    const stateGauge = Metric.withAttributes(loopState, { loop: name })
+    const setState = (state: "Running" | "Retrying" | "Failed", detail: string, errorCount: number) =>
+      Effect.flatMap(Clock.currentTimeMillis, (since) =>
+        Effect.andThen(
+          health.set(
+            name,
+            state === "Running"
+              ? { _tag: "Running", since }
+              : state === "Retrying"
+                ? { _tag: "Retrying", since, errors: errorCount, lastError: detail }
+                : { _tag: "Failed", since, error: detail }
+          ),
+          Metric.update(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
+        )
+      )
+
+    // An error is retried; interruption and defects end the loop with their cause.
+    // A failure is retried even when the cause also holds interruptions: those of the
+    // fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
+    // others). Only a cause of interruptions alone ends the loop as an interruption.
+    const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
+      Cause.hasDies(cause) ? Option.none() : Cause.findErrorOption(cause)
+
+    // A delay of a recovering plan ends at once when the store's connection is ready
+    // again after the attempt began.
+    const readyAgain = (epoch: number) =>
+      store.statusChanges.pipe(
+        Stream.filter((status) => status.ready && status.epoch > epoch),
+        Stream.runHead
+      )
+
+    const runPlan = (plan: Plan<E, R>) =>
+      Effect.gen(function* () {
+        const retry = yield* Retry.driver(plan.schedule)
+        let consecutive = 0
+        const recovered = plan.recovering
+          ? Effect.suspend(() => {
+              if (consecutive === 0) return Effect.void
+              consecutive = 0
+              return retry.reset.pipe(
+                Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
+                Effect.andThen(Metric.update(recoveries, 1)),
+                Effect.andThen(setState("Running", "", 0))
+              )
+            })
+          : Effect.void
+        while (true) {
+          const { epoch } = yield* store.status
+          const exit = yield* Effect.exit(loop(recovered))
+          if (Exit.isSuccess(exit)) {
+            if (!plan.recovering) consecutive = 0
+            continue
+          }
+          const error = failureOf(exit.cause)
+          if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
+          consecutive++
+          yield* Metric.update(errors, 1)
+          const text = describe(error.value)
+          const delay = yield* retry.next(error.value)
+          if (Option.isNone(delay)) {
+            yield* Effect.logError(plan.gaveUp(text, consecutive))
+            return yield* Effect.failCause(exit.cause)
+          }
+          // A recovering plan logs the first error of a run only, and stays retrying until
+          // `recovered`; a limited one logs each error and runs again after its delay.
+          if (!plan.recovering || consecutive === 1) yield* Effect.logError(plan.retrying(text))
+          yield* setState("Retrying", text, consecutive)
+          if (plan.recovering) {
+            yield* Effect.raceFirst(Effect.sleep(delay.value), readyAgain(epoch))
+          } else {
+            yield* Effect.sleep(delay.value)
+            yield* setState("Running", "", 0)
+          }
+        }
+      })
+
+    const supervised: Effect.Effect<never, E, R> = Effect.gen(function* () {
+      yield* setState("Running", "", 0)
+      return yield* runPlan(planOf(name, policy, config))
+    }).pipe(
+      Effect.onExit((exit) =>
+        Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)
+          ? health.remove(name)
+          : Exit.isFailure(exit)
+            ? Effect.andThen(
+                Cause.hasDies(exit.cause)
+                  ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause))
+                  : Effect.void,
+                setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
+              )
+            : Effect.void
+      ),
+      Effect.annotateLogs(tags),
+      Effect.interruptible
+    ) as Effect.Effect<never, E, R>
+
+    // After shutdown a loop starts interrupted, so nothing runs past the worker's close.
+    return Effect.suspend(() => (closed ? Effect.interrupt : supervised)).pipe(
+      Effect.forkIn(scope),
+      Effect.tap((fiber) =>
+        Effect.sync(() => {
+          fibers.add(fiber)
+          fiber.addObserver(() => fibers.delete(fiber))
+        })
+      )
+    )
+  }
+
+  const shutdown = Effect.suspend(() => {
+    closed = true
+    return Fiber.interruptAll([...fibers])
+  })
+
+  return Supervisor.of({ run, shutdown })
+})
+
+/**
+ * The supervisor of one worker: its loops end when this layer's scope closes.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Supervisor, never, Health | LeaseholdConfig | Store> = Layer.effect(Supervisor, make)
