@@ -1,13 +1,16 @@
 /**
- * How a worker's background loops are retried: `limited()`, `untilRecovered()` (on
- * `backoff`), or any `Schedule` of one's own. The worker runs its loops under these
- * policies through errors and Redis outages, until the layer that owns them closes.
+ * A worker's background loops, kept running through errors and Redis outages until the
+ * layer that owns them closes: the `Supervisor` service of every worker (its loops, and
+ * an app's own, under `run`), and the policies a loop is retried under: `limited()`,
+ * `untilRecovered()` (on `backoff`), or any `Schedule` of one's own.
  *
  * @since 0.1.0
  */
 import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import type * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import * as Schedule from "effect/Schedule"
@@ -144,3 +147,40 @@ export const backoff = (options: {
       : exponential
   return Schedule.modifyDelay(jittered, ({ duration }) => Effect.succeed(Duration.min(duration, max)))
 }
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export declare namespace Supervisor {
+  /**
+   * @since 0.1.0
+   * @category models
+   */
+  export interface Service {
+    /**
+     * Fork `loop` into the supervisor's scope and keep it running under `policy` (default
+     * `limited()`; any `Schedule` fed with the loop's errors is one too). A loop that
+     * returns is run again at once; interruption propagates; defects end the loop. The
+     * fiber ends only by interruption, by a defect, or when the policy's schedule is done
+     * (`limited` at its limit, a schedule of one's own at its end).
+     */
+    readonly run: <E, R>(
+      name: string,
+      loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+      policy?: Policy<E, R>
+    ) => Effect.Effect<Fiber.Fiber<never, E>, never, R>
+    /**
+     * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
+     * before its leases are flushed and its records removed. Closing the layer does the
+     * same.
+     */
+    readonly shutdown: Effect.Effect<void>
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category tags
+ */
+export class Supervisor extends Context.Service<Supervisor, Supervisor.Service>()("leasehold/Supervisor") {}

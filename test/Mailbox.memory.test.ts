@@ -248,7 +248,7 @@ describe("Mailbox.typed: a send typed by the worker's schema", () => {
         Worker.layer({
           schema: Update,
           deliver: (token, value) => Effect.sync(() => received.push([token, value]))
-        }).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layerWith({})))
+        }).pipe(Layer.provideMerge(MemoryStore.layer), Layer.provideMerge(LeaseholdConfig.layer({})))
       )
       yield* Context.get(worker, TokenManager).link("token1", "sid1")
       const outcome = yield* Updates.send("token1", update(1)).pipe(Effect.provide(worker))

@@ -6,7 +6,6 @@
  */
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
-import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -20,48 +19,11 @@ import * as Stream from "effect/Stream"
 import { Health } from "../Health.js"
 import { LeaseholdConfig, type Settings } from "../LeaseholdConfig.js"
 import { Store } from "../Store.js"
-import { backoff, limited, type Policy } from "../Supervisor.js"
+import { backoff, limited, type Policy, Supervisor } from "../Supervisor.js"
 import * as Retry from "./retry.js"
 
 /** The policies, for the library's own callers beside the service. */
-export { backoff, limited, type Policy, untilRecovered } from "../Supervisor.js"
-
-/**
- * @since 0.1.0
- * @category models
- */
-export declare namespace Supervisor {
-  /**
-   * @since 0.1.0
-   * @category models
-   */
-  export interface Service {
-    /**
-     * Fork `loop` into the supervisor's scope and keep it running under `policy` (default
-     * `limited()`; any `Schedule` fed with the loop's errors is one too). A loop that
-     * returns is run again at once; interruption propagates; defects end the loop. The
-     * fiber ends only by interruption, by a defect, or when the policy's schedule is done
-     * (`limited` at its limit, a schedule of one's own at its end).
-     */
-    readonly run: <E, R>(
-      name: string,
-      loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
-      policy?: Policy<E, R>
-    ) => Effect.Effect<Fiber.Fiber<never, E>, never, R>
-    /**
-     * Interrupt every loop now and run no new one: the first step of a worker's shutdown,
-     * before its leases are flushed and its records removed. Closing the layer does the
-     * same.
-     */
-    readonly shutdown: Effect.Effect<void>
-  }
-}
-
-/**
- * @since 0.1.0
- * @category tags
- */
-export class Supervisor extends Context.Service<Supervisor, Supervisor.Service>()("leasehold/Supervisor") {}
+export { backoff, limited, type Policy, Supervisor, untilRecovered } from "../Supervisor.js"
 
 /**
  * Errors of supervised loops.
