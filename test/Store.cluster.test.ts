@@ -453,7 +453,7 @@ describe("RedisStore cluster configuration", () => {
         "InvalidConfig"
       )
       assert.notInclude(error.message, "s3cret-pw")
-      assert.include(error.message, "redisUrl")
+      assert.include(error.message, "url = <redacted>")
     })
   )
 
