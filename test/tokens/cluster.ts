@@ -220,7 +220,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
     )
     const store = RedisStore.layerAt({ url: server.url })
     const shared = yield* Layer.build(
-      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
+      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 5_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
     const cluster = makeCluster(
       shared,
@@ -301,7 +301,7 @@ export const onRedisCluster = (
     }
     const store = RedisStore.layerAt({ url: nodes.url, cluster: true })
     const shared = yield* Layer.build(
-      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 1_000, ...input })))
+      store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 5_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
     /** Run a raw command on the master that holds `key`. */
     const onMasterOf = (key: string, ...args: ReadonlyArray<string>) =>
