@@ -255,7 +255,8 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       check,
       decode,
       merged: { from: undefined, to: undefined },
-      append
+      append,
+      invalidUpdate: (token, reason) => new InvalidUpdate({ token, reason })
     }
 
     // --- the outbox (internal/mailbox/outbox.ts) ----------------------------------------

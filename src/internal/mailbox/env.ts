@@ -11,7 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import type * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import type { Options } from "../../Mailbox.js"
+import type { InvalidUpdate, Options } from "../../Mailbox.js"
 import type { Store } from "../../Store.js"
 import type { TokenManager } from "../../TokenManager.js"
 import { isValidToken } from "../validate.js"
@@ -115,6 +115,8 @@ export interface Env<A, I, R> {
   readonly merged: Merged
   /** The options of every append to a mailbox. */
   readonly append: { readonly maxLen: number; readonly ttlMs: number }
+  /** The error of an update the schema refuses (made by `Mailbox`, which defines it). */
+  readonly invalidUpdate: (token: string, reason: string) => InvalidUpdate
 }
 
 /** The last context `deliver` merged the mailbox's into, and the merge. */

@@ -17,8 +17,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import type * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-// A value import of the module that imports this one: `InvalidUpdate` is used in functions only.
-import { InvalidUpdate, type SendOutcome } from "../../Mailbox.js"
+import type { InvalidUpdate, SendOutcome } from "../../Mailbox.js"
 import type { ConnectionStatus, SocketRecord, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInstanceId, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
@@ -172,8 +171,11 @@ const routeFrom = <A, I, R>(
   )
 }
 
-const invalidUpdate = (token: string, error: Schema.SchemaError): Effect.Effect<never, InvalidUpdate> =>
-  Effect.fail(new InvalidUpdate({ token, reason: describeParseError(error) }))
+const invalidUpdate = <A, I, R>(
+  env: Env<A, I, R>,
+  token: string,
+  error: Schema.SchemaError
+): Effect.Effect<never, InvalidUpdate> => Effect.fail(env.invalidUpdate(token, describeParseError(error)))
 
 /**
  * `Mailbox.send`. The update is checked against the schema before anything else is done:
@@ -196,7 +198,7 @@ export const send = <A, I, R>(
     const pending: Pending = { token, update, seq: sender.nextSeq++, payload: undefined }
     if (sender.outbox.length > 0) {
       const error = encodeEnvelope(env, pending)
-      if (error !== undefined) return invalidUpdate(token, error)
+      if (error !== undefined) return invalidUpdate(env, token, error)
       return enqueue(sender, pending)
     }
     return Effect.flatMap(
@@ -204,11 +206,11 @@ export const send = <A, I, R>(
       (local): Effect.Effect<SendOutcome, InvalidToken | InvalidInstanceId | InvalidUpdate | StoreRefused> => {
         if (Option.isSome(local)) {
           const checked = env.check(update as A)
-          if (Result.isFailure(checked)) return invalidUpdate(token, checked.failure)
+          if (Result.isFailure(checked)) return invalidUpdate(env, token, checked.failure)
           return Effect.as(deliver(env, token, update as A), "delivered" as const)
         }
         const error = encodeEnvelope(env, pending)
-        if (error !== undefined) return invalidUpdate(token, error)
+        if (error !== undefined) return invalidUpdate(env, token, error)
         return routeFrom(env, pending, local).pipe(
           // kept and appended again by the outbox: the store away, or its replicas behind
           Effect.catchIf(retried, () => enqueue(sender, pending)),
