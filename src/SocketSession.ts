@@ -101,42 +101,13 @@ export interface SocketSession<Ev, EvI, U, UI, S extends Record<string, StateMan
     never,
     | HttpServerRequest.HttpServerRequest
     | HttpServerRequest.ParsedSearchParams
-    | Upgrades
-    | Sockets
+    | Upgrade.Upgrades
+    | Registry.Sockets
     | TokenManager
     | StateManager.StateManager
     | R
   >
 }
-
-/**
- * The upgrader of the server `layerHttpServer` starts: WebSockets whose messages are
- * bounded, and whose writes of one turn leave in one write.
- *
- * @since 0.2.0
- * @category tags
- */
-export const Upgrades = Upgrade.Upgrades
-
-/**
- * @since 0.2.0
- * @category tags
- */
-export type Upgrades = Upgrade.Upgrades
-
-/**
- * This worker's sockets, by token: what the worker's mailbox delivers to.
- *
- * @since 0.2.0
- * @category tags
- */
-export const Sockets = Registry.Sockets
-
-/**
- * @since 0.2.0
- * @category tags
- */
-export type Sockets = Registry.Sockets
 
 /**
  * The close code of a socket whose token a socket of another worker holds now: the
@@ -241,7 +212,7 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
   session: SocketSession<Ev, EvI, U, UI, S, E, R>,
   worker: (options: Worker.Options<U, UI, never>) => Layer.Layer<ROut, E2, R2>
 ): Layer.Layer<
-  ROut | Sockets,
+  ROut | Registry.Sockets,
   E2 | LeaseholdConfig.InvalidConfig,
   R2 | Exclude<TokenManager | LeaseholdConfig.LeaseholdConfig, ROut>
 > =>
@@ -271,7 +242,7 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
         })
       )
       const workerLayer = worker({ schema: updates, deliver: (token, update) => registry.deliver(token, update) })
-      return Layer.merge(Layer.succeed(Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
+      return Layer.merge(Layer.succeed(Registry.Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
     })
   ).pipe(Layer.fresh)
 
@@ -289,8 +260,8 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
 /**
  * A Node HTTP server for a session: `NodeHttpServer.layer` on a server whose upgrade
  * requests the session completes itself (the platform's WebSocket server buffers a
- * message whole before a route sees it, and writes each frame on its own), with
- * `Upgrades`. At shutdown every session socket is sent its close.
+ * message whole before a route sees it, and writes each frame on its own), with the
+ * upgrader the session's route needs. At shutdown every session socket is sent its close.
  *
  * @since 0.2.0
  * @category layers
