@@ -6,7 +6,8 @@
  * after a reconnect, each `send` settled by the answer to its event.
  *
  * `E` is the app's event (what `send` takes; the server's event schema), `U` the app's update
- * (the fields of the server's `state` and `update` messages, without `type` and `seq`).
+ * (the fields of the server's `state` and `update` messages, without the protocol's: `type`,
+ * `seq`, `duplicate` and `overtaken`).
  *
  * @since 0.2.0
  */

@@ -257,7 +257,7 @@ export class Outbox {
  * @param {{ readonly [field: string]: unknown }} message
  */
 const updateOf = (message) => {
-  const { type: _type, seq: _seq, duplicate: _duplicate, ...update } = message
+  const { type: _type, seq: _seq, duplicate: _duplicate, overtaken: _overtaken, ...update } = message
   return update
 }
 
