@@ -81,7 +81,7 @@ export class Outbox {
     /** @type {((frame: string) => void) | undefined} */
     this.transmit = undefined
     /**
-     * The seq the server asked to resend from. Sending pauses until every frame in flight is
+     * The lowest seq the server asked to resend from. Sending pauses until every frame in flight is
      * answered: only then is each unanswered event known not to be applied, so it can be
      * numbered again without an in-flight answer being taken for another event's.
      * @type {number | undefined}
@@ -161,7 +161,10 @@ export class Outbox {
         break
       case "resend":
         entry.sends = 0
-        this.resendFrom = reply.from
+        // The lowest asked: a frame dropped unread (a full queue) is answered with its own seq,
+        // the frames queued before it may still be applied, and nothing after the first frame
+        // not applied can be.
+        this.resendFrom = Math.min(this.resendFrom ?? reply.from, reply.from)
         break
     }
     this.pump()
@@ -412,17 +415,15 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
           outbox.restart("new_token")
           adopt(String(message.token))
           return
-        case "hello":
+        case "hello": {
+          const cap = Number(message.maxFrameBytes)
+          const maxFrameBytes = Number.isFinite(cap) && cap > 0 ? cap : Number.POSITIVE_INFINITY
           adopt(String(message.token))
           attempt = 0
-          report({
-            state: "open",
-            token: String(message.token),
-            instanceId: String(message.instanceId),
-            maxFrameBytes: Number(message.maxFrameBytes)
-          })
-          outbox.link(Number(message.maxFrameBytes), (frame) => ws.send(frame))
+          report({ state: "open", token: String(message.token), instanceId: String(message.instanceId), maxFrameBytes })
+          outbox.link(maxFrameBytes, (frame) => ws.send(frame))
           return
+        }
         case "update":
         case "state":
           if (message.type === "update") options.onUpdate?.(/** @type {U} */ (updateOf(message)))
@@ -434,7 +435,7 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
           else options.onError?.(String(message.message))
           return
         case "resend":
-          outbox.answer(message)
+          if (Number.isSafeInteger(message.from) && message.from > 0) outbox.answer(message)
           return
         case "forgotten":
           // The server lost this client's L: the events it may have applied fail, and the page

@@ -137,6 +137,29 @@ describe("client Outbox", () => {
     )
   })
 
+  it("resend after a full queue: the dropped frames go again from the lowest seq asked", async () => {
+    const { box, sent, link } = outbox()
+    link()
+    const events = [1, 2, 3, 4].map((by) => track(box.push(bump(by))))
+    // 1 and 2 were queued and applied; 3 and 4 were dropped unread, each answered with its own seq
+    box.answer({ type: "resend", seq: 3, from: 3 })
+    box.answer({ type: "resend", seq: 4, from: 4 })
+    box.answer({ type: "update", seq: 1, n: 1 })
+    assert.deepStrictEqual(seqs(sent), [1, 2, 3, 4])
+    box.answer({ type: "update", seq: 2, n: 3 })
+    assert.deepStrictEqual(sent.slice(4), [
+      { type: "bump", by: 3, seq: 3 },
+      { type: "bump", by: 4, seq: 4 }
+    ])
+    box.answer({ type: "update", seq: 3, n: 6 })
+    box.answer({ type: "update", seq: 4, n: 10 })
+    await settled()
+    assert.deepStrictEqual(
+      events.map((event) => event.answer?.update.n),
+      [1, 3, 6, 10]
+    )
+  })
+
   it("an error answer carries whether the event was applied; without it, the outcome is unknown", async () => {
     const { box, link } = outbox()
     link()
