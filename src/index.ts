@@ -34,6 +34,9 @@ export * as Prometheus from "./Prometheus.js"
 /** @since 0.1.0 */
 export * as RedisStore from "./RedisStore.js"
 
+/** @since 0.2.0 */
+export * as SocketSession from "./SocketSession.js"
+
 /** @since 0.1.0 */
 export * as StateError from "./StateError.js"
 

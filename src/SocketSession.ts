@@ -1,0 +1,309 @@
+/**
+ * The socket side of a leasehold app: a WebSocket session any Effect app mounts, which
+ * links each tab's socket to its token, runs the app's handler for each event under the
+ * token's lock, answers every event, and applies an event that carries a `seq` exactly
+ * once, across reconnects, workers and their deaths (docs/protocol.md#the-socket-session).
+ *
+ * ```ts
+ * import { Effect, Layer, Schema } from "effect"
+ * import { HttpRouter } from "effect/http"
+ * import { SocketSession, StateManager, Worker } from "leasehold"
+ *
+ * const Count = Schema.Struct({ n: Schema.Int })
+ * const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Schema.Int })
+ * const Counter = StateManager.slice("counter", Count, { n: 0 })
+ *
+ * const session = SocketSession.make({
+ *   events: Bump,
+ *   updates: Count,
+ *   slices: { counter: Counter },
+ *   handle: (bump, { counter }) => {
+ *     const next = { n: counter.n + bump.by }
+ *     return Effect.succeed([next, { counter: next }] as const)
+ *   },
+ *   view: ({ counter }) => counter
+ * })
+ *
+ * const app = HttpRouter.serve(SocketSession.route(session, "/ws")).pipe(
+ *   Layer.provide(SocketSession.layer(session, Worker.layerFromEnv)),
+ *   Layer.provide(SocketSession.layerHttpServer({ port: 8080 }))
+ * )
+ * ```
+ *
+ * @since 0.2.0
+ */
+import { createServer } from "node:http"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServerRequest from "effect/http/HttpServerRequest"
+import type * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Layer from "effect/Layer"
+import type * as Schema from "effect/Schema"
+import * as Stream from "effect/Stream"
+import * as Connection from "./internal/socket/connection.js"
+import { updateEncoder } from "./internal/socket/frames.js"
+import * as Registry from "./internal/socket/registry.js"
+import * as Seq from "./internal/socket/seq.js"
+import * as Upgrade from "./internal/socket/upgrade.js"
+import * as LeaseholdConfig from "./LeaseholdConfig.js"
+import type * as StateManager from "./StateManager.js"
+import { TokenManager } from "./TokenManager.js"
+import type * as Worker from "./Worker.js"
+
+/**
+ * What an app gives its session: the Schema of one client event (without `seq`), the
+ * Schema of the updates sent to the tab (an object: its fields are the frame's, beside
+ * `type`, `seq`, `duplicate` and `overtaken`), the token's slices the handler reads and
+ * writes, and the handler.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
+  readonly events: Schema.Codec<Ev, EvI>
+  readonly updates: Schema.Codec<U, UI>
+  readonly slices: S
+  /**
+   * One event applied to the values under the token's lock: its answer (an update) and the
+   * next values. A failure refuses the event (answered `error` with `applied: false`; the
+   * other events of its burst are unaffected). It runs inside a modification: keep effects
+   * outside the state out of it, or make them idempotent, since a handler's effects
+   * outside the state happen at least once.
+   */
+  readonly handle: (
+    event: Ev,
+    values: StateManager.Values<S>
+  ) => Effect.Effect<readonly [U, StateManager.Values<S>], E, R>
+  /** The token's state as an update: sent at link, and as the answer to a duplicate. */
+  readonly view: (values: StateManager.Values<S>) => U
+  /**
+   * Whether `update` is a later state than `than` (a version the handler assigns): with it,
+   * an update overtaken by a newer one on its way from another worker is not sent after it.
+   */
+  readonly isNewer?: ((update: U, than: U) => boolean) | undefined
+  /** The most frames of one socket waiting to be handled (default 10,000). */
+  readonly maxPendingFrames?: number | undefined
+}
+
+/**
+ * A session, as `make` defines it: mount it with `layer` and `route`.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface SocketSession<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
+  readonly options: Options<Ev, EvI, U, UI, S, E, R>
+  /** The route's handler: `GET <path>?token=T&client=C`. */
+  readonly handler: Effect.Effect<
+    HttpServerResponse.HttpServerResponse,
+    never,
+    | HttpServerRequest.HttpServerRequest
+    | HttpServerRequest.ParsedSearchParams
+    | Upgrades
+    | Sockets
+    | TokenManager
+    | StateManager.StateManager
+    | R
+  >
+}
+
+/**
+ * The upgrader of the server `layerHttpServer` starts: WebSockets whose messages are
+ * bounded, and whose writes of one turn leave in one write.
+ *
+ * @since 0.2.0
+ * @category tags
+ */
+export const Upgrades = Upgrade.Upgrades
+
+/**
+ * @since 0.2.0
+ * @category tags
+ */
+export type Upgrades = Upgrade.Upgrades
+
+/**
+ * This worker's sockets, by token: what the worker's mailbox delivers to.
+ *
+ * @since 0.2.0
+ * @category tags
+ */
+export const Sockets = Registry.Sockets
+
+/**
+ * @since 0.2.0
+ * @category tags
+ */
+export type Sockets = Registry.Sockets
+
+/**
+ * The close code of a socket whose token a socket of another worker holds now: the
+ * client reconnects.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const lostCloseCode: number = Connection.lostCloseCode
+
+/**
+ * The close code of a socket that sent a frame over the cap, refused before it was read.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const tooBigCloseCode: number = Upgrade.tooBigCloseCode
+
+/**
+ * How long a socket whose token another socket holds waits for that one to close before
+ * it gets a fresh token: a reload keeps its token, a duplicated tab gets its own.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const reloadGrace: Duration.Duration = Connection.reloadGrace
+
+/**
+ * The clients whose last applied `seq` a token remembers; the least recently used beyond
+ * them is dropped, and answered `forgotten` when it next sends.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const maxClients: number = Seq.maxClients
+
+/**
+ * The default frame cap of `layerHttpServer`, in bytes (64 KiB).
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const defaultMaxFrameBytes = 64 * 1024
+
+/**
+ * The slice that keeps each client's last applied `seq` in the token's state. An app's
+ * own slices must not use its name.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const seqSliceName: string = Seq.seqSlice.name
+
+/**
+ * Define a session. Throws (a definition error) when an app's slice takes the name or the
+ * key of the session's own.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const make = <
+  Ev,
+  EvI,
+  U,
+  UI,
+  const S extends Record<string, StateManager.Slice<any, any>>,
+  E = never,
+  R = never
+>(
+  options: Options<Ev, EvI, U, UI, S, E, R>
+): SocketSession<Ev, EvI, U, UI, S, E, R> => {
+  for (const [key, slice] of Object.entries(options.slices)) {
+    if (key === Connection.seqKey || slice.name === Seq.seqSlice.name) {
+      throw new TypeError(`slice ${key} takes the name of the session's own slice, ${Seq.seqSlice.name}`)
+    }
+  }
+  return { options, handler: Connection.handler(options) }
+}
+
+/**
+ * The route of a session at `path` (default `/ws`).
+ *
+ * @since 0.2.0
+ * @category routes
+ */
+export const route = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R>(
+  session: SocketSession<Ev, EvI, U, UI, S, E, R>,
+  path: HttpRouter.PathInput = "/ws"
+) => HttpRouter.add("GET", path, session.handler)
+
+/**
+ * A worker that delivers its updates to the session's sockets: `worker` is given the
+ * session's update schema and `deliver` (`Worker.layerFromEnv`, or `Worker.layer`), and
+ * the sockets of another worker's token are closed with `lostCloseCode`. Fails with
+ * `InvalidConfig` when `leaseDurability` is `memory`: an event is answered once its
+ * change is stored, which a lease acknowledging from memory does not wait for.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R, ROut, E2, R2>(
+  session: SocketSession<Ev, EvI, U, UI, S, E, R>,
+  worker: (options: Worker.Options<U, UI, never>) => Layer.Layer<ROut, E2, R2>
+): Layer.Layer<
+  ROut | Sockets,
+  E2 | LeaseholdConfig.InvalidConfig,
+  R2 | Exclude<TokenManager | LeaseholdConfig.LeaseholdConfig, ROut>
+> =>
+  Layer.unwrap(
+    Effect.sync(() => {
+      const { updates, isNewer } = session.options
+      const registry = Registry.make(
+        updateEncoder(updates) as (type: "state" | "update", update: unknown, marks: object) => string,
+        isNewer as ((update: unknown, than: unknown) => boolean) | undefined
+      )
+      const watch = Layer.effectDiscard(
+        Effect.gen(function* () {
+          const settings = yield* LeaseholdConfig.LeaseholdConfig
+          if (settings.leaseDurability === "memory") {
+            return yield* new LeaseholdConfig.InvalidConfig({
+              knob: "leaseDurability",
+              value: "memory",
+              reason: "acknowledges a change before it is stored: a socket session answers an event once it is stored"
+            })
+          }
+          const tokens = yield* TokenManager
+          yield* Effect.forkScoped(
+            Stream.runForEach(tokens.lost, (lost) => registry.close(lost.token, lost.connectionId)).pipe(
+              Effect.interruptible
+            )
+          )
+        })
+      )
+      const workerLayer = worker({ schema: updates, deliver: (token, update) => registry.deliver(token, update) })
+      return Layer.merge(Layer.succeed(Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
+    })
+  ).pipe(Layer.fresh)
+
+/**
+ * @since 0.2.0
+ * @category models
+ */
+export interface HttpServerOptions extends NodeHttpServer.Options {
+  /** The largest message a client may send, in bytes: a larger one is refused with 1009 before it is read. */
+  readonly maxFrameBytes?: number | undefined
+  /** How long a socket being closed waits for the client's close before its connection is cut (default 2 s). */
+  readonly closeGrace?: Duration.Input | undefined
+}
+
+/**
+ * A Node HTTP server for a session: `NodeHttpServer.layer` on a server whose upgrade
+ * requests the session completes itself (the platform's WebSocket server buffers a
+ * message whole before a route sees it, and writes each frame on its own), with
+ * `Upgrades`. At shutdown every session socket is sent its close.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerHttpServer = (options: HttpServerOptions) =>
+  Layer.unwrap(
+    Effect.sync(() => {
+      const { maxFrameBytes = defaultMaxFrameBytes, closeGrace = Duration.seconds(2), ...listen } = options
+      const server = createServer()
+      const pending = Upgrade.track(server)
+      return Layer.merge(
+        Upgrade.layer(pending, { maxFrameBytes, closeGrace: Duration.fromInputUnsafe(closeGrace) }),
+        NodeHttpServer.layer(() => server, listen)
+      )
+    })
+  )

@@ -1,0 +1,380 @@
+/**
+ * One tab's socket, from link to disconnect: the handshake, the frames read and handled in
+ * order (the events waiting together in one modification, each checked against its
+ * client's last applied `seq`), the answers, and the close.
+ *
+ * @internal
+ */
+import { randomUUID } from "node:crypto"
+import * as Arr from "effect/Array"
+import * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as HttpServerRequest from "effect/http/HttpServerRequest"
+import * as HttpServerResponse from "effect/http/HttpServerResponse"
+import * as Option from "effect/Option"
+import * as Queue from "effect/Queue"
+import * as Result from "effect/Result"
+import * as Socket from "effect/socket/Socket"
+import type * as StateManager from "../../StateManager.js"
+import { StateManager as States } from "../../StateManager.js"
+import { isValidToken, TokenManager } from "../../TokenManager.js"
+import { type Applied, type Control, type Parsed, parser, seqOf } from "./frames.js"
+import { type Connection, type Registry, Sockets } from "./registry.js"
+import * as Seq from "./seq.js"
+import { isTooBig, tooBigCloseCode, Upgrades } from "./upgrade.js"
+
+/** What a session is made of: the app's schemas, slices and handler. */
+export interface Definition<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
+  readonly events: import("effect/Schema").Codec<Ev, EvI>
+  readonly updates: import("effect/Schema").Codec<U, UI>
+  readonly slices: S
+  readonly handle: (
+    event: Ev,
+    values: StateManager.Values<S>
+  ) => Effect.Effect<readonly [U, StateManager.Values<S>], E, R>
+  readonly view: (values: StateManager.Values<S>) => U
+  readonly isNewer?: ((update: U, than: U) => boolean) | undefined
+  readonly maxPendingFrames?: number | undefined
+}
+
+/** The default bound of frames waiting to be handled on one socket. */
+export const defaultMaxPendingFrames = 10_000
+
+/** The most frames a socket's reader (or writer) takes from its queue at once. */
+const frameBatch = 64
+
+/**
+ * How long a socket whose token another socket holds waits for that one to go before it
+ * is taken for a duplicate tab. A reload opens the new socket while the server may still
+ * be closing the old one (its record goes when the close is handled); a duplicate tab's
+ * original socket stays open, so the wait ends with a fresh token.
+ */
+export const reloadGrace = Duration.seconds(1)
+
+const reloadPoll = Duration.millis(50)
+
+/** The close code of a socket whose token another worker's socket holds now: the client reconnects. */
+export const lostCloseCode = 4001
+
+/** A client id: 1 to 64 characters of `[A-Za-z0-9_-]`. */
+const clientPattern = /^[A-Za-z0-9_-]{1,64}$/
+
+/** The key of the `seq` slice among the slices of a modification (a slice name, never an app's key). */
+export const seqKey = Seq.seqSlice.name
+
+/** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
+const linkTab = (asked: string | undefined, id: string) =>
+  Effect.gen(function* () {
+    const tokens = yield* TokenManager
+    const link = (token: string) =>
+      tokens.link(token, id).pipe(
+        Effect.catchTag("RecordNotStored", (error) =>
+          // Linked here; the record is written once the store is back (see TokenManager).
+          // A fresh token must still reach the tab, or its socket and its reloads part ways.
+          Effect.as(Effect.logWarning(error.message), {
+            token: error.token,
+            fresh: error.fresh === true,
+            takenOver: false
+          })
+        )
+      )
+    const linked = yield* link(asked ?? randomUUID())
+    if (asked === undefined || !linked.fresh) return linked
+    const gone = tokens.owner(asked, { refresh: true }).pipe(
+      Effect.map(Option.isNone),
+      Effect.orElseSucceed(() => false),
+      Effect.delay(reloadPoll),
+      Effect.repeat({ until: (gone) => gone }),
+      Effect.timeoutOption(reloadGrace)
+    )
+    if (Option.isNone(yield* gone)) return linked
+    // The other socket went: this is its tab, reloaded. Give the fresh token back and take the tab's own.
+    yield* tokens.disconnect(linked.token, id)
+    return yield* link(asked)
+  })
+
+/** What became of one frame of a batch. */
+type Outcome<U> =
+  | { readonly _tag: "Applied"; readonly update: U }
+  | { readonly _tag: "Refused"; readonly message: string }
+  | { readonly _tag: "Duplicate"; readonly state: U }
+  | { readonly _tag: "Resend"; readonly from: number }
+  | { readonly _tag: "Forgotten" }
+
+/** A frame of a batch: answered at once (`answer`), or handled in the batch's modification. */
+type Item<Ev> =
+  | { readonly _tag: "Answer"; readonly message: Control }
+  | { readonly _tag: "Handle"; readonly parsed: Parsed<Ev>; readonly seq: number | undefined }
+
+const messageOf = (error: unknown): string =>
+  typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
+    ? error.message
+    : String(error)
+
+/**
+ * Whether a failed modification may have been written: a store that failed or did not
+ * acknowledge after the function returned, or a lock lost around the write, leaves it
+ * unknown; an input or value refused before any I/O, or a handler's defect, wrote nothing.
+ */
+export const appliedAfter = (cause: Cause.Cause<unknown>): Applied => {
+  const failure = Cause.findErrorOption(cause)
+  if (Option.isNone(failure)) return false
+  const tag = (failure.value as { readonly _tag?: unknown })._tag
+  return tag === "StoreUnavailable" || tag === "StoreRefused" || tag === "NotAcknowledged" || tag === "LockExpired"
+    ? "unknown"
+    : false
+}
+
+/** The handler of a batch of one socket's frames, in order, with its services looked up once. */
+const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R>(
+  definition: Definition<Ev, EvI, U, UI, S, E, R>,
+  registry: Registry,
+  connection: Connection
+) =>
+  Effect.gen(function* () {
+    const states = yield* States
+    const parse = parser(definition.events)
+    const slices = { ...definition.slices, [seqKey]: Seq.seqSlice }
+    const { client } = connection
+
+    /** The events of a batch in one modification: what became of each, in order. */
+    const handleAll = (items: ReadonlyArray<{ readonly parsed: Parsed<Ev>; readonly seq: number | undefined }>) =>
+      states.modifyAll(
+        connection.token,
+        slices,
+        (values) =>
+          Effect.gen(function* () {
+            const { [seqKey]: seqState0, ...rest } = values as Record<string, unknown>
+            let seqState = seqState0 as Seq.SeqState
+            let app = rest as StateManager.Values<S>
+            const outcomes: Array<Outcome<U>> = []
+            for (const { parsed, seq } of items) {
+              if (seq !== undefined && client !== undefined) {
+                const verdict = Seq.check(seqState, client, seq)
+                if (verdict._tag === "Duplicate") {
+                  outcomes.push({ _tag: "Duplicate", state: definition.view(app) })
+                  continue
+                }
+                if (verdict._tag === "Resend") {
+                  outcomes.push(verdict)
+                  continue
+                }
+                if (verdict._tag === "Forgotten") {
+                  outcomes.push(verdict)
+                  continue
+                }
+                // counted even when refused below: its answer is final, and the next seq may follow
+                seqState = Seq.advance(seqState, client, seq)
+              }
+              if (Result.isFailure(parsed.event)) {
+                outcomes.push({ _tag: "Refused", message: parsed.event.failure })
+                continue
+              }
+              const handled = yield* Effect.exit(definition.handle(parsed.event.success, app))
+              if (Exit.isSuccess(handled)) {
+                app = handled.value[1]
+                outcomes.push({ _tag: "Applied", update: handled.value[0] })
+                continue
+              }
+              const failure = Cause.findErrorOption(handled.cause)
+              // a defect or an interruption ends the modification: nothing of the batch is written
+              if (Option.isNone(failure)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
+              outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+            }
+            return [outcomes, { ...app, [seqKey]: seqState } as StateManager.Values<typeof slices>] as const
+          }),
+        { event: "socket" }
+      )
+
+    const answer = (outcome: Outcome<U>, seq: number | undefined): Effect.Effect<void> => {
+      switch (outcome._tag) {
+        case "Applied":
+          return registry.sendUpdate(connection, "update", outcome.update, { seq })
+        case "Duplicate":
+          return registry.sendUpdate(connection, "state", outcome.state, { seq, duplicate: true })
+        case "Refused":
+          return registry.send(
+            connection,
+            seq === undefined
+              ? { type: "error", message: outcome.message }
+              : { type: "error", message: outcome.message, seq, applied: false }
+          )
+        case "Resend":
+          return registry.send(connection, { type: "resend", from: outcome.from, seq: seq! })
+        case "Forgotten":
+          return registry.send(connection, { type: "forgotten", seq: seq! })
+      }
+    }
+
+    const handleItems = (items: ReadonlyArray<Item<Ev>>) =>
+      Effect.gen(function* () {
+        const handled = items.filter((item) => item._tag === "Handle")
+        const exit = handled.length === 0 ? Exit.succeed([]) : yield* Effect.exit(handleAll(handled))
+        let i = 0
+        for (const item of items) {
+          if (item._tag === "Answer") {
+            yield* registry.send(connection, item.message)
+            continue
+          }
+          const { seq } = item
+          if (Exit.isSuccess(exit)) {
+            yield* answer(exit.value[i++]!, seq)
+            continue
+          }
+          const message = messageOf(Option.getOrElse(Cause.findErrorOption(exit.cause), () => Cause.pretty(exit.cause)))
+          yield* registry.send(
+            connection,
+            seq === undefined
+              ? { type: "error", message }
+              : { type: "error", message, seq, applied: appliedAfter(exit.cause) }
+          )
+        }
+        if (Exit.isFailure(exit)) {
+          yield* Effect.logWarning(`socket ${connection.id}: events not handled: ${Cause.pretty(exit.cause)}`)
+        }
+      })
+
+    return (texts: ReadonlyArray<string>) =>
+      handleItems(
+        texts.map((text): Item<Ev> => {
+          const parsed = parse(text)
+          const { seq } = parsed
+          if (seq !== undefined && client === undefined) {
+            return {
+              _tag: "Answer",
+              message: {
+                type: "error",
+                message: "a frame with seq needs the socket's client id (client=C in the URL)",
+                seq,
+                applied: false
+              }
+            }
+          }
+          // A malformed frame without seq is answered where it stands; with seq, its seq is counted
+          // in the modification, so that the frames after it are not held up by a gap.
+          if (seq === undefined && Result.isFailure(parsed.event)) {
+            return { _tag: "Answer", message: { type: "error", message: parsed.event.failure } }
+          }
+          return { _tag: "Handle", parsed, seq }
+        })
+      )
+  })
+
+/** The token's current state, read without the lock. */
+const currentState = <S extends Record<string, StateManager.Slice<any, any>>>(token: string, slices: S) =>
+  Effect.flatMap(States, (states) =>
+    Effect.map(
+      Effect.forEach(Object.keys(slices), (key) =>
+        Effect.map(states.get(token, slices[key]!), (value) => [key, value] as const)
+      ),
+      (entries) => Object.fromEntries(entries) as StateManager.Values<S>
+    )
+  )
+
+/** The route of a session: upgrade, link, serve the socket until it closes, then unlink. */
+export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R>(
+  definition: Definition<Ev, EvI, U, UI, S, E, R>
+) =>
+  Effect.gen(function* () {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    const params = yield* HttpServerRequest.ParsedSearchParams
+    const tokens = yield* TokenManager
+    const registry = yield* Sockets
+    const upgrades = yield* Upgrades
+    const maxPending = definition.maxPendingFrames ?? defaultMaxPendingFrames
+    const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
+    const client = typeof params.client === "string" && clientPattern.test(params.client) ? params.client : undefined
+    // Not the platform's `request.upgrade`: its WebSocket server takes no bound from the session.
+    const { batch, socket } = yield* upgrades.upgrade(request)
+    const { write, writeAll } = yield* socket.writer
+    const id = randomUUID()
+
+    // the token was checked, or minted here: an invalid one is a defect
+    const linked = yield* Effect.orDie(linkTab(asked, id))
+    const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client), (connection) =>
+      Effect.andThen(registry.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
+    )
+    if (asked === undefined || linked.fresh)
+      yield* registry.send(connection, { type: "new_token", token: linked.token })
+    yield* registry.send(connection, {
+      type: "hello",
+      token: linked.token,
+      instanceId: tokens.instanceId,
+      maxFrameBytes: upgrades.maxFrameBytes
+    })
+
+    const incoming = yield* Queue.unbounded<string>()
+    const decoder = new TextDecoder()
+    const handleFrames = yield* framesHandler(definition, registry, connection)
+    // Read the state before any event is handled, so that it goes before their answers.
+    yield* currentState(linked.token, definition.slices).pipe(
+      Effect.flatMap((values) => registry.sendUpdate(connection, "state", definition.view(values), {})),
+      Effect.catch((error) => Effect.logWarning(`socket ${id}: no initial state: ${error.message}`))
+    )
+    // Each loop takes what is waiting (up to a batch) and handles it in order: `forever`
+    // yields to the scheduler once per batch, not once per frame.
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), handleFrames)).pipe(
+        Effect.interruptible
+      )
+    )
+    yield* Effect.forkScoped(
+      Effect.forever(
+        Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
+          // one write to the connection for the batch, not one per frame
+          Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
+        )
+      ).pipe(Effect.ignore, Effect.interruptible)
+    )
+    // Closed from the server: the token is held by a socket of another worker now.
+    const closedHere = Deferred.await(connection.closed).pipe(
+      Effect.andThen(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
+      Effect.andThen(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+      Effect.ignore
+    )
+    if (linked.takenOver) {
+      yield* Effect.logInfo(`socket ${id}: token ${linked.token} taken over from a worker that was gone`)
+    }
+    // The WebSocket opens here (the handshake completed), its messages read until it closes.
+    const reading = Effect.gen(function* () {
+      const pull = yield* socket.reader
+      while (true) {
+        for (const data of yield* pull.pull) {
+          const text = typeof data === "string" ? data : decoder.decode(data)
+          // Queued synchronously, in the order the frames arrived.
+          if (Queue.sizeUnsafe(incoming) < maxPending) {
+            Queue.offerUnsafe(incoming, text)
+            continue
+          }
+          const seq = client === undefined ? undefined : seqOf(text)
+          // Not applied, and its seq not counted: the client sends it again, from it.
+          yield* registry.send(
+            connection,
+            seq === undefined
+              ? { type: "error", message: `too many messages waiting (${maxPending}): message dropped` }
+              : { type: "resend", from: seq, seq }
+          )
+        }
+      }
+    }).pipe(Effect.scoped)
+    yield* reading.pipe(
+      Effect.catchIf(Socket.isSocketError, (error) =>
+        (isTooBig(error)
+          ? Effect.logWarning(`socket ${id}: a message over the frame cap, closed with ${tooBigCloseCode}`)
+          : Effect.logDebug(`socket ${id} closed: ${error.message}`)
+        ).pipe(Effect.annotateLogs({ token: connection.token }))
+      ),
+      Effect.raceFirst(closedHere)
+    )
+    return HttpServerResponse.empty()
+  }).pipe(
+    Effect.catchTag("HttpServerError", (error) =>
+      Effect.succeed(
+        HttpServerResponse.jsonUnsafe({ error: `not a WebSocket request: ${error.message}` }, { status: 400 })
+      )
+    ),
+    Effect.scoped
+  )

@@ -1,0 +1,147 @@
+/**
+ * The sockets a worker holds, by token, and the delivery of updates to them.
+ *
+ * Updates of one token may reach its socket's owner out of order: changes committed one
+ * after the other on two workers travel through two senders. With the app's `isNewer`, a
+ * socket is sent only updates newer than the last it was sent; an older one is dropped,
+ * since the newer state it was overtaken by is already on its way. Delivery never waits on
+ * a socket: frames go to the connection's own queue, which its writer empties.
+ *
+ * @internal
+ */
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as Queue from "effect/Queue"
+import type { Control, UpdateMarks } from "./frames.js"
+
+/** One socket held by this worker. */
+export interface Connection {
+  readonly id: string
+  readonly token: string
+  /** The client id the socket came with, when valid: the key of its `seq`. */
+  readonly client: string | undefined
+  /** Frames to write, in order. */
+  readonly outgoing: Queue.Queue<string>
+  /** The last update sent, for `isNewer`. */
+  last: { readonly update: unknown } | undefined
+  /** Done when the server closes the socket (its token is held by a socket of another worker now). */
+  readonly closed: Deferred.Deferred<void>
+}
+
+/** Sockets open on this worker. */
+export const open = Metric.gauge("leasehold_session_sockets_open", { description: "WebSockets open on this worker" })
+
+/** Updates not sent because a newer one had been sent already. */
+export const overtaken = Metric.counter("leasehold_session_updates_overtaken_total", {
+  description: "updates dropped because a newer state had already been sent to the socket",
+  incremental: true
+})
+
+/** The registry of one worker's sockets. */
+export interface Registry {
+  readonly attach: (id: string, token: string, client: string | undefined) => Effect.Effect<Connection>
+  readonly detach: (connection: Connection) => Effect.Effect<void>
+  readonly send: (connection: Connection, message: Control) => Effect.Effect<void>
+  /**
+   * Send an update. Without `seq`, one not newer than the last sent is dropped; the answer to
+   * a frame with `seq` is always sent (marked `overtaken` when a newer one went before it).
+   */
+  readonly sendUpdate: (
+    connection: Connection,
+    type: "state" | "update",
+    update: unknown,
+    marks: UpdateMarks
+  ) => Effect.Effect<void>
+  /** Close the socket `id` of `token`: a socket of another worker holds the token now. */
+  readonly close: (token: string, id: string) => Effect.Effect<void>
+  /** The worker's `deliver`: an update to the token's socket on this worker. */
+  readonly deliver: (token: string, update: unknown) => Effect.Effect<void>
+}
+
+/** The registry of a worker's sockets, made with the worker by `SocketSession.layer`. */
+export class Sockets extends Context.Service<Sockets, Registry>()("leasehold/SocketSession/Sockets") {}
+
+/** An empty registry, writing updates with `encode` and ordering them with `isNewer`. */
+export const make = (
+  encode: (type: "state" | "update", update: unknown, marks: UpdateMarks) => string,
+  isNewer: ((update: unknown, than: unknown) => boolean) | undefined
+): Registry => {
+  const byToken = new Map<string, Connection>()
+
+  // Queued in one step (an unbounded queue takes it at once); a socket detached meanwhile,
+  // its queue shut down, takes nothing.
+  const offer = (connection: Connection, frame: string) => {
+    Queue.offerUnsafe(connection.outgoing, frame)
+  }
+
+  const sendUpdate = (connection: Connection, type: "state" | "update", update: unknown, marks: UpdateMarks) =>
+    Effect.suspend(() => {
+      const last = connection.last
+      if (isNewer !== undefined && last !== undefined && marks.seq === undefined && !isNewer(update, last.update)) {
+        return Metric.update(overtaken, 1)
+      }
+      // an answer is sent all the same: marked when a newer state went before it
+      const older = isNewer !== undefined && last !== undefined && isNewer(last.update, update)
+      if (!older) connection.last = { update }
+      let frame: string
+      try {
+        frame = encode(type, update, older ? { ...marks, overtaken: true } : marks)
+      } catch (cause) {
+        const message = `update cannot be encoded: ${String(cause)}`
+        return Effect.andThen(
+          Effect.logWarning(`socket ${connection.id}: ${message}`),
+          Effect.sync(() =>
+            offer(
+              connection,
+              JSON.stringify({
+                type: "error",
+                message,
+                ...(marks.seq === undefined ? {} : { seq: marks.seq, applied: "unknown" })
+              })
+            )
+          )
+        )
+      }
+      return Effect.sync(() => offer(connection, frame))
+    })
+
+  return {
+    attach: (id, token, client) =>
+      Effect.gen(function* () {
+        const connection: Connection = {
+          id,
+          token,
+          client,
+          outgoing: yield* Queue.unbounded<string>(),
+          last: undefined,
+          closed: yield* Deferred.make<void>()
+        }
+        byToken.set(token, connection)
+        yield* Metric.update(open, 1)
+        return connection
+      }),
+    detach: (connection) =>
+      Effect.suspend(() => {
+        if (byToken.get(connection.token) !== connection) return Effect.void
+        byToken.delete(connection.token)
+        return Effect.andThen(Metric.update(open, -1), Queue.shutdown(connection.outgoing))
+      }),
+    send: (connection, message) => Effect.sync(() => offer(connection, JSON.stringify(message))),
+    sendUpdate,
+    close: (token, id) =>
+      Effect.suspend(() => {
+        const connection = byToken.get(token)
+        return connection === undefined || connection.id !== id
+          ? Effect.void
+          : Effect.asVoid(Deferred.succeed(connection.closed, undefined))
+      }),
+    deliver: (token, update) =>
+      Effect.suspend(() => {
+        const connection = byToken.get(token)
+        // The socket closed after the mailbox looked it up: nothing to tell it any more.
+        return connection === undefined ? Effect.void : sendUpdate(connection, "update", update, {})
+      })
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * The last applied `seq` of each client of a token, kept in a slice of the token's state and
+ * written in the same modification as the events it counts: the two land together or not
+ * at all.
+ *
+ * @internal
+ */
+import * as Schema from "effect/Schema"
+import * as StateManager from "../../StateManager.js"
+
+/** Clients remembered per token: the least recently used beyond it is dropped. */
+export const maxClients = 8
+
+/** Dropped clients remembered per token, so that a dropped client is never taken for a new one. */
+export const maxForgotten = 64
+
+/** What the slice holds: `[client, last]` from least to most recently used, and the ids dropped. */
+export const SeqState = Schema.Struct({
+  clients: Schema.Array(Schema.Tuple([Schema.String, Schema.Int])),
+  forgotten: Schema.Array(Schema.String)
+})
+export type SeqState = typeof SeqState.Type
+
+/** The slice, in every token that a client with `seq` wrote to. */
+export const seqSlice = StateManager.slice("leasehold.seq", SeqState, { clients: [], forgotten: [] })
+
+/** What is done with a frame of `seq` from `client`, against the last applied `seq`. */
+export type Verdict =
+  | { readonly _tag: "Apply" }
+  | { readonly _tag: "Duplicate" }
+  | { readonly _tag: "Resend"; readonly from: number }
+  | { readonly _tag: "Forgotten" }
+
+const apply: Verdict = { _tag: "Apply" }
+const duplicate: Verdict = { _tag: "Duplicate" }
+const forgotten: Verdict = { _tag: "Forgotten" }
+
+/**
+ * Only `last + 1` is applied. A client not remembered starts at 0 when its first `seq` is 1;
+ * one that comes with more (its `last` was dropped) or that was dropped is told so, and
+ * nothing of it is applied: its frame may be the resend of an event applied before.
+ */
+export const check = (state: SeqState, client: string, seq: number): Verdict => {
+  const entry = state.clients.find(([id]) => id === client)
+  if (entry === undefined) return seq === 1 && !state.forgotten.includes(client) ? apply : forgotten
+  const last = entry[1]
+  if (seq === last + 1) return apply
+  return seq <= last ? duplicate : { _tag: "Resend", from: last + 1 }
+}
+
+/** `state` with `client` at `seq`, now its most recently used; the least recent beyond the bound dropped. */
+export const advance = (state: SeqState, client: string, seq: number): SeqState => {
+  const clients = state.clients.filter(([id]) => id !== client)
+  clients.push([client, seq])
+  if (clients.length <= maxClients) return { clients, forgotten: state.forgotten }
+  const dropped = clients.splice(0, clients.length - maxClients).map(([id]) => id)
+  return { clients, forgotten: [...state.forgotten, ...dropped].slice(-maxForgotten) }
+}
