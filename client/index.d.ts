@@ -23,8 +23,9 @@ export type Applied = false | "unknown"
 
 /**
  * Why an event failed:
- * - `"refused"`: the server answered `error` (the handler refused it, the frame was invalid, the
- *   queue was full; or, with `applied: "unknown"`, the store failed during the commit);
+ * - `"refused"`: the server answered `error` with `applied: false` (the handler refused it, the
+ *   frame was invalid). An `error` of unknown outcome (the store failed around the commit)
+ *   fails nothing: the event is sent again with its seq after a pause, and settled by that answer;
  * - `"too_large"`: its frame is over the server's frame cap (`maxFrameBytes` of `hello`);
  * - `"forgotten"`: the server no longer remembers this client's last event;
  * - `"new_token"`: the server gave the tab a new token, so a new state;
@@ -51,7 +52,8 @@ export declare class SendError extends Error {
 /**
  * What `send` resolves with: the update that answered the event, or, when the server had
  * applied it already (its first answer was lost with a socket), the current state with
- * `duplicate: true`. Either way the event took effect once.
+ * `duplicate: true`. Either way the event took effect once. `overtaken`: a newer state
+ * reached the tab before this answer (it did not go to `onUpdate`).
  *
  * @since 0.2.0
  * @category models
@@ -59,6 +61,7 @@ export declare class SendError extends Error {
 export interface Answer<U> {
   readonly update: U
   readonly duplicate: boolean
+  readonly overtaken: boolean
 }
 
 /**
@@ -101,7 +104,7 @@ export interface Options<U> {
   readonly url?: string
   /** The `sessionStorage` key of the tab's token (default `"leasehold-token"`). */
   readonly tokenKey?: string
-  /** Each `update` message: the answer to an event, or a change made elsewhere. */
+  /** Each `update` message (the answer to an event, or a change made elsewhere) but one overtaken by a newer state. */
   readonly onUpdate?: (update: U) => void
   /** Each `state` message: the state when the socket is linked, and the answer to a duplicate. */
   readonly onState?: (state: U) => void
@@ -174,6 +177,7 @@ export type Reply =
       readonly type: "update" | "state"
       readonly seq: number
       readonly duplicate?: boolean
+      readonly overtaken?: boolean
       readonly [field: string]: unknown
     }
   | { readonly type: "error"; readonly seq: number; readonly message: string; readonly applied?: Applied }
@@ -195,6 +199,8 @@ export declare class Outbox<E extends object, U extends object> {
   readonly size: number
   /** Frames sent on the current link and not answered yet. */
   readonly inFlight: number
+  /** Consecutive answers of unknown outcome (the pause before `release` grows with it). */
+  readonly failures: number
   /** Queue an event; sent at once when linked and not waiting to resend. */
   push(event: E): Promise<Answer<U>>
   /**
@@ -206,8 +212,13 @@ export declare class Outbox<E extends object, U extends object> {
   unlink(): void
   /** A link closed with 1009: the largest frame in flight fails as `"too_large"`. */
   refuseLargest(): void
-  /** Settle the event a reply answers; `"forgotten"` when the client must start over. */
-  answer(reply: Reply): "forgotten" | undefined
+  /**
+   * Settle the event a reply answers. `"forgotten"`: the client must start over (`restart`);
+   * `"retry"`: an answer of unknown outcome held sending, until `release` after a pause.
+   */
+  answer(reply: Reply): "forgotten" | "retry" | undefined
+  /** Send again what was held after an answer of unknown outcome. */
+  release(): void
   /**
    * A new token or a forgotten client: events that may have been applied fail as `"unknown"`
    * with this reason; the others wait to be numbered again from 1.

@@ -87,6 +87,10 @@ export class Outbox {
      * @type {number | undefined}
      */
     this.resendFrom = undefined
+    /** Sending held after an answer of unknown outcome, until `release`. */
+    this.held = false
+    /** Consecutive answers of unknown outcome: the session's pause before resending grows with it. */
+    this.failures = 0
   }
 
   get size() {
@@ -117,6 +121,7 @@ export class Outbox {
   unlink() {
     for (const entry of this.entries) entry.inFlight = false
     this.inFlight = 0
+    this.held = false
     this.cap = undefined
     this.transmit = undefined
     this.resendFrom = undefined
@@ -153,12 +158,26 @@ export class Outbox {
       case "update":
       case "state":
         this.remove(entry)
-        entry.resolve({ update: /** @type {U} */ (updateOf(reply)), duplicate: reply.duplicate === true })
+        this.failures = 0
+        entry.resolve({
+          update: /** @type {U} */ (updateOf(reply)),
+          duplicate: reply.duplicate === true,
+          overtaken: reply.overtaken === true
+        })
         break
       case "error":
-        this.remove(entry)
-        entry.reject(new SendError(reply.message, reply.applied === false ? false : "unknown", "refused"))
-        break
+        if (reply.applied === false) {
+          this.remove(entry)
+          entry.reject(new SendError(reply.message, false, "refused"))
+          break
+        }
+        // Of unknown outcome (the store failed around the commit): sent again with the same
+        // seq, it is applied then or answered as a duplicate. After a pause, not at once: the
+        // store is likely still failing.
+        this.failures++
+        this.held = true
+        this.pump()
+        return "retry"
       case "resend":
         entry.sends = 0
         // The lowest asked: a frame dropped unread (a full queue) is answered with its own seq,
@@ -169,6 +188,11 @@ export class Outbox {
     }
     this.pump()
     return undefined
+  }
+
+  release() {
+    this.held = false
+    this.pump()
   }
 
   /** @param {"new_token" | "forgotten"} reason */
@@ -214,13 +238,18 @@ export class Outbox {
   pump() {
     const transmit = this.transmit
     const cap = this.cap
-    if (transmit === undefined || cap === undefined) return
-    if (this.resendFrom !== undefined) {
+    if (transmit === undefined || cap === undefined || this.held) return
+    if (this.entries.some((entry) => entry.seq !== undefined && !entry.inFlight)) {
+      // Numbered events go again: only once every frame in flight is answered, so that no
+      // answer is taken for another event's and the resent ones keep their order.
       if (this.inFlight > 0) return
-      // Every numbered event left was answered `resend` on this link: none was applied.
-      let seq = this.resendFrom
-      for (const entry of this.entries) if (entry.seq !== undefined) entry.seq = seq++
-      this.next = seq
+      // Numbered again only when none may have been applied (each was answered `resend`);
+      // one of unknown outcome keeps its seq, and the server's answers settle the rest.
+      if (this.resendFrom !== undefined && this.entries.every((entry) => entry.sends === 0)) {
+        let seq = this.resendFrom
+        for (const entry of this.entries) if (entry.seq !== undefined) entry.seq = seq++
+        this.next = seq
+      }
       this.resendFrom = undefined
     }
     for (const entry of [...this.entries]) {
@@ -340,6 +369,8 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
     let socket
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let timer
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let retry
     let attempt = 0
     let closed = false
 
@@ -426,13 +457,23 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
         }
         case "update":
         case "state":
-          if (message.type === "update") options.onUpdate?.(/** @type {U} */ (updateOf(message)))
-          else options.onState?.(/** @type {U} */ (updateOf(message)))
+          // An overtaken answer is older than a state the tab has already shown.
+          if (message.type === "update" && message.overtaken !== true) {
+            options.onUpdate?.(/** @type {U} */ (updateOf(message)))
+          } else if (message.type === "state") options.onState?.(/** @type {U} */ (updateOf(message)))
           if (typeof message.seq === "number") outbox.answer(message)
           return
         case "error":
-          if (typeof message.seq === "number") outbox.answer(message)
-          else options.onError?.(String(message.message))
+          if (typeof message.seq !== "number") options.onError?.(String(message.message))
+          else if (outbox.answer(message) === "retry" && retry === undefined) {
+            retry = setTimeout(
+              () => {
+                retry = undefined
+                outbox.release()
+              },
+              retryDelay(outbox.failures, Math.random(), options.backoff)
+            )
+          }
           return
         case "resend":
           if (Number.isSafeInteger(message.from) && message.from > 0) outbox.answer(message)
@@ -461,6 +502,7 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
         if (closed) return
         closed = true
         if (timer !== undefined) clearTimeout(timer)
+        if (retry !== undefined) clearTimeout(retry)
         const ws = socket
         socket = undefined
         ws?.close(1000, "closed")

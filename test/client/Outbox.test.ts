@@ -73,8 +73,8 @@ describe("client Outbox", () => {
     box.answer({ type: "state", seq: 2, n: 7, duplicate: true })
     box.answer({ type: "update", seq: 1, n: 6 })
     await settled()
-    assert.deepStrictEqual(first.answer, { update: { n: 6 }, duplicate: false })
-    assert.deepStrictEqual(second.answer, { update: { n: 7 }, duplicate: true })
+    assert.deepStrictEqual(first.answer, { update: { n: 6 }, duplicate: false, overtaken: false })
+    assert.deepStrictEqual(second.answer, { update: { n: 7 }, duplicate: true, overtaken: false })
     assert.strictEqual(box.size, 0)
     assert.strictEqual(box.inFlight, 0)
     // an answer for no event waiting (a second answer, another page's seq) changes nothing
@@ -160,20 +160,46 @@ describe("client Outbox", () => {
     )
   })
 
-  it("an error answer carries whether the event was applied; without it, the outcome is unknown", async () => {
-    const { box, link } = outbox()
+  it("an error answer: not applied fails the event; of unknown outcome, it goes again with its seq after a pause", async () => {
+    const { box, sent, link } = outbox()
     link()
     const refused = track(box.push(bump(1)))
     const unknown = track(box.push(bump(2)))
-    const unsaid = track(box.push(bump(3)))
+    const next = track(box.push(bump(3)))
     box.answer({ type: "error", seq: 1, message: "refused by the handler", applied: false })
-    box.answer({ type: "error", seq: 2, message: "the store failed during the commit", applied: "unknown" })
-    box.answer({ type: "error", seq: 3, message: "?" })
+    assert.strictEqual(
+      box.answer({ type: "error", seq: 2, message: "the store failed during the commit", applied: "unknown" }),
+      "retry"
+    )
+    assert.strictEqual(box.failures, 1)
+    // held: a new event waits until the event of unknown outcome went again
+    const later = track(box.push(bump(4)))
+    box.answer({ type: "update", seq: 3, n: 4 })
+    assert.deepStrictEqual(seqs(sent), [1, 2, 3])
+    box.release()
+    assert.deepStrictEqual(sent.slice(3), [
+      { type: "bump", by: 2, seq: 2 },
+      { type: "bump", by: 4, seq: 4 }
+    ])
+    // it had been applied after all: answered as a duplicate
+    box.answer({ type: "state", seq: 2, n: 4, duplicate: true })
+    box.answer({ type: "update", seq: 4, n: 8 })
     await settled()
     rejected(refused, false, "refused")
     assert.strictEqual(refused.error?.message, "refused by the handler")
-    rejected(unknown, "unknown", "refused")
-    rejected(unsaid, "unknown", "refused")
+    assert.deepStrictEqual(unknown.answer, { update: { n: 4 }, duplicate: true, overtaken: false })
+    assert.strictEqual(next.answer?.update.n, 4)
+    assert.strictEqual(later.answer?.update.n, 8)
+    assert.strictEqual(box.failures, 0)
+  })
+
+  it("an answer overtaken by a newer state still settles its event, and says so", async () => {
+    const { box, link } = outbox()
+    link()
+    const event = track(box.push(bump(1)))
+    box.answer({ type: "update", seq: 1, n: 1, overtaken: true })
+    await settled()
+    assert.deepStrictEqual(event.answer, { update: { n: 1 }, duplicate: false, overtaken: true })
   })
 
   it("an event whose frame is over the cap fails at once, unsent, and takes no seq", async () => {
