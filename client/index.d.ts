@@ -31,12 +31,13 @@ export type Applied = false | "unknown"
  *   socket carried this one without an answer;
  * - `"new_token"`: the server gave the tab a new token, so a new state, and an earlier socket
  *   carried this event without an answer;
- * - `"closed"`: `close()` was called before its answer came.
+ * - `"closed"`: `close()` was called before its answer came;
+ * - `"invalid"`: the event cannot be written as JSON (a cycle, a `BigInt`): refused unsent.
  *
  * @since 0.2.0
  * @category errors
  */
-export type Reason = "refused" | "too_large" | "forgotten" | "new_token" | "closed"
+export type Reason = "refused" | "too_large" | "forgotten" | "new_token" | "closed" | "invalid"
 
 /**
  * The rejection of `send`'s promise.

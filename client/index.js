@@ -101,6 +101,13 @@ export class Outbox {
   push(event) {
     return /** @type {Promise<Answer<U>>} */ (
       new Promise((resolve, reject) => {
+        try {
+          JSON.stringify(event)
+        } catch (cause) {
+          // checked here, once: an event that cannot be written would stop every later one in `pump`
+          reject(new SendError(`the event cannot be written as JSON: ${String(cause)}`, false, "invalid"))
+          return
+        }
         this.entries.push({ event, seq: undefined, inFlight: false, sends: 0, bytes: 0, resolve, reject })
         this.pump()
       })

@@ -220,6 +220,18 @@ describe("client Outbox", () => {
     assert.strictEqual(fits.answer?.update.n, 2)
   })
 
+  it("an event that cannot be written as JSON fails at once and holds up nothing", async () => {
+    const { box, sent, link } = outbox()
+    link()
+    const cyclic: { type: "bump"; by: number; self?: unknown } = { type: "bump", by: 1 }
+    cyclic.self = cyclic
+    const invalid = track(box.push(cyclic))
+    void box.push(bump(2))
+    await settled()
+    rejected(invalid, false, "invalid")
+    assert.deepStrictEqual(sent, [{ type: "bump", by: 2, seq: 1 }])
+  })
+
   it("an unanswered event over a new link's smaller cap fails as of unknown outcome", async () => {
     const { box, sent, link } = outbox()
     link()
