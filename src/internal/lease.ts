@@ -32,6 +32,7 @@ import { engineOf } from "./lock/service.js"
 import type { OneShot } from "./oneShot.js"
 import { begin, complete, inStep } from "./session/caller.js"
 import * as metrics from "./session/metrics.js"
+import { cachedOf } from "./session/relay.js"
 import { closeParked, resumed } from "./session/run.js"
 import { notify, type Session, type SessionEnv } from "./session/session.js"
 import { Signals } from "./signals.js"
@@ -218,7 +219,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       durable: config.leaseDurability === "batch",
       oplock: config.oplock,
       parkMs: Math.max(parkAfterMs, quantumMs),
-      resume: (session, state) => runFork(resumed(env, session, state)),
+      resume: (session, parked) => runFork(resumed(env, session, parked)),
       inStep: { made: 0 },
       clock: yield* Clock.Clock,
       withheld: new Map(),
@@ -246,7 +247,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         }),
       cached: (token, slice) => {
         const lease = sessions.get(token)?.lease
-        return lease === undefined || !lease.cache.has(slice) ? Option.none() : Option.some(lease.cache.get(slice)!)
+        return lease === undefined ? Option.none() : cachedOf(lease, slice)
       },
       isLeased: (token) => sessions.get(token)?.lease !== undefined,
       sessions: Effect.sync(() => sessions.size)
