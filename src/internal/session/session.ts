@@ -201,6 +201,15 @@ export class Inbox implements SignalInbox {
 }
 
 /**
+ * The listener of a session's signals, made here: it captures the inbox and the session
+ * alone (a leased token keeps it as long as its lease), not `openSignals`'s locals.
+ */
+const inboxListener = (inbox: Inbox, session: Session) => (event: SignalEvent) => {
+  inbox.push(event)
+  notify(session)
+}
+
+/**
  * The token's signals, listened to once per session and until the session ends: a
  * listener that puts each signal in the session's queue and wakes whatever waits on it.
  *
@@ -214,12 +223,7 @@ export const openSignals = (env: SessionEnv, session: Session): Effect.Effect<In
     return Effect.uninterruptibleMask((restore) =>
       Effect.gen(function* () {
         const inbox = new Inbox()
-        session.unlisten = yield* restore(
-          env.signals.listen(session.token, (event) => {
-            inbox.push(event)
-            notify(session)
-          })
-        )
+        session.unlisten = yield* restore(env.signals.listen(session.token, inboxListener(inbox, session)))
         session.signals = inbox
         return inbox
       })
