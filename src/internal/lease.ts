@@ -163,8 +163,9 @@ export const leasesBroken: Metric.Counter<number> = metrics.leasesBroken
 
 /**
  * Idle leases that parked: after a short wait with nothing to do, a lease lets its fiber
- * go and holds the lock with its state alone (its keep-alive and deadline are timers); the
- * next modification, contention or deadline continues it in a new fiber.
+ * and its hold's state go and holds the lock with a compact record (itself the timer of its
+ * deadline and next extension); the next modification, contention, deadline or extension
+ * due builds the hold again in a new fiber.
  *
  * @since 0.2.0
  * @category metrics
