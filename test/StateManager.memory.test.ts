@@ -911,6 +911,45 @@ describe("an idle lease parks", () => {
     })
   )
 
+  // A lock handed over lives the hand-off timeout until extended: a lease that parks before
+  // its first extension is woken for it, extends, and parks again.
+  it.effect("a parked lease extends its lock when due: a lock handed over outlives the hand-off timeout", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({
+        oplock: true,
+        leaseHoldTime: 60_000,
+        lockExpiration: 120_000,
+        handoffTimeout: 3_000
+      })
+      const a = yield* cluster.worker()
+      const held = yield* cluster.store.acquireQueued("t", "H:1", [], { instanceId: "H" })
+      assert.strictEqual(held._tag, "Acquired")
+      const modification = yield* Effect.forkChild(a.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+      yield* untilOnTestClock(
+        "a queued",
+        Effect.map(cluster.store.queue("t"), (queue) => queue.length === 1 && queue[0] === a.id)
+      )
+      yield* cluster.store.releaseQueued("t", "H:1", { instanceId: "H", carry: ["counter"] })
+      assert.strictEqual(yield* Fiber.join(modification), 1)
+      const before = yield* parkedCount
+      yield* idleFor(100)
+      assert.strictEqual((yield* parkedCount) - before, 1, "the idle lease parked")
+      const lockOf = Effect.map(
+        cluster.store.holder("t"),
+        Option.map(({ fence, lockId }) => ({ fence, lockId }))
+      )
+      const lock = yield* lockOf
+      assert.isTrue(Option.isSome(lock))
+      // past three hand-off timeouts: unextended, the lock would have expired
+      for (let i = 0; i < 90; i++) yield* idleFor(100)
+      deepStrictEqual(yield* lockOf, lock)
+      assert.isTrue(a.lease.isLeased("t"))
+      assert.strictEqual((yield* parkedCount) - before, 2, "woken to extend, then parked again")
+      assert.strictEqual(yield* a.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]), 2)
+      deepStrictEqual(yield* lockOf, lock)
+    })
+  )
+
   it.effect("a parked lease ends at its deadline, written and released", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

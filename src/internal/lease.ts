@@ -32,6 +32,7 @@ import { engineOf } from "./lock/service.js"
 import type { OneShot } from "./oneShot.js"
 import { begin, complete, inStep } from "./session/caller.js"
 import * as metrics from "./session/metrics.js"
+import { cachedOf } from "./session/relay.js"
 import { closeParked, resumed } from "./session/run.js"
 import { notify, type Session, type SessionEnv } from "./session/session.js"
 import { Signals } from "./signals.js"
@@ -162,8 +163,9 @@ export const leasesBroken: Metric.Counter<number> = metrics.leasesBroken
 
 /**
  * Idle leases that parked: after a short wait with nothing to do, a lease lets its fiber
- * go and holds the lock with its state alone (its keep-alive and deadline are timers); the
- * next modification, contention or deadline continues it in a new fiber.
+ * and its hold's state go and holds the lock with a compact record (itself the timer of its
+ * deadline and next extension); the next modification, contention, deadline or extension
+ * due builds the hold again in a new fiber.
  *
  * @since 0.2.0
  * @category metrics
@@ -218,7 +220,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       durable: config.leaseDurability === "batch",
       oplock: config.oplock,
       parkMs: Math.max(parkAfterMs, quantumMs),
-      resume: (session, state) => runFork(resumed(env, session, state)),
+      resume: (session, parked) => runFork(resumed(env, session, parked)),
       inStep: { made: 0 },
       clock: yield* Clock.Clock,
       withheld: new Map(),
@@ -246,7 +248,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
         }),
       cached: (token, slice) => {
         const lease = sessions.get(token)?.lease
-        return lease === undefined || !lease.cache.has(slice) ? Option.none() : Option.some(lease.cache.get(slice)!)
+        return lease === undefined ? Option.none() : cachedOf(lease, slice)
       },
       isLeased: (token) => sessions.get(token)?.lease !== undefined,
       sessions: Effect.sync(() => sessions.size)

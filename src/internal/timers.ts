@@ -47,6 +47,27 @@ export interface Wheel {
   readonly at: (at: number, action: Action) => () => void
   /** `at(now + ms, action)`. */
   readonly after: (ms: number, action: Action) => () => void
+  /** The clock's time, as the wheel reads it (whole ms). */
+  readonly now: () => number
+  /**
+   * Fire `timer` once the clock reads `at` (ms), moving it if it is armed already: an entry
+   * its owner is, where a held object would otherwise keep an entry and two closures beside it.
+   */
+  readonly arm: (timer: Timer, at: number) => void
+  /** `timer` does not fire (unless it did already). */
+  readonly disarm: (timer: Timer) => void
+}
+
+/**
+ * An entry that its owner is (`Wheel.arm`): `at` and `index` are the wheel's.
+ *
+ * @internal
+ */
+export interface Timer {
+  at: number
+  /** Its place in the heap; -1 while not armed. */
+  index: number
+  readonly fire: () => ReturnType<Action>
 }
 
 /** @internal */
@@ -58,11 +79,18 @@ export interface Timers {
   readonly wheel: Effect.Effect<Wheel>
 }
 
-interface Entry {
-  readonly at: number
-  readonly action: Action
-  /** Its place in the heap; -1 once it left. */
-  index: number
+type Entry = Timer
+
+/** An entry made by `Wheel.at` for an action. */
+class ActionEntry implements Timer {
+  index = -1
+  constructor(
+    readonly at: number,
+    readonly action: Action
+  ) {}
+  fire() {
+    return this.action()
+  }
 }
 
 /** A binary min-heap of entries by time, each knowing its index so that it can be removed. */
@@ -145,14 +173,22 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   let wake = new OneShot<void>()
   let sleepingUntil = Number.POSITIVE_INFINITY
 
-  const at = (time: number, action: Action) => {
-    const entry: Entry = { at: time, action, index: -1 }
+  const push = (entry: Entry) => {
     heap.push(entry)
-    if (time < sleepingUntil) {
-      sleepingUntil = time
+    if (entry.at < sleepingUntil) {
+      sleepingUntil = entry.at
       wake.done(Exit.void)
     }
+  }
+  const at = (time: number, action: Action) => {
+    const entry = new ActionEntry(time, action)
+    push(entry)
     return () => heap.remove(entry)
+  }
+  const arm = (timer: Timer, time: number) => {
+    heap.remove(timer)
+    timer.at = time
+    push(timer)
   }
 
   /** The entries due now, in time order; the effects they start. */
@@ -162,7 +198,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
     while (next !== undefined && next.at <= now) {
       heap.pop()
       try {
-        const effect = next.action()
+        const effect = next.fire()
         if (effect !== undefined) {
           started ??= []
           started.push(effect)
@@ -212,7 +248,14 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   const loop = Effect.forever(
     Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
-  const wheel: Wheel = { at, after: (ms, action) => at(clock.currentTimeMillisUnsafe() + ms, action) }
+  const now = () => clock.currentTimeMillisUnsafe()
+  const wheel: Wheel = {
+    at,
+    after: (ms, action) => at(now() + ms, action),
+    now,
+    arm,
+    disarm: (timer) => heap.remove(timer)
+  }
   return { wheel, loop: Effect.interruptible(Effect.provideService(loop, Clock.Clock, clock)) }
 }
 

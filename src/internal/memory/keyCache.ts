@@ -20,6 +20,15 @@ interface TokenKeys {
   readonly slices: Map<string, string>
 }
 
+/**
+ * `key` as one flat string of the engine's string table. A key built by concatenation is a
+ * chain of its parts (one object per part joined, several per key), all kept as long as
+ * the key is: as a property name it is stored whole and once, and the chain goes. (A
+ * property name that reads as an array index would come back as a number's string: a
+ * key always has its prefix and a colon, never that.)
+ */
+const interned = (key: string): string => Object.keys({ [key]: 0 })[0] ?? key
+
 /** Slice names kept per token: an app has a few; more are built each time. */
 const maxSlices = 64
 
@@ -48,7 +57,7 @@ export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
       const entry = of(token)
       let key = entry[kind]
       if (key === undefined) {
-        key = keys[kind](token)
+        key = interned(keys[kind](token))
         entry[kind] = key
       }
       return key
@@ -66,8 +75,9 @@ export const cachedKeys = (keys: Keys, maxTokens = 10_000): Keys => {
       const { slices } = of(token)
       const known = slices.get(name)
       if (known !== undefined) return known
-      const key = keys.slice(token, name)
-      if (slices.size < maxSlices) slices.set(name, key)
+      if (slices.size >= maxSlices) return keys.slice(token, name)
+      const key = interned(keys.slice(token, name))
+      slices.set(name, key)
       return key
     },
     tokenKey: (key) => {

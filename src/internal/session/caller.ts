@@ -15,7 +15,7 @@ import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import type { Request, Turn } from "../lease.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
-import { type HoldState, idleLease, servedInStep } from "./relay.js"
+import { type HoldState, idleLease, type ParkedLease, servedInStep } from "./relay.js"
 import { start } from "./run.js"
 import { leases, newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -192,7 +192,7 @@ export const inStep = <A, E>(
   decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
   then: (done: boolean) => Effect.Effect<A, E>
 ): Effect.Effect<A, E | InvalidInput | AcknowledgedError> => {
-  let lease: HoldState | undefined
+  let lease: HoldState | ParkedLease | undefined
   let heldMs = 0
   const when = () => {
     const session = env.sessions.get(token)

@@ -22,7 +22,15 @@ import * as Retry from "../retry.js"
 import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, orDefect, succeedAcks, warnHeld } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
-import { type HoldState, type KeepAlive, nextRequest, relay } from "./relay.js"
+import {
+  type HoldState,
+  type KeepAlive,
+  nextRequest,
+  ParkedLease,
+  parkedSlices,
+  relay,
+  unparkedSlices
+} from "./relay.js"
 import { notify, openSignals, type Session, type SessionEnv, turnEventLoop, withholdLease } from "./session.js"
 
 /**
@@ -119,11 +127,51 @@ const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Prev
   )
 
 /**
- * Go on with a parked hold, in the fiber that resumed it.
+ * Go on with a parked hold, in the fiber that resumed it: the hold is built again from what
+ * the lease kept (its keep-alive extends when it was to, not a third of the lock
+ * expiration from now).
  *
  * @internal
  */
-export const resumeHold = (state: HoldState): Effect.Effect<Previous | Parking> => serveThenFinish(state, true)
+export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parking> =>
+  Effect.suspend(() => {
+    const { env, session } = parked
+    const { cache, dirty } = unparkedSlices(parked)
+    const now = fineMillis(parked.clock)
+    const state: HoldState = {
+      env,
+      session,
+      fence: parked.fence,
+      claim: parked.claim,
+      token: session.token,
+      lockId: parked.lockId,
+      mode: "lease",
+      cache,
+      dirty,
+      unacked: [],
+      inProgress: undefined,
+      served: parked.served,
+      deadline: parked.deadline,
+      writeMs: parked.writeMs,
+      contended: false,
+      failed: undefined,
+      timer: undefined,
+      watching: session.signals !== undefined,
+      keeper: undefined,
+      clock: parked.clock,
+      // parked, the worker's event loop ran freely: what arrived meanwhile has been read
+      ioAt: now,
+      turnAt: 0,
+      relayEnd: undefined,
+      longHolds: [],
+      parkDue: false,
+      parkTimer: undefined,
+      idleSince: undefined
+    }
+    state.keeper = keepAliveOn(state, parked.wheel, parked.extendAt)
+    session.lease = state
+    return serveThenFinish(state, true)
+  })
 
 /**
  * Wakes the serving loop once the clock reads the deadline (an entry of the worker's
@@ -220,15 +268,21 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
  * extension, so a hold shorter than a third of the lock expiration costs none.
  */
 const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
-  Effect.map(state.env.timers.wheel, (timers) => keepAliveOn(state, timers, ttlMs))
+  Effect.map(state.env.timers.wheel, (timers) =>
+    keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.env), Math.floor(ttlMs / 3))))
+  )
 
-/** `ttlMs`: how long the lock lives from the grant (the first extension comes at a third of it). */
-const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive => {
+const everyOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 3))
+
+/** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
+const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
   const { store } = state.env
-  const every = Math.max(1, Math.floor(state.env.lockMs / 3))
+  const every = everyOf(state.env)
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
   let cancel: () => void = () => undefined
+  // when the next extension comes; `undefined` while one is under way
+  let nextAt: number | undefined = Number.POSITIVE_INFINITY
   let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
     // the slices read under this lock, and the fence, live as long as it is held
@@ -239,17 +293,30 @@ const keepAliveOn = (state: HoldState, timers: Wheel, ttlMs: number): KeepAlive 
     if (Result.isSuccess(extended) && extended.success) state.claim = undefined
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
-    if (!stopped && Option.isSome(delay)) schedule(Duration.toMillis(delay.value))
-  })
-  const schedule = (delay: number) => {
-    cancel = timers.after(delay, () => (stopped ? undefined : extendOnce))
+    nextAt = Number.POSITIVE_INFINITY
+    if (!stopped && Option.isSome(delay)) schedule(timers.now() + Duration.toMillis(delay.value))
+  }).pipe(
+    Effect.onExit(() =>
+      Effect.sync(() => {
+        nextAt ??= Number.POSITIVE_INFINITY
+      })
+    )
+  )
+  const schedule = (at: number) => {
+    nextAt = at
+    cancel = timers.at(at, () => {
+      if (stopped) return undefined
+      nextAt = undefined
+      return extendOnce
+    })
   }
-  schedule(Math.max(1, Math.min(every, Math.floor(ttlMs / 3))))
+  if (firstAt !== Number.POSITIVE_INFINITY) schedule(firstAt)
   return {
     stop: () => {
       stopped = true
       cancel()
-    }
+    },
+    next: () => nextAt
   }
 }
 
@@ -351,7 +418,7 @@ const serve = (state: HoldState, resumed: boolean) =>
     const lookForContenders = checkSignals(state)
     if (mode === "lease" && !resumed) {
       yield* Metric.update(leasesStarted, 1)
-      session.lease = { cache: state.cache, hold: state }
+      session.lease = state
     }
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
     if (resumed) state.ioAt = fineMillis(state.clock)
@@ -470,16 +537,44 @@ const armPark = (state: HoldState) =>
 
 /**
  * Park, if the park timer woke the loop and nothing changed since it looked (in the same
- * step as the look: a change after it resumes the hold, see `notify`).
+ * step as the look: a change after it resumes the hold, see `notify`), and no extension is
+ * under way (its outcome is the hold's: the next idle wait tries again). The hold is let
+ * go: what it needs to go on is kept in a `ParkedLease`, the timer of its deadline and of
+ * its next extension.
  */
 const park = (state: HoldState, changed: OneShot<void>) =>
-  Effect.sync(() => {
-    if (!state.parkDue) return false
-    state.parkDue = false
-    if (changed.poll() !== undefined) return false
-    state.session.parked = state
-    return true
-  })
+  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      if (!state.parkDue) return false
+      state.parkDue = false
+      if (changed.poll() !== undefined) return false
+      const extendAt = state.keeper === undefined ? Number.POSITIVE_INFINITY : state.keeper.next()
+      if (extendAt === undefined) return false
+      const { env, session } = state
+      state.keeper?.stop()
+      state.keeper = undefined
+      state.timer?.()
+      state.timer = undefined
+      const parked = new ParkedLease(
+        env,
+        session,
+        state.lockId,
+        state.fence,
+        state.claim,
+        state.deadline,
+        state.served,
+        state.writeMs,
+        state.clock,
+        wheel,
+        parkedSlices(state),
+        extendAt
+      )
+      wheel.arm(parked, Math.min(extendAt, wheel.now() + Math.max(0, state.deadline - fineMillis(state.clock))))
+      session.parked = parked
+      session.lease = parked
+      return true
+    })
+  )
 
 /** Whatever ended the hold: finish the modification in progress, write, release. */
 export const finish = (state: HoldState) =>

@@ -11,8 +11,8 @@ import * as Option from "effect/Option"
 import type { AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { Outcome, Request, Turn } from "../lease.js"
 import type { OneShot } from "../oneShot.js"
-import { fineMillis } from "../timers.js"
-import { prune, type Session, type SessionEnv } from "./session.js"
+import { fineMillis, type Timer, type Wheel } from "../timers.js"
+import { notify, prune, type Session, type SessionEnv } from "./session.js"
 
 /**
  * One hold of a grant: what it read and wrote, and where its serving stands.
@@ -76,6 +76,121 @@ export interface HoldState {
  */
 export interface KeepAlive {
   readonly stop: () => void
+  /**
+   * When it extends next (the wheel's time; infinite once the store said the lock is no
+   * longer ours); `undefined` while an extension is under way.
+   */
+  readonly next: () => number | undefined
+}
+
+/**
+ * A parked lease: what its hold needs to go on, and nothing else. An idle lease's hold
+ * (its state, its serving's closures, its timers' entries) is let go when it parks, as
+ * thousands of leases held at once are mostly idle; this record keeps the lock's id and
+ * fence, the slices read or written under it (their encodings, as the hold's cache has
+ * them), its hold time, and is itself the timer entry that wakes it (at the deadline, or
+ * when the lock is to be extended next): `resumeHold` builds the hold again from it.
+ *
+ * `slices` is flat, a triple per slice: its name, its encoding (`undefined`: nothing
+ * stored), and whether it is still to be written (a modification acknowledged from memory).
+ *
+ * @internal
+ */
+export class ParkedLease implements Timer {
+  at = 0
+  index = -1
+  constructor(
+    readonly env: SessionEnv,
+    readonly session: Session,
+    readonly lockId: string,
+    readonly fence: number,
+    readonly claim: number | undefined,
+    readonly deadline: number,
+    public served: number,
+    readonly writeMs: number,
+    readonly clock: Clock.Clock,
+    readonly wheel: Wheel,
+    readonly slices: Array<string | boolean | undefined>,
+    readonly extendAt: number
+  ) {}
+
+  /** The deadline, or the next extension: the hold goes on in a fiber, which does what is due. */
+  fire(): undefined {
+    if (this.session.parked === this) notify(this.session)
+    return undefined
+  }
+
+  /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
+  unpark(): void {
+    if (this.session.parked === this) this.session.parked = undefined
+    this.wheel.disarm(this)
+  }
+
+  /** The slice's place in `slices`; -1 if none. */
+  indexOf(name: string): number {
+    const slices = this.slices
+    for (let i = 0; i < slices.length; i += 3) if (slices[i] === name) return i
+    return -1
+  }
+
+  /** Whether a modification served from memory waits to be written. */
+  get dirty(): boolean {
+    const slices = this.slices
+    for (let i = 2; i < slices.length; i += 3) if (slices[i] === true) return true
+    return false
+  }
+}
+
+/**
+ * The hold's cache and the writes it owes, from a parked lease.
+ *
+ * @internal
+ */
+export const unparkedSlices = (parked: ParkedLease) => {
+  const cache = new Map<string, Option.Option<string>>()
+  const dirty = new Map<string, string>()
+  const { slices } = parked
+  for (let i = 0; i < slices.length; i += 3) {
+    const name = slices[i] as string
+    const value = slices[i + 1] as string | undefined
+    cache.set(name, value === undefined ? Option.none() : Option.some(value))
+    if (slices[i + 2] === true) dirty.set(name, value!)
+  }
+  return { cache, dirty }
+}
+
+/**
+ * A hold's cache and the writes it owes, flat (`ParkedLease.slices`). The writes owed are
+ * the cache's latest values (every write served sets both).
+ *
+ * @internal
+ */
+export const parkedSlices = (state: HoldState): Array<string | boolean | undefined> => {
+  // made at its size: grown by pushes, its store would have room for five slices more
+  const slices = new Array<string | boolean | undefined>(3 * state.cache.size)
+  let i = 0
+  for (const [name, value] of state.cache) {
+    slices[i++] = name
+    slices[i++] = Option.getOrUndefined(value)
+    slices[i++] = state.dirty.has(name)
+  }
+  return slices
+}
+
+/**
+ * The encoded slice under a lease (`Lease.Service.cached`): `None` when the lease has none.
+ *
+ * @internal
+ */
+export const cachedOf = (lease: HoldState | ParkedLease, slice: string): Option.Option<Option.Option<string>> => {
+  if (lease instanceof ParkedLease) {
+    const i = lease.indexOf(slice)
+    if (i < 0) return Option.none()
+    const value = lease.slices[i + 1] as string | undefined
+    return Option.some(value === undefined ? Option.none() : Option.some(value))
+  }
+  const value = lease.cache.get(slice)
+  return value === undefined ? Option.none() : Option.some(value)
 }
 
 /** @internal */
@@ -186,9 +301,16 @@ const listenForTurnEnd = (state: HoldState, request: Request) =>
  *
  * @internal
  */
-export const idleLease = (session: Session): HoldState | undefined => {
-  const state = session.lease?.hold
-  if (state === undefined || (state.idleSince === undefined && session.parked !== state)) return undefined
+export const idleLease = (session: Session): HoldState | ParkedLease | undefined => {
+  const state = session.lease
+  if (state === undefined) return undefined
+  if (state instanceof ParkedLease) {
+    if (session.parked !== state || state.dirty || (session.signals?.size ?? 0) > 0) return undefined
+    if (fineMillis(state.clock) >= state.deadline) return undefined
+    prune(session)
+    return session.queue.length === 0 && session.own === undefined ? state : undefined
+  }
+  if (state.idleSince === undefined) return undefined
   // the hold's deadline is on the hold's clock
   const now = fineMillis(state.clock)
   if (state.failed !== undefined || state.contended || state.inProgress !== undefined || state.relayEnd !== undefined) {
@@ -210,12 +332,25 @@ export const idleLease = (session: Session): HoldState | undefined => {
  * @internal
  */
 export const servedInStep = (
-  state: HoldState,
+  state: HoldState | ParkedLease,
   slices: ReadonlyArray<string>,
   values: ReadonlyArray<Option.Option<string>>,
   writes: ReadonlyArray<readonly [string, string]>,
   now: number
 ) => {
+  if (state instanceof ParkedLease) {
+    const parked = state.slices
+    for (let i = 0; i < slices.length; i++) {
+      if (state.indexOf(slices[i]!) < 0) parked.push(slices[i]!, Option.getOrUndefined(values[i]!), false)
+    }
+    for (const [name, value] of writes) {
+      const i = state.indexOf(name)
+      if (i < 0) parked.push(name, value, false)
+      else parked[i + 1] = value
+    }
+    state.served++
+    return
+  }
   const { cache } = state
   for (let i = 0; i < slices.length; i++) if (!cache.has(slices[i]!)) cache.set(slices[i]!, values[i]!)
   for (const [name, value] of writes) cache.set(name, Option.some(value))

@@ -16,13 +16,13 @@ import { forkInUninterruptible } from "../fork.js"
 import type { Grant, Previous } from "../lock/service.js"
 import { noTurn } from "./commit.js"
 import { type Carried, hold, type Parking, parking, resumeHold } from "./hold.js"
-import type { HoldState } from "./relay.js"
+import type { ParkedLease } from "./relay.js"
 import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
 
 const isParking = (held: Previous | Parking): held is Parking => held === parking
 
 /** Where a session's fiber starts: a grant taken, what the last release left, or a parked hold. */
-type From = Grant | Previous | { readonly parked: HoldState }
+type From = Grant | Previous | { readonly parked: ParkedLease }
 
 /**
  * The session's fiber, from a grant already taken, from what the last release left, or
@@ -134,7 +134,7 @@ const withoutParentSpan: (context: Context.Context<never>) => Context.Context<ne
  *
  * @internal
  */
-export const resumed = (env: SessionEnv, session: Session, state: HoldState) => start(env, session, { parked: state })
+export const resumed = (env: SessionEnv, session: Session, parked: ParkedLease) => start(env, session, { parked })
 
 /**
  * At shutdown: every parked hold writes what it served and releases, as an interrupted
@@ -147,11 +147,11 @@ export const closeParked = (env: SessionEnv) =>
     [...env.sessions.values()],
     (session) =>
       Effect.suspend(() => {
-        const state = session.parked
-        if (state === undefined) return Effect.void
-        session.parked = undefined
+        const parked = session.parked
+        if (parked === undefined) return Effect.void
+        parked.unpark()
         return Effect.flatMap(
-          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked: state })), { uninterruptible: true }),
+          Effect.forkChild(Effect.uninterruptible(run(env, session, { parked })), { uninterruptible: true }),
           Fiber.interrupt
         )
       }),

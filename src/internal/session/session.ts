@@ -10,7 +10,6 @@
 import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type { Store } from "../../Store.js"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
@@ -19,7 +18,7 @@ import type { Engine, Grant, LocalQueue, SignalInbox } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import type { SignalEvent, Signals } from "../signals.js"
 import { fineMillis, type Timers } from "../timers.js"
-import type { HoldState } from "./relay.js"
+import type { HoldState, ParkedLease } from "./relay.js"
 
 /**
  * What the session machinery of one `Lease` service shares.
@@ -54,7 +53,7 @@ export interface SessionEnv {
    */
   readonly parkMs: number
   /** Continue a parked hold in a new session fiber (`notify` calls it). */
-  readonly resume: (session: Session, state: HoldState) => void
+  readonly resume: (session: Session, parked: ParkedLease) => void
   /** The modifications made in one step of the store since the last yield after one (`caller.inStep`). */
   readonly inStep: { made: number }
   /** The clock of the fiber that built the worker: what `caller.inStep` times a decision with. */
@@ -105,13 +104,6 @@ export const leases = (env: SessionEnv, token: string): boolean => {
 }
 
 /** @internal */
-export interface LeaseState {
-  readonly cache: Map<string, Option.Option<string>>
-  /** The lease's hold: running, waiting, or parked. */
-  readonly hold: HoldState
-}
-
-/** @internal */
 export interface Session {
   readonly token: string
   readonly queue: Array<Request>
@@ -120,14 +112,16 @@ export interface Session {
   /** Ends the session's listening to the token's signals; called when the session ends. */
   unlisten: (() => void) | undefined
   signals: Inbox | undefined
-  lease: LeaseState | undefined
+  /** The lease's hold, running or waiting; or, parked, what is left of it. */
+  lease: HoldState | ParkedLease | undefined
   /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
   own: Grant | undefined
   /**
    * A lease's hold with no fiber: parked once it was idle for `parkMs`, it keeps the lock
-   * (its keep-alive and deadline are timers) and goes on in a new fiber at the next change.
+   * (its record is the timer of its deadline and next extension) and goes on in a new
+   * fiber at the next change.
    */
-  parked: HoldState | undefined
+  parked: ParkedLease | undefined
 }
 
 /**
@@ -149,7 +143,7 @@ export const notify = (session: Session) => {
   current.done(Exit.void)
   const parked = session.parked
   if (parked !== undefined) {
-    session.parked = undefined
+    parked.unpark()
     parked.env.resume(session, parked)
   }
 }
@@ -188,20 +182,31 @@ const none: ReadonlyArray<SignalEvent> = []
  * @internal
  */
 export class Inbox implements SignalInbox {
-  private items: Array<SignalEvent> = []
+  // made by the first signal: most sessions' leases end with none received
+  private items: Array<SignalEvent> | undefined = undefined
   /** How many signals wait to be taken. */
   get size(): number {
-    return this.items.length
+    return this.items?.length ?? 0
   }
   push(event: SignalEvent): void {
-    this.items.push(event)
+    if (this.items === undefined) this.items = [event]
+    else this.items.push(event)
   }
-  readonly take = (): ReadonlyArray<SignalEvent> => {
-    if (this.items.length === 0) return none
+  take(): ReadonlyArray<SignalEvent> {
     const taken = this.items
-    this.items = []
+    if (taken === undefined) return none
+    this.items = undefined
     return taken
   }
+}
+
+/**
+ * The listener of a session's signals, made here: it captures the inbox and the session
+ * alone (a leased token keeps it as long as its lease), not `openSignals`'s locals.
+ */
+const inboxListener = (inbox: Inbox, session: Session) => (event: SignalEvent) => {
+  inbox.push(event)
+  notify(session)
 }
 
 /**
@@ -218,12 +223,7 @@ export const openSignals = (env: SessionEnv, session: Session): Effect.Effect<In
     return Effect.uninterruptibleMask((restore) =>
       Effect.gen(function* () {
         const inbox = new Inbox()
-        session.unlisten = yield* restore(
-          env.signals.listen(session.token, (event) => {
-            inbox.push(event)
-            notify(session)
-          })
-        )
+        session.unlisten = yield* restore(env.signals.listen(session.token, inboxListener(inbox, session)))
         session.signals = inbox
         return inbox
       })

@@ -60,24 +60,57 @@ export interface Mark {
   readonly seq: number
 }
 
+type Listener = (event: SignalEvent) => void
+
 export interface Entry {
   readonly token: string
   readonly channel: Channel
-  readonly listeners: Set<(event: SignalEvent) => void>
+  /**
+   * Its listeners: one alone (a token's session, as a rule) without a set, which would cost
+   * a held lease more than the rest of its entry.
+   */
+  listeners: Listener | Set<Listener> | undefined
   /** Set by a sweep that found it without listeners; the next such sweep removes it. */
   idle: boolean
 }
 
-const tell = (entry: Entry | undefined, event: SignalEvent) => {
-  if (entry === undefined) return
-  for (const listener of entry.listeners) {
-    // A listener that throws must not stop the channel's other tokens' notices.
-    try {
-      listener(event)
-    } catch {
-      // its own fault, its own loss
-    }
+const listenerCount = (entry: Entry) =>
+  entry.listeners === undefined ? 0 : typeof entry.listeners === "function" ? 1 : entry.listeners.size
+
+const addListener = (entry: Entry, listener: Listener) => {
+  const listeners = entry.listeners
+  if (listeners === undefined) entry.listeners = listener
+  else if (typeof listeners === "function") entry.listeners = new Set([listeners, listener])
+  else listeners.add(listener)
+}
+
+const removeListener = (entry: Entry, listener: Listener) => {
+  const listeners = entry.listeners
+  if (listeners === listener) entry.listeners = undefined
+  else if (listeners !== undefined && typeof listeners !== "function") listeners.delete(listener)
+}
+
+/**
+ * The function that removes `listener`, made here rather than bound to a name where it is
+ * used: a build that keeps function names (tsx, esbuild's `keepNames`) defines `name` on a
+ * named one, which turns every held lease's copy into a dictionary of properties.
+ */
+const unlistener = (entry: Entry, listener: Listener) => () => removeListener(entry, listener)
+
+const tellOne = (listener: Listener, event: SignalEvent) => {
+  // A listener that throws must not stop the channel's other tokens' notices.
+  try {
+    listener(event)
+  } catch {
+    // its own fault, its own loss
   }
+}
+
+const tell = (entry: Entry | undefined, event: SignalEvent) => {
+  const listeners = entry?.listeners
+  if (listeners === undefined) return
+  if (typeof listeners === "function") tellOne(listeners, event)
+  else for (const listener of listeners) tellOne(listener, event)
 }
 
 const closeScope = (channel: Channel) =>
@@ -182,7 +215,7 @@ export const make = (
       }
       channels.set(name, channel)
     }
-    const entry: Entry = { token, channel, listeners: new Set(), idle: false }
+    const entry: Entry = { token, channel, listeners: undefined, idle: false }
     channel.tokens.set(token, entry)
     entries.set(token, entry)
     return entry
@@ -195,7 +228,7 @@ export const make = (
     }
     const gone: Array<Channel> = []
     for (const entry of entries.values()) {
-      if (entry.listeners.size > 0) entry.idle = false
+      if (listenerCount(entry) > 0) entry.idle = false
       else if (!entry.idle) entry.idle = true
       else {
         // Gone from the maps before anything yields: a listener from now on makes a new entry.
@@ -223,11 +256,9 @@ export const make = (
     Effect.flatMap(validateToken(token), () =>
       Effect.suspend(() => {
         const entry = entryOf(token)
-        entry.listeners.add(listener)
+        addListener(entry, listener)
         entry.idle = false
-        const unlisten = () => {
-          entry.listeners.delete(listener)
-        }
+        const unlisten = unlistener(entry, listener)
         // Listening before the subscription is confirmed: nothing published after it is missed.
         if (entry.channel.live) return Effect.succeed(unlisten)
         return ensureLive(entry.channel).pipe(
@@ -266,7 +297,7 @@ export const make = (
     /** Subscribe every channel whose subscription was lost (the `signals` loop's attempt). */
     restoreAll: Effect.suspend(() => Effect.forEach([...channels.values()], ensureLive, { discard: true })),
     /** Tokens with at least one listener. */
-    tokens: Effect.sync(() => [...entries.values()].filter((entry) => entry.listeners.size > 0).map((e) => e.token)),
+    tokens: Effect.sync(() => [...entries.values()].filter((entry) => listenerCount(entry) > 0).map((e) => e.token)),
     /** Tokens whose channel's subscription delivers. */
     subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.channel.live).map((e) => e.token))
   }
