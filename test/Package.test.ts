@@ -3,8 +3,8 @@
  * beside `effect` and `@effect/platform-node`, with one copy of `effect` in the app (a peer
  * dependency, not a second copy under leasehold), and examples/minimal/main.ts copied in
  * unchanged: type-checked under strict `tsc`, then serving `POST /api/bump`. The tarball
- * holds the built library, its sources, the README, the LICENSE and the CHANGELOG, and
- * nothing of the tests, benchmarks or examples.
+ * holds the built library, its sources, the browser client, the README, the LICENSE and the
+ * CHANGELOG, and nothing of the tests, benchmarks or examples.
  *
  * It packs with `npm pack` (which builds `dist/`) and installs from the npm registry.
  */
@@ -60,8 +60,14 @@ describe("the packed library in a fresh Effect 4 application", () => {
           .split("\n")
           .map((entry) => entry.replace(/^package\//, ""))
         const topLevel = [...new Set(entries.map((entry) => entry.split("/")[0]!))].sort()
-        deepStrictEqual(topLevel, ["CHANGELOG.md", "LICENSE", "README.md", "dist", "package.json", "src"])
-        for (const file of ["dist/index.js", "dist/index.d.ts", "dist/bin.js"]) {
+        deepStrictEqual(topLevel, ["CHANGELOG.md", "LICENSE", "README.md", "client", "dist", "package.json", "src"])
+        for (const file of [
+          "dist/index.js",
+          "dist/index.d.ts",
+          "dist/bin.js",
+          "client/index.js",
+          "client/index.d.ts"
+        ]) {
           assert.include(entries, file, `${file} is not in the tarball`)
         }
         assert.deepStrictEqual(
