@@ -7,13 +7,13 @@ import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as SchemaIssue from "effect/SchemaIssue"
 import { Health, type LoopState } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
 import { LeaseholdConfig, usesRedis } from "leasehold/LeaseholdConfig"
 import * as Prometheus from "leasehold/Prometheus"
 import { tokenProblem } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
-import { problem, Step } from "./Protocol.js"
 
 /** A request the API cannot serve as asked: answered 400. */
 export class BadRequest extends Data.TaggedError("BadRequest")<{ readonly message: string }> {}
@@ -36,7 +36,12 @@ const tokenParam = Effect.gen(function* () {
   return token
 })
 
-const decodeStep = Schema.decodeUnknownResult(Schema.NumberFromString.pipe(Schema.decodeTo(Step)))
+const decodeStep = Schema.decodeUnknownResult(Schema.NumberFromString.pipe(Schema.decodeTo(Counter.Step)))
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
+const problem = (error: Schema.SchemaError) =>
+  formatIssues(error.issue)
+    .issues.map((issue) => issue.message)
+    .join("; ")
 
 const stepParam = Effect.gen(function* () {
   const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")

@@ -63,7 +63,8 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
       assert.match(metrics.body, /^leasehold_loop_state\{loop="mailbox"\} 0$/m)
       const noOwner = 'leasehold_mailbox_dropped_total{reason="no-owner"}'
       assert.strictEqual(metric(metrics.body, noOwner) - metric(before, noOwner), 1)
-      assert.strictEqual(metric(metrics.body, "counter_sockets_open") - metric(before, "counter_sockets_open"), 1)
+      const open = "leasehold_session_sockets_open"
+      assert.strictEqual(metric(metrics.body, open) - metric(before, open), 1)
     })
   )
 
