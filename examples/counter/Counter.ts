@@ -1,12 +1,8 @@
 /**
- * The counter of a tab: one slice of its state, changed under the token's lock, and the
- * socket session whose `bump` events change it.
- *
- * Besides the value, the slice keeps a version `v` (one more on every change, assigned
- * under the lock, so versions order a token's changes totally) and `epoch`, the time its
- * first change was made: a counter whose slice expired starts again at version 1 with a
- * later epoch. `(epoch, v)` is what the session compares to put updates that travelled
- * through different workers back in order.
+ * The counter of a tab: one slice of its state, and the socket session whose `bump` events
+ * change it. Its version `v` (one more per change, under the lock) and `epoch` (the time of
+ * its first change; a slice that expired starts again with a later one) order a token's
+ * updates, however many workers they travelled through.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -68,10 +64,7 @@ const step = (token: string | undefined, count: Count, by: number, now: number) 
   return Result.succeed({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
 }
 
-/**
- * The tab's socket: each `bump` applied under the token's lock (a burst in one
- * modification), answered with the new count; an overflow refuses the bump alone.
- */
+/** The tab's socket: each `bump` applied under the token's lock, answered with the new count. */
 export const session = SocketSession.make({
   events: Bump,
   updates: Count,
@@ -88,10 +81,8 @@ export const session = SocketSession.make({
 })
 
 /**
- * Bumps of one token by each of `steps`, in order, in one modification (one lock turn, one
- * write): what each gave, a count or an overflow (which changes nothing; the next step goes
- * on from the count before it). A plain function (`modify`), which the store runs in one
- * step. Nothing is written when every step overflowed.
+ * Bumps by each of `steps` in one modification: each a count, or an overflow that changes
+ * nothing (the next goes on from the count before it). A plain function: one store step.
  */
 export const bumpAll = (states: StateManager["Service"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {

@@ -1,8 +1,6 @@
 /**
- * `GET /`: the page, and `GET /leasehold/client.js`: the browser client it imports
- * (`leasehold/client`, the file as the package ships it). The client keeps the tab's token
- * in sessionStorage (a reload keeps it, another tab gets its own), reconnects by itself, and
- * resends a bump whose answer a lost socket took with it, applied once all the same.
+ * `GET /`: the page, on the browser client (`leasehold/client`, served as the package ships
+ * it), which keeps the tab's token in sessionStorage, reconnects, and applies each bump once.
  */
 import { readFileSync } from "node:fs"
 import { fileURLToPath } from "node:url"

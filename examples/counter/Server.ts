@@ -1,12 +1,8 @@
 /**
- * One worker of the app: leasehold's worker layer (on the store the `LEASEHOLD_*` variables
- * name: Redis when `LEASEHOLD_REDIS_URL` or `LEASEHOLD_REDIS_SENTINELS` is set, else the
- * embedded store) delivering to the counter's socket session, and the HTTP server.
- *
- * Shutdown order follows from the layers: the HTTP server closes first (no new
- * connection; every socket is sent its close, and its fiber removes its record as it ends;
- * a connection still open after `connectionCloseGrace` is cut), then the leasehold worker
- * (loops stopped, leases flushed, remaining records removed, store connections closed).
+ * One worker of the app: leasehold's worker (on the store the `LEASEHOLD_*` variables name)
+ * delivering to the counter's socket session, and the HTTP server. The server closes first
+ * (every socket sent its close, its record removed; a connection still open after
+ * `connectionCloseGrace` cut), then the worker (leases flushed, records removed).
  */
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Duration from "effect/Duration"
@@ -38,10 +34,7 @@ export const routes = Layer.mergeAll(
   HttpRouter.add("GET", "/metrics", Api.metrics)
 )
 
-/**
- * The leasehold worker, delivering updates to this process's sockets, on the store and with
- * the settings the `LEASEHOLD_*` variables name (and the app's default data directory).
- */
+/** The leasehold worker, delivering to this process's sockets, as `LEASEHOLD_*` (and the app's data directory) say. */
 export const workerLayer = SocketSession.layer(session, Worker.layerFromEnv).pipe(
   Layer.provide(ConfigProvider.layer(leaseholdEnvironment()))
 )
@@ -62,17 +55,12 @@ const announce = Layer.effectDiscard(
 )
 
 /**
- * How long a closing server waits for its connections to end by themselves (a WebSocket's
- * close handshake, a request under way) before it cuts them: a peer that is frozen or gone
- * never completes a close handshake, and the server's close would wait for it, keeping the
- * leases and records behind it from their last write.
+ * How long a closing server waits for its connections to end by themselves before it cuts
+ * them: a frozen peer never completes a close, and would hold the leases behind it.
  */
 export const connectionCloseGrace = Duration.seconds(2)
 
-/**
- * The platform's per-request server span, kept only with `HTTP_TRACING=true`: it costs
- * CPU on every request whether or not a tracer exports it.
- */
+/** The platform's per-request server span, only with `HTTP_TRACING=true`: it costs CPU, exported or not. */
 export const httpTracing =
   (enabled: boolean) =>
   <A, E, R>(layer: Layer.Layer<A, E, R>): Layer.Layer<A, E, R> =>
