@@ -27,14 +27,17 @@ export type Applied = false | "unknown"
  *   frame was invalid). An `error` of unknown outcome (the store failed around the commit)
  *   fails nothing: the event is sent again with its seq after a pause, and settled by that answer;
  * - `"too_large"`: its frame is over the server's frame cap (`maxFrameBytes` of `hello`);
- * - `"forgotten"`: the server no longer remembers this client's last event;
- * - `"new_token"`: the server gave the tab a new token, so a new state;
- * - `"closed"`: `close()` was called before its answer came.
+ * - `"forgotten"`: the server no longer remembers this client's last event, and an earlier
+ *   socket carried this one without an answer;
+ * - `"new_token"`: the server gave the tab a new token, so a new state, and an earlier socket
+ *   carried this event without an answer;
+ * - `"closed"`: `close()` was called before its answer came;
+ * - `"invalid"`: the event cannot be written as JSON (a cycle, a `BigInt`): refused unsent.
  *
  * @since 0.2.0
  * @category errors
  */
-export type Reason = "refused" | "too_large" | "forgotten" | "new_token" | "closed"
+export type Reason = "refused" | "too_large" | "forgotten" | "new_token" | "closed" | "invalid"
 
 /**
  * The rejection of `send`'s promise.
@@ -213,7 +216,8 @@ export declare class Outbox<E extends object, U extends object> {
   /** A link closed with 1009: the largest frame in flight fails as `"too_large"`. */
   refuseLargest(): void
   /**
-   * Settle the event a reply answers. `"forgotten"`: the client must start over (`restart`);
+   * Settle the event a reply answers. `"forgotten"`: the client must start over (`restart`),
+   * the frames in flight on this link known not applied;
    * `"retry"`: an answer of unknown outcome held sending, until `release` after a pause.
    */
   answer(reply: Reply): "forgotten" | "retry" | undefined

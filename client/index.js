@@ -101,6 +101,13 @@ export class Outbox {
   push(event) {
     return /** @type {Promise<Answer<U>>} */ (
       new Promise((resolve, reject) => {
+        try {
+          JSON.stringify(event)
+        } catch (cause) {
+          // checked here, once: an event that cannot be written would stop every later one in `pump`
+          reject(new SendError(`the event cannot be written as JSON: ${String(cause)}`, false, "invalid"))
+          return
+        }
         this.entries.push({ event, seq: undefined, inFlight: false, sends: 0, bytes: 0, resolve, reject })
         this.pump()
       })
@@ -147,7 +154,18 @@ export class Outbox {
 
   /** @param {Reply} reply */
   answer(reply) {
-    if (reply.type === "forgotten") return "forgotten"
+    if (reply.type === "forgotten") {
+      // The server does not know this client: no frame in flight on this link was applied
+      // (the ones before were answered, the ones after are answered `forgotten` too), so
+      // only what earlier links carried is of unknown outcome.
+      for (const entry of this.entries) {
+        if (!entry.inFlight) continue
+        entry.inFlight = false
+        entry.sends--
+      }
+      this.inFlight = 0
+      return "forgotten"
+    }
     const entry = this.entries.find((entry) => entry.seq === reply.seq)
     if (entry === undefined) return undefined
     if (entry.inFlight) {
@@ -482,6 +500,7 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
           // The server lost this client's L: the events it may have applied fail, and the page
           // goes on as a new client (a new id in the address, so a new socket) from seq 1,
           // never reusing a (client, seq) the server might have applied.
+          outbox.answer(message)
           outbox.restart("forgotten")
           clientId = newClientId()
           socket = undefined

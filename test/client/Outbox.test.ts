@@ -220,6 +220,18 @@ describe("client Outbox", () => {
     assert.strictEqual(fits.answer?.update.n, 2)
   })
 
+  it("an event that cannot be written as JSON fails at once and holds up nothing", async () => {
+    const { box, sent, link } = outbox()
+    link()
+    const cyclic: { type: "bump"; by: number; self?: unknown } = { type: "bump", by: 1 }
+    cyclic.self = cyclic
+    const invalid = track(box.push(cyclic))
+    void box.push(bump(2))
+    await settled()
+    rejected(invalid, false, "invalid")
+    assert.deepStrictEqual(sent, [{ type: "bump", by: 2, seq: 1 }])
+  })
+
   it("an unanswered event over a new link's smaller cap fails as of unknown outcome", async () => {
     const { box, sent, link } = outbox()
     link()
@@ -231,31 +243,49 @@ describe("client Outbox", () => {
     assert.strictEqual(sent.length, 1)
   })
 
-  it("a new token or a forgotten client: what may have been applied fails; the rest goes again from seq 1", async () => {
-    for (const reason of ["new_token", "forgotten"] as const) {
-      const { box, sent, link } = outbox()
-      link()
-      const maybe = track(box.push(bump(1)))
-      const notApplied = track(box.push(bump(2)))
-      const inFlight = track(box.push(bump(3)))
-      box.answer({ type: "update", seq: 1, n: 1 })
-      box.answer({ type: "resend", seq: 2, from: 9 })
-      if (reason === "forgotten") assert.strictEqual(box.answer({ type: "forgotten", seq: 3 }), "forgotten")
-      box.unlink()
-      const queued = track(box.push(bump(4)))
-      box.restart(reason)
-      assert.strictEqual(box.next, 1)
-      link()
-      assert.deepStrictEqual(sent.slice(3), [
-        { type: "bump", by: 2, seq: 1 },
-        { type: "bump", by: 4, seq: 2 }
-      ])
-      await settled()
-      assert.strictEqual(maybe.answer?.update.n, 1)
-      rejected(inFlight, "unknown", reason)
-      assert.isUndefined(notApplied.error)
-      assert.isUndefined(queued.error)
-    }
+  it("a new token: what an earlier link carried unanswered fails; the rest goes again from seq 1", async () => {
+    const { box, sent, link } = outbox()
+    link()
+    const answered = track(box.push(bump(1)))
+    const notApplied = track(box.push(bump(2)))
+    const unanswered = track(box.push(bump(3)))
+    box.answer({ type: "update", seq: 1, n: 1 })
+    box.answer({ type: "resend", seq: 2, from: 9 })
+    box.unlink()
+    const queued = track(box.push(bump(4)))
+    box.restart("new_token")
+    assert.strictEqual(box.next, 1)
+    link()
+    assert.deepStrictEqual(sent.slice(3), [
+      { type: "bump", by: 2, seq: 1 },
+      { type: "bump", by: 4, seq: 2 }
+    ])
+    await settled()
+    assert.strictEqual(answered.answer?.update.n, 1)
+    rejected(unanswered, "unknown", "new_token")
+    assert.isUndefined(notApplied.error)
+    assert.isUndefined(queued.error)
+    assert.strictEqual(box.size, 2)
+  })
+
+  it("forgotten: what this link carried was not applied and goes again from seq 1; what an earlier one carried fails", async () => {
+    const { box, sent, link } = outbox()
+    link()
+    const earlier = track(box.push(bump(1)))
+    box.unlink()
+    link()
+    const thisLink = track(box.push(bump(2)))
+    assert.deepStrictEqual(seqs(sent), [1, 1, 2])
+    assert.strictEqual(box.answer({ type: "forgotten", seq: 1 }), "forgotten")
+    assert.strictEqual(box.inFlight, 0)
+    box.restart("forgotten")
+    box.unlink()
+    link()
+    assert.deepStrictEqual(sent.slice(3), [{ type: "bump", by: 2, seq: 1 }])
+    box.answer({ type: "update", seq: 1, n: 5 })
+    await settled()
+    rejected(earlier, "unknown", "forgotten")
+    assert.strictEqual(thisLink.answer?.update.n, 5)
   })
 
   it("a socket closed with 1009 fails the largest frame in flight; unknown when it was sent before", async () => {
