@@ -123,6 +123,32 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
     })
   )
 
+  it.effect("a bump with seq is applied once: its resend, on this socket or the next, is answered duplicate", () =>
+    Effect.gen(function* () {
+      const app = yield* Shared
+      const first = yield* connect(app, "tab-seq", "page-1")
+      yield* first.waitFor((frame) => frame.type === "state")
+      yield* first.send({ type: "bump", by: 2, seq: 1 })
+      yield* first.send({ type: "bump", by: 2, seq: 1 })
+      const applied = yield* first.waitFor((frame) => frame.type === "update" && frame.seq === 1)
+      assert.strictEqual(applied.n, 2)
+      const duplicate = yield* first.waitFor((frame) => frame.type === "state" && frame.seq === 1)
+      assert.isTrue(duplicate.duplicate)
+      assert.strictEqual(duplicate.n, 2)
+      // a gap is not applied: the client is asked to resend from the next seq
+      yield* first.send({ type: "bump", by: 5, seq: 3 })
+      deepStrictEqual(yield* first.waitFor((frame) => frame.type === "resend"), { type: "resend", from: 2, seq: 3 })
+      yield* first.close
+      // the same page on a new socket: seq 1 again is a duplicate, seq 2 is applied
+      const again = yield* connect(app, "tab-seq", "page-1")
+      yield* again.send({ type: "bump", by: 2, seq: 1 })
+      yield* again.send({ type: "bump", by: 3, seq: 2 })
+      assert.isTrue((yield* again.waitFor((frame) => frame.seq === 1)).duplicate)
+      assert.strictEqual((yield* again.waitFor((frame) => frame.type === "update" && frame.seq === 2)).n, 5)
+      assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-seq`)).body.n, 5)
+    })
+  )
+
   it.effect("a reload keeps its token; a duplicate tab gets a new one; an API bump reaches the socket", () =>
     Effect.gen(function* () {
       const app = yield* Shared
