@@ -8,7 +8,7 @@
  * through a mailbox: what is left is the cost of the stack per event.
  *
  * With `BATCH_WRITES=1` its socket's writes are held back to the end of each turn of the
- * event loop, as the example's are (examples/counter/Upgrade.ts): one write to the
+ * event loop, as the socket session's are (src/internal/socket/upgrade.ts): one write to the
  * connection for the frames of a turn rather than one per frame. Without it, this is the
  * minimal server; with it, the same server with the example's one change to its socket path.
  *

@@ -12,7 +12,7 @@
  * redis-server of its own on a free port), when `redis-server` is on the PATH.
  *
  * The example holds its socket's writes back to the end of each turn of the event loop, so
- * that the frames of a turn leave in one write (examples/counter/Upgrade.ts); the baseline
+ * that the frames of a turn leave in one write (the socket session's upgrade, src/internal/socket/upgrade.ts); the baseline
  * does not. `batched_baseline_*` is the baseline with that same change
  * (`BATCH_WRITES=1`): the stack's cost per event with the socket path the example has, the
  * figure to compare with for what leasehold itself costs.

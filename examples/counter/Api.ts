@@ -1,19 +1,16 @@
-/**
- * The HTTP API: bump and read a tab's counter from any worker, health and metrics.
- */
+/** The HTTP API: bump and read a tab's counter from any worker, health and metrics. */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import { Health, type LoopState } from "leasehold/Health"
+import { Health } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
 import { LeaseholdConfig, usesRedis } from "leasehold/LeaseholdConfig"
 import * as Prometheus from "leasehold/Prometheus"
 import { tokenProblem } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
-import { problem, Step } from "./Protocol.js"
 
 /** A request the API cannot serve as asked: answered 400. */
 export class BadRequest extends Data.TaggedError("BadRequest")<{ readonly message: string }> {}
@@ -36,23 +33,19 @@ const tokenParam = Effect.gen(function* () {
   return token
 })
 
-const decodeStep = Schema.decodeUnknownResult(Schema.NumberFromString.pipe(Schema.decodeTo(Step)))
+const decodeStep = Schema.decodeUnknownResult(Schema.NumberFromString.pipe(Schema.decodeTo(Counter.Step)))
 
 const stepParam = Effect.gen(function* () {
   const by = single(yield* HttpServerRequest.ParsedSearchParams, "by")
   if (by === undefined) return 1
   const step = decodeStep(by.trim() === "" ? "x" : by)
   if (Result.isFailure(step)) {
-    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${problem(step.failure)}` })
+    return yield* new BadRequest({ message: `invalid by ${JSON.stringify(by)}: ${step.failure.message}` })
   }
   return step.success
 })
 
-/**
- * Answer an API failure as JSON: 400 for bad input, 503 while the store cannot serve (or,
- * with `LEASEHOLD_MIN_REPLICAS_ACK`, its replicas do not acknowledge), 500 for anything
- * else (a defect of the app).
- */
+/** An API failure as JSON: 400 for bad input, 503 while the store cannot serve (or ack), 500 for a defect. */
 const answerFailure = <A, E extends { readonly _tag: string; readonly message: string }, R>(
   effect: Effect.Effect<A, E, R>
 ) =>
@@ -104,8 +97,6 @@ export const state = answerFailure(
   })
 )
 
-const stateName = (state: LoopState) => state._tag.toLowerCase()
-
 /** `GET /healthz`: 200 when every loop runs, 503 with the same body otherwise. */
 export const healthz = Effect.gen(function* () {
   const health = yield* Health
@@ -119,7 +110,7 @@ export const healthz = Effect.gen(function* () {
       store: usesRedis(config) ? "redis" : "memory",
       loops: loops.map(({ name, state }) => ({
         name,
-        state: stateName(state),
+        state: state._tag.toLowerCase(),
         since: new Date(state.since).toISOString(),
         ...(state._tag === "Retrying"
           ? { error: state.lastError }

@@ -12,44 +12,8 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as SchemaIssue from "effect/SchemaIssue"
 
-/** Settings of one app process. */
-export interface AppSettings {
-  readonly port: number
-  /** Unset: every interface. */
-  readonly host: Option.Option<string>
-  /** Worker processes; more than one forks them with `node:cluster`. */
-  readonly workers: number
-  /** Whether `LEASEHOLD_REDIS_URL` or `LEASEHOLD_REDIS_SENTINELS` is set (workers cannot share the embedded store). */
-  readonly redis: boolean
-  /**
-   * Whether each HTTP request gets a server span (`HTTP_TRACING`, default off). The
-   * platform makes one per request by default; with no tracer installed to export them
-   * that is pure cost (docs/configuration.md has the figures).
-   */
-  readonly httpTracing: boolean
-  /**
-   * The largest WebSocket message a client may send, in bytes (`MAX_FRAME_BYTES`, default
-   * 64 KiB). A frame announcing more is answered with a close frame, code 1009, before its
-   * payload is read.
-   */
-  readonly maxFrameBytes: number
-  /** The largest HTTP request body, in bytes (`MAX_BODY_BYTES`, default 64 KiB): above it, 413. */
-  readonly maxBodyBytes: number
-  /** The longest request target (path and query string), in bytes (`MAX_URL_BYTES`, default 8 KiB): above it, 414. */
-  readonly maxUrlBytes: number
-}
-
 /** The data directory `npm start` uses when `LEASEHOLD_DATA_DIR` is not set. */
 export const defaultDataDir = ".leasehold"
-
-/** `MAX_FRAME_BYTES` when unset: 64 KiB, a thousand times the largest frame the page sends. */
-export const defaultMaxFrameBytes = 65_536
-
-/** `MAX_BODY_BYTES` when unset: 64 KiB (the API reads no body; a route that did would be bounded by it). */
-export const defaultMaxBodyBytes = 65_536
-
-/** `MAX_URL_BYTES` when unset: 8 KiB (a token is at most 128 characters). */
-export const defaultMaxUrlBytes = 8_192
 
 /** `config`, refused with `message` unless `valid`. */
 const checked = <A>(config: Config.Config<A>, message: string, valid: (value: A) => boolean): Config.Config<A> =>
@@ -61,19 +25,16 @@ const checked = <A>(config: Config.Config<A>, message: string, valid: (value: A)
     )
   )
 
-/**
- * A bound in bytes: a whole number from 1 up. The description is what docs/configuration.md
- * says of the variable, kept beside it.
- */
-const bytes = (name: string, fallback: number, _description: string) =>
+/** A bound in bytes: a whole number from 1 up. */
+const bytes = (name: string, fallback: number) =>
   checked(
     Config.Int(name).pipe(Config.withDefault(fallback)),
     `${name} must be a whole number of bytes above 0`,
     (n) => n >= 1
   )
 
-/** The settings, from the environment (each variable's description beside it). */
-export const appConfig: Config.Config<AppSettings> = Config.all({
+/** The settings of one app process, from the environment (each variable's description beside it). */
+export const appConfig = Config.all({
   // HTTP port
   port: Config.Port("PORT").pipe(Config.withDefault(3000)),
   // interface to listen on; unset: all
@@ -89,16 +50,18 @@ export const appConfig: Config.Config<AppSettings> = Config.all({
     Config.option(Config.String("LEASEHOLD_REDIS_URL")),
     Config.option(Config.String("LEASEHOLD_REDIS_SENTINELS"))
   ]).pipe(Config.map((targets) => targets.some((target) => Option.isSome(target) && target.value !== ""))),
-  // a server span per HTTP request (for an installed tracer); default off
+  // a server span per HTTP request (docs/configuration.md has its cost); default off
   httpTracing: Config.Boolean("HTTP_TRACING").pipe(Config.withDefault(false)),
-  maxFrameBytes: bytes(
-    "MAX_FRAME_BYTES",
-    defaultMaxFrameBytes,
-    "largest WebSocket message from a client (else close 1009)"
-  ),
-  maxBodyBytes: bytes("MAX_BODY_BYTES", defaultMaxBodyBytes, "largest HTTP request body (else 413)"),
-  maxUrlBytes: bytes("MAX_URL_BYTES", defaultMaxUrlBytes, "longest HTTP request target, path and query (else 414)")
+  // largest WebSocket message from a client, the session's frame cap (64 KiB: 1,000 times a bump)
+  maxFrameBytes: bytes("MAX_FRAME_BYTES", 65_536),
+  // largest HTTP request body, else 413 (64 KiB: the API reads none)
+  maxBodyBytes: bytes("MAX_BODY_BYTES", 65_536),
+  // longest HTTP request target, path and query, else 414 (8 KiB: a token is at most 128 characters)
+  maxUrlBytes: bytes("MAX_URL_BYTES", 8_192)
 })
+
+/** Settings of one app process. */
+export type AppSettings = Config.Success<typeof appConfig>
 
 /**
  * How the app reads its settings: from the process's environment, where a variable set but

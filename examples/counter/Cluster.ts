@@ -1,14 +1,9 @@
 /**
- * `WORKERS=N`: the primary process forks N workers with `node:cluster`; they share the
- * port (the primary hands out connections round-robin) and each runs a full app worker
- * on the same Redis.
- *
- * The primary waits until every worker listens. A worker that dies before listening
- * fails the start (a bad setting or an unreachable Redis would fail every try); one that
- * dies later is replaced. On SIGTERM or SIGINT the primary asks every worker to shut down
- * gracefully (SIGTERM) and exits once all have exited; a worker still running 1 s after its
- * own shutdown deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s) is killed, and the primary's
- * deadline is 2 s after the workers'.
+ * `WORKERS=N`: the primary forks N workers with `node:cluster`, sharing the port, each a full
+ * app worker on the same Redis. A worker that dies before listening fails the start (a bad
+ * setting would fail every try); one that dies later is replaced. On SIGTERM or SIGINT the
+ * primary sends each worker SIGTERM and exits once all have; one still running 1 s past its
+ * deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`, 10 s) is killed; the primary's is 2 s later.
  */
 import cluster, { type Worker } from "node:cluster"
 import * as Data from "effect/Data"

@@ -1,17 +1,15 @@
 /**
- * The counter of a tab: one slice of its state, changed under the token's lock.
- *
- * Besides the value, the slice keeps a version `v` (one more on every change, assigned
- * under the lock, so versions order a token's changes totally) and `epoch`, the time its
- * first change was made: a counter whose slice expired starts again at version 1 with a
- * later epoch. `(epoch, v)` is what the socket's owner compares to put updates that
- * travelled through different workers back in order.
+ * The counter of a tab: one slice of its state, and the socket session whose `bump` events
+ * change it. Its version `v` (one more per change, under the lock) and `epoch` (the time of
+ * its first change; a slice that expired starts again with a later one) order a token's
+ * updates, however many workers they travelled through.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Mailbox from "leasehold/Mailbox"
+import * as SocketSession from "leasehold/SocketSession"
 import * as State from "leasehold/StateManager"
 import { StateManager } from "leasehold/StateManager"
 
@@ -32,14 +30,26 @@ export const Counter = State.slice("counter", Count, { n: 0, v: 0, epoch: 0 })
 /** The largest step a bump may take. */
 export const maxStep = 1_000_000
 
+/** A step of a bump: an integer within ±`maxStep`. */
+export const Step = Schema.Int.check(
+  Schema.isBetween(
+    { minimum: -maxStep, maximum: maxStep },
+    { message: `must be an integer between -${maxStep} and ${maxStep}` }
+  )
+)
+
+/** The one event a tab sends: `{"type":"bump","by":K}`. */
+export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Step })
+
 /** A bump that would take the counter out of the range of exact integers. */
 export class CounterOverflow extends Data.TaggedError("CounterOverflow")<{
-  readonly token: string
+  readonly token?: string | undefined
   readonly n: number
   readonly by: number
 }> {
   override get message(): string {
-    return `counter of token ${this.token} is ${this.n}: adding ${this.by} leaves the range of exact integers`
+    const of = this.token === undefined ? "" : ` of token ${this.token}`
+    return `counter${of} is ${this.n}: adding ${this.by} leaves the range of exact integers`
   }
 }
 
@@ -47,33 +57,32 @@ export class CounterOverflow extends Data.TaggedError("CounterOverflow")<{
 export const isNewer = (a: Pick<Count, "v" | "epoch">, b: Pick<Count, "v" | "epoch">): boolean =>
   a.epoch > b.epoch || (a.epoch === b.epoch && a.v > b.v)
 
-/**
- * Add `by` to the token's counter; the new count (`bumpAll` of one step). An overflow
- * leaves the count as it was (nothing is written) and fails the bump.
- */
-export const bump = (token: string, by: number) => Effect.flatMap(StateManager, (states) => bumpWith(states, token, by))
-
-/** `bump` with the state manager at hand (a socket's handler looks it up once). */
-export const bumpWith = (states: StateManager["Service"], token: string, by: number) =>
-  Effect.flatMap(bumpAll(states, token, [by]), (results) => Effect.fromResult(results[0]!))
-
 /** One step of a bump on `count`: the new count, or the overflow that leaves it as it was. */
-const step = (token: string, count: Count, by: number, now: number): Result.Result<Count, CounterOverflow> => {
+const step = (token: string | undefined, count: Count, by: number, now: number) => {
   const n = count.n + by
   if (!Number.isSafeInteger(n)) return Result.fail(new CounterOverflow({ token, n: count.n, by }))
   return Result.succeed({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
 }
 
+/** The tab's socket: each `bump` applied under the token's lock, answered with the new count. */
+export const session = SocketSession.make({
+  events: Bump,
+  updates: Count,
+  slices: { counter: Counter },
+  handle: (bump, { counter }) =>
+    Effect.clockWith((clock) =>
+      Effect.map(
+        Effect.fromResult(step(undefined, counter, bump.by, clock.currentTimeMillisUnsafe())),
+        (next) => [next, { counter: next }] as const
+      )
+    ),
+  view: ({ counter }) => counter,
+  isNewer
+})
+
 /**
- * Bumps of one token by each of `steps`, in order, in one modification: what each gave, a
- * count (its own version) or an overflow (which changes nothing, and the next step goes on
- * from the count before it). One turn of the lock and one write for them all, made before
- * any of the counts is returned: a socket's burst of bumps costs one modification, not one
- * each, and each bump's update still follows the write that holds it. A plain function
- * (`modify`): on the embedded store it runs inside one step of the store, on Redis in one
- * script when this worker holds the last values (else, as when the session decides it when
- * its turn comes, with no step of this fiber in between); each costs less than an effectful
- * one. Nothing is written when every step overflowed.
+ * Bumps by each of `steps` in one modification: each a count, or an overflow that changes
+ * nothing (the next goes on from the count before it). A plain function: one store step.
  */
 export const bumpAll = (states: StateManager["Service"], token: string, steps: ReadonlyArray<number>) =>
   Effect.clockWith((clock) => {
@@ -94,6 +103,12 @@ export const bumpAll = (states: StateManager["Service"], token: string, steps: R
       { event: "bump" }
     )
   })
+
+/** Add `by` to the token's counter: the new count, or an overflow that changes nothing. */
+export const bump = (token: string, by: number) =>
+  Effect.flatMap(StateManager, (states) =>
+    Effect.flatMap(bumpAll(states, token, [by]), (results) => Effect.fromResult(results[0]!))
+  )
 
 /** The token's counter now. */
 export const read = (token: string) => Effect.flatMap(StateManager, (states) => states.get(token, Counter))

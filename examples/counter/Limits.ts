@@ -1,15 +1,9 @@
 /**
- * Bounds on what one HTTP request may bring, checked before any route runs:
- *
- * - a request target (path and query string) over `MAX_URL_BYTES` is answered 414;
- * - a body over `MAX_BODY_BYTES` is answered 413: at once when its `Content-Length` says
- *   so (its bytes are not read), else (a chunked body) as soon as that many bytes have
- *   arrived (such a body is read and discarded before the route: no route of the example
- *   takes a body). A route that read one would read at most that much too.
- *
- * Both answers close the connection, so a client cannot go on sending what was refused.
- * Node refuses request headers over 16 KiB in all (`--max-http-header-size`) with 431
- * before the app sees them; see docs/operations.md for every bound.
+ * Bounds on what one HTTP request may bring, checked before any route runs: a request target
+ * over `MAX_URL_BYTES` is answered 414; a body over `MAX_BODY_BYTES` 413, from its
+ * `Content-Length` (unread) or, chunked, once that many bytes have arrived (no route reads a
+ * body; one that did would read at most that much). Both close the connection. Node answers
+ * headers over 16 KiB with 431 itself; docs/operations.md lists every bound.
  */
 import type { IncomingMessage } from "node:http"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"

@@ -1,8 +1,16 @@
 /**
- * `GET /`: the page. It keeps its token in sessionStorage (a reload keeps it, another tab
- * starts without one), shows the counter, the worker serving its socket and the socket's
- * state, and reconnects by itself with a growing delay.
+ * `GET /`: the page, on the browser client (`leasehold/client`, served as the package ships
+ * it), which keeps the tab's token in sessionStorage, reconnects, and applies each bump once.
  */
+import { readFileSync } from "node:fs"
+import { fileURLToPath } from "node:url"
+
+/** Where the page loads the client from. */
+export const clientPath = "/leasehold/client.js"
+
+/** The client module, read once at start. */
+export const client = readFileSync(fileURLToPath(import.meta.resolve("leasehold/client")), "utf8")
+
 export const page = `<!doctype html>
 <html lang="en">
 <head>
@@ -30,42 +38,23 @@ export const page = `<!doctype html>
   <dt>worker</dt><dd id="worker">–</dd>
   <dt>token</dt><dd id="token">–</dd>
 </dl>
-<script>
-(() => {
-  const key = "leasehold-token"
+<script type="module">
+  import { connect } from "${clientPath}"
+
   const $ = (id) => document.getElementById(id)
-  let socket
-  let retry = 0
-  const setStatus = (state) => { $("status").textContent = state; $("status").dataset.state = state }
-  const connect = () => {
-    const token = sessionStorage.getItem(key)
-    const url = new URL("/ws", location.href)
-    url.protocol = location.protocol === "https:" ? "wss:" : "ws:"
-    if (token) url.searchParams.set("token", token)
-    setStatus("connecting")
-    socket = new WebSocket(url)
-    socket.onopen = () => { retry = 0; setStatus("open") }
-    socket.onmessage = (event) => {
-      const message = JSON.parse(event.data)
-      switch (message.type) {
-        case "new_token": sessionStorage.setItem(key, message.token); break
-        case "hello": $("worker").textContent = message.instanceId; $("token").textContent = message.token; break
-        case "state": case "update": $("count").textContent = String(message.n); $("error").textContent = ""; break
-        case "error": $("error").textContent = message.message; break
-      }
+  const show = (count) => { $("count").textContent = String(count.n); $("error").textContent = "" }
+  const session = connect({
+    url: "/ws",
+    onState: show,
+    onUpdate: show,
+    onError: (message) => { $("error").textContent = message },
+    onStatus: (status) => {
+      $("status").textContent = status.state
+      $("status").dataset.state = status.state
+      if (status.state === "open") { $("worker").textContent = status.instanceId; $("token").textContent = status.token }
     }
-    socket.onclose = () => {
-      setStatus("closed")
-      const delay = Math.min(5000, 250 * 2 ** retry++)
-      setTimeout(connect, delay)
-    }
-  }
-  $("bump").onclick = () => {
-    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "bump", by: 1 }))
-    else $("error").textContent = "not connected; reconnecting…"
-  }
-  connect()
-})()
+  })
+  $("bump").onclick = () => session.send({ type: "bump", by: 1 }).catch((error) => { $("error").textContent = error.message })
 </script>
 </body>
 </html>

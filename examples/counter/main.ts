@@ -1,7 +1,4 @@
-/**
- * The counter app: `npm start` (see README.md). One process serves on `PORT`; with
- * `WORKERS=N` (and Redis) a primary forks N worker processes sharing the port.
- */
+/** The counter app: `npm start` (README.md). One process on `PORT`, or with `WORKERS=N` (and Redis) N of them. */
 import cluster from "node:cluster"
 import * as Cause from "effect/Cause"
 import * as Config from "effect/Config"

@@ -179,7 +179,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })(
         assert.strictEqual((yield* client.waitFor((frame) => frame.type === "update")).n, 1)
         assert.isTrue(client.isOpen())
         assert.strictEqual((yield* sendAndAwaitClose(app, bumpFrame(64 * KiB + 1))).code, 1009)
-        yield* app.waitFor(/a message over MAX_FRAME_BYTES, closed with 1009/)
+        yield* app.waitFor(/a message over the frame cap, closed with 1009/)
         // the app goes on serving
         const again = yield* connect(app)
         yield* again.send(bumpFrame(100))

@@ -63,7 +63,8 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
       assert.match(metrics.body, /^leasehold_loop_state\{loop="mailbox"\} 0$/m)
       const noOwner = 'leasehold_mailbox_dropped_total{reason="no-owner"}'
       assert.strictEqual(metric(metrics.body, noOwner) - metric(before, noOwner), 1)
-      assert.strictEqual(metric(metrics.body, "counter_sockets_open") - metric(before, "counter_sockets_open"), 1)
+      const open = "leasehold_session_sockets_open"
+      assert.strictEqual(metric(metrics.body, open) - metric(before, open), 1)
     })
   )
 
@@ -119,6 +120,32 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
         [1, 3, "error", 6, "error", 10]
       )
       assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-burst`)).body.n, 10)
+    })
+  )
+
+  it.effect("a bump with seq is applied once: its resend, on this socket or the next, is answered duplicate", () =>
+    Effect.gen(function* () {
+      const app = yield* Shared
+      const first = yield* connect(app, "tab-seq", "page-1")
+      yield* first.waitFor((frame) => frame.type === "state")
+      yield* first.send({ type: "bump", by: 2, seq: 1 })
+      yield* first.send({ type: "bump", by: 2, seq: 1 })
+      const applied = yield* first.waitFor((frame) => frame.type === "update" && frame.seq === 1)
+      assert.strictEqual(applied.n, 2)
+      const duplicate = yield* first.waitFor((frame) => frame.type === "state" && frame.seq === 1)
+      assert.isTrue(duplicate.duplicate)
+      assert.strictEqual(duplicate.n, 2)
+      // a gap is not applied: the client is asked to resend from the next seq
+      yield* first.send({ type: "bump", by: 5, seq: 3 })
+      deepStrictEqual(yield* first.waitFor((frame) => frame.type === "resend"), { type: "resend", from: 2, seq: 3 })
+      yield* first.close
+      // the same page on a new socket: seq 1 again is a duplicate, seq 2 is applied
+      const again = yield* connect(app, "tab-seq", "page-1")
+      yield* again.send({ type: "bump", by: 2, seq: 1 })
+      yield* again.send({ type: "bump", by: 3, seq: 2 })
+      assert.isTrue((yield* again.waitFor((frame) => frame.seq === 1)).duplicate)
+      assert.strictEqual((yield* again.waitFor((frame) => frame.type === "update" && frame.seq === 2)).n, 5)
+      assert.strictEqual((yield* request("GET", `${app.url}/api/state?token=tab-seq`)).body.n, 5)
     })
   )
 

@@ -221,10 +221,17 @@ export interface Client {
   readonly isOpen: () => boolean
 }
 
-/** Open `/ws` (with `token` when given) and wait for the `hello` frame. Closed with the scope. */
-export const connect = (app: { readonly port: number }, token?: string): Effect.Effect<Client, never, Scope.Scope> =>
+/** Open `/ws` (with `token` and `client` when given) and wait for the `hello` frame. Closed with the scope. */
+export const connect = (
+  app: { readonly port: number },
+  token?: string,
+  clientId?: string
+): Effect.Effect<Client, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const query = token === undefined ? "" : `?token=${encodeURIComponent(token)}`
+    const params = new URLSearchParams()
+    if (token !== undefined) params.set("token", token)
+    if (clientId !== undefined) params.set("client", clientId)
+    const query = params.size === 0 ? "" : `?${params}`
     const frames: Array<Frame> = []
     const listeners = new Set<() => void>()
     const socket = yield* Effect.acquireRelease(
