@@ -6,61 +6,8 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core"
+import { browser, newContext, newPage, shows, textOf } from "./chromium.js"
 import { bump, startApp } from "./support.js"
-
-const executablePath = "/usr/bin/chromium"
-
-const args = [
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync"
-]
-
-/**
- * A headless chromium; closed with the scope. Playwright starts it with a fresh temporary
- * profile (`--user-data-dir`) of its own and removes it on close.
- */
-const browser = Effect.acquireRelease(
-  Effect.suspend(() =>
-    fs.existsSync(executablePath)
-      ? Effect.promise(() => chromium.launch({ executablePath, headless: true, args }))
-      : Effect.die(`no browser at ${executablePath}: apt-get install chromium (.ci/run does)`)
-  ),
-  (browser) => Effect.promise(() => browser.close())
-)
-
-const newContext = (browser: Browser) =>
-  Effect.acquireRelease(
-    Effect.promise(() => browser.newContext()),
-    (context) => Effect.promise(() => context.close())
-  )
-
-const newPage = (context: BrowserContext) =>
-  Effect.acquireRelease(
-    Effect.promise(() => context.newPage()),
-    (page) => Effect.promise(() => page.close())
-  )
-
-/** Wait until the page shows `n` (playwright's own polling, bounded). */
-const shows = (page: Page, n: number, step = "") =>
-  Effect.tryPromise(() =>
-    page.waitForFunction(`document.getElementById("count")?.textContent === "${n}"`, undefined, { timeout: 10_000 })
-  ).pipe(
-    Effect.catch(() =>
-      Effect.flatMap(
-        Effect.promise(() => page.evaluate(`document.body.innerText`)),
-        (text) => Effect.die(`${step}: the page does not show ${n} within 10 s; it shows:\n${text}`)
-      )
-    )
-  )
-
-const textOf = (page: Page, id: string) =>
-  Effect.promise(async () => (await page.locator(`#${id}`).textContent()) ?? "")
 
 describe("counter page in chromium", () => {
   it.live(
