@@ -47,6 +47,46 @@ describe("counter page in chromium", () => {
   )
 
   it.live(
+    "a duplicated tab (its sessionStorage copied, the token with it) gets a token of its own and its own count",
+    () =>
+      Effect.gen(function* () {
+        const app = yield* startApp()
+        const chrome = yield* browser
+        const context = yield* newContext(chrome)
+        const page = yield* newPage(context)
+        yield* Effect.promise(() => page.goto(app.url))
+        yield* shows(page, 0)
+        for (let i = 0; i < 2; i++) yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 2)
+        const token = yield* textOf(page, "token")
+
+        // A tab opened by the page gets a copy of its sessionStorage, as a duplicated tab does;
+        // it opens on another path first, to see the copy before the client reads it.
+        const [duplicate] = yield* Effect.promise(() =>
+          Promise.all([context.waitForEvent("page"), page.evaluate(`void window.open("/healthz")`)])
+        )
+        yield* Effect.addFinalizer(() => Effect.promise(() => duplicate.close()))
+        yield* Effect.promise(() => duplicate.waitForLoadState())
+        const copied = `sessionStorage.getItem("leasehold-token")`
+        assert.strictEqual(yield* Effect.promise(() => duplicate.evaluate(copied)), token)
+        yield* Effect.promise(() => duplicate.goto(app.url))
+        yield* shows(duplicate, 0, "the duplicated tab")
+        const own = yield* textOf(duplicate, "token")
+        assert.notStrictEqual(own, token)
+        assert.strictEqual(yield* Effect.promise(() => duplicate.evaluate(copied)), own)
+
+        // Each tab counts on its own token, and the first keeps its own.
+        yield* Effect.promise(() => duplicate.click("#bump"))
+        yield* shows(duplicate, 1, "a click in the duplicated tab")
+        yield* Effect.promise(() => page.click("#bump"))
+        yield* shows(page, 3, "a click in the first tab")
+        assert.strictEqual(yield* textOf(page, "token"), token)
+        yield* shows(duplicate, 1, "the duplicated tab after the first tab's click")
+      }),
+    60_000
+  )
+
+  it.live(
     "the page reconnects by itself after a restart, with its token and its count",
     () =>
       Effect.gen(function* () {
