@@ -67,8 +67,9 @@ export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.S
   readonly slices: S
   /**
    * One event applied to the values under the token's lock: its answer (an update) and the
-   * next values. A failure refuses the event (answered `error` with `applied: false`; the
-   * other events of its burst are unaffected). It runs inside a modification: keep effects
+   * next values. A failure or a defect refuses the event (answered `error` with
+   * `applied: false`; the other events of its burst are unaffected; a defect is logged,
+   * and its message not sent). It runs inside a modification: keep effects
    * outside the state out of it, or make them idempotent, since a handler's effects
    * outside the state happen at least once.
    */

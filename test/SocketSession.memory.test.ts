@@ -99,6 +99,54 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live("a handler's defect refuses its own event; the burst's others are answered as they are", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const client = yield* connect(port, { client: clientId("defect") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
+      yield* Effect.sleep("100 millis")
+      // one burst: a duplicate, a defect, an event applied, one over a gap
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, die: true })
+      client.send({ type: "bump", by: 1, seq: 3 })
+      client.send({ type: "bump", by: 1, seq: 5 })
+      yield* client.waitFor((f) => f.seq === 5)
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.seq !== undefined),
+        [
+          { type: "update", n: 1, v: 1, seq: 1 },
+          { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
+          { type: "error", message: "the event's handler failed unexpectedly", seq: 2, applied: false },
+          { type: "update", n: 2, v: 2, seq: 3 },
+          { type: "resend", from: 4, seq: 5 }
+        ]
+      )
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a burst whose write fails answers its duplicates and resends as such, its events not applied", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.flatMap(sharedStore({ maxValueBytes: 8192 }), serveWorker)
+      const client = yield* connect(port, { client: clientId("unwritten") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
+      yield* Effect.sleep("100 millis")
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* client.waitFor((f) => f.seq === 4)
+      const [first, duplicate, refused, resend] = client.frames.filter((f) => f.seq !== undefined)
+      assert.deepStrictEqual(first, { type: "update", n: 1, v: 1, seq: 1 })
+      assert.deepStrictEqual(duplicate, { type: "state", n: 1, v: 1, seq: 1, duplicate: true })
+      assert.strictEqual(refused!.type, "error")
+      assert.strictEqual(refused!.seq, 2)
+      assert.strictEqual(refused!.applied, false)
+      assert.include(refused!.message, "maxValueBytes")
+      assert.deepStrictEqual(resend, { type: "resend", from: 2, seq: 4 })
+    }).pipe(Effect.scoped)
+  )
+
   it.live("frames beyond the queue bound are answered, none dropped silently", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker

@@ -18,8 +18,16 @@ import * as Worker from "leasehold/Worker"
 import { WebSocket } from "ws"
 import { waitUntil } from "../support/waitUntil.js"
 
-export const Count = Schema.Struct({ n: Schema.Int, v: Schema.Int })
-export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Schema.Int, slowMs: Schema.optional(Schema.Int) })
+export const Count = Schema.Struct({ n: Schema.Int, v: Schema.Int, note: Schema.optional(Schema.String) })
+export const Bump = Schema.Struct({
+  type: Schema.Literal("bump"),
+  by: Schema.Int,
+  slowMs: Schema.optional(Schema.Int),
+  /** The handler dies (a defect) instead of answering. */
+  die: Schema.optional(Schema.Boolean),
+  /** The next state carries a note of this many characters: one past `maxValueBytes` is not written. */
+  noteBytes: Schema.optional(Schema.Int)
+})
 export const Counter = StateManager.slice("counter", Count, { n: 0, v: 0 })
 
 export class Refused extends Data.TaggedError("Refused")<{ readonly message: string }> {}
@@ -40,7 +48,11 @@ export const session = SocketSession.make({
         calls.last = counter
         return yield* new Refused({ message: "a bump of 0" })
       }
-      const next = { n: counter.n + bump.by, v: counter.v + 1 }
+      if (bump.die === true) return yield* Effect.die(new Error("the handler died"))
+      const next =
+        bump.noteBytes === undefined
+          ? { n: counter.n + bump.by, v: counter.v + 1 }
+          : { n: counter.n + bump.by, v: counter.v + 1, note: "x".repeat(bump.noteBytes) }
       calls.last = next
       return [next, { counter: next }] as const
     }),

@@ -96,6 +96,9 @@ const linkTab = (asked: string | undefined, id: string) =>
     return yield* link(asked)
   })
 
+/** The refusal of an event whose handler died: the defect itself is logged, not sent. */
+const defectMessage = "the event's handler failed unexpectedly"
+
 /** What became of one frame of a batch. */
 type Outcome<U> =
   | { readonly _tag: "Applied"; readonly update: U }
@@ -140,6 +143,18 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
     const slices = { ...definition.slices, [seqKey]: Seq.seqSlice }
     const { client } = connection
 
+    /**
+     * What the last run of the modification's function made of each event, and the values it
+     * read: when the write fails after it, each frame is answered by what it was.
+     */
+    interface Judged {
+      readonly outcomes: ReadonlyArray<Outcome<U>>
+      readonly before: StateManager.Values<S>
+      /** The client's last applied `seq` as read. */
+      readonly last: number
+    }
+    const judged: { current: Judged | undefined } = { current: undefined }
+
     /** The events of a batch in one modification: what became of each, in order. */
     const handleAll = (items: ReadonlyArray<{ readonly parsed: Parsed<Ev>; readonly seq: number | undefined }>) =>
       states.modifyAll(
@@ -150,6 +165,7 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
             const { [seqKey]: seqState0, ...rest } = values as Record<string, unknown>
             let seqState = seqState0 as Seq.SeqState
             let app = rest as StateManager.Values<S>
+            const before = app
             const outcomes: Array<Outcome<U>> = []
             for (const { parsed, seq } of items) {
               if (seq !== undefined && client !== undefined) {
@@ -180,9 +196,20 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
                 continue
               }
               const failure = Cause.findErrorOption(handled.cause)
-              // a defect or an interruption ends the modification: nothing of the batch is written
-              if (Option.isNone(failure)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
-              outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+              if (Option.isSome(failure)) {
+                outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+                continue
+              }
+              // An interruption ends the modification: nothing of the batch is written.
+              if (!Cause.hasDies(handled.cause)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
+              // A defect refuses its own event only: the burst's others were judged on their own.
+              yield* Effect.logError(`socket ${connection.id}: an event's handler died`, handled.cause)
+              outcomes.push({ _tag: "Refused", message: defectMessage })
+            }
+            judged.current = {
+              outcomes,
+              before,
+              last: client === undefined ? 0 : Seq.lastOf(seqState0 as Seq.SeqState, client)
             }
             return [outcomes, { ...app, [seqKey]: seqState } as StateManager.Values<typeof slices>] as const
           }),
@@ -209,10 +236,42 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
       }
     }
 
+    /**
+     * The answer to a frame of a batch whose write failed. A frame that was not to be written
+     * (a duplicate, a resend, a forgotten client) is answered as it would have been; the
+     * others, with the write's outcome. Before the function ran, nothing is known of them:
+     * a frame with `seq` may then be a duplicate, whose event was applied.
+     */
+    const answerFailed = (
+      outcome: Outcome<U> | undefined,
+      attempt: Judged | undefined,
+      seq: number | undefined,
+      cause: Cause.Cause<unknown>
+    ): Effect.Effect<void> => {
+      switch (outcome?._tag) {
+        case "Duplicate":
+          // the state as read: the batch's earlier events were not written with it
+          return answer({ _tag: "Duplicate", state: definition.view(attempt!.before) }, seq)
+        case "Resend":
+          // from the last applied as read: the batch's events before it may not have been written
+          return answer({ _tag: "Resend", from: Math.min(outcome.from, attempt!.last + 1) }, seq)
+        case "Forgotten":
+          return answer(outcome, seq)
+      }
+      const message = messageOf(Option.getOrElse(Cause.findErrorOption(cause), () => Cause.pretty(cause)))
+      const applied = outcome === undefined ? "unknown" : appliedAfter(cause)
+      return registry.send(
+        connection,
+        seq === undefined ? { type: "error", message } : { type: "error", message, seq, applied }
+      )
+    }
+
     const handleItems = (items: ReadonlyArray<Item<Ev>>) =>
       Effect.gen(function* () {
         const handled = items.filter((item) => item._tag === "Handle")
+        judged.current = undefined
         const exit = handled.length === 0 ? Exit.succeed([]) : yield* Effect.exit(handleAll(handled))
+        const failed = judged.current as Judged | undefined
         let i = 0
         for (const item of items) {
           if (item._tag === "Answer") {
@@ -224,13 +283,7 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
             yield* answer(exit.value[i++]!, seq)
             continue
           }
-          const message = messageOf(Option.getOrElse(Cause.findErrorOption(exit.cause), () => Cause.pretty(exit.cause)))
-          yield* registry.send(
-            connection,
-            seq === undefined
-              ? { type: "error", message }
-              : { type: "error", message, seq, applied: appliedAfter(exit.cause) }
-          )
+          yield* answerFailed(failed?.outcomes[i++], failed, seq, exit.cause)
         }
         if (Exit.isFailure(exit)) {
           yield* Effect.logWarning(`socket ${connection.id}: events not handled: ${Cause.pretty(exit.cause)}`)

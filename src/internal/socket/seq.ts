@@ -48,6 +48,9 @@ export const check = (state: SeqState, client: string, seq: number): Verdict => 
   return seq <= last ? duplicate : { _tag: "Resend", from: last + 1 }
 }
 
+/** The last applied `seq` of `client`, 0 when none is remembered. */
+export const lastOf = (state: SeqState, client: string): number => state.clients.find(([id]) => id === client)?.[1] ?? 0
+
 /** `state` with `client` at `seq`, now its most recently used; the least recent beyond the bound dropped. */
 export const advance = (state: SeqState, client: string, seq: number): SeqState => {
   const clients = state.clients.filter(([id]) => id !== client)
