@@ -189,6 +189,14 @@ export class Outbox {
           entry.reject(new SendError(reply.message, false, "refused"))
           break
         }
+        if (reply.applied === true) {
+          // Applied, its answer unwritable (the update schema refused it): final, since a
+          // resend would be answered with a state the server cannot write either.
+          this.remove(entry)
+          this.failures = 0
+          entry.reject(new SendError(reply.message, true, "unanswerable"))
+          break
+        }
         // Of unknown outcome (the store failed around the commit): sent again with the same
         // seq, it is applied then or answered as a duplicate. After a pause, not at once: the
         // store is likely still failing.

@@ -52,6 +52,31 @@ describe("socket session frames", () => {
     })
   )
 
+  it.effect("an answer that cannot be encoded says its event was applied", () =>
+    Effect.gen(function* () {
+      const Even = Count.check(Schema.makeFilter((count: Count) => count.n % 2 === 0 || "n must be even"))
+      const sockets = Registry.make(
+        updateEncoder(Even) as (type: "state" | "update", update: unknown, marks: object) => string,
+        undefined
+      )
+      const connection = yield* sockets.attach("c1", "tab-1", "client-1")
+      yield* sockets.sendUpdate(connection, "update", { n: 1, v: 1, epoch: 0 }, { seq: 1 })
+      yield* sockets.sendUpdate(connection, "state", { n: 1, v: 1, epoch: 0 }, { seq: 1, duplicate: true })
+      yield* sockets.sendUpdate(connection, "update", { n: 3, v: 2, epoch: 0 }, {})
+      const [answer, duplicate, update] = yield* sent(connection.outgoing)
+      for (const frame of [answer, duplicate]) {
+        assert.strictEqual(frame.type, "error")
+        assert.strictEqual(frame.seq, 1)
+        // final: the event was applied, and a resend's duplicate would not encode either
+        assert.strictEqual(frame.applied, true)
+        assert.include(frame.message, "cannot be encoded")
+      }
+      assert.strictEqual(update.type, "error")
+      assert.isUndefined(update.seq)
+      assert.isUndefined(update.applied)
+    })
+  )
+
   it("client frames: an event, or the reason it is not one", () => {
     const parse = parser(Bump)
     const event = (text: string) => parse(text).event

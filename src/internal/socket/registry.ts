@@ -89,6 +89,8 @@ export const make = (
       try {
         frame = encode(type, update, older ? { ...marks, overtaken: true } : marks)
       } catch (cause) {
+        // An answer's event was applied (or, for a duplicate, before): said so, finally, since
+        // a resend would be answered with a state that cannot be encoded either.
         const message = `update cannot be encoded: ${String(cause)}`
         return Effect.andThen(
           Effect.logWarning(`socket ${connection.id}: ${message}`),
@@ -98,7 +100,7 @@ export const make = (
               JSON.stringify({
                 type: "error",
                 message,
-                ...(marks.seq === undefined ? {} : { seq: marks.seq, applied: "unknown" })
+                ...(marks.seq === undefined ? {} : { seq: marks.seq, applied: true })
               })
             )
           )
