@@ -86,6 +86,17 @@ export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.S
   readonly isNewer?: ((update: U, than: U) => boolean) | undefined
   /** The most frames of one socket waiting to be handled (default 10,000). */
   readonly maxPendingFrames?: number | undefined
+  /**
+   * The most bytes of one socket's frames waiting to be handled (default 64 frame caps:
+   * 4 MiB with `layerHttpServer`'s default cap). A frame beyond either bound is answered at
+   * once, as `resend` from itself (with `seq`) or `error`.
+   */
+  readonly maxPendingBytes?: number | undefined
+  /**
+   * The most bytes of frames one socket's client has not taken yet, queued or written (default
+   * 16 MiB): beyond them the socket is closed with `backlogCloseCode`, and the client reconnects.
+   */
+  readonly maxUnsentBytes?: number | undefined
 }
 
 /**
@@ -118,6 +129,15 @@ export interface SocketSession<Ev, EvI, U, UI, S extends Record<string, StateMan
  * @category constants
  */
 export const lostCloseCode: number = Connection.lostCloseCode
+
+/**
+ * The close code of a socket whose client did not take what it was sent: over
+ * `maxUnsentBytes` waited for it (1013, "try again later"). The client reconnects.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const backlogCloseCode: number = Registry.backlogCloseCode
 
 /**
  * The close code of a socket that sent a frame over the cap, refused before it was read.
@@ -219,10 +239,11 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
 > =>
   Layer.unwrap(
     Effect.sync(() => {
-      const { updates, isNewer } = session.options
+      const { updates, isNewer, maxUnsentBytes } = session.options
       const registry = Registry.make(
         updateEncoder(updates) as (type: "state" | "update", update: unknown, marks: object) => string,
-        isNewer as ((update: unknown, than: unknown) => boolean) | undefined
+        isNewer as ((update: unknown, than: unknown) => boolean) | undefined,
+        maxUnsentBytes
       )
       const watch = Layer.effectDiscard(
         Effect.gen(function* () {
@@ -236,9 +257,12 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
           }
           const tokens = yield* TokenManager
           yield* Effect.forkScoped(
-            Stream.runForEach(tokens.lost, (lost) => registry.close(lost.token, lost.connectionId)).pipe(
-              Effect.interruptible
-            )
+            Stream.runForEach(tokens.lost, (lost) =>
+              registry.close(lost.token, lost.connectionId, {
+                code: Connection.lostCloseCode,
+                reason: "token held by another worker"
+              })
+            ).pipe(Effect.interruptible)
           )
         })
       )

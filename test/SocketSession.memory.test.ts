@@ -175,6 +175,25 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live("frames beyond the bytes bound are answered resend from themselves", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const client = yield* connect(port, { client: clientId("bytes") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      yield* Effect.sleep("100 millis")
+      // three frames of 900 bytes: the third takes the waiting ones past 2048 bytes
+      const pad = "x".repeat(860)
+      for (let seq = 2; seq <= 4; seq++) client.send({ type: "bump", by: 1, seq, pad })
+      yield* client.waitFor((f) => f.seq === 3)
+      assert.deepStrictEqual(answers(client), [
+        ["resend", 4],
+        ["update", 1],
+        ["update", 2],
+        ["update", 3]
+      ])
+    }).pipe(Effect.scoped)
+  )
+
   it.live("a resend after a reconnect is answered duplicate, not applied twice; a gap asks for L+1", () =>
     Effect.gen(function* () {
       const shared = yield* sharedStore()

@@ -58,7 +58,8 @@ export const session = SocketSession.make({
     }),
   view: ({ counter }) => counter,
   isNewer: (a, b) => a.v > b.v,
-  maxPendingFrames: 4
+  maxPendingFrames: 4,
+  maxPendingBytes: 2048
 })
 
 export const maxFrameBytes = 1024

@@ -38,10 +38,15 @@ export interface Definition<Ev, EvI, U, UI, S extends Record<string, StateManage
   readonly view: (values: StateManager.Values<S>) => U
   readonly isNewer?: ((update: U, than: U) => boolean) | undefined
   readonly maxPendingFrames?: number | undefined
+  readonly maxPendingBytes?: number | undefined
+  readonly maxUnsentBytes?: number | undefined
 }
 
 /** The default bound of frames waiting to be handled on one socket. */
 export const defaultMaxPendingFrames = 10_000
+
+/** The default bound of the bytes of the frames waiting on one socket, in frame caps. */
+export const defaultPendingFrameCaps = 64
 
 /** The most frames a socket's reader (or writer) takes from its queue at once. */
 const frameBatch = 64
@@ -338,16 +343,17 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     const registry = yield* Sockets
     const upgrades = yield* Upgrades
     const maxPending = definition.maxPendingFrames ?? defaultMaxPendingFrames
+    const maxPendingBytes = definition.maxPendingBytes ?? defaultPendingFrameCaps * upgrades.maxFrameBytes
     const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
     const client = typeof params.client === "string" && clientPattern.test(params.client) ? params.client : undefined
     // Not the platform's `request.upgrade`: its WebSocket server takes no bound from the session.
-    const { batch, socket } = yield* upgrades.upgrade(request)
+    const { batch, socket, buffered } = yield* upgrades.upgrade(request)
     const { write, writeAll } = yield* socket.writer
     const id = randomUUID()
 
     // the token was checked, or minted here: an invalid one is a defect
     const linked = yield* Effect.orDie(linkTab(asked, id))
-    const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client), (connection) =>
+    const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client, buffered), (connection) =>
       Effect.andThen(registry.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
     )
     if (asked === undefined || linked.fresh)
@@ -360,6 +366,8 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     })
 
     const incoming = yield* Queue.unbounded<string>()
+    // The bytes of the frames in `incoming`: bounded as well as their number, since each may be a frame cap.
+    let pendingBytes = 0
     const decoder = new TextDecoder()
     const handleFrames = yield* framesHandler(definition, registry, connection)
     // Read the state before any event is handled, so that it goes before their answers.
@@ -370,22 +378,26 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     // Each loop takes what is waiting (up to a batch) and handles it in order: `forever`
     // yields to the scheduler once per batch, not once per frame.
     yield* Effect.forkScoped(
-      Effect.forever(Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), handleFrames)).pipe(
-        Effect.interruptible
-      )
+      Effect.forever(
+        Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) => {
+          for (const text of texts) pendingBytes -= Buffer.byteLength(text)
+          return handleFrames(texts)
+        })
+      ).pipe(Effect.interruptible)
     )
     yield* Effect.forkScoped(
       Effect.forever(
-        Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
+        Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) => {
+          for (const frame of frames) connection.unsent -= frame.length
           // one write to the connection for the batch, not one per frame
-          Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
-        )
+          return Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
+        })
       ).pipe(Effect.ignore, Effect.interruptible)
     )
-    // Closed from the server: the token is held by a socket of another worker now.
+    // Closed from the server: another socket holds the token now, or the client does not read.
     const closedHere = Deferred.await(connection.closed).pipe(
-      Effect.andThen(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
-      Effect.andThen(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+      Effect.tap(({ code, reason }) => write(new Socket.CloseEvent(code, reason))),
+      Effect.flatMap(({ code, reason }) => Effect.logInfo(`socket ${id}: closed with ${code}: ${reason}`)),
       Effect.ignore
     )
     if (linked.takenOver) {
@@ -397,9 +409,12 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
       while (true) {
         for (const data of yield* pull.pull) {
           const text = typeof data === "string" ? data : decoder.decode(data)
-          // Queued synchronously, in the order the frames arrived.
-          if (Queue.sizeUnsafe(incoming) < maxPending) {
+          const bytes = Buffer.byteLength(text)
+          // Queued synchronously, in the order the frames arrived; one alone is always taken.
+          const size = Queue.sizeUnsafe(incoming)
+          if (size === 0 || (size < maxPending && pendingBytes + bytes <= maxPendingBytes)) {
             Queue.offerUnsafe(incoming, text)
+            pendingBytes += bytes
             continue
           }
           const seq = client === undefined ? undefined : seqOf(text)
@@ -407,7 +422,10 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
           yield* registry.send(
             connection,
             seq === undefined
-              ? { type: "error", message: `too many messages waiting (${maxPending}): message dropped` }
+              ? {
+                  type: "error",
+                  message: `too many messages waiting (${maxPending}, or ${maxPendingBytes} bytes): message dropped`
+                }
               : { type: "resend", from: seq, seq }
           )
         }

@@ -61,6 +61,8 @@ export interface Upgraded {
    * order unchanged). A frame waits no longer than the rest of the turn.
    */
   readonly batch: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /** The bytes written to the connection and not yet taken by the kernel: what the client has not read. */
+  readonly buffered: () => number
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
@@ -193,7 +195,8 @@ export const layer = (
             // one connection: its socket is not opened again once closed
             { disableReconnects: true }
           )
-          return Effect.map(socket, (socket): Upgraded => ({ socket, batch }))
+          const buffered = () => raw.socket.writableLength
+          return Effect.map(socket, (socket): Upgraded => ({ socket, batch, buffered }))
         }
       })
     })
