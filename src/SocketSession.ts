@@ -140,6 +140,16 @@ export const lostCloseCode: number = Connection.lostCloseCode
 export const backlogCloseCode: number = Registry.backlogCloseCode
 
 /**
+ * The close code of a socket whose client opened a newer one with the same client id and
+ * token on this worker before this one was seen to close (a half-open connection): the
+ * newer socket keeps the token.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const replacedCloseCode: number = Connection.replacedCloseCode
+
+/**
  * The close code of a socket that sent a frame over the cap, refused before it was read.
  *
  * @since 0.2.0
@@ -272,6 +282,15 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
   ).pipe(Layer.fresh)
 
 /**
+ * How often `layerHttpServer` pings each socket by default: a socket whose pong has not come
+ * by the next ping is cut (a half-open connection ends within two intervals).
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const defaultPingInterval: Duration.Duration = Duration.seconds(30)
+
+/**
  * @since 0.2.0
  * @category models
  */
@@ -280,6 +299,11 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
   readonly maxFrameBytes?: number | undefined
   /** How long a socket being closed waits for the client's close before its connection is cut (default 2 s). */
   readonly closeGrace?: Duration.Input | undefined
+  /**
+   * How often each socket is pinged (default 30 s): one whose pong has not come by the next
+   * ping is cut, and its link to the token goes with it.
+   */
+  readonly pingInterval?: Duration.Input | undefined
 }
 
 /**
@@ -294,11 +318,20 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
 export const layerHttpServer = (options: HttpServerOptions) =>
   Layer.unwrap(
     Effect.sync(() => {
-      const { maxFrameBytes = defaultMaxFrameBytes, closeGrace = Duration.seconds(2), ...listen } = options
+      const {
+        maxFrameBytes = defaultMaxFrameBytes,
+        closeGrace = Duration.seconds(2),
+        pingInterval = defaultPingInterval,
+        ...listen
+      } = options
       const server = createServer()
       const pending = Upgrade.track(server)
       return Layer.merge(
-        Upgrade.layer(pending, { maxFrameBytes, closeGrace: Duration.fromInputUnsafe(closeGrace) }),
+        Upgrade.layer(pending, {
+          maxFrameBytes,
+          closeGrace: Duration.fromInputUnsafe(closeGrace),
+          pingInterval: Duration.fromInputUnsafe(pingInterval)
+        }),
         NodeHttpServer.layer(() => server, listen)
       )
     })

@@ -4,9 +4,11 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
@@ -61,6 +63,45 @@ describe("SocketSession on the embedded store", () => {
       const reloaded = yield* reloading
       assert.strictEqual(reloaded.frames[0]!.type, "hello")
       assert.strictEqual(reloaded.token, "tab-1")
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a reconnect of the same client takes its token from its socket not seen to close", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const id = clientId("page")
+      const old = yield* connect(port, { client: id })
+      old.send({ type: "bump", by: 1, seq: 1 })
+      yield* old.waitFor((f) => f.seq === 1)
+      // the old socket stays open, as a half-open one does for the server
+      const [took, again] = yield* Effect.timed(connect(port, { client: id, token: old.token }))
+      assert.isTrue(Duration.isLessThan(took, SocketSession.reloadGrace))
+      assert.strictEqual(again.frames[0]!.type, "hello")
+      assert.strictEqual(again.token, old.token)
+      assert.strictEqual(yield* old.closed, SocketSession.replacedCloseCode)
+      again.send({ type: "bump", by: 1, seq: 1 })
+      again.send({ type: "bump", by: 1, seq: 2 })
+      yield* again.waitFor((f) => f.seq === 2)
+      assert.deepStrictEqual(answers(again), [
+        ["state", 1],
+        ["update", 2]
+      ])
+      // another client id is another tab: a fresh token
+      const other = yield* connect(port, { client: clientId("other"), token: old.token })
+      assert.strictEqual(other.frames[0]!.type, "new_token")
+      assert.strictEqual(yield* Effect.timeoutOption(again.closed, "200 millis"), Option.none())
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a socket that does not answer pings is cut; one that does stays", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.flatMap(sharedStore(), (shared) => serveWorker(shared, { pingInterval: "100 millis" }))
+      const silent = yield* connect(port, { client: clientId("silent") }, { autoPong: false })
+      const live = yield* connect(port, { client: clientId("live") })
+      assert.strictEqual(yield* silent.closed, 1006)
+      yield* Effect.sleep("300 millis")
+      live.send({ type: "bump", by: 1, seq: 1 })
+      assert.strictEqual((yield* live.waitFor((f) => f.seq === 1)).type, "update")
     }).pipe(Effect.scoped)
   )
 

@@ -66,12 +66,13 @@ export const maxFrameBytes = 1024
 
 /** One worker serving the session on a free port, over the store and settings in `shared`. */
 export const serveWorker = (
-  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  server: Partial<SocketSession.HttpServerOptions> = {}
 ): Effect.Effect<number, unknown, Scope.Scope> =>
   Effect.gen(function* () {
     const app = HttpRouter.serve(SocketSession.route(session), { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provideMerge(SocketSession.layer(session, Worker.layer)),
-      Layer.provideMerge(SocketSession.layerHttpServer({ port: 0, host: "127.0.0.1", maxFrameBytes })),
+      Layer.provideMerge(SocketSession.layerHttpServer({ port: 0, host: "127.0.0.1", maxFrameBytes, ...server })),
       Layer.provide(Layer.succeedContext(shared))
     )
     const context = yield* Layer.build(app)
@@ -97,7 +98,8 @@ export interface Client {
 /** Open the session's socket and wait for its `state` frame. Closed with the scope. */
 export const connect = (
   port: number,
-  query: { readonly token?: string; readonly client?: string } = {}
+  query: { readonly token?: string; readonly client?: string } = {},
+  options: { readonly autoPong?: boolean } = {}
 ): Effect.Effect<Client, never, Scope.Scope> =>
   Effect.gen(function* () {
     const params = new URLSearchParams()
@@ -107,7 +109,7 @@ export const connect = (
     const listeners = new Set<() => void>()
     let closeCode: number | undefined
     const socket = yield* Effect.acquireRelease(
-      Effect.sync(() => new WebSocket(`ws://127.0.0.1:${port}/ws?${params}`)),
+      Effect.sync(() => new WebSocket(`ws://127.0.0.1:${port}/ws?${params}`, options)),
       (socket) =>
         Effect.callback<void>((resume) => {
           if (socket.readyState === WebSocket.CLOSED) return resume(Effect.void)

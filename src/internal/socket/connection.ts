@@ -64,14 +64,20 @@ const reloadPoll = Duration.millis(50)
 /** The close code of a socket whose token another worker's socket holds now: the client reconnects. */
 export const lostCloseCode = 4001
 
+/** The close code of a socket whose client opened a newer one on this worker (it had not seen the old one close). */
+export const replacedCloseCode = 4002
+
 /** A client id: 1 to 64 characters of `[A-Za-z0-9_-]`. */
 const clientPattern = /^[A-Za-z0-9_-]{1,64}$/
 
 /** The key of the `seq` slice among the slices of a modification (a slice name, never an app's key). */
 export const seqKey = Seq.seqSlice.name
 
-/** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
-const linkTab = (asked: string | undefined, id: string) =>
+/**
+ * Link a socket to its token, telling a reconnect of the same page (same client id), and a
+ * reload (the old socket goes within the grace), from a duplicate tab.
+ */
+const linkTab = (asked: string | undefined, id: string, client: string | undefined, registry: Registry) =>
   Effect.gen(function* () {
     const tokens = yield* TokenManager
     const link = (token: string) =>
@@ -88,6 +94,19 @@ const linkTab = (asked: string | undefined, id: string) =>
       )
     const linked = yield* link(asked ?? randomUUID())
     if (asked === undefined || !linked.fresh) return linked
+    // The same page, whose old socket this worker has not seen close (a connection left
+    // half-open by a network loss or a sleep): the new one takes its place at once. A
+    // duplicated tab has a client id of its own. A holder on another worker is waited for.
+    const holder = registry.find(asked)
+    if (client !== undefined && holder !== undefined && holder.client === client) {
+      yield* registry.close(asked, holder.id, {
+        code: replacedCloseCode,
+        reason: "replaced by a newer socket of the same client"
+      })
+      yield* tokens.disconnect(asked, holder.id).pipe(Effect.ignore)
+      yield* tokens.disconnect(linked.token, id)
+      return yield* link(asked)
+    }
     const gone = tokens.owner(asked, { refresh: true }).pipe(
       Effect.map(Option.isNone),
       Effect.orElseSucceed(() => false),
@@ -352,7 +371,7 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     const id = randomUUID()
 
     // the token was checked, or minted here: an invalid one is a defect
-    const linked = yield* Effect.orDie(linkTab(asked, id))
+    const linked = yield* Effect.orDie(linkTab(asked, id, client, registry))
     const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client, buffered), (connection) =>
       Effect.andThen(registry.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
     )

@@ -168,8 +168,8 @@ export const make = (
       }),
     detach: (connection) =>
       Effect.suspend(() => {
-        if (byToken.get(connection.token) !== connection) return Effect.void
-        byToken.delete(connection.token)
+        // A socket replaced by its client's newer one is no longer the token's: it goes all the same.
+        if (byToken.get(connection.token) === connection) byToken.delete(connection.token)
         return Effect.andThen(Metric.update(open, -1), Queue.shutdown(connection.outgoing))
       }),
     send: (connection, message) => Effect.sync(() => offer(connection, JSON.stringify(message))),
