@@ -112,7 +112,7 @@ export interface Options<U> {
   readonly tokenKey?: string
   /** Each `update` message (the answer to an event, or a change made elsewhere) but one overtaken by a newer state. */
   readonly onUpdate?: (update: U) => void
-  /** Each `state` message: the state when the socket is linked, and the answer to a duplicate. */
+  /** Each `state` message: the state when the socket is linked, and the answer to a duplicate, but one overtaken by a newer state. */
   readonly onState?: (state: U) => void
   /** The server gave the tab a new token (stored already). */
   readonly onToken?: (token: string) => void

@@ -483,10 +483,12 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
         }
         case "update":
         case "state":
-          // An overtaken answer is older than a state the tab has already shown.
-          if (message.type === "update" && message.overtaken !== true) {
-            options.onUpdate?.(/** @type {U} */ (updateOf(message)))
-          } else if (message.type === "state") options.onState?.(/** @type {U} */ (updateOf(message)))
+          // An overtaken answer (an update, or a duplicate's state) is older than a state the
+          // tab has already shown: it settles its event, and leaves the tab as it is.
+          if (message.overtaken !== true) {
+            if (message.type === "update") options.onUpdate?.(/** @type {U} */ (updateOf(message)))
+            else options.onState?.(/** @type {U} */ (updateOf(message)))
+          }
           if (typeof message.seq === "number") outbox.answer(message)
           return
         case "error":
