@@ -193,6 +193,15 @@ export const defaultMaxFrameBytes = 64 * 1024
 export const seqSliceName: string = Seq.seqSlice.name
 
 /**
+ * The most bytes the session's own slice (`seqSliceName`) takes stored: `layer` refuses a
+ * `maxValueBytes` below it.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const seqSliceMaxBytes: number = Seq.maxEncodedBytes
+
+/**
  * Define a session. Throws (a definition error) when an app's slice takes the name or the
  * key of the session's own.
  *
@@ -234,7 +243,8 @@ export const route = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
  * session's update schema and `deliver` (`Worker.layerFromEnv`, or `Worker.layer`), and
  * the sockets of another worker's token are closed with `lostCloseCode`. Fails with
  * `InvalidConfig` when `leaseDurability` is `memory`: an event is answered once its
- * change is stored, which a lease acknowledging from memory does not wait for.
+ * change is stored, which a lease acknowledging from memory does not wait for; and when
+ * `maxValueBytes` is below `seqSliceMaxBytes`.
  *
  * @since 0.2.0
  * @category layers
@@ -263,6 +273,13 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
               knob: "leaseDurability",
               value: "memory",
               reason: "acknowledges a change before it is stored: a socket session answers an event once it is stored"
+            })
+          }
+          if (settings.maxValueBytes < Seq.maxEncodedBytes) {
+            return yield* new LeaseholdConfig.InvalidConfig({
+              knob: "maxValueBytes",
+              value: String(settings.maxValueBytes),
+              reason: `below ${Seq.maxEncodedBytes} bytes, the most the session's slice ${Seq.seqSlice.name} takes: every event of a token whose slice grew past it would fail`
             })
           }
           const tokens = yield* TokenManager

@@ -16,6 +16,7 @@ import * as SocketSession from "leasehold/SocketSession"
 import * as StateManager from "leasehold/StateManager"
 import { Store } from "leasehold/Store"
 import * as Worker from "leasehold/Worker"
+import * as Seq from "../src/internal/socket/seq.js"
 import { answers, Count, calls, connect, maxFrameBytes, serveWorker, session } from "./session/support.js"
 
 const settings = (input: LeaseholdConfig.Input = {}) => LeaseholdConfig.layer({ oplock: false, ...input })
@@ -356,6 +357,31 @@ describe("SocketSession on the embedded store", () => {
       assert.isTrue(Exit.isFailure(exit))
       assert.include(String(Exit.isFailure(exit) ? exit.cause : ""), "leaseDurability")
     }).pipe(Effect.scoped)
+  )
+
+  it.live("a maxValueBytes below the seq slice's largest is refused at build", () =>
+    Effect.gen(function* () {
+      // 4 KiB holds any app slice of a few fields, not 8 clients and 64 dropped ids
+      const below = yield* Effect.exit(Effect.flatMap(sharedStore({ maxValueBytes: 4096 }), serveWorker))
+      assert.isTrue(Exit.isFailure(below))
+      assert.include(String(Exit.isFailure(below) ? below.cause : ""), "maxValueBytes")
+      const at = yield* Effect.exit(
+        Effect.flatMap(sharedStore({ maxValueBytes: SocketSession.seqSliceMaxBytes }), serveWorker)
+      )
+      assert.isTrue(Exit.isSuccess(at))
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("the seq slice at its largest takes seqSliceMaxBytes", () =>
+    Effect.gen(function* () {
+      // 8 clients and 64 dropped ids, of 64 characters each: what the bound was computed from
+      const clients = Array.from({ length: SocketSession.maxClients + 64 }, (_, i) => `${i}`.padStart(64, "c"))
+      let state = { clients: [], forgotten: [] } as Seq.SeqState
+      for (const client of clients) state = Seq.advance(state, client, Number.MAX_SAFE_INTEGER)
+      assert.strictEqual(state.forgotten.length, 64)
+      const encoded = JSON.stringify(Schema.encodeSync(Seq.SeqState)(state))
+      assert.strictEqual(Buffer.byteLength(encoded), SocketSession.seqSliceMaxBytes)
+    })
   )
 
   it("a handler returning a wrong update does not compile", () => {

@@ -68,7 +68,7 @@ export const lostCloseCode = 4001
 export const replacedCloseCode = 4002
 
 /** A client id: 1 to 64 characters of `[A-Za-z0-9_-]`. */
-const clientPattern = /^[A-Za-z0-9_-]{1,64}$/
+const clientPattern = new RegExp(`^[A-Za-z0-9_-]{1,${Seq.maxClientLength}}$`)
 
 /** The key of the `seq` slice among the slices of a modification (a slice name, never an app's key). */
 export const seqKey = Seq.seqSlice.name
