@@ -89,7 +89,8 @@ export type Status =
 
 /**
  * The reconnection delays: before the n-th consecutive attempt (n ≥ 1) the client waits a
- * uniformly random time between `base` and `min(cap, base · 2^n)`; a `hello` resets n.
+ * uniformly random time between `base` and `min(cap, base · 2^n)`; n goes back to 0 once a link
+ * lasted 5 s or an event of it was answered (a `hello` alone does not reset it).
  *
  * @since 0.2.0
  * @category models

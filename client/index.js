@@ -23,6 +23,13 @@
 
 const encoder = new TextEncoder()
 
+/**
+ * How long a link lasts before the reconnection back-off starts again from its base (an
+ * answer to an event resets it sooner): a server that accepts and then closes at once is
+ * retried later and later, not every `base`.
+ */
+const stableAfterMs = 5000
+
 export class SendError extends Error {
   /**
    * @param {string} message
@@ -397,6 +404,8 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
     let timer
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let retry
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let stable
     let attempt = 0
     let closed = false
 
@@ -451,6 +460,8 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
      */
     const lost = (code, reason) => {
       socket = undefined
+      if (stable !== undefined) clearTimeout(stable)
+      stable = undefined
       outbox.unlink()
       if (code === 1009) outbox.refuseLargest()
       if (closed) return
@@ -476,7 +487,11 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
           const cap = Number(message.maxFrameBytes)
           const maxFrameBytes = Number.isFinite(cap) && cap > 0 ? cap : Number.POSITIVE_INFINITY
           adopt(String(message.token))
-          attempt = 0
+          if (stable !== undefined) clearTimeout(stable)
+          stable = setTimeout(() => {
+            stable = undefined
+            attempt = 0
+          }, stableAfterMs)
           report({ state: "open", token: String(message.token), instanceId: String(message.instanceId), maxFrameBytes })
           outbox.link(maxFrameBytes, (frame) => ws.send(frame))
           return
@@ -489,7 +504,11 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
             if (message.type === "update") options.onUpdate?.(/** @type {U} */ (updateOf(message)))
             else options.onState?.(/** @type {U} */ (updateOf(message)))
           }
-          if (typeof message.seq === "number") outbox.answer(message)
+          if (typeof message.seq === "number") {
+            // the server answers: the link works, whatever came before it
+            attempt = 0
+            outbox.answer(message)
+          }
           return
         case "error":
           if (typeof message.seq !== "number") options.onError?.(String(message.message))
@@ -532,6 +551,7 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
         closed = true
         if (timer !== undefined) clearTimeout(timer)
         if (retry !== undefined) clearTimeout(retry)
+        if (stable !== undefined) clearTimeout(stable)
         const ws = socket
         socket = undefined
         ws?.close(1000, "closed")

@@ -11,7 +11,7 @@ import { connect, type SendError, type Status } from "leasehold/client"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import { Store } from "leasehold/Store"
-import { WebSocketServer } from "ws"
+import { type WebSocket, WebSocketServer } from "ws"
 import { serve } from "../fixtures/client/app.js"
 
 interface Bump {
@@ -27,23 +27,66 @@ const sharedStore = Effect.gen(function* () {
   return Context.pick(Store, LeaseholdConfig.LeaseholdConfig)(context)
 })
 
+/** A WebSocket server on a free port whose every socket is served by `serve`, frame by frame. */
+const scripted = (serve: (ws: WebSocket) => void) =>
+  Effect.acquireRelease(
+    Effect.callback<WebSocketServer>((resume) => {
+      const wss: WebSocketServer = new WebSocketServer({ host: "127.0.0.1", port: 0 }, () =>
+        resume(Effect.succeed(wss))
+      )
+      wss.on("connection", serve)
+    }),
+    (wss) =>
+      Effect.callback<void>((resume) => {
+        for (const ws of wss.clients) ws.terminate()
+        wss.close(() => resume(Effect.void))
+      })
+  ).pipe(
+    Effect.map((wss) => {
+      const address = wss.address()
+      return { port: typeof address === "object" && address !== null ? address.port : 0 }
+    })
+  )
+
 describe("leasehold/client on Node", () => {
-  it.live("an overtaken answer settles its event without rolling the tab back", () =>
+  it.live("a server that accepts then closes is retried later and later: hello alone resets nothing", () =>
     Effect.gen(function* () {
-      // a server scripted frame by frame: a newer update goes before the answers it overtook
-      const server = yield* Effect.acquireRelease(
-        Effect.callback<WebSocketServer>((resume) => {
-          const wss: WebSocketServer = new WebSocketServer({ host: "127.0.0.1", port: 0 }, () =>
-            resume(Effect.succeed(wss))
-          )
-        }),
-        (wss) =>
-          Effect.callback<void>((resume) => {
-            for (const ws of wss.clients) ws.terminate()
-            wss.close(() => resume(Effect.void))
+      const server = yield* scripted((ws) => {
+        ws.send(JSON.stringify({ type: "hello", token: "tab-1", instanceId: "i", maxFrameBytes: 1024 }))
+        ws.close(1011)
+      })
+      const attempts: Array<number> = []
+      const session = yield* Effect.acquireRelease(
+        Effect.sync(() =>
+          connect<Bump, Count>({
+            url: `ws://127.0.0.1:${server.port}/ws`,
+            backoff: { base: 5, cap: 1000 },
+            onStatus: (status) => {
+              if (status.state === "connecting") attempts.push(status.attempt)
+            }
+          })
+        ),
+        (session) => Effect.sync(() => session.close())
+      )
+      yield* Effect.promise(
+        () =>
+          new Promise<void>((resolve) => {
+            const poll = setInterval(() => {
+              if (attempts.length < 4) return
+              clearInterval(poll)
+              resolve()
+            }, 5)
           })
       )
-      server.on("connection", (ws) => {
+      session.close()
+      assert.deepStrictEqual(attempts.slice(0, 4), [0, 1, 2, 3])
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("an overtaken answer settles its event without rolling the tab back", () =>
+    Effect.gen(function* () {
+      // a newer update goes before the answers it overtook
+      const server = yield* scripted((ws) => {
         ws.send(JSON.stringify({ type: "hello", token: "tab-1", instanceId: "i", maxFrameBytes: 1024 }))
         ws.send(JSON.stringify({ type: "state", n: 0 }))
         ws.on("message", (data) => {
@@ -53,13 +96,11 @@ describe("leasehold/client on Node", () => {
           ws.send(JSON.stringify({ ...answer, seq, overtaken: true }))
         })
       })
-      const address = server.address()
-      if (typeof address !== "object" || address === null) return yield* Effect.die(new Error("no address"))
       const seen: Array<string> = []
       const session = yield* Effect.acquireRelease(
         Effect.sync(() =>
           connect<Bump, Count>({
-            url: `ws://127.0.0.1:${address.port}/ws`,
+            url: `ws://127.0.0.1:${server.port}/ws`,
             onState: (state) => seen.push(`state ${state.n}`),
             onUpdate: (update) => seen.push(`update ${update.n}`)
           })
