@@ -14,18 +14,21 @@
 
 /**
  * Whether a failed event took effect: `false`, it did not; `"unknown"`, it may have (its
- * answer was lost with the store's outcome, or the server no longer knows this client).
+ * answer was lost with the store's outcome, or the server no longer knows this client);
+ * `true`, it did, but its answer could not be written (reason `"unanswerable"`).
  *
  * @since 0.2.0
  * @category errors
  */
-export type Applied = false | "unknown"
+export type Applied = boolean | "unknown"
 
 /**
  * Why an event failed:
  * - `"refused"`: the server answered `error` with `applied: false` (the handler refused it, the
  *   frame was invalid). An `error` of unknown outcome (the store failed around the commit)
  *   fails nothing: the event is sent again with its seq after a pause, and settled by that answer;
+ * - `"unanswerable"`: the server applied it but could not write its answer (its update
+ *   schema refused the state: answered `error` with `applied: true`); final, not retried;
  * - `"too_large"`: its frame is over the server's frame cap (`maxFrameBytes` of `hello`);
  * - `"forgotten"`: the server no longer remembers this client's last event, and an earlier
  *   socket carried this one without an answer;
@@ -37,7 +40,7 @@ export type Applied = false | "unknown"
  * @since 0.2.0
  * @category errors
  */
-export type Reason = "refused" | "too_large" | "forgotten" | "new_token" | "closed" | "invalid"
+export type Reason = "refused" | "unanswerable" | "too_large" | "forgotten" | "new_token" | "closed" | "invalid"
 
 /**
  * The rejection of `send`'s promise.
@@ -86,7 +89,8 @@ export type Status =
 
 /**
  * The reconnection delays: before the n-th consecutive attempt (n ≥ 1) the client waits a
- * uniformly random time between `base` and `min(cap, base · 2^n)`; a `hello` resets n.
+ * uniformly random time between `base` and `min(cap, base · 2^n)`; n goes back to 0 once a link
+ * lasted 5 s or an event of it was answered (a `hello` alone does not reset it).
  *
  * @since 0.2.0
  * @category models
@@ -109,7 +113,7 @@ export interface Options<U> {
   readonly tokenKey?: string
   /** Each `update` message (the answer to an event, or a change made elsewhere) but one overtaken by a newer state. */
   readonly onUpdate?: (update: U) => void
-  /** Each `state` message: the state when the socket is linked, and the answer to a duplicate. */
+  /** Each `state` message: the state when the socket is linked, and the answer to a duplicate, but one overtaken by a newer state. */
   readonly onState?: (state: U) => void
   /** The server gave the tab a new token (stored already). */
   readonly onToken?: (token: string) => void

@@ -23,6 +23,13 @@
 
 const encoder = new TextEncoder()
 
+/**
+ * How long a link lasts before the reconnection back-off starts again from its base (an
+ * answer to an event resets it sooner): a server that accepts and then closes at once is
+ * retried later and later, not every `base`.
+ */
+const stableAfterMs = 5000
+
 export class SendError extends Error {
   /**
    * @param {string} message
@@ -187,6 +194,14 @@ export class Outbox {
         if (reply.applied === false) {
           this.remove(entry)
           entry.reject(new SendError(reply.message, false, "refused"))
+          break
+        }
+        if (reply.applied === true) {
+          // Applied, its answer unwritable (the update schema refused it): final, since a
+          // resend would be answered with a state the server cannot write either.
+          this.remove(entry)
+          this.failures = 0
+          entry.reject(new SendError(reply.message, true, "unanswerable"))
           break
         }
         // Of unknown outcome (the store failed around the commit): sent again with the same
@@ -389,6 +404,8 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
     let timer
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     let retry
+    /** @type {ReturnType<typeof setTimeout> | undefined} */
+    let stable
     let attempt = 0
     let closed = false
 
@@ -443,6 +460,8 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
      */
     const lost = (code, reason) => {
       socket = undefined
+      if (stable !== undefined) clearTimeout(stable)
+      stable = undefined
       outbox.unlink()
       if (code === 1009) outbox.refuseLargest()
       if (closed) return
@@ -468,18 +487,28 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
           const cap = Number(message.maxFrameBytes)
           const maxFrameBytes = Number.isFinite(cap) && cap > 0 ? cap : Number.POSITIVE_INFINITY
           adopt(String(message.token))
-          attempt = 0
+          if (stable !== undefined) clearTimeout(stable)
+          stable = setTimeout(() => {
+            stable = undefined
+            attempt = 0
+          }, stableAfterMs)
           report({ state: "open", token: String(message.token), instanceId: String(message.instanceId), maxFrameBytes })
           outbox.link(maxFrameBytes, (frame) => ws.send(frame))
           return
         }
         case "update":
         case "state":
-          // An overtaken answer is older than a state the tab has already shown.
-          if (message.type === "update" && message.overtaken !== true) {
-            options.onUpdate?.(/** @type {U} */ (updateOf(message)))
-          } else if (message.type === "state") options.onState?.(/** @type {U} */ (updateOf(message)))
-          if (typeof message.seq === "number") outbox.answer(message)
+          // An overtaken answer (an update, or a duplicate's state) is older than a state the
+          // tab has already shown: it settles its event, and leaves the tab as it is.
+          if (message.overtaken !== true) {
+            if (message.type === "update") options.onUpdate?.(/** @type {U} */ (updateOf(message)))
+            else options.onState?.(/** @type {U} */ (updateOf(message)))
+          }
+          if (typeof message.seq === "number") {
+            // the server answers: the link works, whatever came before it
+            attempt = 0
+            outbox.answer(message)
+          }
           return
         case "error":
           if (typeof message.seq !== "number") options.onError?.(String(message.message))
@@ -522,6 +551,7 @@ export const connect = /** @satisfies {typeof import("./index.js").connect} */ (
         closed = true
         if (timer !== undefined) clearTimeout(timer)
         if (retry !== undefined) clearTimeout(retry)
+        if (stable !== undefined) clearTimeout(stable)
         const ws = socket
         socket = undefined
         ws?.close(1000, "closed")

@@ -67,8 +67,9 @@ export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.S
   readonly slices: S
   /**
    * One event applied to the values under the token's lock: its answer (an update) and the
-   * next values. A failure refuses the event (answered `error` with `applied: false`; the
-   * other events of its burst are unaffected). It runs inside a modification: keep effects
+   * next values. A failure or a defect refuses the event (answered `error` with
+   * `applied: false`; the other events of its burst are unaffected; a defect is logged,
+   * and its message not sent). It runs inside a modification: keep effects
    * outside the state out of it, or make them idempotent, since a handler's effects
    * outside the state happen at least once.
    */
@@ -85,6 +86,17 @@ export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.S
   readonly isNewer?: ((update: U, than: U) => boolean) | undefined
   /** The most frames of one socket waiting to be handled (default 10,000). */
   readonly maxPendingFrames?: number | undefined
+  /**
+   * The most bytes of one socket's frames waiting to be handled (default 64 frame caps:
+   * 4 MiB with `layerHttpServer`'s default cap). A frame beyond either bound is answered at
+   * once, as `resend` from itself (with `seq`) or `error`.
+   */
+  readonly maxPendingBytes?: number | undefined
+  /**
+   * The most bytes of frames one socket's client has not taken yet, queued or written (default
+   * 16 MiB): beyond them the socket is closed with `backlogCloseCode`, and the client reconnects.
+   */
+  readonly maxUnsentBytes?: number | undefined
 }
 
 /**
@@ -117,6 +129,25 @@ export interface SocketSession<Ev, EvI, U, UI, S extends Record<string, StateMan
  * @category constants
  */
 export const lostCloseCode: number = Connection.lostCloseCode
+
+/**
+ * The close code of a socket whose client did not take what it was sent: over
+ * `maxUnsentBytes` waited for it (1013, "try again later"). The client reconnects.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const backlogCloseCode: number = Registry.backlogCloseCode
+
+/**
+ * The close code of a socket whose client opened a newer one with the same client id and
+ * token on this worker before this one was seen to close (a half-open connection): the
+ * newer socket keeps the token.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const replacedCloseCode: number = Connection.replacedCloseCode
 
 /**
  * The close code of a socket that sent a frame over the cap, refused before it was read.
@@ -162,6 +193,15 @@ export const defaultMaxFrameBytes = 64 * 1024
 export const seqSliceName: string = Seq.seqSlice.name
 
 /**
+ * The most bytes the session's own slice (`seqSliceName`) takes stored: `layer` refuses a
+ * `maxValueBytes` below it.
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const seqSliceMaxBytes: number = Seq.maxEncodedBytes
+
+/**
  * Define a session. Throws (a definition error) when an app's slice takes the name or the
  * key of the session's own.
  *
@@ -203,7 +243,8 @@ export const route = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
  * session's update schema and `deliver` (`Worker.layerFromEnv`, or `Worker.layer`), and
  * the sockets of another worker's token are closed with `lostCloseCode`. Fails with
  * `InvalidConfig` when `leaseDurability` is `memory`: an event is answered once its
- * change is stored, which a lease acknowledging from memory does not wait for.
+ * change is stored, which a lease acknowledging from memory does not wait for; and when
+ * `maxValueBytes` is below `seqSliceMaxBytes`.
  *
  * @since 0.2.0
  * @category layers
@@ -218,10 +259,11 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
 > =>
   Layer.unwrap(
     Effect.sync(() => {
-      const { updates, isNewer } = session.options
+      const { updates, isNewer, maxUnsentBytes } = session.options
       const registry = Registry.make(
         updateEncoder(updates) as (type: "state" | "update", update: unknown, marks: object) => string,
-        isNewer as ((update: unknown, than: unknown) => boolean) | undefined
+        isNewer as ((update: unknown, than: unknown) => boolean) | undefined,
+        maxUnsentBytes
       )
       const watch = Layer.effectDiscard(
         Effect.gen(function* () {
@@ -233,11 +275,21 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
               reason: "acknowledges a change before it is stored: a socket session answers an event once it is stored"
             })
           }
+          if (settings.maxValueBytes < Seq.maxEncodedBytes) {
+            return yield* new LeaseholdConfig.InvalidConfig({
+              knob: "maxValueBytes",
+              value: String(settings.maxValueBytes),
+              reason: `below ${Seq.maxEncodedBytes} bytes, the most the session's slice ${Seq.seqSlice.name} takes: every event of a token whose slice grew past it would fail`
+            })
+          }
           const tokens = yield* TokenManager
           yield* Effect.forkScoped(
-            Stream.runForEach(tokens.lost, (lost) => registry.close(lost.token, lost.connectionId)).pipe(
-              Effect.interruptible
-            )
+            Stream.runForEach(tokens.lost, (lost) =>
+              registry.close(lost.token, lost.connectionId, {
+                code: Connection.lostCloseCode,
+                reason: "token held by another worker"
+              })
+            ).pipe(Effect.interruptible)
           )
         })
       )
@@ -245,6 +297,15 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
       return Layer.merge(Layer.succeed(Registry.Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
     })
   ).pipe(Layer.fresh)
+
+/**
+ * How often `layerHttpServer` pings each socket by default: a socket whose pong has not come
+ * by the next ping is cut (a half-open connection ends within two intervals).
+ *
+ * @since 0.2.0
+ * @category constants
+ */
+export const defaultPingInterval: Duration.Duration = Duration.seconds(30)
 
 /**
  * @since 0.2.0
@@ -255,6 +316,11 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
   readonly maxFrameBytes?: number | undefined
   /** How long a socket being closed waits for the client's close before its connection is cut (default 2 s). */
   readonly closeGrace?: Duration.Input | undefined
+  /**
+   * How often each socket is pinged (default 30 s): one whose pong has not come by the next
+   * ping is cut, and its link to the token goes with it.
+   */
+  readonly pingInterval?: Duration.Input | undefined
 }
 
 /**
@@ -269,11 +335,20 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
 export const layerHttpServer = (options: HttpServerOptions) =>
   Layer.unwrap(
     Effect.sync(() => {
-      const { maxFrameBytes = defaultMaxFrameBytes, closeGrace = Duration.seconds(2), ...listen } = options
+      const {
+        maxFrameBytes = defaultMaxFrameBytes,
+        closeGrace = Duration.seconds(2),
+        pingInterval = defaultPingInterval,
+        ...listen
+      } = options
       const server = createServer()
       const pending = Upgrade.track(server)
       return Layer.merge(
-        Upgrade.layer(pending, { maxFrameBytes, closeGrace: Duration.fromInputUnsafe(closeGrace) }),
+        Upgrade.layer(pending, {
+          maxFrameBytes,
+          closeGrace: Duration.fromInputUnsafe(closeGrace),
+          pingInterval: Duration.fromInputUnsafe(pingInterval)
+        }),
         NodeHttpServer.layer(() => server, listen)
       )
     })

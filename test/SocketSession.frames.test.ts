@@ -5,6 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
@@ -49,6 +50,60 @@ describe("socket session frames", () => {
       yield* sockets.detach(connection)
       yield* sockets.deliver("tab-1", { n: 2, v: 2, epoch: 200 })
       assert.strictEqual(connection.outgoing.state._tag, "Done")
+    })
+  )
+
+  it.effect("a socket whose client leaves too much unread is closed with 1013, its frames no longer queued", () =>
+    Effect.gen(function* () {
+      const sockets = Registry.make(
+        updateEncoder(Count) as (type: "state" | "update", update: unknown, marks: object) => string,
+        undefined,
+        200
+      )
+      let buffered = 0
+      const connection = yield* sockets.attach("c1", "tab-1", "client-1", () => buffered)
+      yield* sockets.send(connection, { type: "error", message: "x".repeat(40) })
+      // written, not yet sent: counted with what is queued
+      buffered = 30
+      yield* sockets.send(connection, { type: "error", message: "y" })
+      assert.isFalse(Deferred.isDoneUnsafe(connection.closed))
+      for (let i = 0; i < 10; i++) yield* sockets.sendUpdate(connection, "update", { n: i, v: i, epoch: 0 }, {})
+      assert.isTrue(Deferred.isDoneUnsafe(connection.closed))
+      assert.deepStrictEqual(yield* Deferred.await(connection.closed), { code: 1013, reason: "over 200 bytes unread" })
+      const queued = yield* Queue.takeAll(connection.outgoing)
+      assert.isAtMost(
+        queued.reduce((sum, frame) => sum + frame.length, 0),
+        200 - buffered
+      )
+      assert.strictEqual(
+        connection.unsent,
+        queued.reduce((sum, frame) => sum + frame.length, 0)
+      )
+    })
+  )
+
+  it.effect("an answer that cannot be encoded says its event was applied", () =>
+    Effect.gen(function* () {
+      const Even = Count.check(Schema.makeFilter((count: Count) => count.n % 2 === 0 || "n must be even"))
+      const sockets = Registry.make(
+        updateEncoder(Even) as (type: "state" | "update", update: unknown, marks: object) => string,
+        undefined
+      )
+      const connection = yield* sockets.attach("c1", "tab-1", "client-1")
+      yield* sockets.sendUpdate(connection, "update", { n: 1, v: 1, epoch: 0 }, { seq: 1 })
+      yield* sockets.sendUpdate(connection, "state", { n: 1, v: 1, epoch: 0 }, { seq: 1, duplicate: true })
+      yield* sockets.sendUpdate(connection, "update", { n: 3, v: 2, epoch: 0 }, {})
+      const [answer, duplicate, update] = yield* sent(connection.outgoing)
+      for (const frame of [answer, duplicate]) {
+        assert.strictEqual(frame.type, "error")
+        assert.strictEqual(frame.seq, 1)
+        // final: the event was applied, and a resend's duplicate would not encode either
+        assert.strictEqual(frame.applied, true)
+        assert.include(frame.message, "cannot be encoded")
+      }
+      assert.strictEqual(update.type, "error")
+      assert.isUndefined(update.seq)
+      assert.isUndefined(update.applied)
     })
   )
 

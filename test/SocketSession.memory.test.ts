@@ -4,9 +4,11 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
@@ -14,6 +16,7 @@ import * as SocketSession from "leasehold/SocketSession"
 import * as StateManager from "leasehold/StateManager"
 import { Store } from "leasehold/Store"
 import * as Worker from "leasehold/Worker"
+import * as Seq from "../src/internal/socket/seq.js"
 import { answers, Count, calls, connect, maxFrameBytes, serveWorker, session } from "./session/support.js"
 
 const settings = (input: LeaseholdConfig.Input = {}) => LeaseholdConfig.layer({ oplock: false, ...input })
@@ -64,6 +67,45 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live("a reconnect of the same client takes its token from its socket not seen to close", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const id = clientId("page")
+      const old = yield* connect(port, { client: id })
+      old.send({ type: "bump", by: 1, seq: 1 })
+      yield* old.waitFor((f) => f.seq === 1)
+      // the old socket stays open, as a half-open one does for the server
+      const [took, again] = yield* Effect.timed(connect(port, { client: id, token: old.token }))
+      assert.isTrue(Duration.isLessThan(took, SocketSession.reloadGrace))
+      assert.strictEqual(again.frames[0]!.type, "hello")
+      assert.strictEqual(again.token, old.token)
+      assert.strictEqual(yield* old.closed, SocketSession.replacedCloseCode)
+      again.send({ type: "bump", by: 1, seq: 1 })
+      again.send({ type: "bump", by: 1, seq: 2 })
+      yield* again.waitFor((f) => f.seq === 2)
+      assert.deepStrictEqual(answers(again), [
+        ["state", 1],
+        ["update", 2]
+      ])
+      // another client id is another tab: a fresh token
+      const other = yield* connect(port, { client: clientId("other"), token: old.token })
+      assert.strictEqual(other.frames[0]!.type, "new_token")
+      assert.strictEqual(yield* Effect.timeoutOption(again.closed, "200 millis"), Option.none())
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a socket that does not answer pings is cut; one that does stays", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.flatMap(sharedStore(), (shared) => serveWorker(shared, { pingInterval: "100 millis" }))
+      const silent = yield* connect(port, { client: clientId("silent") }, { autoPong: false })
+      const live = yield* connect(port, { client: clientId("live") })
+      assert.strictEqual(yield* silent.closed, 1006)
+      yield* Effect.sleep("300 millis")
+      live.send({ type: "bump", by: 1, seq: 1 })
+      assert.strictEqual((yield* live.waitFor((f) => f.seq === 1)).type, "update")
+    }).pipe(Effect.scoped)
+  )
+
   it.live("a frame over the cap closes the socket with 1009", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
@@ -99,6 +141,54 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live("a handler's defect refuses its own event; the burst's others are answered as they are", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const client = yield* connect(port, { client: clientId("defect") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
+      yield* Effect.sleep("100 millis")
+      // one burst: a duplicate, a defect, an event applied, one over a gap
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, die: true })
+      client.send({ type: "bump", by: 1, seq: 3 })
+      client.send({ type: "bump", by: 1, seq: 5 })
+      yield* client.waitFor((f) => f.seq === 5)
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.seq !== undefined),
+        [
+          { type: "update", n: 1, v: 1, seq: 1 },
+          { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
+          { type: "error", message: "the event's handler failed unexpectedly", seq: 2, applied: false },
+          { type: "update", n: 2, v: 2, seq: 3 },
+          { type: "resend", from: 4, seq: 5 }
+        ]
+      )
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a burst whose write fails answers its duplicates and resends as such, its events not applied", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.flatMap(sharedStore({ maxValueBytes: 8192 }), serveWorker)
+      const client = yield* connect(port, { client: clientId("unwritten") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
+      yield* Effect.sleep("100 millis")
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* client.waitFor((f) => f.seq === 4)
+      const [first, duplicate, refused, resend] = client.frames.filter((f) => f.seq !== undefined)
+      assert.deepStrictEqual(first, { type: "update", n: 1, v: 1, seq: 1 })
+      assert.deepStrictEqual(duplicate, { type: "state", n: 1, v: 1, seq: 1, duplicate: true })
+      assert.strictEqual(refused!.type, "error")
+      assert.strictEqual(refused!.seq, 2)
+      assert.strictEqual(refused!.applied, false)
+      assert.include(refused!.message, "maxValueBytes")
+      assert.deepStrictEqual(resend, { type: "resend", from: 2, seq: 4 })
+    }).pipe(Effect.scoped)
+  )
+
   it.live("frames beyond the queue bound are answered, none dropped silently", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
@@ -124,6 +214,25 @@ describe("SocketSession on the embedded store", () => {
         updates,
         Array.from({ length: updates.length }, (_, i) => i + 1)
       )
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("frames beyond the bytes bound are answered resend from themselves", () =>
+    Effect.gen(function* () {
+      const port = yield* oneWorker
+      const client = yield* connect(port, { client: clientId("bytes") })
+      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      yield* Effect.sleep("100 millis")
+      // three frames of 900 bytes: the third takes the waiting ones past 2048 bytes
+      const pad = "x".repeat(860)
+      for (let seq = 2; seq <= 4; seq++) client.send({ type: "bump", by: 1, seq, pad })
+      yield* client.waitFor((f) => f.seq === 3)
+      assert.deepStrictEqual(answers(client), [
+        ["resend", 4],
+        ["update", 1],
+        ["update", 2],
+        ["update", 3]
+      ])
     }).pipe(Effect.scoped)
   )
 
@@ -248,6 +357,31 @@ describe("SocketSession on the embedded store", () => {
       assert.isTrue(Exit.isFailure(exit))
       assert.include(String(Exit.isFailure(exit) ? exit.cause : ""), "leaseDurability")
     }).pipe(Effect.scoped)
+  )
+
+  it.live("a maxValueBytes below the seq slice's largest is refused at build", () =>
+    Effect.gen(function* () {
+      // 4 KiB holds any app slice of a few fields, not 8 clients and 64 dropped ids
+      const below = yield* Effect.exit(Effect.flatMap(sharedStore({ maxValueBytes: 4096 }), serveWorker))
+      assert.isTrue(Exit.isFailure(below))
+      assert.include(String(Exit.isFailure(below) ? below.cause : ""), "maxValueBytes")
+      const at = yield* Effect.exit(
+        Effect.flatMap(sharedStore({ maxValueBytes: SocketSession.seqSliceMaxBytes }), serveWorker)
+      )
+      assert.isTrue(Exit.isSuccess(at))
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("the seq slice at its largest takes seqSliceMaxBytes", () =>
+    Effect.gen(function* () {
+      // 8 clients and 64 dropped ids, of 64 characters each: what the bound was computed from
+      const clients = Array.from({ length: SocketSession.maxClients + 64 }, (_, i) => `${i}`.padStart(64, "c"))
+      let state = { clients: [], forgotten: [] } as Seq.SeqState
+      for (const client of clients) state = Seq.advance(state, client, Number.MAX_SAFE_INTEGER)
+      assert.strictEqual(state.forgotten.length, 64)
+      const encoded = JSON.stringify(Schema.encodeSync(Seq.SeqState)(state))
+      assert.strictEqual(Buffer.byteLength(encoded), SocketSession.seqSliceMaxBytes)
+    })
   )
 
   it("a handler returning a wrong update does not compile", () => {

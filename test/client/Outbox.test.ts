@@ -39,7 +39,7 @@ const track = (promise: Promise<Answer<Count>>) => {
 
 const settled = () => new Promise((resolve) => setTimeout(resolve, 0))
 
-const rejected = (state: { error?: SendError }, applied: false | "unknown", reason: Reason) => {
+const rejected = (state: { error?: SendError }, applied: boolean | "unknown", reason: Reason) => {
   assert.instanceOf(state.error, SendError)
   assert.strictEqual(state.error?.applied, applied)
   assert.strictEqual(state.error?.reason, reason)
@@ -49,6 +49,22 @@ const bump = (by: number): Bump => ({ type: "bump", by })
 const seqs = (frames: ReadonlyArray<{ readonly seq: number }>) => frames.map((frame) => frame.seq)
 
 describe("client Outbox", () => {
+  it("an error saying the event was applied settles it for good: no retry", async () => {
+    const { box, sent, link } = outbox()
+    const first = track(box.push(bump(1)))
+    const second = track(box.push(bump(2)))
+    link()
+    const message = "update cannot be encoded"
+    assert.isUndefined(box.answer({ type: "error", seq: 1, message, applied: true }))
+    assert.strictEqual(box.failures, 0)
+    box.answer({ type: "update", seq: 2, n: 3 })
+    await settled()
+    rejected(first, true, "unanswerable")
+    assert.strictEqual(second.answer?.update.n, 3)
+    assert.deepStrictEqual(seqs(sent), [1, 2])
+    assert.strictEqual(box.size, 0)
+  })
+
   it("events wait for a link, then go in order, numbered from 1, with the event's own fields", () => {
     const { box, sent, link } = outbox()
     void box.push(bump(1))

@@ -18,8 +18,16 @@ import * as Worker from "leasehold/Worker"
 import { WebSocket } from "ws"
 import { waitUntil } from "../support/waitUntil.js"
 
-export const Count = Schema.Struct({ n: Schema.Int, v: Schema.Int })
-export const Bump = Schema.Struct({ type: Schema.Literal("bump"), by: Schema.Int, slowMs: Schema.optional(Schema.Int) })
+export const Count = Schema.Struct({ n: Schema.Int, v: Schema.Int, note: Schema.optional(Schema.String) })
+export const Bump = Schema.Struct({
+  type: Schema.Literal("bump"),
+  by: Schema.Int,
+  slowMs: Schema.optional(Schema.Int),
+  /** The handler dies (a defect) instead of answering. */
+  die: Schema.optional(Schema.Boolean),
+  /** The next state carries a note of this many characters: one past `maxValueBytes` is not written. */
+  noteBytes: Schema.optional(Schema.Int)
+})
 export const Counter = StateManager.slice("counter", Count, { n: 0, v: 0 })
 
 export class Refused extends Data.TaggedError("Refused")<{ readonly message: string }> {}
@@ -40,25 +48,31 @@ export const session = SocketSession.make({
         calls.last = counter
         return yield* new Refused({ message: "a bump of 0" })
       }
-      const next = { n: counter.n + bump.by, v: counter.v + 1 }
+      if (bump.die === true) return yield* Effect.die(new Error("the handler died"))
+      const next =
+        bump.noteBytes === undefined
+          ? { n: counter.n + bump.by, v: counter.v + 1 }
+          : { n: counter.n + bump.by, v: counter.v + 1, note: "x".repeat(bump.noteBytes) }
       calls.last = next
       return [next, { counter: next }] as const
     }),
   view: ({ counter }) => counter,
   isNewer: (a, b) => a.v > b.v,
-  maxPendingFrames: 4
+  maxPendingFrames: 4,
+  maxPendingBytes: 2048
 })
 
 export const maxFrameBytes = 1024
 
 /** One worker serving the session on a free port, over the store and settings in `shared`. */
 export const serveWorker = (
-  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  server: Partial<SocketSession.HttpServerOptions> = {}
 ): Effect.Effect<number, unknown, Scope.Scope> =>
   Effect.gen(function* () {
     const app = HttpRouter.serve(SocketSession.route(session), { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provideMerge(SocketSession.layer(session, Worker.layer)),
-      Layer.provideMerge(SocketSession.layerHttpServer({ port: 0, host: "127.0.0.1", maxFrameBytes })),
+      Layer.provideMerge(SocketSession.layerHttpServer({ port: 0, host: "127.0.0.1", maxFrameBytes, ...server })),
       Layer.provide(Layer.succeedContext(shared))
     )
     const context = yield* Layer.build(app)
@@ -84,7 +98,8 @@ export interface Client {
 /** Open the session's socket and wait for its `state` frame. Closed with the scope. */
 export const connect = (
   port: number,
-  query: { readonly token?: string; readonly client?: string } = {}
+  query: { readonly token?: string; readonly client?: string } = {},
+  options: { readonly autoPong?: boolean } = {}
 ): Effect.Effect<Client, never, Scope.Scope> =>
   Effect.gen(function* () {
     const params = new URLSearchParams()
@@ -94,7 +109,7 @@ export const connect = (
     const listeners = new Set<() => void>()
     let closeCode: number | undefined
     const socket = yield* Effect.acquireRelease(
-      Effect.sync(() => new WebSocket(`ws://127.0.0.1:${port}/ws?${params}`)),
+      Effect.sync(() => new WebSocket(`ws://127.0.0.1:${port}/ws?${params}`, options)),
       (socket) =>
         Effect.callback<void>((resume) => {
           if (socket.readyState === WebSocket.CLOSED) return resume(Effect.void)

@@ -38,10 +38,15 @@ export interface Definition<Ev, EvI, U, UI, S extends Record<string, StateManage
   readonly view: (values: StateManager.Values<S>) => U
   readonly isNewer?: ((update: U, than: U) => boolean) | undefined
   readonly maxPendingFrames?: number | undefined
+  readonly maxPendingBytes?: number | undefined
+  readonly maxUnsentBytes?: number | undefined
 }
 
 /** The default bound of frames waiting to be handled on one socket. */
 export const defaultMaxPendingFrames = 10_000
+
+/** The default bound of the bytes of the frames waiting on one socket, in frame caps. */
+export const defaultPendingFrameCaps = 64
 
 /** The most frames a socket's reader (or writer) takes from its queue at once. */
 const frameBatch = 64
@@ -59,14 +64,20 @@ const reloadPoll = Duration.millis(50)
 /** The close code of a socket whose token another worker's socket holds now: the client reconnects. */
 export const lostCloseCode = 4001
 
+/** The close code of a socket whose client opened a newer one on this worker (it had not seen the old one close). */
+export const replacedCloseCode = 4002
+
 /** A client id: 1 to 64 characters of `[A-Za-z0-9_-]`. */
-const clientPattern = /^[A-Za-z0-9_-]{1,64}$/
+const clientPattern = new RegExp(`^[A-Za-z0-9_-]{1,${Seq.maxClientLength}}$`)
 
 /** The key of the `seq` slice among the slices of a modification (a slice name, never an app's key). */
 export const seqKey = Seq.seqSlice.name
 
-/** Link a socket to its token, telling a reload (the old socket goes within the grace) from a duplicate tab. */
-const linkTab = (asked: string | undefined, id: string) =>
+/**
+ * Link a socket to its token, telling a reconnect of the same page (same client id), and a
+ * reload (the old socket goes within the grace), from a duplicate tab.
+ */
+const linkTab = (asked: string | undefined, id: string, client: string | undefined, registry: Registry) =>
   Effect.gen(function* () {
     const tokens = yield* TokenManager
     const link = (token: string) =>
@@ -83,6 +94,19 @@ const linkTab = (asked: string | undefined, id: string) =>
       )
     const linked = yield* link(asked ?? randomUUID())
     if (asked === undefined || !linked.fresh) return linked
+    // The same page, whose old socket this worker has not seen close (a connection left
+    // half-open by a network loss or a sleep): the new one takes its place at once. A
+    // duplicated tab has a client id of its own. A holder on another worker is waited for.
+    const holder = registry.find(asked)
+    if (client !== undefined && holder !== undefined && holder.client === client) {
+      yield* registry.close(asked, holder.id, {
+        code: replacedCloseCode,
+        reason: "replaced by a newer socket of the same client"
+      })
+      yield* tokens.disconnect(asked, holder.id).pipe(Effect.ignore)
+      yield* tokens.disconnect(linked.token, id)
+      return yield* link(asked)
+    }
     const gone = tokens.owner(asked, { refresh: true }).pipe(
       Effect.map(Option.isNone),
       Effect.orElseSucceed(() => false),
@@ -95,6 +119,9 @@ const linkTab = (asked: string | undefined, id: string) =>
     yield* tokens.disconnect(linked.token, id)
     return yield* link(asked)
   })
+
+/** The refusal of an event whose handler died: the defect itself is logged, not sent. */
+const defectMessage = "the event's handler failed unexpectedly"
 
 /** What became of one frame of a batch. */
 type Outcome<U> =
@@ -140,6 +167,18 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
     const slices = { ...definition.slices, [seqKey]: Seq.seqSlice }
     const { client } = connection
 
+    /**
+     * What the last run of the modification's function made of each event, and the values it
+     * read: when the write fails after it, each frame is answered by what it was.
+     */
+    interface Judged {
+      readonly outcomes: ReadonlyArray<Outcome<U>>
+      readonly before: StateManager.Values<S>
+      /** The client's last applied `seq` as read. */
+      readonly last: number
+    }
+    const judged: { current: Judged | undefined } = { current: undefined }
+
     /** The events of a batch in one modification: what became of each, in order. */
     const handleAll = (items: ReadonlyArray<{ readonly parsed: Parsed<Ev>; readonly seq: number | undefined }>) =>
       states.modifyAll(
@@ -150,6 +189,7 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
             const { [seqKey]: seqState0, ...rest } = values as Record<string, unknown>
             let seqState = seqState0 as Seq.SeqState
             let app = rest as StateManager.Values<S>
+            const before = app
             const outcomes: Array<Outcome<U>> = []
             for (const { parsed, seq } of items) {
               if (seq !== undefined && client !== undefined) {
@@ -180,9 +220,20 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
                 continue
               }
               const failure = Cause.findErrorOption(handled.cause)
-              // a defect or an interruption ends the modification: nothing of the batch is written
-              if (Option.isNone(failure)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
-              outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+              if (Option.isSome(failure)) {
+                outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+                continue
+              }
+              // An interruption ends the modification: nothing of the batch is written.
+              if (!Cause.hasDies(handled.cause)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
+              // A defect refuses its own event only: the burst's others were judged on their own.
+              yield* Effect.logError(`socket ${connection.id}: an event's handler died`, handled.cause)
+              outcomes.push({ _tag: "Refused", message: defectMessage })
+            }
+            judged.current = {
+              outcomes,
+              before,
+              last: client === undefined ? 0 : Seq.lastOf(seqState0 as Seq.SeqState, client)
             }
             return [outcomes, { ...app, [seqKey]: seqState } as StateManager.Values<typeof slices>] as const
           }),
@@ -209,10 +260,42 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
       }
     }
 
+    /**
+     * The answer to a frame of a batch whose write failed. A frame that was not to be written
+     * (a duplicate, a resend, a forgotten client) is answered as it would have been; the
+     * others, with the write's outcome. Before the function ran, nothing is known of them:
+     * a frame with `seq` may then be a duplicate, whose event was applied.
+     */
+    const answerFailed = (
+      outcome: Outcome<U> | undefined,
+      attempt: Judged | undefined,
+      seq: number | undefined,
+      cause: Cause.Cause<unknown>
+    ): Effect.Effect<void> => {
+      switch (outcome?._tag) {
+        case "Duplicate":
+          // the state as read: the batch's earlier events were not written with it
+          return answer({ _tag: "Duplicate", state: definition.view(attempt!.before) }, seq)
+        case "Resend":
+          // from the last applied as read: the batch's events before it may not have been written
+          return answer({ _tag: "Resend", from: Math.min(outcome.from, attempt!.last + 1) }, seq)
+        case "Forgotten":
+          return answer(outcome, seq)
+      }
+      const message = messageOf(Option.getOrElse(Cause.findErrorOption(cause), () => Cause.pretty(cause)))
+      const applied = outcome === undefined ? "unknown" : appliedAfter(cause)
+      return registry.send(
+        connection,
+        seq === undefined ? { type: "error", message } : { type: "error", message, seq, applied }
+      )
+    }
+
     const handleItems = (items: ReadonlyArray<Item<Ev>>) =>
       Effect.gen(function* () {
         const handled = items.filter((item) => item._tag === "Handle")
+        judged.current = undefined
         const exit = handled.length === 0 ? Exit.succeed([]) : yield* Effect.exit(handleAll(handled))
+        const failed = judged.current as Judged | undefined
         let i = 0
         for (const item of items) {
           if (item._tag === "Answer") {
@@ -224,13 +307,7 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
             yield* answer(exit.value[i++]!, seq)
             continue
           }
-          const message = messageOf(Option.getOrElse(Cause.findErrorOption(exit.cause), () => Cause.pretty(exit.cause)))
-          yield* registry.send(
-            connection,
-            seq === undefined
-              ? { type: "error", message }
-              : { type: "error", message, seq, applied: appliedAfter(exit.cause) }
-          )
+          yield* answerFailed(failed?.outcomes[i++], failed, seq, exit.cause)
         }
         if (Exit.isFailure(exit)) {
           yield* Effect.logWarning(`socket ${connection.id}: events not handled: ${Cause.pretty(exit.cause)}`)
@@ -285,16 +362,17 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     const registry = yield* Sockets
     const upgrades = yield* Upgrades
     const maxPending = definition.maxPendingFrames ?? defaultMaxPendingFrames
+    const maxPendingBytes = definition.maxPendingBytes ?? defaultPendingFrameCaps * upgrades.maxFrameBytes
     const asked = typeof params.token === "string" && isValidToken(params.token) ? params.token : undefined
     const client = typeof params.client === "string" && clientPattern.test(params.client) ? params.client : undefined
     // Not the platform's `request.upgrade`: its WebSocket server takes no bound from the session.
-    const { batch, socket } = yield* upgrades.upgrade(request)
+    const { batch, socket, buffered } = yield* upgrades.upgrade(request)
     const { write, writeAll } = yield* socket.writer
     const id = randomUUID()
 
     // the token was checked, or minted here: an invalid one is a defect
-    const linked = yield* Effect.orDie(linkTab(asked, id))
-    const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client), (connection) =>
+    const linked = yield* Effect.orDie(linkTab(asked, id, client, registry))
+    const connection = yield* Effect.acquireRelease(registry.attach(id, linked.token, client, buffered), (connection) =>
       Effect.andThen(registry.detach(connection), tokens.disconnect(connection.token, id).pipe(Effect.ignore))
     )
     if (asked === undefined || linked.fresh)
@@ -307,6 +385,8 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     })
 
     const incoming = yield* Queue.unbounded<string>()
+    // The bytes of the frames in `incoming`: bounded as well as their number, since each may be a frame cap.
+    let pendingBytes = 0
     const decoder = new TextDecoder()
     const handleFrames = yield* framesHandler(definition, registry, connection)
     // Read the state before any event is handled, so that it goes before their answers.
@@ -317,22 +397,26 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
     // Each loop takes what is waiting (up to a batch) and handles it in order: `forever`
     // yields to the scheduler once per batch, not once per frame.
     yield* Effect.forkScoped(
-      Effect.forever(Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), handleFrames)).pipe(
-        Effect.interruptible
-      )
+      Effect.forever(
+        Effect.flatMap(Queue.takeBetween(incoming, 1, frameBatch), (texts) => {
+          for (const text of texts) pendingBytes -= Buffer.byteLength(text)
+          return handleFrames(texts)
+        })
+      ).pipe(Effect.interruptible)
     )
     yield* Effect.forkScoped(
       Effect.forever(
-        Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) =>
+        Effect.flatMap(Queue.takeBetween(connection.outgoing, 1, frameBatch), (frames) => {
+          for (const frame of frames) connection.unsent -= frame.length
           // one write to the connection for the batch, not one per frame
-          Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
-        )
+          return Arr.isReadonlyArrayNonEmpty(frames) ? batch(writeAll(frames)) : Effect.void
+        })
       ).pipe(Effect.ignore, Effect.interruptible)
     )
-    // Closed from the server: the token is held by a socket of another worker now.
+    // Closed from the server: another socket holds the token now, or the client does not read.
     const closedHere = Deferred.await(connection.closed).pipe(
-      Effect.andThen(write(new Socket.CloseEvent(lostCloseCode, "token held by another worker"))),
-      Effect.andThen(Effect.logInfo(`socket ${id}: closed, its token is held by another worker now`)),
+      Effect.tap(({ code, reason }) => write(new Socket.CloseEvent(code, reason))),
+      Effect.flatMap(({ code, reason }) => Effect.logInfo(`socket ${id}: closed with ${code}: ${reason}`)),
       Effect.ignore
     )
     if (linked.takenOver) {
@@ -344,9 +428,12 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
       while (true) {
         for (const data of yield* pull.pull) {
           const text = typeof data === "string" ? data : decoder.decode(data)
-          // Queued synchronously, in the order the frames arrived.
-          if (Queue.sizeUnsafe(incoming) < maxPending) {
+          const bytes = Buffer.byteLength(text)
+          // Queued synchronously, in the order the frames arrived; one alone is always taken.
+          const size = Queue.sizeUnsafe(incoming)
+          if (size === 0 || (size < maxPending && pendingBytes + bytes <= maxPendingBytes)) {
             Queue.offerUnsafe(incoming, text)
+            pendingBytes += bytes
             continue
           }
           const seq = client === undefined ? undefined : seqOf(text)
@@ -354,7 +441,10 @@ export const handler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sl
           yield* registry.send(
             connection,
             seq === undefined
-              ? { type: "error", message: `too many messages waiting (${maxPending}): message dropped` }
+              ? {
+                  type: "error",
+                  message: `too many messages waiting (${maxPending}, or ${maxPendingBytes} bytes): message dropped`
+                }
               : { type: "resend", from: seq, seq }
           )
         }

@@ -73,8 +73,11 @@ export const seqOf = (text: string): number | undefined => {
   }
 }
 
-/** What an error frame says of its event: not applied, or of unknown outcome. */
-export type Applied = false | "unknown"
+/**
+ * What an error frame says of its event: not applied, of unknown outcome, or applied with
+ * an answer that could not be written.
+ */
+export type Applied = boolean | "unknown"
 
 /** A frame the session sends besides updates. */
 export type Control =

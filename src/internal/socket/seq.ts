@@ -5,8 +5,10 @@
  *
  * @internal
  */
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as StateManager from "../../StateManager.js"
+import { codecOf } from "../state/codec.js"
 
 /** Clients remembered per token: the least recently used beyond it is dropped. */
 export const maxClients = 8
@@ -23,6 +25,23 @@ export type SeqState = typeof SeqState.Type
 
 /** The slice, in every token that a client with `seq` wrote to. */
 export const seqSlice = StateManager.slice("leasehold.seq", SeqState, { clients: [], forgotten: [] })
+
+/** The longest client id a socket may name. */
+export const maxClientLength = 64
+
+/**
+ * The most bytes the slice takes stored: every client and dropped id at its longest (their
+ * characters need no escaping in JSON), every `last` at the largest `seq`. A token's every
+ * modification writes it, so `maxValueBytes` must hold it.
+ */
+export const maxEncodedBytes: number = (() => {
+  const id = "x".repeat(maxClientLength)
+  const worst: SeqState = {
+    clients: Array.from({ length: maxClients }, () => [id, Number.MAX_SAFE_INTEGER] as const),
+    forgotten: Array.from({ length: maxForgotten }, () => id)
+  }
+  return Buffer.byteLength(Result.getOrThrow(codecOf(seqSlice).encode(worst)), "utf8")
+})()
 
 /** What is done with a frame of `seq` from `client`, against the last applied `seq`. */
 export type Verdict =
@@ -47,6 +66,9 @@ export const check = (state: SeqState, client: string, seq: number): Verdict => 
   if (seq === last + 1) return apply
   return seq <= last ? duplicate : { _tag: "Resend", from: last + 1 }
 }
+
+/** The last applied `seq` of `client`, 0 when none is remembered. */
+export const lastOf = (state: SeqState, client: string): number => state.clients.find(([id]) => id === client)?.[1] ?? 0
 
 /** `state` with `client` at `seq`, now its most recently used; the least recent beyond the bound dropped. */
 export const advance = (state: SeqState, client: string, seq: number): SeqState => {

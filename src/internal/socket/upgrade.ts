@@ -61,6 +61,8 @@ export interface Upgraded {
    * order unchanged). A frame waits no longer than the rest of the turn.
    */
   readonly batch: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /** The bytes written to the connection and not yet taken by the kernel: what the client has not read. */
+  readonly buffered: () => number
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
@@ -85,6 +87,24 @@ export class Upgrades extends Context.Service<
   }
 >()("leasehold/SocketSession/Upgrades") {}
 
+/**
+ * Ping `ws` every `interval`; cut its connection when a ping went unanswered for one: a
+ * connection left half-open (the client's network lost, its machine asleep) ends then,
+ * with its socket's link to the token.
+ */
+const keepAlive = (ws: WebSocket, interval: Duration.Duration) => {
+  let answered = true
+  ws.on("pong", () => {
+    answered = true
+  })
+  const timer = setInterval(() => {
+    if (!answered) return ws.terminate()
+    answered = false
+    ws.ping()
+  }, Duration.toMillis(interval))
+  ws.once("close", () => clearInterval(timer))
+}
+
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
 const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
   Effect.callback<void>((resume) => {
@@ -108,7 +128,11 @@ export const isTooBig = (error: Socket.SocketError): boolean => {
 /** The upgrader of requests tracked in `pending`, for messages of at most `maxFrameBytes`. */
 export const layer = (
   pending: Pending,
-  options: { readonly maxFrameBytes: number; readonly closeGrace: Duration.Duration }
+  options: {
+    readonly maxFrameBytes: number
+    readonly closeGrace: Duration.Duration
+    readonly pingInterval: Duration.Duration
+  }
 ) =>
   Layer.effect(
     Upgrades,
@@ -178,6 +202,7 @@ export const layer = (
                   raw.socket.off("close", refused)
                   open.add(ws)
                   ws.once("close", () => open.delete(ws))
+                  keepAlive(ws, options.pingInterval)
                   ws.on("error", (error: Error & { readonly code?: string }) => {
                     // ws has sent the close frame (1009) and drains the connection unread; stop
                     // reading it instead, so that the client cannot go on uploading: what it
@@ -193,7 +218,8 @@ export const layer = (
             // one connection: its socket is not opened again once closed
             { disableReconnects: true }
           )
-          return Effect.map(socket, (socket): Upgraded => ({ socket, batch }))
+          const buffered = () => raw.socket.writableLength
+          return Effect.map(socket, (socket): Upgraded => ({ socket, batch, buffered }))
         }
       })
     })
