@@ -4,7 +4,6 @@
  * server's answers and cut the page's connection: a burst of clicks across a reconnect is
  * applied exactly once.
  */
-import * as fs from "node:fs"
 import * as net from "node:net"
 import { assert, describe, it } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -15,30 +14,10 @@ import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import * as SocketSession from "leasehold/SocketSession"
 import { Store } from "leasehold/Store"
-import { chromium, type Page } from "playwright-core"
+import type { Page } from "playwright-core"
+import { browser } from "../app/chromium.js"
 import { handled, serve } from "../fixtures/client/app.js"
 import * as Raw from "../session/support.js"
-
-const executablePath = "/usr/bin/chromium"
-
-const args = [
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync"
-]
-
-const browser = Effect.acquireRelease(
-  Effect.suspend(() =>
-    fs.existsSync(executablePath)
-      ? Effect.promise(() => chromium.launch({ executablePath, headless: true, args }))
-      : Effect.die(`no browser at ${executablePath}: apt-get install chromium`)
-  ),
-  (browser) => Effect.promise(() => browser.close())
-)
 
 /** A page in a browser context of its own; `init` runs in it before each document's scripts. */
 const openPage = (init?: string) =>
