@@ -20,7 +20,11 @@ const commandsDuring = <A, E, R>(server: RedisServer.RedisServer, effect: Effect
       yield* Effect.sleep(50)
       const result = yield* effect
       yield* Effect.sleep(100)
-      return [result, m.commands.map((command) => command.args[0]!)] as const
+      // a CLIENT command is named with its subcommand: naming a connection is no write
+      return [
+        result,
+        m.commands.map(({ args: [name, sub] }) => (name === "client" ? `client ${sub?.toLowerCase()}` : name!))
+      ] as const
     })
   )
 
@@ -36,7 +40,11 @@ const reads = new Set([
   "get",
   "zrange",
   "zscore",
-  "xlen"
+  "xlen",
+  // the workers' own connections, read meanwhile: a mailbox's blocking read, a connection named
+  "xread",
+  "client setname",
+  "client setinfo"
 ])
 
 describe("inspect", () => {
