@@ -5,6 +5,7 @@
  *
  * @internal
  */
+
 import { randomUUID } from "node:crypto"
 import * as Arr from "effect/Array"
 import * as Cause from "effect/Cause"
@@ -18,6 +19,7 @@ import * as Option from "effect/Option"
 import * as Queue from "effect/Queue"
 import * as Result from "effect/Result"
 import * as Socket from "effect/socket/Socket"
+import type { Options } from "../../SocketSession.js"
 import type * as StateManager from "../../StateManager.js"
 import { StateManager as States } from "../../StateManager.js"
 import { isValidToken, TokenManager } from "../../TokenManager.js"
@@ -26,21 +28,16 @@ import { type Connection, type Registry, Sockets } from "./registry.js"
 import * as Seq from "./seq.js"
 import { isTooBig, tooBigCloseCode, Upgrades } from "./upgrade.js"
 
-/** What a session is made of: the app's schemas, slices and handler. */
-export interface Definition<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
-  readonly events: import("effect/Schema").Codec<Ev, EvI>
-  readonly updates: import("effect/Schema").Codec<U, UI>
-  readonly slices: S
-  readonly handle: (
-    event: Ev,
-    values: StateManager.Values<S>
-  ) => Effect.Effect<readonly [U, StateManager.Values<S>], E, R>
-  readonly view: (values: StateManager.Values<S>) => U
-  readonly isNewer?: ((update: U, than: U) => boolean) | undefined
-  readonly maxPendingFrames?: number | undefined
-  readonly maxPendingBytes?: number | undefined
-  readonly maxUnsentBytes?: number | undefined
-}
+/** What a session is made of: the app's schemas, slices, handler and bounds (`SocketSession.Options`). */
+export type Definition<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> = Options<
+  Ev,
+  EvI,
+  U,
+  UI,
+  S,
+  E,
+  R
+>
 
 /** The default bound of frames waiting to be handled on one socket. */
 export const defaultMaxPendingFrames = 10_000
