@@ -186,6 +186,42 @@ describe("RedisStore with minReplicasAck", () => {
   )
 
   it.live(
+    "a server demoted between a step and its WAIT (WAIT refused on a replica): NotAcknowledged, not StoreRefused",
+    () =>
+      Effect.gen(function* () {
+        const { primary } = yield* replicated
+        // A replica that takes writes stands for a primary a failover has just demoted: the
+        // step is written, and its WAIT is refused ("cannot be used with replica instances").
+        const demoted = yield* RedisServer.start({
+          extraArgs: ["--replicaof", "127.0.0.1", String(primary.port), "--replica-read-only", "no"]
+        })
+        yield* eventuallyTrue(
+          "the demoted server linked to the primary",
+          20_000,
+          Effect.map(Effect.orDie(demoted.info("replication")), (info) => info.master_link_status === "up")
+        )
+        const cluster = yield* redisWorkersAt(demoted, { minReplicasAck: 1, replicaAckTimeout: 1_000 })
+        const result = yield* Effect.result(cluster.store.tryAcquire("tok", "lock-1", []))
+        assert.isTrue(Result.isFailure(result), "acknowledged on a replica")
+        if (Result.isFailure(result)) {
+          const error = result.failure
+          assert.strictEqual(error._tag, "NotAcknowledged", error.message)
+          if (error._tag === "NotAcknowledged") {
+            deepStrictEqual(
+              { acknowledged: error.acknowledged, required: error.required },
+              { acknowledged: 0, required: 1 }
+            )
+          }
+        }
+        assert.isTrue(
+          Option.isSome(yield* RedisServer.getRaw(demoted, cluster.keys.lock("tok"))),
+          "the step was written"
+        )
+      }),
+    60_000
+  )
+
+  it.live(
     "a step whose reply comes before its WAIT's is covered by that WAIT: one WAIT per step, one after the other",
     () =>
       Effect.gen(function* () {

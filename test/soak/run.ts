@@ -872,7 +872,8 @@ export const soak = (options: Options): Effect.Effect<Report, never, Scope.Scope
             // an outcome no document calls unknown: a violation, whether written or not
             unexpectedFailures++
             ambiguous.add(op)
-            details.push(`${proc.name}: ${op} on ${String(event.token)} failed with ${reason} (${event.t})`)
+            const message = typeof event.message === "string" ? `: ${event.message.slice(0, 300)}` : ""
+            details.push(`${proc.name}: ${op} on ${String(event.token)} failed with ${reason} (${event.t})${message}`)
           }
         }
       }

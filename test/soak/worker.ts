@@ -147,11 +147,14 @@ const modifyOnce = (states: StateManager.StateManager.Service, token: string, op
       return yield* emit({ t: "ok", token, op, n, invoked, at })
     }
     if (Exit.hasInterrupts(exit) && !state.decided) return yield* emit({ t: "interrupted", token, op })
-    const reason = Option.match(Cause.findErrorOption(exit.cause), {
+    const error = Cause.findErrorOption(exit.cause)
+    const reason = Option.match(error, {
       onNone: () => (Exit.hasInterrupts(exit) ? "Interrupted" : "defect"),
       onSome: (error) => (error as { readonly _tag?: string })._tag ?? "error"
     })
-    return yield* emit({ t: state.decided ? "decided" : "failed", token, op, reason, invoked, at })
+    // what the error says, for the report of an outcome no document calls unknown
+    const message = Option.match(error, { onNone: () => Cause.pretty(exit.cause), onSome: (error) => String(error) })
+    return yield* emit({ t: state.decided ? "decided" : "failed", token, op, reason, message, invoked, at })
   })
 
 const program = Effect.gen(function* () {

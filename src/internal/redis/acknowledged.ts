@@ -82,6 +82,15 @@ interface Written {
   readonly late: boolean
 }
 
+/**
+ * Whether a WAIT was refused because its server is a replica now: a failover demoted it
+ * between the step it follows and the WAIT. The step was made on the primary it was then,
+ * and no replica acknowledged it through this server: its outcome is unknown
+ * (`NotAcknowledged`), not refused.
+ */
+const demoted = (cause: unknown): boolean =>
+  cause instanceof Error && /^ERR WAIT cannot be used with replica instances/.test(cause.message)
+
 /** What a WAIT reported: the replicas that have every write before it, or the failure of the command. */
 type Waited = { readonly ok: true; readonly count: number } | { readonly ok: false; readonly cause: unknown }
 
@@ -114,7 +123,13 @@ export const make = (
     const settle = (steps: ReadonlyArray<Written>, waited: Waited) => {
       for (const { reply, step } of steps) {
         if (!waited.ok) {
-          step.resume(Effect.fail(mapError(step.operation)(waited.cause)))
+          step.resume(
+            Effect.fail(
+              demoted(waited.cause)
+                ? new NotAcknowledged({ operation: step.operation, acknowledged: 0, required: replicas, timeoutMs })
+                : mapError(step.operation)(waited.cause)
+            )
+          )
           continue
         }
         step.resume(

@@ -85,9 +85,10 @@ export const parseSentinels = (
  * - `failoverDetector`: each connection listens for `+switch-master` on the Sentinels and
  *   drops at once when a promotion is announced. A primary frozen (or cut off) keeps its
  *   sockets open, and without this a connection to it would wait for replies for ever.
- * - A `READONLY` reply (a connection that reached a server just demoted, before Sentinel
- *   cut its clients) drops the connection, so that it asks the Sentinels again; the
- *   command is not sent again (its caller sees `StoreUnavailable`).
+ * - A `READONLY` reply, or a `WAIT` refused on a replica (a connection that reached a
+ *   server just demoted, before Sentinel cut its clients), drops the connection, so that it
+ *   asks the Sentinels again; the command is not sent again (its caller sees
+ *   `StoreUnavailable`, or `NotAcknowledged` for the step before the `WAIT`).
  * - The password and user of the URL are the primary's (and its replicas'): the Sentinels
  *   are reached without credentials, with TLS when the URL says `rediss://`.
  *
@@ -106,5 +107,6 @@ export const sentinelOptions = (endpoint: Endpoint, target: SentinelTarget, opti
   sentinelRetryStrategy: (attempt) => options.retryStrategy?.(attempt) ?? 250,
   sentinelReconnectStrategy: (attempt) => options.retryStrategy?.(attempt) ?? 250,
   ...(options.connectTimeout === undefined ? {} : { sentinelCommandTimeout: options.connectTimeout }),
-  reconnectOnError: (error) => error.message.startsWith("READONLY")
+  reconnectOnError: (error) =>
+    error.message.startsWith("READONLY") || error.message.startsWith("ERR WAIT cannot be used with replica instances")
 })
