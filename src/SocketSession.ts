@@ -40,6 +40,7 @@ import * as HttpRouter from "effect/http/HttpRouter"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
+import type * as Result from "effect/Result"
 import type * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Connection from "./internal/socket/connection.js"
@@ -56,27 +57,30 @@ import type * as Worker from "./Worker.js"
  * What an app gives its session: the Schema of one client event (without `seq`), the
  * Schema of the updates sent to the tab (an object: its fields are the frame's, beside
  * `type`, `seq`, `duplicate` and `overtaken`), the token's slices the handler reads and
- * writes, and the handler.
+ * writes, and the handler: `handle`, an effect, or `decide`, a pure function (`Decided`).
  *
  * @since 0.2.0
  * @category models
  */
-export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
+export type Options<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R> = Common<
+  Ev,
+  EvI,
+  U,
+  UI,
+  S
+> &
+  (Handled<Ev, U, S, E, R> | Decided<Ev, U, S, E>)
+
+/**
+ * What every session's definition holds besides its handler.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Common<Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>> {
   readonly events: Schema.Codec<Ev, EvI>
   readonly updates: Schema.Codec<U, UI>
   readonly slices: S
-  /**
-   * One event applied to the values under the token's lock: its answer (an update) and the
-   * next values. A failure or a defect refuses the event (answered `error` with
-   * `applied: false`; the other events of its burst are unaffected; a defect is logged,
-   * and its message not sent). It runs inside a modification: keep effects
-   * outside the state out of it, or make them idempotent, since a handler's effects
-   * outside the state happen at least once.
-   */
-  readonly handle: (
-    event: Ev,
-    values: StateManager.Values<S>
-  ) => Effect.Effect<readonly [U, StateManager.Values<S>], E, R>
   /** The token's state as an update: sent at link, and as the answer to a duplicate. */
   readonly view: (values: StateManager.Values<S>) => U
   /**
@@ -97,6 +101,53 @@ export interface Options<Ev, EvI, U, UI, S extends Record<string, StateManager.S
    * 16 MiB): beyond them the socket is closed with `backlogCloseCode`, and the client reconnects.
    */
   readonly maxUnsentBytes?: number | undefined
+}
+
+/**
+ * A session whose handler is an effect.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Handled<Ev, U, S extends Record<string, StateManager.Slice<any, any>>, E, R> {
+  /**
+   * One event applied to the values under the token's lock: its answer (an update) and the
+   * next values. A failure or a defect refuses the event (answered `error` with
+   * `applied: false`; the other events of its burst are unaffected; a defect is logged,
+   * and its message not sent). It runs inside a modification: keep effects
+   * outside the state out of it, or make them idempotent, since a handler's effects
+   * outside the state happen at least once.
+   */
+  readonly handle: (
+    event: Ev,
+    values: StateManager.Values<S>
+  ) => Effect.Effect<readonly [U, StateManager.Values<S>], E, R>
+  readonly decide?: undefined
+}
+
+/**
+ * A session whose handler is a pure function: a burst is then one pure modification
+ * (`StateManager.modifyAllPure`), which the store decides in one step when nothing stands
+ * in its way. The cheaper way, for a handler that needs no effect.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Decided<Ev, U, S extends Record<string, StateManager.Slice<any, any>>, E> {
+  /**
+   * One event applied to the values under the token's lock: `Result.succeed([update, next])`,
+   * or `Result.fail(error)`, which refuses the event (answered `error` with the error's
+   * message and `applied: false`). `now` is the clock's time in milliseconds, read once for
+   * the burst. It must be pure: on Redis it may run more than once for a burst (only the last
+   * run counts). A throw is a defect: it refuses its own event only (logged, its message not
+   * sent); the other events of the burst are unaffected.
+   */
+  readonly decide: (
+    event: Ev,
+    values: StateManager.Values<S>,
+    now: number
+  ) => Result.Result<readonly [U, StateManager.Values<S>], E>
+  readonly handle?: undefined
 }
 
 /**

@@ -142,6 +142,18 @@ export declare namespace StateManager {
       f: (values: Values<S>) => Effect.Effect<readonly [B, Values<S>], E, R>,
       options?: ModifyOptions
     ) => Effect.Effect<B, E | ModifyError, R>
+    /**
+     * `modifyAll` with a pure function, decided as `modify`'s is: in one step of the store
+     * when nothing stands in its way, and on Redis possibly run more than once (only the last
+     * run's result counts). A function that throws fails the modification with that defect,
+     * and nothing is written.
+     */
+    readonly modifyAllPure: <S extends Record<string, Slice<any, any>>, B>(
+      token: string,
+      slices: S,
+      f: (values: Values<S>) => readonly [B, Values<S>],
+      options?: ModifyOptions
+    ) => Effect.Effect<B, ModifyError>
   }
 }
 
@@ -209,6 +221,27 @@ export const make = Effect.gen(function* () {
     )
   }
 
+  const modifyAllPure = <S extends Record<string, Slice<any, any>>, B>(
+    token: string,
+    record: S,
+    f: (values: Values<S>) => readonly [B, Values<S>],
+    options?: ModifyOptions
+  ) => {
+    const keys = Object.keys(record)
+    return runPure(
+      env,
+      token,
+      keys.map((key) => record[key]!),
+      (values) => {
+        const named: Record<string, unknown> = {}
+        for (let i = 0; i < keys.length; i++) named[keys[i]!] = values[i]
+        const [b, next] = f(named as Values<S>)
+        return [b, keys.map((key) => next[key])] as const
+      },
+      options
+    )
+  }
+
   return StateManager.of({
     get,
     modify: (token, s, f, options) =>
@@ -223,7 +256,8 @@ export const make = Effect.gen(function* () {
         options
       ),
     modifyEffect,
-    modifyAll
+    modifyAll,
+    modifyAllPure
   })
 })
 

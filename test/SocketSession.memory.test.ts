@@ -1,15 +1,22 @@
 /**
  * The socket session over the embedded store, served in this process: the handshake, the
- * frame cap, the queue bound, bursts, and each event with `seq` applied exactly once.
+ * frame cap, the queue bound, bursts, and each event with `seq` applied exactly once. The
+ * tests run on the TestClock: the session's timers (a handler's wait, the reload grace, the
+ * pings) move only when a test moves the clock. The sockets are real: their I/O takes real
+ * time, which a test waits for (`flush`, `realTurn`) before it moves the clock.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import type * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as TestClock from "effect/testing/TestClock"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import * as SocketSession from "leasehold/SocketSession"
@@ -17,7 +24,18 @@ import * as StateManager from "leasehold/StateManager"
 import { Store } from "leasehold/Store"
 import * as Worker from "leasehold/Worker"
 import * as Seq from "../src/internal/socket/seq.js"
-import { answers, Count, calls, connect, maxFrameBytes, serveWorker, session } from "./session/support.js"
+import {
+  answers,
+  Count,
+  calls,
+  connect,
+  maxFrameBytes,
+  pureCalls,
+  pureSession,
+  serveWorker,
+  session
+} from "./session/support.js"
+import { untilWithoutTime } from "./support/testClock.js"
 
 const settings = (input: LeaseholdConfig.Input = {}) => LeaseholdConfig.layer({ oplock: false, ...input })
 
@@ -32,8 +50,60 @@ const oneWorker = Effect.flatMap(sharedStore(), serveWorker)
 
 const clientId = (name: string) => `${name}-${Math.random().toString(36).slice(2, 10)}`
 
+/** A few milliseconds of real time: the sockets' I/O, between two moves of the clock. */
+const realTurn = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
+
+/** `fiber`'s result, the clock moved by `step` after each real turn until it is done. */
+const joinAdvancing = <A, E>(fiber: Fiber.Fiber<A, E>, step: Duration.Input, maxSteps = 400) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < maxSteps; i++) {
+      yield* realTurn
+      const done = fiber.pollUnsafe()
+      if (done !== undefined) return yield* done
+      yield* TestClock.adjust(step)
+    }
+    return yield* Effect.die(`not done within ${maxSteps} steps of ${Duration.format(Duration.fromInputUnsafe(step))}`)
+  })
+
+/** The clock moved by `total`, `step` by `step`, with a real turn before each: pings are answered between. */
+const advance = (total: number, step: number) =>
+  Effect.forEach(
+    Array.from({ length: Math.ceil(total / step) }),
+    () => Effect.andThen(realTurn, TestClock.adjust(step)),
+    {
+      discard: true
+    }
+  )
+
+/**
+ * A socket opened for a token another socket of it may still hold on the server (closed by
+ * the client, its close not yet handled): the reload grace runs on the clock, moved until
+ * the socket is linked.
+ */
+const reconnect = (port: number, query: { readonly token?: string; readonly client?: string }) =>
+  Effect.flatMap(Effect.forkChild(connect(port, query)), (fiber) => joinAdvancing(fiber, "50 millis"))
+
+/** Until the effectful handler has been called `n` times more than `from`: its event is being handled. */
+const handlerCalled = (from: number, n = 1) =>
+  untilWithoutTime(
+    "the handler called",
+    Effect.sync(() => calls.total >= from + n)
+  )
+
+/** The effectful handler's first event of a burst, waiting `slowMs` on the clock. */
+const slowFirst = (client: { readonly send: (message: unknown) => void }) =>
+  Effect.gen(function* () {
+    const from = calls.total
+    client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+    yield* handlerCalled(from)
+  })
+
+/** The frames sent behind the slow first one read by the server, then its wait over. */
+const releaseFirst = (client: { readonly flush: Effect.Effect<void> }): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.andThen(client.flush, TestClock.adjust("300 millis"))
+
 describe("SocketSession on the embedded store", () => {
-  it.live("a socket without a token, or with an invalid one, gets a fresh token, then hello and state", () =>
+  it.effect("a socket without a token, or with an invalid one, gets a fresh token, then hello and state", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const none = yield* connect(port)
@@ -50,24 +120,26 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a token held by a live tab gets a fresh one; a reload within the grace keeps its own", () =>
+  it.effect("a token held by a live tab gets a fresh one; a reload within the grace keeps its own", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const first = yield* connect(port, { token: "tab-1" })
       assert.strictEqual(first.frames[0]!.type, "hello")
-      const duplicate = yield* connect(port, { token: "tab-1" })
+      // the grace runs on the clock: the duplicate gets its own token once it is over
+      const duplicate = yield* reconnect(port, { token: "tab-1" })
+      assert.isAtLeast(yield* Clock.currentTimeMillis, Duration.toMillis(SocketSession.reloadGrace))
       assert.strictEqual(duplicate.frames[0]!.type, "new_token")
       assert.notStrictEqual(duplicate.token, "tab-1")
       // a reload: the old socket closes as the new one opens
-      const reloading = connect(port, { token: "tab-1" })
+      const reloading = yield* Effect.forkChild(connect(port, { token: "tab-1" }))
       yield* first.close
-      const reloaded = yield* reloading
+      const reloaded = yield* joinAdvancing(reloading, "50 millis")
       assert.strictEqual(reloaded.frames[0]!.type, "hello")
       assert.strictEqual(reloaded.token, "tab-1")
     }).pipe(Effect.scoped)
   )
 
-  it.live("a reconnect of the same client takes its token from its socket not seen to close", () =>
+  it.effect("a reconnect of the same client takes its token from its socket not seen to close", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const id = clientId("page")
@@ -88,26 +160,30 @@ describe("SocketSession on the embedded store", () => {
         ["update", 2]
       ])
       // another client id is another tab: a fresh token
-      const other = yield* connect(port, { client: clientId("other"), token: old.token })
+      const other = yield* reconnect(port, { client: clientId("other"), token: old.token })
       assert.strictEqual(other.frames[0]!.type, "new_token")
-      assert.strictEqual(yield* Effect.timeoutOption(again.closed, "200 millis"), Option.none())
+      // Real time: whether the server closes a socket is its I/O, which the clock does not drive.
+      assert.strictEqual(yield* TestClock.withLive(Effect.timeoutOption(again.closed, "200 millis")), Option.none())
     }).pipe(Effect.scoped)
   )
 
-  it.live("a socket that does not answer pings is cut; one that does stays", () =>
+  it.effect("a socket that does not answer pings is cut; one that does stays", () =>
     Effect.gen(function* () {
       const port = yield* Effect.flatMap(sharedStore(), (shared) => serveWorker(shared, { pingInterval: "100 millis" }))
       const silent = yield* connect(port, { client: clientId("silent") }, { autoPong: false })
       const live = yield* connect(port, { client: clientId("live") })
-      assert.strictEqual(yield* silent.closed, 1006)
-      yield* Effect.sleep("300 millis")
+      // the pings on the clock: the silent socket is cut at the second, once the first went unanswered
+      assert.strictEqual(yield* joinAdvancing(yield* Effect.forkChild(silent.closed), "100 millis"), 1006)
+      yield* advance(300, 100)
       live.send({ type: "bump", by: 1, seq: 1 })
       assert.strictEqual((yield* live.waitFor((f) => f.seq === 1)).type, "update")
     }).pipe(Effect.scoped)
   )
 
-  it.live("a frame over the cap closes the socket with 1009", () =>
+  it.effect("a frame over the cap closes the socket with 1009", () =>
     Effect.gen(function* () {
+      // Real time: the server stops reading the socket, so its close completes only when the
+      // close grace (a Node timer on the connection, as the server closes it) cuts it.
       const port = yield* oneWorker
       const client = yield* connect(port, { client: clientId("big") })
       client.send({ type: "bump", by: 1, pad: "x".repeat(maxFrameBytes) })
@@ -116,14 +192,15 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a burst waiting together is one modification, its answers in order", () =>
+  it.effect("a burst waiting together is one modification, its answers in order", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const client = yield* connect(port, { client: clientId("burst") })
       // the first event holds the socket's handler while the others arrive
-      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      yield* slowFirst(client)
       const fresh = calls.fresh
       for (let seq = 2; seq <= 4; seq++) client.send({ type: "bump", by: seq === 3 ? 0 : 1, seq })
+      yield* releaseFirst(client)
       yield* client.waitFor((f) => f.seq === 4)
       assert.deepStrictEqual(answers(client), [
         ["update", 1],
@@ -141,14 +218,95 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a handler's defect refuses its own event; the burst's others are answered as they are", () =>
+  it.effect("a handler's defect refuses its own event; the burst's others are answered as they are", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const client = yield* connect(port, { client: clientId("defect") })
-      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
       // taken alone: the frames below wait together behind it (a socket holds 4 at most)
-      yield* Effect.sleep("100 millis")
+      yield* slowFirst(client)
       // one burst: a duplicate, a defect, an event applied, one over a gap
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, die: true })
+      client.send({ type: "bump", by: 1, seq: 3 })
+      client.send({ type: "bump", by: 1, seq: 5 })
+      yield* releaseFirst(client)
+      yield* client.waitFor((f) => f.seq === 5)
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.seq !== undefined),
+        [
+          { type: "update", n: 1, v: 1, seq: 1 },
+          { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
+          { type: "error", message: "the event's handler failed unexpectedly", seq: 2, applied: false },
+          { type: "update", n: 2, v: 2, seq: 3 },
+          { type: "resend", from: 4, seq: 5 }
+        ]
+      )
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a burst whose write fails answers its duplicates and resends as such, its events not applied", () =>
+    Effect.gen(function* () {
+      const port = yield* Effect.flatMap(sharedStore({ maxValueBytes: 8192 }), serveWorker)
+      const client = yield* connect(port, { client: clientId("unwritten") })
+      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
+      yield* slowFirst(client)
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* releaseFirst(client)
+      yield* client.waitFor((f) => f.seq === 4)
+      const [first, duplicate, refused, resend] = client.frames.filter((f) => f.seq !== undefined)
+      assert.deepStrictEqual(first, { type: "update", n: 1, v: 1, seq: 1 })
+      assert.deepStrictEqual(duplicate, { type: "state", n: 1, v: 1, seq: 1, duplicate: true })
+      assert.strictEqual(refused!.type, "error")
+      assert.strictEqual(refused!.seq, 2)
+      assert.strictEqual(refused!.applied, false)
+      assert.include(refused!.message, "maxValueBytes")
+      assert.deepStrictEqual(resend, { type: "resend", from: 2, seq: 4 })
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a pure handler: a burst waiting together is one modification, its answers in order", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore()
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-burst") })
+      const fresh = pureCalls.fresh
+      // sent in one turn: read by the server together, taken as one burst
+      for (let seq = 1; seq <= 4; seq++) client.send({ type: "bump", by: seq === 3 ? 0 : 1, seq })
+      yield* client.waitFor((f) => f.seq === 4)
+      assert.deepStrictEqual(answers(client), [
+        ["update", 1],
+        ["update", 2],
+        ["error", 3],
+        ["update", 4]
+      ])
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.type === "update").map((f) => f.n),
+        [1, 2, 3]
+      )
+      assert.deepStrictEqual(
+        client.frames.find((f) => f.seq === 3),
+        {
+          type: "error",
+          message: "a bump of 0",
+          seq: 3,
+          applied: false
+        }
+      )
+      // one modification, decided once (in one step of the store): one call on fresh values
+      assert.strictEqual(pureCalls.fresh - fresh, 1)
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a pure handler's throw refuses its own event; the burst's others are answered as they are", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore()
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-defect") })
+      client.send({ type: "bump", by: 1, seq: 1 })
+      yield* client.waitFor((f) => f.seq === 1)
+      // one burst (a socket holds 4 at most): a duplicate, a defect, an event applied, one over a gap
       client.send({ type: "bump", by: 1, seq: 1 })
       client.send({ type: "bump", by: 1, seq: 2, die: true })
       client.send({ type: "bump", by: 1, seq: 3 })
@@ -164,38 +322,22 @@ describe("SocketSession on the embedded store", () => {
           { type: "resend", from: 4, seq: 5 }
         ]
       )
+      // the defect refused its event only: what the others wrote is stored
+      const counter = yield* Effect.flatMap(StateManager.StateManager, (states) =>
+        states.get(client.token, pureSession.options.slices.counter)
+      ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
+      assert.strictEqual(counter.n, 2)
     }).pipe(Effect.scoped)
   )
 
-  it.live("a burst whose write fails answers its duplicates and resends as such, its events not applied", () =>
-    Effect.gen(function* () {
-      const port = yield* Effect.flatMap(sharedStore({ maxValueBytes: 8192 }), serveWorker)
-      const client = yield* connect(port, { client: clientId("unwritten") })
-      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
-      // taken alone: the frames below wait together behind it (a socket holds 4 at most)
-      yield* Effect.sleep("100 millis")
-      client.send({ type: "bump", by: 1, seq: 1 })
-      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
-      client.send({ type: "bump", by: 1, seq: 4 })
-      yield* client.waitFor((f) => f.seq === 4)
-      const [first, duplicate, refused, resend] = client.frames.filter((f) => f.seq !== undefined)
-      assert.deepStrictEqual(first, { type: "update", n: 1, v: 1, seq: 1 })
-      assert.deepStrictEqual(duplicate, { type: "state", n: 1, v: 1, seq: 1, duplicate: true })
-      assert.strictEqual(refused!.type, "error")
-      assert.strictEqual(refused!.seq, 2)
-      assert.strictEqual(refused!.applied, false)
-      assert.include(refused!.message, "maxValueBytes")
-      assert.deepStrictEqual(resend, { type: "resend", from: 2, seq: 4 })
-    }).pipe(Effect.scoped)
-  )
-
-  it.live("frames beyond the queue bound are answered, none dropped silently", () =>
+  it.effect("frames beyond the queue bound are answered, none dropped silently", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const client = yield* connect(port, { client: clientId("queue") })
-      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
+      yield* slowFirst(client)
       for (let seq = 2; seq <= 12; seq++) client.send({ type: "bump", by: 1, seq })
       client.send({ type: "bump", by: 1 })
+      yield* releaseFirst(client)
       // the frame without seq: applied or refused, answered either way
       yield* client.waitFor((f) => (f.type === "update" || f.type === "error") && f.seq === undefined)
       yield* client.waitFor((f) => f.seq === 12)
@@ -217,15 +359,17 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("frames beyond the bytes bound are answered resend from themselves", () =>
+  it.effect("frames beyond the bytes bound are answered resend from themselves", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const client = yield* connect(port, { client: clientId("bytes") })
-      client.send({ type: "bump", by: 1, seq: 1, slowMs: 300 })
-      yield* Effect.sleep("100 millis")
+      yield* slowFirst(client)
       // three frames of 900 bytes: the third takes the waiting ones past 2048 bytes
       const pad = "x".repeat(860)
       for (let seq = 2; seq <= 4; seq++) client.send({ type: "bump", by: 1, seq, pad })
+      // the resend of the third is answered at once, before the first's wait is over
+      yield* client.waitFor((f) => f.type === "resend")
+      yield* releaseFirst(client)
       yield* client.waitFor((f) => f.seq === 3)
       assert.deepStrictEqual(answers(client), [
         ["resend", 4],
@@ -236,33 +380,40 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a resend after a reconnect is answered duplicate, not applied twice; a gap asks for L+1", () =>
-    Effect.gen(function* () {
-      const shared = yield* sharedStore()
-      const port = yield* serveWorker(shared)
-      const id = clientId("resend")
-      const first = yield* connect(port, { client: id })
-      for (let seq = 1; seq <= 3; seq++) first.send({ type: "bump", by: 1, seq })
-      yield* first.waitFor((f) => f.seq === 3)
-      yield* first.close
-      const again = yield* connect(port, { client: id, token: first.token })
-      again.send({ type: "bump", by: 1, seq: 2 })
-      const duplicate = yield* again.waitFor((f) => f.seq === 2)
-      assert.deepStrictEqual(duplicate, { type: "state", n: 3, v: 3, seq: 2, duplicate: true })
-      // out of order: 5 before 4
-      again.send({ type: "bump", by: 1, seq: 5 })
-      assert.deepStrictEqual(yield* again.waitFor((f) => f.seq === 5), { type: "resend", from: 4, seq: 5 })
-      again.send({ type: "bump", by: 1, seq: 4 })
-      again.send({ type: "bump", by: 1, seq: 5 })
-      yield* again.waitFor((f) => f.seq === 5 && f.type === "update")
-      const counter = yield* Effect.flatMap(StateManager.StateManager, (states) =>
-        states.get(first.token, session.options.slices.counter)
-      ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
-      assert.strictEqual(counter.n, 5)
-    }).pipe(Effect.scoped)
-  )
+  for (const [kind, served] of [
+    ["an effectful", session],
+    ["a pure", pureSession]
+  ] as const) {
+    it.effect(
+      `${kind} handler: a resend after a reconnect is answered duplicate, not applied twice; a gap asks for L+1`,
+      () =>
+        Effect.gen(function* () {
+          const shared = yield* sharedStore()
+          const port = yield* serveWorker(shared, {}, served)
+          const id = clientId("resend")
+          const first = yield* connect(port, { client: id })
+          for (let seq = 1; seq <= 3; seq++) first.send({ type: "bump", by: 1, seq })
+          yield* first.waitFor((f) => f.seq === 3)
+          yield* first.close
+          const again = yield* reconnect(port, { client: id, token: first.token })
+          again.send({ type: "bump", by: 1, seq: 2 })
+          const duplicate = yield* again.waitFor((f) => f.seq === 2)
+          assert.deepStrictEqual(duplicate, { type: "state", n: 3, v: 3, seq: 2, duplicate: true })
+          // out of order: 5 before 4
+          again.send({ type: "bump", by: 1, seq: 5 })
+          assert.deepStrictEqual(yield* again.waitFor((f) => f.seq === 5), { type: "resend", from: 4, seq: 5 })
+          again.send({ type: "bump", by: 1, seq: 4 })
+          again.send({ type: "bump", by: 1, seq: 5 })
+          yield* again.waitFor((f) => f.seq === 5 && f.type === "update")
+          const counter = yield* Effect.flatMap(StateManager.StateManager, (states) =>
+            states.get(first.token, session.options.slices.counter)
+          ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
+          assert.strictEqual(counter.n, 5)
+        }).pipe(Effect.scoped)
+    )
+  }
 
-  it.live("a resend to another worker is answered duplicate", () =>
+  it.effect("a resend to another worker is answered duplicate", () =>
     Effect.gen(function* () {
       const shared = yield* sharedStore()
       const a = yield* serveWorker(shared)
@@ -272,7 +423,7 @@ describe("SocketSession on the embedded store", () => {
       onA.send({ type: "bump", by: 7, seq: 1 })
       yield* onA.waitFor((f) => f.seq === 1)
       yield* onA.close
-      const onB = yield* connect(b, { client: id, token: onA.token })
+      const onB = yield* reconnect(b, { client: id, token: onA.token })
       assert.deepStrictEqual(onB.frames.at(-1), { type: "state", n: 7, v: 1 })
       onB.send({ type: "bump", by: 7, seq: 1 })
       assert.deepStrictEqual(yield* onB.waitFor((f) => f.seq === 1), {
@@ -287,14 +438,14 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("two clients on one token count apart", () =>
+  it.effect("two clients on one token count apart", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const one = yield* connect(port, { client: clientId("one") })
       one.send({ type: "bump", by: 1, seq: 1 })
       yield* one.waitFor((f) => f.seq === 1)
       yield* one.close
-      const two = yield* connect(port, { client: clientId("two"), token: one.token })
+      const two = yield* reconnect(port, { client: clientId("two"), token: one.token })
       two.send({ type: "bump", by: 1, seq: 1 })
       two.send({ type: "bump", by: 1, seq: 1 })
       yield* two.waitFor((f) => f.seq === 1 && f.duplicate === true)
@@ -306,19 +457,19 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("past 8 clients the least recent is forgotten, whatever it sends", () =>
+  it.effect("past 8 clients the least recent is forgotten, whatever it sends", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const ids = Array.from({ length: SocketSession.maxClients + 1 }, (_, i) => clientId(`c${i}`))
       let token: string | undefined
       for (const id of ids) {
-        const client = yield* connect(port, token === undefined ? { client: id } : { client: id, token })
+        const client = yield* reconnect(port, token === undefined ? { client: id } : { client: id, token })
         token = client.token
         client.send({ type: "bump", by: 1, seq: 1 })
         yield* client.waitFor((f) => f.seq === 1)
         yield* client.close
       }
-      const first = yield* connect(port, { client: ids[0]!, token: token! })
+      const first = yield* reconnect(port, { client: ids[0]!, token: token! })
       first.send({ type: "bump", by: 1, seq: 1 })
       first.send({ type: "bump", by: 1, seq: 2 })
       yield* first.waitFor((f) => f.seq === 2)
@@ -328,7 +479,7 @@ describe("SocketSession on the embedded store", () => {
       ])
       yield* first.close
       // the ninth is remembered still
-      const last = yield* connect(port, { client: ids.at(-1)!, token: token! })
+      const last = yield* reconnect(port, { client: ids.at(-1)!, token: token! })
       last.send({ type: "bump", by: 1, seq: 2 })
       assert.deepStrictEqual(yield* last.waitFor((f) => f.seq === 2), {
         type: "update",
@@ -339,7 +490,7 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a frame with seq but no client id is refused, not applied", () =>
+  it.effect("a frame with seq but no client id is refused, not applied", () =>
     Effect.gen(function* () {
       const port = yield* oneWorker
       const client = yield* connect(port)
@@ -350,7 +501,7 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("leaseDurability memory is refused at build", () =>
+  it.effect("leaseDurability memory is refused at build", () =>
     Effect.gen(function* () {
       const shared = yield* sharedStore({ leaseDurability: "memory" })
       const exit = yield* Effect.exit(serveWorker(shared))
@@ -359,7 +510,7 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
-  it.live("a maxValueBytes below the seq slice's largest is refused at build", () =>
+  it.effect("a maxValueBytes below the seq slice's largest is refused at build", () =>
     Effect.gen(function* () {
       // 4 KiB holds any app slice of a few fields, not 8 clients and 64 dropped ids
       const below = yield* Effect.exit(Effect.flatMap(sharedStore({ maxValueBytes: 4096 }), serveWorker))

@@ -16,7 +16,7 @@ import * as Lease from "../src/internal/lease.js"
 import * as StateManager from "../src/StateManager.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
-import { Counter, holding, memoryCluster } from "./state/workers.js"
+import { Counter, holding, memoryCluster, Other } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
 import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
@@ -144,6 +144,31 @@ describe("plain modifications in one step of the embedded store (oplock off)", (
       yield* w.states.modifyEffect("t", Counter, (s) => Effect.succeed([null, { n: s.n + 1 }] as const))
       assert.strictEqual((yield* operations) - before, 4)
       assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+
+  it.effect("modifyAllPure: several slices in one store step; a throw is its defect, nothing written", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster()
+      const w = yield* cluster.worker()
+      const operations = Option.getOrThrow(cluster.operations)
+      const before = yield* operations
+      const both = { counter: Counter, other: Other }
+      const result = yield* w.states.modifyAllPure("t", both, ({ counter, other }) => [
+        counter.n,
+        { counter: { n: counter.n + 1 }, other: { s: `${other.s}x` } }
+      ])
+      assert.strictEqual(result, 0)
+      assert.strictEqual((yield* operations) - before, 1, "one step for both slices")
+      assert.strictEqual(yield* w.lease.sessions, 0)
+      const thrown = yield* Effect.exit(
+        w.states.modifyAllPure("t", both, (): readonly [null, StateManager.Values<typeof both>] => {
+          throw new Error("the function died")
+        })
+      )
+      assert.isTrue(Exit.isFailure(thrown) && Cause.hasDies(thrown.cause))
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+      assert.deepStrictEqual(yield* w.states.get("t", Other), { s: "x" })
     })
   )
 

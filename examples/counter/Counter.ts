@@ -64,18 +64,16 @@ const step = (token: string | undefined, count: Count, by: number, now: number) 
   return Result.succeed({ n, v: count.v + 1, epoch: count.v === 0 ? now : count.epoch })
 }
 
-/** The tab's socket: each `bump` applied under the token's lock, answered with the new count. */
+/**
+ * The tab's socket: each `bump` applied under the token's lock, answered with the new count.
+ * A pure handler (`decide`): the events waiting together are one plain modification.
+ */
 export const session = SocketSession.make({
   events: Bump,
   updates: Count,
   slices: { counter: Counter },
-  handle: (bump, { counter }) =>
-    Effect.clockWith((clock) =>
-      Effect.map(
-        Effect.fromResult(step(undefined, counter, bump.by, clock.currentTimeMillisUnsafe())),
-        (next) => [next, { counter: next }] as const
-      )
-    ),
+  decide: (bump, { counter }, now) =>
+    Result.map(step(undefined, counter, bump.by, now), (next) => [next, { counter: next }] as const),
   view: ({ counter }) => counter,
   isNewer
 })

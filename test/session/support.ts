@@ -4,10 +4,12 @@
  */
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HttpRouter from "effect/http/HttpRouter"
 import * as HttpServer from "effect/http/HttpServer"
 import * as Layer from "effect/Layer"
+import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import type * as LeaseholdConfig from "leasehold/LeaseholdConfig"
@@ -43,7 +45,8 @@ export const session = SocketSession.make({
     Effect.gen(function* () {
       calls.total++
       if (counter !== calls.last) calls.fresh++
-      if (bump.slowMs !== undefined) yield* Effect.promise(() => new Promise((r) => setTimeout(r, bump.slowMs)))
+      // on the fiber's clock: the TestClock in a test that runs on it
+      if (bump.slowMs !== undefined) yield* Effect.sleep(Duration.millis(bump.slowMs))
       if (bump.by === 0) {
         calls.last = counter
         return yield* new Refused({ message: "a bump of 0" })
@@ -62,16 +65,46 @@ export const session = SocketSession.make({
   maxPendingBytes: 2048
 })
 
+/** How the pure handler was called, as `calls` counts the effectful one's. */
+export const pureCalls = { total: 0, fresh: 0, last: undefined as unknown }
+
+/** The same session with a pure handler (`decide`): a `slowMs` is not waited for. */
+export const pureSession = SocketSession.make({
+  events: Bump,
+  updates: Count,
+  slices: { counter: Counter },
+  decide: (bump, { counter }) => {
+    pureCalls.total++
+    if (counter !== pureCalls.last) pureCalls.fresh++
+    if (bump.by === 0) {
+      pureCalls.last = counter
+      return Result.fail(new Refused({ message: "a bump of 0" }))
+    }
+    if (bump.die === true) throw new Error("the handler died")
+    const next =
+      bump.noteBytes === undefined
+        ? { n: counter.n + bump.by, v: counter.v + 1 }
+        : { n: counter.n + bump.by, v: counter.v + 1, note: "x".repeat(bump.noteBytes) }
+    pureCalls.last = next
+    return Result.succeed([next, { counter: next }] as const)
+  },
+  view: ({ counter }) => counter,
+  isNewer: (a, b) => a.v > b.v,
+  maxPendingFrames: 4,
+  maxPendingBytes: 2048
+})
+
 export const maxFrameBytes = 1024
 
 /** One worker serving the session on a free port, over the store and settings in `shared`. */
 export const serveWorker = (
   shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
-  server: Partial<SocketSession.HttpServerOptions> = {}
+  server: Partial<SocketSession.HttpServerOptions> = {},
+  served: typeof session | typeof pureSession = session
 ): Effect.Effect<number, unknown, Scope.Scope> =>
   Effect.gen(function* () {
-    const app = HttpRouter.serve(SocketSession.route(session), { disableLogger: true, disableListenLog: true }).pipe(
-      Layer.provideMerge(SocketSession.layer(session, Worker.layer)),
+    const app = HttpRouter.serve(SocketSession.route(served), { disableLogger: true, disableListenLog: true }).pipe(
+      Layer.provideMerge(SocketSession.layer(served, Worker.layer)),
       Layer.provideMerge(SocketSession.layerHttpServer({ port: 0, host: "127.0.0.1", maxFrameBytes, ...server })),
       Layer.provide(Layer.succeedContext(shared))
     )
@@ -93,6 +126,11 @@ export interface Client {
   readonly token: string
   readonly closed: Effect.Effect<number>
   readonly close: Effect.Effect<void>
+  /**
+   * A ping answered: the server has read every frame sent before it (the socket is real, and
+   * its I/O takes real time), and its fibers have had a turn of the event loop to take them.
+   */
+  readonly flush: Effect.Effect<void>
 }
 
 /** Open the session's socket and wait for its `state` frame. Closed with the scope. */
@@ -150,7 +188,14 @@ export const connect = (
         if (socket.readyState === WebSocket.CLOSED) return resume(Effect.void)
         socket.once("close", () => resume(Effect.void))
         socket.close()
-      })
+      }),
+      flush: Effect.andThen(
+        Effect.callback<void>((resume) => {
+          socket.once("pong", () => resume(Effect.void))
+          socket.ping()
+        }),
+        Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+      )
     }
   })
 

@@ -23,7 +23,17 @@ import type { Options } from "../../SocketSession.js"
 import type * as StateManager from "../../StateManager.js"
 import { StateManager as States } from "../../StateManager.js"
 import { isValidToken, TokenManager } from "../../TokenManager.js"
-import { type Applied, type Control, type Parsed, parser, seqOf } from "./frames.js"
+import {
+  type Handled,
+  type Judging,
+  judgeEffect,
+  judgePure,
+  messageOf,
+  nextValues,
+  type Outcome,
+  start
+} from "./burst.js"
+import { type Applied, type Control, parser, seqOf } from "./frames.js"
 import { type Connection, type Registry, Sockets } from "./registry.js"
 import * as Seq from "./seq.js"
 import { isTooBig, tooBigCloseCode, Upgrades } from "./upgrade.js"
@@ -117,26 +127,8 @@ const linkTab = (asked: string | undefined, id: string, client: string | undefin
     return yield* link(asked)
   })
 
-/** The refusal of an event whose handler died: the defect itself is logged, not sent. */
-const defectMessage = "the event's handler failed unexpectedly"
-
-/** What became of one frame of a batch. */
-type Outcome<U> =
-  | { readonly _tag: "Applied"; readonly update: U }
-  | { readonly _tag: "Refused"; readonly message: string }
-  | { readonly _tag: "Duplicate"; readonly state: U }
-  | { readonly _tag: "Resend"; readonly from: number }
-  | { readonly _tag: "Forgotten" }
-
 /** A frame of a batch: answered at once (`answer`), or handled in the batch's modification. */
-type Item<Ev> =
-  | { readonly _tag: "Answer"; readonly message: Control }
-  | { readonly _tag: "Handle"; readonly parsed: Parsed<Ev>; readonly seq: number | undefined }
-
-const messageOf = (error: unknown): string =>
-  typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
-    ? error.message
-    : String(error)
+type Item<Ev> = { readonly _tag: "Answer"; readonly message: Control } | ({ readonly _tag: "Handle" } & Handled<Ev>)
 
 /**
  * Whether a failed modification may have been written: a store that failed or did not
@@ -176,66 +168,60 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
     }
     const judged: { current: Judged | undefined } = { current: undefined }
 
+    /** What the last run of the modification's function judged, kept for an answer to a failed write. */
+    const keep = (judging: Judging<S, U>, values: Record<string, unknown>) => {
+      judged.current = {
+        outcomes: judging.outcomes,
+        before: start<S, U>(values, seqKey).app,
+        last: client === undefined ? 0 : Seq.lastOf(values[seqKey] as Seq.SeqState, client)
+      }
+      return [judging.outcomes, nextValues(judging, seqKey) as StateManager.Values<typeof slices>] as const
+    }
+
     /** The events of a batch in one modification: what became of each, in order. */
-    const handleAll = (items: ReadonlyArray<{ readonly parsed: Parsed<Ev>; readonly seq: number | undefined }>) =>
-      states.modifyAll(
+    const handleAll = (items: ReadonlyArray<Handled<Ev>>): Effect.Effect<ReadonlyArray<Outcome<U>>, unknown, R> => {
+      const { decide, handle, view } = definition
+      if (decide !== undefined) {
+        // A pure burst: one pure modification, its handler's defects logged once it is over.
+        const defects: Array<unknown> = []
+        return Effect.clockWith((clock) => {
+          const now = clock.currentTimeMillisUnsafe()
+          return states.modifyAllPure(
+            connection.token,
+            slices,
+            (values) => {
+              // only the last run counts: on Redis the function may run twice
+              defects.length = 0
+              const judging = start<S, U>(values, seqKey)
+              judgePure(judging, items, client, { view, decide }, now, defects)
+              return keep(judging, values)
+            },
+            { event: "socket" }
+          )
+        }).pipe(
+          Effect.ensuring(
+            Effect.suspend(() =>
+              Effect.forEach(
+                defects,
+                (defect) => Effect.logError(`socket ${connection.id}: an event's handler died`, Cause.die(defect)),
+                { discard: true }
+              )
+            )
+          )
+        )
+      }
+      return states.modifyAll(
         connection.token,
         slices,
-        (values) =>
-          Effect.gen(function* () {
-            const { [seqKey]: seqState0, ...rest } = values as Record<string, unknown>
-            let seqState = seqState0 as Seq.SeqState
-            let app = rest as StateManager.Values<S>
-            const before = app
-            const outcomes: Array<Outcome<U>> = []
-            for (const { parsed, seq } of items) {
-              if (seq !== undefined && client !== undefined) {
-                const verdict = Seq.check(seqState, client, seq)
-                if (verdict._tag === "Duplicate") {
-                  outcomes.push({ _tag: "Duplicate", state: definition.view(app) })
-                  continue
-                }
-                if (verdict._tag === "Resend") {
-                  outcomes.push(verdict)
-                  continue
-                }
-                if (verdict._tag === "Forgotten") {
-                  outcomes.push(verdict)
-                  continue
-                }
-                // counted even when refused below: its answer is final, and the next seq may follow
-                seqState = Seq.advance(seqState, client, seq)
-              }
-              if (Result.isFailure(parsed.event)) {
-                outcomes.push({ _tag: "Refused", message: parsed.event.failure })
-                continue
-              }
-              const handled = yield* Effect.exit(definition.handle(parsed.event.success, app))
-              if (Exit.isSuccess(handled)) {
-                app = handled.value[1]
-                outcomes.push({ _tag: "Applied", update: handled.value[0] })
-                continue
-              }
-              const failure = Cause.findErrorOption(handled.cause)
-              if (Option.isSome(failure)) {
-                outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
-                continue
-              }
-              // An interruption ends the modification: nothing of the batch is written.
-              if (!Cause.hasDies(handled.cause)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
-              // A defect refuses its own event only: the burst's others were judged on their own.
-              yield* Effect.logError(`socket ${connection.id}: an event's handler died`, handled.cause)
-              outcomes.push({ _tag: "Refused", message: defectMessage })
-            }
-            judged.current = {
-              outcomes,
-              before,
-              last: client === undefined ? 0 : Seq.lastOf(seqState0 as Seq.SeqState, client)
-            }
-            return [outcomes, { ...app, [seqKey]: seqState } as StateManager.Values<typeof slices>] as const
-          }),
+        (values) => {
+          const judging = start<S, U>(values, seqKey)
+          return Effect.map(judgeEffect(judging, items, client, { view, handle: handle! }, connection.id), () =>
+            keep(judging, values)
+          )
+        },
         { event: "socket" }
       )
+    }
 
     const answer = (outcome: Outcome<U>, seq: number | undefined): Effect.Effect<void> => {
       switch (outcome._tag) {

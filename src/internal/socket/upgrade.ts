@@ -88,22 +88,24 @@ export class Upgrades extends Context.Service<
 >()("leasehold/SocketSession/Upgrades") {}
 
 /**
- * Ping `ws` every `interval`; cut its connection when a ping went unanswered for one: a
- * connection left half-open (the client's network lost, its machine asleep) ends then,
- * with its socket's link to the token.
+ * Ping `ws` every `interval` of the clock; cut its connection when a ping went unanswered
+ * for one: a connection left half-open (the client's network lost, its machine asleep)
+ * ends then, with its socket's link to the token. Run for as long as the socket's scope.
  */
-const keepAlive = (ws: WebSocket, interval: Duration.Duration) => {
-  let answered = true
-  ws.on("pong", () => {
-    answered = true
+const keepAlive = (ws: WebSocket, interval: Duration.Duration): Effect.Effect<never> =>
+  Effect.suspend(() => {
+    let answered = true
+    ws.on("pong", () => {
+      answered = true
+    })
+    const tick = Effect.sync(() => {
+      if (ws.readyState !== ws.OPEN) return
+      if (!answered) return ws.terminate()
+      answered = false
+      ws.ping()
+    })
+    return Effect.forever(Effect.andThen(Effect.sleep(interval), tick))
   })
-  const timer = setInterval(() => {
-    if (!answered) return ws.terminate()
-    answered = false
-    ws.ping()
-  }, Duration.toMillis(interval))
-  ws.once("close", () => clearInterval(timer))
-}
 
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */
 const closeFully = (ws: WebSocket, grace: Duration.Duration) =>
@@ -202,7 +204,6 @@ export const layer = (
                   raw.socket.off("close", refused)
                   open.add(ws)
                   ws.once("close", () => open.delete(ws))
-                  keepAlive(ws, options.pingInterval)
                   ws.on("error", (error: Error & { readonly code?: string }) => {
                     // ws has sent the close frame (1009) and drains the connection unread; stop
                     // reading it instead, so that the client cannot go on uploading: what it
@@ -214,7 +215,11 @@ export const layer = (
                 return Effect.sync(() => raw.socket.off("close", refused))
               }),
               (ws) => closeFully(ws, options.closeGrace)
-            ).pipe(Effect.map((ws) => ws as unknown as Socket.WebSocketLike)),
+            ).pipe(
+              // on the clock of the route's fiber, for as long as the socket's scope
+              Effect.tap((ws) => Effect.forkScoped(keepAlive(ws, options.pingInterval))),
+              Effect.map((ws) => ws as unknown as Socket.WebSocketLike)
+            ),
             // one connection: its socket is not opened again once closed
             { disableReconnects: true }
           )
