@@ -16,6 +16,7 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
+import { Redis } from "ioredis"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -30,17 +31,30 @@ import * as RedisServer from "./support/RedisServer.js"
 
 const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
 
-/** A primary and a replica linked to it. */
 /**
- * The replica acknowledges writes: one just synced is sent nothing until its first ACK
- * (it sends one a second), so a WAIT made before that times out. A write, then its ACK.
+ * Wait until the replica has acknowledged everything the primary has written: a write and a
+ * `WAIT` on one connection (a `WAIT` waits for the writes of its own connection, and this
+ * one's write comes after every write before it). The primary asks the replica for its
+ * offset at once, where a replica left alone reports it once a second; one just synced is
+ * sent nothing until its first report.
  */
-const acknowledging = (primary: RedisServer.RedisServer) =>
-  Effect.gen(function* () {
-    yield* Effect.orDie(primary.command("SET", "harness:ack-probe", "1"))
-    yield* Effect.orDie(primary.command("DEL", "harness:ack-probe"))
-    yield* caughtUp(primary)
-  })
+const caughtUp = (primary: RedisServer.RedisServer) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => new Redis({ host: "127.0.0.1", port: primary.port, maxRetriesPerRequest: 0 })),
+    (connection) =>
+      Effect.gen(function* () {
+        const replies = yield* Effect.promise(() =>
+          connection.pipeline().set("harness:ack-probe", "1").del("harness:ack-probe").wait(1, 10_000).exec()
+        )
+        const [error, acknowledged] = replies?.[2] ?? [new Error("no reply"), 0]
+        assert.isNull(error)
+        assert.strictEqual(acknowledged, 1, "the replica did not catch up within 10 s")
+      }),
+    (connection) => Effect.sync(() => connection.disconnect())
+  )
+
+/** The replica acknowledges writes (a write, then its acknowledgement). */
+const acknowledging = caughtUp
 
 const replicated = Effect.gen(function* () {
   const primary = yield* RedisServer.start()
@@ -53,17 +67,6 @@ const replicated = Effect.gen(function* () {
   yield* acknowledging(primary)
   return { primary, replica }
 })
-
-/**
- * Wait until the replica has acknowledged everything the primary has written: a `WAIT`,
- * for which the primary asks the replica for its offset at once (left alone, a replica
- * reports it once a second).
- */
-const caughtUp = (primary: RedisServer.RedisServer) =>
-  Effect.gen(function* () {
-    const acknowledged = yield* Effect.orDie(primary.command("WAIT", 1, 10_000))
-    assert.strictEqual(acknowledged, 1, "the replica did not catch up within 10 s")
-  })
 
 /** The counter as a server holds it (0 when missing). */
 const counterOn = (server: RedisServer.RedisServer, key: string) =>
