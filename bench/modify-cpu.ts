@@ -24,6 +24,10 @@
  *             "cpu_us_per_op", "fiber_ops_per_op", "over_baseline" (leasehold rows)}]
  *
  * Each figure is the lowest of three measurements: other work on the machine only adds.
+ * They follow as many modifications again, not measured: the CPU time of a process
+ * includes its compiler's threads, which optimise the path over the first tens of thousands
+ * of modifications (after 2,000 only, the measured rounds are still compiling: a
+ * figure then fell from round to round, by a quarter between the last two).
  * `fiber_ops_per_op` does not depend on the machine: the operations the fibers' run loops
  * execute per modification, every fiber's (a lease's hold fiber, the timers'), over 1,000
  * modifications after the CPU measurements, in a runtime of its own. It moves with the code
@@ -113,7 +117,8 @@ const opsPerRun = async <R>(makeRuntime: MakeRuntime<R>, modify: Effect.Effect<u
 /** The lowest CPU per run of `modify` over three measurements of `count` runs, one `runPromise` each. */
 const lowest = async <R>(label: string, makeRuntime: MakeRuntime<R>, modify: Effect.Effect<unknown, unknown, R>) => {
   const runtime = makeRuntime(Layer.empty)
-  for (let i = 0; i < 2_000; i++) await runtime.runPromise(modify)
+  // warm: the compiler's threads are done with the path before it is measured
+  for (let i = 0; i < count; i++) await runtime.runPromise(modify)
   let best = Number.POSITIVE_INFINITY
   for (let round = 0; round < 3; round++) {
     const before = process.cpuUsage()
