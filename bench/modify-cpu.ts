@@ -7,6 +7,13 @@
  *
  *   npm run bench:cpu -- --json             one JSON array of rows (below)
  *   npm run bench:cpu -- --count 50000      modifications per measurement (default 20000)
+ *   npm run bench:cpu -- --dist             leasehold from the compiled build (`npm run build`
+ *                                           first): what an app runs, without the names the
+ *                                           TypeScript loader gives each closure it creates
+ *
+ * By default leasehold is run from its sources, through the TypeScript loader (tsx), which
+ * wraps every named closure in a call that sets its name each time the closure is made: a
+ * share of each figure that the compiled build (`--dist`) does not pay.
  *
  * The `baseline` row is the same loop, one `runPromise` per modification, over an Effect
  * `Ref` holding a Map of the token's state (read, increment, write), no leasehold: what
@@ -17,6 +24,10 @@
  *             "cpu_us_per_op", "fiber_ops_per_op", "over_baseline" (leasehold rows)}]
  *
  * Each figure is the lowest of three measurements: other work on the machine only adds.
+ * They follow as many modifications again, not measured: the CPU time of a process
+ * includes its compiler's threads, which optimise the path over the first tens of thousands
+ * of modifications (after 2,000 only, the measured rounds are still compiling: a
+ * figure then fell from round to round, by a quarter between the last two).
  * `fiber_ops_per_op` does not depend on the machine: the operations the fibers' run loops
  * execute per modification, every fiber's (a lease's hold fiber, the timers'), over 1,000
  * modifications after the CPU measurements, in a runtime of its own. It moves with the code
@@ -44,11 +55,14 @@ import * as Ref from "effect/Ref"
 import * as References from "effect/References"
 import * as Schema from "effect/Schema"
 import * as Tracer from "effect/Tracer"
-import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import * as MemoryStore from "../src/MemoryStore.js"
-import * as StateManager from "../src/StateManager.js"
-import * as Worker from "../src/Worker.js"
-import { flag, json } from "./args.js"
+import { flag, has, json } from "./args.js"
+
+/** Where leasehold is imported from: its sources, or the compiled build (`--dist`). */
+const root = has("dist") ? "../dist" : "../src"
+const LeaseholdConfig: typeof import("../src/LeaseholdConfig.js") = await import(`${root}/LeaseholdConfig.js`)
+const MemoryStore: typeof import("../src/MemoryStore.js") = await import(`${root}/MemoryStore.js`)
+const StateManager: typeof import("../src/StateManager.js") = await import(`${root}/StateManager.js`)
+const Worker: typeof import("../src/Worker.js") = await import(`${root}/Worker.js`)
 
 const count = Number(flag("count") ?? "20000")
 
@@ -103,7 +117,8 @@ const opsPerRun = async <R>(makeRuntime: MakeRuntime<R>, modify: Effect.Effect<u
 /** The lowest CPU per run of `modify` over three measurements of `count` runs, one `runPromise` each. */
 const lowest = async <R>(label: string, makeRuntime: MakeRuntime<R>, modify: Effect.Effect<unknown, unknown, R>) => {
   const runtime = makeRuntime(Layer.empty)
-  for (let i = 0; i < 2_000; i++) await runtime.runPromise(modify)
+  // warm: the compiler's threads are done with the path before it is measured
+  for (let i = 0; i < count; i++) await runtime.runPromise(modify)
   let best = Number.POSITIVE_INFINITY
   for (let round = 0; round < 3; round++) {
     const before = process.cpuUsage()
@@ -123,7 +138,7 @@ const lowest = async <R>(label: string, makeRuntime: MakeRuntime<R>, modify: Eff
 }
 
 const measure = async (oplock: boolean) => {
-  const makeRuntime: MakeRuntime<StateManager.StateManager> = (under) =>
+  const makeRuntime: MakeRuntime<import("../src/StateManager.js").StateManager> = (under) =>
     ManagedRuntime.make(
       Worker.layerState.pipe(
         Layer.provideMerge(MemoryStore.layer),

@@ -20,11 +20,11 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
-import * as Schema from "effect/Schema"
+import type * as Schema from "effect/Schema"
 import * as Lease from "./internal/lease.js"
-import { parseSafely } from "./internal/parse.js"
 import * as SliceCodec from "./internal/state/codec.js"
 import { decodeOr } from "./internal/state/decode.js"
+import { jsonCodec } from "./internal/state/json.js"
 import { currentFence, type Env, run, runPure } from "./internal/state/modify.js"
 import { tokenProblem, validateToken } from "./internal/validate.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
@@ -56,16 +56,11 @@ export const slice = <A, I>(name: string, schema: Schema.Codec<A, I>, initial: A
   if (problem !== undefined) throw new TypeError(`invalid slice name ${JSON.stringify(name)}: ${problem}`)
   // JSON of the schema's canonical JSON codec: a declared type (`Schema.Date`, `Schema.Option`,
   // a `Class`) is stored as JSON, the very text the Effect 3 build stored for it.
-  const json = Schema.fromJsonString(Schema.toCodecJson(schema))
-  const encode = parseSafely(Schema.encodeResult(json))
+  const { decode, encode } = jsonCodec(schema)
   // the codec beside the slice, found by it (`codecOf`): the public `Slice` shows none of it
   return SliceCodec.register(
     { name, schema, initial },
-    {
-      decode: parseSafely(Schema.decodeUnknownResult(json)),
-      encode,
-      initialEncoded: Result.getSuccess(encode(initial))
-    }
+    { decode, encode, initialEncoded: Result.getSuccess(encode(initial)) }
   )
 }
 

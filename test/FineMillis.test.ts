@@ -31,4 +31,16 @@ describe("fineMillis", () => {
       assert.isBelow(Math.abs(fineMillis(clock) - Date.now()), 1_000)
     })
   )
+
+  it.live("on the live clock it reads what the clock's own nanoseconds read, without a bigint", () =>
+    Effect.gen(function* () {
+      const clock = yield* Clock.Clock
+      const before = Number(clock.currentTimeNanosUnsafe()) / 1_000_000
+      const read = fineMillis(clock)
+      const after = Number(clock.currentTimeNanosUnsafe()) / 1_000_000
+      // the two timelines start from wall-clock origins taken at different moments: a few ms apart at most
+      assert.isAtLeast(read, before - 5)
+      assert.isAtMost(read, after + 5)
+    })
+  )
 })

@@ -15,15 +15,25 @@ import * as Exit from "effect/Exit"
 import * as Scope from "effect/Scope"
 import { OneShot } from "./oneShot.js"
 
+/** The clock every fiber has until a program provides another (`TestClock`, say). */
+const liveClock: Clock.Clock = Effect.runSync(Effect.clockWith(Effect.succeed))
+
 /**
  * The clock's time in milliseconds with a fraction: `Clock.unsafeCurrentTimeMillis` reads
  * whole milliseconds, too coarse for a quantum of two. Under `TestClock` the two agree.
  * Not to be compared with the wheel's times (whole milliseconds of the wall clock): a
  * wait measured with it goes to the wheel as a delay (`Wheel.after`).
  *
+ * The live clock's nanoseconds are a `bigint` made of the wall clock and the monotonic
+ * one at every read, a measured share of an uncontended modification (read twice in
+ * each); its time is read here as the performance timeline's, in the same milliseconds
+ * since the epoch (both are the monotonic clock from an origin taken on the wall clock).
+ * Only differences of two readings are used, so the two agree where it matters.
+ *
  * @internal
  */
-export const fineMillis = (clock: Clock.Clock): number => Number(clock.currentTimeNanosUnsafe()) / 1_000_000
+export const fineMillis = (clock: Clock.Clock): number =>
+  clock === liveClock ? performance.timeOrigin + performance.now() : Number(clock.currentTimeNanosUnsafe()) / 1_000_000
 
 /** `fineMillis` of the fiber's clock. @internal */
 export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
