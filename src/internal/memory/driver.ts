@@ -23,10 +23,10 @@ import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
-import { acquireResult, lockHolder, queuedAcquireResult } from "../store/replies.js"
+import { queuedAcquireResult } from "../store/replies.js"
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
 import * as QueueScripts from "./queueScripts.js"
-import * as Scripts from "./scripts.js"
+import * as Scripts from "./space.js"
 import * as Step from "./step.js"
 
 /** The driver's mutable state, which the control layer also moves. @internal */
@@ -171,7 +171,7 @@ export const make = (
       kind: "memory",
       name: "MemoryStore",
       keys,
-      ...lockPart(space, op),
+      call: makeCall(space, op),
       ...queuePart(space, op, listen),
       ...signalPart(state, space, op, listen),
       ...socketPart(state, space, op, socketChanges),
@@ -208,33 +208,23 @@ const makeOp =
         if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
           return Effect.fail(new StoreRefused({ operation, reply: error.message }))
         }
+        if (error instanceof StoreRefused) return Effect.fail(error)
         throw error
       }
     })
 
-/** The lock and its slices: each a script's twin in one step. */
-const lockPart = (space: Scripts.Space, op: Op) => {
-  const { lockMs } = space
-  return {
-    tryAcquire: (token, lockId, slices) =>
-      op("tryAcquire", (now) => acquireResult(Scripts.tryAcquire(space, now, token, lockId, slices), lockMs)),
-    release: (token, lockId, released) => op("release", (now) => Scripts.release(space, now, token, lockId, released)),
-    commitAndRelease: (token, lockId, entries, released) =>
-      op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released)),
-    extend: (token, lockId, slices, claim) =>
-      op("extend", (now) => Scripts.extend(space, now, token, lockId, slices, claim)),
-    holder: (token) =>
-      Effect.flatMap(
-        op("holder", (now) => Scripts.holder(space, now, token)),
-        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
-      ),
-
-    readSlices: (token, names) =>
-      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullishOr)),
-    writeIfHolder: (token, lockId, entries, claim) =>
-      op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries, claim))
-  } satisfies Partial<Driver>
-}
+/**
+ * A described operation in one step: its `memory` on the key space, its reply read as on
+ * Redis; a reply the reading refuses is `StoreRefused`.
+ */
+const makeCall =
+  (space: Scripts.Space, op: Op): Driver["call"] =>
+  (operation, args) =>
+    op(operation.name, (now) => {
+      const out = operation.read(operation.memory(space, now, args), args, space.lockMs)
+      if (out instanceof StoreRefused) throw out
+      return out
+    }) as Effect.Effect<any, any>
 
 /** Subscribing to a channel by name (one PubSub per channel, shared through an `RcMap`). */
 type Listen = (

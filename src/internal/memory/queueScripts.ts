@@ -10,6 +10,8 @@
  *
  * @internal
  */
+
+import { guardedReply } from "../operations/holderCheck.js"
 import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
 import type * as ReleaseQueued from "../redis/scripts/releaseQueued.js"
 import type { Guarded, Handoff, NoticeMessages } from "../store/driver.js"
@@ -24,7 +26,7 @@ import {
   recordedId,
   type Space,
   writeSlices
-} from "./scripts.js"
+} from "./space.js"
 
 /** A token's queue as one step sees it. */
 interface Queue {
@@ -312,7 +314,7 @@ export const commitAndReleaseQueued = (
   notices: NoticeMessages
 ): Guarded<number> => {
   const holder = holderOrClaim(s, now, token, lockId, claim)
-  if (typeof holder !== "string") return holder
+  if (typeof holder !== "string") return guardedReply(holder) as Guarded<never>
   const q = openQueue(s, now, token)
   const queued = countQueued(q.deadlines, instanceId, now)
   writeSlices(s, token, entries, now)

@@ -29,7 +29,7 @@ import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import type { NoticeMessages } from "../store/driver.js"
 import { freeForAll } from "./queueScripts.js"
-import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
+import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./space.js"
 
 /** @internal */
 export type Decide = (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>

@@ -14,23 +14,23 @@ import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
-import { type AcknowledgedError, type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
+import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import type { Driver, Guarded, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
-import { acquireResult, lockHolder } from "../store/replies.js"
+import * as Operations from "../operations/index.js"
+import { type AnyOperation, type Env, unexpectedReply } from "../operations/operation.js"
+import type { Driver, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
 import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
+import { type Around, makeCall } from "./call.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
 import * as LastGrant from "./lastGrant.js"
 import type { PubSub } from "./pubsub.js"
 import { queuePart } from "./queuePart.js"
-import { asArray, claimArg, commandLine, type Input, invoke, type Script } from "./script.js"
+import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
-import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
 import { stepPart } from "./stepPart.js"
 import type { Node, Topology } from "./topology.js"
-import { granted, wrote } from "./wrote.js"
 
 /**
  * Keyspace notification flags socket events need: `K` keyspace channels, `g` DEL, `$` SET,
@@ -43,9 +43,6 @@ const missingFlags = (current: string): string => {
   const present = new Set(current.includes("A") ? `${current}g$lshzxet` : current)
   return neededFlags.filter((flag) => !present.has(flag)).join("")
 }
-
-const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
-  new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
 
 const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   const entries: Array<MailboxEntry> = []
@@ -66,12 +63,6 @@ const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   }
   return entries
 }
-
-/** The reply of a script that checks the holder first, as the driver's outcome. */
-const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
-  reply._tag === "Lost"
-    ? { _tag: "Lost", holder: Option.fromNullishOr(reply.holder) }
-    : { _tag: "Done", value: undefined }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
@@ -116,94 +107,25 @@ export interface Context extends Parts {
   ) => Effect.Effect<R, AcknowledgedError>
 }
 
-/** The lock and its slices: each operation one script. */
-const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs }: Context) => {
-  /** The keys of a holder check that may take a lock handed over back (`holderOrClaim`). */
-  const holderKeys = (token: string) => ({
-    lock: keys.lock(token),
-    fence: keys.fence(token),
-    queue: keys.queue(token),
-    ids: keys.queueIds(token)
-  })
-  return {
-    tryAcquire: (token, lockId, slices) =>
-      Effect.flatMap(
-        runAcknowledged(
-          "tryAcquire",
-          Scripts.tryAcquire,
-          {
-            keys: { lock: keys.lock(token), fence: keys.fence(token) },
-            restKeys: slices.map((name) => keys.slice(token, name)),
-            args: { lockId, lockMs, tokenMs }
-          },
-          granted
-        ),
-        (reply) =>
-          reply._tag === "Acquired" && reply.values.length !== slices.length
-            ? Effect.fail(unexpectedReply("tryAcquire", reply))
-            : Effect.succeed(acquireResult(reply, lockMs))
-      ),
-    release: (token, lockId, released) =>
-      runScript("release", Scripts.release, {
-        keys: { lock: keys.lock(token) },
-        args: { lockId, channel: keys.signal(token), releasedMessage: released }
-      }),
-    commitAndRelease: (token, lockId, entries, released) =>
-      Effect.map(
-        runAcknowledged(
-          "commitAndRelease",
-          Scripts.commitAndRelease,
-          {
-            keys: { lock: keys.lock(token), fence: keys.fence(token) },
-            restKeys: entries.map(([name]) => keys.slice(token, name)),
-            args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
-            restArgs: entries.map(([, value]) => value)
-          },
-          wrote(entries)
-        ),
-        guardedReply
-      ),
-    extend: (token, lockId, slices, claim) =>
-      runScript("extend", Scripts.extend, {
-        keys: holderKeys(token),
-        restKeys: slices.map((name) => keys.slice(token, name)),
-        args: { lockId, claim: claimArg(claim), lockMs, tokenMs }
-      }),
-    holder: (token) =>
-      Effect.flatMap(
-        runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
-        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
-      ),
-
-    readSlices: (token, names) =>
-      names.length === 0
-        ? Effect.succeed([])
-        : Effect.map(
-            runScript("readSlices", Scripts.readSlices, {
-              keys: { fence: keys.fence(token) },
-              restKeys: names.map((name) => keys.slice(token, name)),
-              args: { tokenMs }
-            }),
-            (values) => names.map((_, i) => Option.fromNullishOr(values[i]))
-          ),
-    writeIfHolder: (token, lockId, entries, claim) =>
-      // the values it writes are not what the attempt's grant read: not remembered
-      Effect.map(
-        runAcknowledged(
-          "writeIfHolder",
-          Scripts.writeIfHolder,
-          {
-            keys: holderKeys(token),
-            restKeys: entries.map(([name]) => keys.slice(token, name)),
-            args: { lockId, claim: claimArg(claim), lockMs, tokenMs },
-            restArgs: entries.map(([, value]) => value)
-          },
-          wrote(entries)
-        ),
-        guardedReply
-      ).pipe(Effect.ensuring(Effect.sync(() => lastGrant.forgetGrant(lockId))))
-  } satisfies Partial<Driver>
-}
+/**
+ * What the Redis driver does around the lock's operations: a read of no slices needs no
+ * round trip; the values `writeIfHolder` writes are not what the attempt's grant read, so
+ * its grant is not remembered.
+ */
+const lockAround = ({ lastGrant }: Context): ReadonlyArray<readonly [AnyOperation, Around]> => [
+  [
+    Operations.readSlices,
+    (effect, { names }: Operations.ReadSlicesArgs) => (names.length === 0 ? Effect.succeed([]) : effect)
+  ],
+  [
+    Operations.writeIfHolder,
+    (effect, { lockId }: Operations.WriteIfHolderArgs) =>
+      Effect.ensuring(
+        effect,
+        Effect.sync(() => lastGrant.forgetGrant(lockId))
+      )
+  ]
+]
 
 /** Publishing from the command connection; subscriptions and the status from their own parts. */
 const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
@@ -515,11 +437,18 @@ export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver
     run,
     runScript
   }
+  const env: Env = {
+    keys: parts.keys,
+    lockMs: context.lockMs,
+    tokenMs: context.tokenMs,
+    handoffMs: context.handoffMs,
+    noticePrefix: (token) => parts.topology.noticePrefix(parts.keys, token)
+  }
   return {
     kind: "redis",
     name: "RedisStore",
     keys: parts.keys,
-    ...lockPart(context),
+    call: makeCall(env, run, acknowledged, new Map([...lockAround(context)])),
     ...queuePart(context),
     ...stepPart(context),
     ...signalPart(context),

@@ -12,13 +12,13 @@ import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
+import { granted, wrote } from "../operations/wrote.js"
 import type { Driver, Handoff, NoticeMessages } from "../store/driver.js"
 import { queuedAcquireResult } from "../store/replies.js"
 import type { Context } from "./driver.js"
 import type { LastGrant } from "./lastGrant.js"
 import { claimArg } from "./script.js"
 import * as Scripts from "./scripts/index.js"
-import { granted, wrote } from "./wrote.js"
 
 /** The keys of a token's lock and queue, as every queue step (and the one-step commit) names them. @internal */
 export const queueKeys = (keys: Keys, token: string) => ({

@@ -18,18 +18,16 @@ import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
-  AcquireResult,
   ConnectionStatus,
   KeyInfo,
-  LockHolder,
   MailboxEntry,
   QueuedAcquireResult,
-  ReleaseResult,
   SliceEntry,
   SocketEventsSetting
 } from "../../Store.js"
 import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
+import type { Operation } from "../operations/operation.js"
 
 /**
  * The wire forms of a token's notices (`granted:<token>`, `contended:<token>`), published by
@@ -87,28 +85,15 @@ export interface Driver {
   readonly name: string
   readonly keys: Keys
 
-  // --- lock ---------------------------------------------------------------------------
-  readonly tryAcquire: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>
-  ) => Effect.Effect<AcquireResult, AcknowledgedError>
-  /** `released` is the wire form of the `Released` signal the step publishes when it deletes. */
-  readonly release: (token: string, lockId: string, released: string) => Effect.Effect<ReleaseResult, StoreError>
-  readonly commitAndRelease: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    released: string
-  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
-  /** `claim`: the fence of the grant that handed `lockId` over (`Store.HolderOptions`), or `undefined`. */
-  readonly extend: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>,
-    claim: number | undefined
-  ) => Effect.Effect<boolean, StoreError>
-  readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
+  /**
+   * Run a described operation (`internal/operations/`), its arguments checked by the front:
+   * on Redis its script, on the embedded store its `memory` in one step; the reply read by
+   * its `read`.
+   */
+  readonly call: <Args, Out, E extends AcknowledgedError>(
+    operation: Operation<Args, any, Out, E, any, any, any>,
+    args: Args
+  ) => Effect.Effect<Out, E>
 
   // --- queue (docs/protocol.md#the-queue-hand-off) ---------------------------------------
   readonly acquireQueued: (
@@ -153,18 +138,6 @@ export interface Driver {
     token: string,
     instanceId: string
   ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
-
-  // --- slices -------------------------------------------------------------------------
-  readonly readSlices: (
-    token: string,
-    names: ReadonlyArray<string>
-  ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, StoreError>
-  readonly writeIfHolder: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    claim: number | undefined
-  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
 
   // --- signals ------------------------------------------------------------------------
   readonly publish: (token: string, message: string) => Effect.Effect<void, StoreError>

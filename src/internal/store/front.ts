@@ -47,6 +47,8 @@ import {
   encodeSignal,
   encodeSocketRecord
 } from "../codec.js"
+import * as Operations from "../operations/index.js"
+import type { Operation } from "../operations/operation.js"
 import {
   claimError,
   instanceIdError,
@@ -72,6 +74,20 @@ const checked = <A, E, R, V extends InvalidInput = never>(
   run: () => Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | V, R> => (error === undefined ? run() : Effect.fail(error))
 
+/**
+ * A described operation as the front runs it: its arguments checked by its `check` before
+ * any I/O, then the driver's `call`.
+ */
+const stepOf =
+  (driver: Driver) =>
+  <Args, Out, E extends AcknowledgedError, I extends InvalidInput>(
+    operation: Operation<Args, any, Out, E, I, any, any>,
+    args: Args
+  ): Effect.Effect<Out, E | I> => {
+    const error = operation.check(args)
+    return error === undefined ? driver.call(operation, args) : Effect.fail(error)
+  }
+
 /** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
 const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
 
@@ -86,32 +102,27 @@ const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.
     : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
 
 /** The lock and the slices written under it. */
-const lockPart = (driver: Driver) =>
-  ({
-    tryAcquire: (token, lockId, slices) =>
-      checked(tokenError(token) ?? sliceNamesError(slices), () => driver.tryAcquire(token, lockId, slices)),
-    release: (token, lockId) => checked(tokenError(token), () => driver.release(token, lockId, released(lockId))),
+const lockPart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
+    tryAcquire: (token, lockId, slices) => step(Operations.tryAcquire, { token, lockId, slices }),
+    release: (token, lockId) => step(Operations.release, { token, lockId, released: released(lockId) }),
     commitAndRelease: (token, lockId, entries) =>
-      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)), () =>
-        Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId)), (outcome) =>
-          guarded(token, lockId, outcome)
-        )
+      Effect.flatMap(
+        step(Operations.commitAndRelease, { token, lockId, entries, released: released(lockId) }),
+        (outcome) => guarded(token, lockId, outcome)
       ),
     extend: (token, lockId, slices = [], options) =>
-      checked(tokenError(token) ?? sliceNamesError(slices) ?? claimError(options?.claim), () =>
-        driver.extend(token, lockId, slices, options?.claim)
-      ),
-    holder: (token) => checked(tokenError(token), () => driver.holder(token)),
+      step(Operations.extend, { token, lockId, slices, claim: options?.claim }),
+    holder: (token) => step(Operations.holder, { token }),
 
-    readSlices: (token, names) =>
-      checked(tokenError(token) ?? sliceNamesError(names), () => driver.readSlices(token, names)),
+    readSlices: (token, names) => step(Operations.readSlices, { token, names }),
     writeIfHolder: (token, lockId, entries, options) =>
-      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)) ?? claimError(options?.claim), () =>
-        Effect.flatMap(driver.writeIfHolder(token, lockId, entries, options?.claim), (outcome) =>
-          guarded(token, lockId, outcome)
-        )
+      Effect.flatMap(step(Operations.writeIfHolder, { token, lockId, entries, claim: options?.claim }), (outcome) =>
+        guarded(token, lockId, outcome)
       )
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /** The notices the queue steps of `token` publish, in their wire form. */
 const noticeMessages = (token: string): NoticeMessages => ({

@@ -17,8 +17,18 @@
  *
  * @internal
  */
+
+import {
+  dropLate,
+  enqueue,
+  findLate,
+  grantNext,
+  ids,
+  noticeHolder,
+  pendingFor,
+  serverNow
+} from "../../operations/queueLua.js"
 import { asArray, asNullableString, asNumber, define } from "../script.js"
-import { dropLate, enqueue, findLate, grantNext, ids, noticeHolder, pendingFor, serverNow } from "./queueLua.js"
 
 /** @internal */
 export type Reply =

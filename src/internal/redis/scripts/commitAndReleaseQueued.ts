@@ -11,9 +11,10 @@
  *
  * @internal
  */
+
+import { decodeHolderCheck, holderOrClaim } from "../../operations/holderCheck.js"
+import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "../../operations/queueLua.js"
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "./queueLua.js"
-import { decodeHolderCheck, holderOrClaim } from "./writeIfHolder.js"
 
 /** @internal */
 export type Reply =

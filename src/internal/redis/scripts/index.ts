@@ -1,42 +1,37 @@
 /**
- * Every Lua script of `RedisStore`, one module each (`define` in `../script.ts` gives each its
- * named keys, named arguments and reply decoder). `all` is what `defineCommand` runs over.
+ * Every Lua script of `RedisStore`: those of the operations described in `../../operations/`,
+ * and the Redis driver's own, one module each (`define` in `../script.ts` gives each its named
+ * keys, named arguments and reply decoder). `all` is what `defineCommand` runs over.
  *
  * @internal
  */
+import * as Operations from "../../operations/index.js"
 import type { AnyScript } from "../script.js"
 import * as AcquireQueued from "./acquireQueued.js"
-import * as CommitAndRelease from "./commitAndRelease.js"
 import * as CommitAndReleaseQueued from "./commitAndReleaseQueued.js"
 import * as CommitIfUnchanged from "./commitIfUnchanged.js"
 import * as DescribeKeys from "./describeKeys.js"
-import * as Extend from "./extend.js"
-import * as Holder from "./holder.js"
 import * as MailboxAppend from "./mailboxAppend.js"
 import * as MailboxAppendToOwner from "./mailboxAppendToOwner.js"
 import * as Presence from "./presence.js"
 import * as Queue from "./queue.js"
-import * as ReadSlices from "./readSlices.js"
-import * as Release from "./release.js"
 import * as ReleaseQueued from "./releaseQueued.js"
 import * as Sockets from "./sockets.js"
-import * as TryAcquire from "./tryAcquire.js"
-import * as WriteIfHolder from "./writeIfHolder.js"
 
 /** @internal */
-export const tryAcquire = TryAcquire.script
+export const tryAcquire = Operations.tryAcquire.script
 /** @internal */
-export const release = Release.script
+export const release = Operations.release.script
 /** @internal */
-export const writeIfHolder = WriteIfHolder.script
+export const writeIfHolder = Operations.writeIfHolder.script
 /** @internal */
-export const commitAndRelease = CommitAndRelease.script
+export const commitAndRelease = Operations.commitAndRelease.script
 /** @internal */
-export const extend = Extend.script
+export const extend = Operations.extend.script
 /** @internal */
-export const holder = Holder.script
+export const holder = Operations.holder.script
 /** @internal */
-export const readSlices = ReadSlices.script
+export const readSlices = Operations.readSlices.script
 /** @internal */
 export const claimSocket = Sockets.claim
 /** @internal */

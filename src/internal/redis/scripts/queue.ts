@@ -7,8 +7,9 @@
  *
  * @internal
  */
+
+import { countQueued, dropLate, findLate, grantNext, ids, serverNow } from "../../operations/queueLua.js"
 import { asArray, define } from "../script.js"
-import { countQueued, dropLate, findLate, grantNext, ids, serverNow } from "./queueLua.js"
 
 /** @internal */
 export const leave = define({

@@ -7,8 +7,9 @@
  *
  * @internal
  */
+
+import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "../../operations/queueLua.js"
 import { asArray, asNumber, define } from "../script.js"
-import { countQueued, dropLate, enqueue, findLate, grantNext, ids, serverNow } from "./queueLua.js"
 
 /** @internal */
 export interface Reply {

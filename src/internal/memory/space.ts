@@ -21,10 +21,8 @@ import * as Result from "effect/Result"
 import type { KeyInfo } from "../../Store.js"
 import { decodeSocketRecord } from "../codec.js"
 import type { Keys } from "../keys.js"
-import type * as Holder from "../redis/scripts/holder.js"
-import type * as Release from "../redis/scripts/release.js"
-import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
-import type { Guarded, RawClaim, RawTakeOver } from "../store/driver.js"
+import type { HolderCheck } from "../operations/holderCheck.js"
+import type { RawClaim, RawTakeOver } from "../store/driver.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
 import {
   isExpired,
@@ -59,8 +57,8 @@ export const readFence = (s: Space, token: string, now: number): number | undefi
   return entry === undefined ? 0 : parseInteger(entry.value)
 }
 
-/** PEXPIRE key tokenExpiration, on a key of any kind; nothing when it is absent. */
-const refreshTokenKey = (s: Space, key: string, now: number): void => {
+/** PEXPIRE key tokenExpiration, on a key of any kind; nothing when it is absent. @internal */
+export const refreshTokenKey = (s: Space, key: string, now: number): void => {
   const entry = s.ks.get(key, now)
   if (entry !== undefined) s.ks.expire(key, entry, now + s.tokenMs, now)
 }
@@ -93,11 +91,8 @@ export const writeSlices = (
 export const pttl = (lock: StringEntry, now: number): number =>
   lock.deadline === undefined ? -1 : Math.max(0, lock.deadline - now)
 
-/** @internal */
-export const lost = (lock: StringEntry | undefined): Guarded<never> => ({
-  _tag: "Lost",
-  holder: Option.map(Option.fromNullishOr(lock), (entry) => entry.value)
-})
+/** The reply of a holder check that failed: the holder found, `null` for none. @internal */
+export const lost = (lock: StringEntry | undefined): HolderCheck => ({ _tag: "Lost", holder: lock?.value ?? null })
 
 /** The lock id `worker` is recorded under in a queue's `ids` set (`<worker> <lock id>`), if any. @internal */
 export const recordedId = (ids: SetEntry | undefined, worker: string): string | undefined => {
@@ -121,7 +116,7 @@ export const holderOrClaim = (
   token: string,
   lockId: string,
   claim: number | undefined
-): "held" | "reclaimed" | Guarded<never> => {
+): "held" | "reclaimed" | HolderCheck => {
   const lock = s.ks.getString(s.keys.lock(token), now)
   if (lock?.value === lockId) return "held"
   const worker = lockId.slice(0, Math.max(0, lockId.lastIndexOf(":")))
@@ -143,108 +138,6 @@ export class NotAnInteger extends Error {
 }
 
 // --- the twins, in the order of `Scripts.all` ---------------------------------------------
-
-/** @internal */
-export const tryAcquire = (
-  s: Space,
-  now: number,
-  token: string,
-  lockId: string,
-  slices: ReadonlyArray<string>
-): TryAcquire.Reply => {
-  const lockKey = s.keys.lock(token)
-  const lock = s.ks.getString(lockKey, now)
-  if (lock !== undefined) return { _tag: "Held", pttl: pttl(lock, now) }
-  const fence = readFence(s, token, now)
-  if (fence === undefined) throw new NotAnInteger()
-  const values = readAndRefresh(s, token, slices, now)
-  s.ks.setString(lockKey, lockId, now + s.lockMs)
-  s.ks.setString(s.keys.fence(token), String(fence + 1), now + s.tokenMs)
-  return { _tag: "Acquired", fence: fence + 1, values }
-}
-
-/** @internal */
-export const release = (s: Space, now: number, token: string, lockId: string, released: string): Release.Reply => {
-  const lockKey = s.keys.lock(token)
-  const deleted = s.ks.getString(lockKey, now)?.value === lockId
-  if (deleted) {
-    s.ks.delete(lockKey)
-    s.publish(s.keys.signal(token), released)
-  }
-  return { released: deleted }
-}
-
-/** @internal */
-export const writeIfHolder = (
-  s: Space,
-  now: number,
-  token: string,
-  lockId: string,
-  entries: ReadonlyArray<readonly [string, string]>,
-  claim: number | undefined
-): Guarded<void> => {
-  const holder = holderOrClaim(s, now, token, lockId, claim)
-  if (typeof holder !== "string") return holder
-  writeSlices(s, token, entries, now)
-  if (holder === "reclaimed") s.ks.setString(s.keys.lock(token), lockId, now + s.lockMs)
-  return { _tag: "Done", value: undefined }
-}
-
-/** @internal */
-export const commitAndRelease = (
-  s: Space,
-  now: number,
-  token: string,
-  lockId: string,
-  entries: ReadonlyArray<readonly [string, string]>,
-  released: string
-): Guarded<void> => {
-  const lockKey = s.keys.lock(token)
-  const lock = s.ks.getString(lockKey, now)
-  if (lock?.value !== lockId) return lost(lock)
-  writeSlices(s, token, entries, now)
-  s.ks.delete(lockKey)
-  s.publish(s.keys.signal(token), released)
-  return { _tag: "Done", value: undefined }
-}
-
-/** @internal */
-export const extend = (
-  s: Space,
-  now: number,
-  token: string,
-  lockId: string,
-  slices: ReadonlyArray<string>,
-  claim: number | undefined
-): boolean => {
-  const lockKey = s.keys.lock(token)
-  const lock = s.ks.getString(lockKey, now)
-  if (lock?.value === lockId) s.ks.expire(lockKey, lock, now + s.lockMs, now)
-  else if (holderOrClaim(s, now, token, lockId, claim) === "reclaimed") s.ks.setString(lockKey, lockId, now + s.lockMs)
-  else return false
-  refreshTokenKey(s, s.keys.fence(token), now)
-  for (const name of slices) refreshTokenKey(s, s.keys.slice(token, name), now)
-  return true
-}
-
-/** @internal */
-export const holder = (s: Space, now: number, token: string): Holder.Reply => {
-  const lock = s.ks.getString(s.keys.lock(token), now)
-  if (lock === undefined) return { _tag: "Free" }
-  const fence = s.ks.getString(s.keys.fence(token), now)
-  return { _tag: "Held", lockId: lock.value, fence: fence?.value ?? null, pttl: pttl(lock, now) }
-}
-
-/** @internal */
-export const readSlices = (
-  s: Space,
-  now: number,
-  token: string,
-  names: ReadonlyArray<string>
-): ReadonlyArray<string | null> => {
-  refreshTokenKey(s, s.keys.fence(token), now)
-  return readAndRefresh(s, token, names, now)
-}
 
 /** `SET NX` of a record; the record there when it is taken. @internal */
 export const claimSocket = (s: Space, now: number, token: string, record: string): RawClaim => {
