@@ -23,9 +23,7 @@ import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
-import { queuedAcquireResult } from "../store/replies.js"
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
-import * as QueueScripts from "./queueScripts.js"
 import * as Scripts from "./space.js"
 import * as Step from "./step.js"
 
@@ -172,7 +170,7 @@ export const make = (
       name: "MemoryStore",
       keys,
       call: makeCall(space, op),
-      ...queuePart(space, op, listen),
+      ...queuePart(space, listen),
       ...signalPart(state, space, op, listen),
       ...socketPart(state, space, op, socketChanges),
       ...presencePart(space, op, listen),
@@ -232,27 +230,9 @@ type Listen = (
   name: string
 ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreUnavailable | StoreRefused, Scope.Scope>
 
-/** The queue steps, each a twin in one step; a worker's notices on its one channel, shared by every token. */
-const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
+/** A worker's notices on its one channel, shared by every token (the queue's steps are `call`'s). */
+const queuePart = (space: Scripts.Space, listen: Listen) =>
   ({
-    acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
-      op("acquireQueued", (now) =>
-        queuedAcquireResult(
-          QueueScripts.acquireQueued(space, now, token, lockId, slices, instanceId, claim, notices),
-          space.lockMs
-        )
-      ),
-    releaseQueued: (token, lockId, instanceId, handoff, notices) =>
-      op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, handoff, notices)),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
-      op("commitAndReleaseQueued", (now) =>
-        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, handoff, claim, notices)
-      ),
-    leaveQueue: (token, instanceId, lockId, notices) =>
-      op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, lockId, notices)),
-    queueLength: (token, instanceId) =>
-      op("queueLength", (now) => QueueScripts.queueLength(space, now, token, instanceId)),
-    queue: (token) => op("queue", (now) => QueueScripts.queue(space, now, token)),
     noticeChannel: (_token, instanceId) => space.keys.workerNotices(instanceId),
     notices: (_token, instanceId) => listen("notices", space.keys.workerNotices(instanceId))
   }) satisfies Partial<Driver>

@@ -28,7 +28,7 @@
 import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import type { NoticeMessages } from "../store/driver.js"
-import { freeForAll } from "./queueScripts.js"
+import { freeForAll } from "./queue.js"
 import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./space.js"
 
 /** @internal */

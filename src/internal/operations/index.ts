@@ -4,11 +4,14 @@
  *
  * @internal
  */
+import * as AcquireQueued from "./acquireQueued.js"
 import * as CommitAndRelease from "./commitAndRelease.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
+import * as Queue from "./queue.js"
 import * as ReadSlices from "./readSlices.js"
 import * as Release from "./release.js"
+import * as ReleaseQueued from "./releaseQueued.js"
 import * as TryAcquire from "./tryAcquire.js"
 import * as WriteIfHolder from "./writeIfHolder.js"
 
@@ -28,6 +31,25 @@ export const holder = Holder.operation
 export const readSlices = ReadSlices.operation
 
 /** @internal */
+export const acquireQueued = AcquireQueued.operation
+/** @internal */
+export const releaseQueued = ReleaseQueued.releaseQueued
+/** @internal */
+export const commitAndReleaseQueued = ReleaseQueued.commitAndReleaseQueued
+/** @internal */
+export const leaveQueue = Queue.leave
+/** @internal */
+export const queueLength = Queue.length
+/** @internal */
+export const queue = Queue.live
+
+/** @internal */
 export type ReadSlicesArgs = ReadSlices.Args
 /** @internal */
 export type WriteIfHolderArgs = WriteIfHolder.Args
+/** @internal */
+export type AcquireQueuedArgs = AcquireQueued.Args
+/** @internal */
+export type ReleaseQueuedArgs = ReleaseQueued.Args
+/** @internal */
+export type CommitAndReleaseQueuedArgs = ReleaseQueued.CommitArgs

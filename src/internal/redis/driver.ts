@@ -26,7 +26,7 @@ import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
 import * as LastGrant from "./lastGrant.js"
 import type { PubSub } from "./pubsub.js"
-import { queuePart } from "./queuePart.js"
+import { queueAround, queuePart } from "./queuePart.js"
 import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
 import { stepPart } from "./stepPart.js"
@@ -448,7 +448,7 @@ export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver
     kind: "redis",
     name: "RedisStore",
     keys: parts.keys,
-    call: makeCall(env, run, acknowledged, new Map([...lockAround(context)])),
+    call: makeCall(env, run, acknowledged, new Map([...lockAround(context), ...queueAround(context)])),
     ...queuePart(context),
     ...stepPart(context),
     ...signalPart(context),

@@ -17,14 +17,7 @@ import type * as Option from "effect/Option"
 import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type {
-  ConnectionStatus,
-  KeyInfo,
-  MailboxEntry,
-  QueuedAcquireResult,
-  SliceEntry,
-  SocketEventsSetting
-} from "../../Store.js"
+import type { ConnectionStatus, KeyInfo, MailboxEntry, SliceEntry, SocketEventsSetting } from "../../Store.js"
 import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Operation } from "../operations/operation.js"
@@ -96,41 +89,6 @@ export interface Driver {
   ) => Effect.Effect<Out, E>
 
   // --- queue (docs/protocol.md#the-queue-hand-off) ---------------------------------------
-  readonly acquireQueued: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>,
-    instanceId: string,
-    /** The fence of the grant claimed (a `Granted` notice's), or `undefined` for none. */
-    claim: number | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<QueuedAcquireResult, AcknowledgedError>
-  /** `queued`: the other live entries, counted before the requeue and the grant. */
-  readonly releaseQueued: (
-    token: string,
-    lockId: string,
-    instanceId: string,
-    handoff: Handoff,
-    notices: NoticeMessages
-  ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, StoreError>
-  readonly commitAndReleaseQueued: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    instanceId: string,
-    handoff: Handoff,
-    claim: number | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<Guarded<number>, AcknowledgedError>
-  /** `lockId`: only the entry queued under it leaves, and only a grant made under it passes on; `undefined`: any. */
-  readonly leaveQueue: (
-    token: string,
-    instanceId: string,
-    lockId: string | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<void, StoreError>
-  readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
-  readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
   /** The name of the worker's notice channel that carries the token's notices. */
   readonly noticeChannel: (token: string, instanceId: string) => string
   /** Raw messages of the worker's notice channel that carries the token's notices, from the confirmed subscription on. */

@@ -60,7 +60,7 @@ import {
   tokenAndInstanceError,
   tokenError
 } from "../validate.js"
-import type { Driver, Guarded, Handoff, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
+import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -93,8 +93,6 @@ const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
 
 /** The message of a release: it names the lock released, so a subscriber can tell whose release it was. */
 const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
-
-const sliceNames = (entries: ReadonlyArray<readonly [name: string, value: string]>) => entries.map(([name]) => name)
 
 const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.Effect<A, LockLost> =>
   outcome._tag === "Done"
@@ -130,63 +128,53 @@ const noticeMessages = (token: string): NoticeMessages => ({
   contended: encodeNotice(token, { _tag: "Contended" })
 })
 
-/** What is wrong with a queue step's token, worker, lock id or slice names. */
-const queueStepError = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
-  tokenError(token) ?? instanceIdError(instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
-
-/** A release's `queueAs`: a lock id, when given. */
-const queueAsError = (queueAs: string | undefined) => (queueAs === undefined ? undefined : lockIdError(queueAs))
-
-/** A release's hand-off as the driver takes it. */
-const handoffOf = (options: {
-  readonly requeue?: boolean
-  readonly queueAs?: string
-  readonly carry?: ReadonlyArray<string>
-}): Handoff => ({
+/** A release's arguments. */
+const releaseArgs = (
+  token: string,
+  lockId: string,
+  options: {
+    readonly instanceId: string
+    readonly requeue?: boolean
+    readonly queueAs?: string
+    readonly carry?: ReadonlyArray<string>
+  }
+): Operations.ReleaseQueuedArgs => ({
+  token,
+  lockId,
+  instanceId: options.instanceId,
   requeue: options.requeue === true,
-  queueAs: options.queueAs ?? "",
-  carry: options.carry ?? []
+  queueAs: options.queueAs,
+  carry: options.carry ?? [],
+  notices: noticeMessages(token)
 })
 
 /** The queue of waiting workers and the hand-off of the lock (docs/protocol.md#the-queue-hand-off). */
-const queuePart = (driver: Driver) =>
-  ({
+const queuePart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
     acquireQueued: (token, lockId, slices, options) =>
-      checked(queueStepError(token, options.instanceId, lockId, slices) ?? claimError(options.claim), () =>
-        driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim, noticeMessages(token))
-      ),
-    releaseQueued: (token, lockId, options) =>
-      checked(
-        queueStepError(token, options.instanceId, lockId, options.carry ?? []) ?? queueAsError(options.queueAs),
-        () => driver.releaseQueued(token, lockId, options.instanceId, handoffOf(options), noticeMessages(token))
-      ),
+      step(Operations.acquireQueued, {
+        token,
+        lockId,
+        slices,
+        instanceId: options.instanceId,
+        claim: options.claim,
+        notices: noticeMessages(token)
+      }),
+    releaseQueued: (token, lockId, options) => step(Operations.releaseQueued, releaseArgs(token, lockId, options)),
     commitAndReleaseQueued: (token, lockId, entries, options) =>
-      checked(
-        queueStepError(token, options.instanceId, lockId, [...sliceNames(entries), ...(options.carry ?? [])]) ??
-          queueAsError(options.queueAs) ??
-          claimError(options.claim),
-        () =>
-          Effect.flatMap(
-            driver.commitAndReleaseQueued(
-              token,
-              lockId,
-              entries,
-              options.instanceId,
-              handoffOf(options),
-              options.claim,
-              noticeMessages(token)
-            ),
-            (outcome) => guarded(token, lockId, outcome)
-          )
+      Effect.flatMap(
+        step(Operations.commitAndReleaseQueued, {
+          ...releaseArgs(token, lockId, options),
+          entries,
+          claim: options.claim
+        }),
+        (outcome) => guarded(token, lockId, outcome)
       ),
     leaveQueue: (token, instanceId, lockId) =>
-      checked(
-        tokenError(token) ?? instanceIdError(instanceId) ?? (lockId === undefined ? undefined : lockIdError(lockId)),
-        () => driver.leaveQueue(token, instanceId, lockId, noticeMessages(token))
-      ),
-    queueLength: (token, instanceId) =>
-      checked(tokenError(token) ?? instanceIdError(instanceId), () => driver.queueLength(token, instanceId)),
-    queue: (token) => checked(tokenError(token), () => driver.queue(token)),
+      step(Operations.leaveQueue, { token, instanceId, lockId, notices: noticeMessages(token) }),
+    queueLength: (token, instanceId) => step(Operations.queueLength, { token, instanceId }),
+    queue: (token) => step(Operations.queue, { token }),
     notices: (token, instanceId) =>
       checked(tokenError(token) ?? instanceIdError(instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
@@ -208,7 +196,8 @@ const queuePart = (driver: Driver) =>
           )
         )
       )
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /** Signals on a token's channel, and the connection status. */
 const signalPart = (driver: Driver) =>

@@ -10,9 +10,9 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type { AcquireResult, LockHolder, QueuedAcquireResult } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
+import type * as AcquireQueued from "../operations/acquireQueued.js"
 import type * as Holder from "../operations/holder.js"
 import type * as TryAcquire from "../operations/tryAcquire.js"
-import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
 
 /**
  * Milliseconds left from a PTTL reply. -1 is a lock without TTL (written by someone else):

@@ -7,15 +7,11 @@
  */
 import * as Operations from "../../operations/index.js"
 import type { AnyScript } from "../script.js"
-import * as AcquireQueued from "./acquireQueued.js"
-import * as CommitAndReleaseQueued from "./commitAndReleaseQueued.js"
 import * as CommitIfUnchanged from "./commitIfUnchanged.js"
 import * as DescribeKeys from "./describeKeys.js"
 import * as MailboxAppend from "./mailboxAppend.js"
 import * as MailboxAppendToOwner from "./mailboxAppendToOwner.js"
 import * as Presence from "./presence.js"
-import * as Queue from "./queue.js"
-import * as ReleaseQueued from "./releaseQueued.js"
 import * as Sockets from "./sockets.js"
 
 /** @internal */
@@ -49,19 +45,19 @@ export const mailboxAppendToOwner = MailboxAppendToOwner.script
 /** @internal */
 export const describeKeys = DescribeKeys.script
 /** @internal */
-export const acquireQueued = AcquireQueued.script
+export const acquireQueued = Operations.acquireQueued.script
 /** @internal */
-export const releaseQueued = ReleaseQueued.script
+export const releaseQueued = Operations.releaseQueued.script
 /** @internal */
-export const commitAndReleaseQueued = CommitAndReleaseQueued.script
+export const commitAndReleaseQueued = Operations.commitAndReleaseQueued.script
 /** @internal */
 export const commitIfUnchanged = CommitIfUnchanged.script
 /** @internal */
-export const leaveQueue = Queue.leave
+export const leaveQueue = Operations.leaveQueue.script
 /** @internal */
-export const queueLength = Queue.length
+export const queueLength = Operations.queueLength.script
 /** @internal */
-export const queue = Queue.live
+export const queue = Operations.queue.script
 
 /** @internal */
 export const all: ReadonlyArray<AnyScript> = [
