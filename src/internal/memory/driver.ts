@@ -22,6 +22,7 @@ import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
+import * as Operations from "../operations/index.js"
 import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
 import * as Scripts from "./space.js"
@@ -252,15 +253,10 @@ const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) 
 const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: PubSub.PubSub<RawSocketEvent>) => {
   const { keys, ks } = space
   return {
-    claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
     readSocket: (token) =>
       op("readSocket", (now) =>
         Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)
       ),
-    deleteSocketIfOwner: (token, instanceId, connectionId) =>
-      op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
-    refreshSocket: (token, instanceId, connectionId) =>
-      op("refreshSocket", (now) => Scripts.refreshSocket(space, now, token, instanceId, connectionId)),
     scanSockets: Stream.unwrap(
       Effect.map(
         op("scanSockets", (now) => {
@@ -280,7 +276,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
       op("claimSockets", (now) =>
         claims.map(([token, record]) => {
           try {
-            return Result.succeed(Scripts.claimSocket(space, now, token, record))
+            return Result.succeed(Operations.claimSocket.memory(space, now, { token, record }))
           } catch (error) {
             // One record's refusal is its own, as each claim is its own script on Redis.
             if (error instanceof WrongTypeError) {
@@ -289,10 +285,6 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
             throw error
           }
         })
-      ),
-    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
-      op("takeOverSocket", (now) =>
-        Scripts.takeOverSocket(space, now, token, expectedInstance, expectedConnection, record)
       ),
     enableSocketEvents: Effect.suspend(() => {
       if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
@@ -314,8 +306,6 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
 const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
   const { keys, ks } = space
   return {
-    refreshPresence: (instanceId, ttlMs) =>
-      op("refreshPresence", (now) => Scripts.refreshPresence(space, now, instanceId, ttlMs)),
     isPresent: (instanceId) => op("isPresent", (now) => ks.get(keys.presence(instanceId), now) !== undefined),
     removePresence: (instanceId) =>
       op("removePresence", () => {
@@ -383,8 +373,6 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
     )
 
   return {
-    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-      op("mailboxAppend", (now) => Scripts.mailboxAppend(space, now, instanceId, payload, maxLen, ttlMs)),
     mailboxRead: (instanceId, afterId, count, blockMs) =>
       Effect.suspend(() => {
         const after = parseStreamId(afterId)

@@ -17,21 +17,11 @@
  */
 
 import * as Option from "effect/Option"
-import * as Result from "effect/Result"
 import type { KeyInfo } from "../../Store.js"
-import { decodeSocketRecord } from "../codec.js"
 import type { Keys } from "../keys.js"
 import type { HolderCheck } from "../operations/holderCheck.js"
-import type { RawClaim, RawTakeOver } from "../store/driver.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
-import {
-  isExpired,
-  type Keyspace,
-  nextStreamId,
-  type SetEntry,
-  type StreamEntry,
-  type StringEntry
-} from "./keyspace.js"
+import { isExpired, type Keyspace, type SetEntry, type StreamEntry, type StringEntry } from "./keyspace.js"
 
 /** What a twin works on: the key space, the key layout, the store's expirations, and its outlets. */
 export interface Space {
@@ -139,117 +129,11 @@ export class NotAnInteger extends Error {
 
 // --- the twins, in the order of `Scripts.all` ---------------------------------------------
 
-/** `SET NX` of a record; the record there when it is taken. @internal */
-export const claimSocket = (s: Space, now: number, token: string, record: string): RawClaim => {
-  const key = s.keys.socket(token)
-  const existing = s.ks.getString(key, now)
-  if (existing !== undefined) return { _tag: "Taken", raw: existing.value }
-  s.ks.setString(key, record, now + s.tokenMs)
-  s.keyEvent(key, "set")
-  return { _tag: "Claimed" }
-}
-
-/** The record under `key` when it decodes to exactly this instance and connection: a corrupt record matches nothing. */
-const ownRecord = (s: Space, now: number, key: string, instanceId: string, connectionId: string) => {
-  const entry = s.ks.getString(key, now)
-  if (entry === undefined) return undefined
-  const decoded = decodeSocketRecord(key, entry.value)
-  return Result.isSuccess(decoded) &&
-    decoded.success.instanceId === instanceId &&
-    decoded.success.connectionId === connectionId
-    ? entry
-    : undefined
-}
-
-/** @internal */
-export const deleteSocketIfOwner = (
-  s: Space,
-  now: number,
-  token: string,
-  instanceId: string,
-  connectionId: string
-): boolean => {
-  const key = s.keys.socket(token)
-  if (ownRecord(s, now, key, instanceId, connectionId) === undefined) return false
-  s.ks.delete(key)
-  s.keyEvent(key, "del")
-  return true
-}
-
-/** @internal */
-export const refreshSocket = (
-  s: Space,
-  now: number,
-  token: string,
-  instanceId: string,
-  connectionId: string
-): boolean => {
-  const key = s.keys.socket(token)
-  const entry = ownRecord(s, now, key, instanceId, connectionId)
-  if (entry === undefined) return false
-  s.ks.expire(key, entry, now + s.tokenMs, now)
-  return true
-}
-
-/** Compare-and-set of a record on the expected instance and connection; the record there otherwise. @internal */
-export const takeOverSocket = (
-  s: Space,
-  now: number,
-  token: string,
-  expectedInstance: string,
-  expectedConnection: string,
-  record: string
-): RawTakeOver => {
-  const key = s.keys.socket(token)
-  const existing = s.ks.getString(key, now)
-  if (existing === undefined) return { _tag: "Changed", raw: undefined }
-  if (ownRecord(s, now, key, expectedInstance, expectedConnection) === undefined) {
-    return { _tag: "Changed", raw: existing.value }
-  }
-  s.ks.setString(key, record, now + s.tokenMs)
-  s.keyEvent(key, "set")
-  return { _tag: "TakenOver" }
-}
-
-/** EXISTS, then SET with a TTL: whether the worker's presence entry was still there. @internal */
-export const refreshPresence = (s: Space, now: number, instanceId: string, ttlMs: number): boolean => {
-  const key = s.keys.presence(instanceId)
-  const was = s.ks.get(key, now) !== undefined
-  s.ks.setString(key, "1", now + ttlMs)
-  return was
-}
-
-/** XTRIM MAXLEN ~: keep the newest `maxLen` entries. */
+/** XTRIM MAXLEN ~: keep the newest `maxLen` entries. @internal */
 export const trimStream = (stream: StreamEntry, maxLen: number): void => {
   if (!Number.isFinite(maxLen)) return
   const keep = Math.max(0, Math.floor(maxLen))
   if (stream.items.length > keep) stream.items.splice(0, stream.items.length - keep)
-}
-
-/** XADD (trimmed), and PEXPIRE only on a mailbox without an expiry. @internal */
-export const mailboxAppend = (
-  s: Space,
-  now: number,
-  instanceId: string,
-  payload: string,
-  maxLen: number,
-  ttlMs: number
-): string => {
-  const key = s.keys.mailbox(instanceId)
-  let stream = s.ks.getStream(key, now)
-  if (stream === undefined) {
-    stream = { _tag: "stream", items: [], lastMs: 0, lastSeq: 0, deadline: undefined }
-    s.ks.insert(key, stream)
-  }
-  if (stream.deadline === undefined) s.ks.expire(key, stream, now + ttlMs, now)
-  const { ms, seq } = nextStreamId(stream, now)
-  const id = `${ms}-${seq}`
-  stream.items.push({ ms, seq, id, payload })
-  stream.lastMs = ms
-  stream.lastSeq = seq
-  trimStream(stream, maxLen)
-  s.appended(key)
-  return id
 }
 
 /** Every live key of the token (the SCAN the Redis driver makes first, then the script's description). @internal */

@@ -8,10 +8,13 @@ import * as AcquireQueued from "./acquireQueued.js"
 import * as CommitAndRelease from "./commitAndRelease.js"
 import * as Extend from "./extend.js"
 import * as Holder from "./holder.js"
+import * as MailboxAppend from "./mailboxAppend.js"
+import * as Presence from "./presence.js"
 import * as Queue from "./queue.js"
 import * as ReadSlices from "./readSlices.js"
 import * as Release from "./release.js"
 import * as ReleaseQueued from "./releaseQueued.js"
+import * as Sockets from "./sockets.js"
 import * as TryAcquire from "./tryAcquire.js"
 import * as WriteIfHolder from "./writeIfHolder.js"
 
@@ -42,6 +45,18 @@ export const leaveQueue = Queue.leave
 export const queueLength = Queue.length
 /** @internal */
 export const queue = Queue.live
+/** @internal */
+export const claimSocket = Sockets.claim
+/** @internal */
+export const deleteSocketIfOwner = Sockets.deleteIfOwner
+/** @internal */
+export const refreshSocket = Sockets.refresh
+/** @internal */
+export const takeOverSocket = Sockets.takeOver
+/** @internal */
+export const refreshPresence = Presence.refresh
+/** @internal */
+export const mailboxAppend = MailboxAppend.operation
 
 /** @internal */
 export type ReadSlicesArgs = ReadSlices.Args

@@ -18,7 +18,7 @@ import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } fr
 import type { Keys } from "../keys.js"
 import * as Operations from "../operations/index.js"
 import { type AnyOperation, type Env, unexpectedReply } from "../operations/operation.js"
-import type { Driver, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
+import type { Driver, RawClaim, ScannedRecord } from "../store/driver.js"
 import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
 import { type Around, makeCall } from "./call.js"
@@ -139,12 +139,8 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
   }) satisfies Partial<Driver>
 
 /** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
-const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, topology }: Context) => {
-  const claimInput = (token: string, record: string) => ({
-    keys: { socket: keys.socket(token) },
-    args: { record, tokenMs }
-  })
-
+const socketPart = ({ endpoint, health, keys, pubsub, run, topology }: Context, env: Env) => {
+  const claim = Operations.claimSocket
   /** One SCAN page of one node, then the records of its keys in one batched round trip. */
   const scanPage = (node: Node, cursor: string) =>
     Effect.gen(function* () {
@@ -193,22 +189,11 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     )
 
   return {
-    claimSocket: (token, record) => runScript("claimSocket", Scripts.claimSocket, claimInput(token, record)),
     readSocket: (token) =>
       Effect.map(
         run("readSocket", (c) => c.get(keys.socket(token))),
         Option.fromNullishOr
       ),
-    deleteSocketIfOwner: (token, instanceId, connectionId) =>
-      runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
-        keys: { socket: keys.socket(token) },
-        args: { instanceId, connectionId }
-      }),
-    refreshSocket: (token, instanceId, connectionId) =>
-      runScript("refreshSocket", Scripts.refreshSocket, {
-        keys: { socket: keys.socket(token) },
-        args: { instanceId, connectionId, tokenMs }
-      }),
     // Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts.
     scanSockets: Stream.suspend(() => {
       const all = topology.nodes()
@@ -230,7 +215,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
       Effect.gen(function* () {
         const replies = yield* topology.runBatch(
           "claimSockets",
-          claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
+          claims.map(([token, record]) => commandLine(claim.script, claim.input(env, { token, record })))
         )
         const results: Array<Result.Result<RawClaim, StoreRefused>> = []
         for (let i = 0; i < claims.length; i++) {
@@ -243,22 +228,13 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
             results.push(Result.fail(mapped))
             continue
           }
-          const claim = Scripts.claimSocket.decode(reply)
+          const claimed = claim.script.decode(reply)
           results.push(
-            claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim)
+            claimed === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claimed)
           )
         }
         return results
       }),
-    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
-      Effect.map(
-        runScript("takeOverSocket", Scripts.takeOverSocket, {
-          keys: { socket: keys.socket(token) },
-          args: { expectedInstance, expectedConnection, record, tokenMs }
-        }),
-        (reply): RawTakeOver =>
-          reply._tag === "TakenOver" ? reply : { _tag: "Changed", raw: reply.raw === null ? undefined : reply.raw }
-      ),
     // Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses.
     enableSocketEvents: Effect.suspend(() => {
       const all = topology.nodes()
@@ -273,13 +249,8 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
 }
 
 /** Presence: the refresh script, plain reads and deletes, the worker's channel (sharded on a Cluster). */
-const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
+const presencePart = ({ keys, pubsub, run, topology }: Context) =>
   ({
-    refreshPresence: (instanceId, ttlMs) =>
-      runScript("refreshPresence", Scripts.refreshPresence, {
-        keys: { presence: keys.presence(instanceId) },
-        args: { ttlMs }
-      }),
     isPresent: (instanceId) =>
       Effect.map(
         run("isPresent", (c) => c.exists(keys.presence(instanceId))),
@@ -296,13 +267,6 @@ const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
 /** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
 const mailboxPart = ({ blocking, keys, run, runAcknowledged, topology }: Context) =>
   ({
-    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-      runAcknowledged(
-        "mailboxAppend",
-        Scripts.mailboxAppend,
-        { keys: { mailbox: keys.mailbox(instanceId) }, args: { maxLen, payload, ttlMs } },
-        () => true
-      ),
     // The mailbox's key comes from the record, inside the script: a single server only.
     ...(topology.anyKeyInScripts
       ? {
@@ -452,7 +416,7 @@ export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver
     ...queuePart(context),
     ...stepPart(context),
     ...signalPart(context),
-    ...socketPart(context),
+    ...socketPart(context, env),
     ...presencePart(context),
     ...mailboxPart(context),
     ...inspectPart(context)

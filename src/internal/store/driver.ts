@@ -17,7 +17,14 @@ import type * as Option from "effect/Option"
 import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
-import type { ConnectionStatus, KeyInfo, MailboxEntry, SliceEntry, SocketEventsSetting } from "../../Store.js"
+import type {
+  ConnectionStatus,
+  KeyInfo,
+  MailboxEntry,
+  SliceEntry,
+  SocketEventsSetting,
+  SocketRecord
+} from "../../Store.js"
 import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Operation } from "../operations/operation.js"
@@ -105,36 +112,16 @@ export interface Driver {
   readonly statusChanges: Stream.Stream<ConnectionStatus>
 
   // --- socket records -----------------------------------------------------------------
-  readonly claimSocket: (token: string, record: string) => Effect.Effect<RawClaim, StoreError>
   readonly readSocket: (token: string) => Effect.Effect<Option.Option<string>, StoreError>
-  readonly deleteSocketIfOwner: (
-    token: string,
-    instanceId: string,
-    connectionId: string
-  ) => Effect.Effect<boolean, StoreError>
-  readonly refreshSocket: (
-    token: string,
-    instanceId: string,
-    connectionId: string
-  ) => Effect.Effect<boolean, StoreError>
   readonly scanSockets: Stream.Stream<ScannedRecord, StoreError>
   /** One result per claim, in order; a claim the store refused is that claim's own failure. */
   readonly claimSockets: (
-    claims: ReadonlyArray<readonly [token: string, record: string]>
+    claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
   ) => Effect.Effect<ReadonlyArray<Result.Result<RawClaim, StoreRefused>>, StoreError>
-  /** Overwrite the record with `record` only while it names exactly the expected instance and connection. */
-  readonly takeOverSocket: (
-    token: string,
-    expectedInstance: string,
-    expectedConnection: string,
-    record: string
-  ) => Effect.Effect<RawTakeOver, StoreError>
   readonly enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable>
   readonly socketEvents: Effect.Effect<Stream.Stream<RawSocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- presence -----------------------------------------------------------------------
-  /** Set the worker's presence entry with a TTL of `ttlMs`; `true` when it was still there. */
-  readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, StoreError>
   readonly isPresent: (instanceId: string) => Effect.Effect<boolean, StoreError>
   readonly removePresence: (instanceId: string) => Effect.Effect<void, StoreError>
   /** Publish on the worker's presence channel. */
@@ -145,12 +132,6 @@ export interface Driver {
   ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- mailboxes ----------------------------------------------------------------------
-  readonly mailboxAppend: (
-    instanceId: string,
-    payload: string,
-    maxLen: number,
-    ttlMs: number
-  ) => Effect.Effect<string, AcknowledgedError>
   /**
    * `readSocket`, then `mailboxAppend` to the instance the record names, in one step; the
    * raw record (`undefined`: none) and the entry's id (`undefined`: nothing appended, the

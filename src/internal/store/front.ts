@@ -44,8 +44,7 @@ import {
   decodeTokenNotice,
   encodeNotice,
   encodePresenceMessage,
-  encodeSignal,
-  encodeSocketRecord
+  encodeSignal
 } from "../codec.js"
 import * as Operations from "../operations/index.js"
 import type { Operation } from "../operations/operation.js"
@@ -221,6 +220,7 @@ const signalPart = (driver: Driver) =>
 /** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
 const socketPart = (driver: Driver) => {
   const { keys } = driver
+  const step = stepOf(driver)
   const claimResult = (token: string, claim: RawClaim): Result.Result<ClaimResult, CorruptValue> =>
     claim._tag === "Claimed"
       ? Result.succeed(claim)
@@ -257,10 +257,8 @@ const socketPart = (driver: Driver) => {
 
   return {
     claimSocket: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) =>
-          Effect.fromResult(claimResult(token, claim))
-        )
+      Effect.flatMap(step(Operations.claimSocket, { token, record }), (claim) =>
+        Effect.fromResult(claimResult(token, claim))
       ),
     readSocket: (token) =>
       checked(tokenError(token), () =>
@@ -271,13 +269,13 @@ const socketPart = (driver: Driver) => {
         )
       ),
     deleteSocketIfOwner: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        driver.deleteSocketIfOwner(token, record.instanceId, record.connectionId)
-      ),
+      step(Operations.deleteSocketIfOwner, {
+        token,
+        instanceId: record.instanceId,
+        connectionId: record.connectionId
+      }),
     refreshSocket: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        driver.refreshSocket(token, record.instanceId, record.connectionId)
-      ),
+      step(Operations.refreshSocket, { token, instanceId: record.instanceId, connectionId: record.connectionId }),
     scanSockets: driver.scanSockets.pipe(
       Stream.chunks,
       Stream.mapEffect((chunk) => decodeRecords([...chunk])),
@@ -290,28 +288,29 @@ const socketPart = (driver: Driver) => {
           if (error !== undefined) return yield* Effect.fail(error)
         }
         if (claims.length === 0) return []
-        const outcomes = yield* driver.claimSockets(
-          claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
-        )
+        const outcomes = yield* driver.claimSockets(claims)
         return outcomes.map(
           (outcome, i): Result.Result<ClaimResult, CorruptValue | StoreRefused> =>
             Result.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
         )
       }),
     takeOverSocket: (token, expected, record) =>
-      checked(tokenError(token) ?? instanceIdsError(expected.instanceId, record.instanceId), () =>
-        Effect.flatMap(
-          driver.takeOverSocket(token, expected.instanceId, expected.connectionId, encodeSocketRecord(record)),
-          (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
-            outcome._tag === "TakenOver"
-              ? Effect.succeed(outcome)
-              : outcome.raw === undefined
-                ? Effect.succeed({ _tag: "Changed", record: Option.none() })
-                : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
-                    _tag: "Changed",
-                    record: Option.some(found)
-                  }))
-        )
+      Effect.flatMap(
+        step(Operations.takeOverSocket, {
+          token,
+          expectedInstance: expected.instanceId,
+          expectedConnection: expected.connectionId,
+          record
+        }),
+        (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
+          outcome._tag === "TakenOver"
+            ? Effect.succeed(outcome)
+            : outcome.raw === undefined
+              ? Effect.succeed({ _tag: "Changed", record: Option.none() })
+              : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
+                  _tag: "Changed",
+                  record: Option.some(found)
+                }))
       ),
     enableSocketEvents: driver.enableSocketEvents,
     socketEvents: Effect.map(driver.socketEvents, (events) =>
@@ -330,7 +329,7 @@ const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
 const presencePart = (driver: Driver) =>
   ({
     refreshPresence: (instanceId, ttlMs) =>
-      checked(instanceIdError(instanceId), () => driver.refreshPresence(instanceId, wholeMs(ttlMs))),
+      stepOf(driver)(Operations.refreshPresence, { instanceId, ttlMs: wholeMs(ttlMs) }),
     isPresent: (instanceId) => checked(instanceIdError(instanceId), () => driver.isPresent(instanceId)),
     removePresence: (instanceId) => checked(instanceIdError(instanceId), () => driver.removePresence(instanceId)),
     sendPresence: (instanceId, message) =>
@@ -372,7 +371,10 @@ const appendToOwner = (
       Option.isNone(raw)
         ? Effect.succeed(Option.none<SocketRecord>())
         : Effect.flatMap(recordOf(raw.value), (record) =>
-            Effect.as(driver.mailboxAppend(record.instanceId, payload, maxLen, ttlMs), Option.some(record))
+            Effect.as(
+              driver.call(Operations.mailboxAppend, { instanceId: record.instanceId, payload, maxLen, ttlMs }),
+              Option.some(record)
+            )
           )
     )
   }
@@ -392,9 +394,12 @@ const appendToOwner = (
 const mailboxPart = (driver: Driver) =>
   ({
     mailboxAppend: (instanceId, payload, options) =>
-      checked(instanceIdError(instanceId), () =>
-        driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
-      ),
+      stepOf(driver)(Operations.mailboxAppend, {
+        instanceId,
+        payload,
+        maxLen: options.maxLen,
+        ttlMs: wholeMs(options.ttlMs)
+      }),
     mailboxAppendToOwner: (token, payload, options) =>
       checked(tokenError(token), () => appendToOwner(driver, token, payload, options.maxLen, wholeMs(options.ttlMs))),
     mailboxRead: (instanceId, afterId, options) =>

@@ -9,10 +9,7 @@ import * as Operations from "../../operations/index.js"
 import type { AnyScript } from "../script.js"
 import * as CommitIfUnchanged from "./commitIfUnchanged.js"
 import * as DescribeKeys from "./describeKeys.js"
-import * as MailboxAppend from "./mailboxAppend.js"
 import * as MailboxAppendToOwner from "./mailboxAppendToOwner.js"
-import * as Presence from "./presence.js"
-import * as Sockets from "./sockets.js"
 
 /** @internal */
 export const tryAcquire = Operations.tryAcquire.script
@@ -29,17 +26,17 @@ export const holder = Operations.holder.script
 /** @internal */
 export const readSlices = Operations.readSlices.script
 /** @internal */
-export const claimSocket = Sockets.claim
+export const claimSocket = Operations.claimSocket.script
 /** @internal */
-export const deleteSocketIfOwner = Sockets.deleteIfOwner
+export const deleteSocketIfOwner = Operations.deleteSocketIfOwner.script
 /** @internal */
-export const refreshSocket = Sockets.refresh
+export const refreshSocket = Operations.refreshSocket.script
 /** @internal */
-export const takeOverSocket = Sockets.takeOver
+export const takeOverSocket = Operations.takeOverSocket.script
 /** @internal */
-export const refreshPresence = Presence.refresh
+export const refreshPresence = Operations.refreshPresence.script
 /** @internal */
-export const mailboxAppend = MailboxAppend.script
+export const mailboxAppend = Operations.mailboxAppend.script
 /** @internal */
 export const mailboxAppendToOwner = MailboxAppendToOwner.script
 /** @internal */
