@@ -1,6 +1,6 @@
 /**
  * The memory backend's `Driver`: each operation is one step (`op`): the availability check,
- * a read of `Clock` and the script's twin (`./scripts.ts`) or a plain command, in one
+ * a read of `Clock` and a described operation's `memory` (`call`) or a plain command, in one
  * synchronous block, atomic on a single-threaded runtime. Also here: the channels of
  * pub/sub (one `PubSub` per channel, reference-counted through `RcMap`: a token's signals,
  * a worker's notices), blocked mailbox reads, and the connection status that the control
@@ -249,7 +249,7 @@ const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) 
   } satisfies Partial<Driver>
 }
 
-/** Socket records: the claim scripts' twins, plain reads, the scan and the keyspace events. */
+/** Socket records: plain reads, the scan (claims through the claim's description) and the keyspace events. */
 const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: PubSub.PubSub<RawSocketEvent>) => {
   const { keys, ks } = space
   return {
@@ -302,7 +302,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
   } satisfies Partial<Driver>
 }
 
-/** Presence: the refresh twin, plain reads and deletes, and the worker's channel. */
+/** Presence: plain reads and deletes, and the worker's channel. */
 const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
   const { keys, ks } = space
   return {
@@ -319,7 +319,7 @@ const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
 
 type Readers = Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>
 
-/** Mailboxes: XADD's twin, reads (a blocked read waits for the next append), trim, expiry, the cursor. */
+/** Mailboxes: reads (a blocked read waits for the next append), trim, expiry, the cursor. */
 const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
   const { keys, ks } = space
   const readMailbox = (

@@ -6,7 +6,7 @@
  *
  * The queue is two sets with a number per member, as on Redis: `queue` (arrival order, the
  * lowest first) and `deadlines`; a third, `ids`, holds `<worker> <lock id>` members (the lock
- * id each worker queued under). A twin reads all three (a key of another kind throws
+ * id each worker queued under). A step reads all three (a key of another kind throws
  * `WrongTypeError` there) and the lock before it writes anything.
  *
  * @internal
@@ -230,7 +230,7 @@ export const passOn = (
  * no grant pending) and nobody queued once the late entries have left (dropped here, as
  * every step drops them). A free lock with workers queued goes to the head, as in every
  * step (`grantNext`, its notice carrying `carry`). For the embedded store's own step
- * (`./step.ts`), which has no twin. @internal
+ * (`./step.ts`), which has no Lua. @internal
  */
 export const freeForAll = (
   s: Space,

@@ -1,17 +1,14 @@
 /**
- * The twins of the Lua scripts (`../redis/scripts/`): one function per script, with the same
- * name, in the same order as `Scripts.all`, taking the script's named arguments. Each returns
- * what the Redis driver makes of its script's reply: the decoded reply itself, or for
- * `writeIfHolder` and `commitAndRelease` the driver's `Guarded` outcome, and for
- * `describeKeys` the token's `KeyInfo` (the key scan the Redis driver makes first
- * included). A reader holds a script and its twin side by side.
- * The queue scripts, last in `all`, have their twins in `./queueScripts.ts`, over the
- * shared parts exported here.
+ * The embedded store's key space as the operations' `memory` steps see it (`Space`: the key
+ * space, the key layout, the store's expirations, its outlets), and the parts those steps
+ * share (the fence as INCR reads it, GETEX of slices, the holder check, …). The steps
+ * themselves are in the operations' descriptions (`../operations/`); the queue's shared
+ * steps are in `./queue.ts`. What is left here of its own is `describeKeys`, the token's
+ * keys as `tokenKeys` reads them (the Redis driver scans, then runs a script of its own).
  *
- * Each twin is synchronous and runs inside one step of the memory driver, which makes it
- * atomic. Like Redis, a twin reads before it writes where a wrong-typed key would refuse
- * the step (the typed accessors throw `WrongTypeError`), so a refusal leaves nothing half
- * done.
+ * Each step is synchronous and runs inside one step of the memory driver, which makes it
+ * atomic. Like Redis, a step reads before it writes where a wrong-typed key would refuse
+ * it (the typed accessors throw `WrongTypeError`), so a refusal leaves nothing half done.
  *
  * @internal
  */
@@ -23,13 +20,13 @@ import type { HolderCheck } from "../operations/holderCheck.js"
 import { notAnInteger, parseInteger } from "../store/replies.js"
 import { isExpired, type Keyspace, type SetEntry, type StreamEntry, type StringEntry } from "./keyspace.js"
 
-/** What a twin works on: the key space, the key layout, the store's expirations, and its outlets. */
+/** What a step works on: the key space, the key layout, the store's expirations, and its outlets. */
 export interface Space {
   readonly ks: Keyspace
   readonly keys: Keys
   readonly lockMs: number
   readonly tokenMs: number
-  /** How long a grant stays pending for the worker it was handed to (the queue twins). */
+  /** How long a grant stays pending for the worker it was handed to (the queue's steps). */
   readonly handoffMs: number
   /** PUBLISH: deliver a message to the channel's subscribers. */
   readonly publish: (channel: string, message: string) => void
@@ -126,8 +123,6 @@ export class NotAnInteger extends Error {
     super(notAnInteger)
   }
 }
-
-// --- the twins, in the order of `Scripts.all` ---------------------------------------------
 
 /** XTRIM MAXLEN ~: keep the newest `maxLen` entries. @internal */
 export const trimStream = (stream: StreamEntry, maxLen: number): void => {

@@ -1,10 +1,12 @@
 /**
  * The narrow interface a backend implements: one atomic step per operation, on inputs the
- * front (`front.ts`) has already validated and encoded. A driver never sees a `Signal` or
- * a `SocketRecord`, only their wire strings; it never decides what a corrupt record or a
- * lost lock means to a caller. Both backends provide one: `internal/memory/driver.ts`
- * (the Lua scripts' twins on an in-process key space) and `internal/redis/driver.ts`
- * (keys, then a script, then its decoded reply).
+ * front (`front.ts`) has already validated and encoded. The atomic operations are described
+ * once (`internal/operations/`) and run by `call`: the Redis driver builds the script's call
+ * from the description and reads its decoded reply, the memory driver runs its `memory` on
+ * an in-process key space. The rest (plain commands, subscriptions, scans, blocking reads)
+ * are operations of their own here. A driver never sees a `Signal`, and never decides what a
+ * corrupt record or a lost lock means to a caller; the socket records it gets are encoded
+ * by the descriptions (or come as wire strings).
  *
  * Numbers reach a driver normalized: a read's count is whole and at least 1, durations
  * are whole milliseconds and at least 1; a mailbox's `maxLen` is passed as given (the

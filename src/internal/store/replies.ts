@@ -1,5 +1,5 @@
 /**
- * What both drivers make of a lock script's reply (the Lua's, or its memory twin's): the
+ * What both drivers make of a lock script's reply (the Lua's, or its `memory` step's): the
  * time left on a lock, the holder with its fence, and a fence as a grant's notice names it.
  * One reading for both backends, so they cannot drift apart.
  *
