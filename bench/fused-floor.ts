@@ -23,8 +23,8 @@ import * as Schema from "effect/Schema"
 import { makeKeys } from "../src/internal/keys.js"
 import { cachedKeys } from "../src/internal/memory/keyCache.js"
 import { Keyspace } from "../src/internal/memory/keyspace.js"
-import * as QueueScripts from "../src/internal/memory/queueScripts.js"
-import type { Space } from "../src/internal/memory/scripts.js"
+import type { Space } from "../src/internal/memory/space.js"
+import * as Operations from "../src/internal/operations/index.js"
 import { codecOf } from "../src/internal/state/codec.js"
 import { instanceIdError, sliceNamesError, tokenError } from "../src/internal/validate.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
@@ -108,31 +108,34 @@ const main = async () => {
     appended: () => undefined
   }
   const notices = { granted: "granted:one", contended: "contended:one" }
-  const handoff = { requeue: false, queueAs: "", carry: [] }
+  const release = { instanceId: "bench", requeue: false, queueAs: undefined, carry: [], notices }
   const oneStep: Run = Effect.andThen(
     Effect.clockWith((clock) => {
       const invalid = tokenError("one") ?? instanceIdError("bench") ?? sliceNamesError(["counter"])
       if (invalid !== undefined) return Effect.fail(invalid)
       const now = clock.currentTimeMillisUnsafe()
       const lockId = `bench:${next++}`
-      const got = QueueScripts.acquireQueued(space, now, "one", lockId, ["counter"], "bench", undefined, notices)
+      const got = Operations.acquireQueued.memory(space, now, {
+        token: "one",
+        lockId,
+        slices: ["counter"],
+        instanceId: "bench",
+        claim: undefined,
+        notices
+      })
       if (got._tag !== "Acquired") return Effect.die("the sketch's token is contended")
       const stored = Option.flatMap(Option.fromNullishOr(got.values[0]), (raw) =>
         Result.getSuccess(codecOf(Counter).decode(raw))
       )
       const value = Option.getOrElse(stored, () => Counter.initial)
       const encoded = Result.getOrThrow(codecOf(Counter).encode({ n: value.n + 1 }))
-      QueueScripts.commitAndReleaseQueued(
-        space,
-        now,
-        "one",
+      Operations.commitAndReleaseQueued.memory(space, now, {
+        ...release,
+        token: "one",
         lockId,
-        [["counter", encoded]],
-        "bench",
-        handoff,
-        undefined,
-        notices
-      )
+        entries: [["counter", encoded]],
+        claim: undefined
+      })
       return Effect.void
     }),
     Effect.yieldNow

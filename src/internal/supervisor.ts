@@ -9,12 +9,14 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Fiber from "effect/Fiber"
+import type * as Fiber from "effect/Fiber"
+import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Predicate from "effect/Predicate"
 import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { Health } from "../Health.js"
 import { LeaseholdConfig, type Settings } from "../LeaseholdConfig.js"
@@ -126,9 +128,10 @@ export const make = Effect.gen(function* () {
   const health = yield* Health
   const config = yield* LeaseholdConfig
   const store = yield* Store
-  const scope = yield* Effect.scope
-  const fibers = new Set<Fiber.Fiber<never, unknown>>()
-  let closed = false
+  // The loops' fibers, in a scope of their own: `shutdown` closes it before the layer's.
+  // A loop run after it starts interrupted, so nothing runs past the worker's close.
+  const fibersScope = yield* Scope.fork(yield* Effect.scope)
+  const fibers = yield* Scope.provide(FiberSet.make<never, unknown>(), fibersScope)
 
   const run = <E, R>(
     name: string,
@@ -234,22 +237,10 @@ export const make = Effect.gen(function* () {
       Effect.interruptible
     ) as Effect.Effect<never, E, R>
 
-    // After shutdown a loop starts interrupted, so nothing runs past the worker's close.
-    return Effect.suspend(() => (closed ? Effect.interrupt : supervised)).pipe(
-      Effect.forkIn(scope),
-      Effect.tap((fiber) =>
-        Effect.sync(() => {
-          fibers.add(fiber)
-          fiber.addObserver(() => fibers.delete(fiber))
-        })
-      )
-    )
+    return FiberSet.run(fibers, supervised, { startImmediately: false })
   }
 
-  const shutdown = Effect.suspend(() => {
-    closed = true
-    return Fiber.interruptAll([...fibers])
-  })
+  const shutdown = Scope.close(fibersScope, Exit.void)
 
   return Supervisor.of({ run, shutdown })
 })

@@ -1,6 +1,6 @@
 /**
  * The memory backend's `Driver`: each operation is one step (`op`): the availability check,
- * a read of `Clock` and the script's twin (`./scripts.ts`) or a plain command, in one
+ * a read of `Clock` and a described operation's `memory` (`call`) or a plain command, in one
  * synchronous block, atomic on a single-threaded runtime. Also here: the channels of
  * pub/sub (one `PubSub` per channel, reference-counted through `RcMap`: a token's signals,
  * a worker's notices), blocked mailbox reads, and the connection status that the control
@@ -22,11 +22,10 @@ import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { ConnectionStatus, MailboxEntry } from "../../Store.js"
 import { StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
+import * as Operations from "../operations/index.js"
 import type { Driver, RawSocketEvent, ScannedRecord } from "../store/driver.js"
-import { acquireResult, lockHolder, queuedAcquireResult } from "../store/replies.js"
 import { firstAfter, isExpired, type Keyspace, parseStreamId, WrongTypeError } from "./keyspace.js"
-import * as QueueScripts from "./queueScripts.js"
-import * as Scripts from "./scripts.js"
+import * as Scripts from "./space.js"
 import * as Step from "./step.js"
 
 /** The driver's mutable state, which the control layer also moves. @internal */
@@ -171,8 +170,8 @@ export const make = (
       kind: "memory",
       name: "MemoryStore",
       keys,
-      ...lockPart(space, op),
-      ...queuePart(space, op, listen),
+      call: makeCall(space, op),
+      ...queuePart(space, listen),
       ...signalPart(state, space, op, listen),
       ...socketPart(state, space, op, socketChanges),
       ...presencePart(space, op, listen),
@@ -208,33 +207,23 @@ const makeOp =
         if (error instanceof WrongTypeError || error instanceof Scripts.NotAnInteger) {
           return Effect.fail(new StoreRefused({ operation, reply: error.message }))
         }
+        if (error instanceof StoreRefused) return Effect.fail(error)
         throw error
       }
     })
 
-/** The lock and its slices: each a script's twin in one step. */
-const lockPart = (space: Scripts.Space, op: Op) => {
-  const { lockMs } = space
-  return {
-    tryAcquire: (token, lockId, slices) =>
-      op("tryAcquire", (now) => acquireResult(Scripts.tryAcquire(space, now, token, lockId, slices), lockMs)),
-    release: (token, lockId, released) => op("release", (now) => Scripts.release(space, now, token, lockId, released)),
-    commitAndRelease: (token, lockId, entries, released) =>
-      op("commitAndRelease", (now) => Scripts.commitAndRelease(space, now, token, lockId, entries, released)),
-    extend: (token, lockId, slices, claim) =>
-      op("extend", (now) => Scripts.extend(space, now, token, lockId, slices, claim)),
-    holder: (token) =>
-      Effect.flatMap(
-        op("holder", (now) => Scripts.holder(space, now, token)),
-        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
-      ),
-
-    readSlices: (token, names) =>
-      op("readSlices", (now) => Scripts.readSlices(space, now, token, names).map(Option.fromNullishOr)),
-    writeIfHolder: (token, lockId, entries, claim) =>
-      op("writeIfHolder", (now) => Scripts.writeIfHolder(space, now, token, lockId, entries, claim))
-  } satisfies Partial<Driver>
-}
+/**
+ * A described operation in one step: its `memory` on the key space, its reply read as on
+ * Redis; a reply the reading refuses is `StoreRefused`.
+ */
+const makeCall =
+  (space: Scripts.Space, op: Op): Driver["call"] =>
+  (operation, args) =>
+    op(operation.name, (now) => {
+      const out = operation.read(operation.memory(space, now, args), args, space.lockMs)
+      if (out instanceof StoreRefused) throw out
+      return out
+    }) as Effect.Effect<any, any>
 
 /** Subscribing to a channel by name (one PubSub per channel, shared through an `RcMap`). */
 type Listen = (
@@ -242,27 +231,9 @@ type Listen = (
   name: string
 ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreUnavailable | StoreRefused, Scope.Scope>
 
-/** The queue steps, each a twin in one step; a worker's notices on its one channel, shared by every token. */
-const queuePart = (space: Scripts.Space, op: Op, listen: Listen) =>
+/** A worker's notices on its one channel, shared by every token (the queue's steps are `call`'s). */
+const queuePart = (space: Scripts.Space, listen: Listen) =>
   ({
-    acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
-      op("acquireQueued", (now) =>
-        queuedAcquireResult(
-          QueueScripts.acquireQueued(space, now, token, lockId, slices, instanceId, claim, notices),
-          space.lockMs
-        )
-      ),
-    releaseQueued: (token, lockId, instanceId, handoff, notices) =>
-      op("releaseQueued", (now) => QueueScripts.releaseQueued(space, now, token, lockId, instanceId, handoff, notices)),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
-      op("commitAndReleaseQueued", (now) =>
-        QueueScripts.commitAndReleaseQueued(space, now, token, lockId, entries, instanceId, handoff, claim, notices)
-      ),
-    leaveQueue: (token, instanceId, lockId, notices) =>
-      op("leaveQueue", (now) => QueueScripts.leaveQueue(space, now, token, instanceId, lockId, notices)),
-    queueLength: (token, instanceId) =>
-      op("queueLength", (now) => QueueScripts.queueLength(space, now, token, instanceId)),
-    queue: (token) => op("queue", (now) => QueueScripts.queue(space, now, token)),
     noticeChannel: (_token, instanceId) => space.keys.workerNotices(instanceId),
     notices: (_token, instanceId) => listen("notices", space.keys.workerNotices(instanceId))
   }) satisfies Partial<Driver>
@@ -278,19 +249,14 @@ const signalPart = (state: State, space: Scripts.Space, op: Op, listen: Listen) 
   } satisfies Partial<Driver>
 }
 
-/** Socket records: the claim scripts' twins, plain reads, the scan and the keyspace events. */
+/** Socket records: plain reads, the scan (claims through the claim's description) and the keyspace events. */
 const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: PubSub.PubSub<RawSocketEvent>) => {
   const { keys, ks } = space
   return {
-    claimSocket: (token, record) => op("claimSocket", (now) => Scripts.claimSocket(space, now, token, record)),
     readSocket: (token) =>
       op("readSocket", (now) =>
         Option.map(Option.fromNullishOr(ks.getString(keys.socket(token), now)), (e) => e.value)
       ),
-    deleteSocketIfOwner: (token, instanceId, connectionId) =>
-      op("deleteSocketIfOwner", (now) => Scripts.deleteSocketIfOwner(space, now, token, instanceId, connectionId)),
-    refreshSocket: (token, instanceId, connectionId) =>
-      op("refreshSocket", (now) => Scripts.refreshSocket(space, now, token, instanceId, connectionId)),
     scanSockets: Stream.unwrap(
       Effect.map(
         op("scanSockets", (now) => {
@@ -310,7 +276,7 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
       op("claimSockets", (now) =>
         claims.map(([token, record]) => {
           try {
-            return Result.succeed(Scripts.claimSocket(space, now, token, record))
+            return Result.succeed(Operations.claimSocket.memory(space, now, { token, record }))
           } catch (error) {
             // One record's refusal is its own, as each claim is its own script on Redis.
             if (error instanceof WrongTypeError) {
@@ -319,10 +285,6 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
             throw error
           }
         })
-      ),
-    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
-      op("takeOverSocket", (now) =>
-        Scripts.takeOverSocket(space, now, token, expectedInstance, expectedConnection, record)
       ),
     enableSocketEvents: Effect.suspend(() => {
       if (!state.available) return Effect.fail(unavailable("enableSocketEvents"))
@@ -340,12 +302,10 @@ const socketPart = (state: State, space: Scripts.Space, op: Op, socketChanges: P
   } satisfies Partial<Driver>
 }
 
-/** Presence: the refresh twin, plain reads and deletes, and the worker's channel. */
+/** Presence: plain reads and deletes, and the worker's channel. */
 const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
   const { keys, ks } = space
   return {
-    refreshPresence: (instanceId, ttlMs) =>
-      op("refreshPresence", (now) => Scripts.refreshPresence(space, now, instanceId, ttlMs)),
     isPresent: (instanceId) => op("isPresent", (now) => ks.get(keys.presence(instanceId), now) !== undefined),
     removePresence: (instanceId) =>
       op("removePresence", () => {
@@ -359,7 +319,7 @@ const presencePart = (space: Scripts.Space, op: Op, listen: Listen) => {
 
 type Readers = Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>
 
-/** Mailboxes: XADD's twin, reads (a blocked read waits for the next append), trim, expiry, the cursor. */
+/** Mailboxes: reads (a blocked read waits for the next append), trim, expiry, the cursor. */
 const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
   const { keys, ks } = space
   const readMailbox = (
@@ -413,8 +373,6 @@ const mailboxPart = (space: Scripts.Space, op: Op, mailboxReaders: Readers) => {
     )
 
   return {
-    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-      op("mailboxAppend", (now) => Scripts.mailboxAppend(space, now, instanceId, payload, maxLen, ttlMs)),
     mailboxRead: (instanceId, afterId, count, blockMs) =>
       Effect.suspend(() => {
         const after = parseStreamId(afterId)

@@ -1,6 +1,6 @@
 /**
  * The embedded store's one step of a whole modification (`Store.Stepping`), which has no
- * Lua twin: Redis cannot run the caller's function inside a script. The step reads the
+ * Lua: Redis cannot run the caller's function inside a script. The step reads the
  * slices (refreshing their TTLs), runs `decide` on them and writes what it returns, in one
  * synchronous block, under one of two grants:
  *
@@ -18,7 +18,7 @@
  * goes to the head (as `acquireQueued` would grant it); and it answers `false`: the caller
  * goes the way of the queue.
  *
- * As in the twins, everything that can refuse the step (a fence that is not an integer, a
+ * As in the operations' steps, everything that can refuse the step (a fence that is not an integer, a
  * slice key of another kind) is read before anything is written. `decide` must not throw:
  * if it does, nothing is written (a grant of its own has taken its fence), and the throw
  * is the caller's defect.
@@ -28,8 +28,8 @@
 import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
 import type { NoticeMessages } from "../store/driver.js"
-import { freeForAll } from "./queueScripts.js"
-import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./scripts.js"
+import { freeForAll } from "./queue.js"
+import { holderOrClaim, NotAnInteger, readAndRefresh, readFence, type Space, writeSlices } from "./space.js"
 
 /** @internal */
 export type Decide = (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>

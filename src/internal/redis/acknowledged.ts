@@ -17,15 +17,19 @@
  * A step that wrote nothing (a lock held by another, a queued attempt, a commit refused as
  * `Lost`) resolves as soon as its reply arrives: there is nothing for a replica to keep.
  *
- * One batch is out at a time, so no step waits on the server behind a blocked `WAIT`: the
- * steps wait here, where their callers' interruptions can still withdraw them unsent. A
+ * One fiber drains the queue of steps, one batch at a time, so no step waits on the server
+ * behind a blocked `WAIT`: the steps wait here, where their callers' interruptions can still
+ * withdraw them unsent. Each step's outcome is a `Deferred` its caller awaits. A
  * step's reply and its `WAIT` come within the connection's command timeout (the store's,
  * plus the acknowledgement timeout), so a step waits at most twice that (a batch out, then
  * its own).
  *
  * @internal
  */
+import type * as Cause from "effect/Cause"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import type { Redis } from "ioredis"
 import { type AcknowledgedError, NotAcknowledged, type StoreUnavailable } from "../../StoreError.js"
@@ -66,13 +70,16 @@ export interface Settings {
   readonly timeoutMs: number
 }
 
+/**
+ * A step waiting for its batch, then for its reply and its `WAIT`. Its outcome is `done`;
+ * its caller gone before it is sent completes `done` with an interruption, and a step done
+ * before its batch is sent is not sent.
+ */
 interface Step {
   readonly operation: string
   readonly send: (connection: Redis) => Promise<unknown>
   readonly needsAck: (reply: unknown) => boolean
-  readonly resume: (outcome: Effect.Effect<unknown, AcknowledgedError>) => void
-  /** Its caller went away before it was sent: it is not sent. */
-  withdrawn: boolean
+  readonly done: Deferred.Deferred<unknown, AcknowledgedError>
 }
 
 /** A step whose reply wrote, waiting for a WAIT; `late`: its reply came after the batch's WAIT answered. */
@@ -114,133 +121,155 @@ export const make = (
       (opened) => closeConnection(opened, connectionSettings.commandTimeoutMs)
     )
     const mapError = (operation: string) => toStoreError(endpoint, operation)
+    // Ended when the fiber draining it ends: no step is taken after that.
+    const queue = yield* Queue.unbounded<Step, Cause.Done>()
 
-    let waiting: Array<Step> = []
-    let out = false
-    let scheduled = false
+    const fail = (step: Step, error: AcknowledgedError) => Deferred.doneUnsafe(step.done, Effect.fail(error))
 
     /** Settle the steps that wrote by what a WAIT reported. */
     const settle = (steps: ReadonlyArray<Written>, waited: Waited) => {
       for (const { reply, step } of steps) {
         if (!waited.ok) {
-          step.resume(
-            Effect.fail(
-              demoted(waited.cause)
-                ? new NotAcknowledged({ operation: step.operation, acknowledged: 0, required: replicas, timeoutMs })
-                : mapError(step.operation)(waited.cause)
-            )
+          fail(
+            step,
+            demoted(waited.cause)
+              ? new NotAcknowledged({ operation: step.operation, acknowledged: 0, required: replicas, timeoutMs })
+              : mapError(step.operation)(waited.cause)
           )
-          continue
+        } else if (waited.count >= replicas) {
+          Deferred.doneUnsafe(step.done, Effect.succeed(reply))
+        } else {
+          fail(
+            step,
+            new NotAcknowledged({
+              operation: step.operation,
+              acknowledged: waited.count,
+              required: replicas,
+              timeoutMs
+            })
+          )
         }
-        step.resume(
-          waited.count >= replicas
-            ? Effect.succeed(reply)
-            : Effect.fail(
-                new NotAcknowledged({
-                  operation: step.operation,
-                  acknowledged: waited.count,
-                  required: replicas,
-                  timeoutMs
-                })
-              )
-        )
       }
     }
 
-    const sendBatch = () => {
-      scheduled = false
-      if (out) return
-      const batch = waiting.filter((step) => !step.withdrawn)
-      waiting = []
-      if (batch.length === 0) return
-      out = true
-      // Whether the WAIT after the batch has answered. A step whose reply comes after it was
-      // written after it too (ioredis sends a script's EVAL once its EVALSHA is answered
-      // NOSCRIPT, as on a primary just promoted): another WAIT covers it.
-      let answered = false
-      const replies = batch.map((step): Promise<Written | undefined> => {
-        let sent: Promise<unknown>
-        try {
-          sent = step.send(connection)
-        } catch (cause) {
-          sent = Promise.reject(cause)
-        }
-        return sent.then(
-          (reply) => {
-            if (step.needsAck(reply)) return { step, reply, late: answered }
-            step.resume(Effect.succeed(reply))
-            return undefined
-          },
-          (cause) => {
-            step.resume(Effect.fail(mapError(step.operation)(cause)))
-            return undefined
-          }
+    /**
+     * Send a WAIT; `answered` is done with what it reports. Taken through one promise more
+     * than a plain command's reply: a script's reply reaches `then` one promise later
+     * (ioredis chains its NOSCRIPT fallback onto it), so a step whose reply came in the same
+     * read as the WAIT's, before it, is seen before it (else it would count as late, and wait
+     * for one more WAIT, past the timeout's bound when its replicas are slow). A step resent
+     * after NOSCRIPT comes later still: its reply is read after the WAIT's, and passes
+     * through the fallback's promise too.
+     */
+    const wait = (answered: Deferred.Deferred<Waited>): void => {
+      connection
+        .wait(replicas, timeoutMs)
+        .then((count) => count)
+        .then(
+          (count) =>
+            Deferred.doneUnsafe(answered, Effect.succeed({ ok: true, count: typeof count === "number" ? count : 0 })),
+          (cause) => Deferred.doneUnsafe(answered, Effect.succeed({ ok: false, cause }))
         )
-      })
-      // Taken through one promise more than a plain command's reply: a script's reply
-      // reaches `then` one promise later (ioredis chains its NOSCRIPT fallback onto it), so
-      // a step whose reply came in the same read as the WAIT's, before it, is seen before it
-      // (else it would count as late, and wait for one more WAIT, past the timeout's bound
-      // when its replicas are slow). A step resent after NOSCRIPT comes later still: its
-      // reply is read after the WAIT's, and passes through the fallback's promise too.
-      const wait = (): Promise<Waited> =>
-        connection
-          .wait(replicas, timeoutMs)
-          .then((count) => count)
-          .then(
-            (count): Waited => {
-              answered = true
-              return { ok: true, count: typeof count === "number" ? count : 0 }
-            },
-            (cause): Waited => {
-              answered = true
-              return { ok: false, cause }
-            }
-          )
-      const first = wait()
-      Promise.all(replies)
-        .then(async (outcomes) => {
-          const written = outcomes.filter((outcome): outcome is Written => outcome !== undefined)
-          const waited = await first
-          settle(
-            written.filter((outcome) => !outcome.late),
-            waited
-          )
-          const late = written.filter((outcome) => outcome.late)
-          if (late.length > 0) settle(late, waited.ok ? await wait() : waited)
-        })
-        .finally(() => {
-          out = false
-          sendBatch()
-        })
     }
+
+    /**
+     * Send a step; its reply settles it at once when it wrote nothing (or failed), else it
+     * is `Written`, late when the batch's WAIT (`answered`) had answered before it.
+     */
+    const sendStep = (step: Step, answered: Deferred.Deferred<Waited>): Promise<Written | undefined> => {
+      let sent: Promise<unknown>
+      try {
+        sent = step.send(connection)
+      } catch (cause) {
+        sent = Promise.reject(cause)
+      }
+      return sent.then(
+        (reply) => {
+          if (step.needsAck(reply)) return { step, reply, late: Deferred.isDoneUnsafe(answered) }
+          Deferred.doneUnsafe(step.done, Effect.succeed(reply))
+          return undefined
+        },
+        (cause) => {
+          fail(step, mapError(step.operation)(cause))
+          return undefined
+        }
+      )
+    }
+
+    /**
+     * Send a batch pipelined, then one WAIT, and settle its steps. A step whose reply came
+     * after the WAIT answered was written after it too (ioredis sends a script's EVAL once
+     * its EVALSHA is answered NOSCRIPT, as on a primary just promoted): another WAIT covers it.
+     */
+    const sendBatch = (batch: ReadonlyArray<Step>) =>
+      Effect.gen(function* () {
+        const answered = Deferred.makeUnsafe<Waited>()
+        const replies = batch.map((step) => sendStep(step, answered))
+        wait(answered)
+        const written = (yield* Effect.promise(() => Promise.all(replies))).filter(
+          (outcome): outcome is Written => outcome !== undefined
+        )
+        const waited = yield* Deferred.await(answered)
+        settle(
+          written.filter((outcome) => !outcome.late),
+          waited
+        )
+        const late = written.filter((outcome) => outcome.late)
+        if (late.length === 0) return
+        if (!waited.ok) return settle(late, waited)
+        const again = Deferred.makeUnsafe<Waited>()
+        wait(again)
+        settle(late, yield* Deferred.await(again))
+      })
+
+    /** The steps left when the connection closes: each fails as its command would on a closed connection. */
+    const abandon = (steps: Iterable<Step>) => {
+      for (const step of steps) fail(step, mapError(step.operation)(new Error("Connection is closed.")))
+    }
+
+    // One batch out at a time: the steps issued while it is out wait in the queue, and go
+    // together as the next. A step withdrawn meanwhile is done already, and not sent.
+    yield* Queue.takeAll(queue).pipe(
+      Effect.flatMap((taken) => {
+        const batch = taken.filter((step) => !Deferred.isDoneUnsafe(step.done))
+        return batch.length === 0
+          ? Effect.void
+          : Effect.onInterrupt(sendBatch(batch), () => Effect.sync(() => abandon(batch)))
+      }),
+      Effect.forever,
+      Effect.ensuring(
+        Effect.andThen(
+          Queue.end(queue),
+          Effect.flatMap(Queue.clear(queue), (left) => Effect.sync(() => abandon(left)))
+        )
+      ),
+      Effect.forkScoped
+    )
+
+    const enqueue = (
+      operation: string,
+      send: (connection: Redis) => Promise<unknown>,
+      needsAck: (reply: unknown) => boolean
+    ): Effect.Effect<unknown, AcknowledgedError> =>
+      Effect.suspend(() => {
+        const step: Step = { operation, send, needsAck, done: Deferred.makeUnsafe() }
+        if (!Queue.offerUnsafe(queue, step)) return Effect.fail(mapError(operation)(new Error("Connection is closed.")))
+        return Effect.onInterrupt(Deferred.await(step.done), () => Deferred.interrupt(step.done))
+      })
 
     const run = (
       operation: string,
       send: (connection: Redis) => Promise<unknown>,
       needsAck: (reply: unknown) => boolean
-    ): Effect.Effect<unknown, AcknowledgedError> => {
-      const enqueue = Effect.callback<unknown, AcknowledgedError>((resume) => {
-        const step: Step = { operation, send, needsAck, resume, withdrawn: false }
-        waiting.push(step)
-        // The steps issued in the same tick go in one batch.
-        if (!out && !scheduled) {
-          scheduled = true
-          queueMicrotask(sendBatch)
-        }
-        return Effect.sync(() => {
-          step.withdrawn = true
-        })
-      })
-      return Effect.suspend(() =>
+    ): Effect.Effect<unknown, AcknowledgedError> =>
+      Effect.suspend(() =>
         connection.status === "ready"
-          ? enqueue
+          ? enqueue(operation, send, needsAck)
           : Effect.andThen(
               awaitReady(connection, commandTimeoutMs, health.notConnected(operation, commandTimeoutMs)),
-              enqueue
+              enqueue(operation, send, needsAck)
             )
       )
-    }
 
     return {
       run,

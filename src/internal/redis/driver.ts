@@ -14,23 +14,23 @@ import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { LeaseholdConfig } from "../../LeaseholdConfig.js"
 import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
-import { type AcknowledgedError, type StoreError, StoreRefused, type StoreUnavailable } from "../../StoreError.js"
+import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
-import type { Driver, Guarded, RawClaim, RawTakeOver, ScannedRecord } from "../store/driver.js"
-import { acquireResult, lockHolder } from "../store/replies.js"
+import * as Operations from "../operations/index.js"
+import { type AnyOperation, type Env, unexpectedReply } from "../operations/operation.js"
+import type { Driver, RawClaim, ScannedRecord } from "../store/driver.js"
 import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
+import { type Around, makeCall } from "./call.js"
 import { type Endpoint, scrub, toStoreError } from "./connection.js"
 import type { Health } from "./health.js"
 import * as LastGrant from "./lastGrant.js"
 import type { PubSub } from "./pubsub.js"
-import { queuePart } from "./queuePart.js"
-import { asArray, claimArg, commandLine, type Input, invoke, type Script } from "./script.js"
+import { queueAround, queuePart } from "./queuePart.js"
+import { asArray, commandLine, type Input, invoke, type Script } from "./script.js"
 import * as Scripts from "./scripts/index.js"
-import type * as WriteIfHolder from "./scripts/writeIfHolder.js"
 import { stepPart } from "./stepPart.js"
 import type { Node, Topology } from "./topology.js"
-import { granted, wrote } from "./wrote.js"
 
 /**
  * Keyspace notification flags socket events need: `K` keyspace channels, `g` DEL, `$` SET,
@@ -43,9 +43,6 @@ const missingFlags = (current: string): string => {
   const present = new Set(current.includes("A") ? `${current}g$lshzxet` : current)
   return neededFlags.filter((flag) => !present.has(flag)).join("")
 }
-
-const unexpectedReply = (operation: string, reply: unknown): StoreRefused =>
-  new StoreRefused({ operation, reply: `unexpected reply ${JSON.stringify(reply)?.slice(0, 200) ?? String(reply)}` })
 
 const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   const entries: Array<MailboxEntry> = []
@@ -66,12 +63,6 @@ const decodeEntries = (reply: unknown): ReadonlyArray<MailboxEntry> => {
   }
   return entries
 }
-
-/** The reply of a script that checks the holder first, as the driver's outcome. */
-const guardedReply = (reply: WriteIfHolder.Reply): Guarded<void> =>
-  reply._tag === "Lost"
-    ? { _tag: "Lost", holder: Option.fromNullishOr(reply.holder) }
-    : { _tag: "Done", value: undefined }
 
 const millis = (duration: Duration.Duration): number => Math.max(1, Math.ceil(Duration.toMillis(duration)))
 
@@ -116,94 +107,25 @@ export interface Context extends Parts {
   ) => Effect.Effect<R, AcknowledgedError>
 }
 
-/** The lock and its slices: each operation one script. */
-const lockPart = ({ keys, lastGrant, lockMs, runAcknowledged, runScript, tokenMs }: Context) => {
-  /** The keys of a holder check that may take a lock handed over back (`holderOrClaim`). */
-  const holderKeys = (token: string) => ({
-    lock: keys.lock(token),
-    fence: keys.fence(token),
-    queue: keys.queue(token),
-    ids: keys.queueIds(token)
-  })
-  return {
-    tryAcquire: (token, lockId, slices) =>
-      Effect.flatMap(
-        runAcknowledged(
-          "tryAcquire",
-          Scripts.tryAcquire,
-          {
-            keys: { lock: keys.lock(token), fence: keys.fence(token) },
-            restKeys: slices.map((name) => keys.slice(token, name)),
-            args: { lockId, lockMs, tokenMs }
-          },
-          granted
-        ),
-        (reply) =>
-          reply._tag === "Acquired" && reply.values.length !== slices.length
-            ? Effect.fail(unexpectedReply("tryAcquire", reply))
-            : Effect.succeed(acquireResult(reply, lockMs))
-      ),
-    release: (token, lockId, released) =>
-      runScript("release", Scripts.release, {
-        keys: { lock: keys.lock(token) },
-        args: { lockId, channel: keys.signal(token), releasedMessage: released }
-      }),
-    commitAndRelease: (token, lockId, entries, released) =>
-      Effect.map(
-        runAcknowledged(
-          "commitAndRelease",
-          Scripts.commitAndRelease,
-          {
-            keys: { lock: keys.lock(token), fence: keys.fence(token) },
-            restKeys: entries.map(([name]) => keys.slice(token, name)),
-            args: { lockId, tokenMs, channel: keys.signal(token), releasedMessage: released },
-            restArgs: entries.map(([, value]) => value)
-          },
-          wrote(entries)
-        ),
-        guardedReply
-      ),
-    extend: (token, lockId, slices, claim) =>
-      runScript("extend", Scripts.extend, {
-        keys: holderKeys(token),
-        restKeys: slices.map((name) => keys.slice(token, name)),
-        args: { lockId, claim: claimArg(claim), lockMs, tokenMs }
-      }),
-    holder: (token) =>
-      Effect.flatMap(
-        runScript("holder", Scripts.holder, { keys: { lock: keys.lock(token), fence: keys.fence(token) }, args: {} }),
-        (reply) => Effect.fromResult(lockHolder(reply, lockMs))
-      ),
-
-    readSlices: (token, names) =>
-      names.length === 0
-        ? Effect.succeed([])
-        : Effect.map(
-            runScript("readSlices", Scripts.readSlices, {
-              keys: { fence: keys.fence(token) },
-              restKeys: names.map((name) => keys.slice(token, name)),
-              args: { tokenMs }
-            }),
-            (values) => names.map((_, i) => Option.fromNullishOr(values[i]))
-          ),
-    writeIfHolder: (token, lockId, entries, claim) =>
-      // the values it writes are not what the attempt's grant read: not remembered
-      Effect.map(
-        runAcknowledged(
-          "writeIfHolder",
-          Scripts.writeIfHolder,
-          {
-            keys: holderKeys(token),
-            restKeys: entries.map(([name]) => keys.slice(token, name)),
-            args: { lockId, claim: claimArg(claim), lockMs, tokenMs },
-            restArgs: entries.map(([, value]) => value)
-          },
-          wrote(entries)
-        ),
-        guardedReply
-      ).pipe(Effect.ensuring(Effect.sync(() => lastGrant.forgetGrant(lockId))))
-  } satisfies Partial<Driver>
-}
+/**
+ * What the Redis driver does around the lock's operations: a read of no slices needs no
+ * round trip; the values `writeIfHolder` writes are not what the attempt's grant read, so
+ * its grant is not remembered.
+ */
+const lockAround = ({ lastGrant }: Context): ReadonlyArray<readonly [AnyOperation, Around]> => [
+  [
+    Operations.readSlices,
+    (effect, { names }: Operations.ReadSlicesArgs) => (names.length === 0 ? Effect.succeed([]) : effect)
+  ],
+  [
+    Operations.writeIfHolder,
+    (effect, { lockId }: Operations.WriteIfHolderArgs) =>
+      Effect.ensuring(
+        effect,
+        Effect.sync(() => lastGrant.forgetGrant(lockId))
+      )
+  ]
+]
 
 /** Publishing from the command connection; subscriptions and the status from their own parts. */
 const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
@@ -217,12 +139,8 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
   }) satisfies Partial<Driver>
 
 /** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
-const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, topology }: Context) => {
-  const claimInput = (token: string, record: string) => ({
-    keys: { socket: keys.socket(token) },
-    args: { record, tokenMs }
-  })
-
+const socketPart = ({ endpoint, health, keys, pubsub, run, topology }: Context, env: Env) => {
+  const claim = Operations.claimSocket
   /** One SCAN page of one node, then the records of its keys in one batched round trip. */
   const scanPage = (node: Node, cursor: string) =>
     Effect.gen(function* () {
@@ -271,22 +189,11 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
     )
 
   return {
-    claimSocket: (token, record) => runScript("claimSocket", Scripts.claimSocket, claimInput(token, record)),
     readSocket: (token) =>
       Effect.map(
         run("readSocket", (c) => c.get(keys.socket(token))),
         Option.fromNullishOr
       ),
-    deleteSocketIfOwner: (token, instanceId, connectionId) =>
-      runScript("deleteSocketIfOwner", Scripts.deleteSocketIfOwner, {
-        keys: { socket: keys.socket(token) },
-        args: { instanceId, connectionId }
-      }),
-    refreshSocket: (token, instanceId, connectionId) =>
-      runScript("refreshSocket", Scripts.refreshSocket, {
-        keys: { socket: keys.socket(token) },
-        args: { instanceId, connectionId, tokenMs }
-      }),
     // Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts.
     scanSockets: Stream.suspend(() => {
       const all = topology.nodes()
@@ -308,7 +215,7 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
       Effect.gen(function* () {
         const replies = yield* topology.runBatch(
           "claimSockets",
-          claims.map(([token, record]) => commandLine(Scripts.claimSocket, claimInput(token, record)))
+          claims.map(([token, record]) => commandLine(claim.script, claim.input(env, { token, record })))
         )
         const results: Array<Result.Result<RawClaim, StoreRefused>> = []
         for (let i = 0; i < claims.length; i++) {
@@ -321,22 +228,13 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
             results.push(Result.fail(mapped))
             continue
           }
-          const claim = Scripts.claimSocket.decode(reply)
+          const claimed = claim.script.decode(reply)
           results.push(
-            claim === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claim)
+            claimed === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claimed)
           )
         }
         return results
       }),
-    takeOverSocket: (token, expectedInstance, expectedConnection, record) =>
-      Effect.map(
-        runScript("takeOverSocket", Scripts.takeOverSocket, {
-          keys: { socket: keys.socket(token) },
-          args: { expectedInstance, expectedConnection, record, tokenMs }
-        }),
-        (reply): RawTakeOver =>
-          reply._tag === "TakenOver" ? reply : { _tag: "Changed", raw: reply.raw === null ? undefined : reply.raw }
-      ),
     // Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses.
     enableSocketEvents: Effect.suspend(() => {
       const all = topology.nodes()
@@ -351,13 +249,8 @@ const socketPart = ({ endpoint, health, keys, pubsub, run, runScript, tokenMs, t
 }
 
 /** Presence: the refresh script, plain reads and deletes, the worker's channel (sharded on a Cluster). */
-const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
+const presencePart = ({ keys, pubsub, run, topology }: Context) =>
   ({
-    refreshPresence: (instanceId, ttlMs) =>
-      runScript("refreshPresence", Scripts.refreshPresence, {
-        keys: { presence: keys.presence(instanceId) },
-        args: { ttlMs }
-      }),
     isPresent: (instanceId) =>
       Effect.map(
         run("isPresent", (c) => c.exists(keys.presence(instanceId))),
@@ -374,13 +267,6 @@ const presencePart = ({ keys, pubsub, run, runScript, topology }: Context) =>
 /** Mailboxes: the append script, reads (blocking ones on their own connection), trim, expiry, cursor. */
 const mailboxPart = ({ blocking, keys, run, runAcknowledged, topology }: Context) =>
   ({
-    mailboxAppend: (instanceId, payload, maxLen, ttlMs) =>
-      runAcknowledged(
-        "mailboxAppend",
-        Scripts.mailboxAppend,
-        { keys: { mailbox: keys.mailbox(instanceId) }, args: { maxLen, payload, ttlMs } },
-        () => true
-      ),
     // The mailbox's key comes from the record, inside the script: a single server only.
     ...(topology.anyKeyInScripts
       ? {
@@ -515,15 +401,22 @@ export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver
     run,
     runScript
   }
+  const env: Env = {
+    keys: parts.keys,
+    lockMs: context.lockMs,
+    tokenMs: context.tokenMs,
+    handoffMs: context.handoffMs,
+    noticePrefix: (token) => parts.topology.noticePrefix(parts.keys, token)
+  }
   return {
     kind: "redis",
     name: "RedisStore",
     keys: parts.keys,
-    ...lockPart(context),
+    call: makeCall(env, run, acknowledged, new Map([...lockAround(context), ...queueAround(context)])),
     ...queuePart(context),
     ...stepPart(context),
     ...signalPart(context),
-    ...socketPart(context),
+    ...socketPart(context, env),
     ...presencePart(context),
     ...mailboxPart(context),
     ...inspectPart(context)

@@ -1,33 +1,20 @@
 /**
- * The queue part of the Redis `Driver` (docs/protocol.md#the-queue-hand-off): each step the token's
- * lock, queue and deadline keys, then one script; notices go to the channel the topology names (one
- * per worker on a single server, per worker and token on a Cluster), appended by the scripts with
- * the worker id.
+ * The queue part of the Redis `Driver` (docs/protocol.md#the-queue-hand-off): the queue's
+ * operations are described in `../operations/` (each step the token's lock, queue and deadline
+ * keys, then one script); here is what the driver does around them (`LastGrant` follows the
+ * grants and releases of this worker), and the notice channels, which the topology names
+ * (one per worker on a single server, per worker and token on a Cluster).
  *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Option from "effect/Option"
-import type { SliceEntry } from "../../Store.js"
-import { StoreRefused } from "../../StoreError.js"
-import type { Keys } from "../keys.js"
-import type { Driver, Handoff, NoticeMessages } from "../store/driver.js"
-import { queuedAcquireResult } from "../store/replies.js"
+import type { QueuedAcquireResult, SliceEntry } from "../../Store.js"
+import * as Operations from "../operations/index.js"
+import type { AnyOperation } from "../operations/operation.js"
+import type { Driver, Guarded } from "../store/driver.js"
+import type { Around } from "./call.js"
 import type { Context } from "./driver.js"
-import type { LastGrant } from "./lastGrant.js"
-import { claimArg } from "./script.js"
-import * as Scripts from "./scripts/index.js"
-import { granted, wrote } from "./wrote.js"
-
-/** The keys of a token's lock and queue, as every queue step (and the one-step commit) names them. @internal */
-export const queueKeys = (keys: Keys, token: string) => ({
-  lock: keys.lock(token),
-  fence: keys.fence(token),
-  queue: keys.queue(token),
-  deadlines: keys.queueDeadlines(token),
-  ids: keys.queueIds(token)
-})
 
 /**
  * A release, with what is known of the token (`LastGrant`) following it however it ends (an
@@ -35,154 +22,69 @@ export const queueKeys = (keys: Keys, token: string) => ({
  * release was made under a grant an attempt here took (`undefined` otherwise): what it leaves
  * is worth knowing only when it hands the lock to nobody (none queued, nor the releaser again).
  */
-const remembered = <A, E>(
-  lastGrant: LastGrant,
-  of: {
-    readonly lockId: string
-    readonly token: string
-    readonly entries: ReadonlyArray<SliceEntry>
-    readonly handoff: Handoff
-  },
-  release: Effect.Effect<A, E>,
-  queued: (reply: A) => number | undefined
-) =>
-  Effect.onExit(release, (exit) =>
-    Effect.sync(() =>
-      lastGrant.released(
-        of.lockId,
-        of.token,
-        of.entries,
-        Exit.isSuccess(exit) && queued(exit.value) === 0 && !of.handoff.requeue
+const remembered =
+  <A>(
+    { lastGrant }: Context,
+    entriesOf: (args: Operations.ReleaseQueuedArgs) => ReadonlyArray<SliceEntry>,
+    queued: (reply: A, args: Operations.ReleaseQueuedArgs) => number | undefined
+  ): Around =>
+  (release, args: Operations.ReleaseQueuedArgs) =>
+    Effect.onExit(release, (exit) =>
+      Effect.sync(() =>
+        lastGrant.released(
+          args.lockId,
+          args.token,
+          entriesOf(args),
+          Exit.isSuccess(exit) && queued(exit.value, args) === 0 && !args.requeue
+        )
       )
     )
-  )
 
-/** @internal */
-export const queuePart = ({
-  handoffMs,
-  keys,
-  lastGrant,
-  lockMs,
-  pubsub,
-  runAcknowledged,
-  runScript,
-  tokenMs,
-  topology
-}: Context) => {
-  /** The arguments of a release that hands the lock on (the same for both releases). */
-  const handoffArgs = (token: string, instanceId: string, handoff: Handoff, notices: NoticeMessages) => ({
-    lockMs,
-    tokenMs,
-    handoffMs,
-    instanceId,
-    requeue: handoff.requeue ? "1" : "0",
-    queueAs: handoff.queueAs,
-    noticePrefix: topology.noticePrefix(keys, token),
-    granted: notices.granted
-  })
-  /** The slice keys of a release: the written ones (one value each, in order), then the others carried. */
-  const releaseKeys = (token: string, written: ReadonlyArray<string>, carry: ReadonlyArray<string>) => {
-    const names = written.length === 0 ? carry : [...written, ...carry.filter((name) => !written.includes(name))]
-    return names.map((name) => keys.slice(token, name))
-  }
-  return {
-    acquireQueued: (token, lockId, slices, instanceId, claim, notices) =>
-      Effect.flatMap(
-        runAcknowledged(
-          "acquireQueued",
-          Scripts.acquireQueued,
-          {
-            keys: queueKeys(keys, token),
-            restKeys: slices.map((name) => keys.slice(token, name)),
-            args: {
+/** What the Redis driver does around the queue's operations. @internal */
+export const queueAround = (context: Context): ReadonlyArray<readonly [AnyOperation, Around]> => [
+  [
+    Operations.acquireQueued,
+    (acquire, { claim, lockId, slices, token }: Operations.AcquireQueuedArgs) =>
+      Effect.tap(acquire, (result: QueuedAcquireResult) =>
+        Effect.sync(() => {
+          // a claim's grant was not taken by an attempt here: nothing of it is known
+          if (result._tag === "Acquired" && claim === undefined) {
+            context.lastGrant.granted(
               lockId,
-              lockMs,
-              tokenMs,
-              handoffMs,
-              instanceId,
-              claim: claimArg(claim),
-              noticePrefix: topology.noticePrefix(keys, token),
-              granted: notices.granted,
-              contended: notices.contended
-            }
-          },
-          granted
-        ),
-        (reply) => {
-          if (reply._tag !== "Acquired") return Effect.succeed(queuedAcquireResult(reply, lockMs))
-          if (reply.values.length !== slices.length) {
-            return Effect.fail(
-              new StoreRefused({ operation: "acquireQueued", reply: `unexpected reply ${JSON.stringify(reply)}` })
+              token,
+              result.fence,
+              slices,
+              result.values.map((value) => (value._tag === "Some" ? value.value : null))
             )
           }
-          if (claim === undefined) lastGrant.granted(lockId, token, reply.fence, slices, reply.values)
-          return Effect.succeed(queuedAcquireResult(reply, lockMs))
-        }
-      ),
-    releaseQueued: (token, lockId, instanceId, handoff, notices) =>
-      remembered(
-        lastGrant,
-        { lockId, token, entries: [], handoff },
-        runScript("releaseQueued", Scripts.releaseQueued, {
-          keys: queueKeys(keys, token),
-          restKeys: releaseKeys(token, [], handoff.carry),
-          args: { lockId, ...handoffArgs(token, instanceId, handoff, notices) }
-        }),
-        (reply) => (reply.released ? reply.queued : undefined)
-      ),
-    commitAndReleaseQueued: (token, lockId, entries, instanceId, handoff, claim, notices) =>
-      remembered(
-        lastGrant,
-        { lockId, token, entries, handoff },
-        Effect.map(
-          runAcknowledged(
-            "commitAndReleaseQueued",
-            Scripts.commitAndReleaseQueued,
-            {
-              keys: queueKeys(keys, token),
-              restKeys: releaseKeys(
-                token,
-                entries.map(([name]) => name),
-                handoff.carry
-              ),
-              args: { lockId, claim: claimArg(claim), ...handoffArgs(token, instanceId, handoff, notices) },
-              restArgs: entries.map(([, value]) => value)
-            },
-            wrote(entries)
-          ),
-          (reply) =>
-            reply._tag === "Lost"
-              ? ({ _tag: "Lost", holder: Option.fromNullishOr(reply.holder) } as const)
-              : ({ _tag: "Done", value: reply.queued } as const)
-        ),
-        // a claim's grant was not taken by an attempt here: nothing of it is known
-        (reply) => (reply._tag === "Done" && claim === undefined ? reply.value : undefined)
-      ),
-    leaveQueue: (token, instanceId, lockId, notices) =>
-      Effect.asVoid(
-        runScript("leaveQueue", Scripts.leaveQueue, {
-          keys: queueKeys(keys, token),
-          args: {
-            instanceId,
-            lockId: lockId ?? "",
-            tokenMs,
-            handoffMs,
-            noticePrefix: topology.noticePrefix(keys, token),
-            granted: notices.granted
-          }
         })
-      ),
-    queueLength: (token, instanceId) =>
-      runScript("queueLength", Scripts.queueLength, {
-        keys: { deadlines: keys.queueDeadlines(token) },
-        args: { instanceId }
-      }),
-    queue: (token) =>
-      runScript("queue", Scripts.queue, {
-        keys: { queue: keys.queue(token), deadlines: keys.queueDeadlines(token) },
-        args: {}
-      }),
+      )
+  ],
+  [
+    Operations.releaseQueued,
+    remembered(
+      context,
+      () => [],
+      (reply: { readonly released: boolean; readonly queued: number }) => (reply.released ? reply.queued : undefined)
+    )
+  ],
+  [
+    Operations.commitAndReleaseQueued,
+    remembered(
+      context,
+      (args) => (args as Operations.CommitAndReleaseQueuedArgs).entries,
+      // a claim's grant was not taken by an attempt here: nothing of it is known
+      (reply: Guarded<number>, args) =>
+        reply._tag === "Done" && (args as Operations.CommitAndReleaseQueuedArgs).claim === undefined
+          ? reply.value
+          : undefined
+    )
+  ]
+]
+
+/** @internal */
+export const queuePart = ({ keys, pubsub, topology }: Context) =>
+  ({
     noticeChannel: (token, instanceId) => `${topology.noticePrefix(keys, token)}${instanceId}`,
     notices: (token, instanceId) => pubsub.subscribe(`${topology.noticePrefix(keys, token)}${instanceId}`)
-  } satisfies Partial<Driver>
-}
+  }) satisfies Partial<Driver>

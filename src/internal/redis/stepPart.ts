@@ -16,9 +16,9 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { queueKeys } from "../operations/queueKeys.js"
 import type { Driver } from "../store/driver.js"
 import type { Context } from "./driver.js"
-import { queueKeys } from "./queuePart.js"
 import * as Scripts from "./scripts/index.js"
 
 const notDone = Effect.succeed(false)

@@ -1,10 +1,12 @@
 /**
  * The narrow interface a backend implements: one atomic step per operation, on inputs the
- * front (`front.ts`) has already validated and encoded. A driver never sees a `Signal` or
- * a `SocketRecord`, only their wire strings; it never decides what a corrupt record or a
- * lost lock means to a caller. Both backends provide one: `internal/memory/driver.ts`
- * (the Lua scripts' twins on an in-process key space) and `internal/redis/driver.ts`
- * (keys, then a script, then its decoded reply).
+ * front (`front.ts`) has already validated and encoded. The atomic operations are described
+ * once (`internal/operations/`) and run by `call`: the Redis driver builds the script's call
+ * from the description and reads its decoded reply, the memory driver runs its `memory` on
+ * an in-process key space. The rest (plain commands, subscriptions, scans, blocking reads)
+ * are operations of their own here. A driver never sees a `Signal`, and never decides what a
+ * corrupt record or a lost lock means to a caller; the socket records it gets are encoded
+ * by the descriptions (or come as wire strings).
  *
  * Numbers reach a driver normalized: a read's count is whole and at least 1, durations
  * are whole milliseconds and at least 1; a mailbox's `maxLen` is passed as given (the
@@ -18,18 +20,16 @@ import type * as Result from "effect/Result"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
 import type {
-  AcquireResult,
   ConnectionStatus,
   KeyInfo,
-  LockHolder,
   MailboxEntry,
-  QueuedAcquireResult,
-  ReleaseResult,
   SliceEntry,
-  SocketEventsSetting
+  SocketEventsSetting,
+  SocketRecord
 } from "../../Store.js"
 import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
+import type { Operation } from "../operations/operation.js"
 
 /**
  * The wire forms of a token's notices (`granted:<token>`, `contended:<token>`), published by
@@ -87,65 +87,17 @@ export interface Driver {
   readonly name: string
   readonly keys: Keys
 
-  // --- lock ---------------------------------------------------------------------------
-  readonly tryAcquire: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>
-  ) => Effect.Effect<AcquireResult, AcknowledgedError>
-  /** `released` is the wire form of the `Released` signal the step publishes when it deletes. */
-  readonly release: (token: string, lockId: string, released: string) => Effect.Effect<ReleaseResult, StoreError>
-  readonly commitAndRelease: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    released: string
-  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
-  /** `claim`: the fence of the grant that handed `lockId` over (`Store.HolderOptions`), or `undefined`. */
-  readonly extend: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>,
-    claim: number | undefined
-  ) => Effect.Effect<boolean, StoreError>
-  readonly holder: (token: string) => Effect.Effect<Option.Option<LockHolder>, StoreError>
+  /**
+   * Run a described operation (`internal/operations/`), its arguments checked by the front:
+   * on Redis its script, on the embedded store its `memory` in one step; the reply read by
+   * its `read`.
+   */
+  readonly call: <Args, Out, E extends AcknowledgedError>(
+    operation: Operation<Args, any, Out, E, any, any, any>,
+    args: Args
+  ) => Effect.Effect<Out, E>
 
   // --- queue (docs/protocol.md#the-queue-hand-off) ---------------------------------------
-  readonly acquireQueued: (
-    token: string,
-    lockId: string,
-    slices: ReadonlyArray<string>,
-    instanceId: string,
-    /** The fence of the grant claimed (a `Granted` notice's), or `undefined` for none. */
-    claim: number | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<QueuedAcquireResult, AcknowledgedError>
-  /** `queued`: the other live entries, counted before the requeue and the grant. */
-  readonly releaseQueued: (
-    token: string,
-    lockId: string,
-    instanceId: string,
-    handoff: Handoff,
-    notices: NoticeMessages
-  ) => Effect.Effect<{ readonly released: boolean; readonly queued: number }, StoreError>
-  readonly commitAndReleaseQueued: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    instanceId: string,
-    handoff: Handoff,
-    claim: number | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<Guarded<number>, AcknowledgedError>
-  /** `lockId`: only the entry queued under it leaves, and only a grant made under it passes on; `undefined`: any. */
-  readonly leaveQueue: (
-    token: string,
-    instanceId: string,
-    lockId: string | undefined,
-    notices: NoticeMessages
-  ) => Effect.Effect<void, StoreError>
-  readonly queueLength: (token: string, instanceId: string) => Effect.Effect<number, StoreError>
-  readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, StoreError>
   /** The name of the worker's notice channel that carries the token's notices. */
   readonly noticeChannel: (token: string, instanceId: string) => string
   /** Raw messages of the worker's notice channel that carries the token's notices, from the confirmed subscription on. */
@@ -153,18 +105,6 @@ export interface Driver {
     token: string,
     instanceId: string
   ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
-
-  // --- slices -------------------------------------------------------------------------
-  readonly readSlices: (
-    token: string,
-    names: ReadonlyArray<string>
-  ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, StoreError>
-  readonly writeIfHolder: (
-    token: string,
-    lockId: string,
-    entries: ReadonlyArray<SliceEntry>,
-    claim: number | undefined
-  ) => Effect.Effect<Guarded<void>, AcknowledgedError>
 
   // --- signals ------------------------------------------------------------------------
   readonly publish: (token: string, message: string) => Effect.Effect<void, StoreError>
@@ -174,36 +114,16 @@ export interface Driver {
   readonly statusChanges: Stream.Stream<ConnectionStatus>
 
   // --- socket records -----------------------------------------------------------------
-  readonly claimSocket: (token: string, record: string) => Effect.Effect<RawClaim, StoreError>
   readonly readSocket: (token: string) => Effect.Effect<Option.Option<string>, StoreError>
-  readonly deleteSocketIfOwner: (
-    token: string,
-    instanceId: string,
-    connectionId: string
-  ) => Effect.Effect<boolean, StoreError>
-  readonly refreshSocket: (
-    token: string,
-    instanceId: string,
-    connectionId: string
-  ) => Effect.Effect<boolean, StoreError>
   readonly scanSockets: Stream.Stream<ScannedRecord, StoreError>
   /** One result per claim, in order; a claim the store refused is that claim's own failure. */
   readonly claimSockets: (
-    claims: ReadonlyArray<readonly [token: string, record: string]>
+    claims: ReadonlyArray<readonly [token: string, record: SocketRecord]>
   ) => Effect.Effect<ReadonlyArray<Result.Result<RawClaim, StoreRefused>>, StoreError>
-  /** Overwrite the record with `record` only while it names exactly the expected instance and connection. */
-  readonly takeOverSocket: (
-    token: string,
-    expectedInstance: string,
-    expectedConnection: string,
-    record: string
-  ) => Effect.Effect<RawTakeOver, StoreError>
   readonly enableSocketEvents: Effect.Effect<SocketEventsSetting, StoreUnavailable>
   readonly socketEvents: Effect.Effect<Stream.Stream<RawSocketEvent, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- presence -----------------------------------------------------------------------
-  /** Set the worker's presence entry with a TTL of `ttlMs`; `true` when it was still there. */
-  readonly refreshPresence: (instanceId: string, ttlMs: number) => Effect.Effect<boolean, StoreError>
   readonly isPresent: (instanceId: string) => Effect.Effect<boolean, StoreError>
   readonly removePresence: (instanceId: string) => Effect.Effect<void, StoreError>
   /** Publish on the worker's presence channel. */
@@ -214,12 +134,6 @@ export interface Driver {
   ) => Effect.Effect<Stream.Stream<string, StoreUnavailable>, StoreError, Scope.Scope>
 
   // --- mailboxes ----------------------------------------------------------------------
-  readonly mailboxAppend: (
-    instanceId: string,
-    payload: string,
-    maxLen: number,
-    ttlMs: number
-  ) => Effect.Effect<string, AcknowledgedError>
   /**
    * `readSocket`, then `mailboxAppend` to the instance the record names, in one step; the
    * raw record (`undefined`: none) and the entry's id (`undefined`: nothing appended, the

@@ -44,9 +44,10 @@ import {
   decodeTokenNotice,
   encodeNotice,
   encodePresenceMessage,
-  encodeSignal,
-  encodeSocketRecord
+  encodeSignal
 } from "../codec.js"
+import * as Operations from "../operations/index.js"
+import type { Operation } from "../operations/operation.js"
 import {
   claimError,
   instanceIdError,
@@ -58,7 +59,7 @@ import {
   tokenAndInstanceError,
   tokenError
 } from "../validate.js"
-import type { Driver, Guarded, Handoff, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
+import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
 
 /** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
 const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
@@ -72,13 +73,25 @@ const checked = <A, E, R, V extends InvalidInput = never>(
   run: () => Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | V, R> => (error === undefined ? run() : Effect.fail(error))
 
+/**
+ * A described operation as the front runs it: its arguments checked by its `check` before
+ * any I/O, then the driver's `call`.
+ */
+const stepOf =
+  (driver: Driver) =>
+  <Args, Out, E extends AcknowledgedError, I extends InvalidInput>(
+    operation: Operation<Args, any, Out, E, I, any, any>,
+    args: Args
+  ): Effect.Effect<Out, E | I> => {
+    const error = operation.check(args)
+    return error === undefined ? driver.call(operation, args) : Effect.fail(error)
+  }
+
 /** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
 const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
 
 /** The message of a release: it names the lock released, so a subscriber can tell whose release it was. */
 const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
-
-const sliceNames = (entries: ReadonlyArray<readonly [name: string, value: string]>) => entries.map(([name]) => name)
 
 const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.Effect<A, LockLost> =>
   outcome._tag === "Done"
@@ -86,32 +99,27 @@ const guarded = <A>(token: string, lockId: string, outcome: Guarded<A>): Effect.
     : Effect.fail(new LockLost({ token, lockId, holder: outcome.holder }))
 
 /** The lock and the slices written under it. */
-const lockPart = (driver: Driver) =>
-  ({
-    tryAcquire: (token, lockId, slices) =>
-      checked(tokenError(token) ?? sliceNamesError(slices), () => driver.tryAcquire(token, lockId, slices)),
-    release: (token, lockId) => checked(tokenError(token), () => driver.release(token, lockId, released(lockId))),
+const lockPart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
+    tryAcquire: (token, lockId, slices) => step(Operations.tryAcquire, { token, lockId, slices }),
+    release: (token, lockId) => step(Operations.release, { token, lockId, released: released(lockId) }),
     commitAndRelease: (token, lockId, entries) =>
-      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)), () =>
-        Effect.flatMap(driver.commitAndRelease(token, lockId, entries, released(lockId)), (outcome) =>
-          guarded(token, lockId, outcome)
-        )
+      Effect.flatMap(
+        step(Operations.commitAndRelease, { token, lockId, entries, released: released(lockId) }),
+        (outcome) => guarded(token, lockId, outcome)
       ),
     extend: (token, lockId, slices = [], options) =>
-      checked(tokenError(token) ?? sliceNamesError(slices) ?? claimError(options?.claim), () =>
-        driver.extend(token, lockId, slices, options?.claim)
-      ),
-    holder: (token) => checked(tokenError(token), () => driver.holder(token)),
+      step(Operations.extend, { token, lockId, slices, claim: options?.claim }),
+    holder: (token) => step(Operations.holder, { token }),
 
-    readSlices: (token, names) =>
-      checked(tokenError(token) ?? sliceNamesError(names), () => driver.readSlices(token, names)),
+    readSlices: (token, names) => step(Operations.readSlices, { token, names }),
     writeIfHolder: (token, lockId, entries, options) =>
-      checked(tokenError(token) ?? sliceNamesError(sliceNames(entries)) ?? claimError(options?.claim), () =>
-        Effect.flatMap(driver.writeIfHolder(token, lockId, entries, options?.claim), (outcome) =>
-          guarded(token, lockId, outcome)
-        )
+      Effect.flatMap(step(Operations.writeIfHolder, { token, lockId, entries, claim: options?.claim }), (outcome) =>
+        guarded(token, lockId, outcome)
       )
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /** The notices the queue steps of `token` publish, in their wire form. */
 const noticeMessages = (token: string): NoticeMessages => ({
@@ -119,63 +127,53 @@ const noticeMessages = (token: string): NoticeMessages => ({
   contended: encodeNotice(token, { _tag: "Contended" })
 })
 
-/** What is wrong with a queue step's token, worker, lock id or slice names. */
-const queueStepError = (token: string, instanceId: string, lockId: string, names: ReadonlyArray<string>) =>
-  tokenError(token) ?? instanceIdError(instanceId) ?? lockIdError(lockId) ?? sliceNamesError(names)
-
-/** A release's `queueAs`: a lock id, when given. */
-const queueAsError = (queueAs: string | undefined) => (queueAs === undefined ? undefined : lockIdError(queueAs))
-
-/** A release's hand-off as the driver takes it. */
-const handoffOf = (options: {
-  readonly requeue?: boolean
-  readonly queueAs?: string
-  readonly carry?: ReadonlyArray<string>
-}): Handoff => ({
+/** A release's arguments. */
+const releaseArgs = (
+  token: string,
+  lockId: string,
+  options: {
+    readonly instanceId: string
+    readonly requeue?: boolean
+    readonly queueAs?: string
+    readonly carry?: ReadonlyArray<string>
+  }
+): Operations.ReleaseQueuedArgs => ({
+  token,
+  lockId,
+  instanceId: options.instanceId,
   requeue: options.requeue === true,
-  queueAs: options.queueAs ?? "",
-  carry: options.carry ?? []
+  queueAs: options.queueAs,
+  carry: options.carry ?? [],
+  notices: noticeMessages(token)
 })
 
 /** The queue of waiting workers and the hand-off of the lock (docs/protocol.md#the-queue-hand-off). */
-const queuePart = (driver: Driver) =>
-  ({
+const queuePart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
     acquireQueued: (token, lockId, slices, options) =>
-      checked(queueStepError(token, options.instanceId, lockId, slices) ?? claimError(options.claim), () =>
-        driver.acquireQueued(token, lockId, slices, options.instanceId, options.claim, noticeMessages(token))
-      ),
-    releaseQueued: (token, lockId, options) =>
-      checked(
-        queueStepError(token, options.instanceId, lockId, options.carry ?? []) ?? queueAsError(options.queueAs),
-        () => driver.releaseQueued(token, lockId, options.instanceId, handoffOf(options), noticeMessages(token))
-      ),
+      step(Operations.acquireQueued, {
+        token,
+        lockId,
+        slices,
+        instanceId: options.instanceId,
+        claim: options.claim,
+        notices: noticeMessages(token)
+      }),
+    releaseQueued: (token, lockId, options) => step(Operations.releaseQueued, releaseArgs(token, lockId, options)),
     commitAndReleaseQueued: (token, lockId, entries, options) =>
-      checked(
-        queueStepError(token, options.instanceId, lockId, [...sliceNames(entries), ...(options.carry ?? [])]) ??
-          queueAsError(options.queueAs) ??
-          claimError(options.claim),
-        () =>
-          Effect.flatMap(
-            driver.commitAndReleaseQueued(
-              token,
-              lockId,
-              entries,
-              options.instanceId,
-              handoffOf(options),
-              options.claim,
-              noticeMessages(token)
-            ),
-            (outcome) => guarded(token, lockId, outcome)
-          )
+      Effect.flatMap(
+        step(Operations.commitAndReleaseQueued, {
+          ...releaseArgs(token, lockId, options),
+          entries,
+          claim: options.claim
+        }),
+        (outcome) => guarded(token, lockId, outcome)
       ),
     leaveQueue: (token, instanceId, lockId) =>
-      checked(
-        tokenError(token) ?? instanceIdError(instanceId) ?? (lockId === undefined ? undefined : lockIdError(lockId)),
-        () => driver.leaveQueue(token, instanceId, lockId, noticeMessages(token))
-      ),
-    queueLength: (token, instanceId) =>
-      checked(tokenError(token) ?? instanceIdError(instanceId), () => driver.queueLength(token, instanceId)),
-    queue: (token) => checked(tokenError(token), () => driver.queue(token)),
+      step(Operations.leaveQueue, { token, instanceId, lockId, notices: noticeMessages(token) }),
+    queueLength: (token, instanceId) => step(Operations.queueLength, { token, instanceId }),
+    queue: (token) => step(Operations.queue, { token }),
     notices: (token, instanceId) =>
       checked(tokenError(token) ?? instanceIdError(instanceId), () =>
         Effect.map(driver.notices(token, instanceId), (messages) =>
@@ -197,7 +195,8 @@ const queuePart = (driver: Driver) =>
           )
         )
       )
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /** Signals on a token's channel, and the connection status. */
 const signalPart = (driver: Driver) =>
@@ -221,6 +220,7 @@ const signalPart = (driver: Driver) =>
 /** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
 const socketPart = (driver: Driver) => {
   const { keys } = driver
+  const step = stepOf(driver)
   const claimResult = (token: string, claim: RawClaim): Result.Result<ClaimResult, CorruptValue> =>
     claim._tag === "Claimed"
       ? Result.succeed(claim)
@@ -257,10 +257,8 @@ const socketPart = (driver: Driver) => {
 
   return {
     claimSocket: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        Effect.flatMap(driver.claimSocket(token, encodeSocketRecord(record)), (claim) =>
-          Effect.fromResult(claimResult(token, claim))
-        )
+      Effect.flatMap(step(Operations.claimSocket, { token, record }), (claim) =>
+        Effect.fromResult(claimResult(token, claim))
       ),
     readSocket: (token) =>
       checked(tokenError(token), () =>
@@ -271,13 +269,13 @@ const socketPart = (driver: Driver) => {
         )
       ),
     deleteSocketIfOwner: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        driver.deleteSocketIfOwner(token, record.instanceId, record.connectionId)
-      ),
+      step(Operations.deleteSocketIfOwner, {
+        token,
+        instanceId: record.instanceId,
+        connectionId: record.connectionId
+      }),
     refreshSocket: (token, record) =>
-      checked(tokenAndInstanceError(token, record.instanceId), () =>
-        driver.refreshSocket(token, record.instanceId, record.connectionId)
-      ),
+      step(Operations.refreshSocket, { token, instanceId: record.instanceId, connectionId: record.connectionId }),
     scanSockets: driver.scanSockets.pipe(
       Stream.chunks,
       Stream.mapEffect((chunk) => decodeRecords([...chunk])),
@@ -290,28 +288,29 @@ const socketPart = (driver: Driver) => {
           if (error !== undefined) return yield* Effect.fail(error)
         }
         if (claims.length === 0) return []
-        const outcomes = yield* driver.claimSockets(
-          claims.map(([token, record]) => [token, encodeSocketRecord(record)] as const)
-        )
+        const outcomes = yield* driver.claimSockets(claims)
         return outcomes.map(
           (outcome, i): Result.Result<ClaimResult, CorruptValue | StoreRefused> =>
             Result.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
         )
       }),
     takeOverSocket: (token, expected, record) =>
-      checked(tokenError(token) ?? instanceIdsError(expected.instanceId, record.instanceId), () =>
-        Effect.flatMap(
-          driver.takeOverSocket(token, expected.instanceId, expected.connectionId, encodeSocketRecord(record)),
-          (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
-            outcome._tag === "TakenOver"
-              ? Effect.succeed(outcome)
-              : outcome.raw === undefined
-                ? Effect.succeed({ _tag: "Changed", record: Option.none() })
-                : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
-                    _tag: "Changed",
-                    record: Option.some(found)
-                  }))
-        )
+      Effect.flatMap(
+        step(Operations.takeOverSocket, {
+          token,
+          expectedInstance: expected.instanceId,
+          expectedConnection: expected.connectionId,
+          record
+        }),
+        (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
+          outcome._tag === "TakenOver"
+            ? Effect.succeed(outcome)
+            : outcome.raw === undefined
+              ? Effect.succeed({ _tag: "Changed", record: Option.none() })
+              : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
+                  _tag: "Changed",
+                  record: Option.some(found)
+                }))
       ),
     enableSocketEvents: driver.enableSocketEvents,
     socketEvents: Effect.map(driver.socketEvents, (events) =>
@@ -330,7 +329,7 @@ const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
 const presencePart = (driver: Driver) =>
   ({
     refreshPresence: (instanceId, ttlMs) =>
-      checked(instanceIdError(instanceId), () => driver.refreshPresence(instanceId, wholeMs(ttlMs))),
+      stepOf(driver)(Operations.refreshPresence, { instanceId, ttlMs: wholeMs(ttlMs) }),
     isPresent: (instanceId) => checked(instanceIdError(instanceId), () => driver.isPresent(instanceId)),
     removePresence: (instanceId) => checked(instanceIdError(instanceId), () => driver.removePresence(instanceId)),
     sendPresence: (instanceId, message) =>
@@ -372,7 +371,10 @@ const appendToOwner = (
       Option.isNone(raw)
         ? Effect.succeed(Option.none<SocketRecord>())
         : Effect.flatMap(recordOf(raw.value), (record) =>
-            Effect.as(driver.mailboxAppend(record.instanceId, payload, maxLen, ttlMs), Option.some(record))
+            Effect.as(
+              driver.call(Operations.mailboxAppend, { instanceId: record.instanceId, payload, maxLen, ttlMs }),
+              Option.some(record)
+            )
           )
     )
   }
@@ -392,9 +394,12 @@ const appendToOwner = (
 const mailboxPart = (driver: Driver) =>
   ({
     mailboxAppend: (instanceId, payload, options) =>
-      checked(instanceIdError(instanceId), () =>
-        driver.mailboxAppend(instanceId, payload, options.maxLen, wholeMs(options.ttlMs))
-      ),
+      stepOf(driver)(Operations.mailboxAppend, {
+        instanceId,
+        payload,
+        maxLen: options.maxLen,
+        ttlMs: wholeMs(options.ttlMs)
+      }),
     mailboxAppendToOwner: (token, payload, options) =>
       checked(tokenError(token), () => appendToOwner(driver, token, payload, options.maxLen, wholeMs(options.ttlMs))),
     mailboxRead: (instanceId, afterId, options) =>

@@ -1,5 +1,5 @@
 /**
- * What both drivers make of a lock script's reply (the Lua's, or its memory twin's): the
+ * What both drivers make of a lock script's reply (the Lua's, or its `memory` step's): the
  * time left on a lock, the holder with its fence, and a fence as a grant's notice names it.
  * One reading for both backends, so they cannot drift apart.
  *
@@ -10,9 +10,9 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type { AcquireResult, LockHolder, QueuedAcquireResult } from "../../Store.js"
 import { StoreRefused } from "../../StoreError.js"
-import type * as AcquireQueued from "../redis/scripts/acquireQueued.js"
-import type * as Holder from "../redis/scripts/holder.js"
-import type * as TryAcquire from "../redis/scripts/tryAcquire.js"
+import type * as AcquireQueued from "../operations/acquireQueued.js"
+import type * as Holder from "../operations/holder.js"
+import type * as TryAcquire from "../operations/tryAcquire.js"
 
 /**
  * Milliseconds left from a PTTL reply. -1 is a lock without TTL (written by someone else):

@@ -1,72 +1,60 @@
 /**
- * Every Lua script of `RedisStore`, one module each (`define` in `../script.ts` gives each its
- * named keys, named arguments and reply decoder). `all` is what `defineCommand` runs over.
+ * Every Lua script of `RedisStore`: those of the operations described in `../../operations/`,
+ * and the Redis driver's own, one module each (`define` in `../script.ts` gives each its named
+ * keys, named arguments and reply decoder). `all` is what `defineCommand` runs over.
  *
  * @internal
  */
+import * as Operations from "../../operations/index.js"
 import type { AnyScript } from "../script.js"
-import * as AcquireQueued from "./acquireQueued.js"
-import * as CommitAndRelease from "./commitAndRelease.js"
-import * as CommitAndReleaseQueued from "./commitAndReleaseQueued.js"
 import * as CommitIfUnchanged from "./commitIfUnchanged.js"
 import * as DescribeKeys from "./describeKeys.js"
-import * as Extend from "./extend.js"
-import * as Holder from "./holder.js"
-import * as MailboxAppend from "./mailboxAppend.js"
 import * as MailboxAppendToOwner from "./mailboxAppendToOwner.js"
-import * as Presence from "./presence.js"
-import * as Queue from "./queue.js"
-import * as ReadSlices from "./readSlices.js"
-import * as Release from "./release.js"
-import * as ReleaseQueued from "./releaseQueued.js"
-import * as Sockets from "./sockets.js"
-import * as TryAcquire from "./tryAcquire.js"
-import * as WriteIfHolder from "./writeIfHolder.js"
 
 /** @internal */
-export const tryAcquire = TryAcquire.script
+export const tryAcquire = Operations.tryAcquire.script
 /** @internal */
-export const release = Release.script
+export const release = Operations.release.script
 /** @internal */
-export const writeIfHolder = WriteIfHolder.script
+export const writeIfHolder = Operations.writeIfHolder.script
 /** @internal */
-export const commitAndRelease = CommitAndRelease.script
+export const commitAndRelease = Operations.commitAndRelease.script
 /** @internal */
-export const extend = Extend.script
+export const extend = Operations.extend.script
 /** @internal */
-export const holder = Holder.script
+export const holder = Operations.holder.script
 /** @internal */
-export const readSlices = ReadSlices.script
+export const readSlices = Operations.readSlices.script
 /** @internal */
-export const claimSocket = Sockets.claim
+export const claimSocket = Operations.claimSocket.script
 /** @internal */
-export const deleteSocketIfOwner = Sockets.deleteIfOwner
+export const deleteSocketIfOwner = Operations.deleteSocketIfOwner.script
 /** @internal */
-export const refreshSocket = Sockets.refresh
+export const refreshSocket = Operations.refreshSocket.script
 /** @internal */
-export const takeOverSocket = Sockets.takeOver
+export const takeOverSocket = Operations.takeOverSocket.script
 /** @internal */
-export const refreshPresence = Presence.refresh
+export const refreshPresence = Operations.refreshPresence.script
 /** @internal */
-export const mailboxAppend = MailboxAppend.script
+export const mailboxAppend = Operations.mailboxAppend.script
 /** @internal */
 export const mailboxAppendToOwner = MailboxAppendToOwner.script
 /** @internal */
 export const describeKeys = DescribeKeys.script
 /** @internal */
-export const acquireQueued = AcquireQueued.script
+export const acquireQueued = Operations.acquireQueued.script
 /** @internal */
-export const releaseQueued = ReleaseQueued.script
+export const releaseQueued = Operations.releaseQueued.script
 /** @internal */
-export const commitAndReleaseQueued = CommitAndReleaseQueued.script
+export const commitAndReleaseQueued = Operations.commitAndReleaseQueued.script
 /** @internal */
 export const commitIfUnchanged = CommitIfUnchanged.script
 /** @internal */
-export const leaveQueue = Queue.leave
+export const leaveQueue = Operations.leaveQueue.script
 /** @internal */
-export const queueLength = Queue.length
+export const queueLength = Operations.queueLength.script
 /** @internal */
-export const queue = Queue.live
+export const queue = Operations.queue.script
 
 /** @internal */
 export const all: ReadonlyArray<AnyScript> = [

@@ -17,8 +17,41 @@
  *
  * @internal
  */
-import { asArray, asNullableString, asNumber, define } from "../script.js"
+
+import type { QueuedAcquireResult } from "../../Store.js"
+import { StoreRefused } from "../../StoreError.js"
+import {
+  dropLate as dropLateSteps,
+  enqueue as enqueueSteps,
+  fenceNow as fenceNowSteps,
+  forget as forgetSteps,
+  grantNext as grantNextSteps,
+  noticeHolder as noticeHolderSteps,
+  openQueue,
+  ordered,
+  pendingFor as pendingForSteps,
+  remove
+} from "../memory/queue.js"
+import { NotAnInteger, pttl, readAndRefresh, readFence } from "../memory/space.js"
+import { asArray, asNullableString, asNumber, claimArg } from "../redis/script.js"
+import type { NoticeMessages } from "../store/driver.js"
+import { queuedAcquireResult } from "../store/replies.js"
+import { claimError } from "../validate.js"
+import { describeAcknowledged } from "./operation.js"
+import { queueKeys, queueStepError } from "./queueKeys.js"
 import { dropLate, enqueue, findLate, grantNext, ids, noticeHolder, pendingFor, serverNow } from "./queueLua.js"
+import { granted as grantedReply } from "./wrote.js"
+
+/** @internal */
+export interface Args {
+  readonly token: string
+  readonly lockId: string
+  readonly slices: ReadonlyArray<string>
+  readonly instanceId: string
+  /** The fence of the grant claimed (a `Granted` notice's), or `undefined` for none. */
+  readonly claim: number | undefined
+  readonly notices: NoticeMessages
+}
 
 /** @internal */
 export type Reply =
@@ -33,8 +66,8 @@ export type Reply =
   | { readonly _tag: "Queued"; readonly pttl: number }
 
 /** @internal */
-export const script = define({
-  name: "leaseholdAcquireQueued",
+export const operation = describeAcknowledged({
+  name: "acquireQueued",
   keys: ["lock", "fence", "queue", "deadlines", "ids"],
   restKeys: "slices",
   // claim: the fence of the grant claimed, "" for none; noticePrefix: a worker's notice
@@ -110,5 +143,59 @@ return {0, redis.call("PTTL", lock)}
     const pttl = asNumber(list?.[1])
     if (list?.[0] === 0 && pttl !== undefined) return { _tag: "Queued", pttl }
     return undefined
-  }
+  },
+  input: (env, { claim, instanceId, lockId, notices, slices, token }: Args) => ({
+    keys: queueKeys(env.keys, token),
+    restKeys: slices.map((name) => env.keys.slice(token, name)),
+    args: {
+      lockId,
+      lockMs: env.lockMs,
+      tokenMs: env.tokenMs,
+      handoffMs: env.handoffMs,
+      instanceId,
+      claim: claimArg(claim),
+      noticePrefix: env.noticePrefix(token),
+      granted: notices.granted,
+      contended: notices.contended
+    }
+  }),
+  memory: (s, now, { claim, instanceId, lockId, notices, slices, token }): Reply => {
+    const q = openQueue(s, now, token)
+    const value = s.ks.getString(q.lockKey, now)?.value
+    dropLateSteps(q)
+    const head = ordered(q)[0]
+    // the grant claimed is still the last one made: nobody has taken the lock since; or one
+    // grant only came since, the one its expiry passed on
+    const current = fenceNowSteps(q)
+    const claimed = claim !== undefined && current === String(claim)
+    const passedOn = claim !== undefined && current !== undefined && Number(current) === claim + 1
+    if (
+      pendingForSteps(q, value, instanceId) ||
+      (value === undefined && (head === undefined || head === instanceId || claimed))
+    ) {
+      // Read before anything is written: a fence or a slice that cannot be read refuses the step.
+      const fence = readFence(s, token, now)
+      if (fence === undefined) throw new NotAnInteger()
+      const values = readAndRefresh(s, token, slices, now)
+      // a grant handed over to this worker took its fence already: taking it over keeps it
+      const next = value !== undefined && value !== `?${instanceId}` && fence > 0 ? fence : fence + 1
+      s.ks.setString(q.lockKey, lockId, now + s.lockMs)
+      s.ks.setString(s.keys.fence(token), String(next), now + s.tokenMs)
+      remove(q, instanceId)
+      forgetSteps(q, instanceId)
+      return { _tag: "Acquired", fence: next, queued: q.order?.members.size ?? 0, values }
+    }
+    if (value === undefined) grantNextSteps(q, notices.granted, slices)
+    enqueueSteps(q, instanceId, claimed || (passedOn && s.ks.get(q.lockKey, now) !== undefined), lockId)
+    noticeHolderSteps(q, notices.contended)
+    const lock = s.ks.getString(q.lockKey, now)
+    return { _tag: "Queued", pttl: lock === undefined ? -2 : pttl(lock, now) }
+  },
+  read: (reply, { slices }, lockMs): QueuedAcquireResult | StoreRefused =>
+    reply._tag === "Acquired" && reply.values.length !== slices.length
+      ? new StoreRefused({ operation: "acquireQueued", reply: `unexpected reply ${JSON.stringify(reply)}` })
+      : queuedAcquireResult(reply, lockMs),
+  wrote: grantedReply,
+  check: ({ claim, instanceId, lockId, slices, token }) =>
+    queueStepError(token, instanceId, lockId, slices) ?? claimError(claim)
 })

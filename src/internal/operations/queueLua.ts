@@ -15,7 +15,7 @@
  *
  * @internal
  */
-import type { Dialect } from "../script.js"
+import type { Dialect } from "../redis/script.js"
 
 /** The server's clock in ms, as `now`: every deadline is written and read on it. @internal */
 export const serverNow = `

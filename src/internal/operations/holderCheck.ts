@@ -1,12 +1,13 @@
 /**
- * `writeIfHolder`: write every slice (with its TTL, and the fence's TTL with them) only while
- * `lockId` holds the lock, or takes it back with `claim` (`holderOrClaim`). SET and PEXPIRE
- * take a key of any type, so no write can fail half-way.
+ * The holder check of the operations that write or extend under a lock: its Lua fragment
+ * (`holderOrClaim`), the reply of the scripts that check the holder first, and what the
+ * store makes of it.
  *
  * @internal
  */
-import { asArray, asNullableString, define } from "../script.js"
-import { ids } from "./queueLua.js"
+import * as Option from "effect/Option"
+import { asArray, asNullableString } from "../redis/script.js"
+import type { Guarded } from "../store/driver.js"
 
 /**
  * The holder check of the steps that write or extend under a lock (keys `lock`, `fence`,
@@ -34,38 +35,23 @@ if holder ~= lockId then
 end
 `
 
-/** @internal */
-export type Reply = { readonly _tag: "Written" } | { readonly _tag: "Lost"; readonly holder: string | null }
+/** The reply of a script that checks the holder first: written, or lost to the holder found (`null`: none). @internal */
+export type HolderCheck = { readonly _tag: "Written" } | { readonly _tag: "Lost"; readonly holder: string | null }
 
-/** @internal */
-export const script = define({
-  name: "leaseholdWriteIfHolder",
-  keys: ["lock", "fence", "queue", "ids"],
-  restKeys: "slices",
-  args: ["lockId", "claim", "lockMs", "tokenMs"],
-  restArgs: "values",
-  body: () => `${ids}${holderOrClaim()}
--- the writes first: once a script has written, Redis lets it write past maxmemory, and an
--- out-of-memory refusal must come before anything is written
-for i, key in ipairs(slices) do
-  redis.call("SET", key, values[i], "PX", tokenMs)
-end
-redis.call("PEXPIRE", fence, tokenMs)
-if reclaimed then
-  redis.call("SET", lock, lockId, "PX", lockMs)
-end
-return {1}
-`,
-  decode: (reply): Reply | undefined => decodeHolderCheck(reply)
-})
+/** The reply of a step that wrote. @internal */
+export const written: HolderCheck = { _tag: "Written" }
 
 /** `{1, …}` written, `{0, holder-or-nil}` lost: the reply of the scripts that check the holder first. @internal */
-export const decodeHolderCheck = (
-  reply: unknown
-): { readonly _tag: "Written" } | { readonly _tag: "Lost"; readonly holder: string | null } | undefined => {
+export const decodeHolderCheck = (reply: unknown): HolderCheck | undefined => {
   const list = asArray(reply)
-  if (list?.[0] === 1) return { _tag: "Written" }
+  if (list?.[0] === 1) return written
   const holder = asNullableString(list?.[1] ?? null)
   if (list?.[0] === 0 && holder !== undefined) return { _tag: "Lost", holder }
   return undefined
 }
+
+/** The reply of a script that checks the holder first, as the driver's outcome. @internal */
+export const guardedReply = (reply: HolderCheck): Guarded<void> =>
+  reply._tag === "Lost" ? { _tag: "Lost", holder: Option.fromNullishOr(reply.holder) } : done
+
+const done: Guarded<void> = { _tag: "Done", value: undefined }

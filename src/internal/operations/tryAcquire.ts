@@ -8,7 +8,20 @@
  *
  * @internal
  */
-import { asArray, asNullableString, asNumber, define } from "../script.js"
+
+import { NotAnInteger, pttl, readAndRefresh, readFence } from "../memory/space.js"
+import { asArray, asNullableString, asNumber } from "../redis/script.js"
+import { acquireResult } from "../store/replies.js"
+import { sliceNamesError, tokenError } from "../validate.js"
+import { describeAcknowledged, unexpectedReply } from "./operation.js"
+import { granted } from "./wrote.js"
+
+/** @internal */
+export interface Args {
+  readonly token: string
+  readonly lockId: string
+  readonly slices: ReadonlyArray<string>
+}
 
 /** @internal */
 export type Reply =
@@ -21,8 +34,8 @@ export type Reply =
   | { readonly _tag: "Held"; readonly pttl: number }
 
 /** @internal */
-export const script = define({
-  name: "leaseholdTryAcquire",
+export const operation = describeAcknowledged({
+  name: "tryAcquire",
   keys: ["lock", "fence"],
   restKeys: "slices",
   args: ["lockId", "lockMs", "tokenMs"],
@@ -60,5 +73,27 @@ return result
     const pttl = asNumber(list?.[1])
     if (list?.[0] === 0 && pttl !== undefined) return { _tag: "Held", pttl }
     return undefined
-  }
+  },
+  input: ({ keys, lockMs, tokenMs }, { lockId, slices, token }: Args) => ({
+    keys: { lock: keys.lock(token), fence: keys.fence(token) },
+    restKeys: slices.map((name) => keys.slice(token, name)),
+    args: { lockId, lockMs, tokenMs }
+  }),
+  memory: (s, now, { lockId, slices, token }): Reply => {
+    const lockKey = s.keys.lock(token)
+    const lock = s.ks.getString(lockKey, now)
+    if (lock !== undefined) return { _tag: "Held", pttl: pttl(lock, now) }
+    const fence = readFence(s, token, now)
+    if (fence === undefined) throw new NotAnInteger()
+    const values = readAndRefresh(s, token, slices, now)
+    s.ks.setString(lockKey, lockId, now + s.lockMs)
+    s.ks.setString(s.keys.fence(token), String(fence + 1), now + s.tokenMs)
+    return { _tag: "Acquired", fence: fence + 1, values }
+  },
+  read: (reply, { slices }, lockMs) =>
+    reply._tag === "Acquired" && reply.values.length !== slices.length
+      ? unexpectedReply("tryAcquire", reply)
+      : acquireResult(reply, lockMs),
+  wrote: granted,
+  check: ({ slices, token }) => tokenError(token) ?? sliceNamesError(slices)
 })
