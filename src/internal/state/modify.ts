@@ -237,11 +237,31 @@ export const runPure = <B>(
     const { inStep } = env.lease
     if (inStep === undefined) return viaSession(env, token, slices, options, decision)
     const names = slices.map((s) => s.name)
-    return inStep(token, names, Option.fromNullishOr(options?.event), decision.on, (done) =>
+    const onDiscard = (options as PureOptions | undefined)?.onDiscard
+    let stepEnded = false
+    const stepped = inStep(token, names, Option.fromNullishOr(options?.event), decision.on, (done) => {
+      stepEnded = true
       // done: the function ran (its result is set) and its writes are made
-      done ? decision.afterWarnings(decision.exit!) : viaSession(env, token, slices, options, decision)
-    )
+      if (done) return decision.afterWarnings(decision.exit!)
+      onDiscard?.()
+      return viaSession(env, token, slices, options, decision)
+    })
+    if (onDiscard === undefined) return stepped
+    // a step that failed may have run the function on values that had moved on
+    return Effect.onError(stepped, () => (stepEnded ? Effect.void : Effect.sync(onDiscard)))
   }).pipe(withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false }))
+
+/**
+ * `runPure`'s options as the socket session passes them (a `ModifyOptions` to the public
+ * API): `onDiscard` is called when a run of the function in a step of the store counts for
+ * nothing (the store refused the step, or the step failed), before the function may run
+ * again. What the caller kept of that run (its outcomes, its defects) is then to be dropped.
+ *
+ * @internal
+ */
+export interface PureOptions extends ModifyOptions {
+  readonly onDiscard?: () => void
+}
 
 /** `runPure`'s way through the token's session: the decision is made when the turn comes. */
 const viaSession = <B>(
