@@ -194,21 +194,23 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
             defects.length = 0
           }
         }
-        return Effect.clockWith((clock) => {
-          const now = clock.currentTimeMillisUnsafe()
-          return states.modifyAllPure(
+        return Effect.clockWith((clock) =>
+          states.modifyAllPure(
             connection.token,
             slices,
             (values) => {
               // only the last run counts: on Redis the function may run twice
               defects.length = 0
+              // read by each run, once it has its values (after any wait for the lock): a
+              // time no earlier than what a modification before it could have stored
+              const now = clock.currentTimeMillisUnsafe()
               const judging = start<S, U>(values, seqKey)
               judgePure(judging, items, client, { view, decide }, now, defects)
               return keep(judging, values)
             },
             options
           )
-        }).pipe(
+        ).pipe(
           Effect.ensuring(
             Effect.suspend(() =>
               Effect.forEach(
