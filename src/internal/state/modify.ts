@@ -113,6 +113,16 @@ const decide = <B, E, R>(
   })
 
 /**
+ * Whether a modification that writes nothing, given its turn by a session, was acknowledged
+ * at once: one that may have read writes of the session not yet acknowledged is acknowledged
+ * with them (`Request.ack`), and waits for them.
+ */
+const ackedNow = (request: Lease.Request) => {
+  const acked = request.ack.poll()
+  return acked !== undefined && Exit.isSuccess(acked)
+}
+
+/**
  * Modify `slices` of `token` with `f`: what `modify`, `modifyEffect` and `modifyAll` run.
  *
  * @internal
@@ -155,6 +165,7 @@ export const run = <B, E, R>(
         if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
         // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
         if (decided.value.writes.length > 0) yield* request.ack.await
+        else if (Option.isNone(own) && !ackedNow(request)) yield* request.ack.await
         return decided.value.value
       })
     )
@@ -276,12 +287,10 @@ const viaSession = <B>(
   const decideNow = (turn: Lease.Turn): Lease.Outcome => {
     const writes = decision.on(currentOf(slices, turn))
     const decided = decision.exit!
-    if (writes.length === 0) {
-      result.done(decided)
-      return abortOutcome
-    }
-    request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
-    return { _tag: "Commit", writes }
+    // one that writes nothing is acknowledged too: with the writes it read, if not yet acknowledged
+    if (writes.length === 0 && Exit.isFailure(decided)) result.done(decided)
+    else request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
+    return writes.length === 0 ? abortOutcome : { _tag: "Commit", writes }
   }
   const request = newRequest(slices, options, decideNow)
   // a turn that cannot come (the session failed or closed) ends the wait with its error
@@ -293,7 +302,10 @@ const viaSession = <B>(
   return Effect.uninterruptibleMask((restore) =>
     Effect.flatMap(lease.begin(token, request), (own) => {
       if (Option.isSome(own)) {
-        request.done.done(Exit.succeed(decideNow(own.value)))
+        const decided = decideNow(own.value)
+        // a grant of its own read what is stored: nothing written, nothing to wait for
+        if (decided._tag === "Abort") request.ack.done(Exit.void)
+        request.done.done(Exit.succeed(decided))
         return Effect.andThen(lease.complete(token, request), outcome)
       }
       return Effect.flatMap(Effect.exit(restore(result.await)), (waited) => {
