@@ -8,6 +8,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -27,6 +28,7 @@ import * as Seq from "../src/internal/socket/seq.js"
 import {
   answers,
   Count,
+  Counter,
   calls,
   connect,
   maxFrameBytes,
@@ -100,6 +102,40 @@ const slowFirst = (client: { readonly send: (message: unknown) => void }) =>
 
 /** The frames sent behind the slow first one read by the server, then its wait over. */
 const releaseFirst = (client: { readonly flush: Effect.Effect<void> }): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.andThen(client.flush, TestClock.adjust("300 millis"))
+
+/**
+ * The token's lock held by another worker over `shared` until the clock moves 300 ms (a
+ * modification of its own, which writes nothing): a pure handler's frames wait behind it.
+ */
+const lockHeld = (shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>, token: string) =>
+  Effect.gen(function* () {
+    const entered = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(
+      Effect.flatMap(StateManager.StateManager, (states) =>
+        states.modifyEffect(token, Counter, (counter) =>
+          Effect.andThen(
+            Deferred.succeed(entered, undefined),
+            Effect.as(Effect.sleep("300 millis"), [null, counter] as const)
+          )
+        )
+      ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
+    )
+    yield* Deferred.await(entered)
+  })
+
+/** A frame sent and taken by the server alone: its modification waits (for `lockHeld`'s lock). */
+const takenAlone = (
+  client: { readonly send: (message: unknown) => void; readonly flush: Effect.Effect<void> },
+  frame: unknown
+) =>
+  Effect.andThen(
+    Effect.sync(() => client.send(frame)),
+    client.flush
+  )
+
+/** The frames sent since read by the server, then `lockHeld`'s lock released. */
+const releaseLock = (client: { readonly flush: Effect.Effect<void> }) =>
   Effect.andThen(client.flush, TestClock.adjust("300 millis"))
 
 describe("SocketSession on the embedded store", () => {
@@ -272,30 +308,37 @@ describe("SocketSession on the embedded store", () => {
       const port = yield* serveWorker(shared, {}, pureSession)
       const client = yield* connect(port, { client: clientId("pure-burst") })
       const fresh = pureCalls.fresh
-      // sent in one turn: read by the server together, taken as one burst
-      for (let seq = 1; seq <= 4; seq++) client.send({ type: "bump", by: seq === 3 ? 0 : 1, seq })
-      yield* client.waitFor((f) => f.seq === 4)
+      const total = pureCalls.total
+      // the first frame taken alone, waiting for the lock: the others wait together behind it
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      for (let seq = 2; seq <= 5; seq++) client.send({ type: "bump", by: seq === 4 ? 0 : 1, seq })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 5)
       assert.deepStrictEqual(answers(client), [
         ["update", 1],
         ["update", 2],
-        ["error", 3],
-        ["update", 4]
+        ["update", 3],
+        ["error", 4],
+        ["update", 5]
       ])
       assert.deepStrictEqual(
         client.frames.filter((f) => f.type === "update").map((f) => f.n),
-        [1, 2, 3]
+        [1, 2, 3, 4]
       )
       assert.deepStrictEqual(
-        client.frames.find((f) => f.seq === 3),
+        client.frames.find((f) => f.seq === 4),
         {
           type: "error",
           message: "a bump of 0",
-          seq: 3,
+          seq: 4,
           applied: false
         }
       )
-      // one modification, decided once (in one step of the store): one call on fresh values
-      assert.strictEqual(pureCalls.fresh - fresh, 1)
+      // two modifications (the first frame's, then the burst's), each decided once: one call
+      // on fresh values each, a call per event
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
+      assert.strictEqual(pureCalls.total - total, 5)
     }).pipe(Effect.scoped)
   )
 
@@ -304,29 +347,67 @@ describe("SocketSession on the embedded store", () => {
       const shared = yield* sharedStore()
       const port = yield* serveWorker(shared, {}, pureSession)
       const client = yield* connect(port, { client: clientId("pure-defect") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const fresh = pureCalls.fresh
+      // one burst (a socket holds 4 at most): a duplicate, an event applied, a defect, an event applied
       client.send({ type: "bump", by: 1, seq: 1 })
-      yield* client.waitFor((f) => f.seq === 1)
-      // one burst (a socket holds 4 at most): a duplicate, a defect, an event applied, one over a gap
-      client.send({ type: "bump", by: 1, seq: 1 })
-      client.send({ type: "bump", by: 1, seq: 2, die: true })
-      client.send({ type: "bump", by: 1, seq: 3 })
-      client.send({ type: "bump", by: 1, seq: 5 })
-      yield* client.waitFor((f) => f.seq === 5)
+      client.send({ type: "bump", by: 1, seq: 2 })
+      client.send({ type: "bump", by: 1, seq: 3, die: true })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 4)
       assert.deepStrictEqual(
         client.frames.filter((f) => f.seq !== undefined),
         [
           { type: "update", n: 1, v: 1, seq: 1 },
           { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
-          { type: "error", message: "the event's handler failed unexpectedly", seq: 2, applied: false },
-          { type: "update", n: 2, v: 2, seq: 3 },
-          { type: "resend", from: 4, seq: 5 }
+          { type: "update", n: 2, v: 2, seq: 2 },
+          { type: "error", message: "the event's handler failed unexpectedly", seq: 3, applied: false },
+          { type: "update", n: 3, v: 3, seq: 4 }
         ]
       )
+      // the first frame's modification and the burst's (the defect's event and the one after
+      // it called on what 2 left): the throw did not split the burst
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
       // the defect refused its event only: what the others wrote is stored
       const counter = yield* Effect.flatMap(StateManager.StateManager, (states) =>
         states.get(client.token, pureSession.options.slices.counter)
       ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
-      assert.strictEqual(counter.n, 2)
+      assert.strictEqual(counter.n, 3)
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a pure handler's burst whose write fails answers its duplicates and resends as such", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore({ maxValueBytes: 8192 })
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-unwritten") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const fresh = pureCalls.fresh
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 4)
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.seq !== undefined),
+        [
+          { type: "update", n: 1, v: 1, seq: 1 },
+          { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
+          {
+            type: "error",
+            message: client.frames.find((f) => f.seq === 2)!.message,
+            seq: 2,
+            applied: false
+          },
+          { type: "resend", from: 2, seq: 4 }
+        ]
+      )
+      assert.include(client.frames.find((f) => f.seq === 2)!.message, "maxValueBytes")
+      // the first frame's modification, then the burst's, its write refused
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
     }).pipe(Effect.scoped)
   )
 
