@@ -55,11 +55,23 @@ const clientId = (name: string) => `${name}-${Math.random().toString(36).slice(2
 /** A few milliseconds of real time: the sockets' I/O, between two moves of the clock. */
 const realTurn = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
 
-/** `fiber`'s result, the clock moved by `step` after each real turn until it is done. */
-const joinAdvancing = <A, E>(fiber: Fiber.Fiber<A, E>, step: Duration.Input, maxSteps = 400) =>
+/**
+ * Real time for a socket's close to reach the server and be handled, between two moves of the
+ * clock while a reload's grace runs on it: 20 of them before the grace (1 s in 50 ms steps)
+ * is over, half a second, a wide margin on a loaded machine.
+ */
+const closeTurn = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 25)))
+
+/** `fiber`'s result, the clock moved by `step` after each real turn (`between`) until it is done. */
+const joinAdvancing = <A, E>(
+  fiber: Fiber.Fiber<A, E>,
+  step: Duration.Input,
+  between: Effect.Effect<void> = realTurn,
+  maxSteps = 400
+) =>
   Effect.gen(function* () {
     for (let i = 0; i < maxSteps; i++) {
-      yield* realTurn
+      yield* between
       const done = fiber.pollUnsafe()
       if (done !== undefined) return yield* done
       yield* TestClock.adjust(step)
@@ -67,15 +79,12 @@ const joinAdvancing = <A, E>(fiber: Fiber.Fiber<A, E>, step: Duration.Input, max
     return yield* Effect.die(`not done within ${maxSteps} steps of ${Duration.format(Duration.fromInputUnsafe(step))}`)
   })
 
-/** The clock moved by `total`, `step` by `step`, with a real turn before each: pings are answered between. */
-const advance = (total: number, step: number) =>
-  Effect.forEach(
-    Array.from({ length: Math.ceil(total / step) }),
-    () => Effect.andThen(realTurn, TestClock.adjust(step)),
-    {
-      discard: true
-    }
-  )
+/**
+ * The server's last ping to `client` answered and its answer read by the server: the ping
+ * came before the pong of the client's first ping, and the client's pong before its second
+ * ping, which the server answers once it has read what came before it.
+ */
+const pingsAnswered = (client: { readonly flush: Effect.Effect<void> }) => Effect.andThen(client.flush, client.flush)
 
 /**
  * A socket opened for a token another socket of it may still hold on the server (closed by
@@ -83,7 +92,7 @@ const advance = (total: number, step: number) =>
  * the socket is linked.
  */
 const reconnect = (port: number, query: { readonly token?: string; readonly client?: string }) =>
-  Effect.flatMap(Effect.forkChild(connect(port, query)), (fiber) => joinAdvancing(fiber, "50 millis"))
+  Effect.flatMap(Effect.forkChild(connect(port, query)), (fiber) => joinAdvancing(fiber, "50 millis", closeTurn))
 
 /** Until the effectful handler has been called `n` times more than `from`: its event is being handled. */
 const handlerCalled = (from: number, n = 1) =>
@@ -169,7 +178,7 @@ describe("SocketSession on the embedded store", () => {
       // a reload: the old socket closes as the new one opens
       const reloading = yield* Effect.forkChild(connect(port, { token: "tab-1" }))
       yield* first.close
-      const reloaded = yield* joinAdvancing(reloading, "50 millis")
+      const reloaded = yield* joinAdvancing(reloading, "50 millis", closeTurn)
       assert.strictEqual(reloaded.frames[0]!.type, "hello")
       assert.strictEqual(reloaded.token, "tab-1")
     }).pipe(Effect.scoped)
@@ -208,9 +217,11 @@ describe("SocketSession on the embedded store", () => {
       const port = yield* Effect.flatMap(sharedStore(), (shared) => serveWorker(shared, { pingInterval: "100 millis" }))
       const silent = yield* connect(port, { client: clientId("silent") }, { autoPong: false })
       const live = yield* connect(port, { client: clientId("live") })
-      // the pings on the clock: the silent socket is cut at the second, once the first went unanswered
-      assert.strictEqual(yield* joinAdvancing(yield* Effect.forkChild(silent.closed), "100 millis"), 1006)
-      yield* advance(300, 100)
+      // the pings on the clock: the silent socket is cut at the second, once the first went
+      // unanswered; the live one's answer read before each move of the clock
+      const between = pingsAnswered(live)
+      assert.strictEqual(yield* joinAdvancing(yield* Effect.forkChild(silent.closed), "100 millis", between), 1006)
+      for (let i = 0; i < 3; i++) yield* Effect.andThen(between, TestClock.adjust("100 millis"))
       live.send({ type: "bump", by: 1, seq: 1 })
       assert.strictEqual((yield* live.waitFor((f) => f.seq === 1)).type, "update")
     }).pipe(Effect.scoped)
