@@ -353,6 +353,21 @@ describe("SocketSession on the embedded store", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.effect("a pure handler's now is read once its burst has the lock, not before its wait", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore()
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-now") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const released = (yield* Clock.currentTimeMillis) + 300
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 1)
+      // no earlier than what the modification it waited for could have stored
+      assert.isAtLeast(pureCalls.now, released)
+    }).pipe(Effect.scoped)
+  )
+
   it.effect("a pure handler's throw refuses its own event; the burst's others are answered as they are", () =>
     Effect.gen(function* () {
       const shared = yield* sharedStore()
