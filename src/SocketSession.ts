@@ -137,9 +137,10 @@ export interface Decided<Ev, U, S extends Record<string, StateManager.Slice<any,
   /**
    * One event applied to the values under the token's lock: `Result.succeed([update, next])`,
    * or `Result.fail(error)`, which refuses the event (answered `error` with the error's
-   * message and `applied: false`). `now` is the clock's time in milliseconds, read once for
-   * the burst. It must be pure: on Redis it may run more than once for a burst (only the last
-   * run counts). A throw is a defect: it refuses its own event only (logged, its message not
+   * message and `applied: false`). `now` is the clock's time in milliseconds, read when the
+   * burst's values are (under the lock, once any wait for it is over), the same for every
+   * event of the burst. It must be pure: on Redis it may run more than once for a burst
+   * (only the last run counts, with its own `now`). A throw is a defect: it refuses its own event only (logged, its message not
    * sent); the other events of the burst are unaffected.
    */
   readonly decide: (

@@ -8,6 +8,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -27,6 +28,7 @@ import * as Seq from "../src/internal/socket/seq.js"
 import {
   answers,
   Count,
+  Counter,
   calls,
   connect,
   maxFrameBytes,
@@ -53,11 +55,23 @@ const clientId = (name: string) => `${name}-${Math.random().toString(36).slice(2
 /** A few milliseconds of real time: the sockets' I/O, between two moves of the clock. */
 const realTurn = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 5)))
 
-/** `fiber`'s result, the clock moved by `step` after each real turn until it is done. */
-const joinAdvancing = <A, E>(fiber: Fiber.Fiber<A, E>, step: Duration.Input, maxSteps = 400) =>
+/**
+ * Real time for a socket's close to reach the server and be handled, between two moves of the
+ * clock while a reload's grace runs on it: 20 of them before the grace (1 s in 50 ms steps)
+ * is over, half a second, a wide margin on a loaded machine.
+ */
+const closeTurn = Effect.promise(() => new Promise<void>((resolve) => setTimeout(resolve, 25)))
+
+/** `fiber`'s result, the clock moved by `step` after each real turn (`between`) until it is done. */
+const joinAdvancing = <A, E>(
+  fiber: Fiber.Fiber<A, E>,
+  step: Duration.Input,
+  between: Effect.Effect<void> = realTurn,
+  maxSteps = 400
+) =>
   Effect.gen(function* () {
     for (let i = 0; i < maxSteps; i++) {
-      yield* realTurn
+      yield* between
       const done = fiber.pollUnsafe()
       if (done !== undefined) return yield* done
       yield* TestClock.adjust(step)
@@ -65,15 +79,12 @@ const joinAdvancing = <A, E>(fiber: Fiber.Fiber<A, E>, step: Duration.Input, max
     return yield* Effect.die(`not done within ${maxSteps} steps of ${Duration.format(Duration.fromInputUnsafe(step))}`)
   })
 
-/** The clock moved by `total`, `step` by `step`, with a real turn before each: pings are answered between. */
-const advance = (total: number, step: number) =>
-  Effect.forEach(
-    Array.from({ length: Math.ceil(total / step) }),
-    () => Effect.andThen(realTurn, TestClock.adjust(step)),
-    {
-      discard: true
-    }
-  )
+/**
+ * The server's last ping to `client` answered and its answer read by the server: the ping
+ * came before the pong of the client's first ping, and the client's pong before its second
+ * ping, which the server answers once it has read what came before it.
+ */
+const pingsAnswered = (client: { readonly flush: Effect.Effect<void> }) => Effect.andThen(client.flush, client.flush)
 
 /**
  * A socket opened for a token another socket of it may still hold on the server (closed by
@@ -81,7 +92,7 @@ const advance = (total: number, step: number) =>
  * the socket is linked.
  */
 const reconnect = (port: number, query: { readonly token?: string; readonly client?: string }) =>
-  Effect.flatMap(Effect.forkChild(connect(port, query)), (fiber) => joinAdvancing(fiber, "50 millis"))
+  Effect.flatMap(Effect.forkChild(connect(port, query)), (fiber) => joinAdvancing(fiber, "50 millis", closeTurn))
 
 /** Until the effectful handler has been called `n` times more than `from`: its event is being handled. */
 const handlerCalled = (from: number, n = 1) =>
@@ -100,6 +111,40 @@ const slowFirst = (client: { readonly send: (message: unknown) => void }) =>
 
 /** The frames sent behind the slow first one read by the server, then its wait over. */
 const releaseFirst = (client: { readonly flush: Effect.Effect<void> }): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.andThen(client.flush, TestClock.adjust("300 millis"))
+
+/**
+ * The token's lock held by another worker over `shared` until the clock moves 300 ms (a
+ * modification of its own, which writes nothing): a pure handler's frames wait behind it.
+ */
+const lockHeld = (shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>, token: string) =>
+  Effect.gen(function* () {
+    const entered = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(
+      Effect.flatMap(StateManager.StateManager, (states) =>
+        states.modifyEffect(token, Counter, (counter) =>
+          Effect.andThen(
+            Deferred.succeed(entered, undefined),
+            Effect.as(Effect.sleep("300 millis"), [null, counter] as const)
+          )
+        )
+      ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
+    )
+    yield* Deferred.await(entered)
+  })
+
+/** A frame sent and taken by the server alone: its modification waits (for `lockHeld`'s lock). */
+const takenAlone = (
+  client: { readonly send: (message: unknown) => void; readonly flush: Effect.Effect<void> },
+  frame: unknown
+) =>
+  Effect.andThen(
+    Effect.sync(() => client.send(frame)),
+    client.flush
+  )
+
+/** The frames sent since read by the server, then `lockHeld`'s lock released. */
+const releaseLock = (client: { readonly flush: Effect.Effect<void> }) =>
   Effect.andThen(client.flush, TestClock.adjust("300 millis"))
 
 describe("SocketSession on the embedded store", () => {
@@ -133,7 +178,7 @@ describe("SocketSession on the embedded store", () => {
       // a reload: the old socket closes as the new one opens
       const reloading = yield* Effect.forkChild(connect(port, { token: "tab-1" }))
       yield* first.close
-      const reloaded = yield* joinAdvancing(reloading, "50 millis")
+      const reloaded = yield* joinAdvancing(reloading, "50 millis", closeTurn)
       assert.strictEqual(reloaded.frames[0]!.type, "hello")
       assert.strictEqual(reloaded.token, "tab-1")
     }).pipe(Effect.scoped)
@@ -172,9 +217,11 @@ describe("SocketSession on the embedded store", () => {
       const port = yield* Effect.flatMap(sharedStore(), (shared) => serveWorker(shared, { pingInterval: "100 millis" }))
       const silent = yield* connect(port, { client: clientId("silent") }, { autoPong: false })
       const live = yield* connect(port, { client: clientId("live") })
-      // the pings on the clock: the silent socket is cut at the second, once the first went unanswered
-      assert.strictEqual(yield* joinAdvancing(yield* Effect.forkChild(silent.closed), "100 millis"), 1006)
-      yield* advance(300, 100)
+      // the pings on the clock: the silent socket is cut at the second, once the first went
+      // unanswered; the live one's answer read before each move of the clock
+      const between = pingsAnswered(live)
+      assert.strictEqual(yield* joinAdvancing(yield* Effect.forkChild(silent.closed), "100 millis", between), 1006)
+      for (let i = 0; i < 3; i++) yield* Effect.andThen(between, TestClock.adjust("100 millis"))
       live.send({ type: "bump", by: 1, seq: 1 })
       assert.strictEqual((yield* live.waitFor((f) => f.seq === 1)).type, "update")
     }).pipe(Effect.scoped)
@@ -272,30 +319,52 @@ describe("SocketSession on the embedded store", () => {
       const port = yield* serveWorker(shared, {}, pureSession)
       const client = yield* connect(port, { client: clientId("pure-burst") })
       const fresh = pureCalls.fresh
-      // sent in one turn: read by the server together, taken as one burst
-      for (let seq = 1; seq <= 4; seq++) client.send({ type: "bump", by: seq === 3 ? 0 : 1, seq })
-      yield* client.waitFor((f) => f.seq === 4)
+      const total = pureCalls.total
+      // the first frame taken alone, waiting for the lock: the others wait together behind it
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      for (let seq = 2; seq <= 5; seq++) client.send({ type: "bump", by: seq === 4 ? 0 : 1, seq })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 5)
       assert.deepStrictEqual(answers(client), [
         ["update", 1],
         ["update", 2],
-        ["error", 3],
-        ["update", 4]
+        ["update", 3],
+        ["error", 4],
+        ["update", 5]
       ])
       assert.deepStrictEqual(
         client.frames.filter((f) => f.type === "update").map((f) => f.n),
-        [1, 2, 3]
+        [1, 2, 3, 4]
       )
       assert.deepStrictEqual(
-        client.frames.find((f) => f.seq === 3),
+        client.frames.find((f) => f.seq === 4),
         {
           type: "error",
           message: "a bump of 0",
-          seq: 3,
+          seq: 4,
           applied: false
         }
       )
-      // one modification, decided once (in one step of the store): one call on fresh values
-      assert.strictEqual(pureCalls.fresh - fresh, 1)
+      // two modifications (the first frame's, then the burst's), each decided once: one call
+      // on fresh values each, a call per event
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
+      assert.strictEqual(pureCalls.total - total, 5)
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a pure handler's now is read once its burst has the lock, not before its wait", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore()
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-now") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const released = (yield* Clock.currentTimeMillis) + 300
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 1)
+      // no earlier than what the modification it waited for could have stored
+      assert.isAtLeast(pureCalls.now, released)
     }).pipe(Effect.scoped)
   )
 
@@ -304,29 +373,67 @@ describe("SocketSession on the embedded store", () => {
       const shared = yield* sharedStore()
       const port = yield* serveWorker(shared, {}, pureSession)
       const client = yield* connect(port, { client: clientId("pure-defect") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const fresh = pureCalls.fresh
+      // one burst (a socket holds 4 at most): a duplicate, an event applied, a defect, an event applied
       client.send({ type: "bump", by: 1, seq: 1 })
-      yield* client.waitFor((f) => f.seq === 1)
-      // one burst (a socket holds 4 at most): a duplicate, a defect, an event applied, one over a gap
-      client.send({ type: "bump", by: 1, seq: 1 })
-      client.send({ type: "bump", by: 1, seq: 2, die: true })
-      client.send({ type: "bump", by: 1, seq: 3 })
-      client.send({ type: "bump", by: 1, seq: 5 })
-      yield* client.waitFor((f) => f.seq === 5)
+      client.send({ type: "bump", by: 1, seq: 2 })
+      client.send({ type: "bump", by: 1, seq: 3, die: true })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 4)
       assert.deepStrictEqual(
         client.frames.filter((f) => f.seq !== undefined),
         [
           { type: "update", n: 1, v: 1, seq: 1 },
           { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
-          { type: "error", message: "the event's handler failed unexpectedly", seq: 2, applied: false },
-          { type: "update", n: 2, v: 2, seq: 3 },
-          { type: "resend", from: 4, seq: 5 }
+          { type: "update", n: 2, v: 2, seq: 2 },
+          { type: "error", message: "the event's handler failed unexpectedly", seq: 3, applied: false },
+          { type: "update", n: 3, v: 3, seq: 4 }
         ]
       )
+      // the first frame's modification and the burst's (the defect's event and the one after
+      // it called on what 2 left): the throw did not split the burst
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
       // the defect refused its event only: what the others wrote is stored
       const counter = yield* Effect.flatMap(StateManager.StateManager, (states) =>
         states.get(client.token, pureSession.options.slices.counter)
       ).pipe(Effect.provide(Worker.layerState.pipe(Layer.provide(Layer.succeedContext(shared)))))
-      assert.strictEqual(counter.n, 2)
+      assert.strictEqual(counter.n, 3)
+    }).pipe(Effect.scoped)
+  )
+
+  it.effect("a pure handler's burst whose write fails answers its duplicates and resends as such", () =>
+    Effect.gen(function* () {
+      const shared = yield* sharedStore({ maxValueBytes: 8192 })
+      const port = yield* serveWorker(shared, {}, pureSession)
+      const client = yield* connect(port, { client: clientId("pure-unwritten") })
+      yield* lockHeld(shared, client.token)
+      yield* takenAlone(client, { type: "bump", by: 1, seq: 1 })
+      const fresh = pureCalls.fresh
+      client.send({ type: "bump", by: 1, seq: 1 })
+      client.send({ type: "bump", by: 1, seq: 2, noteBytes: 10_000 })
+      client.send({ type: "bump", by: 1, seq: 4 })
+      yield* releaseLock(client)
+      yield* client.waitFor((f) => f.seq === 4)
+      assert.deepStrictEqual(
+        client.frames.filter((f) => f.seq !== undefined),
+        [
+          { type: "update", n: 1, v: 1, seq: 1 },
+          { type: "state", n: 1, v: 1, seq: 1, duplicate: true },
+          {
+            type: "error",
+            message: client.frames.find((f) => f.seq === 2)!.message,
+            seq: 2,
+            applied: false
+          },
+          { type: "resend", from: 2, seq: 4 }
+        ]
+      )
+      assert.include(client.frames.find((f) => f.seq === 2)!.message, "maxValueBytes")
+      // the first frame's modification, then the burst's, its write refused
+      assert.strictEqual(pureCalls.fresh - fresh, 2)
     }).pipe(Effect.scoped)
   )
 

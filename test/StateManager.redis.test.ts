@@ -4,6 +4,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
 import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
@@ -322,5 +323,30 @@ describe("interruptions while the store is away", () => {
         assert.strictEqual(result._tag === "Failure" ? result.failure._tag : "written", "StoreUnavailable")
       }),
     30_000
+  )
+})
+
+describe("a modification that writes nothing under a lease", () => {
+  it.live("read what a group commit still owes: it waits for that commit, and fails with it", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster({ oplock: true, leaseDurability: "batch" })
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(w.lease.isLeased("t"))
+      // the lock taken from under the lease: its next group commit fails
+      yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
+      // queued together: the lease serves the write, then the read of it, then commits the write
+      const [written, read] = yield* Effect.all(
+        [
+          Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])),
+          Effect.result(w.states.modify("t", Counter, (s) => [s.n, s]))
+        ],
+        { concurrency: "unbounded" }
+      )
+      assert.isTrue(Result.isFailure(written), `written ${JSON.stringify(written)}`)
+      // not 2, a value that was never stored: the read fails as the write it read did
+      assert.isTrue(Result.isFailure(read), `read ${JSON.stringify(read)}`)
+      assert.strictEqual(yield* cluster.stored("t"), 1)
+    })
   )
 })

@@ -81,7 +81,12 @@ export interface Request {
    * completing `turn` and waiting for the caller's fiber to run. It completes nothing.
    */
   readonly decideNow?: ((turn: Turn) => Outcome) | undefined
-  /** Completed by the session once the outcome is durable (or failed). */
+  /**
+   * Completed by the session once the outcome is durable (or failed). A turn that writes
+   * nothing is acknowledged at once, or, when it may have read writes of its session not yet
+   * acknowledged, with them (failed if they fail). A turn `begin` returned is acknowledged by
+   * `complete`.
+   */
   readonly ack: OneShot<void, LockExpired | AcknowledgedError>
   cancelled: boolean
 }

@@ -66,15 +66,16 @@ export const session = SocketSession.make({
 })
 
 /** How the pure handler was called, as `calls` counts the effectful one's. */
-export const pureCalls = { total: 0, fresh: 0, last: undefined as unknown }
+export const pureCalls = { total: 0, fresh: 0, last: undefined as unknown, now: 0 }
 
 /** The same session with a pure handler (`decide`): a `slowMs` is not waited for. */
 export const pureSession = SocketSession.make({
   events: Bump,
   updates: Count,
   slices: { counter: Counter },
-  decide: (bump, { counter }) => {
+  decide: (bump, { counter }, now) => {
     pureCalls.total++
+    pureCalls.now = now
     if (counter !== pureCalls.last) pureCalls.fresh++
     if (bump.by === 0) {
       pureCalls.last = counter

@@ -29,7 +29,8 @@ import {
   ParkedLease,
   parkedSlices,
   relay,
-  unparkedSlices
+  unparkedSlices,
+  unwritten
 } from "./relay.js"
 import { notify, openSignals, type Session, type SessionEnv, turnEventLoop, withholdLease } from "./session.js"
 
@@ -599,7 +600,7 @@ export const finish = (state: HoldState) =>
       if (outcome._tag === "Commit") {
         for (const [name, value] of outcome.writes) dirty.set(name, value)
         state.unacked.push(inProgress)
-      }
+      } else unwritten(state, inProgress)
       state.inProgress = undefined
     }
     state.keeper?.stop()

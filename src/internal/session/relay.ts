@@ -225,7 +225,7 @@ const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
 const record = (state: HoldState, request: Request, outcome: Outcome, now: number) => {
   const heldMs = now - state.turnAt
   if (heldMs > state.env.warnMs) state.longHolds.push([request, heldMs])
-  if (outcome._tag === "Abort") return
+  if (outcome._tag === "Abort") return unwritten(state, request)
   for (const [name, value] of outcome.writes) {
     state.cache.set(name, Option.some(value))
     state.dirty.set(name, value)
@@ -233,6 +233,17 @@ const record = (state: HoldState, request: Request, outcome: Outcome, now: numbe
   // a batch (the oplock off) acknowledges a modification once it is written
   if ((state.mode === "lease" || state.mode === "quantum") && !state.env.durable) request.ack.done(Exit.void)
   else state.unacked.push(request)
+}
+
+/**
+ * A modification that writes nothing, acknowledged: at once, or, when the hold owes writes
+ * it may have read (not yet acknowledged), with them, by the group commit that makes them.
+ *
+ * @internal
+ */
+export const unwritten = (state: HoldState, request: Request) => {
+  if (state.unacked.length > 0) state.unacked.push(request)
+  else request.ack.done(Exit.void)
 }
 
 /**

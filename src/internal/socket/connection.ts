@@ -23,6 +23,7 @@ import type { Options } from "../../SocketSession.js"
 import type * as StateManager from "../../StateManager.js"
 import { StateManager as States } from "../../StateManager.js"
 import { isValidToken, TokenManager } from "../../TokenManager.js"
+import type { PureOptions } from "../state/modify.js"
 import {
   type Handled,
   type Judging,
@@ -184,21 +185,32 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
       if (decide !== undefined) {
         // A pure burst: one pure modification, its handler's defects logged once it is over.
         const defects: Array<unknown> = []
-        return Effect.clockWith((clock) => {
-          const now = clock.currentTimeMillisUnsafe()
-          return states.modifyAllPure(
+        // A run that counts for nothing (its step refused or failed) leaves nothing to answer
+        // with, nor to log: if the modification then fails before it runs again, nothing is known.
+        const options: PureOptions = {
+          event: "socket",
+          onDiscard: () => {
+            judged.current = undefined
+            defects.length = 0
+          }
+        }
+        return Effect.clockWith((clock) =>
+          states.modifyAllPure(
             connection.token,
             slices,
             (values) => {
               // only the last run counts: on Redis the function may run twice
               defects.length = 0
+              // read by each run, once it has its values (after any wait for the lock): a
+              // time no earlier than what a modification before it could have stored
+              const now = clock.currentTimeMillisUnsafe()
               const judging = start<S, U>(values, seqKey)
               judgePure(judging, items, client, { view, decide }, now, defects)
               return keep(judging, values)
             },
-            { event: "socket" }
+            options
           )
-        }).pipe(
+        ).pipe(
           Effect.ensuring(
             Effect.suspend(() =>
               Effect.forEach(
@@ -246,8 +258,9 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
     /**
      * The answer to a frame of a batch whose write failed. A frame that was not to be written
      * (a duplicate, a resend, a forgotten client) is answered as it would have been; the
-     * others, with the write's outcome. Before the function ran, nothing is known of them:
-     * a frame with `seq` may then be a duplicate, whose event was applied.
+     * others, with the write's outcome. Before the function ran (or after a run that counted
+     * for nothing, its step refused), nothing is known of them: a frame with `seq` may then be
+     * a duplicate, whose event was applied.
      */
     const answerFailed = (
       outcome: Outcome<U> | undefined,

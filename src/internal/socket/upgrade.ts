@@ -21,6 +21,7 @@
 import type { IncomingMessage, Server } from "node:http"
 import type { Duplex } from "node:stream"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
+import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -92,7 +93,7 @@ export class Upgrades extends Context.Service<
  * for one: a connection left half-open (the client's network lost, its machine asleep)
  * ends then, with its socket's link to the token. Run for as long as the socket's scope.
  */
-const keepAlive = (ws: WebSocket, interval: Duration.Duration): Effect.Effect<never> =>
+const keepAlive = (ws: WebSocket, interval: Duration.Duration): Effect.Effect<void> =>
   Effect.suspend(() => {
     let answered = true
     ws.on("pong", () => {
@@ -104,7 +105,13 @@ const keepAlive = (ws: WebSocket, interval: Duration.Duration): Effect.Effect<ne
       answered = false
       ws.ping()
     })
-    return Effect.forever(Effect.andThen(Effect.sleep(interval), tick))
+    return Effect.forever(Effect.andThen(Effect.sleep(interval), tick)).pipe(
+      // A defect ends the pings (the socket goes on, unwatched): said, not silent.
+      Effect.catchCauseIf(
+        (cause) => !Cause.hasInterruptsOnly(cause),
+        (cause) => Effect.logWarning("a socket's pings stopped: the dead connection check failed", cause)
+      )
+    )
   })
 
 /** Close `ws` and wait for its connection to close; cut it if that takes longer than `grace`. */

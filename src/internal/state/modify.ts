@@ -113,6 +113,16 @@ const decide = <B, E, R>(
   })
 
 /**
+ * Whether a modification that writes nothing, given its turn by a session, was acknowledged
+ * at once: one that may have read writes of the session not yet acknowledged is acknowledged
+ * with them (`Request.ack`), and waits for them.
+ */
+const ackedNow = (request: Lease.Request) => {
+  const acked = request.ack.poll()
+  return acked !== undefined && Exit.isSuccess(acked)
+}
+
+/**
  * Modify `slices` of `token` with `f`: what `modify`, `modifyEffect` and `modifyAll` run.
  *
  * @internal
@@ -155,6 +165,7 @@ export const run = <B, E, R>(
         if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
         // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
         if (decided.value.writes.length > 0) yield* request.ack.await
+        else if (Option.isNone(own) && !ackedNow(request)) yield* request.ack.await
         return decided.value.value
       })
     )
@@ -237,11 +248,31 @@ export const runPure = <B>(
     const { inStep } = env.lease
     if (inStep === undefined) return viaSession(env, token, slices, options, decision)
     const names = slices.map((s) => s.name)
-    return inStep(token, names, Option.fromNullishOr(options?.event), decision.on, (done) =>
+    const onDiscard = (options as PureOptions | undefined)?.onDiscard
+    let stepEnded = false
+    const stepped = inStep(token, names, Option.fromNullishOr(options?.event), decision.on, (done) => {
+      stepEnded = true
       // done: the function ran (its result is set) and its writes are made
-      done ? decision.afterWarnings(decision.exit!) : viaSession(env, token, slices, options, decision)
-    )
+      if (done) return decision.afterWarnings(decision.exit!)
+      onDiscard?.()
+      return viaSession(env, token, slices, options, decision)
+    })
+    if (onDiscard === undefined) return stepped
+    // a step that failed may have run the function on values that had moved on
+    return Effect.onError(stepped, () => (stepEnded ? Effect.void : Effect.sync(onDiscard)))
   }).pipe(withSpan("StateManager.modify", { attributes: { token }, captureStackTrace: false }))
+
+/**
+ * `runPure`'s options as the socket session passes them (a `ModifyOptions` to the public
+ * API): `onDiscard` is called when a run of the function in a step of the store counts for
+ * nothing (the store refused the step, or the step failed), before the function may run
+ * again. What the caller kept of that run (its outcomes, its defects) is then to be dropped.
+ *
+ * @internal
+ */
+export interface PureOptions extends ModifyOptions {
+  readonly onDiscard?: () => void
+}
 
 /** `runPure`'s way through the token's session: the decision is made when the turn comes. */
 const viaSession = <B>(
@@ -256,12 +287,10 @@ const viaSession = <B>(
   const decideNow = (turn: Lease.Turn): Lease.Outcome => {
     const writes = decision.on(currentOf(slices, turn))
     const decided = decision.exit!
-    if (writes.length === 0) {
-      result.done(decided)
-      return abortOutcome
-    }
-    request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
-    return { _tag: "Commit", writes }
+    // one that writes nothing is acknowledged too: with the writes it read, if not yet acknowledged
+    if (writes.length === 0 && Exit.isFailure(decided)) result.done(decided)
+    else request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
+    return writes.length === 0 ? abortOutcome : { _tag: "Commit", writes }
   }
   const request = newRequest(slices, options, decideNow)
   // a turn that cannot come (the session failed or closed) ends the wait with its error
@@ -273,7 +302,10 @@ const viaSession = <B>(
   return Effect.uninterruptibleMask((restore) =>
     Effect.flatMap(lease.begin(token, request), (own) => {
       if (Option.isSome(own)) {
-        request.done.done(Exit.succeed(decideNow(own.value)))
+        const decided = decideNow(own.value)
+        // a grant of its own read what is stored: nothing written, nothing to wait for
+        if (decided._tag === "Abort") request.ack.done(Exit.void)
+        request.done.done(Exit.succeed(decided))
         return Effect.andThen(lease.complete(token, request), outcome)
       }
       return Effect.flatMap(Effect.exit(restore(result.await)), (waited) => {
