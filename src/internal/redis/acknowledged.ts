@@ -29,6 +29,7 @@
 import type * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
 import type * as Scope from "effect/Scope"
 import type { Redis } from "ioredis"
@@ -185,7 +186,15 @@ export const make = (
       }
       return sent.then(
         (reply) => {
-          if (step.needsAck(reply)) return { step, reply, late: Deferred.isDoneUnsafe(answered) }
+          let wrote: boolean
+          try {
+            wrote = step.needsAck(reply)
+          } catch (defect) {
+            // a reply its reader cannot judge fails its own step, and no other
+            Deferred.doneUnsafe(step.done, Effect.die(defect))
+            return undefined
+          }
+          if (wrote) return { step, reply, late: Deferred.isDoneUnsafe(answered) }
           Deferred.doneUnsafe(step.done, Effect.succeed(reply))
           return undefined
         },
@@ -228,14 +237,21 @@ export const make = (
     }
 
     // One batch out at a time: the steps issued while it is out wait in the queue, and go
-    // together as the next. A step withdrawn meanwhile is done already, and not sent.
-    yield* Queue.takeAll(queue).pipe(
-      Effect.flatMap((taken) => {
+    // together as the next. A step withdrawn meanwhile is done already, and not sent. The
+    // steps taken are abandoned if the batch ends otherwise than settled (interrupted when
+    // the connection closes, or a defect), from the moment they leave the queue; a defect
+    // ends its batch alone, and the next one is sent.
+    yield* Effect.uninterruptibleMask((restore) =>
+      Effect.flatMap(restore(Queue.takeAll(queue)), (taken) => {
         const batch = taken.filter((step) => !Deferred.isDoneUnsafe(step.done))
         return batch.length === 0
           ? Effect.void
-          : Effect.onInterrupt(sendBatch(batch), () => Effect.sync(() => abandon(batch)))
-      }),
+          : restore(sendBatch(batch)).pipe(
+              Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => abandon(batch))))
+            )
+      })
+    ).pipe(
+      Effect.catchDefect((defect) => Effect.logWarning("acknowledged steps: a batch ended with a defect", defect)),
       Effect.forever,
       Effect.ensuring(
         Effect.andThen(

@@ -326,10 +326,10 @@ const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
     : instanceIdError(instanceId)
 
 /** Presence: the entry with its TTL, and the worker's channel of questions and answers. */
-const presencePart = (driver: Driver) =>
-  ({
-    refreshPresence: (instanceId, ttlMs) =>
-      stepOf(driver)(Operations.refreshPresence, { instanceId, ttlMs: wholeMs(ttlMs) }),
+const presencePart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
+    refreshPresence: (instanceId, ttlMs) => step(Operations.refreshPresence, { instanceId, ttlMs: wholeMs(ttlMs) }),
     isPresent: (instanceId) => checked(instanceIdError(instanceId), () => driver.isPresent(instanceId)),
     removePresence: (instanceId) => checked(instanceIdError(instanceId), () => driver.removePresence(instanceId)),
     sendPresence: (instanceId, message) =>
@@ -345,7 +345,8 @@ const presencePart = (driver: Driver) =>
           )
         )
       )
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /**
  * `mailboxAppendToOwner`: the driver's one step where it has one, else the record read,
@@ -391,10 +392,11 @@ const appendToOwner = (
 }
 
 /** Mailboxes: append, read (blocking or not), trim, expire, and the reader's cursor. */
-const mailboxPart = (driver: Driver) =>
-  ({
+const mailboxPart = (driver: Driver) => {
+  const step = stepOf(driver)
+  return {
     mailboxAppend: (instanceId, payload, options) =>
-      stepOf(driver)(Operations.mailboxAppend, {
+      step(Operations.mailboxAppend, {
         instanceId,
         payload,
         maxLen: options.maxLen,
@@ -420,7 +422,8 @@ const mailboxPart = (driver: Driver) =>
     mailboxSetCursor: (instanceId, id, ttlMs) =>
       checked(instanceIdError(instanceId), () => driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
     mailboxCursor: (instanceId) => checked(instanceIdError(instanceId), () => driver.mailboxCursor(instanceId))
-  }) satisfies Partial<Store.Service>
+  } satisfies Partial<Store.Service>
+}
 
 /**
  * The whole modification in one step, where the backend runs it: the slices checked, and
