@@ -752,6 +752,33 @@ describe("the timers of holds and waits", () => {
     })
   )
 
+  it.effect("a lease that keeps serving, uncontended, is held on past its hold time: one grant, no release", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
+      const w = yield* cluster.worker()
+      const bump = w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      const held = Effect.map(
+        cluster.store.holder("t"),
+        Option.map(({ lockId, fence }) => ({ lockId, fence }))
+      )
+      yield* bump
+      const first = yield* held
+      assert.isTrue(Option.isSome(first))
+      // a modification every half hold time, for five hold times
+      for (let i = 0; i < 10; i++) {
+        yield* advance(50)
+        yield* bump
+        assert.isTrue(w.lease.isLeased("t"), `the lease ended after ${50 * (i + 1)} ms`)
+      }
+      deepStrictEqual(yield* held, first)
+      // then nothing: it ends within two hold times, its modifications written
+      for (let i = 0; i < 5; i++) yield* advance(50)
+      assert.isFalse(w.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
+  )
+
   it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

@@ -74,6 +74,7 @@ export const hold = (
       unacked: carried === undefined ? [] : [carried.request],
       inProgress: undefined,
       served: carried === undefined ? 0 : 1,
+      servedAt: Number.NEGATIVE_INFINITY,
       deadline:
         mode === "batch" && grant.contenders === 0
           ? Number.POSITIVE_INFINITY
@@ -151,6 +152,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
       unacked: [],
       inProgress: undefined,
       served: parked.served,
+      servedAt: parked.servedAt,
       deadline: parked.deadline,
       writeMs: parked.writeMs,
       contended: false,
@@ -258,7 +260,7 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
 /**
  * Keeps the lock from expiring under a slow modification: an extension every third of
  * the lock expiration, from the worker's timers (a lease is shorter than the lock
- * expiration, so an idle lease extends at most twice). An extension that fails (the
+ * expiration, so an idle lease extends at most twice; one held on, `renew`, goes on). An extension that fails (the
  * store away for a moment) is tried again sooner, until one succeeds: only the store
  * saying the lock is no longer ours ends it. An extension still under way when it stops
  * is harmless: it extends only a lock this grant holds, and lock ids are unique.
@@ -447,7 +449,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       }
       // Past the deadline nothing more is served, however full the queue: a busy
       // local loop must not keep a remote waiter out. `finish` writes in one step.
-      if (state.served > 0 && now >= state.deadline) return
+      if (state.served > 0 && now >= state.deadline && !renew(state, now)) return
       const request = nextRequest(state)
       if (request !== undefined && (mode === "lease" || mode === "batch") && !state.watching && state.served > 0) {
         yield* watchContention(state)
@@ -458,7 +460,7 @@ const serve = (state: HoldState, resumed: boolean) =>
         yield* serveFrom(state, request)
         continue
       }
-      if (now >= state.deadline) return
+      if (now >= state.deadline && !renew(state, now)) return
       if (mode === "batch" || state.contended) {
         // Nothing queued here, and the modifications served wait for their write. Written
         // now under the grant kept, they are acknowledged, and their callers usually queue
@@ -505,6 +507,23 @@ const serve = (state: HoldState, resumed: boolean) =>
       state.idleSince = undefined
     }
   })
+
+/**
+ * At its deadline, a lease that nobody contends and that served a modification in the last
+ * half of its hold time is held for another `leaseHoldTime` instead of released: its
+ * keep-alive goes on extending the lock. A release there would cost the token a write and a
+ * hand-off, and its next modification a grant and a look for contenders, for nothing: no
+ * other worker waits (a waiter's every attempt tells the holder, so a lost notice is
+ * repeated, and contention still ends the lease within the quantum). A lease that served
+ * nothing lately ends at its deadline as before: the worker keeps the tokens in use, not
+ * every token it once served.
+ */
+const renew = (state: HoldState, now: number): boolean => {
+  if (state.mode !== "lease" || state.contended || state.failed !== undefined) return false
+  if (now - state.servedAt > state.env.holdMs / 2) return false
+  state.deadline = now + state.env.holdMs
+  return true
+}
 
 /**
  * After `parkMs` of one idle wait with nothing to do, a lease's serving loop is woken to
@@ -563,6 +582,7 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         state.claim,
         state.deadline,
         state.served,
+        state.servedAt,
         state.writeMs,
         state.clock,
         wheel,
