@@ -779,6 +779,31 @@ describe("the timers of holds and waits", () => {
     })
   )
 
+  it.effect("the extensions of leases granted apart fall on one grid line: they leave together", () =>
+    Effect.gen(function* () {
+      // extensions every second, on a grid of 100 ms
+      const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 3_000 })
+      const w = yield* cluster.worker()
+      const remaining = (token: string) =>
+        Effect.map(
+          cluster.store.holder(token),
+          Option.map(({ remainingMs }) => remainingMs)
+        )
+      yield* w.states.modify("a", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* advance(70)
+      yield* w.states.modify("b", Counter, (s) => [null, { n: s.n + 1 }])
+      // due at 1,000 and 1,070 ms: both made at the 1,000 ms line (early, never late)
+      yield* advance(929)
+      deepStrictEqual(yield* remaining("a"), Option.some(2_001))
+      deepStrictEqual(yield* remaining("b"), Option.some(2_071))
+      // (a parked lease is woken for its extension, which the timers make at their next step)
+      for (let i = 0; i < 10; i++) yield* advance(10)
+      const a = yield* remaining("a")
+      assert.isTrue(Option.isSome(a) && a.value >= 2_900, `a: ${JSON.stringify(a)}`)
+      deepStrictEqual(yield* remaining("b"), a)
+    })
+  )
+
   it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

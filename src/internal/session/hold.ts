@@ -260,7 +260,8 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
 /**
  * Keeps the lock from expiring under a slow modification: an extension every third of
  * the lock expiration, from the worker's timers (a lease is shorter than the lock
- * expiration, so an idle lease extends at most twice; one held on, `renew`, goes on). An extension that fails (the
+ * expiration, so an idle lease extends at most twice; one held on, `renew`, goes on), on
+ * the grid of `onGrid`. An extension that fails (the
  * store away for a moment) is tried again sooner, until one succeeds: only the store
  * saying the lock is no longer ours ends it. An extension still under way when it stops
  * is harmless: it extends only a lock this grant holds, and lock ids are unique.
@@ -275,6 +276,21 @@ const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
   )
 
 const everyOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 3))
+
+/**
+ * When an extension due at `due` is made: at the grid line of a tenth of the extension
+ * period at or before it, if that is still to come. The extensions of the many leases a worker
+ * holds then come due in the same turn of its timers and leave in one pipelined write,
+ * instead of one round trip each at scattered times; made earlier, never later, than due.
+ */
+const onGrid = (every: number, now: number, due: number): number => {
+  if (due === Number.POSITIVE_INFINITY) return due
+  const grid = Math.max(1, Math.floor(every / 10))
+  const aligned = Math.floor(due / grid) * grid
+  // due sooner than the grid allows (a lock handed over extends within a third of the
+  // hand-off timeout): when due
+  return aligned <= now ? due : aligned
+}
 
 /** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
 const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
@@ -304,7 +320,8 @@ const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAliv
       })
     )
   )
-  const schedule = (at: number) => {
+  const schedule = (due: number) => {
+    const at = onGrid(every, timers.now(), due)
     nextAt = at
     cancel = timers.at(at, () => {
       if (stopped) return undefined
