@@ -804,6 +804,32 @@ describe("the timers of holds and waits", () => {
     })
   )
 
+  it.effect(
+    "with a commit window, the group commits of leases on several tokens wait for its line and leave together",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({ oplock: true, leaseCommitWindow: 50 })
+        const w = yield* cluster.worker()
+        const bump = (token: string) =>
+          Effect.forkChild(w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+        yield* advance(10)
+        const a = yield* bump("a")
+        yield* advance(20)
+        const b = yield* bump("b")
+        yield* advance(19)
+        // t = 49: neither is written, nor answered (an answer waits for its write)
+        assert.strictEqual(yield* cluster.stored("a"), 0)
+        assert.strictEqual(yield* cluster.stored("b"), 0)
+        assert.isUndefined(a.pollUnsafe())
+        assert.isUndefined(b.pollUnsafe())
+        yield* advance(1)
+        assert.strictEqual(yield* Fiber.join(a), 1)
+        assert.strictEqual(yield* Fiber.join(b), 1)
+        assert.strictEqual(yield* cluster.stored("a"), 1)
+        assert.strictEqual(yield* cluster.stored("b"), 1)
+      })
+  )
+
   it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

@@ -404,8 +404,14 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
       state.unacked = []
       const entries = [...dirty.entries()]
       dirty.clear()
-      const started = fineMillis(clock)
-      return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
+      let started = fineMillis(clock)
+      const write = Effect.suspend(() => {
+        started = fineMillis(clock)
+        return env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })
+      })
+      // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
+      const written = state.mode === "lease" && !state.contended ? Effect.andThen(env.commitLine.next, write) : write
+      return Effect.matchEffect(written, {
         onSuccess: () => {
           state.writeMs = fineMillis(clock) - started
           return Effect.map(Metric.update(flushes, 1), () => {
