@@ -34,6 +34,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.leaseHoldTime), 5_000)
       assert.strictEqual(millis(s.leaseQuantum), 2)
       assert.strictEqual(s.leaseDurability, "batch")
+      assert.strictEqual(millis(s.leaseCommitWindow), 0)
       assert.strictEqual(millis(s.retryDelayInitial), 1_000)
       assert.strictEqual(millis(s.retryDelayMax), 30_000)
       assert.strictEqual(s.mailboxMaxLen, 10_000)
@@ -56,6 +57,7 @@ describe("LeaseholdConfig", () => {
         LEASEHOLD_LEASE_HOLD_TIME_MS: "1500",
         LEASEHOLD_LEASE_QUANTUM_MS: "0",
         LEASEHOLD_LEASE_DURABILITY: "memory",
+        LEASEHOLD_LEASE_COMMIT_WINDOW_MS: "3",
         LEASEHOLD_RETRY_DELAY_INITIAL_MS: "500",
         LEASEHOLD_RETRY_DELAY_MAX_MS: "8000",
         LEASEHOLD_MAILBOX_MAXLEN: "50",
@@ -76,6 +78,7 @@ describe("LeaseholdConfig", () => {
       assert.strictEqual(millis(s.leaseHoldTime), 1500)
       assert.strictEqual(millis(s.leaseQuantum), 0)
       assert.strictEqual(s.leaseDurability, "memory")
+      assert.strictEqual(millis(s.leaseCommitWindow), 3)
       assert.strictEqual(millis(s.retryDelayInitial), 500)
       assert.strictEqual(millis(s.retryDelayMax), 8000)
       assert.strictEqual(s.mailboxMaxLen, 50)
@@ -183,6 +186,10 @@ describe("LeaseholdConfig", () => {
     assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ leaseQuantum: 0 })))
     const quantum = LeaseholdConfig.resolve({ leaseQuantum: -1 })
     assert.isTrue(Result.isFailure(quantum) && quantum.failure.knob === "leaseQuantum")
+    const window = LeaseholdConfig.resolve({ leaseCommitWindow: -1 })
+    assert.isTrue(Result.isFailure(window) && window.failure.knob === "leaseCommitWindow")
+    const wide = LeaseholdConfig.resolve({ leaseCommitWindow: 10_000 })
+    assert.isTrue(Result.isFailure(wide) && wide.failure.knob === "leaseCommitWindow")
     assert.isTrue(Result.isSuccess(LeaseholdConfig.resolve({ dataFlushInterval: 0 })))
     const flush = LeaseholdConfig.resolve({ dataFlushInterval: -1 })
     assert.isTrue(Result.isFailure(flush) && flush.failure.knob === "dataFlushInterval")

@@ -777,6 +777,84 @@ describe("the timers of holds and waits", () => {
     })
   )
 
+  it.effect("a lease that keeps serving, uncontended, is held on past its hold time: one grant, no release", () =>
+    Effect.gen(function* () {
+      const cluster = yield* memoryCluster({ oplock: true, leaseHoldTime: 100 })
+      const w = yield* cluster.worker()
+      const bump = w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      const held = Effect.map(
+        cluster.store.holder("t"),
+        Option.map(({ lockId, fence }) => ({ lockId, fence }))
+      )
+      yield* bump
+      const first = yield* held
+      assert.isTrue(Option.isSome(first))
+      // a modification every half hold time, for five hold times
+      for (let i = 0; i < 10; i++) {
+        yield* advance(50)
+        yield* bump
+        assert.isTrue(w.lease.isLeased("t"), `the lease ended after ${50 * (i + 1)} ms`)
+      }
+      deepStrictEqual(yield* held, first)
+      // then nothing: it ends within two hold times, its modifications written
+      for (let i = 0; i < 5; i++) yield* advance(50)
+      assert.isFalse(w.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* cluster.store.holder("t")))
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
+  )
+
+  it.effect("the extensions of leases granted apart fall on one grid line: they leave together", () =>
+    Effect.gen(function* () {
+      // extensions every second, on a grid of 100 ms
+      const cluster = yield* memoryCluster({ oplock: true, lockExpiration: 3_000 })
+      const w = yield* cluster.worker()
+      const remaining = (token: string) =>
+        Effect.map(
+          cluster.store.holder(token),
+          Option.map(({ remainingMs }) => remainingMs)
+        )
+      yield* w.states.modify("a", Counter, (s) => [null, { n: s.n + 1 }])
+      yield* advance(70)
+      yield* w.states.modify("b", Counter, (s) => [null, { n: s.n + 1 }])
+      // due at 1,000 and 1,070 ms: both made at the 1,000 ms line (early, never late)
+      yield* advance(929)
+      deepStrictEqual(yield* remaining("a"), Option.some(2_001))
+      deepStrictEqual(yield* remaining("b"), Option.some(2_071))
+      // (a parked lease is woken for its extension, which the timers make at their next step)
+      for (let i = 0; i < 10; i++) yield* advance(10)
+      const a = yield* remaining("a")
+      assert.isTrue(Option.isSome(a) && a.value >= 2_900, `a: ${JSON.stringify(a)}`)
+      deepStrictEqual(yield* remaining("b"), a)
+    })
+  )
+
+  it.effect(
+    "with a commit window, the group commits of leases on several tokens wait for its line and leave together",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* memoryCluster({ oplock: true, leaseCommitWindow: 50 })
+        const w = yield* cluster.worker()
+        const bump = (token: string) =>
+          Effect.forkChild(w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+        yield* advance(10)
+        const a = yield* bump("a")
+        yield* advance(20)
+        const b = yield* bump("b")
+        yield* advance(19)
+        // t = 49: neither is written, nor answered (an answer waits for its write)
+        assert.strictEqual(yield* cluster.stored("a"), 0)
+        assert.strictEqual(yield* cluster.stored("b"), 0)
+        assert.isUndefined(a.pollUnsafe())
+        assert.isUndefined(b.pollUnsafe())
+        yield* advance(1)
+        assert.strictEqual(yield* Fiber.join(a), 1)
+        assert.strictEqual(yield* Fiber.join(b), 1)
+        assert.strictEqual(yield* cluster.stored("a"), 1)
+        assert.strictEqual(yield* cluster.stored("b"), 1)
+      })
+  )
+
   it.effect("a lease's slow modification under way at shutdown keeps the lock alive until it is written", () =>
     Effect.gen(function* () {
       const cluster = yield* memoryCluster({

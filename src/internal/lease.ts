@@ -31,6 +31,7 @@ import type { AcknowledgedError, InvalidInput } from "../StoreError.js"
 import { engineOf } from "./lock/service.js"
 import type { OneShot } from "./oneShot.js"
 import { begin, complete, inStep } from "./session/caller.js"
+import * as CommitLine from "./session/commitLine.js"
 import * as metrics from "./session/metrics.js"
 import { cachedOf } from "./session/relay.js"
 import { closeParked, resumed } from "./session/run.js"
@@ -207,6 +208,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     const sessions = new Map<string, Session>()
 
     const quantumMs = Duration.toMillis(config.leaseQuantum)
+    const timers = yield* Timers.make
     // Everything the sessions share, derived once from the services and the configuration.
     const env: SessionEnv = {
       store,
@@ -215,7 +217,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       instanceId,
       sessions,
       scope,
-      timers: yield* Timers.make,
+      timers,
       lockMs: Duration.toMillis(config.lockExpiration),
       handoffMs: Duration.toMillis(config.handoffTimeout),
       holdMs: Duration.toMillis(config.leaseHoldTime),
@@ -223,6 +225,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       yieldMs: Math.max(1, quantumMs),
       warnMs: Duration.toMillis(config.lockWarningThreshold),
       durable: config.leaseDurability === "batch",
+      commitLine: CommitLine.make(timers, Duration.toMillis(config.leaseCommitWindow)),
       oplock: config.oplock,
       parkMs: Math.max(parkAfterMs, quantumMs),
       resume: (session, parked) => runFork(resumed(env, session, parked)),

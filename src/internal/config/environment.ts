@@ -24,6 +24,7 @@ export const defaults = {
   oplock: false,
   leaseQuantumMs: 2,
   leaseDurability: "batch" as LeaseDurability,
+  leaseCommitWindowMs: 0,
   handoffTimeoutMs: 1_000,
   presenceExpirationMs: 3_000,
   retryDelayInitialMs: 1_000,
@@ -114,6 +115,8 @@ const variables = {
   leaseQuantum: ms("LEASEHOLD_LEASE_QUANTUM_MS"),
   // acknowledge leased modifications after their batch is written (batch) or from memory
   leaseDurability: literal("LEASEHOLD_LEASE_DURABILITY", ["batch", "memory"]),
+  // how long an uncontended lease's group commit may wait for the worker's others (ms, default 0)
+  leaseCommitWindow: ms("LEASEHOLD_LEASE_COMMIT_WINDOW_MS"),
   // how long a lock handed to the next waiting worker is reserved for it (ms, < lock expiration; default 1 s or lock expiration / 2)
   handoffTimeout: ms("LEASEHOLD_HANDOFF_TIMEOUT_MS"),
   // how long a worker counts as alive after its last presence refresh (ms, < token expiration; default 3 s or token expiration / 2)

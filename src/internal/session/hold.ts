@@ -75,6 +75,7 @@ export const hold = (
       unacked: carried === undefined ? [] : [carried.request],
       inProgress: undefined,
       served: carried === undefined ? 0 : 1,
+      servedAt: Number.NEGATIVE_INFINITY,
       deadline:
         mode === "batch" && grant.contenders === 0
           ? Number.POSITIVE_INFINITY
@@ -152,6 +153,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
       unacked: [],
       inProgress: undefined,
       served: parked.served,
+      servedAt: parked.servedAt,
       deadline: parked.deadline,
       writeMs: parked.writeMs,
       contended: false,
@@ -259,7 +261,8 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
 /**
  * Keeps the lock from expiring under a slow modification: an extension every third of
  * the lock expiration, from the worker's timers (a lease is shorter than the lock
- * expiration, so an idle lease extends at most twice). An extension that fails (the
+ * expiration, so an idle lease extends at most twice; one held on, `renew`, goes on), on
+ * the grid of `onGrid`. An extension that fails (the
  * store away for a moment) is tried again sooner, until one succeeds: only the store
  * saying the lock is no longer ours ends it. An extension still under way when it stops
  * is harmless: it extends only a lock this grant holds, and lock ids are unique.
@@ -274,6 +277,21 @@ const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
   )
 
 const everyOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 3))
+
+/**
+ * When an extension due at `due` is made: at the grid line of a tenth of the extension
+ * period at or before it, if that is still to come. The extensions of the many leases a worker
+ * holds then come due in the same turn of its timers and leave in one pipelined write,
+ * instead of one round trip each at scattered times; made earlier, never later, than due.
+ */
+const onGrid = (every: number, now: number, due: number): number => {
+  if (due === Number.POSITIVE_INFINITY) return due
+  const grid = Math.max(1, Math.floor(every / 10))
+  const aligned = Math.floor(due / grid) * grid
+  // due sooner than the grid allows (a lock handed over extends within a third of the
+  // hand-off timeout): when due
+  return aligned <= now ? due : aligned
+}
 
 /** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
 const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
@@ -303,7 +321,8 @@ const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAliv
       })
     )
   )
-  const schedule = (at: number) => {
+  const schedule = (due: number) => {
+    const at = onGrid(every, timers.now(), due)
     nextAt = at
     cancel = timers.at(at, () => {
       if (stopped) return undefined
@@ -386,8 +405,14 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
       state.unacked = []
       const entries = [...dirty.entries()]
       dirty.clear()
-      const started = fineMillis(clock)
-      return Effect.matchEffect(env.store.writeIfHolder(token, lockId, entries, { claim: state.claim }), {
+      let started = fineMillis(clock)
+      const write = Effect.suspend(() => {
+        started = fineMillis(clock)
+        return env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })
+      })
+      // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
+      const written = state.mode === "lease" && !state.contended ? Effect.andThen(env.commitLine.next, write) : write
+      return Effect.matchEffect(written, {
         onSuccess: () => {
           state.writeMs = fineMillis(clock) - started
           return Effect.map(Metric.update(flushes, 1), () => {
@@ -448,7 +473,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       }
       // Past the deadline nothing more is served, however full the queue: a busy
       // local loop must not keep a remote waiter out. `finish` writes in one step.
-      if (state.served > 0 && now >= state.deadline) return
+      if (state.served > 0 && now >= state.deadline && !renew(state, now)) return
       const request = nextRequest(state)
       if (request !== undefined && (mode === "lease" || mode === "batch") && !state.watching && state.served > 0) {
         yield* watchContention(state)
@@ -459,7 +484,7 @@ const serve = (state: HoldState, resumed: boolean) =>
         yield* serveFrom(state, request)
         continue
       }
-      if (now >= state.deadline) return
+      if (now >= state.deadline && !renew(state, now)) return
       if (mode === "batch" || state.contended) {
         // Nothing queued here, and the modifications served wait for their write. Written
         // now under the grant kept, they are acknowledged, and their callers usually queue
@@ -506,6 +531,23 @@ const serve = (state: HoldState, resumed: boolean) =>
       state.idleSince = undefined
     }
   })
+
+/**
+ * At its deadline, a lease that nobody contends and that served a modification in the last
+ * half of its hold time is held for another `leaseHoldTime` instead of released: its
+ * keep-alive goes on extending the lock. A release there would cost the token a write and a
+ * hand-off, and its next modification a grant and a look for contenders, for nothing: no
+ * other worker waits (a waiter's every attempt tells the holder, so a lost notice is
+ * repeated, and contention still ends the lease within the quantum). A lease that served
+ * nothing lately ends at its deadline as before: the worker keeps the tokens in use, not
+ * every token it once served.
+ */
+const renew = (state: HoldState, now: number): boolean => {
+  if (state.mode !== "lease" || state.contended || state.failed !== undefined) return false
+  if (now - state.servedAt > state.env.holdMs / 2) return false
+  state.deadline = now + state.env.holdMs
+  return true
+}
 
 /**
  * After `parkMs` of one idle wait with nothing to do, a lease's serving loop is woken to
@@ -564,6 +606,7 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         state.claim,
         state.deadline,
         state.served,
+        state.servedAt,
         state.writeMs,
         state.clock,
         wheel,

@@ -41,6 +41,12 @@ export interface HoldState {
   inProgress: Request | undefined
   served: number
   deadline: number
+  /**
+   * When the hold last served a modification (`fineMillis`): a lease that did in the last
+   * half of its hold time, and that nobody contends, is held on at its deadline (`renew` in
+   * `hold.ts`).
+   */
+  servedAt: number
   /** How long the last group commit took (ms): what a write now would add to the hold. */
   writeMs: number
   contended: boolean
@@ -107,6 +113,7 @@ export class ParkedLease implements Timer {
     readonly claim: number | undefined,
     readonly deadline: number,
     public served: number,
+    public servedAt: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
     readonly wheel: Wheel,
@@ -210,6 +217,7 @@ const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
   if (request.cancelled) return false
   state.inProgress = request
   state.turnAt = now
+  state.servedAt = now
   state.served++
   const turn: Turn = {
     values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
@@ -360,11 +368,13 @@ export const servedInStep = (
       else parked[i + 1] = value
     }
     state.served++
+    state.servedAt = now
     return
   }
   const { cache } = state
   for (let i = 0; i < slices.length; i++) if (!cache.has(slices[i]!)) cache.set(slices[i]!, values[i]!)
   for (const [name, value] of writes) cache.set(name, Option.some(value))
   state.served++
+  state.servedAt = now
   if (state.idleSince !== undefined) state.idleSince = now
 }

@@ -18,6 +18,7 @@ import type { Engine, Grant, LocalQueue, SignalInbox } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import type { SignalEvent, Signals } from "../signals.js"
 import { fineMillis, type Timers } from "../timers.js"
+import type { CommitLine } from "./commitLine.js"
 import type { HoldState, ParkedLease } from "./relay.js"
 
 /**
@@ -46,6 +47,8 @@ export interface SessionEnv {
   readonly warnMs: number
   /** Leased modifications are acknowledged once written (`leaseDurability: "batch"`). */
   readonly durable: boolean
+  /** What an uncontended lease's group commit waits for (`leaseCommitWindow`). */
+  readonly commitLine: CommitLine
   readonly oplock: boolean
   /**
    * How long an idle lease's hold waits for something to do before it parks: its fiber
