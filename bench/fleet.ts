@@ -41,8 +41,11 @@
  * - `machine_cpu_pct`: the whole machine's CPU busy in the window (every core): near 100,
  *   the machine and not the implementation bounds the cell;
  * - `lost`, `doubled`: over the tabs, each tab's final counter (read from its worker after
- *   the drain) below or above the events and API calls answered for it; `unanswered`: frames
- *   and calls still unanswered 30 s after the load stopped.
+ *   the drain) below the events and API calls applied for it by their answers (an update, a
+ *   `duplicate`, an error saying `applied: true`; an API call's 200), or above those and the
+ *   ones of unknown outcome; `unknown`: those (an error saying `applied: "unknown"`, a
+ *   `forgotten`, an API call answered otherwise than 200: the load does not resend);
+ *   `unanswered`: frames and calls still unanswered 30 s after the load stopped.
  *
  * The targets, checked in each cell where neither side is saturated and reported on stderr:
  * leasehold's p99 at most 2x bare's; its worker CPU per event at most 1.5x bare-durable's; its
@@ -132,7 +135,7 @@ const describe = (row: Row) =>
   `${row.impl.padEnd(12)} ${row.store} ${row.workers}w ${row.tabs} tabs: ${row.events_per_s}/${row.offered_per_s} ev/s` +
   `${row.saturated ? " SATURATED" : ""}, p50 ${row.p50_ms} p99 ${row.p99_ms} p99.9 ${row.p999_ms} ms, api p99 ${row.api_p99_ms} ms, ` +
   `worker ${row.worker_cpu_us_per_event} µs/ev, redis ${row.redis_cpu_us_per_event} µs/ev ${row.redis_commands_per_event} cmd/ev, ` +
-  `heap ${row.heap_per_tab_kb} KB/tab, machine ${row.machine_cpu_pct} %, lost ${row.lost}, doubled ${row.doubled}, unanswered ${row.unanswered}`
+  `heap ${row.heap_per_tab_kb} KB/tab, machine ${row.machine_cpu_pct} %, lost ${row.lost}, doubled ${row.doubled}, unknown ${row.unknown}, unanswered ${row.unanswered}`
 
 const program = Effect.gen(function* () {
   const rows: Array<Row> = []

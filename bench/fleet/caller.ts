@@ -22,6 +22,8 @@ let pending = 0
 let latencies: Array<number> = []
 const late: Array<number> = []
 const answeredByToken = new Map<string, number>()
+/** Calls answered otherwise than 200 (a store error may come after the write), per tab. */
+const unknownByToken = new Map<string, number>()
 const agents = new Map<number, http.Agent>()
 
 const reply = (message: object) => process.send!(message)
@@ -46,6 +48,7 @@ const call = () => {
     pending--
     if (!ok) {
       failed++
+      unknownByToken.set(token, (unknownByToken.get(token) ?? 0) + 1)
       return
     }
     answeredByToken.set(token, (answeredByToken.get(token) ?? 0) + 1)
@@ -102,7 +105,7 @@ process.on("message", (message: { type: string; [key: string]: any }) => {
       void drain(message.ms)
       break
     case "final":
-      reply({ type: "final", tabs: [...answeredByToken] })
+      reply({ type: "final", tabs: [...answeredByToken], unknown: [...unknownByToken] })
       break
     case "close":
       for (const agent of agents.values()) agent.destroy()

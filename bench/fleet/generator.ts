@@ -14,7 +14,8 @@
  *   (ms) of the window's frames answered so far;
  * - `drain {ms}` → `drained {pending, late}`: waits until every frame sent is answered (or `ms`);
  *   `late` adds the window's frames answered after `stop` to its latencies;
- * - `final` → `final {tabs: [token, answered, n]}`: each tab's answered events and its counter
+ * - `final` → `final {tabs: [token, applied, n, unknown]}`: each tab's events applied (by their
+ *   answers: updates, duplicates, errors saying so), its counter, and its events of unknown outcome
  *   read with `GET /api/state` from its worker;
  * - `close`: the sockets close, the process exits.
  */
@@ -30,7 +31,12 @@ interface Tab {
   /** When each unanswered `seq` was sent, and whether in the window. */
   readonly sent: Map<number, { readonly at: number; readonly measured: boolean }>
   seq: number
+  /** Answered with an update (timed). */
   answered: number
+  /** Applied, by its answer: an update, a duplicate, an error that says so. */
+  applied: number
+  /** Of unknown outcome, by its answer (the bench does not resend). */
+  unknown: number
   timer?: NodeJS.Timeout | undefined
   burstTimer?: NodeJS.Timeout | undefined
 }
@@ -53,7 +59,7 @@ const reply = (message: object) => process.send!(message)
 const open = (token: string, port: number) =>
   new Promise<Tab | undefined>((resolve) => {
     const socket = new WebSocket(`ws://127.0.0.1:${port}/ws?token=${token}&client=${randomUUID().slice(0, 8)}`)
-    const tab: Tab = { token, port, socket, sent: new Map(), seq: 0, answered: 0 }
+    const tab: Tab = { token, port, socket, sent: new Map(), seq: 0, answered: 0, applied: 0, unknown: 0 }
     socket.on("message", (data) => {
       const frame = JSON.parse(data.toString()) as { type: string; seq?: number; token?: string }
       if (frame.type === "hello" && frame.token !== undefined) tab.token = frame.token
@@ -64,9 +70,16 @@ const open = (token: string, port: number) =>
       tab.sent.delete(frame.seq)
       if (frame.type !== "update") {
         refused++
+        // applied all the same: a duplicate (applied by an earlier run of its burst whose
+        // answer was lost, the store's reply timed out), or an error saying so; of unknown
+        // outcome: an error saying that, or forgotten
+        const answer = frame as { duplicate?: boolean; applied?: boolean | "unknown" }
+        if (answer.duplicate === true || answer.applied === true) tab.applied++
+        else if (answer.applied === "unknown" || frame.type === "forgotten") tab.unknown++
         return
       }
       tab.answered++
+      tab.applied++
       const ms = performance.now() - sent.at
       if (measuring) windowAnswered++
       if (sent.measured) (measuring ? latencies : late).push(ms)
@@ -173,12 +186,12 @@ const readState = (tab: Tab) =>
   })
 
 const final = async () => {
-  const rows: Array<readonly [string, number, number]> = []
+  const rows: Array<readonly [string, number, number, number]> = []
   let next = 0
   const reader = async () => {
     while (next < tabs.length) {
       const tab = tabs[next++]!
-      rows.push([tab.token, tab.answered, await readState(tab)])
+      rows.push([tab.token, tab.applied, await readState(tab), tab.unknown])
     }
   }
   await Promise.all(Array.from({ length: 16 }, reader))

@@ -5,6 +5,8 @@
  * outlive a run, an interrupted one (Ctrl-C) included.
  */
 import { type ChildProcess, fork } from "node:child_process"
+import * as fs from "node:fs"
+import * as path from "node:path"
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 
@@ -63,7 +65,12 @@ export const start = (
     )
     const lines: Array<string> = []
     const onLine = new Set<() => void>()
+    // FLEET_LOG_DIR: every process's lines kept whole in a file of its own, for a diagnosis
+    const logDir = process.env.FLEET_LOG_DIR
+    const logFile =
+      logDir === undefined || logDir === "" ? undefined : path.join(logDir, `${path.basename(entry)}-${child.pid}.log`)
     for (const stream of [child.stdout!, child.stderr!]) {
+      if (logFile !== undefined) stream.on("data", (chunk: string) => fs.appendFileSync(logFile, chunk))
       let buffer = ""
       stream.setEncoding("utf8")
       stream.on("data", (chunk: string) => {
