@@ -20,6 +20,7 @@ import type { Grant, Previous } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
+import type { CommitLine } from "./commitLine.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, orDefect, succeedAcks, warnHeld } from "./commit.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import {
@@ -411,7 +412,11 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
         return env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
-      const written = state.mode === "lease" && !state.contended ? Effect.andThen(env.commitLine.next, write) : write
+      const line = env.commitLine
+      const written =
+        line === undefined || state.mode !== "lease" || state.contended
+          ? write
+          : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {
         onSuccess: () => {
           state.writeMs = fineMillis(clock) - started
@@ -436,6 +441,22 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
         })
       })
     })
+  )
+
+/**
+ * Wait for the commit line, unless the lease is contended meanwhile: a contender's notice
+ * (or the lock lost) ends the wait at once, so that contention still ends the lease within
+ * the quantum. Any other change (a modification queued here) is looked at and the wait
+ * goes on.
+ */
+const atLine = (state: HoldState, line: CommitLine): Effect.Effect<void> =>
+  Effect.flatMap(checkSignals(state), () =>
+    state.contended || state.failed !== undefined
+      ? Effect.void
+      : Effect.flatMap(
+          Effect.suspend(() => line.next(state.session.changed)),
+          (reached): Effect.Effect<void> => (reached ? Effect.void : atLine(state, line))
+        )
   )
 
 const serve = (state: HoldState, resumed: boolean) =>
