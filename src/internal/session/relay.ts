@@ -47,6 +47,12 @@ export interface HoldState {
    * `hold.ts`).
    */
   servedAt: number
+  /**
+   * Until when the lock is known to be this hold's (`fineMillis`): the grant's time plus a
+   * lock expiration, then the send time of the last extension the store confirmed plus a lock
+   * expiration. A lease is renewed only within it (`renew` in `hold.ts`).
+   */
+  confirmedUntil: number
   /** How long the last group commit took (ms): what a write now would add to the hold. */
   writeMs: number
   contended: boolean
@@ -114,6 +120,7 @@ export class ParkedLease implements Timer {
     readonly deadline: number,
     public served: number,
     public servedAt: number,
+    readonly confirmedUntil: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
     readonly wheel: Wheel,
