@@ -251,14 +251,22 @@ const record = (state: HoldState, request: Request, outcome: Outcome, now: numbe
 }
 
 /**
- * A modification that writes nothing, acknowledged: at once, or, when the hold owes writes
- * it may have read (not yet acknowledged), with them, by the group commit that makes them.
+ * A modification that writes nothing, acknowledged: at once, or, when it read a slice the
+ * hold owes a write of while writes wait for their acknowledgement, with them, by the group
+ * commit that makes them. `dirty` holds every write not yet made, those of `unacked` among
+ * them (a group commit takes both at once), so a modification that read none of its slices
+ * (`Lock.withLock` reads none) read nothing unacknowledged and does not wait.
  *
  * @internal
  */
 export const unwritten = (state: HoldState, request: Request) => {
-  if (state.unacked.length > 0) state.unacked.push(request)
+  if (state.unacked.length > 0 && readsDirty(state, request)) state.unacked.push(request)
   else request.ack.done(Exit.void)
+}
+
+const readsDirty = (state: HoldState, request: Request): boolean => {
+  for (const name of request.slices) if (state.dirty.has(name)) return true
+  return false
 }
 
 /**
