@@ -3,44 +3,62 @@
  * uncontended lease waits for the next line of a grid of the window's period, where the
  * commits of the worker's other leases meet it. They leave in the same turn of the event
  * loop, so the command connection sends them in one pipelined write; Redis reads and answers
- * them in one go instead of one request each. One entry of the worker's timers per line,
- * shared by every commit waiting for it.
+ * them in one go instead of one request each. One entry of a wheel per line, shared by every
+ * commit waiting for it; the line is kept per wheel (one per `Clock`), so that a lease on a
+ * test clock and one on the live clock never meet at a line of the other's time.
  *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import { OneShot } from "../oneShot.js"
-import type { Timers } from "../timers.js"
+import type { Timers, Wheel } from "../timers.js"
 
 /** @internal */
 export interface CommitLine {
-  /** Wait for the next line (at once with a window of 0). */
-  readonly next: Effect.Effect<void>
+  /**
+   * Wait for the next line, or for `unless` to complete, whichever comes first: `true` at
+   * the line, `false` when `unless` came first (or had already).
+   */
+  readonly next: (unless: OneShot<void>) => Effect.Effect<boolean>
 }
 
-const open = Exit.succeed(undefined)
+/** The line a wheel's commits wait for, and what opens it. */
+interface Line {
+  at: number
+  gate: OneShot<boolean>
+}
 
-/** @internal */
-export const make = (timers: Timers, windowMs: number): CommitLine => {
-  if (windowMs <= 0) return { next: Effect.void }
-  // the line being waited for, and what opens it
-  let at = Number.NEGATIVE_INFINITY
-  let gate = new OneShot<void>()
+const reached = Exit.succeed(true)
+const cut = Exit.succeed(false)
+
+/** `undefined` with a window of 0: a commit then waits for nothing, at no cost. @internal */
+export const make = (timers: Timers, windowMs: number): CommitLine | undefined => {
+  if (windowMs <= 0) return undefined
+  const lines = new WeakMap<Wheel, Line>()
+  const gateOf = (wheel: Wheel): OneShot<boolean> => {
+    const at = (Math.floor(wheel.now() / windowMs) + 1) * windowMs
+    const line = lines.get(wheel)
+    if (line !== undefined && line.at === at) return line.gate
+    const gate = new OneShot<boolean>()
+    lines.set(wheel, { at, gate })
+    wheel.at(at, () => {
+      gate.done(reached)
+    })
+    return gate
+  }
   return {
-    next: Effect.flatMap(timers.wheel, (wheel) =>
-      Effect.suspend(() => {
-        const line = (Math.floor(wheel.now() / windowMs) + 1) * windowMs
-        if (line !== at) {
-          at = line
-          const opening = new OneShot<void>()
-          gate = opening
-          wheel.at(line, () => {
-            opening.done(open)
-          })
-        }
-        return gate.await
-      })
-    )
+    next: (unless) =>
+      Effect.flatMap(timers.wheel, (wheel) =>
+        Effect.suspend(() => {
+          if (unless.poll() !== undefined) return Effect.succeed(false)
+          const gate = gateOf(wheel)
+          // one outcome per wait: the line's, or `unless`'s (the shared gate is left alone)
+          const outcome = new OneShot<boolean>()
+          gate.listen(() => outcome.done(reached))
+          unless.listen(() => outcome.done(cut))
+          return outcome.await
+        })
+      )
   }
 }

@@ -14,13 +14,14 @@ import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
-import type { InvalidInput, StoreError } from "../../StoreError.js"
+import { type InvalidInput, LockLost, type StoreError } from "../../StoreError.js"
 import type { Request } from "../lease.js"
 import type { Grant, Previous } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import * as Retry from "../retry.js"
 import { currentFineMillis, fineMillis, type Wheel } from "../timers.js"
 import { commitAndRelease, failAcks, modeOf, noTurn, orDefect, succeedAcks, warnHeld } from "./commit.js"
+import type { CommitLine } from "./commitLine.js"
 import { flushes, flushFailures, leasesBroken, leasesParked, leasesStarted } from "./metrics.js"
 import {
   type HoldState,
@@ -76,6 +77,9 @@ export const hold = (
       inProgress: undefined,
       served: carried === undefined ? 0 : 1,
       servedAt: Number.NEGATIVE_INFINITY,
+      // a lock handed over lives the hand-off timeout from its release, before the grant:
+      // nothing is known of it until its first extension (till then `claim` bars a renewal)
+      confirmedUntil: grant.handedOver === true ? grant.grantedAt : grant.grantedAt + env.lockMs,
       deadline:
         mode === "batch" && grant.contenders === 0
           ? Number.POSITIVE_INFINITY
@@ -154,6 +158,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
       inProgress: undefined,
       served: parked.served,
       servedAt: parked.servedAt,
+      confirmedUntil: parked.confirmedUntil,
       deadline: parked.deadline,
       writeMs: parked.writeMs,
       contended: false,
@@ -260,12 +265,16 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
 
 /**
  * Keeps the lock from expiring under a slow modification: an extension every third of
- * the lock expiration, from the worker's timers (a lease is shorter than the lock
- * expiration, so an idle lease extends at most twice; one held on, `renew`, goes on), on
- * the grid of `onGrid`. An extension that fails (the
- * store away for a moment) is tried again sooner, until one succeeds: only the store
- * saying the lock is no longer ours ends it. An extension still under way when it stops
- * is harmless: it extends only a lock this grant holds, and lock ids are unique.
+ * the lock expiration, from the worker's timers, on the grid of `onGrid`. A lease's hold
+ * time is shorter than the lock expiration, so an idle lease extends at most twice; one
+ * renewed (`renew`) goes on, and every extension the store confirms moves the hold's
+ * `confirmedUntil` (the extension's send time plus a lock expiration), within which alone
+ * a lease is renewed. An extension that fails (the store away for a moment) is tried again
+ * sooner, until one succeeds; the store saying the lock is no longer ours (it expired, or
+ * another worker took it after a failover lost it) ends the keep-alive and fails the hold
+ * (`failed`): it serves nothing more, and writes nothing. An extension still under way
+ * when it stops is harmless: it extends only a lock this grant holds, and lock ids are
+ * unique.
  *
  * The delays are `cadence`'s, a `Schedule`; its waits are entries of the worker's timers,
  * not a fiber sleeping beside every held lease, and its driver is made at the first
@@ -304,12 +313,18 @@ const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAliv
   let nextAt: number | undefined = Number.POSITIVE_INFINITY
   let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
+    const sentAt = fineMillis(state.clock)
     // the slices read under this lock, and the fence, live as long as it is held
     const extended = yield* Effect.result(
       store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
     )
-    // extended: the lock lives a full lock expiration, no longer the hand-off's
-    if (Result.isSuccess(extended) && extended.success) state.claim = undefined
+    if (Result.isSuccess(extended)) {
+      if (extended.success) {
+        // extended: the lock lives a full lock expiration from the send, no longer the hand-off's
+        state.claim = undefined
+        state.confirmedUntil = Math.max(state.confirmedUntil, sentAt + state.env.lockMs)
+      } else if (!stopped && state.failed === undefined) lost(state)
+    }
     retry ??= yield* Retry.driver(cadence(every, again))
     const delay = yield* retry.next(extended)
     nextAt = Number.POSITIVE_INFINITY
@@ -338,6 +353,12 @@ const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAliv
     },
     next: () => nextAt
   }
+}
+
+/** The store said the lock is no longer ours: the hold fails, and its serving loop is woken to end. */
+const lost = (state: HoldState) => {
+  state.failed = new LockLost({ token: state.token, lockId: state.lockId, holder: Option.none() })
+  notify(state.session)
 }
 
 /** `effect` with a keep-alive for as long as it runs. */
@@ -411,7 +432,11 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
         return env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
-      const written = state.mode === "lease" && !state.contended ? Effect.andThen(env.commitLine.next, write) : write
+      const line = env.commitLine
+      const written =
+        line === undefined || state.mode !== "lease" || state.contended
+          ? write
+          : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {
         onSuccess: () => {
           state.writeMs = fineMillis(clock) - started
@@ -436,6 +461,22 @@ const flush = (state: HoldState): Effect.Effect<boolean> =>
         })
       })
     })
+  )
+
+/**
+ * Wait for the commit line, unless the lease is contended meanwhile: a contender's notice
+ * (or the lock lost) ends the wait at once, so that contention still ends the lease within
+ * the quantum. Any other change (a modification queued here) is looked at and the wait
+ * goes on.
+ */
+const atLine = (state: HoldState, line: CommitLine): Effect.Effect<void> =>
+  Effect.flatMap(checkSignals(state), () =>
+    state.contended || state.failed !== undefined
+      ? Effect.void
+      : Effect.flatMap(
+          Effect.suspend(() => line.next(state.session.changed)),
+          (reached): Effect.Effect<void> => (reached ? Effect.void : atLine(state, line))
+        )
   )
 
 const serve = (state: HoldState, resumed: boolean) =>
@@ -473,7 +514,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       }
       // Past the deadline nothing more is served, however full the queue: a busy
       // local loop must not keep a remote waiter out. `finish` writes in one step.
-      if (state.served > 0 && now >= state.deadline && !renew(state, now)) return
+      if (state.served > 0 && now >= state.deadline && !(yield* renew(state, now))) return
       const request = nextRequest(state)
       if (request !== undefined && (mode === "lease" || mode === "batch") && !state.watching && state.served > 0) {
         yield* watchContention(state)
@@ -484,7 +525,7 @@ const serve = (state: HoldState, resumed: boolean) =>
         yield* serveFrom(state, request)
         continue
       }
-      if (now >= state.deadline && !renew(state, now)) return
+      if (now >= state.deadline && !(yield* renew(state, now))) return
       if (mode === "batch" || state.contended) {
         // Nothing queued here, and the modifications served wait for their write. Written
         // now under the grant kept, they are acknowledged, and their callers usually queue
@@ -536,18 +577,50 @@ const serve = (state: HoldState, resumed: boolean) =>
  * At its deadline, a lease that nobody contends and that served a modification in the last
  * half of its hold time is held for another `leaseHoldTime` instead of released: its
  * keep-alive goes on extending the lock. A release there would cost the token a write and a
- * hand-off, and its next modification a grant and a look for contenders, for nothing: no
- * other worker waits (a waiter's every attempt tells the holder, so a lost notice is
- * repeated, and contention still ends the lease within the quantum). A lease that served
- * nothing lately ends at its deadline as before: the worker keeps the tokens in use, not
- * every token it once served.
+ * hand-off, and its next modification a grant and a look for contenders, for nothing. A
+ * lease that served nothing lately ends at its deadline as before: the worker keeps the
+ * tokens in use, not every token it once served.
+ *
+ * The invariant of a lease: it serves only before its deadline, and its deadline is within
+ * its lock's life. The first is the grant's plus `leaseHoldTime`, less than
+ * `lockExpiration` (a lock handed over that lapsed before its first extension is taken back
+ * by its claim, or its writes fail). A renewed one is never past the lock's confirmed life
+ * less a margin (`confirmedUntil - marginOf`): a renewal is made only while the lock is
+ * known to be ours (no claim of a lock handed over pending, the grant or an extension the
+ * store confirmed recent enough), and its new deadline is cut at that bound, or it is not
+ * made. A lock lost without a notice (a failover that dropped it, a stall past its
+ * expiration) or extensions that fail (the store away) end a lease by then; the keep-alive's
+ * next extension, answered "not ours", ends it sooner.
+ *
+ * And only when no other worker is queued for the token, as the store says (one request
+ * per hold time of a busy lease): contention is told by notices, and a holder whose
+ * subscription is broken unseen would otherwise keep the lock for ever from a waiter whose
+ * every attempt it misses.
  */
-const renew = (state: HoldState, now: number): boolean => {
-  if (state.mode !== "lease" || state.contended || state.failed !== undefined) return false
-  if (now - state.servedAt > state.env.holdMs / 2) return false
-  state.deadline = now + state.env.holdMs
-  return true
+const renew = (state: HoldState, now: number): Effect.Effect<boolean> => {
+  const { env } = state
+  if (state.mode !== "lease" || state.contended || state.failed !== undefined || state.claim !== undefined) {
+    return Effect.succeed(false)
+  }
+  if (now - state.servedAt > env.holdMs / 2 || state.confirmedUntil - marginOf(env) <= now) return Effect.succeed(false)
+  return Effect.map(
+    Effect.orElseSucceed(env.store.queueLength(state.token, env.instanceId), () => 1),
+    (queued) => {
+      const at = fineMillis(state.clock)
+      const until = Math.min(at + env.holdMs, state.confirmedUntil - marginOf(env))
+      if (queued > 0 || state.failed !== undefined || until <= at) return false
+      state.deadline = until
+      return true
+    }
+  )
 }
+
+/**
+ * What a renewed lease keeps clear of its lock's confirmed life: the round trip of the
+ * reply that confirmed it (the grant's is counted from its reply), a modification under way
+ * at the deadline, the final write and release, and the clocks' drift.
+ */
+const marginOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 10))
 
 /**
  * After `parkMs` of one idle wait with nothing to do, a lease's serving loop is woken to
@@ -607,6 +680,7 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         state.deadline,
         state.served,
         state.servedAt,
+        state.confirmedUntil,
         state.writeMs,
         state.clock,
         wheel,

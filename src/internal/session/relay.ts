@@ -47,6 +47,12 @@ export interface HoldState {
    * `hold.ts`).
    */
   servedAt: number
+  /**
+   * Until when the lock is known to be this hold's (`fineMillis`): the grant's time plus a
+   * lock expiration, then the send time of the last extension the store confirmed plus a lock
+   * expiration. A lease is renewed only within it (`renew` in `hold.ts`).
+   */
+  confirmedUntil: number
   /** How long the last group commit took (ms): what a write now would add to the hold. */
   writeMs: number
   contended: boolean
@@ -114,6 +120,7 @@ export class ParkedLease implements Timer {
     readonly deadline: number,
     public served: number,
     public servedAt: number,
+    readonly confirmedUntil: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
     readonly wheel: Wheel,
@@ -244,14 +251,22 @@ const record = (state: HoldState, request: Request, outcome: Outcome, now: numbe
 }
 
 /**
- * A modification that writes nothing, acknowledged: at once, or, when the hold owes writes
- * it may have read (not yet acknowledged), with them, by the group commit that makes them.
+ * A modification that writes nothing, acknowledged: at once, or, when it read a slice the
+ * hold owes a write of while writes wait for their acknowledgement, with them, by the group
+ * commit that makes them. `dirty` holds every write not yet made, those of `unacked` among
+ * them (a group commit takes both at once), so a modification that read none of its slices
+ * (`Lock.withLock` reads none) read nothing unacknowledged and does not wait.
  *
  * @internal
  */
 export const unwritten = (state: HoldState, request: Request) => {
-  if (state.unacked.length > 0) state.unacked.push(request)
+  if (state.unacked.length > 0 && readsDirty(state, request)) state.unacked.push(request)
   else request.ack.done(Exit.void)
+}
+
+const readsDirty = (state: HoldState, request: Request): boolean => {
+  for (const name of request.slices) if (state.dirty.has(name)) return true
+  return false
 }
 
 /**

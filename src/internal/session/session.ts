@@ -47,8 +47,8 @@ export interface SessionEnv {
   readonly warnMs: number
   /** Leased modifications are acknowledged once written (`leaseDurability: "batch"`). */
   readonly durable: boolean
-  /** What an uncontended lease's group commit waits for (`leaseCommitWindow`). */
-  readonly commitLine: CommitLine
+  /** What an uncontended lease's group commit waits for (`leaseCommitWindow`); `undefined` for nothing. */
+  readonly commitLine: CommitLine | undefined
   readonly oplock: boolean
   /**
    * How long an idle lease's hold waits for something to do before it parks: its fiber
