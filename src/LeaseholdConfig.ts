@@ -78,8 +78,8 @@ export interface Settings {
   /**
    * How long the group commit of an uncontended lease (`leaseDurability: "batch"`) may wait
    * for those of the worker's other leases: each waits for the next line of a grid of this
-   * period, and the commits that meet there leave in one pipelined write, at the cost of up
-   * to this much more latency per answer. Default 0: each commit leaves at once.
+   * period, and the commits that meet there leave together, back to back on the command
+   * connection, at the cost of up to this much more latency per answer. Default 0: each commit leaves at once.
    */
   readonly leaseCommitWindow: Duration.Duration
   /**

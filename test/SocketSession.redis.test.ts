@@ -2,24 +2,27 @@
  * The socket session's pure handler over a real redis-server, served in this process: a
  * burst decided in one step on the values this worker's last grant left is decided again
  * when the store refuses that step; what the refused run made of its events is never an
- * answer.
+ * answer. A burst that read the writes of a group commit that then fails answers its
+ * duplicates and frames over a gap of unknown outcome: those writes may never be stored.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as RedisStore from "leasehold/RedisStore"
+import type * as StateManager from "leasehold/StateManager"
 import { Store } from "leasehold/Store"
 import { makeKeys } from "../src/internal/keys.js"
-import { answers, connect, pureSession, serveWorker } from "./session/support.js"
+import { answers, Counter, connect, pureSession, serveWorker, serveWorkerWith, session } from "./session/support.js"
 import * as Logs from "./support/logs.js"
 import * as RedisServer from "./support/RedisServer.js"
 
-/** A Redis store for the workers of a test, the oplock off: a modification may be made in one step. */
-const sharedStore = (server: RedisServer.RedisServer) =>
+/** A Redis store for the workers of a test, the oplock off (a modification may be made in one step) unless `input` says. */
+const sharedStore = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
-    const settings = LeaseholdConfig.layer({ oplock: false, retryJitter: false, commandTimeout: "2 seconds" })
+    const settings = LeaseholdConfig.layer({ oplock: false, retryJitter: false, commandTimeout: "2 seconds", ...input })
     const context = yield* Layer.build(RedisStore.layerAt({ url: server.url }).pipe(Layer.provideMerge(settings)))
     return Context.pick(Store, LeaseholdConfig.LeaseholdConfig)(context)
   })
@@ -68,4 +71,71 @@ describe("SocketSession on Redis, a pure handler", () => {
       )
     }).pipe(Effect.scoped)
   )
+})
+
+/**
+ * A modification of the token through the worker's `StateManager` that writes nothing and
+ * keeps its turn `ms`: the modifications queued behind it are served together once it ends.
+ * Done once its turn has begun.
+ */
+const turnHeld = (states: StateManager.StateManager.Service, token: string, ms: number) =>
+  Effect.gen(function* () {
+    const entered = yield* Deferred.make<void>()
+    yield* Effect.forkScoped(
+      states.modifyEffect(token, Counter, (counter) =>
+        Effect.andThen(Deferred.succeed(entered, undefined), Effect.as(Effect.sleep(ms), [null, counter] as const))
+      )
+    )
+    yield* Deferred.await(entered)
+  })
+
+describe("SocketSession on Redis, a lease's group commit lost", () => {
+  for (const [name, served] of [
+    ["an effectful handler", session],
+    ["a pure handler", pureSession]
+  ] as const) {
+    it.live(`${name}: a duplicate and a gap read from writes never stored are answered unknown`, () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        const shared = yield* sharedStore(server, { oplock: true, leaseDurability: "batch", retryDelayInitial: 50 })
+        const { port, states } = yield* serveWorkerWith(shared, {}, served)
+        const keys = makeKeys("leasehold")
+        const id = clientId("lost")
+        const old = yield* connect(port, { client: id })
+        const token = old.token
+        old.send({ type: "bump", by: 1, seq: 1 })
+        yield* old.waitFor((f) => f.seq === 1)
+        // the worker's lease busy: seq 2 waits behind a turn, then a second turn waits behind it
+        yield* turnHeld(states, token, 300)
+        old.send({ type: "bump", by: 1, seq: 2 })
+        yield* old.flush
+        yield* Effect.sleep("50 millis")
+        // seq 2 served from memory, its group commit owed until the queue is empty
+        yield* turnHeld(states, token, 500)
+        // the same page reconnects (its old socket closed) and sends seq 2 again, and seq 4
+        const page = yield* connect(port, { token, client: id })
+        page.send({ type: "bump", by: 1, seq: 2 })
+        page.send({ type: "bump", by: 1, seq: 4 })
+        yield* page.flush
+        // the lock taken from under the lease: the group commit of seq 2 fails
+        yield* Effect.orDie(server.command("SET", keys.lock(token), "another-holder"))
+        yield* page.waitFor((f) => f.seq === 4)
+        const answered = page.frames.filter((f) => f.seq !== undefined)
+        const message = answered[0]?.message
+        // not `duplicate` (seq 2 was never stored: the page would not send it again), nor
+        // `resend` from 3 (the page would skip seq 2): of unknown outcome, sent again as they were
+        assert.deepStrictEqual(answered, [
+          { type: "error", message, seq: 2, applied: "unknown" },
+          { type: "error", message, seq: 4, applied: "unknown" }
+        ])
+        const stored = yield* Effect.orDie(server.command("GET", keys.slice(token, "counter")))
+        assert.deepStrictEqual(JSON.parse(String(stored)), { n: 1, v: 1 })
+        // sent again once the lock is free, seq 2 is applied
+        yield* Effect.orDie(server.command("DEL", keys.lock(token)))
+        page.send({ type: "bump", by: 1, seq: 2 })
+        const applied = yield* page.waitFor((f) => f.type === "update" && f.seq === 2)
+        assert.deepStrictEqual(applied, { type: "update", n: 2, v: 2, seq: 2 })
+      }).pipe(Effect.scoped)
+    )
+  }
 })

@@ -103,6 +103,14 @@ export const serveWorker = (
   server: Partial<SocketSession.HttpServerOptions> = {},
   served: typeof session | typeof pureSession = session
 ): Effect.Effect<number, unknown, Scope.Scope> =>
+  Effect.map(serveWorkerWith(shared, server, served), ({ port }) => port)
+
+/** `serveWorker`, with the worker's services: its `StateManager` is the one the session's events go through. */
+export const serveWorkerWith = (
+  shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
+  server: Partial<SocketSession.HttpServerOptions> = {},
+  served: typeof session | typeof pureSession = session
+) =>
   Effect.gen(function* () {
     const app = HttpRouter.serve(SocketSession.route(served), { disableLogger: true, disableListenLog: true }).pipe(
       Layer.provideMerge(SocketSession.layer(served, Worker.layer)),
@@ -112,7 +120,7 @@ export const serveWorker = (
     const context = yield* Layer.build(app)
     const address = Context.get(context, HttpServer.HttpServer).address
     if (!("port" in address)) return yield* Effect.die(new Error("not a TCP address"))
-    return address.port
+    return { port: address.port, states: Context.get(context, StateManager.StateManager) }
   })
 
 export interface Frame {

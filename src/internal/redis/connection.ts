@@ -155,12 +155,6 @@ export type ConnectionRole = "command" | "subscriber" | "blocking" | "acknowledg
  * - `maxRetriesPerRequest: 0` rejects the commands in flight as soon as the connection
  *   drops, instead of leaving them to the command timeout.
  * - A short reconnect delay, forever: operations work again right after Redis returns.
- * - The command connection pipelines by itself (`enableAutoPipelining`): the commands
- *   issued in one turn of the event loop (the group commits and extensions of many tokens'
- *   leases) leave in one write, and Redis reads them in one read and answers them in one
- *   write; each is still its own command, with its own reply and its own outcome. Redis
- *   spends per request what it spends on each script: about half its CPU time for a group
- *   commit sent alone.
  * - No automatic resubscription: the store fails its subscription streams when the
  *   subscriber connection drops, and callers subscribe again
  *   (docs/design.md#no-lost-wake-up, #supervised-loops).
@@ -179,7 +173,6 @@ export const connectionOptions = (
   autoResubscribe: false,
   maxRetriesPerRequest: 0,
   retryStrategy: (attempt) => Math.min(50 * attempt, 250),
-  enableAutoPipelining: role === "command",
   connectionName: `leasehold:${role}`
 })
 

@@ -2,8 +2,8 @@
  * The commit line of a worker's leases (`leaseCommitWindow`): the group commit of an
  * uncontended lease waits for the next line of a grid of the window's period, where the
  * commits of the worker's other leases meet it. They leave in the same turn of the event
- * loop, so the command connection sends them in one pipelined write; Redis reads and answers
- * them in one go instead of one request each. One entry of a wheel per line, shared by every
+ * loop, back to back on the command connection, so that Redis reads and answers them
+ * together rather than one request at a time. One entry of a wheel per line, shared by every
  * commit waiting for it; the line is kept per wheel (one per `Clock`), so that a lease on a
  * test clock and one on the live clock never meet at a line of the other's time.
  *

@@ -290,8 +290,8 @@ const everyOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 3
 /**
  * When an extension due at `due` is made: at the grid line of a tenth of the extension
  * period at or before it, if that is still to come. The extensions of the many leases a worker
- * holds then come due in the same turn of its timers and leave in one pipelined write,
- * instead of one round trip each at scattered times; made earlier, never later, than due.
+ * holds then come due in the same turn of its timers and leave back to back, instead of
+ * one round trip each at scattered times; made earlier, never later, than due.
  */
 const onGrid = (every: number, now: number, due: number): number => {
   if (due === Number.POSITIVE_INFINITY) return due

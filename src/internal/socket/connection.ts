@@ -159,7 +159,7 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
 
     /**
      * What the last run of the modification's function made of each event, and the values it
-     * read: when the write fails after it, each frame is answered by what it was.
+     * read: when the write fails after it, each frame's answer comes from them (`answerFailed`).
      */
     interface Judged {
       readonly outcomes: ReadonlyArray<Outcome<U>>
@@ -256,11 +256,16 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
     }
 
     /**
-     * The answer to a frame of a batch whose write failed. A frame that was not to be written
-     * (a duplicate, a resend, a forgotten client) is answered as it would have been; the
-     * others, with the write's outcome. Before the function ran (or after a run that counted
-     * for nothing, its step refused), nothing is known of them: a frame with `seq` may then be
-     * a duplicate, whose event was applied.
+     * The answer to a frame of a batch whose write failed. Before the function ran (or after a
+     * run that counted for nothing, its step refused), nothing is known of the frames: one with
+     * `seq` may be a duplicate, whose event was applied. After it, the events to be written are
+     * answered with the write's outcome. A duplicate or a frame over a gap was judged on the
+     * values read, which may hold writes not yet acknowledged (a lease's group commit still
+     * owed): when the store failed or did not acknowledge, those may be lost with it, and the
+     * frame's event with them, so it is of unknown outcome too (the client resends it with its
+     * `seq`). A value the modification refused itself (over `maxValueBytes`, or one its
+     * slice cannot encode) leaves it answered as it would have been. A forgotten client is
+     * told so: it takes its unanswered events as of unknown outcome anyway.
      */
     const answerFailed = (
       outcome: Outcome<U> | undefined,
@@ -268,18 +273,20 @@ const framesHandler = <Ev, EvI, U, UI, S extends Record<string, StateManager.Sli
       seq: number | undefined,
       cause: Cause.Cause<unknown>
     ): Effect.Effect<void> => {
+      const applied = outcome === undefined ? "unknown" : appliedAfter(cause)
       switch (outcome?._tag) {
         case "Duplicate":
+          if (applied === "unknown") break
           // the state as read: the batch's earlier events were not written with it
           return answer({ _tag: "Duplicate", state: definition.view(attempt!.before) }, seq)
         case "Resend":
+          if (applied === "unknown") break
           // from the last applied as read: the batch's events before it may not have been written
           return answer({ _tag: "Resend", from: Math.min(outcome.from, attempt!.last + 1) }, seq)
         case "Forgotten":
           return answer(outcome, seq)
       }
       const message = messageOf(Option.getOrElse(Cause.findErrorOption(cause), () => Cause.pretty(cause)))
-      const applied = outcome === undefined ? "unknown" : appliedAfter(cause)
       return registry.send(
         connection,
         seq === undefined ? { type: "error", message } : { type: "error", message, seq, applied }
