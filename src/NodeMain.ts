@@ -129,7 +129,10 @@ const runWithDeadline = (timeout: Duration.Duration) =>
     }
     for (const signal of signals) process.on(signal, onSignal)
     fiber.addObserver((exit) => {
-      for (const signal of signals) process.off(signal, onSignal)
+      // After a signal the listeners stay until the process exits: a later signal (npm
+      // forwarding the same Ctrl-C) arriving before the teardown calls `process.exit` would
+      // otherwise meet Node's default handler and end the process by that signal.
+      if (signalled === undefined) for (const signal of signals) process.off(signal, onSignal)
       if (deadline !== undefined) clearTimeout(deadline)
       teardown(exit, (code) => {
         if (signalled !== undefined || code !== 0) process.exit(code)
