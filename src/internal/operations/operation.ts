@@ -15,7 +15,7 @@
 import { type AcknowledgedError, type InvalidInput, type StoreError, StoreRefused } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import type { Space } from "../memory/space.js"
-import { type Dialect, define, type Input, type Script } from "../redis/script.js"
+import { define, type Input, type Script, type ScriptSpec } from "../redis/script.js"
 
 /** What a call's keys and arguments are made of besides the operation's own arguments. @internal */
 export interface Env {
@@ -71,14 +71,8 @@ export const unexpectedReply = (operation: string, reply: unknown): StoreRefused
 export type AnyOperation = Operation<any, any, any, AcknowledgedError, any, any, any>
 
 /** The spec of `describe`: the script's parts, then the rest of the operation. */
-interface Spec<K extends string, A extends string, Args, Reply, Out, I extends InvalidInput> {
-  readonly name: string
-  readonly keys: ReadonlyArray<K>
-  readonly args: ReadonlyArray<A>
-  readonly restKeys?: string
-  readonly restArgs?: string
-  readonly body: (dialect: Dialect) => string
-  readonly decode: (reply: unknown) => Reply | undefined
+interface Spec<K extends string, A extends string, Args, Reply, Out, I extends InvalidInput>
+  extends ScriptSpec<K, A, Reply> {
   readonly input: (env: Env, args: Args) => Input<K, A>
   readonly memory: (space: Space, now: number, args: Args) => Reply
   readonly read?: (reply: Reply, args: Args, lockMs: number) => Out | StoreRefused

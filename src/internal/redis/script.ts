@@ -50,13 +50,12 @@ export interface Script<K extends string, A extends string, R> {
 export type AnyScript = Script<any, any, unknown>
 
 /**
- * Define a script. The Lua opens with one `local <name> = KEYS[i]` / `ARGV[i]` per name, in
- * the order given, and with the tables `restKeys` / `restArgs` when named; `body` uses those
- * names only. Names are Lua identifiers.
+ * What a script is made of: its name, the names of its keys and arguments (and of the rest,
+ * when it takes any number more), its body in a dialect, and how its reply is decoded.
  *
  * @internal
  */
-export const define = <const K extends string, const A extends string, R>(spec: {
+export interface ScriptSpec<K extends string, A extends string, R> {
   readonly name: string
   readonly keys: ReadonlyArray<K>
   readonly args: ReadonlyArray<A>
@@ -64,7 +63,18 @@ export const define = <const K extends string, const A extends string, R>(spec: 
   readonly restArgs?: string
   readonly body: (dialect: Dialect) => string
   readonly decode: (reply: unknown) => R | undefined
-}): Script<K, A, R> => {
+}
+
+/**
+ * Define a script. The Lua opens with one `local <name> = KEYS[i]` / `ARGV[i]` per name, in
+ * the order given, and with the tables `restKeys` / `restArgs` when named; `body` uses those
+ * names only. Names are Lua identifiers.
+ *
+ * @internal
+ */
+export const define = <const K extends string, const A extends string, R>(
+  spec: ScriptSpec<K, A, R>
+): Script<K, A, R> => {
   const header = [
     ...spec.keys.map((name, i) => `local ${name} = KEYS[${i + 1}]`),
     ...(spec.restKeys === undefined ? [] : [`local ${spec.restKeys} = {unpack(KEYS, ${spec.keys.length + 1})}`]),
