@@ -100,15 +100,8 @@ export const describe = <
   spec: Spec<K, A, Args, Reply, Out, I>
 ): Operation<Args, Reply, Out, StoreError, I, K, A> => ({
   name: spec.name,
-  script: define({
-    name: scriptName(spec.name),
-    keys: spec.keys,
-    args: spec.args,
-    ...(spec.restKeys === undefined ? {} : { restKeys: spec.restKeys }),
-    ...(spec.restArgs === undefined ? {} : { restArgs: spec.restArgs }),
-    body: spec.body,
-    decode: spec.decode
-  }),
+  // the spec is the script's spec too (`ScriptSpec`), under the operation's prefixed name
+  script: define({ ...spec, name: scriptName(spec.name) }),
   input: spec.input,
   memory: spec.memory,
   read: spec.read ?? same,
