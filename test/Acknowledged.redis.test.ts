@@ -10,21 +10,14 @@ import * as Exit from "effect/Exit"
 import { make } from "../src/internal/redis/acknowledged.js"
 import { parseEndpoint } from "../src/internal/redis/connection.js"
 import * as Health from "../src/internal/redis/health.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
-import * as RedisServer from "./support/RedisServer.js"
+import { replicated } from "./support/replica.js"
 
 describe("acknowledged steps", () => {
   it.live(
     "a reply its reader throws on fails its own step with the defect; the next steps are acknowledged",
     () =>
       Effect.gen(function* () {
-        const primary = yield* RedisServer.start()
-        const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(primary.port)] })
-        yield* eventuallyTrue(
-          "the replica linked to the primary",
-          20_000,
-          Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
-        )
+        const { primary, replica } = yield* replicated
         const endpoint = parseEndpoint(primary.url)!
         const health = yield* Health.make(endpoint)
         const acknowledged = yield* make(

@@ -16,7 +16,6 @@ import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Scope from "effect/Scope"
-import { Redis } from "ioredis"
 import { makeKeys } from "../src/internal/keys.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
@@ -28,45 +27,12 @@ import { storeSuite } from "./conformance/storeSuite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
 import * as RedisServer from "./support/RedisServer.js"
+import { caughtUp, replicated, startReplica } from "./support/replica.js"
 
 const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
 
-/**
- * Wait until the replica has acknowledged everything the primary has written: a write and a
- * `WAIT` on one connection (a `WAIT` waits for the writes of its own connection, and this
- * one's write comes after every write before it). The primary asks the replica for its
- * offset at once, where a replica left alone reports it once a second; one just synced is
- * sent nothing until its first report.
- */
-const caughtUp = (primary: RedisServer.RedisServer) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => new Redis({ host: "127.0.0.1", port: primary.port, maxRetriesPerRequest: 0 })),
-    (connection) =>
-      Effect.gen(function* () {
-        const replies = yield* Effect.promise(() =>
-          connection.pipeline().set("harness:ack-probe", "1").del("harness:ack-probe").wait(1, 10_000).exec()
-        )
-        const [error, acknowledged] = replies?.[2] ?? [new Error("no reply"), 0]
-        assert.isNull(error)
-        assert.strictEqual(acknowledged, 1, "the replica did not catch up within 10 s")
-      }),
-    (connection) => Effect.sync(() => connection.disconnect())
-  )
-
 /** The replica acknowledges writes (a write, then its acknowledgement). */
 const acknowledging = caughtUp
-
-const replicated = Effect.gen(function* () {
-  const primary = yield* RedisServer.start()
-  const replica = yield* RedisServer.start({ extraArgs: ["--replicaof", "127.0.0.1", String(primary.port)] })
-  yield* eventuallyTrue(
-    "the replica linked to the primary",
-    20_000,
-    Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
-  )
-  yield* acknowledging(primary)
-  return { primary, replica }
-})
 
 /** The counter as a server holds it (0 when missing). */
 const counterOn = (server: RedisServer.RedisServer, key: string) =>
@@ -196,14 +162,7 @@ describe("RedisStore with minReplicasAck", () => {
         const { primary } = yield* replicated
         // A replica that takes writes stands for a primary a failover has just demoted: the
         // step is written, and its WAIT is refused ("cannot be used with replica instances").
-        const demoted = yield* RedisServer.start({
-          extraArgs: ["--replicaof", "127.0.0.1", String(primary.port), "--replica-read-only", "no"]
-        })
-        yield* eventuallyTrue(
-          "the demoted server linked to the primary",
-          20_000,
-          Effect.map(Effect.orDie(demoted.info("replication")), (info) => info.master_link_status === "up")
-        )
+        const demoted = yield* startReplica(primary, ["--replica-read-only", "no"])
         const cluster = yield* redisWorkersAt(demoted, { minReplicasAck: 1, replicaAckTimeout: 1_000 })
         const result = yield* Effect.result(cluster.store.tryAcquire("tok", "lock-1", []))
         assert.isTrue(Result.isFailure(result), "acknowledged on a replica")
