@@ -1,7 +1,8 @@
 /**
  * Notices lost for real on Redis, and how a worker recovers them: a `Granted` notice
- * claimed at the waiter's next re-check, a `Contended` notice whose lease ends when the
- * holder's subscription is back, and a waiter that re-checks when its subscription is back.
+ * claimed at the waiter's next re-check, a `Contended` notice whose lease ends at the
+ * waiter's next re-check (which tells the holder again) or when the holder's subscription is
+ * back, and a waiter that re-checks when its subscription is back.
  * One body for a single server and a Cluster.
  *
  * A notice is lost the way Redis loses one: it is published while its worker's subscriber
@@ -210,6 +211,32 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
       yield* doneBy("b's modification, by its re-check", second, released, 3_000)
       assert.strictEqual(yield* stored(deployment, token), 11)
       assert.strictEqual(yield* subscribers(deployment, b, token), 0, "b heard nothing meanwhile")
+    }))
+
+  test("a lost Contended: the lease of a holder cut off from its notices at the contention ends within one re-check interval (2 s) and 1 s, not at its hold time (120 s)", (deployment) =>
+    Effect.gen(function* () {
+      // b re-checks every 2 s (half the hand-off timeout): the bound is one interval and 1 s
+      const input = { oplock: true, lockExpiration: 300_000, handoffTimeout: 4_000, leaseHoldTime: 120_000 }
+      const a = yield* makeWorker(deployment, input)
+      const b = yield* makeWorker(deployment, input)
+      yield* Effect.orDie(a.states.modify(token, Counter, (s) => [null, { n: s.n + 1 }]))
+      assert.isTrue(a.lease.isLeased(token))
+      yield* listening(deployment, a, token)
+      const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
+      yield* deafen(deployment, a, token)
+      const contended = yield* Clock.currentTimeMillis
+      const second = yield* Effect.forkChild(addTen(b, token))
+      // b's attempts, each a Contended notice to a, published while a cannot hear them
+      yield* attemptsOf(monitor, b, 2)
+      yield* listening(deployment, b, token)
+      assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
+      // a may subscribe again at once: its lease ends when it hears b's next attempt (b's
+      // re-check) or asks the store on its return, whichever is first; a notice that
+      // nobody recovers keeps the lease for its 120 s hold time
+      yield* hear(deployment, a)
+      yield* doneBy("b's modification, after a's lease ended", second, contended, 3_000)
+      assert.isFalse(a.lease.isLeased(token))
+      assert.strictEqual(yield* stored(deployment, token), 11)
     }))
 
   test("a lost Contended: the lease of a holder cut off from its notices at the contention ends once its subscription is back, not at the waiter's re-check (30 s) or the hold time (120 s)", (deployment) =>
