@@ -10,7 +10,7 @@ import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
 import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
-import { Counter, holding, Other, redisCluster } from "./state/workers.js"
+import { Counter, holding, Other, redisCluster, type Worker } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
 import type * as RedisServer from "./support/RedisServer.js"
@@ -380,4 +380,100 @@ describe("a modification that writes nothing under a lease", () => {
       }),
     30_000
   )
+})
+
+describe("a modification whose own value is refused, under a lease", () => {
+  type RedisCluster = Effect.Success<ReturnType<typeof redisCluster>>
+  /** A value the counter's schema cannot encode: the modification fails with `InvalidSliceValue`. */
+  const unencodable = { n: "not a number" } as unknown as { readonly n: number }
+  const refusals = {
+    modify: (w: Worker) => w.states.modify("t", Counter, (s) => [s.n, unencodable]),
+    modifyEffect: (w: Worker) => w.states.modifyEffect("t", Counter, (s) => Effect.succeed([s.n, unencodable] as const))
+  }
+
+  /**
+   * A write queued on the lease, then a modification that reads it and whose own value is
+   * refused, both behind a modification in progress; `meanwhile` runs while they wait, then
+   * the three are served from memory and the write is committed.
+   */
+  const refusedAfterWrite = (
+    refuse: (w: Worker) => Effect.Effect<number, unknown>,
+    meanwhile: (cluster: RedisCluster) => Effect.Effect<void>
+  ) =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster({
+        oplock: true,
+        leaseDurability: "batch",
+        // no deadline and no extension within the test: only the group commit finds the lock gone
+        leaseHoldTime: 20_000,
+        lockExpiration: 30_000,
+        lockWarningThreshold: 20_000
+      })
+      const w = yield* cluster.worker()
+      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+      assert.isTrue(w.lease.isLeased("t"))
+      const entered = yield* Deferred.make<void>()
+      const go = yield* Deferred.make<void>()
+      const first = yield* Effect.forkChild(
+        Effect.result(
+          w.states.modifyEffect("t", Counter, (s) =>
+            Deferred.succeed(entered, undefined).pipe(
+              Effect.andThen(Deferred.await(go)),
+              Effect.as([null, { n: s.n + 1 }] as const)
+            )
+          )
+        )
+      )
+      yield* Deferred.await(entered)
+      const written = yield* Effect.forkChild(
+        Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+      )
+      const refused = yield* Effect.forkChild(Effect.result(refuse(w)))
+      // the hold busy, neither reads the store: both are queued on the lease in their first steps
+      yield* Effect.sleep(200)
+      yield* meanwhile(cluster)
+      yield* Deferred.succeed(go, undefined)
+      const refusedResult = yield* within("the refused modification", 10_000, Fiber.join(refused))
+      // whether the write it read was committed when the refusal was reported
+      const writtenThen = Option.fromNullishOr(written.pollUnsafe())
+      const [firstResult, writtenResult] = yield* within(
+        "the two writes",
+        10_000,
+        Effect.all([Fiber.join(first), Fiber.join(written)])
+      )
+      return { cluster, firstResult, writtenResult, refusedResult, writtenThen }
+    })
+
+  const tagOf = (result: Result.Result<unknown, unknown>) =>
+    Result.isFailure(result) ? (result.failure as { _tag: string })._tag : "succeeded"
+
+  for (const [name, refuse] of Object.entries(refusals)) {
+    it.live(
+      `${name}: it is refused only once the writes it read are acknowledged`,
+      () =>
+        Effect.gen(function* () {
+          const run = yield* refusedAfterWrite(refuse, () => Effect.void)
+          assert.strictEqual(tagOf(run.refusedResult), "InvalidSliceValue")
+          assert.isTrue(Option.isSome(run.writtenThen), "the write it read was acknowledged before the refusal")
+          assert.strictEqual(tagOf(run.writtenResult), "succeeded")
+          assert.strictEqual(yield* run.cluster.stored("t"), 3)
+        }),
+      30_000
+    )
+
+    it.live(
+      `${name}: when the writes it read are lost, it fails as they do (its outcome rests on values never stored)`,
+      () =>
+        Effect.gen(function* () {
+          // the lock taken from under the lease: its next group commit fails
+          const run = yield* refusedAfterWrite(refuse, (cluster) =>
+            Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
+          )
+          assert.isTrue(Result.isFailure(run.writtenResult), `written ${JSON.stringify(run.writtenResult)}`)
+          assert.strictEqual(tagOf(run.refusedResult), tagOf(run.writtenResult))
+          assert.strictEqual(yield* run.cluster.stored("t"), 1)
+        }),
+      30_000
+    )
+  }
 })

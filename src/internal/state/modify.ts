@@ -6,6 +6,8 @@
  *
  * @internal
  */
+
+import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -162,7 +164,15 @@ export const run = <B, E, R>(
             : abortExit
         )
         if (Option.isSome(own)) yield* lease.complete(token, request)
-        if (Exit.isFailure(decided)) return yield* Effect.failCause(decided.cause)
+        if (Exit.isFailure(decided)) {
+          // refused after reading writes of the session not yet acknowledged: its outcome
+          // rests on them, so it is reported with them, and fails as they do if they are lost
+          if (Option.isNone(own) && !Cause.hasInterruptsOnly(decided.cause) && !ackedNow(request)) {
+            const acked = yield* Effect.exit(request.ack.await)
+            if (Exit.isFailure(acked)) return yield* Effect.failCause(acked.cause)
+          }
+          return yield* Effect.failCause(decided.cause)
+        }
         // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
         if (decided.value.writes.length > 0) yield* request.ack.await
         else if (Option.isNone(own) && !ackedNow(request)) yield* request.ack.await
@@ -287,9 +297,9 @@ const viaSession = <B>(
   const decideNow = (turn: Lease.Turn): Lease.Outcome => {
     const writes = decision.on(currentOf(slices, turn))
     const decided = decision.exit!
-    // one that writes nothing is acknowledged too: with the writes it read, if not yet acknowledged
-    if (writes.length === 0 && Exit.isFailure(decided)) result.done(decided)
-    else request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
+    // one that writes nothing, refused or not, is acknowledged too: with the writes it read,
+    // if not yet acknowledged, and fails as they do if they are lost
+    request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
     return writes.length === 0 ? abortOutcome : { _tag: "Commit", writes }
   }
   const request = newRequest(slices, options, decideNow)
