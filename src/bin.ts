@@ -115,7 +115,7 @@ const inspect = Command.make("inspect").pipe(
 
 const leasehold = Command.make("leasehold").pipe(Command.withSubcommands([inspect]))
 
-Command.run(leasehold, { version: "0.1.0" }).pipe(
+Command.run(leasehold, { version: "0.2.0" }).pipe(
   Effect.tap(() =>
     Effect.sync(() => {
       process.exitCode = exitCode
