@@ -72,7 +72,7 @@ const withStore = <A>(
         })
       )
     )
-    return yield* effect.pipe(Effect.provide(RedisStore.layer.pipe(Layer.provide(config))))
+    return yield* effect.pipe(Effect.provide(RedisStore.layerFromSettings.pipe(Layer.provide(config))))
   }).pipe(
     Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
