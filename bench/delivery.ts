@@ -51,7 +51,7 @@ const workers = (url: string, onDeliver: (probe: Probe) => void) =>
     const worker = (deliver: (probe: Probe) => void) =>
       Layer.build(
         Worker.layer({ schema: Probe, deliver: (_token, probe) => Effect.sync(() => deliver(probe)) }).pipe(
-          Layer.provide(RedisStore.layerAt({ url })),
+          Layer.provide(RedisStore.layer({ url })),
           Layer.provide(config)
         )
       )

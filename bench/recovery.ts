@@ -41,7 +41,7 @@ const measure = (outageS: number) =>
       const worker = Signals.layer.pipe(
         Layer.provideMerge(Supervisor.layer),
         Layer.provideMerge(
-          Layer.mergeAll(RedisStore.layerAt({ url: server.url }), Health.layer, InstanceId.layerFixed(WORKER_ID))
+          Layer.mergeAll(RedisStore.layer({ url: server.url }), Health.layer, InstanceId.layerFixed(WORKER_ID))
         ),
         Layer.provideMerge(LeaseholdConfig.layer({ retryJitter: true }))
       )

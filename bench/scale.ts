@@ -76,7 +76,7 @@ const sharedStore = (
 ): Effect.Effect<Shared, unknown, Scope.Scope> =>
   kind === "memory"
     ? Layer.build(MemoryStore.layer.pipe(Layer.provideMerge(config(input))))
-    : Layer.build(RedisStore.layerAt({ url }).pipe(Layer.provideMerge(config(input))))
+    : Layer.build(RedisStore.layer({ url }).pipe(Layer.provideMerge(config(input))))
 
 /**
  * One worker over the shared store, with its own configuration. On Redis every worker has
@@ -88,7 +88,7 @@ const stateWorker = (kind: "memory" | "redis", url: string, shared: Shared, inpu
     Layer.build(
       kind === "memory"
         ? Layer.fresh(Worker.layerState).pipe(Layer.provide(Layer.merge(Layer.succeedContext(shared), config(input))))
-        : Worker.layerState.pipe(Layer.provide(RedisStore.layerAt({ url })), Layer.provide(config(input)))
+        : Worker.layerState.pipe(Layer.provide(RedisStore.layer({ url })), Layer.provide(config(input)))
     ),
     (context) => Context.get(context, StateManager.StateManager)
   )
@@ -248,7 +248,7 @@ const fullWorker = (url: string, input: LeaseholdConfig.Input) =>
   Effect.map(
     Layer.build(
       Worker.layer({ schema: Update, deliver: () => Effect.void }).pipe(
-        Layer.provide(RedisStore.layerAt({ url })),
+        Layer.provide(RedisStore.layer({ url })),
         Layer.provide(config(input))
       )
     ),

@@ -53,7 +53,7 @@ const main = Effect.scoped(
     const server = yield* RedisServer.start()
     return yield* Effect.promise(async () => {
       const runtime = ManagedRuntime.make(
-        RedisStore.layerAt({ url: server.url }).pipe(
+        RedisStore.layer({ url: server.url }).pipe(
           Layer.provideMerge(LeaseholdConfig.layer({ lockExpiration: 600_000, lockWarningThreshold: 300_000 })),
           Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error"))
         )

@@ -54,7 +54,7 @@ import { Store } from "./Store.js"
 import type { StoreUnavailable } from "./StoreError.js"
 
 /**
- * Where the store connects, given in code (`layerAt`): a URL, or Sentinels. What is not
+ * Where the store connects, given in code (`layer`): a URL, or Sentinels. What is not
  * given here (the `cluster` flag, the master name) comes from `LeaseholdConfig`.
  *
  * @since 0.1.0
@@ -99,7 +99,7 @@ const fromSettings =
   (problem) =>
     new InvalidConfig(Environment.describe(settings, { ...problem, knob }))
 
-/** A value of `layerAt`'s options: named as the option. */
+/** A value of `layer`'s options: named as the option. */
 const fromOptions =
   (option: string): Say =>
   (problem) =>
@@ -252,18 +252,23 @@ export const make = (
  * The Redis store where `LeaseholdConfig` says: `redisSentinels` (with `redisSentinelName`),
  * else `redisUrl` (a Cluster's seed nodes with `redisCluster`); neither: `InvalidConfig`.
  * Building fails with `StoreUnavailable` when Redis cannot be reached within `connectTimeout`.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layer: Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> = Layer.effect(Store, make())
-
-/**
- * The Redis store at a URL or behind Sentinels given in code; its other settings (timeouts,
- * key prefix, and the `cluster` flag or master name when not given) from `LeaseholdConfig`.
+ * For a target given in code, `layer(options)`.
  *
  * @since 0.2.0
  * @category layers
  */
-export const layerAt = (options: Options): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
+export const layerFromSettings: Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> = Layer.effect(
+  Store,
+  make()
+)
+
+/**
+ * The Redis store at a URL or behind Sentinels given in code; its other settings (timeouts,
+ * key prefix, and the `cluster` flag or master name when not given) from `LeaseholdConfig`.
+ * Where `LeaseholdConfig` names the target too, `layerFromSettings`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (options: Options): Layer.Layer<Store, StoreUnavailable | InvalidConfig, LeaseholdConfig> =>
   Layer.effect(Store, make(options))

@@ -20,7 +20,7 @@
  * (one server, a Cluster, or behind Sentinels) when `LEASEHOLD_REDIS_URL` or
  * `LEASEHOLD_REDIS_SENTINELS` is set, else the embedded store (keeping its state in
  * `LEASEHOLD_DATA_DIR` when that is set). `layer` runs over a store and settings you provide
- * (`MemoryStore.layer`, `RedisStore.layerAt({ url })`, `LeaseholdConfig.layer({ ... })`).
+ * (`MemoryStore.layer`, `RedisStore.layer({ url })`, `LeaseholdConfig.layer({ ... })`).
  *
  * Building the layer twice gives two independent workers with distinct instance ids: the
  * worker layers are `Layer.fresh`, so two `Effect.provide` of one layer value build two
@@ -132,7 +132,7 @@ export const layerStore: Layer.Layer<
       Store,
       LeaseholdConfig.InvalidConfig | DataDirError | StoreUnavailable,
       LeaseholdConfig.LeaseholdConfig
-    > => (LeaseholdConfig.usesRedis(settings) ? RedisStore.layer : memoryStore)
+    > => (LeaseholdConfig.usesRedis(settings) ? RedisStore.layerFromSettings : memoryStore)
   )
 )
 

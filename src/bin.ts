@@ -72,7 +72,7 @@ const withStore = <A>(
         })
       )
     )
-    return yield* effect.pipe(Effect.provide(RedisStore.layer.pipe(Layer.provide(config))))
+    return yield* effect.pipe(Effect.provide(RedisStore.layerFromSettings.pipe(Layer.provide(config))))
   }).pipe(
     Effect.catch((error: unknown) => {
       const tagged = error as { readonly _tag?: string; readonly message?: string; readonly knob?: string }
@@ -115,7 +115,7 @@ const inspect = Command.make("inspect").pipe(
 
 const leasehold = Command.make("leasehold").pipe(Command.withSubcommands([inspect]))
 
-Command.run(leasehold, { version: "0.1.0" }).pipe(
+Command.run(leasehold, { version: "0.2.0" }).pipe(
   Effect.tap(() =>
     Effect.sync(() => {
       process.exitCode = exitCode

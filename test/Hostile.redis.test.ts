@@ -423,7 +423,7 @@ describe("credentials", () => {
         const logs = capture()
         const error = yield* Effect.flip(
           Layer.build(
-            RedisStore.layerAt({ url: bad }).pipe(
+            RedisStore.layer({ url: bad }).pipe(
               Layer.provide(LeaseholdConfig.layer({ connectTimeout: 1_000, commandTimeout: 1_000 }))
             )
           ).pipe(Effect.provide(logs.layer), Effect.scoped)
@@ -434,7 +434,7 @@ describe("credentials", () => {
       // a URL without a host: an InvalidConfig that does not echo it
       const invalid = yield* Effect.flip(
         Layer.build(
-          RedisStore.layerAt({ url: `redis://:${encoded}@` }).pipe(Layer.provide(LeaseholdConfig.layer({})))
+          RedisStore.layer({ url: `redis://:${encoded}@` }).pipe(Layer.provide(LeaseholdConfig.layer({})))
         ).pipe(Effect.scoped)
       )
       messages.push(invalid.message, JSON.stringify(invalid))
@@ -479,7 +479,7 @@ describe("credentials", () => {
         if (!tls) {
           const error = yield* Effect.flip(
             Layer.build(
-              RedisStore.layerAt({ url: `rediss://:${encoded}@127.0.0.1:1` }).pipe(
+              RedisStore.layer({ url: `rediss://:${encoded}@127.0.0.1:1` }).pipe(
                 Layer.provide(LeaseholdConfig.layer({ connectTimeout: 500, commandTimeout: 500 }))
               )
             ).pipe(Effect.provide(logs.layer), Effect.scoped)
@@ -506,7 +506,7 @@ describe("credentials", () => {
 
         // the self-signed certificate is not trusted: the store cannot be built, and says so without the password
         const untrusted = yield* Effect.flip(
-          Layer.build(RedisStore.layerAt({ url }).pipe(Layer.provide(config))).pipe(
+          Layer.build(RedisStore.layer({ url }).pipe(Layer.provide(config))).pipe(
             Effect.provide(logs.layer),
             Effect.scoped
           )

@@ -300,7 +300,7 @@ describe("LeaseholdConfig", () => {
       // refused before any connection is opened (nothing listens on this port)
       const cluster = yield* Effect.flip(
         Layer.build(
-          RedisStore.layerAt({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
+          RedisStore.layer({ url: "redis://127.0.0.1:1", cluster: true }).pipe(
             Layer.provide(LeaseholdConfig.layer({ minReplicasAck: 2 }))
           )
         ).pipe(Effect.scoped)
@@ -428,7 +428,7 @@ describe("LeaseholdConfig", () => {
     Effect.gen(function* () {
       const refused = (env: Record<string, string>) =>
         Effect.flip(
-          Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(
+          Layer.build(RedisStore.layerFromSettings.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(
             Effect.scoped,
             Effect.provideService(
               ConfigProvider.ConfigProvider,
@@ -468,7 +468,7 @@ describe("LeaseholdConfig", () => {
             Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
           )
         )
-      const unset = yield* build(RedisStore.layer, {})
+      const unset = yield* build(RedisStore.layerFromSettings, {})
       assert.strictEqual(
         unset.message,
         "invalid configuration: LEASEHOLD_REDIS_URL=(unset) must be set to use the Redis store"
@@ -485,13 +485,13 @@ describe("LeaseholdConfig", () => {
       )
       // from code, the options as given
       const fromCode = yield* Effect.flip(
-        Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layer({})))).pipe(Effect.scoped)
+        Layer.build(RedisStore.layerFromSettings.pipe(Layer.provide(LeaseholdConfig.layer({})))).pipe(Effect.scoped)
       )
       assert.strictEqual(
         fromCode.message,
         "invalid configuration: redisUrl = (unset) must be set to use the Redis store"
       )
-      // layerAt: its options by their names; what it takes from the settings, in their terms
+      // layer(options): its options by their names; what it takes from the settings, in their terms
       const at = <A, E>(store: Layer.Layer<A, E, LeaseholdConfig.LeaseholdConfig>, env?: Record<string, string>) =>
         Effect.flip(
           Layer.build(
@@ -502,19 +502,19 @@ describe("LeaseholdConfig", () => {
           )
         )
       assert.strictEqual(
-        (yield* at(RedisStore.layerAt({ url: "redis://" }))).message,
+        (yield* at(RedisStore.layer({ url: "redis://" }))).message,
         "invalid configuration: url = <redacted> must be a redis:// or rediss:// URL with a host"
       )
       assert.strictEqual(
-        (yield* at(RedisStore.layerAt({ sentinels: "not a list", sentinelName: "m" }))).message,
+        (yield* at(RedisStore.layer({ sentinels: "not a list", sentinelName: "m" }))).message,
         "invalid configuration: sentinels = <redacted> must be host:port[,host:port...] or a redis:// or rediss:// URL listing them, with an optional database number"
       )
       assert.strictEqual(
-        (yield* at(RedisStore.layerAt({ sentinels: "127.0.0.1:1" }))).message,
+        (yield* at(RedisStore.layer({ sentinels: "127.0.0.1:1" }))).message,
         "invalid configuration: redisSentinelName = (unset) must name the master the Sentinels monitor"
       )
       assert.strictEqual(
-        (yield* at(RedisStore.layerAt({ sentinels: "127.0.0.1:1" }), {})).message,
+        (yield* at(RedisStore.layer({ sentinels: "127.0.0.1:1" }), {})).message,
         "invalid configuration: LEASEHOLD_REDIS_SENTINEL_NAME=(unset) must name the master the Sentinels monitor"
       )
     })

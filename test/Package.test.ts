@@ -7,8 +7,12 @@
  * CHANGELOG, and nothing of the tests, benchmarks or examples.
  *
  * It packs with `npm pack` (which builds `dist/`) and installs from the npm registry.
+ *
+ * And one version throughout: package.json's, package-lock.json's, the command's
+ * `--version`, the CHANGELOG's newest entry, and no `@since` in src/ beyond it.
  */
 import { execFile, spawn } from "node:child_process"
+import * as fsSync from "node:fs"
 import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -167,4 +171,52 @@ describe("the packed library in a fresh Effect 4 application", () => {
       }),
     300_000
   )
+})
+
+/** `major.minor.patch` as numbers, for comparison. */
+const semver = (version: string): readonly [number, number, number] => {
+  const match = /^(\d+)\.(\d+)\.(\d+)$/.exec(version)
+  if (match === null) throw new Error(`not a version: ${version}`)
+  return [Number(match[1]), Number(match[2]), Number(match[3])]
+}
+
+const atMost = (version: string, bound: string): boolean => {
+  const [a, b] = [semver(version), semver(bound)]
+  for (let i = 0; i < 3; i++) {
+    if (a[i]! !== b[i]!) return a[i]! < b[i]!
+  }
+  return true
+}
+
+/** Every `.ts` file under a directory. */
+const sources = (dir: string): ReadonlyArray<string> =>
+  fsSync
+    .readdirSync(path.join(root, dir), { recursive: true, encoding: "utf8" })
+    .filter((file) => file.endsWith(".ts"))
+    .map((file) => path.join(dir, file))
+
+describe("the package's version", () => {
+  const read = (file: string) => fsSync.readFileSync(path.join(root, file), "utf8")
+  const version: string = JSON.parse(read("package.json")).version
+
+  it("package-lock.json, the command's --version and the CHANGELOG's newest entry name package.json's", () => {
+    const lock = JSON.parse(read("package-lock.json"))
+    assert.strictEqual(lock.version, version, "package-lock.json's version")
+    assert.strictEqual(lock.packages[""].version, version, "package-lock.json's root package")
+    assert.include(read("src/bin.ts"), `version: "${version}"`, "src/bin.ts: the command's --version")
+    const newest = /^## (\S+)/m.exec(read("CHANGELOG.md"))?.[1]
+    assert.strictEqual(newest, version, "the CHANGELOG's newest entry")
+  })
+
+  it("no @since in src/ names a version after package.json's", () => {
+    const tags = sources("src").flatMap((file) =>
+      [...read(file).matchAll(/@since\s+(\S+)/g)].map((match) => ({ file, since: match[1]! }))
+    )
+    assert.isAbove(tags.length, 100, "the @since tags were found")
+    assert.deepStrictEqual(
+      tags.filter((tag) => !atMost(tag.since, version)),
+      [],
+      `@since after ${version}`
+    )
+  })
 })

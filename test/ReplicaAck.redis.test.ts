@@ -399,7 +399,7 @@ const acknowledgedRedis: Backend = {
           // as long as the suite's short lock allows: a loaded machine's replica may take 150 ms
           replicaAckTimeout: LOCK_EXPIRATION_MS - 10
         })
-        const context = yield* Layer.build(RedisStore.layerAt({ url: primary.url }).pipe(Layer.provide(config))).pipe(
+        const context = yield* Layer.build(RedisStore.layer({ url: primary.url }).pipe(Layer.provide(config))).pipe(
           Effect.orDie
         )
         const fixture: Fixture = {

@@ -99,7 +99,7 @@ describe.skipIf(!tls)(
           const started = performance.now()
           const error = yield* Effect.flip(
             Layer.build(
-              RedisStore.layerAt({ sentinels: url, sentinelName: sentinel.name }).pipe(
+              RedisStore.layer({ sentinels: url, sentinelName: sentinel.name }).pipe(
                 Layer.provide(LeaseholdConfig.layer({ connectTimeout, commandTimeout: 1_000, keyPrefix: "untrusted" }))
               )
             ).pipe(Effect.provide(logs.layer), Effect.scoped)

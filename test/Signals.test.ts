@@ -340,7 +340,7 @@ describe("Signals on RedisStore", () => {
     connectTimeout: 1_000
   })
   const redis = (server: RedisServer.RedisServer) =>
-    RedisStore.layerAt({ url: server.url }).pipe(Layer.provideMerge(config))
+    RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(config))
   // on a single server, the one notice channel of the worker, shared by every token
   const channel = makeKeys("leasehold").workerNotices(ME)
 
@@ -468,7 +468,7 @@ describe("Signals on RedisStore", () => {
       const server = yield* RedisServer.start()
       const admin = yield* adminClient(server)
       const scope = yield* Scope.make()
-      const slow = RedisStore.layerAt({ url: server.url }).pipe(
+      const slow = RedisStore.layer({ url: server.url }).pipe(
         Layer.provideMerge(
           LeaseholdConfig.layer({ retryJitter: false, retryDelayInitial: "30 seconds", commandTimeout: 300 })
         )

@@ -23,7 +23,7 @@ import * as RedisServer from "./support/RedisServer.js"
 const sharedStore = (server: RedisServer.RedisServer, input: LeaseholdConfig.Input = {}) =>
   Effect.gen(function* () {
     const settings = LeaseholdConfig.layer({ oplock: false, retryJitter: false, commandTimeout: "2 seconds", ...input })
-    const context = yield* Layer.build(RedisStore.layerAt({ url: server.url }).pipe(Layer.provideMerge(settings)))
+    const context = yield* Layer.build(RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(settings)))
     return Context.pick(Store, LeaseholdConfig.LeaseholdConfig)(context)
   })
 

@@ -103,7 +103,7 @@ const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
   })
 
 const buildStore = (cluster: RedisCluster.RedisCluster, keyPrefix: string) =>
-  Layer.build(RedisStore.layerAt({ url: cluster.url, cluster: true }).pipe(Layer.provide(config(keyPrefix)))).pipe(
+  Layer.build(RedisStore.layer({ url: cluster.url, cluster: true }).pipe(Layer.provide(config(keyPrefix)))).pipe(
     Effect.orDie,
     Effect.map((context) => Context.get(context, Store))
   )
@@ -427,7 +427,9 @@ describe("RedisStore cluster configuration", () => {
   it.live("LEASEHOLD_REDIS_CLUSTER makes the URL a list of seed nodes", () =>
     Effect.gen(function* () {
       const cluster = yield* sharedCluster
-      const store = yield* Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(
+      const store = yield* Layer.build(
+        RedisStore.layerFromSettings.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))
+      ).pipe(
         fromEnv({
           LEASEHOLD_REDIS_URL: cluster.url,
           LEASEHOLD_REDIS_CLUSTER: "true",
@@ -446,7 +448,7 @@ describe("RedisStore cluster configuration", () => {
     Effect.gen(function* () {
       const error = yield* failsWith(
         Layer.build(
-          RedisStore.layerAt({ url: "redis://:s3cret-pw@127.0.0.1:1,127.0.0.1:2/3", cluster: true }).pipe(
+          RedisStore.layer({ url: "redis://:s3cret-pw@127.0.0.1:1,127.0.0.1:2/3", cluster: true }).pipe(
             Layer.provide(LeaseholdConfig.layer({}))
           )
         ).pipe(Effect.scoped),
@@ -462,7 +464,7 @@ describe("RedisStore cluster configuration", () => {
       const ports = [yield* Effect.promise(RedisServer.freePort), yield* Effect.promise(RedisServer.freePort)]
       const error = yield* failsWith(
         Layer.build(
-          RedisStore.layerAt({
+          RedisStore.layer({
             url: `redis://user:s3cret-pw@127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}`,
             cluster: true
           }).pipe(Layer.provide(LeaseholdConfig.layer({ connectTimeout: 500, commandTimeout: 500 })))

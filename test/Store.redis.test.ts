@@ -44,7 +44,7 @@ const redis: Backend = {
           commandTimeout: COMMAND_TIMEOUT_MS,
           connectTimeout: COMMAND_TIMEOUT_MS
         })
-        const context = yield* Layer.build(RedisStore.layerAt({ url: server.url }).pipe(Layer.provide(config))).pipe(
+        const context = yield* Layer.build(RedisStore.layer({ url: server.url }).pipe(Layer.provide(config))).pipe(
           Effect.orDie
         )
         const fixture: Fixture = {
@@ -73,7 +73,7 @@ describe("Store conformance: RedisStore", () => {
 
 const buildStore = (server: RedisServer.RedisServer) =>
   Layer.build(
-    RedisStore.layerAt({ url: server.url }).pipe(
+    RedisStore.layer({ url: server.url }).pipe(
       Layer.provide(
         LeaseholdConfig.layer({
           keyPrefix: "flags",

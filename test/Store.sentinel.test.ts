@@ -97,7 +97,7 @@ const config = (keyPrefix: string, input: LeaseholdConfig.Input = {}) =>
 
 const buildStore = (sentinel: RedisSentinel.RedisSentinel, keyPrefix: string) =>
   Layer.build(
-    RedisStore.layerAt({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
+    RedisStore.layer({ sentinels: sentinel.addresses, sentinelName: sentinel.name }).pipe(
       Layer.provide(config(keyPrefix))
     )
   ).pipe(
@@ -334,7 +334,7 @@ describe("RedisStore Sentinel configuration", () => {
   const fromEnv = (env: Record<string, string>) =>
     Effect.provideService(ConfigProvider.ConfigProvider, ConfigProvider.fromEnv({ env }))
   const buildFromEnv = (env: Record<string, string>) =>
-    Layer.build(RedisStore.layer.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(fromEnv(env))
+    Layer.build(RedisStore.layerFromSettings.pipe(Layer.provide(LeaseholdConfig.layerFromEnv))).pipe(fromEnv(env))
 
   it.live("LEASEHOLD_REDIS_SENTINELS and LEASEHOLD_REDIS_SENTINEL_NAME find the primary", () =>
     Effect.gen(function* () {
@@ -410,7 +410,7 @@ describe("RedisStore Sentinel configuration", () => {
         const started = performance.now()
         const error = yield* failsWith(
           Layer.build(
-            RedisStore.layerAt({
+            RedisStore.layer({
               sentinels: `redis://user:s3cret-pw@127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}`,
               sentinelName: "leasehold"
             }).pipe(Layer.provide(LeaseholdConfig.layer({ connectTimeout: 500, commandTimeout: 500 })))

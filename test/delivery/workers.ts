@@ -136,7 +136,7 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
   Effect.gen(function* () {
     const logs = capture()
     const config = configWith({ commandTimeout: 1_000, ...input })
-    const shared = yield* Layer.build(RedisStore.layerAt(target).pipe(Layer.provideMerge(config))).pipe(
+    const shared = yield* Layer.build(RedisStore.layer(target).pipe(Layer.provideMerge(config))).pipe(
       Effect.provide(logs.layer),
       Effect.orDie
     )
@@ -144,7 +144,7 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
       const { received, workerOptions } = recorder(options)
       return build(
         Worker.layer(workerOptions).pipe(
-          Layer.provide(RedisStore.layerAt(options.url === undefined ? target : { url: options.url })),
+          Layer.provide(RedisStore.layer(options.url === undefined ? target : { url: options.url })),
           Layer.provide(config)
         ) as Layer.Layer<Worker.Services, unknown, never>,
         received,

@@ -76,7 +76,7 @@ const makeWorker = (deployment: Deployment, input: LeaseholdConfig.Input) =>
     const user = `lost-${process.pid}-${++users}`
     yield* onEveryNode(deployment, "ACL", "SETUSER", user, "on", `>${PASSWORD}`, "~*", "&*", "+@all")
     const layer = WorkerLayers.layerState.pipe(
-      Layer.provideMerge(RedisStore.layerAt({ url: deployment.urlFor(user, PASSWORD), cluster: deployment.cluster })),
+      Layer.provideMerge(RedisStore.layer({ url: deployment.urlFor(user, PASSWORD), cluster: deployment.cluster })),
       Layer.provideMerge(
         LeaseholdConfig.layer({
           keyPrefix: deployment.keyPrefix,

@@ -343,7 +343,7 @@ const redisWorkers = (
   target: RedisStore.Options,
   input: LeaseholdConfig.Input,
   parts: Omit<BackendParts<never>, "workerStore">
-) => makeCluster(RedisStore.layerAt(target), input, { ...parts, workerStore: RedisStore.layerAt(target) })
+) => makeCluster(RedisStore.layer(target), input, { ...parts, workerStore: RedisStore.layer(target) })
 
 /** Workers each with its own RedisStore against a fresh redis-server. */
 export const redisCluster = (input: LeaseholdConfig.Input = {}) =>

@@ -218,7 +218,7 @@ export const redisCluster = (input: LeaseholdConfig.Input = {}, options: Cluster
     const server = yield* RedisServer.start(
       options.refuseEvents === true ? { extraArgs: ["--rename-command", "CONFIG", ""] } : undefined
     )
-    const store = RedisStore.layerAt({ url: server.url })
+    const store = RedisStore.layer({ url: server.url })
     const shared = yield* Layer.build(
       store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 5_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
@@ -299,7 +299,7 @@ export const onRedisCluster = (
         })
       )
     }
-    const store = RedisStore.layerAt({ url: nodes.url, cluster: true })
+    const store = RedisStore.layer({ url: nodes.url, cluster: true })
     const shared = yield* Layer.build(
       store.pipe(Layer.provideMerge(configWith({ commandTimeout: 1_000, connectTimeout: 5_000, ...input })))
     ).pipe(Effect.provide(logs.layer), Effect.orDie)
