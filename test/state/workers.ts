@@ -41,6 +41,8 @@ export interface Worker {
   readonly lease: Lease.Lease.Service
   readonly lock: Lock.Lock.Service
   readonly health: Health.Health.Service
+  /** The worker's own store (on Redis its own connections; on memory the one all share). */
+  readonly store: Store.Service
   /** Close this worker (flushes its leases, releases its locks). */
   readonly close: Effect.Effect<void>
 }
@@ -273,7 +275,7 @@ const makeCluster = <R, E>(
       Effect.gen(function* () {
         const layer =
           parts.workerStore === undefined
-            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared)))
+            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provideMerge(Layer.succeedContext(shared)))
             : Layer.fresh(WorkerLayers.layerState.pipe(Layer.provideMerge(parts.workerStore))).pipe(
                 Layer.provide(Layer.succeedContext(Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)))
               )
@@ -284,6 +286,7 @@ const makeCluster = <R, E>(
           lease: Context.get(built, Lease.Lease),
           lock: Context.get(built, Lock.Lock),
           health: Context.get(built, Health.Health),
+          store: Context.get(built, Store),
           close
         } satisfies Worker
       })
