@@ -19,6 +19,7 @@ import { redisWorkersOn, update } from "./delivery/workers.js"
 import { Counter, holding, redisSentinelWorkers, type Worker } from "./state/workers.js"
 import * as RedisSentinel from "./support/RedisSentinel.js"
 import * as RedisServer from "./support/RedisServer.js"
+import { settle } from "./support/testClock.js"
 
 const deployments = RedisSentinel.shared()
 afterAll(deployments.close, 60_000)
@@ -47,6 +48,14 @@ const healthy = (workers: ReadonlyArray<{ readonly health: { readonly healthy: E
  * for a replica's acknowledgement (a `WAIT` blocked on the primary), and frozen again right
  * after the acknowledgement, before the primary is SIGKILLed.
  */
+/** One turn of the event loop. */
+const macrotask = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+/** Turns of the fibers and of the event loop: what this process has to do without I/O, it has done. */
+const processTurns = Effect.forEach(Array.from({ length: 10 }), () => Effect.andThen(settle, macrotask), {
+  discard: true
+})
+
 const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
   Effect.gen(function* () {
     const sentinel = yield* deployments.get
@@ -88,8 +97,12 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
       )
     )
     // A commit acknowledged on its own reply, its WAIT sent after it but not awaited, is
-    // acknowledged within a moment of that WAIT: look again well after it
-    yield* Effect.sleep("250 millis")
+    // acknowledged within a moment of that WAIT: look again once that moment is over. The
+    // server sent the commit's reply before the WAIT blocked, so before it answers this
+    // round trip of another connection: the reply is in this process when it returns, and
+    // what follows of it here needs no I/O, only the fibers' turns.
+    yield* sentinel.blockedInWait(primary)
+    yield* processTurns
     const waited =
       waiting &&
       Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(modification.pollUnsafe()))) &&

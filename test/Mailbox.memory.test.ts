@@ -30,7 +30,7 @@ const memory: DeliveryBackend = {
     it.effect(name, () =>
       Effect.gen(function* () {
         const fx = yield* memoryWorkers()
-        yield* fx.logged(body(fx, { until, settle }))
+        yield* fx.logged(body(fx, { until }))
       })
     )
 }

@@ -5,7 +5,7 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
-import { redisWorkers, update } from "./delivery/workers.js"
+import { handled, redisWorkers, update } from "./delivery/workers.js"
 import { atLevels, type LogLine } from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
 import * as TcpProxy from "./support/proxy.js"
@@ -31,7 +31,7 @@ const redis: DeliveryBackend = {
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         const fx = yield* redisWorkers(server.url)
-        yield* fx.logged(body(fx, { until: (label, check) => until(label, check), settle: Effect.sleep(200) }))
+        yield* fx.logged(body(fx, { until: (label, check) => until(label, check) }))
       })
     )
 }
@@ -122,6 +122,8 @@ describe("delivery through Redis outages", () => {
         yield* proxy.cut
         for (let i = 1; i <= 20; i++) {
           assert.strictEqual(yield* b.mailbox.send("token1", update(i)), "sent")
+          // Not a wait for something to happen: the outage lasting 10 s, the sends spread over
+          // it, is the scenario (A's reader failing again and again meanwhile).
           yield* Effect.sleep(500)
         }
         assert.strictEqual(a.received.length, 0)
@@ -130,7 +132,8 @@ describe("delivery through Redis outages", () => {
           "A receives all",
           Effect.sync(() => a.received.length >= 20)
         )
-        yield* Effect.sleep(300)
+        // whatever A would deliver more (a copy), it has by now
+        yield* handled(fx.store, until, [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           Array.from({ length: 20 }, (_, i) => i + 1)
@@ -151,6 +154,8 @@ describe("delivery through Redis outages", () => {
         yield* server.pause
         for (let i = 1; i <= 20; i++) {
           assert.strictEqual(yield* b.mailbox.send("token1", update(i)), "buffered")
+          // Not a wait for something to happen: the outage lasting 10 s, the sends spread over
+          // it, is the scenario (the outbox keeping them all meanwhile).
           yield* Effect.sleep(500)
         }
         assert.strictEqual(yield* b.mailbox.buffered, 20)
@@ -159,12 +164,17 @@ describe("delivery through Redis outages", () => {
           "A receives all",
           Effect.sync(() => a.received.length >= 20)
         )
-        yield* Effect.sleep(300)
+        // whatever A would deliver more (a copy), it has by now
+        yield* handled(fx.store, until, [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           Array.from({ length: 20 }, (_, i) => i + 1)
         )
-        assert.strictEqual(yield* b.mailbox.buffered, 0)
+        // the outbox lets an update go once its append is answered, which A may read first
+        yield* until(
+          "B's outbox is empty",
+          Effect.map(b.mailbox.buffered, (n) => n === 0)
+        )
       }),
     40_000
   )
@@ -191,9 +201,14 @@ describe("delivery across a restart that lost the store's data", () => {
         // The owner stays away until the end: the restarted server has no record of its socket.
         yield* proxy.cut
         yield* server.stop
-        yield* Effect.sleep(200)
-        const during = yield* Effect.forkChild(b.mailbox.send("token1", update(2)))
-        yield* Effect.sleep(300)
+        yield* until(
+          "B's connection is down",
+          Effect.map(b.store.status, (status) => !status.ready)
+        )
+        // Started at once, the send runs to its wait for the connection (nothing before it
+        // waits for anything) before the restart begins.
+        const during = yield* Effect.forkChild(b.mailbox.send("token1", update(2)), { startImmediately: true })
+        assert.isUndefined(during.pollUnsafe(), "the send waits for the connection")
         yield* server.restart
         // Answered by the restarted server, which has no record yet: kept, not dropped.
         assert.strictEqual(yield* Fiber.join(during), "buffered")
@@ -204,12 +219,17 @@ describe("delivery across a restart that lost the store's data", () => {
           "A receives all",
           Effect.sync(() => a.received.length >= 3)
         )
-        yield* Effect.sleep(300)
+        // whatever A would deliver more (a copy), it has by now
+        yield* handled(fx.store, until, [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           [1, 2, 3]
         )
-        assert.strictEqual(yield* b.mailbox.buffered, 0)
+        // the outbox lets an update go once its append is answered, which A may read first
+        yield* until(
+          "B's outbox is empty",
+          Effect.map(b.mailbox.buffered, (n) => n === 0)
+        )
       }),
     30_000
   )
@@ -230,23 +250,24 @@ describe("round trips of a send", () => {
         Effect.sync(() => a.received.length === 1)
       )
       const m = yield* Monitor.monitor(server)
-      yield* Effect.sleep(50)
-      const before = m.commands.length
+      // what was sent before the send is before this index
+      const before = yield* Monitor.barrier(server, m)
       assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "sent")
       yield* until(
         "A receives the second",
         Effect.sync(() => a.received.length === 2)
       )
+      const after = yield* Monitor.barrier(server, m)
       // B's commands: the one script (its own GET and XADD run inside it)
       const scripts = m.commands
-        .slice(before)
+        .slice(before, after)
         .filter(
           (command) =>
             !command.fromScript && command.args[0] === "evalsha" && command.args[3] === "leasehold:{token1}:socket"
         )
       assert.strictEqual(scripts.length, 1)
       const direct = m.commands
-        .slice(before)
+        .slice(before, after)
         .filter((command) => !command.fromScript && command.args[0] === "get" && command.args[1]?.endsWith(":socket"))
       deepStrictEqual(direct, [])
       deepStrictEqual(

@@ -274,13 +274,20 @@ describe("interruptions while the store is away", () => {
         yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         yield* cluster.server.kill
         yield* eventuallyTrue(
-          "the connection knows",
+          "the worker's connection knows",
           5_000,
-          Effect.map(cluster.store.status, (status) => !status.ready)
+          Effect.map(w.store.status, (status) => !status.ready)
         )
-        // the first attempt waits (up to the command timeout) for the connection to return
-        const caller = yield* Effect.forkChild(w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]))
-        yield* Effect.sleep(100)
+        // The first attempt waits (up to the command timeout) for the connection to return:
+        // started at once, the caller runs to that wait (nothing before it waits for anything)
+        // before the fork returns.
+        const caller = yield* Effect.forkChild(
+          w.states.modify("t", Counter, (s) => [null, { n: s.n + 100 }]),
+          {
+            startImmediately: true
+          }
+        )
+        assert.isUndefined(caller.pollUnsafe(), "the first attempt waits for the connection")
         yield* Fiber.interrupt(caller)
         yield* cluster.server.restart
         // the same worker, the same token: nothing is left waiting for a session nobody serves
@@ -357,12 +364,16 @@ describe("a modification that writes nothing under a lease", () => {
           )
         )
         yield* Deferred.await(entered)
+        // The hold busy, neither reads the store: both are queued on the lease in their first
+        // steps, which, started at once, they have run (nothing before them waits for
+        // anything) when their forks return, in this order.
         const written = yield* Effect.forkChild(
-          Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+          Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])),
+          { startImmediately: true }
         )
-        const read = yield* Effect.forkChild(Effect.result(w.states.modify("t", Counter, (s) => [s.n, s])))
-        // the hold busy, neither reads the store: both are queued on the lease in their first steps
-        yield* Effect.sleep(200)
+        const read = yield* Effect.forkChild(Effect.result(w.states.modify("t", Counter, (s) => [s.n, s])), {
+          startImmediately: true
+        })
         // the lock taken from under the lease: its next group commit fails
         yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
         yield* Deferred.succeed(go, undefined)

@@ -73,8 +73,7 @@ const delivery: DeliveryBackend = {
           const cluster = yield* clusters.get
           const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix: `delivery${++testCount}` })
           yield* body(fx, {
-            until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check)),
-            settle: Effect.sleep(200)
+            until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
           })
         }),
       60_000

@@ -8,6 +8,7 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
@@ -17,7 +18,7 @@ import * as Mailbox from "../../src/Mailbox.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
-import { Store } from "../../src/Store.js"
+import { MailboxStart, Store } from "../../src/Store.js"
 import * as TokenManager from "../../src/TokenManager.js"
 import * as Worker from "../../src/Worker.js"
 import { capture } from "../support/logs.js"
@@ -46,6 +47,8 @@ export interface DeliveryWorker {
   readonly mailbox: Untyped.Sender
   readonly states: StateManager.StateManager.Service
   readonly health: Health.Health.Service
+  /** The worker's own store (on Redis its own connections; on memory the one all share). */
+  readonly store: Store.Service
   /** What reached this worker's sockets, in order. */
   readonly received: Array<readonly [token: string, update: Update]>
   readonly close: Effect.Effect<void>
@@ -60,7 +63,7 @@ export interface WorkerOptions {
 const configWith = (input: LeaseholdConfig.Input) => LeaseholdConfig.layer({ retryJitter: false, ...input })
 
 const build = (
-  layer: Layer.Layer<Worker.Services, unknown, never>,
+  layer: Layer.Layer<Worker.Services | Store, unknown, never>,
   received: Array<readonly [string, Update]>,
   logs: { readonly layer: Layer.Layer<never> }
 ) =>
@@ -72,6 +75,7 @@ const build = (
       mailbox: Untyped.sender(Context.get(built, Mailbox.Mailbox)),
       states: Context.get(built, StateManager.StateManager),
       health: Context.get(built, Health.Health),
+      store: Context.get(built, Store),
       received,
       close
     } satisfies DeliveryWorker
@@ -105,7 +109,7 @@ export const workerOver = (
 ) => {
   const { received, workerOptions } = recorder(options)
   return build(
-    Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provide(Layer.succeedContext(shared))),
+    Layer.fresh(Worker.layer(workerOptions)).pipe(Layer.provideMerge(Layer.succeedContext(shared))),
     received,
     logs
   )
@@ -144,12 +148,68 @@ export const redisWorkersOn = (target: RedisStore.Options, input: LeaseholdConfi
       const { received, workerOptions } = recorder(options)
       return build(
         Worker.layer(workerOptions).pipe(
-          Layer.provide(RedisStore.layer(options.url === undefined ? target : { url: options.url })),
+          Layer.provideMerge(RedisStore.layer(options.url === undefined ? target : { url: options.url })),
           Layer.provide(config)
-        ) as Layer.Layer<Worker.Services, unknown, never>,
+        ) as Layer.Layer<Worker.Services | Store, unknown, never>,
         received,
         logs
       )
     }
     return { logs: logs.lines, logged: logged(logs), store: Context.get(shared, Store), worker }
   })
+
+/**
+ * The payload of a barrier's entry: not JSON, so a reader skips it (a warning, and one
+ * update counted as dropped `undecodable`) and delivers nothing.
+ */
+const barrierPayload = "leasehold-test-barrier"
+
+/** A mailbox id (`<ms>-<seq>`) as a pair of numbers, to compare two. */
+const idParts = (id: string): readonly [number, number] => {
+  const [ms, seq] = id.split("-")
+  return [Number(ms), Number(seq ?? 0)]
+}
+
+const atOrAfter = (id: string, than: string) => {
+  const [ms, seq] = idParts(id)
+  const [thanMs, thanSeq] = idParts(than)
+  return ms > thanMs || (ms === thanMs && seq >= thanSeq)
+}
+
+/**
+ * A barrier in the workers' mailboxes: every entry appended to them before it has been
+ * handled (delivered, forwarded, or dropped) once it returns. For each worker in turn, an
+ * entry is appended behind the others, and the barrier waits until the worker's reader
+ * has recorded its cursor (which it does after the entries of each read are handled, in
+ * order) at that entry or past it. An entry a worker forwards is appended to the next
+ * worker's mailbox before its reader's cursor moves on: list the forwarding worker first.
+ * For "nothing (more) was delivered" without a sleep that guesses when.
+ */
+export const handled = (
+  store: Store.Service,
+  until: (label: string, check: Effect.Effect<boolean>) => Effect.Effect<void>,
+  workers: ReadonlyArray<{ readonly id: string }>
+): Effect.Effect<void> =>
+  Effect.forEach(
+    workers,
+    (worker) =>
+      Effect.gen(function* () {
+        const marker = yield* Effect.orDie(
+          store.mailboxAppend(worker.id, barrierPayload, { maxLen: 10_000, ttlMs: 60_000 })
+        )
+        yield* until(
+          `${worker.id} has handled its mailbox up to ${marker}`,
+          Effect.map(
+            Effect.orDie(store.mailboxCursor(worker.id)),
+            Option.match({ onNone: () => false, onSome: (cursor) => atOrAfter(cursor, marker) })
+          )
+        )
+      }),
+    { discard: true }
+  )
+
+/** The entries of a worker's mailbox, but for barriers' (`handled`), as stored. */
+export const mailboxEntries = (store: Store.Service, worker: { readonly id: string }) =>
+  Effect.map(Effect.orDie(store.mailboxRead(worker.id, MailboxStart, { count: 10_000 })), (entries) =>
+    entries.filter((entry) => entry.payload !== barrierPayload).map((entry) => entry.payload)
+  )

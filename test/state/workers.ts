@@ -5,7 +5,6 @@
  * client does not serialise their races, and a cut subscriber is each worker's own. The
  * test reads and writes through a store of its own.
  */
-import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -42,6 +41,8 @@ export interface Worker {
   readonly lease: Lease.Lease.Service
   readonly lock: Lock.Lock.Service
   readonly health: Health.Health.Service
+  /** The worker's own store (on Redis its own connections; on memory the one all share). */
+  readonly store: Store.Service
   /** Close this worker (flushes its leases, releases its locks). */
   readonly close: Effect.Effect<void>
 }
@@ -198,11 +199,13 @@ const pausedHandoffs = (
       const server = yield* serverFor(token)
       yield* afterAttemptOf(server, grantee)
       yield* Effect.orDie(server.command("CLIENT", "PAUSE", ms, "ALL"))
-      const over = (yield* Clock.currentTimeMillis) + ms + 100
-      yield* Effect.forkChild(Effect.ignore(release))
-      // the release is sent before anything the test does next makes a worker send
-      yield* Effect.sleep(100)
-      return Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.sleep(Math.max(0, over - now)))
+      // The release is sent before anything the test does next makes a worker send: started
+      // at once, it runs to its wait for the reply, its command written on its connection
+      // before the fork returns (nothing before the write waits for anything).
+      yield* Effect.forkChild(Effect.ignore(release), { startImmediately: true })
+      // A command on a connection of its own, sent after all that: answered once the pause
+      // is over and what waited behind it before has run.
+      return Effect.asVoid(Effect.orDie(server.commandWithTimeout(ms + 5_000, "PING")))
     })
   return {
     lateNotice: Option.none(),
@@ -218,7 +221,10 @@ const pausedHandoffs = (
           return yield* Effect.die(`claimHeld: a command timeout of ${commandTimeoutMs} ms is too short`)
         }
         const over = yield* pauseAndRelease(token, grantee, release, pauseMs)
-        // the grantee's re-check is sent by now, and waits
+        // Time the protocol needs, not a wait for something to settle: the grantee's re-check
+        // goes out on its own timer, a re-check interval after the attempt the pause began
+        // behind, and the paused server shows nothing of it (MONITOR sees a command when it
+        // runs). A re-check interval, and 600 ms more, and it has been sent, and waits.
         yield* Effect.sleep(recheckMs + 600)
         yield* during
         yield* over
@@ -269,7 +275,7 @@ const makeCluster = <R, E>(
       Effect.gen(function* () {
         const layer =
           parts.workerStore === undefined
-            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provide(Layer.succeedContext(shared)))
+            ? Layer.fresh(WorkerLayers.layerState).pipe(Layer.provideMerge(Layer.succeedContext(shared)))
             : Layer.fresh(WorkerLayers.layerState.pipe(Layer.provideMerge(parts.workerStore))).pipe(
                 Layer.provide(Layer.succeedContext(Context.pick(LeaseholdConfig.LeaseholdConfig)(shared)))
               )
@@ -280,6 +286,7 @@ const makeCluster = <R, E>(
           lease: Context.get(built, Lease.Lease),
           lock: Context.get(built, Lock.Lock),
           health: Context.get(built, Health.Health),
+          store: Context.get(built, Store),
           close
         } satisfies Worker
       })
