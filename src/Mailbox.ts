@@ -35,11 +35,10 @@ import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
 import * as Untyped from "./internal/mailbox/untyped.js"
 import { parseSafely } from "./internal/parse.js"
-import { Supervisor } from "./internal/supervisor.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { Store } from "./Store.js"
 import type { InvalidInstanceId, InvalidToken, StoreRefused } from "./StoreError.js"
-import { untilRecovered } from "./Supervisor.js"
+import { Supervisor, untilRecovered } from "./Supervisor.js"
 import { TokenManager } from "./TokenManager.js"
 
 /**

@@ -34,9 +34,14 @@
  */
 import { createServer } from "node:http"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import type * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import type * as Etag from "effect/http/Etag"
+import type * as HttpPlatform from "effect/http/HttpPlatform"
 import * as HttpRouter from "effect/http/HttpRouter"
+import type * as HttpServer from "effect/http/HttpServer"
+import type * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
@@ -165,12 +170,36 @@ export interface SocketSession<Ev, EvI, U, UI, S extends Record<string, StateMan
     never,
     | HttpServerRequest.HttpServerRequest
     | HttpServerRequest.ParsedSearchParams
-    | Upgrade.Upgrades
-    | Registry.Sockets
+    | Upgrades
+    | Sockets
     | TokenManager
     | StateManager.StateManager
     | R
   >
+}
+
+/**
+ * The sockets of a session's worker, as a service: `layer` provides it, and the session's
+ * route (`route`, `SocketSession.handler`) needs it, to link each socket and send it its
+ * updates. An app only composes it: it has nothing to call.
+ *
+ * @since 0.2.0
+ * @category tags
+ */
+export interface Sockets {
+  readonly "leasehold/SocketSession/Sockets": unique symbol
+}
+
+/**
+ * The WebSocket upgrader of a session's HTTP server, as a service: `layerHttpServer`
+ * provides it, and the session's route (`route`, `SocketSession.handler`) needs it, to
+ * complete each socket's upgrade itself. An app only composes it: it has nothing to call.
+ *
+ * @since 0.2.0
+ * @category tags
+ */
+export interface Upgrades {
+  readonly "leasehold/SocketSession/Upgrades": unique symbol
 }
 
 /**
@@ -305,7 +334,7 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
   session: SocketSession<Ev, EvI, U, UI, S, E, R>,
   worker: (options: Worker.Options<U, UI, never>) => Layer.Layer<ROut, E2, R2>
 ): Layer.Layer<
-  ROut | Registry.Sockets,
+  ROut | Sockets,
   E2 | LeaseholdConfig.InvalidConfig,
   R2 | Exclude<TokenManager | LeaseholdConfig.LeaseholdConfig, ROut>
 > =>
@@ -384,7 +413,12 @@ export interface HttpServerOptions extends NodeHttpServer.Options {
  * @since 0.2.0
  * @category layers
  */
-export const layerHttpServer = (options: HttpServerOptions) =>
+export const layerHttpServer = (
+  options: HttpServerOptions
+): Layer.Layer<
+  Upgrades | HttpServer.HttpServer | NodeServices.NodeServices | HttpPlatform.HttpPlatform | Etag.Generator,
+  HttpServerError.ServeError
+> =>
   Layer.unwrap(
     Effect.sync(() => {
       const {

@@ -18,19 +18,24 @@
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
+import type * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import type { InstanceId } from "./InstanceId.js"
 import * as Lease from "./internal/lease.js"
+import * as Signals from "./internal/signals.js"
 import * as SliceCodec from "./internal/state/codec.js"
-import { decodeOr } from "./internal/state/decode.js"
 import { jsonCodec } from "./internal/state/json.js"
-import { currentFence, type Env, run, runPure } from "./internal/state/modify.js"
-import { tokenProblem, validateToken } from "./internal/validate.js"
-import * as LeaseholdConfig from "./LeaseholdConfig.js"
+import * as Manager from "./internal/state/manager.js"
+import { currentFence } from "./internal/state/modify.js"
+import { tokenProblem } from "./internal/validate.js"
+import type * as LeaseholdConfig from "./LeaseholdConfig.js"
+import type { Lock } from "./Lock.js"
 import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
-import { Store } from "./Store.js"
+import type { Store } from "./Store.js"
 import type { AcknowledgedError, InvalidInput, InvalidSliceName, InvalidToken, StoreError } from "./StoreError.js"
+import type { Supervisor } from "./Supervisor.js"
 
 /**
  * One named, Schema-typed part of a token's state, with the value a token starts with.
@@ -170,97 +175,32 @@ export class StateManager extends Context.Service<StateManager, StateManager.Ser
 export const fence: Effect.Effect<Option.Option<number>> = currentFence
 
 /**
+ * A state manager with leases of its own, over the given `Lock` (whose `withLock` they
+ * serve): they are flushed, and their locks released, when its scope closes. A worker's
+ * layers (`Worker.layer`, `Worker.layerState`) build one for you.
+ *
  * @since 0.1.0
  * @category constructors
  */
-export const make = Effect.gen(function* () {
-  const store = yield* Store
-  const lease = yield* Lease.Lease
-  const { maxValueBytes } = yield* LeaseholdConfig.LeaseholdConfig
-  const env: Env = { lease, maxValueBytes }
-
-  const get = <A, I>(token: string, s: Slice<A, I>) =>
-    Effect.gen(function* () {
-      yield* validateToken(token)
-      const cached = lease.cached(token, s.name)
-      const raw = Option.isSome(cached)
-        ? cached.value
-        : ((yield* store.readSlices(token, [s.name]))[0] ?? Option.none())
-      return yield* decodeOr(token, s, raw)
-    })
-
-  const modifyEffect = <A, I, B, E, R>(
-    token: string,
-    s: Slice<A, I>,
-    f: (value: A) => Effect.Effect<readonly [B, A], E, R>,
-    options?: ModifyOptions
-  ) => run(env, token, [s], (values) => Effect.map(f(values[0] as A), ([b, next]) => [b, [next]] as const), options)
-
-  const modifyAll = <S extends Record<string, Slice<any, any>>, B, E, R>(
-    token: string,
-    record: S,
-    f: (values: Values<S>) => Effect.Effect<readonly [B, Values<S>], E, R>,
-    options?: ModifyOptions
-  ) => {
-    const keys = Object.keys(record)
-    return run(
-      env,
-      token,
-      keys.map((key) => record[key]!),
-      (values) =>
-        Effect.map(
-          f(Object.fromEntries(keys.map((key, i) => [key, values[i]])) as Values<S>),
-          ([b, next]) => [b, keys.map((key) => next[key])] as const
-        ),
-      options
-    )
-  }
-
-  const modifyAllPure = <S extends Record<string, Slice<any, any>>, B>(
-    token: string,
-    record: S,
-    f: (values: Values<S>) => readonly [B, Values<S>],
-    options?: ModifyOptions
-  ) => {
-    const keys = Object.keys(record)
-    return runPure(
-      env,
-      token,
-      keys.map((key) => record[key]!),
-      (values) => {
-        const named: Record<string, unknown> = {}
-        for (let i = 0; i < keys.length; i++) named[keys[i]!] = values[i]
-        const [b, next] = f(named as Values<S>)
-        return [b, keys.map((key) => next[key])] as const
-      },
-      options
-    )
-  }
-
-  return StateManager.of({
-    get,
-    modify: (token, s, f, options) =>
-      runPure(
-        env,
-        token,
-        [s],
-        (values) => {
-          const [b, next] = f(values[0] as any)
-          return [b, [next]] as const
-        },
-        options
-      ),
-    modifyEffect,
-    modifyAll,
-    modifyAllPure
-  })
-})
+export const make: Effect.Effect<
+  StateManager.Service,
+  never,
+  Scope.Scope | Store | Lock | InstanceId | Supervisor | LeaseholdConfig.LeaseholdConfig
+> = Effect.flatMap(
+  // fresh: leases of this manager's own, never another built in the same layer graph
+  Layer.build(Layer.fresh(Lease.layer.pipe(Layer.provide(Signals.layer)))),
+  (leases) => Effect.provide(Manager.make, leases)
+)
 
 /**
- * The state manager over the worker's `Lease` sessions and `Store`.
+ * The state manager, with leases of its own (see `make`), over a `Store`, the worker's
+ * `Lock`, `InstanceId` and `Supervisor`, and the settings.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layer: Layer.Layer<StateManager, never, Lease.Lease | Store | LeaseholdConfig.LeaseholdConfig> =
-  Layer.effect(StateManager, make)
+export const layer: Layer.Layer<
+  StateManager,
+  never,
+  Store | Lock | InstanceId | Supervisor | LeaseholdConfig.LeaseholdConfig
+> = Layer.effect(StateManager, make)

@@ -34,7 +34,6 @@ import * as PubSub from "effect/PubSub"
 import * as Semaphore from "effect/Semaphore"
 import * as Stream from "effect/Stream"
 import { InstanceId } from "./InstanceId.js"
-import { Supervisor } from "./internal/supervisor.js"
 import * as Link from "./internal/tokens/link.js"
 import * as Presence from "./internal/tokens/presence.js"
 import * as Records from "./internal/tokens/records.js"
@@ -44,7 +43,7 @@ import * as Validate from "./internal/validate.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
 import { type SocketRecord, Store } from "./Store.js"
 import type { InvalidToken, RecordNotStored, StoreError } from "./StoreError.js"
-import { backoff, untilRecovered } from "./Supervisor.js"
+import { backoff, Supervisor, untilRecovered } from "./Supervisor.js"
 
 /**
  * The outcome of `link`.

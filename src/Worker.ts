@@ -31,25 +31,18 @@
  * @since 0.1.0
  */
 import type * as Config from "effect/Config"
-import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
-import * as Layer from "effect/Layer"
-import * as Scope from "effect/Scope"
-import * as Health from "./Health.js"
-import * as InstanceId from "./InstanceId.js"
-import * as Lease from "./internal/lease.js"
-import * as Signals from "./internal/signals.js"
-import * as Supervisor from "./internal/supervisor.js"
-import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import * as Lock from "./Lock.js"
-import * as Mailbox from "./Mailbox.js"
-import * as MemoryStore from "./MemoryStore.js"
-import * as RedisStore from "./RedisStore.js"
-import * as StateManager from "./StateManager.js"
+import type * as Layer from "effect/Layer"
+import type * as Health from "./Health.js"
+import type * as InstanceId from "./InstanceId.js"
+import * as Internal from "./internal/worker.js"
+import type * as LeaseholdConfig from "./LeaseholdConfig.js"
+import type * as Lock from "./Lock.js"
+import type * as Mailbox from "./Mailbox.js"
+import type * as StateManager from "./StateManager.js"
 import type { Store } from "./Store.js"
 import type { DataDirError, StoreUnavailable } from "./StoreError.js"
-import * as TokenManager from "./TokenManager.js"
+import type * as Supervisor from "./Supervisor.js"
+import type * as TokenManager from "./TokenManager.js"
 
 /**
  * What a worker's state alone provides (`layerState*`): no sockets, no mailbox.
@@ -59,9 +52,7 @@ import * as TokenManager from "./TokenManager.js"
  */
 export type StateServices =
   | StateManager.StateManager
-  | Lease.Lease
   | Lock.Lock
-  | Signals.Signals
   | Supervisor.Supervisor
   | Health.Health
   | InstanceId.InstanceId
@@ -82,22 +73,6 @@ export type Services = StateServices | TokenManager.TokenManager | Mailbox.Mailb
  */
 export type Options<A, I, R> = Mailbox.Options<A, I, R>
 
-/** What every worker runs on: its identity, health, supervisor and signals. */
-const runtimeLayer = Signals.layer.pipe(
-  Layer.provideMerge(Supervisor.layer),
-  Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer))
-)
-
-const baseLayer = <A, I, R>(options: Options<A, I, R>) =>
-  Mailbox.layer(options).pipe(Layer.provideMerge(TokenManager.layer), Layer.provideMerge(runtimeLayer))
-
-/** The embedded store as a worker gets it: its control (outages, raw keys) is for tests alone. */
-const memoryStore = Layer.flatMap(MemoryStore.layer, (context) =>
-  Layer.succeedContext(Context.omit(MemoryStore.MemoryStoreControl)(context))
-)
-
-const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Layer.provideMerge(Lock.layer))
-
 /**
  * A worker's state alone, on a given store: a fresh `InstanceId` every time it is built,
  * its own supervisor, signals, lock and leases, and the state manager; no token manager or
@@ -107,9 +82,8 @@ const stateLayer = StateManager.layer.pipe(Layer.provideMerge(Lease.layer), Laye
  * @since 0.1.0
  * @category layers
  */
-export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> = Layer.fresh(
-  stateLayer.pipe(Layer.provideMerge(runtimeLayer))
-)
+export const layerState: Layer.Layer<StateServices, never, Store | LeaseholdConfig.LeaseholdConfig> =
+  Internal.withoutInternal(Internal.layerState)
 
 /**
  * The store the settings name: Redis when they name a deployment (`redisUrl`, with
@@ -123,18 +97,7 @@ export const layerStore: Layer.Layer<
   Store,
   LeaseholdConfig.InvalidConfig | DataDirError | StoreUnavailable,
   LeaseholdConfig.LeaseholdConfig
-> = Layer.unwrap(
-  Effect.map(
-    LeaseholdConfig.LeaseholdConfig,
-    (
-      settings
-    ): Layer.Layer<
-      Store,
-      LeaseholdConfig.InvalidConfig | DataDirError | StoreUnavailable,
-      LeaseholdConfig.LeaseholdConfig
-    > => (LeaseholdConfig.usesRedis(settings) ? RedisStore.layerFromSettings : memoryStore)
-  )
-)
+> = Internal.layerStore
 
 /**
  * `layerState` on the store the `LEASEHOLD_*` variables name (see `layerStore`), with the
@@ -146,7 +109,7 @@ export const layerStore: Layer.Layer<
 export const layerStateFromEnv: Layer.Layer<
   StateServices | Store | LeaseholdConfig.LeaseholdConfig,
   LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError | StoreUnavailable
-> = layerState.pipe(Layer.provideMerge(layerStore), Layer.provideMerge(LeaseholdConfig.layerFromEnv), Layer.fresh)
+> = Internal.withoutInternal(Internal.layerStateFromEnv)
 
 /**
  * A worker over a given store and configuration.
@@ -157,29 +120,7 @@ export const layerStateFromEnv: Layer.Layer<
 export const layer = <A, I, R>(
   options: Options<A, I, R>
 ): Layer.Layer<Services, never, Store | LeaseholdConfig.LeaseholdConfig | R> =>
-  Layer.effectContext(
-    Effect.gen(function* () {
-      const scope = yield* Effect.scope
-      // Two scopes closed by hand, so that shutdown runs in the documented order rather
-      // than in the reverse order of construction (leases need the supervisor's signals
-      // while they run, yet must be flushed after its loops are stopped).
-      const baseScope = yield* Scope.fork(scope, "sequential")
-      const stateScope = yield* Scope.fork(scope, "sequential")
-      const base = yield* Layer.buildWithScope(baseLayer(options), baseScope)
-      const state = yield* Layer.buildWithScope(stateLayer.pipe(Layer.provide(Layer.succeedContext(base))), stateScope)
-      const supervisor = Context.get(base, Supervisor.Supervisor)
-      const tokens = Context.get(base, TokenManager.TokenManager)
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function* () {
-          yield* supervisor.shutdown
-          yield* Scope.close(stateScope, Exit.void)
-          yield* tokens.disconnectAll
-          yield* Scope.close(baseScope, Exit.void)
-        })
-      )
-      return Context.merge(base, state)
-    })
-  ).pipe(Layer.fresh)
+  Internal.withoutInternal(Internal.layer(options))
 
 /**
  * One worker on the store the `LEASEHOLD_*` variables name (see `layerStore`), with the
@@ -194,4 +135,4 @@ export const layerFromEnv = <A, I, R>(
   Services | Store | LeaseholdConfig.LeaseholdConfig,
   LeaseholdConfig.InvalidConfig | Config.ConfigError | DataDirError | StoreUnavailable,
   R
-> => layer(options).pipe(Layer.provideMerge(layerStore), Layer.provideMerge(LeaseholdConfig.layerFromEnv), Layer.fresh)
+> => Internal.withoutInternal(Internal.layerFromEnv(options))

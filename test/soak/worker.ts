@@ -47,11 +47,12 @@ import * as Health from "../../src/Health.js"
 import { InstanceId } from "../../src/InstanceId.js"
 import * as Lease from "../../src/internal/lease.js"
 import * as Untyped from "../../src/internal/mailbox/untyped.js"
+// the worker layer with its lease, which the public one leaves out
+import * as Worker from "../../src/internal/worker.js"
 import * as Mailbox from "../../src/Mailbox.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
 import * as TokenManager from "../../src/TokenManager.js"
-import * as Worker from "../../src/Worker.js"
 
 export const Log = StateManager.slice("log", Schema.Struct({ n: Schema.Number, ops: Schema.Array(Schema.String) }), {
   n: 0,

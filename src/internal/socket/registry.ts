@@ -14,6 +14,7 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Queue from "effect/Queue"
+import type * as SocketSession from "../../SocketSession.js"
 import type { Control, UpdateMarks } from "./frames.js"
 
 /** Why the server closes a socket: the close frame's code and reason. */
@@ -86,8 +87,14 @@ export interface Registry {
   readonly deliver: (token: string, update: unknown) => Effect.Effect<void>
 }
 
-/** The registry of a worker's sockets, made with the worker by `SocketSession.layer`. */
-export class Sockets extends Context.Service<Sockets, Registry>()("leasehold/SocketSession/Sockets") {}
+/**
+ * The registry of a worker's sockets, made with the worker by `SocketSession.layer`: in a
+ * context under the public `SocketSession.Sockets`, which an app composes and never opens.
+ */
+export const Sockets: Context.Service<SocketSession.Sockets, Registry> = Context.Service<
+  SocketSession.Sockets,
+  Registry
+>("leasehold/SocketSession/Sockets")
 
 /**
  * An empty registry, writing updates with `encode` and ordering them with `isNewer`. A

@@ -30,6 +30,7 @@ import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import * as Layer from "effect/Layer"
 import * as Socket from "effect/socket/Socket"
 import { type WebSocket, WebSocketServer } from "ws"
+import type * as SocketSession from "../../SocketSession.js"
 
 /** The close code of a socket that sent a message over the frame cap (RFC 6455: "message too big"). */
 export const tooBigCloseCode = 1009
@@ -67,26 +68,32 @@ export interface Upgraded {
 }
 
 /** Upgrades a request to a WebSocket whose messages are bounded. */
-export class Upgrades extends Context.Service<
-  Upgrades,
-  {
-    /** The largest message a client may send, in bytes. */
-    readonly maxFrameBytes: number
-    /**
-     * The request's socket, once run (as `HttpServerRequest.upgrade`). Its release closes the
-     * WebSocket and waits until the connection is closed (cut after `closeGrace`), so that
-     * nothing else is written on it after the close frame.
-     */
-    readonly upgrade: (
-      request: HttpServerRequest.HttpServerRequest
-    ) => Effect.Effect<Upgraded, HttpServerError.HttpServerError>
-    /**
-     * Start the close of every WebSocket open (the server is shutting down): each gets a
-     * close frame before its connection is ended.
-     */
-    readonly closeAll: Effect.Effect<void>
-  }
->()("leasehold/SocketSession/Upgrades") {}
+export interface Upgrader {
+  /** The largest message a client may send, in bytes. */
+  readonly maxFrameBytes: number
+  /**
+   * The request's socket, once run (as `HttpServerRequest.upgrade`). Its release closes the
+   * WebSocket and waits until the connection is closed (cut after `closeGrace`), so that
+   * nothing else is written on it after the close frame.
+   */
+  readonly upgrade: (
+    request: HttpServerRequest.HttpServerRequest
+  ) => Effect.Effect<Upgraded, HttpServerError.HttpServerError>
+  /**
+   * Start the close of every WebSocket open (the server is shutting down): each gets a
+   * close frame before its connection is ended.
+   */
+  readonly closeAll: Effect.Effect<void>
+}
+
+/**
+ * The upgrader of `SocketSession.layerHttpServer`'s server: in a context under the public
+ * `SocketSession.Upgrades`, which an app composes and never opens.
+ */
+export const Upgrades: Context.Service<SocketSession.Upgrades, Upgrader> = Context.Service<
+  SocketSession.Upgrades,
+  Upgrader
+>("leasehold/SocketSession/Upgrades")
 
 /**
  * Ping `ws` every `interval` of the clock; cut its connection when a ping went unanswered
