@@ -166,6 +166,147 @@ const handedGrant = (
 }
 
 /**
+ * One acquisition under way: what it asks for, and where the worker stands in the store.
+ * `attempting`: the lock id of the last attempt, until it is known refused. An exit other
+ * than success with it set (an interruption between the grant and the return, or an
+ * attempt whose reply was lost) releases it: lock ids are unique, so releasing one this
+ * worker was not granted deletes nothing. `queuedAs`: the lock id the worker is queued
+ * under (the last attempt's): a grant installs it, and leaving names it, so that a leave
+ * never takes a newer attempt's place or grant.
+ */
+interface Acquisition {
+  readonly env: Env
+  readonly token: string
+  readonly slices: ReadonlyArray<string>
+  readonly local: LocalQueue
+  queued: boolean
+  granted: boolean
+  attempting: string | undefined
+  queuedAs: string | undefined
+}
+
+/**
+ * One attempt under a new lock id: the grant, or the time left to the lock (the worker
+ * queued). `claim`: the fence a `Granted` notice named. The store honours it only while no
+ * claim came since that grant: a notice that arrives late (its grant claimed by a re-check,
+ * or used and released) makes an ordinary attempt, never one ahead of the queue's head.
+ */
+const attemptOnce = (a: Acquisition, claim: number | undefined) =>
+  Effect.gen(function* () {
+    const { instanceId, nextLockId, store } = a.env
+    const lockId = nextLockId()
+    a.attempting = lockId
+    // a failed attempt may have queued the worker all the same: it leaves on exit
+    a.queued = true
+    a.queuedAs = lockId
+    const result = yield* store.acquireQueued(
+      a.token,
+      lockId,
+      a.slices,
+      claim === undefined ? { instanceId } : { instanceId, claim }
+    )
+    if (result._tag === "Queued") {
+      a.attempting = undefined
+      return Result.fail(result.remainingMs)
+    }
+    a.queued = false
+    a.granted = true
+    return Result.succeed(makeGrant(a.token, lockId, a.slices, result, yield* currentFineMillis))
+  })
+
+/**
+ * How a wait between attempts ended: the grant a notice handed over, the next attempt (with
+ * the fence it claims, if any), or the local queue (look again whether anyone still wants it).
+ */
+type Waited =
+  | { readonly _tag: "handed"; readonly grant: Grant }
+  | { readonly _tag: "attempt"; readonly claim: number | undefined }
+  | { readonly _tag: "local" }
+
+/** Wait for a hand-over, at most until the lock's time left (and a little) or the re-check interval. */
+const awaitHandOver = (a: Acquisition, remainingMs: number) =>
+  Effect.gen(function* () {
+    const woken = yield* waitFor(
+      a.env.timers,
+      a.local,
+      Math.max(1, Math.min(remainingMs + 5, a.env.recheckMs)),
+      (wanted) => !wanted
+    )
+    if (woken._tag === "local") return { _tag: "local" } satisfies Waited
+    if (woken._tag === "granted") {
+      const handed = handedGrant(a.token, a.slices, a.queuedAs, woken, yield* currentFineMillis)
+      if (handed !== undefined) {
+        a.queued = false
+        a.granted = true
+        return { _tag: "handed", grant: handed } satisfies Waited
+      }
+    }
+    // a grant handed to another of this worker's entries (an earlier wait's) is not this one's to claim
+    const claim =
+      woken._tag === "granted" && (woken.handedOver === undefined || woken.handedOver.lockId === a.queuedAs)
+        ? woken.fence
+        : undefined
+    return { _tag: "attempt", claim } satisfies Waited
+  })
+
+/**
+ * Leaving without a grant handed out (every waiter gone, interrupted, or a store error): no
+ * lock of this attempt stays taken, and the worker leaves the queue (a grant pending for it
+ * passes on). The lock's TTL and the entry's deadline cover a store that is away.
+ */
+const leaveOnExit = (a: Acquisition, exit: Exit.Exit<unknown, unknown>): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const { instanceId, store } = a.env
+    const lockId = a.attempting
+    const release =
+      Exit.isFailure(exit) && lockId !== undefined
+        ? Effect.ignore(store.releaseQueued(a.token, lockId, { instanceId }))
+        : Effect.void
+    const leave =
+      a.queued && !a.granted ? Effect.ignore(store.leaveQueue(a.token, instanceId, a.queuedAs)) : Effect.void
+    return Effect.andThen(release, leave)
+  })
+
+/**
+ * The attempts and the waits between them, until a grant or until no waiter wants the lock.
+ * `remainingMs`: the lock's time left, as the last attempt saw it. `listening`: whether
+ * the worker listened to the token's signals before that attempt.
+ */
+const attemptAndWait = (a: Acquisition, previous: Previous, started: number, listening: boolean, remainingMs: number) =>
+  Effect.gen(function* () {
+    const { local } = a
+    // Listening before it waits: a subscription made after the attempt that queued the
+    // worker may have missed the notice of a grant, so a first re-check follows it.
+    let checkFirst = !listening
+    while (true) {
+      // A waiter leaving during the attempt ends the wait that follows at once.
+      const { wanted } = yield* local.look
+      if (!wanted) return Option.none<Grant>()
+      yield* local.signals
+      // Listening only now, after the attempt that queued the worker: a notice of a grant
+      // sent before may have been missed, unless the channel says none was.
+      if (checkFirst && previous.attempted === true && !local.missedSince(previous.mark)) checkFirst = false
+      let claim: number | undefined
+      if (!checkFirst) {
+        const waited = yield* awaitHandOver(a, remainingMs)
+        if (waited._tag === "local") continue
+        if (waited._tag === "handed") {
+          yield* Metric.update(a.env.lockWait, waited.grant.grantedAt - started)
+          return Option.some(waited.grant)
+        }
+        claim = waited.claim
+      }
+      checkFirst = false
+      const next = yield* attemptOnce(a, claim)
+      if (Result.isSuccess(next)) {
+        yield* Metric.update(a.env.lockWait, next.success.grantedAt - started)
+        return Option.some(next.success)
+      }
+      remainingMs = next.failure
+    }
+  })
+
+/**
  * `Lock.acquire`.
  *
  * @internal
@@ -177,119 +318,28 @@ export const acquire = (
   local: LocalQueue,
   previous: Previous
 ) => {
-  const { instanceId, lockWait, nextLockId, recheckMs, store } = env
-  // `attempting`: the lock id of the last attempt, until it is known refused. An exit
-  // other than success with it set (an interruption between the grant and the return,
-  // or an attempt whose reply was lost) releases it: lock ids are unique, so releasing
-  // one this worker was not granted deletes nothing. `queuedAs`: the lock id the worker is
-  // queued under (the last attempt's): a grant installs it, and leaving names it, so that a
-  // leave never takes a newer attempt's place or grant.
-  const state = {
+  const a: Acquisition = {
+    env,
+    token,
+    slices,
+    local,
     queued: previous.queued,
     granted: false,
-    attempting: undefined as string | undefined,
+    attempting: undefined,
     queuedAs: previous.attempted === true ? previous.lockId : undefined
   }
-  // `claim`: the fence a `Granted` notice named. The store honours it only while no claim
-  // came since that grant: a notice that arrives late (its grant claimed by a re-check, or
-  // used and released) makes an ordinary attempt, never one ahead of the queue's head.
-  const attempt = (claim: number | undefined) =>
-    Effect.gen(function* () {
-      const lockId = nextLockId()
-      state.attempting = lockId
-      // a failed attempt may have queued the worker all the same: it leaves on exit
-      state.queued = true
-      state.queuedAs = lockId
-      const result = yield* store.acquireQueued(
-        token,
-        lockId,
-        slices,
-        claim === undefined ? { instanceId } : { instanceId, claim }
-      )
-      if (result._tag === "Queued") {
-        state.attempting = undefined
-        return Result.fail(result.remainingMs)
-      }
-      state.queued = false
-      state.granted = true
-      return Result.succeed(makeGrant(token, lockId, slices, result, yield* currentFineMillis))
-    })
   return Effect.gen(function* () {
     const started = yield* currentFineMillis
-    let listening = yield* local.listening
-    let remainingMs = previous.remainingMs ?? 0
-    if (previous.attempted !== true) {
-      // What was signalled before the attempt is answered by it.
-      yield* local.drain
-      const first = yield* attempt(undefined)
-      if (Result.isSuccess(first)) return Option.some(first.success)
-      remainingMs = first.failure
+    const listening = yield* local.listening
+    if (previous.attempted === true) {
+      return yield* attemptAndWait(a, previous, started, listening, previous.remainingMs ?? 0)
     }
-    // Listening before it waits: a subscription made after the attempt that queued the
-    // worker may have missed the notice of a grant, so a first re-check follows it.
-    let claim: number | undefined
-    let checkFirst = !listening
-    while (true) {
-      // A waiter leaving during the attempt ends the wait that follows at once.
-      const { wanted } = yield* local.look
-      if (!wanted) return Option.none<Grant>()
-      yield* local.signals
-      listening = true
-      // Listening only now, after the attempt that queued the worker: a notice of a grant
-      // sent before may have been missed, unless the channel says none was.
-      if (checkFirst && previous.attempted === true && !local.missedSince(previous.mark)) checkFirst = false
-      if (!checkFirst) {
-        const woken = yield* waitFor(
-          env.timers,
-          local,
-          Math.max(1, Math.min(remainingMs + 5, recheckMs)),
-          (wanted) => !wanted
-        )
-        if (woken._tag === "local") continue
-        if (woken._tag === "granted") {
-          const handed = handedGrant(token, slices, state.queuedAs, woken, yield* currentFineMillis)
-          if (handed !== undefined) {
-            state.queued = false
-            state.granted = true
-            yield* Metric.update(lockWait, handed.grantedAt - started)
-            return Option.some(handed)
-          }
-        }
-        // a grant handed to another of this worker's entries (an earlier wait's) is not this one's to claim
-        claim =
-          woken._tag === "granted" && (woken.handedOver === undefined || woken.handedOver.lockId === state.queuedAs)
-            ? woken.fence
-            : undefined
-      }
-      checkFirst = false
-      const next = yield* attempt(claim)
-      if (Result.isSuccess(next)) {
-        yield* Metric.update(lockWait, next.success.grantedAt - started)
-        return Option.some(next.success)
-      }
-      remainingMs = next.failure
-      claim = undefined
-    }
-  }).pipe(
-    // Leaving without a grant handed out (every waiter gone, interrupted, or a store
-    // error): no lock of this attempt stays taken, and the worker leaves the queue (a grant
-    // pending for it passes on). The lock's TTL and the entry's deadline cover a store
-    // that is away.
-    Effect.onExit((exit) =>
-      Effect.suspend(() => {
-        const lockId = state.attempting
-        const release =
-          Exit.isFailure(exit) && lockId !== undefined
-            ? Effect.ignore(store.releaseQueued(token, lockId, { instanceId }))
-            : Effect.void
-        const leave =
-          state.queued && !state.granted
-            ? Effect.ignore(store.leaveQueue(token, instanceId, state.queuedAs))
-            : Effect.void
-        return Effect.andThen(release, leave)
-      })
-    )
-  )
+    // What was signalled before the attempt is answered by it.
+    yield* local.drain
+    const first = yield* attemptOnce(a, undefined)
+    if (Result.isSuccess(first)) return Option.some(first.success)
+    return yield* attemptAndWait(a, previous, started, listening, first.failure)
+  }).pipe(Effect.onExit((exit) => leaveOnExit(a, exit)))
 }
 
 /**

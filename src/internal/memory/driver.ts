@@ -58,29 +58,22 @@ export const unavailable = (operation: string) =>
   new StoreUnavailable({ operation, reason: "the memory store is set unavailable" })
 
 /**
- * Build the driver over a key space, and the state its control layer needs. The channels
- * live in the current scope.
- *
- * @internal
+ * The channels of the subscriber "connection": one PubSub per channel, made by its first
+ * subscriber and shut down after its last. Keyed in the map by `<connection>:<name>`: a
+ * channel of a dropped connection is never handed out again, nor replaced under its own key.
  */
-export const make = (
-  ks: Keyspace,
-  keys: Keys,
-  settings: LeaseholdConfig["Service"]
-): Effect.Effect<{ readonly driver: Driver; readonly state: State }, never, Scope.Scope> =>
+interface Channels {
+  /** The channel each name's subscribers share now: published to while anyone holds it. */
+  readonly delivered: Map<string, PubSub.PubSub<string>>
+  readonly map: RcMap.RcMap<string, PubSub.PubSub<string>>
+  /** Counts the connection's drops: the first part of the map's keys. */
+  connection: number
+}
+
+const makeChannels = (): Effect.Effect<Channels, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const lockMs = Duration.toMillis(settings.lockExpiration)
-    const tokenMs = Duration.toMillis(settings.tokenExpiration)
-    const handoffMs = Duration.toMillis(settings.handoffTimeout)
-    const socketChanges = yield* PubSub.unbounded<RawSocketEvent>()
-    const mailboxReaders = new Map<string, Set<Deferred.Deferred<void, StoreUnavailable>>>()
-    /** The channel each name's subscribers share now: published to while anyone holds it. */
     const delivered = new Map<string, PubSub.PubSub<string>>()
-    // One PubSub per channel of the subscriber "connection", made by its first subscriber and
-    // shut down after its last. Keyed by `<connection>:<name>`: a channel of a dropped
-    // connection is never handed out again, nor replaced under its own key.
-    let connection = 0
-    const channels = yield* RcMap.make({
+    const map = yield* RcMap.make({
       lookup: (key: string) => {
         const name = key.slice(key.indexOf(":") + 1)
         return Effect.acquireRelease(
@@ -93,14 +86,26 @@ export const make = (
         )
       }
     })
+    return { delivered, map, connection: 0 }
+  })
 
-    const wakeReaders = (key: string, outcome: Effect.Effect<void, StoreUnavailable>): void => {
-      const waiting = mailboxReaders.get(key)
-      if (waiting === undefined) return
-      mailboxReaders.delete(key)
-      for (const deferred of waiting) Deferred.doneUnsafe(deferred, outcome)
-    }
+/** Settle the reads blocked on a mailbox: woken by an append, or failed by a lost connection. */
+const wakeReaders = (readers: Readers, key: string, outcome: Effect.Effect<void, StoreUnavailable>): void => {
+  const waiting = readers.get(key)
+  if (waiting === undefined) return
+  readers.delete(key)
+  for (const deferred of waiting) Deferred.doneUnsafe(deferred, outcome)
+}
 
+/** The state the driver and its control layer share, each fault injection off. */
+const makeState = (
+  ks: Keyspace,
+  keys: Keys,
+  channels: Channels,
+  readers: Readers,
+  socketChanges: PubSub.PubSub<RawSocketEvent>
+): Effect.Effect<State> =>
+  Effect.gen(function* () {
     const state: State = {
       ks,
       status: yield* SubscriptionRef.make<ConnectionStatus>({ ready: true, epoch: 1 }),
@@ -121,51 +126,79 @@ export const make = (
           const lost = state.subscriberLost
           state.subscriberLost = Deferred.makeUnsafe<never, StoreUnavailable>()
           // Old channels stop receiving: a reconnected subscriber starts from fresh channels.
-          connection++
-          delivered.clear()
+          channels.connection++
+          channels.delivered.clear()
           Deferred.doneUnsafe(lost, Effect.fail(new StoreUnavailable({ operation: "subscribe", reason })))
           if (failReaders) {
-            for (const key of [...mailboxReaders.keys()]) wakeReaders(key, Effect.fail(unavailable("mailboxRead")))
+            for (const key of [...readers.keys()]) wakeReaders(readers, key, Effect.fail(unavailable("mailboxRead")))
           }
         })
     }
+    return state
+  })
+
+/** Publish to a channel's subscribers now; a notice to a worker may be lost or held back instead. */
+const publish =
+  (state: State, keys: Keys, channels: Channels) =>
+  (channel: string, message: string): void => {
+    if (state.noticesToLose > 0 && channel.startsWith(keys.workerNotices(""))) {
+      state.noticesToLose--
+      return
+    }
+    if (state.noticesToHold > 0 && channel.startsWith(keys.workerNotices(""))) {
+      state.noticesToHold--
+      state.heldNotices.push(() => {
+        const pubsub = channels.delivered.get(channel)
+        if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
+      })
+      return
+    }
+    const pubsub = channels.delivered.get(channel)
+    if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
+  }
+
+/** A channel's messages from now on; the stream fails when the subscriber "connection" is dropped. */
+const listenOn =
+  (state: State, op: Op, channels: Channels): Listen =>
+  (operation, name) =>
+    Effect.gen(function* () {
+      const lost = yield* op(operation, () => state.subscriberLost)
+      const pubsub = yield* RcMap.get(channels.map, `${channels.connection}:${name}`)
+      const dequeue = yield* PubSub.subscribe(pubsub)
+      return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
+    })
+
+/**
+ * Build the driver over a key space, and the state its control layer needs. The channels
+ * live in the current scope.
+ *
+ * @internal
+ */
+export const make = (
+  ks: Keyspace,
+  keys: Keys,
+  settings: LeaseholdConfig["Service"]
+): Effect.Effect<{ readonly driver: Driver; readonly state: State }, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const socketChanges = yield* PubSub.unbounded<RawSocketEvent>()
+    const mailboxReaders: Readers = new Map()
+    const channels = yield* makeChannels()
+    const state = yield* makeState(ks, keys, channels, mailboxReaders, socketChanges)
     ks.onExpired = (key) => state.keyEvent(key, "expired")
 
     const space: Scripts.Space = {
       ks,
       keys,
-      lockMs,
-      tokenMs,
-      handoffMs,
-      publish: (channel, message) => {
-        if (state.noticesToLose > 0 && channel.startsWith(keys.workerNotices(""))) {
-          state.noticesToLose--
-          return
-        }
-        if (state.noticesToHold > 0 && channel.startsWith(keys.workerNotices(""))) {
-          state.noticesToHold--
-          state.heldNotices.push(() => {
-            const pubsub = delivered.get(channel)
-            if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
-          })
-          return
-        }
-        const pubsub = delivered.get(channel)
-        if (pubsub !== undefined) PubSub.publishUnsafe(pubsub, message)
-      },
+      lockMs: Duration.toMillis(settings.lockExpiration),
+      tokenMs: Duration.toMillis(settings.tokenExpiration),
+      handoffMs: Duration.toMillis(settings.handoffTimeout),
+      publish: publish(state, keys, channels),
       keyEvent: state.keyEvent,
-      appended: (key) => wakeReaders(key, Effect.void)
+      appended: (key) => wakeReaders(mailboxReaders, key, Effect.void)
     }
 
     const op = makeOp(state)
-    /** A channel's messages from now on; the stream fails when the subscriber "connection" is dropped. */
-    const listen = (operation: string, name: string) =>
-      Effect.gen(function* () {
-        const lost = yield* op(operation, () => state.subscriberLost)
-        const pubsub = yield* RcMap.get(channels, `${connection}:${name}`)
-        const dequeue = yield* PubSub.subscribe(pubsub)
-        return Stream.fromSubscription(dequeue).pipe(Stream.interruptWhen(Deferred.await(lost)))
-      })
+    const listen = listenOn(state, op, channels)
     const driver: Driver = {
       kind: "memory",
       name: "MemoryStore",

@@ -102,6 +102,201 @@ const demoted = (cause: unknown): boolean =>
 /** What a WAIT reported: the replicas that have every write before it, or the failure of the command. */
 type Waited = { readonly ok: true; readonly count: number } | { readonly ok: false; readonly cause: unknown }
 
+/** The connection and settings every step of the batching works with. */
+interface Context {
+  readonly connection: Redis
+  readonly replicas: number
+  readonly timeoutMs: number
+  readonly mapError: (operation: string) => (cause: unknown) => AcknowledgedError
+  /** Ended when the fiber draining it ends: no step is taken after that. */
+  readonly queue: Queue.Queue<Step, Cause.Done>
+}
+
+const fail = (step: Step, error: AcknowledgedError) => Deferred.doneUnsafe(step.done, Effect.fail(error))
+
+/** Settle the steps that wrote by what a WAIT reported. */
+const settle = (ctx: Context, steps: ReadonlyArray<Written>, waited: Waited) => {
+  const { replicas, timeoutMs } = ctx
+  for (const { reply, step } of steps) {
+    if (!waited.ok) {
+      fail(
+        step,
+        demoted(waited.cause)
+          ? new NotAcknowledged({ operation: step.operation, acknowledged: 0, required: replicas, timeoutMs })
+          : ctx.mapError(step.operation)(waited.cause)
+      )
+    } else if (waited.count >= replicas) {
+      Deferred.doneUnsafe(step.done, Effect.succeed(reply))
+    } else {
+      fail(
+        step,
+        new NotAcknowledged({
+          operation: step.operation,
+          acknowledged: waited.count,
+          required: replicas,
+          timeoutMs
+        })
+      )
+    }
+  }
+}
+
+/**
+ * Send a WAIT; `answered` is done with what it reports. Taken through one promise more
+ * than a plain command's reply: a script's reply reaches `then` one promise later
+ * (ioredis chains its NOSCRIPT fallback onto it), so a step whose reply came in the same
+ * read as the WAIT's, before it, is seen before it (else it would count as late, and wait
+ * for one more WAIT, past the timeout's bound when its replicas are slow). A step resent
+ * after NOSCRIPT comes later still: its reply is read after the WAIT's, and passes
+ * through the fallback's promise too.
+ */
+const wait = (ctx: Context, answered: Deferred.Deferred<Waited>): void => {
+  ctx.connection
+    .wait(ctx.replicas, ctx.timeoutMs)
+    .then((count) => count)
+    .then(
+      (count) =>
+        Deferred.doneUnsafe(answered, Effect.succeed({ ok: true, count: typeof count === "number" ? count : 0 })),
+      (cause) => Deferred.doneUnsafe(answered, Effect.succeed({ ok: false, cause }))
+    )
+}
+
+/** Send a WAIT and await what it reports. */
+const awaitWait = (ctx: Context): Effect.Effect<Waited> =>
+  Effect.suspend(() => {
+    const answered = Deferred.makeUnsafe<Waited>()
+    wait(ctx, answered)
+    return Deferred.await(answered)
+  })
+
+/**
+ * Judge a step's reply: settle it at once when it wrote nothing, else it is `Written`,
+ * late when the batch's WAIT (`answered`) had answered before it.
+ */
+const readReply = (step: Step, reply: unknown, answered: Deferred.Deferred<Waited>): Written | undefined => {
+  let wrote: boolean
+  try {
+    wrote = step.needsAck(reply)
+  } catch (defect) {
+    // a reply its reader cannot judge fails its own step, and no other
+    Deferred.doneUnsafe(step.done, Effect.die(defect))
+    return undefined
+  }
+  if (wrote) return { step, reply, late: Deferred.isDoneUnsafe(answered) }
+  Deferred.doneUnsafe(step.done, Effect.succeed(reply))
+  return undefined
+}
+
+/** Send a step; its reply is read by `readReply`, and a failed command settles it at once. */
+const sendStep = (ctx: Context, step: Step, answered: Deferred.Deferred<Waited>): Promise<Written | undefined> => {
+  let sent: Promise<unknown>
+  try {
+    sent = step.send(ctx.connection)
+  } catch (cause) {
+    sent = Promise.reject(cause)
+  }
+  return sent.then(
+    (reply) => readReply(step, reply, answered),
+    (cause) => {
+      fail(step, ctx.mapError(step.operation)(cause))
+      return undefined
+    }
+  )
+}
+
+/**
+ * Send a batch pipelined, then one WAIT, and settle its steps. A step whose reply came
+ * after the WAIT answered was written after it too (ioredis sends a script's EVAL once
+ * its EVALSHA is answered NOSCRIPT, as on a primary just promoted): another WAIT covers it.
+ */
+const sendBatch = (ctx: Context, batch: ReadonlyArray<Step>) =>
+  Effect.gen(function* () {
+    const answered = Deferred.makeUnsafe<Waited>()
+    const replies = batch.map((step) => sendStep(ctx, step, answered))
+    wait(ctx, answered)
+    const written = (yield* Effect.promise(() => Promise.all(replies))).filter(
+      (outcome): outcome is Written => outcome !== undefined
+    )
+    const waited = yield* Deferred.await(answered)
+    settle(
+      ctx,
+      written.filter((outcome) => !outcome.late),
+      waited
+    )
+    const late = written.filter((outcome) => outcome.late)
+    if (late.length === 0) return
+    if (!waited.ok) return settle(ctx, late, waited)
+    settle(ctx, late, yield* awaitWait(ctx))
+  })
+
+/** The steps left when the connection closes: each fails as its command would on a closed connection. */
+const abandon = (ctx: Context, steps: Iterable<Step>) => {
+  for (const step of steps) fail(step, ctx.mapError(step.operation)(new Error("Connection is closed.")))
+}
+
+/** Take every step queued, leaving out those withdrawn meanwhile (done already, and not sent). */
+const takeBatch = (ctx: Context): Effect.Effect<ReadonlyArray<Step>, Cause.Done> =>
+  Effect.map(Queue.takeAll(ctx.queue), (taken) => taken.filter((step) => !Deferred.isDoneUnsafe(step.done)))
+
+/**
+ * Take one batch and send it. The steps taken are abandoned if the batch ends otherwise
+ * than settled (interrupted when the connection closes, or a defect), from the moment
+ * they leave the queue.
+ */
+const drainOnce = (ctx: Context) =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(restore(takeBatch(ctx)), (batch) =>
+      batch.length === 0
+        ? Effect.void
+        : restore(sendBatch(ctx, batch)).pipe(
+            Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => abandon(ctx, batch))))
+          )
+    )
+  )
+
+/**
+ * One batch out at a time: the steps issued while it is out wait in the queue, and go
+ * together as the next. A defect ends its batch alone, and the next one is sent. When the
+ * drain ends, the queue ends with it and the steps left in it are abandoned.
+ */
+const drain = (ctx: Context) =>
+  drainOnce(ctx).pipe(
+    Effect.catchDefect((defect) => Effect.logWarning("acknowledged steps: a batch ended with a defect", defect)),
+    Effect.forever,
+    Effect.ensuring(
+      Effect.andThen(
+        Queue.end(ctx.queue),
+        Effect.flatMap(Queue.clear(ctx.queue), (left) => Effect.sync(() => abandon(ctx, left)))
+      )
+    )
+  )
+
+/** Queue a step and await its outcome; its caller's interruption withdraws it if still unsent. */
+const enqueue = (
+  ctx: Context,
+  operation: string,
+  send: (connection: Redis) => Promise<unknown>,
+  needsAck: (reply: unknown) => boolean
+): Effect.Effect<unknown, AcknowledgedError> =>
+  Effect.suspend(() => {
+    const step: Step = { operation, send, needsAck, done: Deferred.makeUnsafe() }
+    if (!Queue.offerUnsafe(ctx.queue, step))
+      return Effect.fail(ctx.mapError(operation)(new Error("Connection is closed.")))
+    return Effect.onInterrupt(Deferred.await(step.done), () => Deferred.interrupt(step.done))
+  })
+
+/** The acknowledged connection, opened with the store's scripts and tracked by its health. */
+const openAcknowledged = (endpoint: Endpoint, settings: Settings, health: Health) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const opened = openConnection(endpoint, connectionOptions("acknowledged", settings), health.onError)
+      defineAll(opened, Scripts.all, singleServer)
+      health.track(opened, "acknowledged")
+      return opened
+    }),
+    (opened) => closeConnection(opened, settings.commandTimeoutMs)
+  )
+
 /** @internal */
 export const make = (
   endpoint: Endpoint,
@@ -111,167 +306,19 @@ export const make = (
   Effect.gen(function* () {
     const { commandTimeoutMs, replicas, timeoutMs } = settings
     // A WAIT takes up to its timeout to answer: the replies on this connection get that much more.
-    const connectionSettings = { ...settings, commandTimeoutMs: commandTimeoutMs + timeoutMs }
-    const connection = yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        const opened = openConnection(endpoint, connectionOptions("acknowledged", connectionSettings), health.onError)
-        defineAll(opened, Scripts.all, singleServer)
-        health.track(opened, "acknowledged")
-        return opened
-      }),
-      (opened) => closeConnection(opened, connectionSettings.commandTimeoutMs)
+    const connection = yield* openAcknowledged(
+      endpoint,
+      { ...settings, commandTimeoutMs: commandTimeoutMs + timeoutMs },
+      health
     )
-    const mapError = (operation: string) => toStoreError(endpoint, operation)
-    // Ended when the fiber draining it ends: no step is taken after that.
-    const queue = yield* Queue.unbounded<Step, Cause.Done>()
-
-    const fail = (step: Step, error: AcknowledgedError) => Deferred.doneUnsafe(step.done, Effect.fail(error))
-
-    /** Settle the steps that wrote by what a WAIT reported. */
-    const settle = (steps: ReadonlyArray<Written>, waited: Waited) => {
-      for (const { reply, step } of steps) {
-        if (!waited.ok) {
-          fail(
-            step,
-            demoted(waited.cause)
-              ? new NotAcknowledged({ operation: step.operation, acknowledged: 0, required: replicas, timeoutMs })
-              : mapError(step.operation)(waited.cause)
-          )
-        } else if (waited.count >= replicas) {
-          Deferred.doneUnsafe(step.done, Effect.succeed(reply))
-        } else {
-          fail(
-            step,
-            new NotAcknowledged({
-              operation: step.operation,
-              acknowledged: waited.count,
-              required: replicas,
-              timeoutMs
-            })
-          )
-        }
-      }
+    const ctx: Context = {
+      connection,
+      replicas,
+      timeoutMs,
+      mapError: (operation) => toStoreError(endpoint, operation),
+      queue: yield* Queue.unbounded<Step, Cause.Done>()
     }
-
-    /**
-     * Send a WAIT; `answered` is done with what it reports. Taken through one promise more
-     * than a plain command's reply: a script's reply reaches `then` one promise later
-     * (ioredis chains its NOSCRIPT fallback onto it), so a step whose reply came in the same
-     * read as the WAIT's, before it, is seen before it (else it would count as late, and wait
-     * for one more WAIT, past the timeout's bound when its replicas are slow). A step resent
-     * after NOSCRIPT comes later still: its reply is read after the WAIT's, and passes
-     * through the fallback's promise too.
-     */
-    const wait = (answered: Deferred.Deferred<Waited>): void => {
-      connection
-        .wait(replicas, timeoutMs)
-        .then((count) => count)
-        .then(
-          (count) =>
-            Deferred.doneUnsafe(answered, Effect.succeed({ ok: true, count: typeof count === "number" ? count : 0 })),
-          (cause) => Deferred.doneUnsafe(answered, Effect.succeed({ ok: false, cause }))
-        )
-    }
-
-    /**
-     * Send a step; its reply settles it at once when it wrote nothing (or failed), else it
-     * is `Written`, late when the batch's WAIT (`answered`) had answered before it.
-     */
-    const sendStep = (step: Step, answered: Deferred.Deferred<Waited>): Promise<Written | undefined> => {
-      let sent: Promise<unknown>
-      try {
-        sent = step.send(connection)
-      } catch (cause) {
-        sent = Promise.reject(cause)
-      }
-      return sent.then(
-        (reply) => {
-          let wrote: boolean
-          try {
-            wrote = step.needsAck(reply)
-          } catch (defect) {
-            // a reply its reader cannot judge fails its own step, and no other
-            Deferred.doneUnsafe(step.done, Effect.die(defect))
-            return undefined
-          }
-          if (wrote) return { step, reply, late: Deferred.isDoneUnsafe(answered) }
-          Deferred.doneUnsafe(step.done, Effect.succeed(reply))
-          return undefined
-        },
-        (cause) => {
-          fail(step, mapError(step.operation)(cause))
-          return undefined
-        }
-      )
-    }
-
-    /**
-     * Send a batch pipelined, then one WAIT, and settle its steps. A step whose reply came
-     * after the WAIT answered was written after it too (ioredis sends a script's EVAL once
-     * its EVALSHA is answered NOSCRIPT, as on a primary just promoted): another WAIT covers it.
-     */
-    const sendBatch = (batch: ReadonlyArray<Step>) =>
-      Effect.gen(function* () {
-        const answered = Deferred.makeUnsafe<Waited>()
-        const replies = batch.map((step) => sendStep(step, answered))
-        wait(answered)
-        const written = (yield* Effect.promise(() => Promise.all(replies))).filter(
-          (outcome): outcome is Written => outcome !== undefined
-        )
-        const waited = yield* Deferred.await(answered)
-        settle(
-          written.filter((outcome) => !outcome.late),
-          waited
-        )
-        const late = written.filter((outcome) => outcome.late)
-        if (late.length === 0) return
-        if (!waited.ok) return settle(late, waited)
-        const again = Deferred.makeUnsafe<Waited>()
-        wait(again)
-        settle(late, yield* Deferred.await(again))
-      })
-
-    /** The steps left when the connection closes: each fails as its command would on a closed connection. */
-    const abandon = (steps: Iterable<Step>) => {
-      for (const step of steps) fail(step, mapError(step.operation)(new Error("Connection is closed.")))
-    }
-
-    // One batch out at a time: the steps issued while it is out wait in the queue, and go
-    // together as the next. A step withdrawn meanwhile is done already, and not sent. The
-    // steps taken are abandoned if the batch ends otherwise than settled (interrupted when
-    // the connection closes, or a defect), from the moment they leave the queue; a defect
-    // ends its batch alone, and the next one is sent.
-    yield* Effect.uninterruptibleMask((restore) =>
-      Effect.flatMap(restore(Queue.takeAll(queue)), (taken) => {
-        const batch = taken.filter((step) => !Deferred.isDoneUnsafe(step.done))
-        return batch.length === 0
-          ? Effect.void
-          : restore(sendBatch(batch)).pipe(
-              Effect.onExit((exit) => (Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => abandon(batch))))
-            )
-      })
-    ).pipe(
-      Effect.catchDefect((defect) => Effect.logWarning("acknowledged steps: a batch ended with a defect", defect)),
-      Effect.forever,
-      Effect.ensuring(
-        Effect.andThen(
-          Queue.end(queue),
-          Effect.flatMap(Queue.clear(queue), (left) => Effect.sync(() => abandon(left)))
-        )
-      ),
-      Effect.forkScoped
-    )
-
-    const enqueue = (
-      operation: string,
-      send: (connection: Redis) => Promise<unknown>,
-      needsAck: (reply: unknown) => boolean
-    ): Effect.Effect<unknown, AcknowledgedError> =>
-      Effect.suspend(() => {
-        const step: Step = { operation, send, needsAck, done: Deferred.makeUnsafe() }
-        if (!Queue.offerUnsafe(queue, step)) return Effect.fail(mapError(operation)(new Error("Connection is closed.")))
-        return Effect.onInterrupt(Deferred.await(step.done), () => Deferred.interrupt(step.done))
-      })
+    yield* Effect.forkScoped(drain(ctx))
 
     const run = (
       operation: string,
@@ -280,10 +327,10 @@ export const make = (
     ): Effect.Effect<unknown, AcknowledgedError> =>
       Effect.suspend(() =>
         connection.status === "ready"
-          ? enqueue(operation, send, needsAck)
+          ? enqueue(ctx, operation, send, needsAck)
           : Effect.andThen(
               awaitReady(connection, commandTimeoutMs, health.notConnected(operation, commandTimeoutMs)),
-              enqueue(operation, send, needsAck)
+              enqueue(ctx, operation, send, needsAck)
             )
       )
 

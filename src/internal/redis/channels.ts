@@ -68,127 +68,161 @@ export interface Environment {
   ) => Effect.Effect<void, StoreError>
 }
 
+/** What the channels share: the environment, and the channel now in force for each name. */
+interface State {
+  readonly env: Environment
+  /** The channel now in force for each name (an `RcMap` entry may be a failed one, until released). */
+  readonly live: Map<string, Channel>
+  /** The `RcMap` key of each name's channel now: `<incarnation>:<name>`. */
+  readonly keyOf: Map<string, string>
+  incarnation: number
+}
+
+/** A channel is no longer the one in force for its name: the next subscribe starts a new one. */
+const retire = (state: State, channel: Channel) => {
+  if (state.live.get(channel.name) !== channel) return
+  state.live.delete(channel.name)
+  state.keyOf.delete(channel.name)
+}
+
+/**
+ * A channel's listeners are told it is lost; the next subscribe starts a new one. It is
+ * retired first: a listener's fiber resumes on this very call stack, and may subscribe
+ * again before the loop is done.
+ */
+const fail = (state: State, channel: Channel, error: StoreUnavailable) => {
+  retire(state, channel)
+  Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
+  for (const mailbox of [...channel.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
+}
+
+/** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */
+const open = (state: State, name: string): Effect.Effect<Channel, StoreUnavailable> => {
+  const { env } = state
+  const { topology } = env
+  return Effect.map(env.subscriberFor(name), (subscriber) => {
+    const channel: Channel = {
+      name,
+      slot: topology.slotOf(name),
+      subscriber,
+      generation: subscriber.generation,
+      confirmed: Deferred.makeUnsafe<void, StoreError>(),
+      listeners: new Set()
+    }
+    state.live.set(name, channel)
+    topology.channels.subscribe(subscriber.connection, name).then(
+      () => Deferred.doneUnsafe(channel.confirmed, Effect.void),
+      (cause) => {
+        topology.onReplyError(cause)
+        Deferred.doneUnsafe(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
+        // A refused SUBSCRIBE must not stay in force: the next subscriber tries again.
+        retire(state, channel)
+      }
+    )
+    return channel
+  })
+}
+
+/** The last listener out sends UNSUBSCRIBE, unless the server already forgot the channel. */
+const close = (state: State, channel: Channel): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (state.live.get(channel.name) === channel) retire(state, channel)
+    // A newer channel (this one's SUBSCRIBE failed) owns the server's subscription now.
+    else if (state.live.has(channel.name)) return Effect.void
+    const { connection } = channel.subscriber
+    if (channel.generation !== channel.subscriber.generation || connection.status !== "ready") return Effect.void
+    return Effect.promise(() =>
+      state.env.topology.channels.unsubscribe(connection, channel.name).catch(() => undefined)
+    ).pipe(Effect.timeoutOption(state.env.commandTimeoutMs), withLiveClock, Effect.asVoid)
+  })
+
+/** The channel of a name now: the map's entry under the name's current key, a new key once it failed. */
+const channelFor = (
+  state: State,
+  channels: RcMap.RcMap<string, Channel, StoreUnavailable>,
+  name: string
+): Effect.Effect<Channel, StoreUnavailable, Scope.Scope> =>
+  Effect.suspend(() => {
+    let key = state.keyOf.get(name)
+    if (key === undefined) {
+      key = `${state.incarnation++}:${name}`
+      state.keyOf.set(name, key)
+    }
+    return RcMap.get(channels, key)
+  })
+
+/** Add a listener's mailbox to its channel for the scope's life; the mailbox ends when it leaves. */
+const listen = (
+  state: State,
+  channel: Channel,
+  mailbox: Queue.Queue<string, StoreUnavailable | Cause.Done>
+): Effect.Effect<void, StoreUnavailable, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.suspend(() =>
+      // A channel that failed while the map handed it out (its connection dropped,
+      // its slot moved) would neither deliver nor fail: subscribe again instead.
+      state.live.get(channel.name) === channel
+        ? Effect.sync(() => {
+            channel.listeners.add(mailbox)
+          })
+        : Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the subscription was lost" }))
+    ),
+    () =>
+      Effect.sync(() => {
+        channel.listeners.delete(mailbox)
+        Queue.endUnsafe(mailbox)
+      })
+  )
+
+/** A listener of a channel, its stream starting once the subscription is confirmed. */
+const subscribe = (state: State, channels: RcMap.RcMap<string, Channel, StoreUnavailable>, name: string) =>
+  Effect.gen(function* () {
+    const { env } = state
+    const { commandTimeoutMs } = env
+    const subscriber = yield* env.subscriberFor(name)
+    yield* awaitReady(subscriber.connection, commandTimeoutMs, env.health.notConnected("subscribe", commandTimeoutMs))
+    const channel = yield* channelFor(state, channels, name)
+    const mailbox = yield* Queue.unbounded<string, StoreUnavailable | Cause.Done>()
+    yield* listen(state, channel, mailbox)
+    yield* env.awaitConfirmed(channel.confirmed, "subscribe")
+    return Stream.fromQueue(mailbox)
+  })
+
+/** Fail the channels whose slot moved to another master; see `Channels.moved`. */
+const moved = (state: State, masters: ReadonlySet<string>, error: StoreUnavailable) => {
+  let changed = false
+  const owners = new Set<string>()
+  for (const channel of [...state.live.values()]) {
+    const owner = state.env.topology.slotOwner(channel.slot)
+    if (owner === undefined) continue
+    owners.add(owner)
+    // an owner that is not a master of the table is no better than the one we have
+    if (owner === channel.subscriber.node || !masters.has(owner)) continue
+    fail(state, channel, error)
+    changed = true
+  }
+  return { owners, changed }
+}
+
 /** @internal */
 export const make = (env: Environment): Effect.Effect<Channels, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const { commandTimeoutMs, health, topology } = env
-    /** The channel now in force for each name (an `RcMap` entry may be a failed one, until released). */
-    const live = new Map<string, Channel>()
-    /** The `RcMap` key of each name's channel now: `<incarnation>:<name>`. */
-    const keyOf = new Map<string, string>()
-    let incarnation = 0
-    const retire = (channel: Channel) => {
-      if (live.get(channel.name) !== channel) return
-      live.delete(channel.name)
-      keyOf.delete(channel.name)
-    }
-
-    /**
-     * A channel's listeners are told it is lost; the next subscribe starts a new one. It is
-     * retired first: a listener's fiber resumes on this very call stack, and may subscribe
-     * again before the loop is done.
-     */
-    const fail = (channel: Channel, error: StoreUnavailable) => {
-      retire(channel)
-      Deferred.doneUnsafe(channel.confirmed, Effect.fail(error))
-      for (const mailbox of [...channel.listeners]) Queue.failCauseUnsafe(mailbox, Cause.fail(error))
-    }
-
-    /** The first listener of a name sends SUBSCRIBE; ioredis resolves it once the server confirmed it. */
-    const open = (name: string): Effect.Effect<Channel, StoreUnavailable> =>
-      Effect.map(env.subscriberFor(name), (subscriber) => {
-        const channel: Channel = {
-          name,
-          slot: topology.slotOf(name),
-          subscriber,
-          generation: subscriber.generation,
-          confirmed: Deferred.makeUnsafe<void, StoreError>(),
-          listeners: new Set()
-        }
-        live.set(name, channel)
-        topology.channels.subscribe(subscriber.connection, name).then(
-          () => Deferred.doneUnsafe(channel.confirmed, Effect.void),
-          (cause) => {
-            topology.onReplyError(cause)
-            Deferred.doneUnsafe(channel.confirmed, Effect.fail(env.mapError("subscribe")(cause)))
-            // A refused SUBSCRIBE must not stay in force: the next subscriber tries again.
-            retire(channel)
-          }
-        )
-        return channel
-      })
-
-    /** The last listener out sends UNSUBSCRIBE, unless the server already forgot the channel. */
-    const close = (channel: Channel): Effect.Effect<void> =>
-      Effect.suspend(() => {
-        if (live.get(channel.name) === channel) retire(channel)
-        // A newer channel (this one's SUBSCRIBE failed) owns the server's subscription now.
-        else if (live.has(channel.name)) return Effect.void
-        const { connection } = channel.subscriber
-        if (channel.generation !== channel.subscriber.generation || connection.status !== "ready") return Effect.void
-        return Effect.promise(() =>
-          topology.channels.unsubscribe(connection, channel.name).catch(() => undefined)
-        ).pipe(Effect.timeoutOption(commandTimeoutMs), withLiveClock, Effect.asVoid)
-      })
-
+    const state: State = { env, live: new Map(), keyOf: new Map(), incarnation: 0 }
     const channels = yield* RcMap.make({
-      lookup: (key: string) => Effect.acquireRelease(open(key.slice(key.indexOf(":") + 1)), close)
+      lookup: (key: string) =>
+        Effect.acquireRelease(open(state, key.slice(key.indexOf(":") + 1)), (channel) => close(state, channel))
     })
-    const channelFor = (name: string): Effect.Effect<Channel, StoreUnavailable, Scope.Scope> =>
-      Effect.suspend(() => {
-        let key = keyOf.get(name)
-        if (key === undefined) {
-          key = `${incarnation++}:${name}`
-          keyOf.set(name, key)
-        }
-        return RcMap.get(channels, key)
-      })
-
     return {
-      subscribe: (name) =>
-        Effect.gen(function* () {
-          const subscriber = yield* env.subscriberFor(name)
-          yield* awaitReady(subscriber.connection, commandTimeoutMs, health.notConnected("subscribe", commandTimeoutMs))
-          const channel = yield* channelFor(name)
-          const mailbox = yield* Queue.unbounded<string, StoreUnavailable | Cause.Done>()
-          yield* Effect.acquireRelease(
-            Effect.suspend(() =>
-              // A channel that failed while the map handed it out (its connection dropped,
-              // its slot moved) would neither deliver nor fail: subscribe again instead.
-              live.get(name) === channel
-                ? Effect.sync(() => channel.listeners.add(mailbox))
-                : Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the subscription was lost" }))
-            ),
-            () =>
-              Effect.sync(() => {
-                channel.listeners.delete(mailbox)
-                Queue.endUnsafe(mailbox)
-              })
-          )
-          yield* env.awaitConfirmed(channel.confirmed, "subscribe")
-          return Stream.fromQueue(mailbox)
-        }),
+      subscribe: (name) => subscribe(state, channels, name),
       deliver: (name, message) => {
-        const channel = live.get(name)
+        const channel = state.live.get(name)
         if (channel === undefined) return
         for (const mailbox of channel.listeners) Queue.offerUnsafe(mailbox, message)
       },
       failOn: (subscriber, error) => {
-        for (const channel of [...live.values()]) if (channel.subscriber === subscriber) fail(channel, error)
+        for (const channel of [...state.live.values()])
+          if (channel.subscriber === subscriber) fail(state, channel, error)
       },
-      moved: (masters, error) => {
-        let changed = false
-        const owners = new Set<string>()
-        for (const channel of [...live.values()]) {
-          const owner = topology.slotOwner(channel.slot)
-          if (owner === undefined) continue
-          owners.add(owner)
-          // an owner that is not a master of the table is no better than the one we have
-          if (owner === channel.subscriber.node || !masters.has(owner)) continue
-          fail(channel, error)
-          changed = true
-        }
-        return { owners, changed }
-      }
+      moved: (masters, error) => moved(state, masters, error)
     }
   })

@@ -138,115 +138,124 @@ const signalPart = ({ health, keys, pubsub, run, topology }: Context) =>
     statusChanges: SubscriptionRef.changes(health.status)
   }) satisfies Partial<Driver>
 
-/** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
-const socketPart = ({ endpoint, health, keys, pubsub, run, topology }: Context, env: Env) => {
-  const claim = Operations.claimSocket
-  /** One SCAN page of one node, then the records of its keys in one batched round trip. */
-  const scanPage = (node: Node, cursor: string) =>
-    Effect.gen(function* () {
-      const [next, found] = yield* node.run("scanSockets", (c) =>
-        c.scan(cursor, "MATCH", keys.socketPattern, "COUNT", 500)
+/** One SCAN page of one node, then the records of its keys in one batched round trip. */
+const scanPage = ({ endpoint, keys, topology }: Context, node: Node, cursor: string) =>
+  Effect.gen(function* () {
+    const [next, found] = yield* node.run("scanSockets", (c) =>
+      c.scan(cursor, "MATCH", keys.socketPattern, "COUNT", 500)
+    )
+    const candidates = found.flatMap((key) => {
+      const token = keys.socketToken(key)
+      return token === undefined ? [] : [[key, token] as const]
+    })
+    const records: Array<ScannedRecord> = []
+    if (candidates.length > 0) {
+      const replies = yield* topology.runBatch(
+        "scanSockets",
+        candidates.map(([key]) => ["get", key] as const)
       )
-      const candidates = found.flatMap((key) => {
-        const token = keys.socketToken(key)
-        return token === undefined ? [] : [[key, token] as const]
-      })
-      const records: Array<ScannedRecord> = []
-      if (candidates.length > 0) {
-        const replies = yield* topology.runBatch(
-          "scanSockets",
-          candidates.map(([key]) => ["get", key] as const)
-        )
-        for (let i = 0; i < candidates.length; i++) {
-          const [key, token] = candidates[i]!
-          const [error, raw] = replies?.[i] ?? [null, null]
-          if (error !== null) {
-            yield* Effect.logWarning(`RedisStore.scanSockets: skipping ${key}: ${scrub(endpoint, error.message)}`)
-            continue
-          }
-          // Gone between SCAN and GET: the socket disconnected or its record expired.
-          if (typeof raw === "string") records.push({ key, token, raw })
+      for (let i = 0; i < candidates.length; i++) {
+        const [key, token] = candidates[i]!
+        const [error, raw] = replies?.[i] ?? [null, null]
+        if (error !== null) {
+          yield* Effect.logWarning(`RedisStore.scanSockets: skipping ${key}: ${scrub(endpoint, error.message)}`)
+          continue
         }
+        // Gone between SCAN and GET: the socket disconnected or its record expired.
+        if (typeof raw === "string") records.push({ key, token, raw })
       }
-      return [records, next] as const
+    }
+    return [records, next] as const
+  })
+
+/** Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts. */
+const scanSockets = (context: Context): Driver["scanSockets"] =>
+  Stream.suspend(() => {
+    const all = context.topology.nodes()
+    if (all.length === 0) return Stream.fail(context.health.notConnected("scanSockets", 0)())
+    return Stream.paginate(
+      { node: 0, cursor: "0" },
+      ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
+        Effect.map(scanPage(context, all[node]!, cursor), ([records, next]) => {
+          if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
+          return [
+            records,
+            node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
+          ] as const
+        })
+    )
+  })
+
+/** Each claim is its own script (one slot each); batched, they cost one round trip (per node). */
+const claimSockets =
+  ({ endpoint, topology }: Context, env: Env): Driver["claimSockets"] =>
+  (claims) =>
+    Effect.gen(function* () {
+      const claim = Operations.claimSocket
+      const replies = yield* topology.runBatch(
+        "claimSockets",
+        claims.map(([token, record]) => commandLine(claim.script, claim.input(env, { token, record })))
+      )
+      const results: Array<Result.Result<RawClaim, StoreRefused>> = []
+      for (let i = 0; i < claims.length; i++) {
+        const [error, reply] = replies?.[i] ?? [null, null]
+        if (error !== null) {
+          const mapped = toStoreError(endpoint, "claimSockets")(error)
+          // A lost connection fails the whole batch; a refused step (a key of another
+          // type) is that record's own failure.
+          if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
+          results.push(Result.fail(mapped))
+          continue
+        }
+        const claimed = claim.script.decode(reply)
+        results.push(
+          claimed === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claimed)
+        )
+      }
+      return results
     })
 
-  /** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
-  const enableOn = (node: Node): Effect.Effect<SocketEventsSetting, StoreUnavailable> =>
-    Effect.gen(function* () {
-      const reply = yield* node.run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
-      const list = asArray(reply)
-      const current = typeof list?.[1] === "string" ? list[1] : ""
-      const missing = missingFlags(current)
-      if (missing === "") return { _tag: "Enabled", flags: current } as const
-      const flags = `${current}${missing}`
-      yield* node.run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
-      return { _tag: "Enabled", flags } as const
-    }).pipe(
-      Effect.catchTag("StoreRefused", (refused) =>
-        Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
-      )
+/** CONFIG GET, then CONFIG SET only when a needed flag is missing; any error reply means refused. */
+const enableOn = (node: Node): Effect.Effect<SocketEventsSetting, StoreUnavailable> =>
+  Effect.gen(function* () {
+    const reply = yield* node.run("enableSocketEvents", (c) => c.config("GET", "notify-keyspace-events"))
+    const list = asArray(reply)
+    const current = typeof list?.[1] === "string" ? list[1] : ""
+    const missing = missingFlags(current)
+    if (missing === "") return { _tag: "Enabled", flags: current } as const
+    const flags = `${current}${missing}`
+    yield* node.run("enableSocketEvents", (c) => c.config("SET", "notify-keyspace-events", flags))
+    return { _tag: "Enabled", flags } as const
+  }).pipe(
+    Effect.catchTag("StoreRefused", (refused) =>
+      Effect.succeed<SocketEventsSetting>({ _tag: "Refused", reply: refused.reply })
     )
+  )
 
-  return {
+/** Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses. */
+const enableSocketEvents = ({ health, topology }: Context): Driver["enableSocketEvents"] =>
+  Effect.suspend(() => {
+    const all = topology.nodes()
+    if (all.length === 0) return Effect.fail(health.notConnected("enableSocketEvents", 0)())
+    return Effect.map(
+      Effect.forEach(all, enableOn, { concurrency: "unbounded" }),
+      (found) => found.find((setting) => setting._tag === "Refused") ?? found[0]!
+    )
+  })
+
+/** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
+const socketPart = (context: Context, env: Env) =>
+  ({
     readSocket: (token) =>
       Effect.map(
-        run("readSocket", (c) => c.get(keys.socket(token))),
+        context.run("readSocket", (c) => c.get(context.keys.socket(token))),
         Option.fromNullishOr
       ),
-    // Every node's keys, node after node; a cluster's masters as the client knows them when the scan starts.
-    scanSockets: Stream.suspend(() => {
-      const all = topology.nodes()
-      if (all.length === 0) return Stream.fail(health.notConnected("scanSockets", 0)())
-      return Stream.paginate(
-        { node: 0, cursor: "0" },
-        ({ cursor, node }: { readonly node: number; readonly cursor: string }) =>
-          Effect.map(scanPage(all[node]!, cursor), ([records, next]) => {
-            if (next !== "0") return [records, Option.some({ node, cursor: next })] as const
-            return [
-              records,
-              node + 1 < all.length ? Option.some({ node: node + 1, cursor: "0" }) : Option.none()
-            ] as const
-          })
-      )
-    }),
-    // Each claim is its own script (one slot each); batched, they cost one round trip (per node).
-    claimSockets: (claims) =>
-      Effect.gen(function* () {
-        const replies = yield* topology.runBatch(
-          "claimSockets",
-          claims.map(([token, record]) => commandLine(claim.script, claim.input(env, { token, record })))
-        )
-        const results: Array<Result.Result<RawClaim, StoreRefused>> = []
-        for (let i = 0; i < claims.length; i++) {
-          const [error, reply] = replies?.[i] ?? [null, null]
-          if (error !== null) {
-            const mapped = toStoreError(endpoint, "claimSockets")(error)
-            // A lost connection fails the whole batch; a refused step (a key of another
-            // type) is that record's own failure.
-            if (mapped._tag === "StoreUnavailable") return yield* Effect.fail(mapped)
-            results.push(Result.fail(mapped))
-            continue
-          }
-          const claimed = claim.script.decode(reply)
-          results.push(
-            claimed === undefined ? Result.fail(unexpectedReply("claimSockets", reply)) : Result.succeed(claimed)
-          )
-        }
-        return results
-      }),
-    // Keyspace notifications are per node: a cluster enables them on every master, and is refused if one refuses.
-    enableSocketEvents: Effect.suspend(() => {
-      const all = topology.nodes()
-      if (all.length === 0) return Effect.fail(health.notConnected("enableSocketEvents", 0)())
-      return Effect.map(
-        Effect.forEach(all, enableOn, { concurrency: "unbounded" }),
-        (found) => found.find((setting) => setting._tag === "Refused") ?? found[0]!
-      )
-    }),
-    socketEvents: pubsub.socketEvents
-  } satisfies Partial<Driver>
-}
+    scanSockets: scanSockets(context),
+    claimSockets: claimSockets(context, env),
+    enableSocketEvents: enableSocketEvents(context),
+    socketEvents: context.pubsub.socketEvents
+  }) satisfies Partial<Driver>
 
 /** Presence: the refresh script, plain reads and deletes, the worker's channel (sharded on a Cluster). */
 const presencePart = ({ keys, pubsub, run, topology }: Context) =>

@@ -54,6 +54,144 @@ export interface PubSub {
 
 export type { Keyspace } from "./socketWatch.js"
 
+/** The subscriber connections of a store, by node, and what they need to open. */
+interface Nodes {
+  readonly endpoint: Endpoint
+  readonly topology: Topology
+  readonly health: Health
+  readonly settings: Settings
+  readonly subscribers: Map<string, Subscriber>
+  /** Set when the store's scope closes: no subscriber opens after that. */
+  closed: boolean
+}
+
+/** What runs on the subscriber connections: it hears their messages, and loses their subscriptions. */
+interface Listeners {
+  readonly channels: Channels.Channels
+  readonly socketWatch: SocketWatch.SocketWatch
+}
+
+/** The subscriber connection of a node, opened on first use. */
+const nodeSubscriber = (
+  nodes: Nodes,
+  open: (node: string) => Subscriber,
+  node: string
+): Effect.Effect<Subscriber, StoreUnavailable> =>
+  Effect.suspend(() => {
+    const existing = nodes.subscribers.get(node)
+    if (existing !== undefined) return Effect.succeed(existing)
+    if (nodes.closed)
+      return Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the store is closed" }))
+    return Effect.succeed(open(node))
+  })
+
+/** What the channels and the socket watch are given: the subscribers, and the waits on them. */
+const environmentOf = (
+  nodes: Nodes,
+  keyspace: SocketWatch.Keyspace,
+  subscriberOf: (node: string) => Effect.Effect<Subscriber, StoreUnavailable>
+): Channels.Environment & SocketWatch.Environment => {
+  const { commandTimeoutMs } = nodes.settings
+  const { topology } = nodes
+  return {
+    topology,
+    health: nodes.health,
+    commandTimeoutMs,
+    mapError: (operation: string) => toStoreError(nodes.endpoint, operation),
+    subscriberFor: (name: string) => Effect.flatMap(topology.nodeOf("subscribe", name), subscriberOf),
+    awaitConfirmed: (confirmed: Deferred.Deferred<void, StoreError>, operation: string) =>
+      Deferred.await(confirmed).pipe(
+        Effect.timeoutOrElse({
+          duration: commandTimeoutMs,
+          orElse: () =>
+            Effect.failSync(
+              () => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" })
+            )
+        }),
+        withLiveClock
+      ),
+    keyspace,
+    allSubscribers: Effect.suspend(() => Effect.forEach(topology.masters(), subscriberOf))
+  }
+}
+
+/** The server forgets a lost connection's subscriptions: so do we. */
+const dropSubscriptions = (nodes: Nodes, listeners: Listeners, subscriber: Subscriber) => {
+  subscriber.generation++
+  const error = new StoreUnavailable({
+    operation: "subscribe",
+    reason: `subscriber connection to ${subscriber.node === "" ? nodes.endpoint.safeUrl : subscriber.node} lost`
+  })
+  listeners.channels.failOn(subscriber, error)
+  listeners.socketWatch.failOn(subscriber, error)
+}
+
+/** Open a node's subscriber connection: its messages go to the listeners, and its drops lose their subscriptions. */
+const openSubscriber = (nodes: Nodes, listeners: Listeners, node: string): Subscriber => {
+  const { health, topology } = nodes
+  const connection = openConnection(
+    topology.endpointOf(node),
+    connectionOptions("subscriber", nodes.settings),
+    health.onError
+  )
+  const subscriber: Subscriber = { node, connection, generation: 0 }
+  health.track(connection, "subscriber", (ready) => {
+    if (!ready) dropSubscriptions(nodes, listeners, subscriber)
+  })
+  connection.on("pmessage", listeners.socketWatch.deliver)
+  connection.on(topology.channels.message, listeners.channels.deliver)
+  nodes.subscribers.set(node, subscriber)
+  return subscriber
+}
+
+/** Close every subscriber, and open none after. */
+const closeAll = (nodes: Nodes): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    nodes.closed = true
+    return Effect.forEach(
+      nodes.subscribers.values(),
+      (s) => closeConnection(s.connection, nodes.settings.commandTimeoutMs),
+      {
+        concurrency: "unbounded",
+        discard: true
+      }
+    )
+  })
+
+/**
+ * After the cluster client re-read its slot table. A shard channel whose slot moved to
+ * another master is lost: the server unsubscribes it when the slot leaves, and what is
+ * published now goes to the new master. The socket watch must cover the masters as
+ * they are now. A subscriber to a node that is no longer a master is closed: it would
+ * try to reconnect for ever, and the store would never be ready again. Whatever was
+ * lost fails its listeners with `StoreUnavailable` and counts as a new epoch, so that
+ * their loops subscribe again at once, on the right nodes.
+ */
+const slotsRefreshed = (nodes: Nodes, listeners: Listeners): void => {
+  const { health, subscribers, topology } = nodes
+  if (nodes.closed) return
+  const masters = new Set(topology.masters())
+  // a table being rebuilt (no master known) says nothing yet
+  if (masters.size === 0) return
+  const error = new StoreUnavailable({ operation: "subscribe", reason: `the cluster's slots moved` })
+  // Nodes that serve a live channel's slot keep their subscriber, even when the table
+  // does not list them as masters (ioredis keeps the last owner of a slot nobody serves).
+  const { changed: moved, owners } = listeners.channels.moved(masters, error)
+  let changed = listeners.socketWatch.mastersAre(masters, error) || moved
+  for (const [node, subscriber] of [...subscribers]) {
+    if (masters.has(node) || owners.has(node)) continue
+    subscribers.delete(node)
+    health.forget(subscriber.connection)
+    dropSubscriptions(nodes, listeners, subscriber)
+    endConnection(subscriber.connection)
+    changed = true
+  }
+  if (!changed) return
+  // as at the start, every master has its subscriber: the store is ready once they are
+  for (const node of masters) if (!subscribers.has(node)) openSubscriber(nodes, listeners, node)
+  health.newEpoch()
+}
+
 /** @internal */
 export const make = (
   endpoint: Endpoint,
@@ -63,120 +201,28 @@ export const make = (
   keyspace: SocketWatch.Keyspace
 ): Effect.Effect<PubSub, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const { commandTimeoutMs } = settings
-    const subscribers = new Map<string, Subscriber>()
-    let closed = false
-
-    /** The subscriber connection of a node, opened on first use. */
-    const nodeSubscriber = (node: string): Effect.Effect<Subscriber, StoreUnavailable> =>
-      Effect.suspend(() => {
-        const existing = subscribers.get(node)
-        if (existing !== undefined) return Effect.succeed(existing)
-        if (closed) return Effect.fail(new StoreUnavailable({ operation: "subscribe", reason: "the store is closed" }))
-        return Effect.succeed(openSubscriber(node))
-      })
-    const allSubscribers = Effect.suspend(() => Effect.forEach(topology.masters(), nodeSubscriber))
-    const environment = {
-      topology,
-      health,
-      commandTimeoutMs,
-      mapError: (operation: string) => toStoreError(endpoint, operation),
-      subscriberFor: (name: string) => Effect.flatMap(topology.nodeOf("subscribe", name), nodeSubscriber),
-      awaitConfirmed: (confirmed: Deferred.Deferred<void, StoreError>, operation: string) =>
-        Deferred.await(confirmed).pipe(
-          Effect.timeoutOrElse({
-            duration: commandTimeoutMs,
-            orElse: () =>
-              Effect.failSync(
-                () => new StoreUnavailable({ operation, reason: "no confirmation within the command timeout" })
-              )
-          }),
-          withLiveClock
-        ),
-      keyspace,
-      allSubscribers
-    }
-    const channels = yield* Channels.make(environment)
-    const socketWatch = SocketWatch.make(environment)
-
-    /** The server forgets a lost connection's subscriptions: so do we. */
-    const dropSubscriptions = (subscriber: Subscriber) => {
-      subscriber.generation++
-      const error = new StoreUnavailable({
-        operation: "subscribe",
-        reason: `subscriber connection to ${subscriber.node === "" ? endpoint.safeUrl : subscriber.node} lost`
-      })
-      channels.failOn(subscriber, error)
-      socketWatch.failOn(subscriber, error)
-    }
-
-    const openSubscriber = (node: string): Subscriber => {
-      const connection = openConnection(
-        topology.endpointOf(node),
-        connectionOptions("subscriber", settings),
-        health.onError
-      )
-      const subscriber: Subscriber = { node, connection, generation: 0 }
-      health.track(connection, "subscriber", (ready) => {
-        if (!ready) dropSubscriptions(subscriber)
-      })
-      connection.on("pmessage", socketWatch.deliver)
-      connection.on(topology.channels.message, channels.deliver)
-      subscribers.set(node, subscriber)
-      return subscriber
-    }
-    yield* Effect.addFinalizer(() =>
-      Effect.suspend(() => {
-        closed = true
-        return Effect.forEach(subscribers.values(), (s) => closeConnection(s.connection, commandTimeoutMs), {
-          concurrency: "unbounded",
-          discard: true
-        })
-      })
+    const nodes: Nodes = { endpoint, topology, health, settings, subscribers: new Map(), closed: false }
+    // The listeners are built over the subscribers they listen on: a subscriber opens on
+    // their first use of it, once both exist.
+    const environment = environmentOf(nodes, keyspace, (node) =>
+      nodeSubscriber(nodes, (opened) => openSubscriber(nodes, listeners, opened), node)
     )
-
-    /**
-     * After the cluster client re-read its slot table. A shard channel whose slot moved to
-     * another master is lost: the server unsubscribes it when the slot leaves, and what is
-     * published now goes to the new master. The socket watch must cover the masters as
-     * they are now. A subscriber to a node that is no longer a master is closed: it would
-     * try to reconnect for ever, and the store would never be ready again. Whatever was
-     * lost fails its listeners with `StoreUnavailable` and counts as a new epoch, so that
-     * their loops subscribe again at once, on the right nodes.
-     */
-    topology.onRefresh = () => {
-      if (closed) return
-      const masters = new Set(topology.masters())
-      // a table being rebuilt (no master known) says nothing yet
-      if (masters.size === 0) return
-      const error = new StoreUnavailable({ operation: "subscribe", reason: `the cluster's slots moved` })
-      // Nodes that serve a live channel's slot keep their subscriber, even when the table
-      // does not list them as masters (ioredis keeps the last owner of a slot nobody serves).
-      const { changed: moved, owners } = channels.moved(masters, error)
-      let changed = socketWatch.mastersAre(masters, error) || moved
-      for (const [node, subscriber] of [...subscribers]) {
-        if (masters.has(node) || owners.has(node)) continue
-        subscribers.delete(node)
-        health.forget(subscriber.connection)
-        dropSubscriptions(subscriber)
-        endConnection(subscriber.connection)
-        changed = true
-      }
-      if (!changed) return
-      // as at the start, every master has its subscriber: the store is ready once they are
-      for (const node of masters) if (!subscribers.has(node)) openSubscriber(node)
-      health.newEpoch()
+    const listeners: Listeners = {
+      channels: yield* Channels.make(environment),
+      socketWatch: SocketWatch.make(environment)
     }
+    yield* Effect.addFinalizer(() => closeAll(nodes))
+    topology.onRefresh = () => slotsRefreshed(nodes, listeners)
 
     // Subscribers connect beside the command connection: a single server's at once, a
     // cluster's for each master its client already knows (the others in `connected`).
-    for (const node of topology.masters()) openSubscriber(node)
+    for (const node of topology.masters()) openSubscriber(nodes, listeners, node)
 
     return {
-      subscribe: channels.subscribe,
-      socketEvents: socketWatch.subscribe,
+      subscribe: listeners.channels.subscribe,
+      socketEvents: listeners.socketWatch.subscribe,
       connected: (timeoutMs, onTimeout) =>
-        Effect.flatMap(allSubscribers, (all) =>
+        Effect.flatMap(environment.allSubscribers, (all) =>
           Effect.forEach(all, (s) => awaitReady(s.connection, timeoutMs, onTimeout), {
             concurrency: "unbounded",
             discard: true

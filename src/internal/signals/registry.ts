@@ -177,6 +177,131 @@ const subscribeChannel = (
     })
   )
 
+/** What the registry's steps work with: the store, and the channels and entries in force. */
+interface Registry {
+  readonly store: Store.Service
+  readonly instanceId: string
+  /** The deferred a pump fails when its subscription is lost. */
+  readonly lost: () => Deferred.Deferred<never, StoreUnavailable>
+  readonly channels: Map<string, Channel>
+  readonly entries: Map<string, Entry>
+}
+
+/** A channel of no token yet, not subscribed. */
+const newChannel = (name: string): Channel => ({
+  name,
+  tokens: new Map(),
+  lock: Semaphore.makeUnsafe(1),
+  closed: false,
+  scope: undefined,
+  live: false,
+  confirmed: false,
+  incarnation: 0,
+  seq: 0,
+  lastNotice: new Map(),
+  sweptAt: 0
+})
+
+/**
+ * One entry per token with local listeners: made by the first, swept away once it has had
+ * none for a whole sweep period; its channel goes with the last of its tokens.
+ */
+const entryOf = (r: Registry, token: string): Entry => {
+  const existing = r.entries.get(token)
+  if (existing !== undefined) return existing
+  const name = r.store.noticeChannel(token, r.instanceId)
+  let channel = r.channels.get(name)
+  if (channel === undefined) {
+    channel = newChannel(name)
+    r.channels.set(name, channel)
+  }
+  const entry: Entry = { token, channel, listeners: undefined, idle: false }
+  channel.tokens.set(token, entry)
+  r.entries.set(token, entry)
+  return entry
+}
+
+const ensureLive = (r: Registry, channel: Channel) => subscribeChannel(r.store, r.instanceId, r.lost, channel)
+
+/** Close channels for good: nothing restores them, and their subscriptions end. */
+const closeChannels = (channels: ReadonlyArray<Channel>) =>
+  Effect.forEach(channels, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
+
+/**
+ * Start a new sweep period, and remove the entries found without listeners by the last
+ * sweep too, with the channels left without tokens.
+ */
+const sweep = (r: Registry) =>
+  Effect.suspend(() => {
+    for (const channel of r.channels.values()) {
+      channel.lastNotice.clear()
+      channel.sweptAt = channel.seq
+    }
+    const gone: Array<Channel> = []
+    for (const entry of r.entries.values()) {
+      if (listenerCount(entry) > 0) entry.idle = false
+      else if (!entry.idle) entry.idle = true
+      else {
+        // Gone from the maps before anything yields: a listener from now on makes a new entry.
+        r.entries.delete(entry.token)
+        entry.channel.tokens.delete(entry.token)
+        if (entry.channel.tokens.size === 0) {
+          entry.channel.closed = true
+          r.channels.delete(entry.channel.name)
+          gone.push(entry.channel)
+        }
+      }
+    }
+    return closeChannels(gone)
+  })
+
+/** Everything closed, for the layer's end: the restore loop finds nothing left. */
+const closeAll = (r: Registry) =>
+  Effect.suspend(() => {
+    const all = [...r.channels.values()]
+    r.channels.clear()
+    r.entries.clear()
+    for (const channel of all) channel.closed = true
+    return closeChannels(all)
+  })
+
+/** Add a listener to a token; its channel is subscribed before it returns the listener's removal. */
+const listen = (r: Registry, token: string, listener: (event: SignalEvent) => void) =>
+  Effect.flatMap(validateToken(token), () =>
+    Effect.suspend(() => {
+      const entry = entryOf(r, token)
+      addListener(entry, listener)
+      entry.idle = false
+      const unlisten = unlistener(entry, listener)
+      // Listening before the subscription is confirmed: nothing published after it is missed.
+      if (entry.channel.live) return Effect.succeed(unlisten)
+      return ensureLive(r, entry.channel).pipe(
+        Effect.onError(() => Effect.sync(unlisten)),
+        Effect.as(unlisten)
+      )
+    })
+  )
+
+/** Where the token's channel stands, if its subscription delivers now. */
+const mark = (r: Registry, token: string): Mark | undefined => {
+  const channel = r.channels.get(r.store.noticeChannel(token, r.instanceId))
+  return channel === undefined || !channel.live
+    ? undefined
+    : { channel, incarnation: channel.incarnation, seq: channel.seq }
+}
+
+/**
+ * Whether a notice about `token` may have arrived since `mark` without reaching a
+ * listener registered since: `false` only when the channel delivered all along (same
+ * subscription, still live) and no notice about the token arrived since the mark.
+ */
+const missedSince = (token: string, at: Mark | undefined): boolean => {
+  if (at === undefined) return true
+  const { channel } = at
+  if (!channel.live || channel.incarnation !== at.incarnation || channel.sweptAt > at.seq) return true
+  return (channel.lastNotice.get(token) ?? 0) > at.seq
+}
+
 /**
  * The registry of a worker's notice channels. `lost()` is the deferred a pump fails when its
  * subscription is lost (the `signals` loop renews it at each attempt).
@@ -188,117 +313,20 @@ export const make = (
   instanceId: string,
   lost: () => Deferred.Deferred<never, StoreUnavailable>
 ) => {
-  const channels = new Map<string, Channel>()
-  const entries = new Map<string, Entry>()
-  const ensureLive = (channel: Channel) => subscribeChannel(store, instanceId, lost, channel)
-
-  // One entry per token with local listeners: made by the first, swept away once it has
-  // had none for a whole sweep period; its channel goes with the last of its tokens.
-  const entryOf = (token: string): Entry => {
-    const existing = entries.get(token)
-    if (existing !== undefined) return existing
-    const name = store.noticeChannel(token, instanceId)
-    let channel = channels.get(name)
-    if (channel === undefined) {
-      channel = {
-        name,
-        tokens: new Map(),
-        lock: Semaphore.makeUnsafe(1),
-        closed: false,
-        scope: undefined,
-        live: false,
-        confirmed: false,
-        incarnation: 0,
-        seq: 0,
-        lastNotice: new Map(),
-        sweptAt: 0
-      }
-      channels.set(name, channel)
-    }
-    const entry: Entry = { token, channel, listeners: undefined, idle: false }
-    channel.tokens.set(token, entry)
-    entries.set(token, entry)
-    return entry
-  }
-
-  const sweep = Effect.suspend(() => {
-    for (const channel of channels.values()) {
-      channel.lastNotice.clear()
-      channel.sweptAt = channel.seq
-    }
-    const gone: Array<Channel> = []
-    for (const entry of entries.values()) {
-      if (listenerCount(entry) > 0) entry.idle = false
-      else if (!entry.idle) entry.idle = true
-      else {
-        // Gone from the maps before anything yields: a listener from now on makes a new entry.
-        entries.delete(entry.token)
-        entry.channel.tokens.delete(entry.token)
-        if (entry.channel.tokens.size === 0) {
-          entry.channel.closed = true
-          channels.delete(entry.channel.name)
-          gone.push(entry.channel)
-        }
-      }
-    }
-    return Effect.forEach(gone, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
-  })
-  /** Everything closed, for the layer's end: the restore loop finds nothing left. */
-  const closeAll = Effect.suspend(() => {
-    const all = [...channels.values()]
-    channels.clear()
-    entries.clear()
-    for (const channel of all) channel.closed = true
-    return Effect.forEach(all, (channel) => channel.lock.withPermits(1)(closeScope(channel)), { discard: true })
-  })
-
-  const listen = (token: string, listener: (event: SignalEvent) => void) =>
-    Effect.flatMap(validateToken(token), () =>
-      Effect.suspend(() => {
-        const entry = entryOf(token)
-        addListener(entry, listener)
-        entry.idle = false
-        const unlisten = unlistener(entry, listener)
-        // Listening before the subscription is confirmed: nothing published after it is missed.
-        if (entry.channel.live) return Effect.succeed(unlisten)
-        return ensureLive(entry.channel).pipe(
-          Effect.onError(() => Effect.sync(unlisten)),
-          Effect.as(unlisten)
-        )
-      })
-    )
-
-  /** Where the token's channel stands, if its subscription delivers now. */
-  const mark = (token: string): Mark | undefined => {
-    const channel = channels.get(store.noticeChannel(token, instanceId))
-    return channel === undefined || !channel.live
-      ? undefined
-      : { channel, incarnation: channel.incarnation, seq: channel.seq }
-  }
-
-  /**
-   * Whether a notice about `token` may have arrived since `mark` without reaching a
-   * listener registered since: `false` only when the channel delivered all along (same
-   * subscription, still live) and no notice about the token arrived since the mark.
-   */
-  const missedSince = (token: string, at: Mark | undefined): boolean => {
-    if (at === undefined) return true
-    const { channel } = at
-    if (!channel.live || channel.incarnation !== at.incarnation || channel.sweptAt > at.seq) return true
-    return (channel.lastNotice.get(token) ?? 0) > at.seq
-  }
-
+  const r: Registry = { store, instanceId, lost, channels: new Map(), entries: new Map() }
   return {
-    listen,
-    sweep,
-    mark,
+    listen: (token: string, listener: (event: SignalEvent) => void) => listen(r, token, listener),
+    sweep: sweep(r),
+    mark: (token: string) => mark(r, token),
     missedSince,
-    closeAll,
+    closeAll: closeAll(r),
     /** Subscribe every channel whose subscription was lost (the `signals` loop's attempt). */
-    restoreAll: Effect.suspend(() => Effect.forEach([...channels.values()], ensureLive, { discard: true })),
+    restoreAll: Effect.suspend(() =>
+      Effect.forEach([...r.channels.values()], (channel) => ensureLive(r, channel), { discard: true })
+    ),
     /** Tokens with at least one listener. */
-    tokens: Effect.sync(() => [...entries.values()].filter((entry) => listenerCount(entry) > 0).map((e) => e.token)),
+    tokens: Effect.sync(() => [...r.entries.values()].filter((entry) => listenerCount(entry) > 0).map((e) => e.token)),
     /** Tokens whose channel's subscription delivers. */
-    subscribed: Effect.sync(() => [...entries.values()].filter((entry) => entry.channel.live).map((e) => e.token))
+    subscribed: Effect.sync(() => [...r.entries.values()].filter((entry) => entry.channel.live).map((e) => e.token))
   }
 }
