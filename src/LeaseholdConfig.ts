@@ -9,9 +9,10 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
-import * as Redacted from "effect/Redacted"
+import type * as Redacted from "effect/Redacted"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import * as Checks from "./internal/config/checks.js"
 import * as Environment from "./internal/config/environment.js"
 
 const { defaults } = Environment
@@ -148,60 +149,6 @@ export class LeaseholdConfig extends Context.Service<LeaseholdConfig, Settings>(
  */
 export const config: Config.Config<Input> = Environment.config
 
-const prefixPattern = /^[A-Za-z0-9_.:-]{1,64}$/
-
-/** A master name: what `sentinel monitor` names are in practice (no space, quote or control character). */
-const masterNamePattern = /^[A-Za-z0-9_.:-]{1,128}$/
-
-/** The Sentinel knobs against each other and the other ways to reach Redis (the list itself is read by the store). */
-const checkSentinels = (settings: Settings): InvalidConfig | undefined => {
-  const sentinels = { knob: "redisSentinels", value: "<redacted>" }
-  if (Option.isNone(settings.redisSentinels)) {
-    return Option.isSome(settings.redisSentinelName)
-      ? new InvalidConfig({
-          knob: "redisSentinelName",
-          value: JSON.stringify(settings.redisSentinelName.value),
-          reason: "is set without redisSentinels"
-        })
-      : undefined
-  }
-  if (Option.isNone(settings.redisSentinelName)) {
-    return new InvalidConfig({
-      knob: "redisSentinelName",
-      value: "(unset)",
-      reason: "must name the master the Sentinels monitor",
-      other: sentinels
-    })
-  }
-  if (!masterNamePattern.test(settings.redisSentinelName.value)) {
-    return new InvalidConfig({
-      knob: "redisSentinelName",
-      value: JSON.stringify(settings.redisSentinelName.value),
-      reason: "must be 1–128 characters of [A-Za-z0-9_.:-]"
-    })
-  }
-  if (String(Redacted.value(settings.redisSentinels.value)).trim() === "") {
-    return new InvalidConfig({ knob: "redisSentinels", value: '""', reason: "must list at least one Sentinel" })
-  }
-  if (Option.isSome(settings.redisUrl)) {
-    return new InvalidConfig({
-      knob: "redisUrl",
-      value: "<redacted>",
-      reason: "must be unset with redisSentinels (credentials, TLS and the database go in the Sentinel URL)",
-      other: sentinels
-    })
-  }
-  if (settings.redisCluster) {
-    return new InvalidConfig({
-      knob: "redisCluster",
-      value: "true",
-      reason: "cannot be combined with redisSentinels",
-      other: sentinels
-    })
-  }
-  return undefined
-}
-
 /**
  * Whether the settings name a Redis deployment (a URL or Sentinels); otherwise the
  * embedded memory store serves.
@@ -211,42 +158,6 @@ const checkSentinels = (settings: Settings): InvalidConfig | undefined => {
  */
 export const usesRedis = (settings: Settings): boolean =>
   Option.isSome(settings.redisUrl) || Option.isSome(settings.redisSentinels)
-
-const fmt = (d: Duration.Duration) => `${Duration.toMillis(d)}ms`
-
-/** The knobs that are counts, not durations. */
-const counts = new Set(["mailboxMaxLen", "maxValueBytes", "minReplicasAck"])
-
-/** The acknowledgement knobs, against the lock and the ways to reach Redis. */
-const checkAcknowledgement = (settings: Settings): InvalidConfig | undefined => {
-  const { minReplicasAck } = settings
-  if (!Number.isSafeInteger(minReplicasAck) || minReplicasAck < 0) {
-    return new InvalidConfig({
-      knob: "minReplicasAck",
-      value: String(minReplicasAck),
-      reason: "must be a whole number of replicas, 0 or more"
-    })
-  }
-  if (minReplicasAck > 0 && settings.redisCluster) {
-    // A Cluster client spreads one connection's writes over many masters: one WAIT cannot cover them.
-    return new InvalidConfig({
-      knob: "minReplicasAck",
-      value: String(minReplicasAck),
-      reason: "is not supported on a Redis Cluster",
-      other: { knob: "redisCluster", value: "true" }
-    })
-  }
-  if (minReplicasAck > 0 && Duration.isGreaterThanOrEqualTo(settings.replicaAckTimeout, settings.lockExpiration)) {
-    // A grant waits for its replicas while its lock's TTL runs: it could expire before its holder knew of it.
-    return new InvalidConfig({
-      knob: "replicaAckTimeout",
-      value: fmt(settings.replicaAckTimeout),
-      reason: "must be less than lockExpiration",
-      other: { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
-    })
-  }
-  return undefined
-}
 
 /**
  * Fill defaults and check every relation between knobs.
@@ -259,13 +170,13 @@ export const resolve = (input: Input = {}): Result.Result<Settings, InvalidConfi
   return problem === undefined ? Result.succeed(settings) : Result.fail(problem)
 }
 
-/** The settings with their defaults filled, and the first problem with them. */
-const check = (input: Input): readonly [Settings, InvalidConfig | undefined] => {
+/** Every knob not given, its default: some follow the lock's or the token's expiration. */
+const withDefaults = (input: Input): Settings => {
   const dur = (value: Duration.Input | undefined, fallbackMs: number) =>
     value === undefined ? Duration.millis(fallbackMs) : Duration.fromInputUnsafe(value)
   const lockExpiration = dur(input.lockExpiration, defaults.lockExpirationMs)
   const tokenExpiration = dur(input.tokenExpiration, defaults.tokenExpirationS * 1000)
-  const settings: Settings = {
+  return {
     redisUrl: input.redisUrl ?? Option.none(),
     redisCluster: input.redisCluster ?? defaults.redisCluster,
     redisSentinels: input.redisSentinels ?? Option.none(),
@@ -305,107 +216,13 @@ const check = (input: Input): readonly [Settings, InvalidConfig | undefined] => 
         ? Duration.millis(Math.min(defaults.replicaAckTimeoutMs, Math.floor(Duration.toMillis(lockExpiration) / 2)))
         : Duration.fromInputUnsafe(input.replicaAckTimeout)
   }
-  const fail = (knob: string, value: string, reason: string, other?: { knob: string; value: string }) =>
-    [
-      settings,
-      new InvalidConfig(other === undefined ? { knob, value, reason } : { knob, value, reason, other })
-    ] as const
+}
 
-  // Duration clamps negative numbers to zero; refuse them as given, before they are decoded.
-  for (const [knob, value] of Object.entries(input)) {
-    if (typeof value === "number" && !counts.has(knob) && !(value >= 0)) {
-      return fail(
-        knob,
-        `${value}ms`,
-        knob === "leaseQuantum" || knob === "dataFlushInterval" || knob === "leaseCommitWindow"
-          ? "must be zero or a positive duration"
-          : "must be a positive duration"
-      )
-    }
-  }
-
-  const positive: ReadonlyArray<[string, Duration.Duration]> = [
-    ["lockExpiration", settings.lockExpiration],
-    ["lockWarningThreshold", settings.lockWarningThreshold],
-    ["tokenExpiration", settings.tokenExpiration],
-    ["leaseHoldTime", settings.leaseHoldTime],
-    ["handoffTimeout", settings.handoffTimeout],
-    ["presenceExpiration", settings.presenceExpiration],
-    ["retryDelayInitial", settings.retryDelayInitial],
-    ["retryDelayMax", settings.retryDelayMax],
-    ["commandTimeout", settings.commandTimeout],
-    ["connectTimeout", settings.connectTimeout],
-    ["replicaAckTimeout", settings.replicaAckTimeout]
-  ]
-  for (const [knob, value] of positive) {
-    const millis = Duration.toMillis(value)
-    if (!Number.isFinite(millis) || millis <= 0) return fail(knob, fmt(value), "must be a positive duration")
-  }
-  const quantum = Duration.toMillis(settings.leaseQuantum)
-  if (!Number.isFinite(quantum) || quantum < 0) {
-    return fail("leaseQuantum", fmt(settings.leaseQuantum), "must be zero or a positive duration")
-  }
-  const commitWindow = Duration.toMillis(settings.leaseCommitWindow)
-  if (
-    !Number.isFinite(commitWindow) ||
-    commitWindow < 0 ||
-    commitWindow >= Duration.toMillis(settings.lockExpiration)
-  ) {
-    return fail(
-      "leaseCommitWindow",
-      fmt(settings.leaseCommitWindow),
-      "must be zero or a positive duration below the lock expiration"
-    )
-  }
-  const flushInterval = Duration.toMillis(settings.dataFlushInterval)
-  if (!Number.isFinite(flushInterval) || flushInterval < 0) {
-    return fail("dataFlushInterval", fmt(settings.dataFlushInterval), "must be zero or a positive duration")
-  }
-  const lock = { knob: "lockExpiration", value: fmt(settings.lockExpiration) }
-  if (Duration.isGreaterThanOrEqualTo(settings.lockWarningThreshold, settings.lockExpiration)) {
-    return fail("lockWarningThreshold", fmt(settings.lockWarningThreshold), "must be less than lockExpiration", lock)
-  }
-  if (Duration.isLessThanOrEqualTo(settings.tokenExpiration, settings.lockExpiration)) {
-    // A lock that outlives the state it protects would hold nothing; the fence would restart.
-    return fail("tokenExpiration", fmt(settings.tokenExpiration), "must be greater than lockExpiration", lock)
-  }
-  if (Duration.isGreaterThanOrEqualTo(settings.leaseHoldTime, settings.lockExpiration)) {
-    return fail("leaseHoldTime", fmt(settings.leaseHoldTime), "must be less than lockExpiration", lock)
-  }
-  if (Duration.isGreaterThanOrEqualTo(settings.handoffTimeout, settings.lockExpiration)) {
-    // A grant reserved longer than a lock lives would outlast the waiters' own deadlines.
-    return fail("handoffTimeout", fmt(settings.handoffTimeout), "must be less than lockExpiration", lock)
-  }
-  if (Duration.isGreaterThanOrEqualTo(settings.presenceExpiration, settings.tokenExpiration)) {
-    // A record expires by itself before its owner could be found absent: presence would decide nothing.
-    return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be less than tokenExpiration", {
-      knob: "tokenExpiration",
-      value: fmt(settings.tokenExpiration)
-    })
-  }
-  if (Duration.toMillis(settings.presenceExpiration) < 30) {
-    // Refreshed every third of it: below 10 ms a refresh is a busy loop, and a worker's
-    // answer (one round trip each way) would rarely arrive in time.
-    return fail("presenceExpiration", fmt(settings.presenceExpiration), "must be at least 30ms")
-  }
-  if (!Number.isInteger(settings.mailboxMaxLen) || settings.mailboxMaxLen < 1) {
-    return fail("mailboxMaxLen", String(settings.mailboxMaxLen), "must be a positive integer")
-  }
-  if (!Number.isInteger(settings.maxValueBytes) || settings.maxValueBytes < 1) {
-    return fail("maxValueBytes", String(settings.maxValueBytes), "must be a positive integer")
-  }
-  if (Option.isSome(settings.dataDir) && settings.dataDir.value.trim() === "") {
-    // An empty path would resolve to the working directory and fill it with state files.
-    return fail("dataDir", JSON.stringify(settings.dataDir.value), "must be a directory path, not empty")
-  }
-  const sentinelProblem = checkSentinels(settings)
-  if (sentinelProblem !== undefined) return [settings, sentinelProblem]
-  const acknowledgementProblem = checkAcknowledgement(settings)
-  if (acknowledgementProblem !== undefined) return [settings, acknowledgementProblem]
-  if (!prefixPattern.test(settings.keyPrefix)) {
-    return fail("keyPrefix", JSON.stringify(settings.keyPrefix), "must be 1–64 characters of [A-Za-z0-9_.:-]")
-  }
-  return [settings, undefined]
+/** The settings with their defaults filled, and the first problem with them. */
+const check = (input: Input): readonly [Settings, InvalidConfig | undefined] => {
+  const settings = withDefaults(input)
+  const problem = Checks.firstProblem(input, settings)
+  return [settings, problem === undefined ? undefined : new InvalidConfig(problem)]
 }
 
 /**

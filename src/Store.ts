@@ -26,27 +26,26 @@ import type {
   AcquireResult,
   ClaimResult,
   ConnectionStatus,
+  HolderOptions,
   KeyInfo,
   LockHolder,
   MailboxEntry,
-  Notice,
   PresenceMessage,
-  QueuedAcquireResult,
   ReleaseResult,
   Signal,
   SliceEntry,
   SocketEvent,
   SocketEventsSetting,
   SocketRecord,
-  TakeOverResult,
-  TokenNotice
+  TakeOverResult
 } from "./internal/storeModel.js"
+import type { Queueing as QueueSteps } from "./internal/storeQueueing.js"
+import type { Stepping as OneStep } from "./internal/storeStepping.js"
 import type {
   AcknowledgedError,
   CorruptValue,
   InvalidClaim,
   InvalidInstanceId,
-  InvalidLockId,
   InvalidSliceName,
   InvalidToken,
   LockLost,
@@ -72,43 +71,16 @@ export {
   MailboxStart
 } from "./internal/storeModel.js"
 
-/**
- * How a release of the queue protocol hands the lock on (`releaseQueued`,
- * `commitAndReleaseQueued`).
- *
- * @since 0.1.0
- * @category models
- */
-export interface ReleaseOptions {
-  readonly instanceId: string
-  /** Queue the worker again at the tail (it has more to do). */
-  readonly requeue?: boolean
-  /** With `requeue`: the lock id it queues under (a grant to it installs that id). */
-  readonly queueAs?: string
-  /** Slices (names) whose values the grant's notice carries to the next holder. */
-  readonly carry?: ReadonlyArray<string>
-  /** `commitAndReleaseQueued` only: as `HolderOptions.claim`. */
-  readonly claim?: number
-}
-
-/**
- * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
- * `extend`).
- *
- * @since 0.1.0
- * @category models
- */
-export interface HolderOptions {
+export type {
   /**
-   * The fence of the grant that handed `lockId` over (a lock installed by a release, which
-   * lives `handoffTimeout` until its holder extends it). Found free, with the fence still at
-   * this value and the worker of `lockId` (before its last `:`) recorded in the queue under
-   * it and not queued again, the lock was granted to nobody since that grant expired and
-   * nobody has written under it: the step takes it back for `lockId` (a full lock
-   * expiration) and goes on. A whole number, at least 0; `undefined` for none.
+   * How a release of the queue protocol hands the lock on (`releaseQueued`,
+   * `commitAndReleaseQueued`).
+   *
+   * @since 0.1.0
+   * @category models
    */
-  readonly claim?: number | undefined
-}
+  ReleaseOptions
+} from "./internal/storeQueueing.js"
 
 /**
  * @since 0.1.0
@@ -375,115 +347,13 @@ export declare namespace Store {
 
   /**
    * The token's queue of waiting workers and the hand-off of its lock
-   * (docs/protocol.md#the-queue-hand-off): a release grants the lock to the queue's head in the
-   * same step and notifies that worker alone. A worker queues under a lock id of its own (the
-   * attempt's); the grant installs it (for the hand-off timeout, which the grantee extends as it
-   * holds the lock) and its notice carries the values of the slices the releasing step had at hand,
-   * so the grantee holds the lock from the notice on, without a claim. A grantee that needs other
-   * slices, or whose notice was lost, claims the grant with an attempt. Every step drops the
-   * entries whose deadline (a lock expiration after their last refresh) has passed, and one that
-   * finds the lock free with a non-empty queue grants it to the head.
+   * (docs/protocol.md#the-queue-hand-off): a release grants the lock to the queue's head in
+   * the same step and notifies that worker alone.
    *
    * @since 0.1.0
    * @category models
    */
-  export interface Queueing {
-    /**
-     * Take the lock with `lockId` when it is free and no other worker is queued ahead, or
-     * when it is a grant pending for this worker. Otherwise queue the worker under `lockId`
-     * (once; a later call refreshes its deadline and its lock id, and tells the holder again)
-     * and answer `Queued`. Taking increments the fence and reads `slices`.
-     *
-     * `claim` is the `fence` of the `Granted` notice the worker claims for. While the
-     * token's fence still equals it, nobody has claimed since that grant was made: the grant
-     * expired unclaimed, and the claim takes a free lock even with others queued ahead, or
-     * puts the worker back at the head of the queue. Once the fence has moved on (the grant
-     * was claimed, or another claim came since) the attempt is an ordinary one: a late
-     * notice never lets a worker past the queue's head. A whole number, at least 0.
-     */
-    readonly acquireQueued: (
-      token: string,
-      lockId: string,
-      slices: ReadonlyArray<string>,
-      options: { readonly instanceId: string; readonly claim?: number }
-    ) => Effect.Effect<
-      QueuedAcquireResult,
-      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | AcknowledgedError
-    >
-    /**
-     * Compare-and-delete, then (with `requeue`) queue the worker at the tail, then grant the
-     * lock to the head. `queued`: the other workers queued, counted before the grant.
-     */
-    readonly releaseQueued: (
-      token: string,
-      lockId: string,
-      options: ReleaseOptions
-    ) => Effect.Effect<
-      { readonly released: boolean; readonly queued: number },
-      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | StoreError
-    >
-    /**
-     * `writeIfHolder` and `releaseQueued` in one step; `LockLost` (nothing done) when not the
-     * holder. The grant's notice carries the written slices and those of `carry`.
-     */
-    readonly commitAndReleaseQueued: (
-      token: string,
-      lockId: string,
-      entries: ReadonlyArray<SliceEntry>,
-      options: ReleaseOptions
-    ) => Effect.Effect<
-      number,
-      InvalidToken | InvalidInstanceId | InvalidLockId | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError
-    >
-    /**
-     * Leave the queue; a grant pending for the worker passes to the next head. With `lockId`
-     * (the last lock id the worker queued under) only that entry leaves and only a grant made
-     * under it passes: a newer attempt of the same worker keeps its place and its grant.
-     */
-    readonly leaveQueue: (
-      token: string,
-      instanceId: string,
-      lockId?: string
-    ) => Effect.Effect<void, InvalidToken | InvalidInstanceId | InvalidLockId | StoreError>
-    /** The workers queued other than `instanceId`, in one step. */
-    readonly queueLength: (
-      token: string,
-      instanceId: string
-    ) => Effect.Effect<number, InvalidToken | InvalidInstanceId | StoreError>
-    /** The workers queued, head first (for inspection and tests). */
-    readonly queue: (token: string) => Effect.Effect<ReadonlyArray<string>, InvalidToken | StoreError>
-    /**
-     * The token's notices to `instanceId`, from the confirmed subscription on; the stream
-     * fails with `StoreUnavailable` when the subscription is lost.
-     */
-    readonly notices: (
-      token: string,
-      instanceId: string
-    ) => Effect.Effect<
-      Stream.Stream<Notice, StoreUnavailable>,
-      InvalidToken | InvalidInstanceId | StoreError,
-      Scope.Scope
-    >
-    /**
-     * The channel that carries the token's notices to `instanceId`: one per worker on a
-     * single server and on the embedded store (every token's), one per token on a Redis
-     * Cluster. Tokens with the same channel share one `channelNotices` subscription.
-     */
-    readonly noticeChannel: (token: string, instanceId: string) => string
-    /**
-     * Every notice on `noticeChannel(token, instanceId)`, whatever token it is about, from
-     * the confirmed subscription on; the stream fails with `StoreUnavailable` when the
-     * subscription is lost. One subscription can serve all the tokens of a channel.
-     */
-    readonly channelNotices: (
-      token: string,
-      instanceId: string
-    ) => Effect.Effect<
-      Stream.Stream<TokenNotice, StoreUnavailable>,
-      InvalidToken | InvalidInstanceId | StoreError,
-      Scope.Scope
-    >
-  }
+  export interface Queueing extends QueueSteps {}
 
   /**
    * Inspection of a token's keys.
@@ -497,49 +367,14 @@ export declare namespace Store {
   }
 
   /**
-   * A whole modification in one step of the store. The embedded store runs the caller's
-   * function inside its step. Redis cannot run it in a script: there the step runs it on the
-   * values this store's last grant of the token read and wrote, then commits in one script
-   * if none of them (nor the fence) has changed since, and answers `false` without a round
-   * trip when it knows nothing of the token (see docs/state.md).
+   * A whole modification in one step of the store (`modifyInStep`): the embedded store runs
+   * the caller's function inside its step, Redis on what its last grant of the token knew
+   * (see docs/state.md).
    *
    * @since 0.1.0
    * @category models
    */
-  export interface Stepping {
-    /**
-     * When the token's lock is free and no worker is queued: take a grant (the fence
-     * incremented, as `acquireQueued` does), read `slices` (refreshing their expiry), call
-     * `decide` with their values and the grant's fence, write the entries it returns (each
-     * among `slices`) and let the grant go, in one step that nobody sees half done: no lock
-     * is set, no notice sent. `when`, called first inside the step (so that what it looks at
-     * cannot change before the step is made), asks for nothing (`undefined`: the step does
-     * nothing), for that grant (`{}`), or for a `holder`'s: the same under the grant its
-     * lock id holds (or takes back by its `claim`, as `writeIfHolder` does), the fence as it
-     * stands, the lock kept. `written`, called last inside the step, is told the values read
-     * and the entries written. `true` once done. Otherwise the answer is `false` (take the
-     * lock the queued way) and nothing is done but, on the way of its own grant, what
-     * `acquireQueued` would do at any attempt: the late queue entries leave, and a free
-     * lock with workers queued goes to the head (on Redis, nothing at all). `when`,
-     * `decide` and `written` run inside the store's step: they must be quick, and must not
-     * throw (a throw is a defect, with nothing written if `decide` or `when` threw). On
-     * Redis the step is not one block of this process: `when` and `decide` run before the
-     * script is sent, on the values known from the last grant, `written` once it is made;
-     * a `holder` is always answered `false` there (a lease serves its own modifications);
-     * and `decide`'s result is dropped when the answer is `false`: it must be pure.
-     */
-    readonly modifyInStep?: (
-      token: string,
-      slices: ReadonlyArray<string>,
-      decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-      options?: {
-        readonly when?: () =>
-          | { readonly holder?: { readonly lockId: string; readonly claim?: number | undefined } }
-          | undefined
-        readonly written?: (values: ReadonlyArray<Option.Option<string>>, entries: ReadonlyArray<SliceEntry>) => void
-      }
-    ) => Effect.Effect<boolean, InvalidToken | InvalidSliceName | AcknowledgedError>
-  }
+  export interface Stepping extends OneStep {}
 
   /**
    * The whole service, grouped by concern.

@@ -1,7 +1,8 @@
 /**
  * The values the `Store` service takes and gives: the outcomes of its lock, queue and
  * socket steps, signals and notices, socket records and their changes, mailbox entries,
- * connection status and key descriptions. `Store` re-exports every one of them.
+ * connection status, key descriptions and the holder check's options. `Store` re-exports
+ * every one of them.
  *
  * @since 0.2.0
  */
@@ -263,6 +264,25 @@ export interface KeyInfo {
  * @category models
  */
 export type SliceEntry = readonly [name: string, value: string]
+
+/**
+ * How a step that writes or extends under a lock checks its holder (`writeIfHolder`,
+ * `extend`).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface HolderOptions {
+  /**
+   * The fence of the grant that handed `lockId` over (a lock installed by a release, which
+   * lives `handoffTimeout` until its holder extends it). Found free, with the fence still at
+   * this value and the worker of `lockId` (before its last `:`) recorded in the queue under
+   * it and not queued again, the lock was granted to nobody since that grant expired and
+   * nobody has written under it: the step takes it back for `lockId` (a full lock
+   * expiration) and goes on. A whole number, at least 0; `undefined` for none.
+   */
+  readonly claim?: number | undefined
+}
 
 /**
  * The id that denotes "before every entry" of a mailbox.

@@ -120,29 +120,32 @@ const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Pla
   }
 }
 
-/**
- * @since 0.1.0
- * @category constructors
- */
-export const make = Effect.gen(function* () {
-  const health = yield* Health
-  const config = yield* LeaseholdConfig
-  const store = yield* Store
-  // The loops' fibers, in a scope of their own: `shutdown` closes it before the layer's.
-  // A loop run after it starts interrupted, so nothing runs past the worker's close.
-  const fibersScope = yield* Scope.fork(yield* Effect.scope)
-  const fibers = yield* Scope.provide(FiberSet.make<never, unknown>(), fibersScope)
+/** What every loop of one supervisor shares. */
+interface Env {
+  readonly health: Health.Service
+  /** Its `statusChanges` cut a recovering plan's delay short. */
+  readonly store: Store.Service
+  /** The delays `untilRecovered` takes when it names none. */
+  readonly config: Settings
+}
 
-  const run = <E, R>(
-    name: string,
-    loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
-    policy: Policy<E, R> = limited<E>()
-  ): Effect.Effect<Fiber.Fiber<never, E>, never, R> => {
-    const tags = { loop: name }
-    const errors = Metric.withAttributes(loopErrors, { loop: name })
-    const recoveries = Metric.withAttributes(loopRecoveries, { loop: name })
-    const stateGauge = Metric.withAttributes(loopState, { loop: name })
-    const setState = (state: "Running" | "Retrying" | "Failed", detail: string, errorCount: number) =>
+type LoopState = "Running" | "Retrying" | "Failed"
+
+/** Where one loop reports: its health entry, its state gauge, its error and recovery counters. */
+interface Reports {
+  readonly name: string
+  readonly setState: (state: LoopState, detail: string, errorCount: number) => Effect.Effect<void>
+  readonly errors: Metric.Metric<number, unknown>
+  readonly recoveries: Metric.Metric<number, unknown>
+}
+
+const reportsOf = (health: Health.Service, name: string): Reports => {
+  const stateGauge = Metric.withAttributes(loopState, { loop: name })
+  return {
+    name,
+    errors: Metric.withAttributes(loopErrors, { loop: name }),
+    recoveries: Metric.withAttributes(loopRecoveries, { loop: name }),
+    setState: (state, detail, errorCount) =>
       Effect.flatMap(Clock.currentTimeMillis, (since) =>
         Effect.andThen(
           health.set(
@@ -156,89 +159,124 @@ export const make = Effect.gen(function* () {
           Metric.update(stateGauge, state === "Running" ? 0 : state === "Retrying" ? 1 : 2)
         )
       )
-
-    // An error is retried; interruption and defects end the loop with their cause.
-    // A failure is retried even when the cause also holds interruptions: those of the
-    // fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
-    // others). Only a cause of interruptions alone ends the loop as an interruption.
-    const failureOf = (cause: Cause.Cause<E>): Option.Option<E> =>
-      Cause.hasDies(cause) ? Option.none() : Cause.findErrorOption(cause)
-
-    // A delay of a recovering plan ends at once when the store's connection is ready
-    // again after the attempt began.
-    const readyAgain = (epoch: number) =>
-      store.statusChanges.pipe(
-        Stream.filter((status) => status.ready && status.epoch > epoch),
-        Stream.runHead
-      )
-
-    const runPlan = (plan: Plan<E, R>) =>
-      Effect.gen(function* () {
-        const retry = yield* Retry.driver(plan.schedule)
-        let consecutive = 0
-        const recovered = plan.recovering
-          ? Effect.suspend(() => {
-              if (consecutive === 0) return Effect.void
-              consecutive = 0
-              return retry.reset.pipe(
-                Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
-                Effect.andThen(Metric.update(recoveries, 1)),
-                Effect.andThen(setState("Running", "", 0))
-              )
-            })
-          : Effect.void
-        while (true) {
-          const { epoch } = yield* store.status
-          const exit = yield* Effect.exit(loop(recovered))
-          if (Exit.isSuccess(exit)) {
-            if (!plan.recovering) consecutive = 0
-            continue
-          }
-          const error = failureOf(exit.cause)
-          if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
-          consecutive++
-          yield* Metric.update(errors, 1)
-          const text = describe(error.value)
-          const delay = yield* retry.next(error.value)
-          if (Option.isNone(delay)) {
-            yield* Effect.logError(plan.gaveUp(text, consecutive))
-            return yield* Effect.failCause(exit.cause)
-          }
-          // A recovering plan logs the first error of a run only, and stays retrying until
-          // `recovered`; a limited one logs each error and runs again after its delay.
-          if (!plan.recovering || consecutive === 1) yield* Effect.logError(plan.retrying(text))
-          yield* setState("Retrying", text, consecutive)
-          if (plan.recovering) {
-            yield* Effect.raceFirst(Effect.sleep(delay.value), readyAgain(epoch))
-          } else {
-            yield* Effect.sleep(delay.value)
-            yield* setState("Running", "", 0)
-          }
-        }
-      })
-
-    const supervised: Effect.Effect<never, E, R> = Effect.gen(function* () {
-      yield* setState("Running", "", 0)
-      return yield* runPlan(planOf(name, policy, config))
-    }).pipe(
-      Effect.onExit((exit) =>
-        Exit.isFailure(exit) && Cause.hasInterruptsOnly(exit.cause)
-          ? health.remove(name)
-          : Exit.isFailure(exit)
-            ? Effect.andThen(
-                Cause.hasDies(exit.cause)
-                  ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause))
-                  : Effect.void,
-                setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
-              )
-            : Effect.void
-      ),
-      Effect.annotateLogs(tags),
-      Effect.interruptible
-    ) as Effect.Effect<never, E, R>
-
-    return FiberSet.run(fibers, supervised, { startImmediately: false })
   }
+}
+
+// An error is retried; interruption and defects end the loop with their cause.
+// A failure is retried even when the cause also holds interruptions: those of the
+// fibers the attempt ran beside it (a failed `forEach` with concurrency interrupts the
+// others). Only a cause of interruptions alone ends the loop as an interruption.
+const failureOf = <E>(cause: Cause.Cause<E>): Option.Option<E> =>
+  Cause.hasDies(cause) ? Option.none() : Cause.findErrorOption(cause)
+
+// A delay of a recovering plan ends at once when the store's connection is ready
+// again after the attempt began.
+const readyAgain = (store: Store.Service, epoch: number) =>
+  store.statusChanges.pipe(
+    Stream.filter((status) => status.ready && status.epoch > epoch),
+    Stream.runHead
+  )
+
+/** The loop run again and again under its plan, until it fails in a way the plan does not retry. */
+const runPlan = <E, R>(
+  store: Store.Service,
+  reports: Reports,
+  loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+  plan: Plan<E, R>
+) =>
+  Effect.gen(function* () {
+    const { name, setState } = reports
+    const retry = yield* Retry.driver(plan.schedule)
+    let consecutive = 0
+    const recovered = plan.recovering
+      ? Effect.suspend(() => {
+          if (consecutive === 0) return Effect.void
+          consecutive = 0
+          return retry.reset.pipe(
+            Effect.andThen(Effect.logInfo(`${name}: task recovered`)),
+            Effect.andThen(Metric.update(reports.recoveries, 1)),
+            Effect.andThen(setState("Running", "", 0))
+          )
+        })
+      : Effect.void
+    while (true) {
+      const { epoch } = yield* store.status
+      const exit = yield* Effect.exit(loop(recovered))
+      if (Exit.isSuccess(exit)) {
+        if (!plan.recovering) consecutive = 0
+        continue
+      }
+      const error = failureOf(exit.cause)
+      if (Option.isNone(error) || !plan.retryOn(error.value)) return yield* Effect.failCause(exit.cause)
+      consecutive++
+      yield* Metric.update(reports.errors, 1)
+      const text = describe(error.value)
+      const delay = yield* retry.next(error.value)
+      if (Option.isNone(delay)) {
+        yield* Effect.logError(plan.gaveUp(text, consecutive))
+        return yield* Effect.failCause(exit.cause)
+      }
+      // A recovering plan logs the first error of a run only, and stays retrying until
+      // `recovered`; a limited one logs each error and runs again after its delay.
+      if (!plan.recovering || consecutive === 1) yield* Effect.logError(plan.retrying(text))
+      yield* setState("Retrying", text, consecutive)
+      if (plan.recovering) {
+        yield* Effect.raceFirst(Effect.sleep(delay.value), readyAgain(store, epoch))
+      } else {
+        yield* Effect.sleep(delay.value)
+        yield* setState("Running", "", 0)
+      }
+    }
+  })
+
+/** What a loop's end leaves in its health: nothing when interrupted, `Failed` (a defect logged) when it failed. */
+const recordEnd =
+  (health: Health.Service, reports: Reports) =>
+  <A, E>(exit: Exit.Exit<A, E>): Effect.Effect<void> => {
+    const { name } = reports
+    if (Exit.isSuccess(exit)) return Effect.void
+    if (Cause.hasInterruptsOnly(exit.cause)) return health.remove(name)
+    return Effect.andThen(
+      Cause.hasDies(exit.cause) ? Effect.logError(`${name}: task died`, Cause.pretty(exit.cause)) : Effect.void,
+      reports.setState("Failed", Cause.hasDies(exit.cause) ? "defect" : describe(Cause.squash(exit.cause)), 0)
+    )
+  }
+
+/** One loop under its policy, from its first `Running` to the health its end leaves. */
+const supervise = <E, R>(
+  env: Env,
+  name: string,
+  loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+  policy: Policy<E, R>
+): Effect.Effect<never, E, R> => {
+  const reports = reportsOf(env.health, name)
+  return Effect.gen(function* () {
+    yield* reports.setState("Running", "", 0)
+    return yield* runPlan(env.store, reports, loop, planOf(name, policy, env.config))
+  }).pipe(
+    Effect.onExit(recordEnd(env.health, reports)),
+    Effect.annotateLogs({ loop: name }),
+    Effect.interruptible
+  ) as Effect.Effect<never, E, R>
+}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = Effect.gen(function* () {
+  const env: Env = { health: yield* Health, config: yield* LeaseholdConfig, store: yield* Store }
+  // The loops' fibers, in a scope of their own: `shutdown` closes it before the layer's.
+  // A loop run after it starts interrupted, so nothing runs past the worker's close.
+  const fibersScope = yield* Scope.fork(yield* Effect.scope)
+  const fibers = yield* Scope.provide(FiberSet.make<never, unknown>(), fibersScope)
+
+  const run = <E, R>(
+    name: string,
+    loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
+    policy: Policy<E, R> = limited<E>()
+  ): Effect.Effect<Fiber.Fiber<never, E>, never, R> =>
+    FiberSet.run(fibers, supervise(env, name, loop, policy), { startImmediately: false })
 
   const shutdown = Scope.close(fibersScope, Exit.void)
 

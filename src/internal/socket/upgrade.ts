@@ -141,15 +141,106 @@ export const isTooBig = (error: Socket.SocketError): boolean => {
   return typeof inner === "object" && inner !== null && "code" in inner && inner.code === tooBigErrorCode
 }
 
-/** The upgrader of requests tracked in `pending`, for messages of at most `maxFrameBytes`. */
-export const layer = (
-  pending: Pending,
-  options: {
-    readonly maxFrameBytes: number
-    readonly closeGrace: Duration.Duration
-    readonly pingInterval: Duration.Duration
+/** The failure of an upgrade whose request `track` did not keep. */
+const notTracked = (request: HttpServerRequest.HttpServerRequest) =>
+  new HttpServerError.HttpServerError({
+    reason: new HttpServerError.RequestParseError({
+      request,
+      description: "not an upgrade request, or not one received by SocketSession.layerHttpServer"
+    })
+  })
+
+/**
+ * `Upgraded.batch` over `connection`: held back from the first write of a turn of the event
+ * loop to its end, so that the frames of the turn, from however many batches, leave in one
+ * write.
+ */
+const batcher = (connection: Duplex): Upgraded["batch"] => {
+  let held = false
+  const release = () => {
+    held = false
+    connection.uncork()
   }
+  const hold = Effect.sync(() => {
+    if (held) return
+    held = true
+    connection.cork()
+    setImmediate(release)
+  })
+  return (effect) => Effect.andThen(hold, effect)
+}
+
+/**
+ * The handshake of `source` completed by `wss` on its connection and first bytes: the
+ * WebSocket, kept in `open` until it closes, and its connection no longer read once it sent
+ * a message over the cap.
+ */
+const handshake = (
+  wss: WebSocketServer,
+  open: Set<WebSocket>,
+  source: IncomingMessage,
+  raw: { readonly socket: Duplex; readonly head: Buffer }
 ) =>
+  Effect.callback<WebSocket, Socket.SocketError>((resume) => {
+    // A handshake ws refuses (no key, another version) is answered (400, 405) and
+    // its connection ended, without a call back; the platform does not interrupt
+    // the route then (the connection was ended, not cut). The route fails here
+    // instead, and releases what it took (the tab's link) rather than wait for ever.
+    const refused = () =>
+      resume(
+        Effect.fail(
+          new Socket.SocketError({
+            reason: new Socket.SocketOpenError({ kind: "Unknown", cause: new Error(handshakeRefused) })
+          })
+        )
+      )
+    if (raw.socket.destroyed || raw.socket.writableEnded) return refused()
+    raw.socket.once("close", refused)
+    wss.handleUpgrade(source, raw.socket, raw.head, (ws) => {
+      raw.socket.off("close", refused)
+      open.add(ws)
+      ws.once("close", () => open.delete(ws))
+      ws.on("error", (error: Error & { readonly code?: string }) => {
+        // ws has sent the close frame (1009) and drains the connection unread; stop
+        // reading it instead, so that the client cannot go on uploading: what it
+        // has in flight stays in the kernel's buffers until the release cuts it.
+        if (error.code === tooBigErrorCode) setImmediate(() => raw.socket.pause())
+      })
+      resume(Effect.succeed(ws))
+    })
+    return Effect.sync(() => raw.socket.off("close", refused))
+  })
+
+interface Options {
+  readonly maxFrameBytes: number
+  readonly closeGrace: Duration.Duration
+  readonly pingInterval: Duration.Duration
+}
+
+/** `Upgrades.upgrade` over `wss`, for the requests tracked in `pending`. */
+const upgradeWith =
+  (wss: WebSocketServer, open: Set<WebSocket>, pending: Pending, options: Options) =>
+  (request: HttpServerRequest.HttpServerRequest): Effect.Effect<Upgraded, HttpServerError.HttpServerError> => {
+    const source = NodeHttpServerRequest.toIncomingMessage(request) as IncomingMessage
+    const raw = pending.get(source)
+    if (raw === undefined) return Effect.fail(notTracked(request))
+    pending.delete(source)
+    const batch = batcher(raw.socket)
+    const socket = Socket.fromWebSocket(
+      Effect.acquireRelease(handshake(wss, open, source, raw), (ws) => closeFully(ws, options.closeGrace)).pipe(
+        // on the clock of the route's fiber, for as long as the socket's scope
+        Effect.tap((ws) => Effect.forkScoped(keepAlive(ws, options.pingInterval))),
+        Effect.map((ws) => ws as unknown as Socket.WebSocketLike)
+      ),
+      // one connection: its socket is not opened again once closed
+      { disableReconnects: true }
+    )
+    const buffered = () => raw.socket.writableLength
+    return Effect.map(socket, (socket): Upgraded => ({ socket, batch, buffered }))
+  }
+
+/** The upgrader of requests tracked in `pending`, for messages of at most `maxFrameBytes`. */
+export const layer = (pending: Pending, options: Options) =>
   Layer.effect(
     Upgrades,
     Effect.gen(function* () {
@@ -169,77 +260,7 @@ export const layer = (
         closeAll: Effect.sync(() => {
           for (const ws of open) if (ws.readyState === ws.OPEN) ws.close()
         }),
-        upgrade: (request) => {
-          const source = NodeHttpServerRequest.toIncomingMessage(request) as IncomingMessage
-          const raw = pending.get(source)
-          if (raw === undefined) {
-            return Effect.fail(
-              new HttpServerError.HttpServerError({
-                reason: new HttpServerError.RequestParseError({
-                  request,
-                  description: "not an upgrade request, or not one received by SocketSession.layerHttpServer"
-                })
-              })
-            )
-          }
-          pending.delete(source)
-          // Held back from the first write of a turn of the event loop to its end: the
-          // frames of the turn, from however many batches, leave in one write.
-          let held = false
-          const release = () => {
-            held = false
-            raw.socket.uncork()
-          }
-          const hold = Effect.sync(() => {
-            if (held) return
-            held = true
-            raw.socket.cork()
-            setImmediate(release)
-          })
-          const batch = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.andThen(hold, effect)
-          const socket = Socket.fromWebSocket(
-            Effect.acquireRelease(
-              Effect.callback<WebSocket, Socket.SocketError>((resume) => {
-                // A handshake ws refuses (no key, another version) is answered (400, 405) and
-                // its connection ended, without a call back; the platform does not interrupt
-                // the route then (the connection was ended, not cut). The route fails here
-                // instead, and releases what it took (the tab's link) rather than wait for ever.
-                const refused = () =>
-                  resume(
-                    Effect.fail(
-                      new Socket.SocketError({
-                        reason: new Socket.SocketOpenError({ kind: "Unknown", cause: new Error(handshakeRefused) })
-                      })
-                    )
-                  )
-                if (raw.socket.destroyed || raw.socket.writableEnded) return refused()
-                raw.socket.once("close", refused)
-                wss.handleUpgrade(source, raw.socket, raw.head, (ws) => {
-                  raw.socket.off("close", refused)
-                  open.add(ws)
-                  ws.once("close", () => open.delete(ws))
-                  ws.on("error", (error: Error & { readonly code?: string }) => {
-                    // ws has sent the close frame (1009) and drains the connection unread; stop
-                    // reading it instead, so that the client cannot go on uploading: what it
-                    // has in flight stays in the kernel's buffers until the release cuts it.
-                    if (error.code === tooBigErrorCode) setImmediate(() => raw.socket.pause())
-                  })
-                  resume(Effect.succeed(ws))
-                })
-                return Effect.sync(() => raw.socket.off("close", refused))
-              }),
-              (ws) => closeFully(ws, options.closeGrace)
-            ).pipe(
-              // on the clock of the route's fiber, for as long as the socket's scope
-              Effect.tap((ws) => Effect.forkScoped(keepAlive(ws, options.pingInterval))),
-              Effect.map((ws) => ws as unknown as Socket.WebSocketLike)
-            ),
-            // one connection: its socket is not opened again once closed
-            { disableReconnects: true }
-          )
-          const buffered = () => raw.socket.writableLength
-          return Effect.map(socket, (socket): Upgraded => ({ socket, batch, buffered }))
-        }
+        upgrade: upgradeWith(wss, open, pending, options)
       })
     })
   )

@@ -11,84 +11,42 @@
  * - normalized numbers (whole milliseconds; a read's count whole; `maxLen` as given);
  * - the scan's warnings for records it skips, and the filter on socket events.
  *
+ * This module holds the lock, the queue, signals, presence and the one-step modification,
+ * and assembles the service; the socket records are in `socketPart.ts`, the mailboxes in
+ * `mailboxPart.ts`, the way every part runs a step in `checked.ts`.
+ *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import * as Filter from "effect/Filter"
 import * as Option from "effect/Option"
-import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
-import type {
-  ClaimResult,
-  PresenceMessage,
-  Signal,
-  SocketEvent,
-  SocketRecord,
-  Store,
-  TakeOverResult
-} from "../../Store.js"
-import {
-  type AcknowledgedError,
-  CorruptValue,
-  type InvalidInput,
-  type InvalidInstanceId,
-  type InvalidToken,
-  LockLost,
-  type StoreRefused
-} from "../../StoreError.js"
+import type { PresenceMessage, Signal, Store } from "../../Store.js"
+import { LockLost } from "../../StoreError.js"
 import {
   decodeNotice,
   decodePresenceMessage,
   decodeSignal,
-  decodeSocketRecord,
   decodeTokenNotice,
   encodeNotice,
   encodePresenceMessage,
   encodeSignal
 } from "../codec.js"
 import * as Operations from "../operations/index.js"
-import type { Operation } from "../operations/operation.js"
 import {
   claimError,
   instanceIdError,
   instanceIdsError,
-  isValidToken,
   lockIdError,
   signalInstance,
   sliceNamesError,
   tokenAndInstanceError,
   tokenError
 } from "../validate.js"
-import type { Driver, Guarded, NoticeMessages, RawClaim, RawSocketEvent, ScannedRecord } from "./driver.js"
-
-/** The keyspace events a socket record can see that a caller needs; `expire` (a TTL set) is not one. */
-const socketEventNames: ReadonlySet<string> = new Set(["set", "del", "expired", "evicted"])
-
-/**
- * The step `run` builds, or the input's error when it has one: validation before any I/O,
- * and no effect built for a step that is refused.
- */
-const checked = <A, E, R, V extends InvalidInput = never>(
-  error: V | undefined,
-  run: () => Effect.Effect<A, E, R>
-): Effect.Effect<A, E | V, R> => (error === undefined ? run() : Effect.fail(error))
-
-/**
- * A described operation as the front runs it: its arguments checked by its `check` before
- * any I/O, then the driver's `call`.
- */
-const stepOf =
-  (driver: Driver) =>
-  <Args, Out, E extends AcknowledgedError, I extends InvalidInput>(
-    operation: Operation<Args, any, Out, E, I, any, any>,
-    args: Args
-  ): Effect.Effect<Out, E | I> => {
-    const error = operation.check(args)
-    return error === undefined ? driver.call(operation, args) : Effect.fail(error)
-  }
-
-/** Whole milliseconds, at least one (as PX and PEXPIRE take them). */
-const wholeMs = (ms: number): number => Math.max(1, Math.ceil(ms))
+import { checked, stepOf, wholeMs } from "./checked.js"
+import type { Driver, Guarded, NoticeMessages } from "./driver.js"
+import { mailboxPart } from "./mailboxPart.js"
+import { socketPart } from "./socketPart.js"
 
 /** The message of a release: it names the lock released, so a subscriber can tell whose release it was. */
 const released = (lockId: string) => encodeSignal({ _tag: "Released", lockId })
@@ -217,108 +175,6 @@ const signalPart = (driver: Driver) =>
     statusChanges: driver.statusChanges
   }) satisfies Partial<Store.Service>
 
-/** Socket records: claims, reads, compare-and-delete, the scan and the change events. */
-const socketPart = (driver: Driver) => {
-  const { keys } = driver
-  const step = stepOf(driver)
-  const claimResult = (token: string, claim: RawClaim): Result.Result<ClaimResult, CorruptValue> =>
-    claim._tag === "Claimed"
-      ? Result.succeed(claim)
-      : Result.map(
-          decodeSocketRecord(keys.socket(token), claim.raw),
-          (record): ClaimResult => ({ _tag: "Taken", record })
-        )
-
-  const decodeRecords = (found: ReadonlyArray<ScannedRecord>) =>
-    Effect.gen(function* () {
-      const records: Array<readonly [token: string, record: SocketRecord]> = []
-      for (const { key, raw, token } of found) {
-        if (!isValidToken(token)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${key}: not a valid token`)
-          continue
-        }
-        const decoded = decodeSocketRecord(key, raw)
-        if (Result.isFailure(decoded)) {
-          yield* Effect.logWarning(`${driver.name}.scanSockets: skipping ${decoded.failure.message}`)
-          continue
-        }
-        records.push([token, decoded.success])
-      }
-      return records
-    })
-
-  const toSocketEvent = (raw: RawSocketEvent): Option.Option<SocketEvent> => {
-    if (!socketEventNames.has(raw.event)) return Option.none()
-    const token = keys.socketToken(raw.key)
-    return token !== undefined && isValidToken(token)
-      ? Option.some({ token, event: raw.event as SocketEvent["event"] })
-      : Option.none()
-  }
-
-  return {
-    claimSocket: (token, record) =>
-      Effect.flatMap(step(Operations.claimSocket, { token, record }), (claim) =>
-        Effect.fromResult(claimResult(token, claim))
-      ),
-    readSocket: (token) =>
-      checked(tokenError(token), () =>
-        Effect.flatMap(driver.readSocket(token), (raw) =>
-          Option.isNone(raw)
-            ? Effect.succeed(Option.none<SocketRecord>())
-            : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), raw.value)), Option.some)
-        )
-      ),
-    deleteSocketIfOwner: (token, record) =>
-      step(Operations.deleteSocketIfOwner, {
-        token,
-        instanceId: record.instanceId,
-        connectionId: record.connectionId
-      }),
-    refreshSocket: (token, record) =>
-      step(Operations.refreshSocket, { token, instanceId: record.instanceId, connectionId: record.connectionId }),
-    scanSockets: driver.scanSockets.pipe(
-      Stream.chunks,
-      Stream.mapEffect((chunk) => decodeRecords([...chunk])),
-      Stream.flattenIterable
-    ),
-    claimSockets: (claims) =>
-      Effect.gen(function* () {
-        for (const [token, record] of claims) {
-          const error = tokenAndInstanceError(token, record.instanceId)
-          if (error !== undefined) return yield* Effect.fail(error)
-        }
-        if (claims.length === 0) return []
-        const outcomes = yield* driver.claimSockets(claims)
-        return outcomes.map(
-          (outcome, i): Result.Result<ClaimResult, CorruptValue | StoreRefused> =>
-            Result.flatMap(outcome, (claim) => claimResult(claims[i]![0], claim))
-        )
-      }),
-    takeOverSocket: (token, expected, record) =>
-      Effect.flatMap(
-        step(Operations.takeOverSocket, {
-          token,
-          expectedInstance: expected.instanceId,
-          expectedConnection: expected.connectionId,
-          record
-        }),
-        (outcome): Effect.Effect<TakeOverResult, CorruptValue> =>
-          outcome._tag === "TakenOver"
-            ? Effect.succeed(outcome)
-            : outcome.raw === undefined
-              ? Effect.succeed({ _tag: "Changed", record: Option.none() })
-              : Effect.map(Effect.fromResult(decodeSocketRecord(keys.socket(token), outcome.raw)), (found) => ({
-                  _tag: "Changed",
-                  record: Option.some(found)
-                }))
-      ),
-    enableSocketEvents: driver.enableSocketEvents,
-    socketEvents: Effect.map(driver.socketEvents, (events) =>
-      Stream.filterMap(events, Filter.fromPredicateOption(toSocketEvent))
-    )
-  } satisfies Partial<Store.Service>
-}
-
 /** What is wrong with the instance ids a presence message names (its token too, for a question). */
 const presenceMessageError = (instanceId: string, message: PresenceMessage) =>
   message._tag === "Ask"
@@ -345,83 +201,6 @@ const presencePart = (driver: Driver) => {
           )
         )
       )
-  } satisfies Partial<Store.Service>
-}
-
-/**
- * `mailboxAppendToOwner`: the driver's one step where it has one, else the record read,
- * then the append to the instance it names. Either way a record that does not decode, or
- * names an invalid instance, fails the same and appends nothing.
- */
-const appendToOwner = (
-  driver: Driver,
-  token: string,
-  payload: string,
-  maxLen: number,
-  ttlMs: number
-): Effect.Effect<Option.Option<SocketRecord>, InvalidToken | InvalidInstanceId | CorruptValue | AcknowledgedError> => {
-  const key = driver.keys.socket(token)
-  const recordOf = (raw: string) =>
-    Effect.flatMap(Effect.fromResult(decodeSocketRecord(key, raw)), (record) => {
-      const invalid = instanceIdError(record.instanceId)
-      return invalid === undefined ? Effect.succeed(record) : Effect.fail(invalid)
-    })
-  const inOneStep = driver.mailboxAppendToOwner
-  if (inOneStep === undefined) {
-    return Effect.flatMap(driver.readSocket(token), (raw) =>
-      Option.isNone(raw)
-        ? Effect.succeed(Option.none<SocketRecord>())
-        : Effect.flatMap(recordOf(raw.value), (record) =>
-            Effect.as(
-              driver.call(Operations.mailboxAppend, { instanceId: record.instanceId, payload, maxLen, ttlMs }),
-              Option.some(record)
-            )
-          )
-    )
-  }
-  return Effect.flatMap(inOneStep(token, payload, maxLen, ttlMs), ({ id, record }) => {
-    if (record === undefined) return Effect.succeed(Option.none<SocketRecord>())
-    const decoded = recordOf(record)
-    // The step appended only for a record naming a valid instance: it and the check here agree.
-    return id === undefined
-      ? Effect.flatMap(decoded, () =>
-          Effect.fail(new CorruptValue({ key, raw: record, reason: "names no instance the store accepts" }))
-        )
-      : Effect.map(decoded, Option.some)
-  })
-}
-
-/** Mailboxes: append, read (blocking or not), trim, expire, and the reader's cursor. */
-const mailboxPart = (driver: Driver) => {
-  const step = stepOf(driver)
-  return {
-    mailboxAppend: (instanceId, payload, options) =>
-      step(Operations.mailboxAppend, {
-        instanceId,
-        payload,
-        maxLen: options.maxLen,
-        ttlMs: wholeMs(options.ttlMs)
-      }),
-    mailboxAppendToOwner: (token, payload, options) =>
-      checked(tokenError(token), () => appendToOwner(driver, token, payload, options.maxLen, wholeMs(options.ttlMs))),
-    mailboxRead: (instanceId, afterId, options) =>
-      checked(instanceIdError(instanceId), () =>
-        Effect.suspend(() => {
-          const count = Math.floor(options.count)
-          if (!(count >= 1)) return Effect.succeed([])
-          // Whole milliseconds, as XREAD BLOCK takes them; under 1 ms means no wait.
-          const blockMs = options.blockMs === undefined ? 0 : Math.ceil(options.blockMs)
-          return driver.mailboxRead(instanceId, afterId, count, blockMs >= 1 ? blockMs : 0)
-        })
-      ),
-    mailboxTrim: (instanceId, maxLen) =>
-      checked(instanceIdError(instanceId), () => driver.mailboxTrim(instanceId, maxLen)),
-    mailboxExpire: (instanceId, ttlMs) =>
-      checked(instanceIdError(instanceId), () => driver.mailboxExpire(instanceId, wholeMs(ttlMs))),
-    mailboxLength: (instanceId) => checked(instanceIdError(instanceId), () => driver.mailboxLength(instanceId)),
-    mailboxSetCursor: (instanceId, id, ttlMs) =>
-      checked(instanceIdError(instanceId), () => driver.mailboxSetCursor(instanceId, id, wholeMs(ttlMs))),
-    mailboxCursor: (instanceId) => checked(instanceIdError(instanceId), () => driver.mailboxCursor(instanceId))
   } satisfies Partial<Store.Service>
 }
 
