@@ -14,10 +14,11 @@ import type { SliceEntry, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import type { Request, Turn } from "../lease.js"
 import { fineMillis } from "../timers.js"
-import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
+import { commitAndRelease, warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
 import { idleLease, servedInStep } from "./idleLease.js"
 import type { ParkedLease } from "./parking.js"
+import { policyOf } from "./policy.js"
 import { start } from "./run.js"
 import { leases, newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -82,8 +83,7 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
         const grant = attempt.success
         // a quantum or a lease serves the modifications that queue meanwhile: its fiber
         // does; with the oplock off the caller holds the grant for its own modification
-        const mode = modeOf(env, grant)
-        if (mode === "quantum" || mode === "lease") {
+        if (policyOf(env, grant).heldBySession) {
           session.queue.unshift(request)
           return Effect.as(start(env, session, grant), Option.none())
         }

@@ -42,7 +42,7 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
       const line = env.commitLine
       const written =
-        line === undefined || state.mode !== "lease" || state.contended
+        line === undefined || !state.policy.meetsCommitLine || state.contended
           ? write
           : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {

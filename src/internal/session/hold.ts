@@ -9,22 +9,20 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { Request } from "../lease.js"
 import type { Grant, Previous } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import { fineMillis } from "../timers.js"
-import { commitAndRelease, failAcks, modeOf, noTurn, warnHeld } from "./commit.js"
+import { commitAndRelease, failAcks, noTurn, warnHeld } from "./commit.js"
 import { checkSignals, watchContention } from "./contention.js"
-import { flush } from "./groupCommit.js"
 import type { HoldState } from "./holdState.js"
-import { leasesParked, leasesStarted } from "./metrics.js"
-import { armPark, type ParkedLease, type Parking, park, parking, unparkedSlices } from "./parking.js"
+import { type ParkedLease, type Parking, parking, unparkedSlices } from "./parking.js"
+import { leaseHold, policyOf } from "./policy.js"
 import { nextRequest, relay, unwritten } from "./relay.js"
-import { type Session, type SessionEnv, turnEventLoop, withholdLease } from "./session.js"
-import { armTimer, keepAlive, keepAliveOn, renew, withKeepAlive } from "./timing.js"
+import type { Session, SessionEnv } from "./session.js"
+import { keepAlive, keepAliveOn, withKeepAlive } from "./timing.js"
 
 /**
  * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
@@ -51,7 +49,7 @@ export const hold = (
 ): Effect.Effect<Previous | Parking> =>
   Effect.gen(function* () {
     const { token, lockId } = grant
-    const mode = modeOf(env, grant)
+    const policy = policyOf(env, grant)
     const cache = new Map(grant.values)
     for (const [name, value] of carried?.writes ?? []) cache.set(name, Option.some(value))
     const state: HoldState = {
@@ -61,7 +59,7 @@ export const hold = (
       claim: grant.handedOver === true ? grant.fence : undefined,
       token,
       lockId,
-      mode,
+      policy,
       cache,
       dirty: new Map<string, string>(carried?.writes ?? []),
       unacked: carried === undefined ? [] : [carried.request],
@@ -71,13 +69,9 @@ export const hold = (
       // a lock handed over lives the hand-off timeout from its release, before the grant:
       // nothing is known of it until its first extension (till then `claim` bars a renewal)
       confirmedUntil: grant.handedOver === true ? grant.grantedAt : grant.grantedAt + env.lockMs,
-      deadline:
-        mode === "batch" && grant.contenders === 0
-          ? Number.POSITIVE_INFINITY
-          : grant.grantedAt +
-            (mode === "lease" ? env.holdMs : mode === "quantum" || mode === "batch" ? env.quantumMs : 0),
+      deadline: policy.deadlineOf(env, grant),
       writeMs: 0,
-      contended: mode === "batch" ? grant.contenders > 0 : mode !== "lease",
+      contended: policy.contendedAtGrant(grant),
       failed: undefined,
       timer: undefined,
       watching: session.signals !== undefined,
@@ -91,10 +85,9 @@ export const hold = (
       parkTimer: undefined,
       idleSince: undefined
     }
-    // a batch that nobody contends lasts as long as modifications queue here; a lock handed
-    // over lives for the hand-off timeout until extended, whatever the hold
+    // a lock handed over lives for the hand-off timeout until extended, whatever the hold
     state.keeper =
-      mode === "lease" || mode === "batch" || grant.handedOver === true
+      policy.keepsAlive || grant.handedOver === true
         ? yield* keepAlive(state, grant.handedOver === true ? env.handoffMs : env.lockMs)
         : undefined
 
@@ -130,7 +123,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
       claim: parked.claim,
       token: session.token,
       lockId: parked.lockId,
-      mode: "lease",
+      policy: leaseHold,
       cache,
       dirty,
       unacked: [],
@@ -198,44 +191,40 @@ const afterRelay = (state: HoldState): Effect.Effect<void> => {
   })
 }
 
+/**
+ * The serving loop: the hold's turns, until its deadline (or its one turn), its lock lost,
+ * or nothing left to serve; `parking` when an idle lease parked. Its policy says what a
+ * busy loop does, whether the hold goes on at its deadline, and what it does once idle.
+ */
 const serve = (state: HoldState, resumed: boolean) =>
   Effect.gen(function* () {
-    const { env, session, mode } = state
+    const { env, session, policy } = state
     const lookForContenders = checkSignals(state)
-    if (mode === "lease" && !resumed) {
-      yield* Metric.update(leasesStarted, 1)
-      session.lease = state
-    }
+    yield* policy.begins(state, resumed)
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
     if (resumed) state.ioAt = fineMillis(state.clock)
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
-      if (mode === "single" && state.served > 0) return
+      if (policy.servesOneTurn && state.served > 0) return
       // Looked for before every modification: a busy local queue never waits for a signal.
-      if (mode === "lease" || mode === "batch") yield* lookForContenders
+      if (policy.watchesNotices) yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = session.changed
       const now = fineMillis(state.clock)
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
-      // A batch writes what it served at least every quantum: its acknowledgements wait for it.
-      if (mode === "batch" && state.unacked.length > 0 && now - state.ioAt >= env.yieldMs) {
-        yield* flush(state)
-        state.ioAt = fineMillis(state.clock)
-        continue
-      }
-      if (mode !== "single" && now - state.ioAt >= env.yieldMs) {
-        yield* turnEventLoop
+      if (!policy.servesOneTurn && now - state.ioAt >= env.yieldMs) {
+        yield* policy.whenBusy(state)
         state.ioAt = fineMillis(state.clock)
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
       // local loop must not keep a remote waiter out. `finish` writes in one step.
-      if (state.served > 0 && now >= state.deadline && !(yield* renew(state, now))) return
+      if (state.served > 0 && now >= state.deadline && !(yield* policy.atDeadline(state, now))) return
       const request = nextRequest(state)
-      if (request !== undefined && (mode === "lease" || mode === "batch") && !state.watching && state.served > 0) {
+      if (request !== undefined && policy.watchesNotices && !state.watching && state.served > 0) {
         yield* watchContention(state)
         continue
       }
@@ -244,51 +233,11 @@ const serve = (state: HoldState, resumed: boolean) =>
         yield* serveFrom(state, request)
         continue
       }
-      if (now >= state.deadline && !(yield* renew(state, now))) return
-      if (mode === "batch" || state.contended) {
-        // Nothing queued here, and the modifications served wait for their write. Written
-        // now under the grant kept, they are acknowledged, and their callers usually queue
-        // their next modification at once (a loop, a burst of events): one turn of the
-        // event loop lets them, and the grant serves those too (within the quantum once
-        // another worker waits) instead of a release and a hand-off per round.
-        // A caller that does not come back costs the grant one write more before its
-        // release. While another worker waits, only a write that ends before the deadline
-        // (as long as the last one took) is made: the wait of the worker behind stays
-        // within the quantum and the last write's release.
-        // With nothing to write (acknowledged from memory), the turn is given all the same:
-        // the callers acknowledged at once queue their next modification within it.
-        // (a grant that served nothing, its only request gone, owes its callers no turn)
-        if (lingered || (state.unacked.length === 0 && state.served === 0)) return
-        if (state.unacked.length > 0) {
-          if (state.contended && now + state.writeMs >= state.deadline) return
-          yield* flush(state)
-          if (state.failed !== undefined) return
-        }
-        lingered = true
-        yield* turnEventLoop
-        state.ioAt = fineMillis(state.clock)
-        continue
-      }
-      if (env.durable && (yield* flush(state))) state.ioAt = fineMillis(state.clock)
-      // a failed write ends the lease at once: it can write nothing more
-      if (state.failed !== undefined) return
-      if (mode === "lease" && !state.watching) {
-        yield* watchContention(state)
-        continue
-      }
-      // woken by a modification, a signal, or the deadline
-      if (state.timer === undefined) yield* armTimer(state)
-      if (mode === "lease") {
-        // An idle lease parks (its fiber ends) once it was woken by nothing but its park timer.
-        if (yield* park(state, changed)) {
-          yield* Metric.update(leasesParked, 1)
-          return parking
-        }
-        state.idleSince = fineMillis(state.clock)
-        if (state.parkTimer === undefined) yield* armPark(state)
-      }
-      yield* changed.await
-      state.idleSince = undefined
+      if (now >= state.deadline && !(yield* policy.atDeadline(state, now))) return
+      const idle = yield* policy.whenIdle(state, now, changed, lingered)
+      if (idle === "ended") return
+      if (idle === "parked") return parking
+      if (idle === "lingered") lingered = true
     }
   })
 
@@ -297,9 +246,7 @@ export const finish = (state: HoldState) =>
   Effect.gen(function* () {
     const { env, session, token, lockId, dirty } = state
     session.lease = undefined
-    // another worker wanted the token before this lease served a second modification
-    if (state.mode === "lease" && state.contended && state.served <= 1)
-      withholdLease(env, token, fineMillis(state.clock))
+    state.policy.ends(state)
     // the relay ends here: the turn in progress, if any, is taken over below
     state.relayEnd = undefined
     state.timer?.()

@@ -9,6 +9,7 @@ import type * as Option from "effect/Option"
 import type { AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { Request } from "../lease.js"
 import type { OneShot } from "../oneShot.js"
+import type { HoldPolicy } from "./policy.js"
 import type { Session, SessionEnv } from "./session.js"
 
 /**
@@ -31,7 +32,8 @@ export interface HoldState {
   claim: number | undefined
   readonly token: string
   readonly lockId: string
-  readonly mode: "single" | "quantum" | "lease" | "batch"
+  /** How the grant is held, chosen when the hold began. */
+  readonly policy: HoldPolicy
   readonly cache: Map<string, Option.Option<string>>
   readonly dirty: Map<string, string>
   unacked: Array<Request>

@@ -49,8 +49,7 @@ const record = (state: HoldState, request: Request, outcome: Outcome, now: numbe
     state.cache.set(name, Option.some(value))
     state.dirty.set(name, value)
   }
-  // a batch (the oplock off) acknowledges a modification once it is written
-  if ((state.mode === "lease" || state.mode === "quantum") && !state.env.durable) request.ack.done(Exit.void)
+  if (state.policy.acknowledgesFromMemory(state.env)) request.ack.done(Exit.void)
   else state.unacked.push(request)
 }
 
@@ -80,13 +79,13 @@ const readsDirty = (state: HoldState, request: Request): boolean => {
  * or a turn of the event loop due, the deadline, a slice to read, nothing queued).
  */
 const relayNext = (state: HoldState, now: number): Request | undefined => {
-  const { env, session, mode } = state
-  if (state.failed !== undefined || mode === "single") return undefined
-  const leased = mode === "lease" || mode === "batch"
-  if (leased && !state.contended && (session.signals?.size ?? 0) > 0) return undefined
+  const { env, session, policy } = state
+  if (state.failed !== undefined || policy.servesOneTurn) return undefined
+  const watches = policy.watchesNotices
+  if (watches && !state.contended && (session.signals?.size ?? 0) > 0) return undefined
   if (now - state.ioAt >= env.yieldMs || now >= state.deadline) return undefined
   const request = nextRequest(state)
-  if (request === undefined || (leased && !state.watching)) return undefined
+  if (request === undefined || (watches && !state.watching)) return undefined
   for (const name of request.slices) if (!state.cache.has(name)) return undefined
   return request
 }

@@ -197,7 +197,7 @@ export const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect
  */
 export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => {
   const { env } = state
-  if (state.mode !== "lease" || state.contended || state.failed !== undefined || state.claim !== undefined) {
+  if (state.contended || state.failed !== undefined || state.claim !== undefined) {
     return Effect.succeed(false)
   }
   if (now - state.servedAt > env.holdMs / 2 || state.confirmedUntil - marginOf(env) <= now) return Effect.succeed(false)
