@@ -16,7 +16,7 @@ import type { Request, Turn } from "../lease.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
-import { idleLease, servedInStep } from "./idleLease.js"
+import { holderOf, idleLease, servedInStep } from "./idleLease.js"
 import type { ParkedLease } from "./parking.js"
 import { policyOf } from "./policy.js"
 import { start } from "./run.js"
@@ -200,12 +200,12 @@ export const inStep = <A, E>(
     const session = env.sessions.get(token)
     if (session === undefined) return leases(env, token) ? undefined : ownGrant
     lease = idleLease(session)
-    return lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
+    return lease === undefined ? undefined : { holder: holderOf(lease) }
   }
   let ended = 0
   const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
     // a lease's hold reads its own clock; a grant of the step's own, the worker's
-    const clock = lease?.clock ?? env.clock
+    const clock = lease?.grant.clock ?? env.clock
     const started = fineMillis(clock)
     const writes = decide(values, fence)
     ended = fineMillis(clock)

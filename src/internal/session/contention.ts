@@ -10,16 +10,21 @@ import { currentFineMillis } from "../timers.js"
 import type { HoldState } from "./holdState.js"
 import { leasesBroken } from "./metrics.js"
 import { openSignals } from "./session.js"
-import { armTimer } from "./timing.js"
+import { cutDeadline } from "./timing.js"
 
-/** @internal */
+/**
+ * Another worker waits: the hold has a quantum left at most (`leasesBroken` counts the
+ * leases so cut).
+ *
+ * @internal
+ */
 export const contend = (state: HoldState) =>
   Effect.flatMap(currentFineMillis, (now) =>
     Effect.suspend(() => {
-      if (state.contended) return Effect.void
-      state.contended = true
-      state.deadline = Math.min(state.deadline, now + state.env.quantumMs)
-      return Effect.andThen(Metric.update(leasesBroken, 1), armTimer(state))
+      if (state.contention.contended) return Effect.void
+      state.contention.contended = true
+      const rearmed = cutDeadline(state, now + state.grant.env.quantumMs)
+      return Effect.andThen(Metric.update(leasesBroken, 1), rearmed)
     })
   )
 
@@ -35,19 +40,22 @@ export const contend = (state: HoldState) =>
  */
 export const watchContention = (state: HoldState) =>
   Effect.gen(function* () {
-    state.watching = true
-    const events = yield* openSignals(state.env, state.session)
+    const { env, session, token } = state.grant
+    state.contention.watching = true
+    const events = yield* openSignals(env, session)
     // what came before the check is covered by it
     events.take()
-    if ((yield* state.env.store.queueLength(state.token, state.env.instanceId)) > 0) yield* contend(state)
+    if ((yield* env.store.queueLength(token, env.instanceId)) > 0) yield* contend(state)
   })
 
 /** After a resubscription a contender may have queued unseen: ask the store. */
-const recheckContenders = (state: HoldState) =>
-  Effect.flatMap(
-    Effect.orElseSucceed(state.env.store.queueLength(state.token, state.env.instanceId), () => 1),
+const recheckContenders = (state: HoldState) => {
+  const { env, token } = state.grant
+  return Effect.flatMap(
+    Effect.orElseSucceed(env.store.queueLength(token, env.instanceId), () => 1),
     (n) => (n > 0 ? contend(state) : Effect.void)
   )
+}
 
 /**
  * Between two modifications: has another worker queued meanwhile?
@@ -56,8 +64,8 @@ const recheckContenders = (state: HoldState) =>
  */
 export const checkSignals = (state: HoldState) =>
   Effect.suspend(() => {
-    const events = state.session.signals
-    if (events === undefined || state.contended) return Effect.void
+    const events = state.grant.session.signals
+    if (events === undefined || state.contention.contended) return Effect.void
     let resubscribed = false
     for (const event of events.take()) {
       // notices reach this worker only: a `Contended` one says another worker queued

@@ -16,7 +16,7 @@ import { flushes, flushFailures } from "./metrics.js"
 /**
  * Group commit: one write for every modification served since the last one (`false`: nothing to write).
  *
- * Uninterruptible: the batch leaves `unacked` before its write, and only the write's outcome
+ * Uninterruptible: the batch leaves the cache before its write, and only the write's outcome
  * acknowledges or fails it. Called from the serving loop, which a closing worker interrupts:
  * an interruption during the write would drop the batch, and its callers, decided, would wait
  * for their acknowledgements for ever. The write is bounded (the command timeout; a closed
@@ -28,33 +28,31 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
   // Steps chained by hand, not `Effect.gen`: a leased modification written alone makes one.
   Effect.uninterruptible(
     Effect.suspend(() => {
-      const { env, token, lockId, dirty, clock } = state
-      if (state.unacked.length === 0) return Effect.succeed(false)
-      const batch = state.unacked
-      state.unacked = []
-      const entries = [...dirty.entries()]
-      dirty.clear()
+      const { env, token, lockId, clock } = state.grant
+      const taken = state.cache.takeBatch()
+      if (taken === undefined) return Effect.succeed(false)
+      const [batch, entries] = taken
       let started = fineMillis(clock)
       const write = Effect.suspend(() => {
         started = fineMillis(clock)
-        return env.store.writeIfHolder(token, lockId, entries, { claim: state.claim })
+        return env.store.writeIfHolder(token, lockId, entries, { claim: state.timing.claim })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
       const line = env.commitLine
       const written =
-        line === undefined || !state.policy.meetsCommitLine || state.contended
+        line === undefined || !state.policy.meetsCommitLine || state.contention.contended
           ? write
           : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {
         onSuccess: () => {
-          state.writeMs = fineMillis(clock) - started
+          state.cache.committedIn(fineMillis(clock) - started)
           return Effect.map(Metric.update(flushes, 1), () => {
             succeedAcks(batch)
             return true
           })
         },
         onFailure: orDefect((error) => {
-          state.writeMs = fineMillis(clock) - started
+          state.cache.committedIn(fineMillis(clock) - started)
           // The lock is lost or the store is away: this lease writes nothing more.
           return Metric.update(flushFailures, 1).pipe(
             Effect.andThen(
@@ -79,10 +77,10 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
  */
 const atLine = (state: HoldState, line: CommitLine): Effect.Effect<void> =>
   Effect.flatMap(checkSignals(state), () =>
-    state.contended || state.failed !== undefined
+    state.contention.contended || state.failed !== undefined
       ? Effect.void
       : Effect.flatMap(
-          Effect.suspend(() => line.next(state.session.changed)),
+          Effect.suspend(() => line.next(state.grant.session.changed)),
           (reached): Effect.Effect<void> => (reached ? Effect.void : atLine(state, line))
         )
   )

@@ -9,20 +9,19 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import * as Option from "effect/Option"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { Request } from "../lease.js"
 import type { Grant, Previous } from "../lock/service.js"
-import { OneShot } from "../oneShot.js"
 import { fineMillis } from "../timers.js"
-import { commitAndRelease, failAcks, noTurn, warnHeld } from "./commit.js"
+import { HoldCache } from "./cache.js"
+import { commitAndRelease, failAcks, noTurn } from "./commit.js"
 import { checkSignals, watchContention } from "./contention.js"
-import type { HoldState } from "./holdState.js"
-import { type ParkedLease, type Parking, parking, unparkedSlices } from "./parking.js"
+import type { HeldGrant, HoldState } from "./holdState.js"
+import { disarmPark, type ParkedLease, type Parking, parking } from "./parking.js"
 import { leaseHold, policyOf } from "./policy.js"
-import { nextRequest, relay, unwritten } from "./relay.js"
+import { nextRequest, relayFrom, takeOverTurn, waitedForIo } from "./relay.js"
 import type { Session, SessionEnv } from "./session.js"
-import { keepAlive, keepAliveOn, withKeepAlive } from "./timing.js"
+import { disarmDeadline, resumeKeepAlive, startKeepAlive, stopKeepAlive, withKeepAlive } from "./timing.js"
 
 /**
  * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
@@ -48,51 +47,48 @@ export const hold = (
   carried?: Carried
 ): Effect.Effect<Previous | Parking> =>
   Effect.gen(function* () {
-    const { token, lockId } = grant
     const policy = policyOf(env, grant)
-    const cache = new Map(grant.values)
-    for (const [name, value] of carried?.writes ?? []) cache.set(name, Option.some(value))
-    const state: HoldState = {
+    const handedOver = grant.handedOver === true
+    const held: HeldGrant = {
       env,
       session,
+      token: grant.token,
+      lockId: grant.lockId,
       fence: grant.fence,
-      claim: grant.handedOver === true ? grant.fence : undefined,
-      token,
-      lockId,
+      grantedAt: grant.grantedAt,
+      clock: yield* Clock.Clock
+    }
+    const state: HoldState = {
+      grant: held,
       policy,
-      cache,
-      dirty: new Map<string, string>(carried?.writes ?? []),
-      unacked: carried === undefined ? [] : [carried.request],
-      inProgress: undefined,
-      served: carried === undefined ? 0 : 1,
-      servedAt: Number.NEGATIVE_INFINITY,
-      // a lock handed over lives the hand-off timeout from its release, before the grant:
-      // nothing is known of it until its first extension (till then `claim` bars a renewal)
-      confirmedUntil: grant.handedOver === true ? grant.grantedAt : grant.grantedAt + env.lockMs,
-      deadline: policy.deadlineOf(env, grant),
-      writeMs: 0,
-      contended: policy.contendedAtGrant(grant),
-      failed: undefined,
-      timer: undefined,
-      watching: session.signals !== undefined,
-      keeper: undefined,
-      clock: yield* Clock.Clock,
-      ioAt: grant.grantedAt,
-      turnAt: 0,
-      relayEnd: undefined,
-      longHolds: [],
-      parkDue: false,
-      parkTimer: undefined,
-      idleSince: undefined
+      cache: HoldCache.ofGrant(grant.values, carried),
+      timing: {
+        deadline: policy.deadlineOf(env, grant),
+        deadlineTimer: undefined,
+        claim: handedOver ? grant.fence : undefined,
+        // a lock handed over lives the hand-off timeout from its release, before the grant:
+        // nothing is known of it until its first extension (till then `claim` bars a renewal)
+        confirmedUntil: handedOver ? grant.grantedAt : grant.grantedAt + env.lockMs,
+        keeper: undefined
+      },
+      turns: {
+        inProgress: undefined,
+        served: carried === undefined ? 0 : 1,
+        servedAt: Number.NEGATIVE_INFINITY,
+        turnAt: 0,
+        ioAt: grant.grantedAt,
+        relayEnd: undefined,
+        longHolds: []
+      },
+      contention: { contended: policy.contendedAtGrant(grant), watching: session.signals !== undefined },
+      idle: { idleSince: undefined, parkDue: false, parkTimer: undefined },
+      failed: undefined
     }
     // a lock handed over lives for the hand-off timeout until extended, whatever the hold
-    state.keeper =
-      policy.keepsAlive || grant.handedOver === true
-        ? yield* keepAlive(state, grant.handedOver === true ? env.handoffMs : env.lockMs)
-        : undefined
-
+    if (policy.keepsAlive || handedOver) yield* startKeepAlive(state, handedOver ? env.handoffMs : env.lockMs)
     return yield* serveThenFinish(state, false)
   })
+
 /**
  * Serve, then finish (unless the serving parked). The session's fiber is uninterruptible
  * (see `start`): only the serving is interrupted.
@@ -113,83 +109,54 @@ const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Prev
  */
 export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parking> =>
   Effect.suspend(() => {
-    const { env, session } = parked
-    const { cache, dirty } = unparkedSlices(parked)
-    const now = fineMillis(parked.clock)
+    const { grant } = parked
     const state: HoldState = {
-      env,
-      session,
-      fence: parked.fence,
-      claim: parked.claim,
-      token: session.token,
-      lockId: parked.lockId,
+      grant,
       policy: leaseHold,
-      cache,
-      dirty,
-      unacked: [],
-      inProgress: undefined,
-      served: parked.served,
-      servedAt: parked.servedAt,
-      confirmedUntil: parked.confirmedUntil,
-      deadline: parked.deadline,
-      writeMs: parked.writeMs,
-      contended: false,
-      failed: undefined,
-      timer: undefined,
-      watching: session.signals !== undefined,
-      keeper: undefined,
-      clock: parked.clock,
-      // parked, the worker's event loop ran freely: what arrived meanwhile has been read
-      ioAt: now,
-      turnAt: 0,
-      relayEnd: undefined,
-      longHolds: [],
-      parkDue: false,
-      parkTimer: undefined,
-      idleSince: undefined
+      cache: HoldCache.ofFlat(parked.slices, parked.writeMs),
+      timing: {
+        deadline: parked.deadline,
+        deadlineTimer: undefined,
+        claim: parked.claim,
+        confirmedUntil: parked.confirmedUntil,
+        keeper: undefined
+      },
+      turns: {
+        inProgress: undefined,
+        served: parked.served,
+        servedAt: parked.servedAt,
+        turnAt: 0,
+        // parked, the worker's event loop ran freely: what arrived meanwhile has been read
+        ioAt: fineMillis(grant.clock),
+        relayEnd: undefined,
+        longHolds: []
+      },
+      contention: { contended: false, watching: grant.session.signals !== undefined },
+      idle: { idleSince: undefined, parkDue: false, parkTimer: undefined },
+      failed: undefined
     }
-    state.keeper = keepAliveOn(state, parked.wheel, parked.extendAt)
-    session.lease = state
+    resumeKeepAlive(state, parked.wheel, parked.extendAt)
+    grant.session.lease = state
     return serveThenFinish(state, true)
   })
 
-/** Serve `request` and, through the relay, the requests queued behind it that memory can serve. */
+/**
+ * Serve `request` and, through the relay, the requests queued behind it that memory can
+ * serve, once the slices it reads and the hold has not are fetched.
+ */
 const serveFrom = (state: HoldState, request: Request): Effect.Effect<void, InvalidInput | StoreError> =>
   // Steps chained by hand, not `Effect.gen`: every leased modification makes one.
   Effect.suspend(() => {
-    const { env, token, cache } = state
+    const { cache } = state
     const missing = request.slices.filter((name) => !cache.has(name))
-    const served = Effect.suspend(() => {
-      const end = new OneShot<void>()
-      state.relayEnd = end
-      const relayed = relay(state, request, fineMillis(state.clock))
-      return relayed
-        ? Effect.andThen(
-            end.await,
-            Effect.suspend(() => afterRelay(state))
-          )
-        : afterRelay(state)
-    })
-    if (missing.length === 0) return served
+    if (missing.length === 0) return relayFrom(state, request)
+    const { env, token } = state.grant
     // Fetched under the lock this worker holds: as current as the grant's reads.
     return Effect.andThen(
-      Effect.map(env.store.readSlices(token, missing), (values) => {
-        for (const [i, name] of missing.entries()) cache.set(name, values[i] ?? Option.none())
-      }),
-      served
+      Effect.map(env.store.readSlices(token, missing), (values) => cache.fetched(missing, values)),
+      relayFrom(state, request)
     )
   })
-
-/** The relay has ended: the warnings of the modifications that held the lock too long in it. */
-const afterRelay = (state: HoldState): Effect.Effect<void> => {
-  state.relayEnd = undefined
-  const longHolds = state.longHolds
-  if (longHolds.length === 0) return Effect.void
-  state.longHolds = []
-  return Effect.forEach(longHolds, ([held, heldMs]) => warnHeld(state.env, state.token, held.event, heldMs), {
-    discard: true
-  })
-}
 
 /**
  * The serving loop: the hold's turns, until its deadline (or its one turn), its lock lost,
@@ -198,33 +165,33 @@ const afterRelay = (state: HoldState): Effect.Effect<void> => {
  */
 const serve = (state: HoldState, resumed: boolean) =>
   Effect.gen(function* () {
-    const { env, session, policy } = state
+    const { grant, policy, turns, timing } = state
     const lookForContenders = checkSignals(state)
     yield* policy.begins(state, resumed)
     // parked, the worker's event loop ran freely: what arrived meanwhile has been read
-    if (resumed) state.ioAt = fineMillis(state.clock)
+    if (resumed) waitedForIo(state)
     // whether the queue was found empty and one turn of the event loop given for callers to queue again
     let lingered = false
     while (state.failed === undefined) {
-      if (policy.servesOneTurn && state.served > 0) return
+      if (policy.servesOneTurn && turns.served > 0) return
       // Looked for before every modification: a busy local queue never waits for a signal.
       if (policy.watchesNotices) yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
-      const changed = session.changed
-      const now = fineMillis(state.clock)
+      const changed = grant.session.changed
+      const now = fineMillis(grant.clock)
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
-      if (!policy.servesOneTurn && now - state.ioAt >= env.yieldMs) {
+      if (!policy.servesOneTurn && now - turns.ioAt >= grant.env.yieldMs) {
         yield* policy.whenBusy(state)
-        state.ioAt = fineMillis(state.clock)
+        waitedForIo(state)
         continue
       }
       // Past the deadline nothing more is served, however full the queue: a busy
       // local loop must not keep a remote waiter out. `finish` writes in one step.
-      if (state.served > 0 && now >= state.deadline && !(yield* policy.atDeadline(state, now))) return
+      if (turns.served > 0 && now >= timing.deadline && !(yield* policy.atDeadline(state, now))) return
       const request = nextRequest(state)
-      if (request !== undefined && policy.watchesNotices && !state.watching && state.served > 0) {
+      if (request !== undefined && policy.watchesNotices && !state.contention.watching && turns.served > 0) {
         yield* watchContention(state)
         continue
       }
@@ -233,7 +200,7 @@ const serve = (state: HoldState, resumed: boolean) =>
         yield* serveFrom(state, request)
         continue
       }
-      if (now >= state.deadline && !(yield* policy.atDeadline(state, now))) return
+      if (now >= timing.deadline && !(yield* policy.atDeadline(state, now))) return
       const idle = yield* policy.whenIdle(state, now, changed, lingered)
       if (idle === "ended") return
       if (idle === "parked") return parking
@@ -244,31 +211,26 @@ const serve = (state: HoldState, resumed: boolean) =>
 /** Whatever ended the hold: finish the modification in progress, write, release. */
 export const finish = (state: HoldState) =>
   Effect.gen(function* () {
-    const { env, session, token, lockId, dirty } = state
+    const { env, session, token, lockId } = state.grant
+    const { cache } = state
     session.lease = undefined
     state.policy.ends(state)
-    // the relay ends here: the turn in progress, if any, is taken over below
-    state.relayEnd = undefined
-    state.timer?.()
-    state.timer = undefined
+    disarmDeadline(state)
     // an interrupted wait did not cancel it (the serving loop does after a wait it finishes)
-    state.parkTimer?.()
-    state.parkTimer = undefined
-    if (state.inProgress !== undefined) {
-      const inProgress = state.inProgress
-      const outcome = yield* state.keeper === undefined
+    disarmPark(state)
+    // the relay ends here: the turn in progress, if any, is taken over
+    const inProgress = takeOverTurn(state)
+    if (inProgress !== undefined) {
+      const outcome = yield* state.timing.keeper === undefined
         ? withKeepAlive(state, env.lockMs, inProgress.done.await)
         : inProgress.done.await
-      if (outcome._tag === "Commit") {
-        for (const [name, value] of outcome.writes) dirty.set(name, value)
-        state.unacked.push(inProgress)
-      } else unwritten(state, inProgress)
-      state.inProgress = undefined
+      if (outcome._tag === "Commit") cache.owe(inProgress, outcome.writes)
+      else cache.unwritten(inProgress)
     }
-    state.keeper?.stop()
+    stopKeepAlive(state)
     if (state.failed !== undefined) {
       // The lock is lost or the store is away: nothing more is written; release what may remain.
-      failAcks(env, state.unacked, lockId, state.failed)
+      failAcks(env, cache.awaitingWrite, lockId, state.failed)
       yield* Effect.ignore(env.store.releaseQueued(token, lockId, { instanceId: env.instanceId }))
       return noTurn
     }
@@ -276,9 +238,9 @@ export const finish = (state: HoldState) =>
       env,
       session,
       lockId,
-      [...dirty.entries()],
-      state.unacked,
-      [...state.cache.keys()],
-      state.claim
+      cache.owed(),
+      cache.awaitingWrite,
+      cache.names(),
+      state.timing.claim
     )
   })

@@ -6,15 +6,13 @@
  * @internal
  */
 import * as Effect from "effect/Effect"
-import * as Metric from "effect/Metric"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
-import { fineMillis } from "../timers.js"
 import { watchContention } from "./contention.js"
 import { flush } from "./groupCommit.js"
 import type { HoldState } from "./holdState.js"
-import { leasesParked } from "./metrics.js"
-import { armPark, park } from "./parking.js"
+import { parkOrWait } from "./parking.js"
+import { waitedForIo } from "./relay.js"
 import { turnEventLoop } from "./session.js"
 import { armTimer } from "./timing.js"
 
@@ -46,15 +44,16 @@ const ended = Effect.succeed<IdleStep>("ended")
  * @internal
  */
 export const linger = (state: HoldState, now: number, lingered: boolean): Effect.Effect<IdleStep> => {
-  if (lingered || (state.unacked.length === 0 && state.served === 0)) return ended
+  const owes = state.cache.awaitingWrite.length > 0
+  if (lingered || (!owes && state.turns.served === 0)) return ended
   return Effect.gen(function* () {
-    if (state.unacked.length > 0) {
-      if (state.contended && now + state.writeMs >= state.deadline) return "ended"
+    if (owes) {
+      if (state.contention.contended && now + state.cache.writeMs >= state.timing.deadline) return "ended"
       yield* flush(state)
       if (state.failed !== undefined) return "ended"
     }
     yield* turnEventLoop
-    state.ioAt = fineMillis(state.clock)
+    waitedForIo(state)
     return "lingered"
   })
 }
@@ -71,23 +70,14 @@ export const waitIdle = (
   changed: OneShot<void>
 ): Effect.Effect<IdleStep, InvalidInput | StoreError> =>
   Effect.gen(function* () {
-    if (state.env.durable && (yield* flush(state))) state.ioAt = fineMillis(state.clock)
+    if (state.grant.env.durable && (yield* flush(state))) waitedForIo(state)
     // a failed write ends the lease at once: it can write nothing more
     if (state.failed !== undefined) return "ended"
-    if (!state.watching) {
+    if (!state.contention.watching) {
       yield* watchContention(state)
       return "goOn"
     }
     // woken by a modification, a signal, or the deadline
-    if (state.timer === undefined) yield* armTimer(state)
-    // An idle lease parks (its fiber ends) once it was woken by nothing but its park timer.
-    if (yield* park(state, changed)) {
-      yield* Metric.update(leasesParked, 1)
-      return "parked"
-    }
-    state.idleSince = fineMillis(state.clock)
-    if (state.parkTimer === undefined) yield* armPark(state)
-    yield* changed.await
-    state.idleSince = undefined
-    return "goOn"
+    if (state.timing.deadlineTimer === undefined) yield* armTimer(state)
+    return (yield* parkOrWait(state, changed)) ? "parked" : "goOn"
   })

@@ -8,7 +8,8 @@
 import * as Option from "effect/Option"
 import { fineMillis } from "../timers.js"
 import type { HoldState } from "./holdState.js"
-import { ParkedLease } from "./parking.js"
+import { idleAgainFrom, ParkedLease } from "./parking.js"
+import { countServed } from "./relay.js"
 import { prune, type Session } from "./session.js"
 
 /**
@@ -38,26 +39,36 @@ export const cachedOf = (lease: HoldState | ParkedLease, slice: string): Option.
  * @internal
  */
 export const idleLease = (session: Session): HoldState | ParkedLease | undefined => {
-  const state = session.lease
-  if (state === undefined) return undefined
-  if (state instanceof ParkedLease) {
-    if (session.parked !== state || state.dirty || (session.signals?.size ?? 0) > 0) return undefined
-    if (fineMillis(state.clock) >= state.deadline) return undefined
+  const lease = session.lease
+  if (lease === undefined) return undefined
+  if (lease instanceof ParkedLease) {
+    if (session.parked !== lease || lease.dirty || (session.signals?.size ?? 0) > 0) return undefined
+    if (fineMillis(lease.grant.clock) >= lease.deadline) return undefined
     prune(session)
-    return session.queue.length === 0 && session.own === undefined ? state : undefined
+    return session.queue.length === 0 && session.own === undefined ? lease : undefined
   }
-  if (state.idleSince === undefined) return undefined
+  const { turns, cache } = lease
+  if (lease.idle.idleSince === undefined) return undefined
   // the hold's deadline is on the hold's clock
-  const now = fineMillis(state.clock)
-  if (state.failed !== undefined || state.contended || state.inProgress !== undefined || state.relayEnd !== undefined) {
-    return undefined
-  }
-  if (state.unacked.length > 0 || state.dirty.size > 0 || (session.signals?.size ?? 0) > 0 || now >= state.deadline) {
-    return undefined
-  }
+  const now = fineMillis(lease.grant.clock)
+  if (lease.failed !== undefined || lease.contention.contended) return undefined
+  if (turns.inProgress !== undefined || turns.relayEnd !== undefined) return undefined
+  if (cache.awaitingWrite.length > 0 || cache.owesWrites || (session.signals?.size ?? 0) > 0) return undefined
+  if (now >= lease.timing.deadline) return undefined
   prune(session)
-  return session.queue.length === 0 && session.own === undefined ? state : undefined
+  return session.queue.length === 0 && session.own === undefined ? lease : undefined
 }
+
+/**
+ * What a step of the store under an idle lease runs under (`Store.Stepping`'s `when`): the
+ * lease's lock, and the claim of a lock handed over not yet extended.
+ *
+ * @internal
+ */
+export const holderOf = (lease: HoldState | ParkedLease) => ({
+  lockId: lease.grant.lockId,
+  claim: lease instanceof ParkedLease ? lease.claim : lease.timing.claim
+})
 
 /**
  * A modification made under an idle lease's grant, in the store's step (`idleLease`): its
@@ -68,30 +79,14 @@ export const idleLease = (session: Session): HoldState | ParkedLease | undefined
  * @internal
  */
 export const servedInStep = (
-  state: HoldState | ParkedLease,
+  lease: HoldState | ParkedLease,
   slices: ReadonlyArray<string>,
   values: ReadonlyArray<Option.Option<string>>,
   writes: ReadonlyArray<readonly [string, string]>,
   now: number
 ) => {
-  if (state instanceof ParkedLease) {
-    const parked = state.slices
-    for (let i = 0; i < slices.length; i++) {
-      if (state.indexOf(slices[i]!) < 0) parked.push(slices[i]!, Option.getOrUndefined(values[i]!), false)
-    }
-    for (const [name, value] of writes) {
-      const i = state.indexOf(name)
-      if (i < 0) parked.push(name, value, false)
-      else parked[i + 1] = value
-    }
-    state.served++
-    state.servedAt = now
-    return
-  }
-  const { cache } = state
-  for (let i = 0; i < slices.length; i++) if (!cache.has(slices[i]!)) cache.set(slices[i]!, values[i]!)
-  for (const [name, value] of writes) cache.set(name, Option.some(value))
-  state.served++
-  state.servedAt = now
-  if (state.idleSince !== undefined) state.idleSince = now
+  if (lease instanceof ParkedLease) return lease.servedInStep(slices, values, writes, now)
+  lease.cache.servedInStep(slices, values, writes)
+  countServed(lease, now)
+  idleAgainFrom(lease, now)
 }

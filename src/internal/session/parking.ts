@@ -4,13 +4,16 @@
  *
  * @internal
  */
-import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { OneShot } from "../oneShot.js"
 import { fineMillis, type Timer, type Wheel } from "../timers.js"
-import type { HoldState } from "./holdState.js"
-import { notify, type Session, type SessionEnv } from "./session.js"
+import type { FlatSlices } from "./cache.js"
+import type { HeldGrant, HoldState } from "./holdState.js"
+import { leasesParked } from "./metrics.js"
+import { notify } from "./session.js"
+import { disarmDeadline, stopKeepAlive } from "./timing.js"
 
 /**
  * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
@@ -40,31 +43,29 @@ export class ParkedLease implements Timer {
   at = 0
   index = -1
   constructor(
-    readonly env: SessionEnv,
-    readonly session: Session,
-    readonly lockId: string,
-    readonly fence: number,
+    readonly grant: HeldGrant,
     readonly claim: number | undefined,
     readonly deadline: number,
     public served: number,
     public servedAt: number,
     readonly confirmedUntil: number,
     readonly writeMs: number,
-    readonly clock: Clock.Clock,
     readonly wheel: Wheel,
-    readonly slices: Array<string | boolean | undefined>,
+    readonly slices: FlatSlices,
     readonly extendAt: number
   ) {}
 
   /** The deadline, or the next extension: the hold goes on in a fiber, which does what is due. */
   fire(): undefined {
-    if (this.session.parked === this) notify(this.session)
+    const { session } = this.grant
+    if (session.parked === this) notify(session)
     return undefined
   }
 
   /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
   unpark(): void {
-    if (this.session.parked === this) this.session.parked = undefined
+    const { session } = this.grant
+    if (session.parked === this) session.parked = undefined
     this.wheel.disarm(this)
   }
 
@@ -81,42 +82,26 @@ export class ParkedLease implements Timer {
     for (let i = 2; i < slices.length; i += 3) if (slices[i] === true) return true
     return false
   }
-}
 
-/**
- * The hold's cache and the writes it owes, from a parked lease.
- *
- * @internal
- */
-export const unparkedSlices = (parked: ParkedLease) => {
-  const cache = new Map<string, Option.Option<string>>()
-  const dirty = new Map<string, string>()
-  const { slices } = parked
-  for (let i = 0; i < slices.length; i += 3) {
-    const name = slices[i] as string
-    const value = slices[i + 1] as string | undefined
-    cache.set(name, value === undefined ? Option.none() : Option.some(value))
-    if (slices[i + 2] === true) dirty.set(name, value!)
+  /** A modification made in one step of the store under the lease (`servedInStep`): the store holds it. */
+  servedInStep(
+    slices: ReadonlyArray<string>,
+    values: ReadonlyArray<Option.Option<string>>,
+    writes: ReadonlyArray<readonly [string, string]>,
+    now: number
+  ): void {
+    const parked = this.slices
+    for (let i = 0; i < slices.length; i++) {
+      if (this.indexOf(slices[i]!) < 0) parked.push(slices[i]!, Option.getOrUndefined(values[i]!), false)
+    }
+    for (const [name, value] of writes) {
+      const i = this.indexOf(name)
+      if (i < 0) parked.push(name, value, false)
+      else parked[i + 1] = value
+    }
+    this.served++
+    this.servedAt = now
   }
-  return { cache, dirty }
-}
-
-/**
- * A hold's cache and the writes it owes, flat (`ParkedLease.slices`). The writes owed are
- * the cache's latest values (every write served sets both).
- *
- * @internal
- */
-export const parkedSlices = (state: HoldState): Array<string | boolean | undefined> => {
-  // made at its size: grown by pushes, its store would have room for five slices more
-  const slices = new Array<string | boolean | undefined>(3 * state.cache.size)
-  let i = 0
-  for (const [name, value] of state.cache) {
-    slices[i++] = name
-    slices[i++] = Option.getOrUndefined(value)
-    slices[i++] = state.dirty.has(name)
-  }
-  return slices
 }
 
 /**
@@ -127,26 +112,25 @@ export const parkedSlices = (state: HoldState): Array<string | boolean | undefin
  * When it fires it looks at the wait in progress: idle for `parkMs`, the loop is woken to
  * park; idle for less, it is armed again for the rest; not waiting, it is gone (the next
  * idle wait arms it).
- *
- * @internal
  */
-export const armPark = (state: HoldState) =>
-  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+const armPark = (state: HoldState) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
     Effect.sync(() => {
-      const { parkMs } = state.env
+      const { idle, grant } = state
+      const { parkMs } = grant.env
       const fire = () => {
-        state.parkTimer = undefined
-        const since = state.idleSince
+        idle.parkTimer = undefined
+        const since = idle.idleSince
         if (since === undefined) return
-        const idleMs = fineMillis(state.clock) - since
+        const idleMs = fineMillis(grant.clock) - since
         if (idleMs < parkMs) {
-          state.parkTimer = wheel.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
+          idle.parkTimer = wheel.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
           return
         }
-        state.parkDue = true
-        notify(state.session)
+        idle.parkDue = true
+        notify(grant.session)
       }
-      state.parkTimer = wheel.after(parkMs, fire)
+      idle.parkTimer = wheel.after(parkMs, fire)
     })
   )
 
@@ -156,41 +140,77 @@ export const armPark = (state: HoldState) =>
  * under way (its outcome is the hold's: the next idle wait tries again). The hold is let
  * go: what it needs to go on is kept in a `ParkedLease`, the timer of its deadline and of
  * its next extension.
- *
- * @internal
  */
-export const park = (state: HoldState, changed: OneShot<void>) =>
-  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+const park = (state: HoldState, changed: OneShot<void>) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
     Effect.sync(() => {
-      if (!state.parkDue) return false
-      state.parkDue = false
+      const { grant, timing, turns } = state
+      if (!state.idle.parkDue) return false
+      state.idle.parkDue = false
       if (changed.poll() !== undefined) return false
-      const extendAt = state.keeper === undefined ? Number.POSITIVE_INFINITY : state.keeper.next()
+      const extendAt = timing.keeper === undefined ? Number.POSITIVE_INFINITY : timing.keeper.next()
       if (extendAt === undefined) return false
-      const { env, session } = state
-      state.keeper?.stop()
-      state.keeper = undefined
-      state.timer?.()
-      state.timer = undefined
+      stopKeepAlive(state)
+      disarmDeadline(state)
       const parked = new ParkedLease(
-        env,
-        session,
-        state.lockId,
-        state.fence,
-        state.claim,
-        state.deadline,
-        state.served,
-        state.servedAt,
-        state.confirmedUntil,
-        state.writeMs,
-        state.clock,
+        grant,
+        timing.claim,
+        timing.deadline,
+        turns.served,
+        turns.servedAt,
+        timing.confirmedUntil,
+        state.cache.writeMs,
         wheel,
-        parkedSlices(state),
+        state.cache.toFlat(),
         extendAt
       )
-      wheel.arm(parked, Math.min(extendAt, wheel.now() + Math.max(0, state.deadline - fineMillis(state.clock))))
-      session.parked = parked
-      session.lease = parked
+      wheel.arm(parked, Math.min(extendAt, wheel.now() + Math.max(0, timing.deadline - fineMillis(grant.clock))))
+      grant.session.parked = parked
+      grant.session.lease = parked
       return true
     })
   )
+
+/**
+ * An idle lease's wait: it parks (`true`: its fiber ends) once it was woken by nothing but
+ * its park timer; otherwise it waits for `changed`, the park timer armed.
+ *
+ * @internal
+ */
+export const parkOrWait = (state: HoldState, changed: OneShot<void>): Effect.Effect<boolean> =>
+  Effect.flatMap(park(state, changed), (parked) => {
+    if (parked) return Effect.as(Metric.update(leasesParked, 1), true)
+    const { idle } = state
+    idle.idleSince = fineMillis(state.grant.clock)
+    const armed = idle.parkTimer === undefined ? armPark(state) : Effect.void
+    return Effect.andThen(
+      armed,
+      Effect.andThen(
+        changed.await,
+        Effect.sync(() => {
+          idle.idleSince = undefined
+          return false
+        })
+      )
+    )
+  })
+
+/**
+ * The hold ends: its park timer is cancelled (an interrupted wait did not cancel it).
+ *
+ * @internal
+ */
+export const disarmPark = (state: HoldState) => {
+  state.idle.parkTimer?.()
+  state.idle.parkTimer = undefined
+}
+
+/**
+ * A modification made in one step of the store while the serving loop waits idle: the idle
+ * wait goes on as from `now`, so a busy lease does not park.
+ *
+ * @internal
+ */
+export const idleAgainFrom = (state: HoldState, now: number) => {
+  if (state.idle.idleSince !== undefined) state.idle.idleSince = now
+}

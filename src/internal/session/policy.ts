@@ -137,16 +137,17 @@ export const leaseHold: HoldPolicy = {
   whenBusy: turnOnly,
   atDeadline: renew,
   whenIdle: (state, now, changed, lingered) =>
-    state.contended ? linger(state, now, lingered) : waitIdle(state, changed),
+    state.contention.contended ? linger(state, now, lingered) : waitIdle(state, changed),
   begins: (state, resumed) => {
     if (resumed) return Effect.void
     return Effect.map(Metric.update(leasesStarted, 1), () => {
-      state.session.lease = state
+      state.grant.session.lease = state
     })
   },
   ends: (state) => {
     // another worker wanted the token before this lease served a second modification
-    if (state.contended && state.served <= 1) withholdLease(state.env, state.token, fineMillis(state.clock))
+    if (state.contention.contended && state.turns.served <= 1)
+      withholdLease(state.grant.env, state.grant.token, fineMillis(state.grant.clock))
   }
 }
 
@@ -170,7 +171,7 @@ export const batchHold: HoldPolicy = {
   acknowledgesFromMemory: () => false,
   meetsCommitLine: false,
   // its acknowledgements wait for the write: made at least every `yieldMs`
-  whenBusy: (state) => (state.unacked.length > 0 ? Effect.asVoid(flush(state)) : turnEventLoop),
+  whenBusy: (state) => (state.cache.awaitingWrite.length > 0 ? Effect.asVoid(flush(state)) : turnEventLoop),
   atDeadline: () => noRenewal,
   whenIdle: lingers,
   begins: nothing,

@@ -1,20 +1,24 @@
 /**
- * The relay of a hold's turns: the caller whose turn ends hands the grant to the next request queued here, in its own call stack, while the
- * serving loop of `hold.ts` would serve that request from memory at once.
+ * The hold's turns (`HoldState.turns`), and their relay: the caller whose turn ends hands
+ * the grant to the next request queued here, in its own call stack, while the serving loop
+ * of `hold.ts` would serve that request from memory at once.
  *
  * @internal
  */
+import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Outcome, Request, Turn } from "../lease.js"
+import { OneShot } from "../oneShot.js"
 import { fineMillis } from "../timers.js"
+import { warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
 import { prune } from "./session.js"
 
 /** @internal */
 export const nextRequest = (state: HoldState) => {
-  prune(state.session)
-  return state.session.queue[0]
+  prune(state.grant.session)
+  return state.grant.session.queue[0]
 }
 
 /**
@@ -23,16 +27,16 @@ export const nextRequest = (state: HoldState) => {
  * gives). `false` for a request cancelled meanwhile.
  */
 const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
-  const { session, cache } = state
+  const { session } = state.grant
+  const { turns, cache } = state
   if (session.queue[0] === request) session.queue.shift()
   if (request.cancelled) return false
-  state.inProgress = request
-  state.turnAt = now
-  state.servedAt = now
-  state.served++
+  turns.inProgress = request
+  turns.turnAt = now
+  countServed(state, now)
   const turn: Turn = {
     values: new Map(request.slices.map((name) => [name, cache.get(name) ?? Option.none()])),
-    fence: state.fence
+    fence: state.grant.fence
   }
   // a plain function is decided here and now: its caller waits for the outcome alone
   if (request.decideNow !== undefined) request.done.done(Exit.succeed(request.decideNow(turn)))
@@ -42,34 +46,10 @@ const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
 
 /** What the caller decided, taken into the hold: its writes, and its acknowledgement (now, or once written). */
 const record = (state: HoldState, request: Request, outcome: Outcome, now: number) => {
-  const heldMs = now - state.turnAt
-  if (heldMs > state.env.warnMs) state.longHolds.push([request, heldMs])
-  if (outcome._tag === "Abort") return unwritten(state, request)
-  for (const [name, value] of outcome.writes) {
-    state.cache.set(name, Option.some(value))
-    state.dirty.set(name, value)
-  }
-  if (state.policy.acknowledgesFromMemory(state.env)) request.ack.done(Exit.void)
-  else state.unacked.push(request)
-}
-
-/**
- * A modification that writes nothing, acknowledged: at once, or, when it read a slice the
- * hold owes a write of while writes wait for their acknowledgement, with them, by the group
- * commit that makes them. `dirty` holds every write not yet made, those of `unacked` among
- * them (a group commit takes both at once), so a modification that read none of its slices
- * (`Lock.withLock` reads none) read nothing unacknowledged and does not wait.
- *
- * @internal
- */
-export const unwritten = (state: HoldState, request: Request) => {
-  if (state.unacked.length > 0 && readsDirty(state, request)) state.unacked.push(request)
-  else request.ack.done(Exit.void)
-}
-
-const readsDirty = (state: HoldState, request: Request): boolean => {
-  for (const name of request.slices) if (state.dirty.has(name)) return true
-  return false
+  const heldMs = now - state.turns.turnAt
+  if (heldMs > state.grant.env.warnMs) state.turns.longHolds.push([request, heldMs])
+  if (outcome._tag === "Abort") state.cache.unwritten(request)
+  else state.cache.served(request, outcome.writes, state.policy.acknowledgesFromMemory(state.grant.env))
 }
 
 /**
@@ -79,13 +59,16 @@ const readsDirty = (state: HoldState, request: Request): boolean => {
  * or a turn of the event loop due, the deadline, a slice to read, nothing queued).
  */
 const relayNext = (state: HoldState, now: number): Request | undefined => {
-  const { env, session, policy } = state
+  const {
+    grant: { env, session },
+    policy
+  } = state
   if (state.failed !== undefined || policy.servesOneTurn) return undefined
   const watches = policy.watchesNotices
-  if (watches && !state.contended && (session.signals?.size ?? 0) > 0) return undefined
-  if (now - state.ioAt >= env.yieldMs || now >= state.deadline) return undefined
+  if (watches && !state.contention.contended && (session.signals?.size ?? 0) > 0) return undefined
+  if (now - state.turns.ioAt >= env.yieldMs || now >= state.timing.deadline) return undefined
   const request = nextRequest(state)
-  if (request === undefined || (watches && !state.watching)) return undefined
+  if (request === undefined || (watches && !state.contention.watching)) return undefined
   for (const name of request.slices) if (!state.cache.has(name)) return undefined
   return request
 }
@@ -108,8 +91,8 @@ export const relay = (state: HoldState, first: Request, now: number): boolean =>
         listenForTurnEnd(state, request)
         return true
       }
-      state.inProgress = undefined
-      at = fineMillis(state.clock)
+      state.turns.inProgress = undefined
+      at = fineMillis(state.grant.clock)
       if (Exit.isSuccess(decided)) record(state, request, decided.value, at)
     }
     request = relayNext(state, at)
@@ -119,11 +102,76 @@ export const relay = (state: HoldState, first: Request, now: number): boolean =>
 
 const listenForTurnEnd = (state: HoldState, request: Request) =>
   request.done.listen((exit) => {
-    const end = state.relayEnd
-    if (state.inProgress !== request || end === undefined) return
-    state.inProgress = undefined
-    const at = fineMillis(state.clock)
+    const end = state.turns.relayEnd
+    if (state.turns.inProgress !== request || end === undefined) return
+    state.turns.inProgress = undefined
+    const at = fineMillis(state.grant.clock)
     if (Exit.isSuccess(exit)) record(state, request, exit.value, at)
     const next = relayNext(state, at)
     if (next === undefined || !relay(state, next, at)) end.done(Exit.void)
   })
+
+/**
+ * Serve `request` and, through the relay, the requests queued behind it that memory can
+ * serve (its slices cached); then the warnings of the modifications that held the lock too
+ * long in the relay.
+ *
+ * @internal
+ */
+export const relayFrom = (state: HoldState, request: Request): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const end = new OneShot<void>()
+    state.turns.relayEnd = end
+    const relayed = relay(state, request, fineMillis(state.grant.clock))
+    return relayed
+      ? Effect.andThen(
+          end.await,
+          Effect.suspend(() => afterRelay(state))
+        )
+      : afterRelay(state)
+  })
+
+/** The relay has ended: the warnings of the modifications that held the lock too long in it. */
+const afterRelay = (state: HoldState): Effect.Effect<void> => {
+  const { turns } = state
+  turns.relayEnd = undefined
+  const longHolds = turns.longHolds
+  if (longHolds.length === 0) return Effect.void
+  turns.longHolds = []
+  const { env, token } = state.grant
+  return Effect.forEach(longHolds, ([held, heldMs]) => warnHeld(env, token, held.event, heldMs), { discard: true })
+}
+
+/**
+ * The hold ends: the relay with it, and the turn in progress, if any, is the end's to take
+ * over (to wait for its outcome and write it).
+ *
+ * @internal
+ */
+export const takeOverTurn = (state: HoldState): Request | undefined => {
+  const { turns } = state
+  turns.relayEnd = undefined
+  const inProgress = turns.inProgress
+  turns.inProgress = undefined
+  return inProgress
+}
+
+/**
+ * A modification served at `now` (by a turn, or in one step of the store under the lease).
+ *
+ * @internal
+ */
+export const countServed = (state: HoldState, now: number) => {
+  state.turns.served++
+  state.turns.servedAt = now
+}
+
+/**
+ * The serving has just waited for the store or the event loop: what arrived meanwhile
+ * (a contender's signal) has been read, and the relay may go on for another `yieldMs`.
+ *
+ * @internal
+ */
+export const waitedForIo = (state: HoldState) => {
+  state.turns.ioAt = fineMillis(state.grant.clock)
+}

@@ -15,7 +15,7 @@ import { LockLost } from "../../StoreError.js"
 import * as Retry from "../retry.js"
 import { fineMillis, type Wheel } from "../timers.js"
 import type { HoldState, KeepAlive } from "./holdState.js"
-import { notify } from "./session.js"
+import { notify, type SessionEnv } from "./session.js"
 
 /**
  * Wakes the serving loop once the clock reads the deadline (an entry of the worker's
@@ -25,16 +25,67 @@ import { notify } from "./session.js"
  * @internal
  */
 export const armTimer = (state: HoldState) =>
-  Effect.flatMap(state.env.timers.wheel, (wheel) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
     Effect.sync(() => {
-      state.timer?.()
+      const { grant, timing } = state
+      timing.deadlineTimer?.()
       // Gone once it ran: a wake-up that finds the deadline not yet reached arms it again.
-      state.timer = wheel.after(Math.max(0, state.deadline - fineMillis(state.clock)), () => {
-        state.timer = undefined
-        notify(state.session)
+      timing.deadlineTimer = wheel.after(Math.max(0, timing.deadline - fineMillis(grant.clock)), () => {
+        timing.deadlineTimer = undefined
+        notify(grant.session)
       })
     })
   )
+
+/**
+ * Move the deadline to `at` unless it comes sooner (another worker waits: the hold has a
+ * quantum left), at once; the effect arms its wake-up again.
+ *
+ * @internal
+ */
+export const cutDeadline = (state: HoldState, at: number): Effect.Effect<void> => {
+  state.timing.deadline = Math.min(state.timing.deadline, at)
+  return armTimer(state)
+}
+
+/**
+ * The serving loop is no longer woken at the deadline (the hold parks, or ends).
+ *
+ * @internal
+ */
+export const disarmDeadline = (state: HoldState) => {
+  state.timing.deadlineTimer?.()
+  state.timing.deadlineTimer = undefined
+}
+
+/**
+ * Start the hold's keep-alive, its first extension a third of `ttlMs` from now at the latest.
+ *
+ * @internal
+ */
+export const startKeepAlive = (state: HoldState, ttlMs: number): Effect.Effect<void> =>
+  Effect.map(keepAlive(state, ttlMs), (keeper) => {
+    state.timing.keeper = keeper
+  })
+
+/**
+ * The keep-alive of a resumed hold, its next extension when the parked lease had it.
+ *
+ * @internal
+ */
+export const resumeKeepAlive = (state: HoldState, timers: Wheel, firstAt: number) => {
+  state.timing.keeper = keepAliveOn(state, timers, firstAt)
+}
+
+/**
+ * Stop the hold's keep-alive (an extension under way may still finish).
+ *
+ * @internal
+ */
+export const stopKeepAlive = (state: HoldState) => {
+  state.timing.keeper?.stop()
+  state.timing.keeper = undefined
+}
 
 /**
  * When a keep-alive extends next, given the outcome of an extension: `every` after one that
@@ -70,14 +121,13 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
  * not a fiber sleeping beside every held lease, and its driver is made at the first
  * extension, so a hold shorter than a third of the lock expiration costs none.
  *
- * @internal
  */
-export const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
-  Effect.map(state.env.timers.wheel, (timers) =>
-    keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.env), Math.floor(ttlMs / 3))))
+const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
+  Effect.map(state.grant.env.timers.wheel, (timers) =>
+    keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.grant.env), Math.floor(ttlMs / 3))))
   )
 
-const everyOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 3))
+const everyOf = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 3))
 
 /**
  * When an extension due at `due` is made: at the grid line of a tenth of the extension
@@ -94,14 +144,11 @@ const onGrid = (every: number, now: number, due: number): number => {
   return aligned <= now ? due : aligned
 }
 
-/**
- * `firstAt`: when the first extension comes (the wheel's time; never when infinite).
- *
- * @internal
- */
-export const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
-  const { store } = state.env
-  const every = everyOf(state.env)
+/** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
+const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
+  const { grant, timing } = state
+  const { env } = grant
+  const every = everyOf(env)
   const again = Math.max(1, Math.floor(every / 4))
   let stopped = false
   let cancel: () => void = () => undefined
@@ -109,16 +156,16 @@ export const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): K
   let nextAt: number | undefined = Number.POSITIVE_INFINITY
   let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
-    const sentAt = fineMillis(state.clock)
+    const sentAt = fineMillis(grant.clock)
     // the slices read under this lock, and the fence, live as long as it is held
     const extended = yield* Effect.result(
-      store.extend(state.token, state.lockId, [...state.cache.keys()], { claim: state.claim })
+      env.store.extend(grant.token, grant.lockId, state.cache.names(), { claim: timing.claim })
     )
     if (Result.isSuccess(extended)) {
       if (extended.success) {
         // extended: the lock lives a full lock expiration from the send, no longer the hand-off's
-        state.claim = undefined
-        state.confirmedUntil = Math.max(state.confirmedUntil, sentAt + state.env.lockMs)
+        timing.claim = undefined
+        timing.confirmedUntil = Math.max(timing.confirmedUntil, sentAt + env.lockMs)
       } else if (!stopped && state.failed === undefined) lost(state)
     }
     retry ??= yield* Retry.driver(cadence(every, again))
@@ -153,8 +200,8 @@ export const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): K
 
 /** The store said the lock is no longer ours: the hold fails, and its serving loop is woken to end. */
 const lost = (state: HoldState) => {
-  state.failed = new LockLost({ token: state.token, lockId: state.lockId, holder: Option.none() })
-  notify(state.session)
+  state.failed = new LockLost({ token: state.grant.token, lockId: state.grant.lockId, holder: Option.none() })
+  notify(state.grant.session)
 }
 
 /**
@@ -196,18 +243,21 @@ export const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect
  * @internal
  */
 export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => {
-  const { env } = state
-  if (state.contended || state.failed !== undefined || state.claim !== undefined) {
+  const { grant, timing } = state
+  const { env } = grant
+  if (state.contention.contended || state.failed !== undefined || timing.claim !== undefined) {
     return Effect.succeed(false)
   }
-  if (now - state.servedAt > env.holdMs / 2 || state.confirmedUntil - marginOf(env) <= now) return Effect.succeed(false)
+  if (now - state.turns.servedAt > env.holdMs / 2 || timing.confirmedUntil - marginOf(env) <= now) {
+    return Effect.succeed(false)
+  }
   return Effect.map(
-    Effect.orElseSucceed(env.store.queueLength(state.token, env.instanceId), () => 1),
+    Effect.orElseSucceed(env.store.queueLength(grant.token, env.instanceId), () => 1),
     (queued) => {
-      const at = fineMillis(state.clock)
-      const until = Math.min(at + env.holdMs, state.confirmedUntil - marginOf(env))
+      const at = fineMillis(grant.clock)
+      const until = Math.min(at + env.holdMs, timing.confirmedUntil - marginOf(env))
       if (queued > 0 || state.failed !== undefined || until <= at) return false
-      state.deadline = until
+      timing.deadline = until
       return true
     }
   )
@@ -218,4 +268,4 @@ export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => 
  * reply that confirmed it (the grant's is counted from its reply), a modification under way
  * at the deadline, the final write and release, and the clocks' drift.
  */
-const marginOf = (env: HoldState["env"]) => Math.max(1, Math.floor(env.lockMs / 10))
+const marginOf = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 10))
