@@ -16,7 +16,7 @@ import type { Request, Turn } from "../lease.js"
 import { fineMillis } from "../timers.js"
 import { commitAndRelease, warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
-import { holderOf, idleLease, servedInStep } from "./idleLease.js"
+import { clockOf, holderOf, idleLease, servedInStep } from "./idleLease.js"
 import type { ParkedLease } from "./parking.js"
 import { policyOf } from "./policy.js"
 import { start } from "./run.js"
@@ -205,7 +205,7 @@ export const inStep = <A, E>(
   let ended = 0
   const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
     // a lease's hold reads its own clock; a grant of the step's own, the worker's
-    const clock = lease?.grant.clock ?? env.clock
+    const clock = lease === undefined ? env.clock : clockOf(lease)
     const started = fineMillis(clock)
     const writes = decide(values, fence)
     ended = fineMillis(clock)

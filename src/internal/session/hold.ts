@@ -55,7 +55,6 @@ export const hold = (
       token: grant.token,
       lockId: grant.lockId,
       fence: grant.fence,
-      grantedAt: grant.grantedAt,
       clock: yield* Clock.Clock
     }
     const state: HoldState = {
@@ -109,7 +108,15 @@ const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Prev
  */
 export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parking> =>
   Effect.suspend(() => {
-    const { grant } = parked
+    const { env, session } = parked
+    const grant: HeldGrant = {
+      env,
+      session,
+      token: session.token,
+      lockId: parked.lockId,
+      fence: parked.fence,
+      clock: parked.clock
+    }
     const state: HoldState = {
       grant,
       policy: leaseHold,
@@ -131,12 +138,12 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
         relayEnd: undefined,
         longHolds: []
       },
-      contention: { contended: false, watching: grant.session.signals !== undefined },
+      contention: { contended: false, watching: session.signals !== undefined },
       idle: { idleSince: undefined, parkDue: false, parkTimer: undefined },
       failed: undefined
     }
     resumeKeepAlive(state, parked.wheel, parked.extendAt)
-    grant.session.lease = state
+    session.lease = state
     return serveThenFinish(state, true)
   })
 

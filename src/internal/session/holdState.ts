@@ -37,8 +37,8 @@ export interface HoldState {
 }
 
 /**
- * The grant held, fixed for the hold's life (a parked lease keeps it, and its hold resumes
- * with it).
+ * The grant held, fixed for the hold's life (a parked lease keeps its fields, and the hold
+ * resumes with them).
  *
  * @internal
  */
@@ -49,8 +49,6 @@ export interface HeldGrant {
   readonly lockId: string
   /** The fencing number of the grant held. */
   readonly fence: number
-  /** When it was granted (`fineMillis`). */
-  readonly grantedAt: number
   /** The clock of the fiber that began the hold, read synchronously by the relay and the serving. */
   readonly clock: Clock.Clock
 }

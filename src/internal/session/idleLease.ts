@@ -43,7 +43,7 @@ export const idleLease = (session: Session): HoldState | ParkedLease | undefined
   if (lease === undefined) return undefined
   if (lease instanceof ParkedLease) {
     if (session.parked !== lease || lease.dirty || (session.signals?.size ?? 0) > 0) return undefined
-    if (fineMillis(lease.grant.clock) >= lease.deadline) return undefined
+    if (fineMillis(lease.clock) >= lease.deadline) return undefined
     prune(session)
     return session.queue.length === 0 && session.own === undefined ? lease : undefined
   }
@@ -65,10 +65,18 @@ export const idleLease = (session: Session): HoldState | ParkedLease | undefined
  *
  * @internal
  */
-export const holderOf = (lease: HoldState | ParkedLease) => ({
-  lockId: lease.grant.lockId,
-  claim: lease instanceof ParkedLease ? lease.claim : lease.timing.claim
-})
+export const holderOf = (lease: HoldState | ParkedLease) =>
+  lease instanceof ParkedLease
+    ? { lockId: lease.lockId, claim: lease.claim }
+    : { lockId: lease.grant.lockId, claim: lease.timing.claim }
+
+/**
+ * The clock a lease's hold reads: its deadline is on it.
+ *
+ * @internal
+ */
+export const clockOf = (lease: HoldState | ParkedLease) =>
+  lease instanceof ParkedLease ? lease.clock : lease.grant.clock
 
 /**
  * A modification made under an idle lease's grant, in the store's step (`idleLease`): its

@@ -4,15 +4,16 @@
  *
  * @internal
  */
+import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { OneShot } from "../oneShot.js"
 import { fineMillis, type Timer, type Wheel } from "../timers.js"
 import type { FlatSlices } from "./cache.js"
-import type { HeldGrant, HoldState } from "./holdState.js"
+import type { HoldState } from "./holdState.js"
 import { leasesParked } from "./metrics.js"
-import { notify } from "./session.js"
+import { notify, type Session, type SessionEnv } from "./session.js"
 import { disarmDeadline, stopKeepAlive } from "./timing.js"
 
 /**
@@ -43,13 +44,17 @@ export class ParkedLease implements Timer {
   at = 0
   index = -1
   constructor(
-    readonly grant: HeldGrant,
+    readonly env: SessionEnv,
+    readonly session: Session,
+    readonly lockId: string,
+    readonly fence: number,
     readonly claim: number | undefined,
     readonly deadline: number,
     public served: number,
     public servedAt: number,
     readonly confirmedUntil: number,
     readonly writeMs: number,
+    readonly clock: Clock.Clock,
     readonly wheel: Wheel,
     readonly slices: FlatSlices,
     readonly extendAt: number
@@ -57,15 +62,13 @@ export class ParkedLease implements Timer {
 
   /** The deadline, or the next extension: the hold goes on in a fiber, which does what is due. */
   fire(): undefined {
-    const { session } = this.grant
-    if (session.parked === this) notify(session)
+    if (this.session.parked === this) notify(this.session)
     return undefined
   }
 
   /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
   unpark(): void {
-    const { session } = this.grant
-    if (session.parked === this) session.parked = undefined
+    if (this.session.parked === this) this.session.parked = undefined
     this.wheel.disarm(this)
   }
 
@@ -153,13 +156,17 @@ const park = (state: HoldState, changed: OneShot<void>) =>
       stopKeepAlive(state)
       disarmDeadline(state)
       const parked = new ParkedLease(
-        grant,
+        grant.env,
+        grant.session,
+        grant.lockId,
+        grant.fence,
         timing.claim,
         timing.deadline,
         turns.served,
         turns.servedAt,
         timing.confirmedUntil,
         state.cache.writeMs,
+        grant.clock,
         wheel,
         state.cache.toFlat(),
         extendAt

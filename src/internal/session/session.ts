@@ -148,7 +148,7 @@ export const notify = (session: Session) => {
   const parked = session.parked
   if (parked !== undefined) {
     parked.unpark()
-    parked.grant.env.resume(session, parked)
+    parked.env.resume(session, parked)
   }
 }
 
