@@ -2,7 +2,9 @@
  * Holding a grant: the hold begun (or resumed from a parked lease), its serving loop, which
  * serves the session's turns (one, a quantum's worth, or a lease's) until the hold ends or
  * parks, and its end: the modification in progress finished, the last write and the release.
- * Contention, the hold's time, the group commit and parking live in their own modules.
+ * What differs between the ways a grant is held is asked of the hold's policy (`policy.ts`);
+ * contention, the hold's time, the relay, the group commit, the idle step and parking live
+ * in their own modules.
  *
  * @internal
  */
