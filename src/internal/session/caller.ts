@@ -14,8 +14,11 @@ import type { SliceEntry, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import type { Request, Turn } from "../lease.js"
 import { fineMillis } from "../timers.js"
-import { commitAndRelease, modeOf, warnHeld } from "./commit.js"
-import { type HoldState, idleLease, type ParkedLease, servedInStep } from "./relay.js"
+import { commitAndRelease, warnHeld } from "./commit.js"
+import type { HoldState } from "./holdState.js"
+import { clockOf, holderOf, idleLease, servedInStep } from "./idleLease.js"
+import type { ParkedLease } from "./parking.js"
+import { policyOf } from "./policy.js"
 import { start } from "./run.js"
 import { leases, newSession, notify, prune, type SessionEnv } from "./session.js"
 
@@ -80,8 +83,7 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
         const grant = attempt.success
         // a quantum or a lease serves the modifications that queue meanwhile: its fiber
         // does; with the oplock off the caller holds the grant for its own modification
-        const mode = modeOf(env, grant)
-        if (mode === "quantum" || mode === "lease") {
+        if (policyOf(env, grant).heldBySession) {
           session.queue.unshift(request)
           return Effect.as(start(env, session, grant), Option.none())
         }
@@ -198,12 +200,12 @@ export const inStep = <A, E>(
     const session = env.sessions.get(token)
     if (session === undefined) return leases(env, token) ? undefined : ownGrant
     lease = idleLease(session)
-    return lease === undefined ? undefined : { holder: { lockId: lease.lockId, claim: lease.claim } }
+    return lease === undefined ? undefined : { holder: holderOf(lease) }
   }
   let ended = 0
   const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
     // a lease's hold reads its own clock; a grant of the step's own, the worker's
-    const clock = lease?.clock ?? env.clock
+    const clock = lease === undefined ? env.clock : clockOf(lease)
     const started = fineMillis(clock)
     const writes = decide(values, fence)
     ended = fineMillis(clock)

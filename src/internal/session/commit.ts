@@ -1,5 +1,5 @@
 /**
- * Ending a turn: how a grant is held (`modeOf`), the warning for a modification that held
+ * Ending a turn: the warning for a modification that held
  * the lock too long, acknowledging requests once their outcome is durable (or failing
  * them), and the last write of a grant with its release.
  *
@@ -13,9 +13,9 @@ import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
 import { type AcknowledgedError, type InvalidInput, isInvalidInput, type LockLost } from "../../StoreError.js"
 import type { Request } from "../lease.js"
-import type { Grant, Previous } from "../lock/service.js"
+import type { Previous } from "../lock/service.js"
 import { flushFailures } from "./metrics.js"
-import { leases, prune, type Session, type SessionEnv } from "./session.js"
+import { prune, type Session, type SessionEnv } from "./session.js"
 
 /** @internal */
 export const lockExpired = (env: SessionEnv, request: Request, lockId: string, error: LockLost) =>
@@ -55,27 +55,6 @@ export const orDefect =
 /** @internal */
 export const succeedAcks = (requests: ReadonlyArray<Request>) => {
   for (const request of requests) request.ack.done(Exit.void)
-}
-
-/**
- * How a grant is held: for one modification; a quantum's worth (others wait); as a lease
- * (nobody waits); or, with the oplock off or the token's lease withheld here (`leases`), for
- * the modifications queued here (`batch`: each acknowledged once written, for at most a
- * quantum once others wait).
- *
- * @internal
- */
-export const modeOf = (env: SessionEnv, grant: Grant): "single" | "quantum" | "lease" | "batch" => {
-  const leasing = leases(env, grant.token)
-  return env.quantumMs === 0
-    ? leasing && grant.contenders === 0
-      ? "lease"
-      : "single"
-    : !leasing
-      ? "batch"
-      : grant.contenders === 0
-        ? "lease"
-        : "quantum"
 }
 
 /**

@@ -15,8 +15,8 @@ import * as Tracer from "effect/Tracer"
 import { forkInUninterruptible } from "../fork.js"
 import type { Grant, Previous } from "../lock/service.js"
 import { noTurn } from "./commit.js"
-import { type Carried, hold, type Parking, parking, resumeHold } from "./hold.js"
-import type { ParkedLease } from "./relay.js"
+import { type Carried, hold, resumeHold } from "./hold.js"
+import { type ParkedLease, type Parking, parking } from "./parking.js"
 import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
 
 const isParking = (held: Previous | Parking): held is Parking => held === parking

@@ -19,7 +19,8 @@ import { OneShot } from "../oneShot.js"
 import type { SignalEvent, Signals } from "../signals.js"
 import { fineMillis, type Timers } from "../timers.js"
 import type { CommitLine } from "./commitLine.js"
-import type { HoldState, ParkedLease } from "./relay.js"
+import type { HoldState } from "./holdState.js"
+import type { ParkedLease } from "./parking.js"
 
 /**
  * What the session machinery of one `Lease` service shares.

@@ -1,0 +1,223 @@
+/**
+ * Parking an idle lease: its hold let go, what it needs to go on kept in a compact
+ * `ParkedLease` (its own timer entry, in `Session.parked`) until `notify` resumes it.
+ *
+ * @internal
+ */
+import type * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import type { OneShot } from "../oneShot.js"
+import { fineMillis, type Timer, type Wheel } from "../timers.js"
+import type { FlatSlices } from "./cache.js"
+import type { HoldState } from "./holdState.js"
+import { leasesParked } from "./metrics.js"
+import { notify, type Session, type SessionEnv } from "./session.js"
+import { disarmDeadline, stopKeepAlive } from "./timing.js"
+
+/**
+ * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
+ * lock stays held.
+ *
+ * @internal
+ */
+export const parking = { _tag: "Parking" } as const
+
+/** @internal */
+export type Parking = typeof parking
+
+/**
+ * A parked lease: what its hold needs to go on, and nothing else. An idle lease's hold
+ * (its state, its serving's closures, its timers' entries) is let go when it parks, as
+ * thousands of leases held at once are mostly idle; this record keeps the lock's id and
+ * fence, the slices read or written under it (their encodings, as the hold's cache has
+ * them), its hold time, and is itself the timer entry that wakes it (at the deadline, or
+ * when the lock is to be extended next): `resumeHold` builds the hold again from it.
+ *
+ * `slices` is flat, a triple per slice: its name, its encoding (`undefined`: nothing
+ * stored), and whether it is still to be written (a modification acknowledged from memory).
+ *
+ * @internal
+ */
+export class ParkedLease implements Timer {
+  at = 0
+  index = -1
+  constructor(
+    readonly env: SessionEnv,
+    readonly session: Session,
+    readonly lockId: string,
+    readonly fence: number,
+    readonly claim: number | undefined,
+    readonly deadline: number,
+    public served: number,
+    public servedAt: number,
+    readonly confirmedUntil: number,
+    readonly writeMs: number,
+    readonly clock: Clock.Clock,
+    readonly wheel: Wheel,
+    readonly slices: FlatSlices,
+    readonly extendAt: number
+  ) {}
+
+  /** The deadline, or the next extension: the hold goes on in a fiber, which does what is due. */
+  fire(): undefined {
+    if (this.session.parked === this) notify(this.session)
+    return undefined
+  }
+
+  /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
+  unpark(): void {
+    if (this.session.parked === this) this.session.parked = undefined
+    this.wheel.disarm(this)
+  }
+
+  /** The slice's place in `slices`; -1 if none. */
+  indexOf(name: string): number {
+    const slices = this.slices
+    for (let i = 0; i < slices.length; i += 3) if (slices[i] === name) return i
+    return -1
+  }
+
+  /** Whether a modification served from memory waits to be written. */
+  get dirty(): boolean {
+    const slices = this.slices
+    for (let i = 2; i < slices.length; i += 3) if (slices[i] === true) return true
+    return false
+  }
+
+  /** A modification made in one step of the store under the lease (`servedInStep`): the store holds it. */
+  servedInStep(
+    slices: ReadonlyArray<string>,
+    values: ReadonlyArray<Option.Option<string>>,
+    writes: ReadonlyArray<readonly [string, string]>,
+    now: number
+  ): void {
+    const parked = this.slices
+    for (let i = 0; i < slices.length; i++) {
+      if (this.indexOf(slices[i]!) < 0) parked.push(slices[i]!, Option.getOrUndefined(values[i]!), false)
+    }
+    for (const [name, value] of writes) {
+      const i = this.indexOf(name)
+      if (i < 0) parked.push(name, value, false)
+      else parked[i + 1] = value
+    }
+    this.served++
+    this.servedAt = now
+  }
+}
+
+/**
+ * After `parkMs` of one idle wait with nothing to do, a lease's serving loop is woken to
+ * park: an entry of the worker's timers, armed by an idle wait when none is, and left armed
+ * across the waits that follow (a busy lease waits between most of its modifications: an
+ * entry in and out of the timers' heap at each would cost more than the rest of the wait).
+ * When it fires it looks at the wait in progress: idle for `parkMs`, the loop is woken to
+ * park; idle for less, it is armed again for the rest; not waiting, it is gone (the next
+ * idle wait arms it).
+ */
+const armPark = (state: HoldState) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      const { idle, grant } = state
+      const { parkMs } = grant.env
+      const fire = () => {
+        idle.parkTimer = undefined
+        const since = idle.idleSince
+        if (since === undefined) return
+        const idleMs = fineMillis(grant.clock) - since
+        if (idleMs < parkMs) {
+          idle.parkTimer = wheel.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
+          return
+        }
+        idle.parkDue = true
+        notify(grant.session)
+      }
+      idle.parkTimer = wheel.after(parkMs, fire)
+    })
+  )
+
+/**
+ * Park, if the park timer woke the loop and nothing changed since it looked (in the same
+ * step as the look: a change after it resumes the hold, see `notify`), and no extension is
+ * under way (its outcome is the hold's: the next idle wait tries again). The hold is let
+ * go: what it needs to go on is kept in a `ParkedLease`, the timer of its deadline and of
+ * its next extension.
+ */
+const park = (state: HoldState, changed: OneShot<void>) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      const { grant, timing, turns } = state
+      if (!state.idle.parkDue) return false
+      state.idle.parkDue = false
+      if (changed.poll() !== undefined) return false
+      const extendAt = timing.keeper === undefined ? Number.POSITIVE_INFINITY : timing.keeper.next()
+      if (extendAt === undefined) return false
+      stopKeepAlive(state)
+      disarmDeadline(state)
+      const parked = new ParkedLease(
+        grant.env,
+        grant.session,
+        grant.lockId,
+        grant.fence,
+        timing.claim,
+        timing.deadline,
+        turns.served,
+        turns.servedAt,
+        timing.confirmedUntil,
+        state.cache.writeMs,
+        grant.clock,
+        wheel,
+        state.cache.toFlat(),
+        extendAt
+      )
+      wheel.arm(parked, Math.min(extendAt, wheel.now() + Math.max(0, timing.deadline - fineMillis(grant.clock))))
+      grant.session.parked = parked
+      grant.session.lease = parked
+      return true
+    })
+  )
+
+/**
+ * An idle lease's wait: it parks (`true`: its fiber ends) once it was woken by nothing but
+ * its park timer; otherwise it waits for `changed`, the park timer armed.
+ *
+ * @internal
+ */
+export const parkOrWait = (state: HoldState, changed: OneShot<void>): Effect.Effect<boolean> =>
+  Effect.flatMap(park(state, changed), (parked) => {
+    if (parked) return Effect.as(Metric.update(leasesParked, 1), true)
+    const { idle } = state
+    idle.idleSince = fineMillis(state.grant.clock)
+    const armed = idle.parkTimer === undefined ? armPark(state) : Effect.void
+    return Effect.andThen(
+      armed,
+      Effect.andThen(
+        changed.await,
+        Effect.sync(() => {
+          idle.idleSince = undefined
+          return false
+        })
+      )
+    )
+  })
+
+/**
+ * The hold ends: its park timer is cancelled (an interrupted wait did not cancel it).
+ *
+ * @internal
+ */
+export const disarmPark = (state: HoldState) => {
+  state.idle.parkTimer?.()
+  state.idle.parkTimer = undefined
+}
+
+/**
+ * A modification made in one step of the store while the serving loop waits idle: the idle
+ * wait goes on as from `now`, so a busy lease does not park.
+ *
+ * @internal
+ */
+export const idleAgainFrom = (state: HoldState, now: number) => {
+  if (state.idle.idleSince !== undefined) state.idle.idleSince = now
+}

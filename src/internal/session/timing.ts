@@ -1,0 +1,271 @@
+/**
+ * The hold's time: the deadline that wakes its serving loop, the keep-alive that extends
+ * its lock (and the lock's confirmed life, within which alone a lease is renewed), and the
+ * renewal of a busy lease at its deadline.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schedule from "effect/Schedule"
+import { LockLost } from "../../StoreError.js"
+import * as Retry from "../retry.js"
+import { fineMillis, type Wheel } from "../timers.js"
+import type { HoldState, KeepAlive } from "./holdState.js"
+import { notify, type SessionEnv } from "./session.js"
+
+/**
+ * Wakes the serving loop once the clock reads the deadline (an entry of the worker's
+ * timers, which run nothing before the clock reads their time); armed again when the
+ * deadline moves earlier.
+ *
+ * @internal
+ */
+export const armTimer = (state: HoldState) =>
+  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+    Effect.sync(() => {
+      const { grant, timing } = state
+      timing.deadlineTimer?.()
+      // Gone once it ran: a wake-up that finds the deadline not yet reached arms it again.
+      timing.deadlineTimer = wheel.after(Math.max(0, timing.deadline - fineMillis(grant.clock)), () => {
+        timing.deadlineTimer = undefined
+        notify(grant.session)
+      })
+    })
+  )
+
+/**
+ * Move the deadline to `at` unless it comes sooner (another worker waits: the hold has a
+ * quantum left), at once; the effect arms its wake-up again.
+ *
+ * @internal
+ */
+export const cutDeadline = (state: HoldState, at: number): Effect.Effect<void> => {
+  state.timing.deadline = Math.min(state.timing.deadline, at)
+  return armTimer(state)
+}
+
+/**
+ * The serving loop is no longer woken at the deadline (the hold parks, or ends).
+ *
+ * @internal
+ */
+export const disarmDeadline = (state: HoldState) => {
+  state.timing.deadlineTimer?.()
+  state.timing.deadlineTimer = undefined
+}
+
+/**
+ * Start the hold's keep-alive, its first extension a third of `ttlMs` from now at the latest.
+ *
+ * @internal
+ */
+export const startKeepAlive = (state: HoldState, ttlMs: number): Effect.Effect<void> =>
+  Effect.map(keepAlive(state, ttlMs), (keeper) => {
+    state.timing.keeper = keeper
+  })
+
+/**
+ * The keep-alive of a resumed hold, its next extension when the parked lease had it.
+ *
+ * @internal
+ */
+export const resumeKeepAlive = (state: HoldState, timers: Wheel, firstAt: number) => {
+  state.timing.keeper = keepAliveOn(state, timers, firstAt)
+}
+
+/**
+ * Stop the hold's keep-alive (an extension under way may still finish).
+ *
+ * @internal
+ */
+export const stopKeepAlive = (state: HoldState) => {
+  state.timing.keeper?.stop()
+  state.timing.keeper = undefined
+}
+
+/**
+ * When a keep-alive extends next, given the outcome of an extension: `every` after one that
+ * succeeded, `again` (sooner) after one that failed (the store away for a moment), and
+ * never after the store said the lock is no longer ours: the schedule is done.
+ */
+const cadence = (every: number, again: number): Schedule.Schedule<undefined, Result.Result<boolean, unknown>> =>
+  Schedule.fromStep(
+    Effect.succeed((_now: number, extended: Result.Result<boolean, unknown>) =>
+      Result.isSuccess(extended) && !extended.success
+        ? Cause.done()
+        : Effect.succeed<[undefined, Duration.Duration]>([
+            undefined,
+            Duration.millis(Result.isSuccess(extended) ? every : again)
+          ])
+    )
+  )
+
+/**
+ * Keeps the lock from expiring under a slow modification: an extension every third of
+ * the lock expiration, from the worker's timers, on the grid of `onGrid`. A lease's hold
+ * time is shorter than the lock expiration, so an idle lease extends at most twice; one
+ * renewed (`renew`) goes on, and every extension the store confirms moves the hold's
+ * `confirmedUntil` (the extension's send time plus a lock expiration), within which alone
+ * a lease is renewed. An extension that fails (the store away for a moment) is tried again
+ * sooner, until one succeeds; the store saying the lock is no longer ours (it expired, or
+ * another worker took it after a failover lost it) ends the keep-alive and fails the hold
+ * (`failed`): it serves nothing more, and writes nothing. An extension still under way
+ * when it stops is harmless: it extends only a lock this grant holds, and lock ids are
+ * unique.
+ *
+ * The delays are `cadence`'s, a `Schedule`; its waits are entries of the worker's timers,
+ * not a fiber sleeping beside every held lease, and its driver is made at the first
+ * extension, so a hold shorter than a third of the lock expiration costs none.
+ *
+ */
+const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
+  Effect.map(state.grant.env.timers.wheel, (timers) =>
+    keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.grant.env), Math.floor(ttlMs / 3))))
+  )
+
+const everyOf = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 3))
+
+/**
+ * When an extension due at `due` is made: at the grid line of a tenth of the extension
+ * period at or before it, if that is still to come. The extensions of the many leases a worker
+ * holds then come due in the same turn of its timers and leave back to back, instead of
+ * one round trip each at scattered times; made earlier, never later, than due.
+ */
+const onGrid = (every: number, now: number, due: number): number => {
+  if (due === Number.POSITIVE_INFINITY) return due
+  const grid = Math.max(1, Math.floor(every / 10))
+  const aligned = Math.floor(due / grid) * grid
+  // due sooner than the grid allows (a lock handed over extends within a third of the
+  // hand-off timeout): when due
+  return aligned <= now ? due : aligned
+}
+
+/** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
+const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
+  const { grant, timing } = state
+  const { env } = grant
+  const every = everyOf(env)
+  const again = Math.max(1, Math.floor(every / 4))
+  let stopped = false
+  let cancel: () => void = () => undefined
+  // when the next extension comes; `undefined` while one is under way
+  let nextAt: number | undefined = Number.POSITIVE_INFINITY
+  let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
+  const extendOnce = Effect.gen(function* () {
+    const sentAt = fineMillis(grant.clock)
+    // the slices read under this lock, and the fence, live as long as it is held
+    const extended = yield* Effect.result(
+      env.store.extend(grant.token, grant.lockId, state.cache.names(), { claim: timing.claim })
+    )
+    if (Result.isSuccess(extended)) {
+      if (extended.success) {
+        // extended: the lock lives a full lock expiration from the send, no longer the hand-off's
+        timing.claim = undefined
+        timing.confirmedUntil = Math.max(timing.confirmedUntil, sentAt + env.lockMs)
+      } else if (!stopped && state.failed === undefined) lost(state)
+    }
+    retry ??= yield* Retry.driver(cadence(every, again))
+    const delay = yield* retry.next(extended)
+    nextAt = Number.POSITIVE_INFINITY
+    if (!stopped && Option.isSome(delay)) schedule(timers.now() + Duration.toMillis(delay.value))
+  }).pipe(
+    Effect.onExit(() =>
+      Effect.sync(() => {
+        nextAt ??= Number.POSITIVE_INFINITY
+      })
+    )
+  )
+  const schedule = (due: number) => {
+    const at = onGrid(every, timers.now(), due)
+    nextAt = at
+    cancel = timers.at(at, () => {
+      if (stopped) return undefined
+      nextAt = undefined
+      return extendOnce
+    })
+  }
+  if (firstAt !== Number.POSITIVE_INFINITY) schedule(firstAt)
+  return {
+    stop: () => {
+      stopped = true
+      cancel()
+    },
+    next: () => nextAt
+  }
+}
+
+/** The store said the lock is no longer ours: the hold fails, and its serving loop is woken to end. */
+const lost = (state: HoldState) => {
+  state.failed = new LockLost({ token: state.grant.token, lockId: state.grant.lockId, holder: Option.none() })
+  notify(state.grant.session)
+}
+
+/**
+ * `effect` with a keep-alive for as long as it runs.
+ *
+ * @internal
+ */
+export const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect.Effect<A>) =>
+  Effect.acquireUseRelease(
+    keepAlive(state, ttlMs),
+    () => effect,
+    (keeper) => Effect.sync(keeper.stop)
+  )
+
+/**
+ * At its deadline, a lease that nobody contends and that served a modification in the last
+ * half of its hold time is held for another `leaseHoldTime` instead of released: its
+ * keep-alive goes on extending the lock. A release there would cost the token a write and a
+ * hand-off, and its next modification a grant and a look for contenders, for nothing. A
+ * lease that served nothing lately ends at its deadline as before: the worker keeps the
+ * tokens in use, not every token it once served.
+ *
+ * The invariant of a lease: it serves only before its deadline, and its deadline is within
+ * its lock's life. The first is the grant's plus `leaseHoldTime`, less than
+ * `lockExpiration` (a lock handed over that lapsed before its first extension is taken back
+ * by its claim, or its writes fail). A renewed one is never past the lock's confirmed life
+ * less a margin (`confirmedUntil - marginOf`): a renewal is made only while the lock is
+ * known to be ours (no claim of a lock handed over pending, the grant or an extension the
+ * store confirmed recent enough), and its new deadline is cut at that bound, or it is not
+ * made. A lock lost without a notice (a failover that dropped it, a stall past its
+ * expiration) or extensions that fail (the store away) end a lease by then; the keep-alive's
+ * next extension, answered "not ours", ends it sooner.
+ *
+ * And only when no other worker is queued for the token, as the store says (one request
+ * per hold time of a busy lease): contention is told by notices, and a holder whose
+ * subscription is broken unseen would otherwise keep the lock for ever from a waiter whose
+ * every attempt it misses.
+ *
+ * @internal
+ */
+export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => {
+  const { grant, timing } = state
+  const { env } = grant
+  if (state.contention.contended || state.failed !== undefined || timing.claim !== undefined) {
+    return Effect.succeed(false)
+  }
+  if (now - state.turns.servedAt > env.holdMs / 2 || timing.confirmedUntil - marginOf(env) <= now) {
+    return Effect.succeed(false)
+  }
+  return Effect.map(
+    Effect.orElseSucceed(env.store.queueLength(grant.token, env.instanceId), () => 1),
+    (queued) => {
+      const at = fineMillis(grant.clock)
+      const until = Math.min(at + env.holdMs, timing.confirmedUntil - marginOf(env))
+      if (queued > 0 || state.failed !== undefined || until <= at) return false
+      timing.deadline = until
+      return true
+    }
+  )
+}
+
+/**
+ * What a renewed lease keeps clear of its lock's confirmed life: the round trip of the
+ * reply that confirmed it (the grant's is counted from its reply), a modification under way
+ * at the deadline, the final write and release, and the clocks' drift.
+ */
+const marginOf = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 10))
