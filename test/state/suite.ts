@@ -882,7 +882,8 @@ export const stateSuite = (backend: StateBackend) => {
   describe("leases (oplock)", () => {
     test(
       "R3: m1 modifies twice with one grant; m2 breaks m1's lease and leases; closing m2 leaves the final state",
-      oplock,
+      // a hold time far above the bound: a lease that nobody broke would outlast it
+      { ...oplock, leaseHoldTime: 30_000, lockExpiration: 60_000 },
       (cluster, tools) =>
         Effect.gen(function* () {
           const m1 = yield* cluster.worker()
@@ -892,7 +893,10 @@ export const stateSuite = (backend: StateBackend) => {
           assert.strictEqual(yield* cluster.grants("t"), 1)
           yield* inc(m1, "t")
           assert.strictEqual(yield* cluster.grants("t"), 1)
+          const contended = yield* Clock.currentTimeMillis
           yield* run(tools, inc(m2, "t"))
+          // m2's contention ended m1's lease, not m1's hold time
+          assert.isBelow((yield* Clock.currentTimeMillis) - contended, 3_000)
           assert.strictEqual(yield* cluster.grants("t"), 2)
           yield* tools.until(
             "m1's lease is over",
