@@ -26,6 +26,40 @@ const redis: TokenBackend = {
 
 tokenSuite(redis)
 
+/** The server's leasehold connections, counted by their name (`leasehold:<role>`). */
+const connectionsByName = (cluster: Effect.Success<ReturnType<typeof redisCluster>>) =>
+  Effect.map(Effect.orDie(cluster.server.command("CLIENT", "LIST")), (list) => {
+    const counts: Record<string, number> = {}
+    for (const match of String(list).matchAll(/ name=(leasehold:\S+) /g))
+      counts[match[1]!] = (counts[match[1]!] ?? 0) + 1
+    return counts
+  })
+
+describe("TokenManager (redis): workers", () => {
+  it.live("each worker has its own command and subscriber connections, as separate processes do", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster()
+      const a = yield* cluster.worker()
+      const b = yield* cluster.worker()
+      yield* a.tokens.link("tab-a", "ca")
+      yield* b.tokens.link("tab-b", "cb")
+      const before = yield* connectionsByName(cluster)
+      const c = yield* cluster.worker()
+      yield* c.tokens.link("tab-c", "cc")
+      // one worker more: one connection more of each role the others have
+      yield* eventuallyTrue(
+        "a third worker's connections",
+        8_000,
+        Effect.map(connectionsByName(cluster), (after) =>
+          ["leasehold:command", "leasehold:subscriber"].every((name) => (after[name] ?? 0) === (before[name] ?? 0) + 1)
+        )
+      )
+      // the harness's store and the three workers' own
+      assert.isAtLeast(before["leasehold:command"] ?? 0, 3, JSON.stringify(before))
+    })
+  )
+})
+
 const socketsLoop = (w: TokenWorker) =>
   Effect.map(w.health.loops, (loops) => loops.find((loop) => loop.name === TokenManager.loopName)?.state._tag)
 
