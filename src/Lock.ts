@@ -31,7 +31,7 @@ import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import type * as Scope from "effect/Scope"
 import { InstanceId } from "./InstanceId.js"
-import { acquire, attemptWith, type Env } from "./internal/lock/acquire.js"
+import { acquire, attemptWith, type LockContext } from "./internal/lock/acquire.js"
 import { type Engine, register, type WithLock } from "./internal/lock/service.js"
 import * as Timers from "./internal/timers.js"
 import { LeaseholdConfig } from "./LeaseholdConfig.js"
@@ -126,7 +126,7 @@ export const make: Effect.Effect<Lock.Service, never, Store | InstanceId | Lease
     const nextLockId = () => `${instanceId}:${(++counter).toString(36)}`
     const timers = yield* Timers.make
     const scope = yield* Effect.scope
-    const env: Env = {
+    const env: LockContext = {
       store,
       instanceId,
       recheckMs,

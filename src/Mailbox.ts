@@ -244,7 +244,7 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const restoreGraceMs = Duration.toMillis(Duration.fromInputUnsafe(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
-    const env: MailboxEnv.Env<A, I, R> = {
+    const env: MailboxEnv.MailboxContext<A, I, R> = {
       options,
       store,
       tokens,

@@ -249,7 +249,7 @@ export const make = Effect.gen(function* () {
 
   // The local socket table (internal/tokens/table.ts), shared by linking and unlinking
   // (internal/tokens/link.ts) and by the `sockets` loop (internal/tokens/records.ts).
-  const table: SocketTable.Table = {
+  const table: SocketTable.LinkTable = {
     store,
     instanceId,
     entries: new Map(),
@@ -263,7 +263,7 @@ export const make = Effect.gen(function* () {
   const disconnectAll = Link.disconnectAll(table)
 
   // --- the sockets loop ---------------------------------------------------------------
-  const keeper: Records.Keeper = {
+  const keeper: Records.RecordKeeper = {
     table,
     refreshEvery,
     started: yield* Latch.make(false),

@@ -81,7 +81,7 @@ export interface Request {
    * decides it itself when its turn comes, in the step that gives the turn, instead of
    * completing `turn` and waiting for the caller's fiber to run. It completes nothing.
    */
-  readonly decideNow?: ((turn: Turn) => Outcome) | undefined
+  readonly decideOnTurn?: ((turn: Turn) => Outcome) | undefined
   /**
    * Completed by the session once the outcome is durable (or failed). A turn that writes
    * nothing is acknowledged at once, or, when it may have read writes of its session not yet
@@ -262,7 +262,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       sessions: Effect.sync(() => sessions.size)
     })
     // `Lock.withLock`: a modification of no slice, whose function is the caller's effect
-    const state: Modify.Env = { lease: service, maxValueBytes: config.maxValueBytes }
+    const state: Modify.ModifyContext = { lease: service, maxValueBytes: config.maxValueBytes }
     // of no slice: none of the slice errors of `ModifyError` can occur
     lock.serve(
       <A, E, R>(token: string, use: (grant: LockGrant) => Effect.Effect<A, E, R>, options?: ModifyOptions) =>

@@ -121,7 +121,7 @@ const planOf = <E, R>(name: string, policy: Policy<E, R>, config: Settings): Pla
 }
 
 /** What every loop of one supervisor shares. */
-interface Env {
+interface SupervisorContext {
   readonly health: Health.Service
   /** Its `statusChanges` cut a recovering plan's delay short. */
   readonly store: Store.Service
@@ -244,7 +244,7 @@ const recordEnd =
 
 /** One loop under its policy, from its first `Running` to the health its end leaves. */
 const supervise = <E, R>(
-  env: Env,
+  env: SupervisorContext,
   name: string,
   loop: (recovered: Effect.Effect<void>) => Effect.Effect<unknown, E, R>,
   policy: Policy<E, R>
@@ -265,7 +265,7 @@ const supervise = <E, R>(
  * @category constructors
  */
 export const make = Effect.gen(function* () {
-  const env: Env = { health: yield* Health, config: yield* LeaseholdConfig, store: yield* Store }
+  const env: SupervisorContext = { health: yield* Health, config: yield* LeaseholdConfig, store: yield* Store }
   // The loops' fibers, in a scope of their own: `shutdown` closes it before the layer's.
   // A loop run after it starts interrupted, so nothing runs past the worker's close.
   const fibersScope = yield* Scope.fork(yield* Effect.scope)

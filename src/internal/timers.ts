@@ -21,8 +21,8 @@ const liveClock: Clock.Clock = Effect.runSync(Effect.clockWith(Effect.succeed))
 /**
  * The clock's time in milliseconds with a fraction: `Clock.unsafeCurrentTimeMillis` reads
  * whole milliseconds, too coarse for a quantum of two. Under `TestClock` the two agree.
- * Not to be compared with the wheel's times (whole milliseconds of the wall clock): a
- * wait measured with it goes to the wheel as a delay (`Wheel.after`).
+ * Not to be compared with the heap's times (whole milliseconds of the wall clock): a
+ * wait measured with it goes to the heap as a delay (`TimerHeap.after`).
  *
  * The live clock's nanoseconds are a `bigint` made of the wall clock and the monotonic
  * one at every read, a measured share of an uncontended modification (read twice in
@@ -32,11 +32,13 @@ const liveClock: Clock.Clock = Effect.runSync(Effect.clockWith(Effect.succeed))
  *
  * @internal
  */
-export const fineMillis = (clock: Clock.Clock): number =>
+export const preciseMillis = (clock: Clock.Clock): number =>
   clock === liveClock ? performance.timeOrigin + performance.now() : Number(clock.currentTimeNanosUnsafe()) / 1_000_000
 
-/** `fineMillis` of the fiber's clock. @internal */
-export const currentFineMillis: Effect.Effect<number> = Effect.clockWith((clock) => Effect.succeed(fineMillis(clock)))
+/** `preciseMillis` of the fiber's clock. @internal */
+export const currentPreciseMillis: Effect.Effect<number> = Effect.clockWith((clock) =>
+  Effect.succeed(preciseMillis(clock))
+)
 
 /**
  * What an entry does when its time comes: something quick (mark, `notify`), and, where its
@@ -52,12 +54,12 @@ export type Action = () => Effect.Effect<void> | undefined | void
  *
  * @internal
  */
-export interface Wheel {
+export interface TimerHeap {
   /** Run `action` once the clock reads `at` (ms); the function returned cancels it. */
   readonly at: (at: number, action: Action) => () => void
   /** `at(now + ms, action)`. */
   readonly after: (ms: number, action: Action) => () => void
-  /** The clock's time, as the wheel reads it (whole ms). */
+  /** The clock's time, as the heap reads it (whole ms). */
   readonly now: () => number
   /**
    * Fire `timer` once the clock reads `at` (ms), moving it if it is armed already: an entry
@@ -69,7 +71,7 @@ export interface Wheel {
 }
 
 /**
- * An entry that its owner is (`Wheel.arm`): `at` and `index` are the wheel's.
+ * An entry that its owner is (`TimerHeap.arm`): `at` and `index` are the heap's.
  *
  * @internal
  */
@@ -83,15 +85,15 @@ export interface Timer {
 /** @internal */
 export interface Timers {
   /**
-   * The wheel of the calling fiber's `Clock` (made on first use): a deadline read from that
+   * The heap of the calling fiber's `Clock` (made on first use): a deadline read from that
    * clock is served on it, whichever clock the service was built with.
    */
-  readonly wheel: Effect.Effect<Wheel>
+  readonly heap: Effect.Effect<TimerHeap>
 }
 
 type Entry = Timer
 
-/** An entry made by `Wheel.at` for an action. */
+/** An entry made by `TimerHeap.at` for an action. */
 class ActionEntry implements Timer {
   index = -1
   constructor(
@@ -175,16 +177,16 @@ class Heap {
 }
 
 /**
- * One clock's wheel, its fiber forked in `scope`, where the effects its entries start run too.
+ * One clock's heap, its fiber forked in `scope`, where the effects its entries start run too.
  */
-const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
-  const heap = new Heap()
+const makeHeap = (clock: Clock.Clock, scope: Scope.Scope) => {
+  const entries = new Heap()
   // Completed when the time slept for has come, or when an entry earlier than it arrives.
   let wake = new OneShot<void>()
   let sleepingUntil = Number.POSITIVE_INFINITY
 
   const push = (entry: Entry) => {
-    heap.push(entry)
+    entries.push(entry)
     if (entry.at < sleepingUntil) {
       sleepingUntil = entry.at
       wake.done(Exit.void)
@@ -193,10 +195,10 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   const at = (time: number, action: Action) => {
     const entry = new ActionEntry(time, action)
     push(entry)
-    return () => heap.remove(entry)
+    return () => entries.remove(entry)
   }
   const arm = (timer: Timer, time: number) => {
-    heap.remove(timer)
+    entries.remove(timer)
     timer.at = time
     push(timer)
   }
@@ -204,9 +206,9 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
   /** The entries due now, in time order; the effects they start. */
   const runDue = (now: number) => {
     let started: Array<Effect.Effect<void>> | undefined
-    let next = heap.peek()
+    let next = entries.peek()
     while (next !== undefined && next.at <= now) {
-      heap.pop()
+      entries.pop()
       try {
         const effect = next.fire()
         if (effect !== undefined) {
@@ -216,7 +218,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
       } catch {
         // an entry's own fault: the others still run
       }
-      next = heap.peek()
+      next = entries.peek()
     }
     return started
   }
@@ -234,7 +236,7 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
         )
       }
     }
-    const next = heap.peek()
+    const next = entries.peek()
     const woken = new OneShot<void>()
     wake = woken
     if (next === undefined) {
@@ -259,14 +261,14 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
     Effect.catchDefect(serve, (defect) => Effect.logError("timers: the loop failed; it goes on", defect))
   )
   const now = () => clock.currentTimeMillisUnsafe()
-  const wheel: Wheel = {
+  const timerHeap: TimerHeap = {
     at,
     after: (ms, action) => at(now() + ms, action),
     now,
     arm,
-    disarm: (timer) => heap.remove(timer)
+    disarm: (timer) => entries.remove(timer)
   }
-  return { wheel, loop: Effect.interruptible(Effect.provideService(loop, Clock.Clock, clock)) }
+  return { heap: timerHeap, loop: Effect.interruptible(Effect.provideService(loop, Clock.Clock, clock)) }
 }
 
 /**
@@ -279,19 +281,19 @@ const makeWheel = (clock: Clock.Clock, scope: Scope.Scope) => {
  */
 export const make: Effect.Effect<Timers, never, Scope.Scope> = Effect.gen(function* () {
   const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
-  const wheels = new Map<Clock.Clock, Wheel>()
-  const wheel = Effect.clockWith((clock) => {
-    const found = wheels.get(clock)
+  const heaps = new Map<Clock.Clock, TimerHeap>()
+  const heap = Effect.clockWith((clock) => {
+    const found = heaps.get(clock)
     if (found !== undefined) return Effect.succeed(found)
     return Effect.uninterruptible(
       Effect.suspend(() => {
-        const again = wheels.get(clock)
+        const again = heaps.get(clock)
         if (again !== undefined) return Effect.succeed(again)
-        const made = makeWheel(clock, scope)
-        wheels.set(clock, made.wheel)
-        return Effect.as(Effect.forkIn(made.loop, scope), made.wheel)
+        const made = makeHeap(clock, scope)
+        heaps.set(clock, made.heap)
+        return Effect.as(Effect.forkIn(made.loop, scope), made.heap)
       })
     )
   })
-  return { wheel } satisfies Timers
+  return { heap } satisfies Timers
 })

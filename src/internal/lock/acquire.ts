@@ -19,15 +19,15 @@ import type { HandedOver, QueuedAcquireResult, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import { forkInUninterruptible } from "../fork.js"
 import type { SignalEvent } from "../signals.js"
-import { currentFineMillis, fineMillis, type Timers } from "../timers.js"
-import type { Grant, LocalQueue, Previous, Refused } from "./service.js"
+import { currentPreciseMillis, preciseMillis, type Timers } from "../timers.js"
+import type { Grant, LocalQueue, QueuePlace, Refused } from "./service.js"
 
 /**
  * What a worker's lock works with, built once by `Lock.make`.
  *
  * @internal
  */
-export interface Env {
+export interface LockContext {
   readonly store: Store.Service
   readonly instanceId: string
   /**
@@ -97,9 +97,9 @@ const localChange: Woken = { _tag: "local" }
 const waitFor = (timers: Timers, local: LocalQueue, timeoutMs: number, stop: (wanted: boolean) => boolean) => {
   let timedOut = false
   return Effect.acquireUseRelease(
-    Effect.flatMap(timers.wheel, (wheel) =>
+    Effect.flatMap(timers.heap, (heap) =>
       Effect.sync(() =>
-        wheel.after(timeoutMs, () => {
+        heap.after(timeoutMs, () => {
           timedOut = true
           local.wake()
         })
@@ -175,7 +175,7 @@ const handedGrant = (
  * never takes a newer attempt's place or grant.
  */
 interface Acquisition {
-  readonly env: Env
+  readonly env: LockContext
   readonly token: string
   readonly slices: ReadonlyArray<string>
   readonly local: LocalQueue
@@ -211,7 +211,7 @@ const attemptOnce = (a: Acquisition, claim: number | undefined) =>
     }
     a.queued = false
     a.granted = true
-    return Result.succeed(makeGrant(a.token, lockId, a.slices, result, yield* currentFineMillis))
+    return Result.succeed(makeGrant(a.token, lockId, a.slices, result, yield* currentPreciseMillis))
   })
 
 /**
@@ -234,7 +234,7 @@ const awaitHandOver = (a: Acquisition, remainingMs: number) =>
     )
     if (woken._tag === "local") return { _tag: "local" } satisfies Waited
     if (woken._tag === "granted") {
-      const handed = handedGrant(a.token, a.slices, a.queuedAs, woken, yield* currentFineMillis)
+      const handed = handedGrant(a.token, a.slices, a.queuedAs, woken, yield* currentPreciseMillis)
       if (handed !== undefined) {
         a.queued = false
         a.granted = true
@@ -272,7 +272,13 @@ const leaveOnExit = (a: Acquisition, exit: Exit.Exit<unknown, unknown>): Effect.
  * `remainingMs`: the lock's time left, as the last attempt saw it. `listening`: whether
  * the worker listened to the token's signals before that attempt.
  */
-const attemptAndWait = (a: Acquisition, previous: Previous, started: number, listening: boolean, remainingMs: number) =>
+const attemptAndWait = (
+  a: Acquisition,
+  previous: QueuePlace,
+  started: number,
+  listening: boolean,
+  remainingMs: number
+) =>
   Effect.gen(function* () {
     const { local } = a
     // Listening before it waits: a subscription made after the attempt that queued the
@@ -312,11 +318,11 @@ const attemptAndWait = (a: Acquisition, previous: Previous, started: number, lis
  * @internal
  */
 export const acquire = (
-  env: Env,
+  env: LockContext,
   token: string,
   slices: ReadonlyArray<string>,
   local: LocalQueue,
-  previous: Previous
+  previous: QueuePlace
 ) => {
   const a: Acquisition = {
     env,
@@ -329,7 +335,7 @@ export const acquire = (
     queuedAs: previous.attempted === true ? previous.lockId : undefined
   }
   return Effect.gen(function* () {
-    const started = yield* currentFineMillis
+    const started = yield* currentPreciseMillis
     const listening = yield* local.listening
     if (previous.attempted === true) {
       return yield* attemptAndWait(a, previous, started, listening, previous.remainingMs ?? 0)
@@ -349,7 +355,7 @@ export const acquire = (
  * @internal
  */
 export const attemptWith = (
-  env: Env,
+  env: LockContext,
   token: string,
   lockId: string,
   slices: ReadonlyArray<string>
@@ -359,7 +365,7 @@ export const attemptWith = (
       onSuccess: (result) =>
         Effect.succeed(
           result._tag === "Acquired"
-            ? Result.succeed(makeGrant(token, lockId, slices, result, fineMillis(clock)))
+            ? Result.succeed(makeGrant(token, lockId, slices, result, preciseMillis(clock)))
             : Result.fail({ remainingMs: result.remainingMs, lockId })
         ),
       // A failed attempt may have taken the lock all the same (its reply lost), or queued

@@ -85,7 +85,7 @@ export interface SignalInbox {
  * (its last release put it back at the tail because local waiters remained, or an attempt
  * queued it).
  */
-export interface Previous {
+export interface QueuePlace {
   readonly queued: boolean
   /**
    * No attempt is needed before the first wait: the caller has just made the uncontended
@@ -111,7 +111,7 @@ export interface Previous {
 /** What the sessions take a token's lock with. */
 export interface Engine {
   readonly instanceId: string
-  /** A lock id unique to this worker (for a release that queues the worker again: `Previous.lockId`). */
+  /** A lock id unique to this worker (for a release that queues the worker again: `QueuePlace.lockId`). */
   readonly nextLockId: () => string
   /**
    * One attempt to take the token's lock, reading `slices` with the grant: the first step
@@ -149,7 +149,7 @@ export interface Engine {
     token: string,
     slices: ReadonlyArray<string>,
     local: LocalQueue,
-    previous: Previous
+    previous: QueuePlace
   ) => Effect.Effect<Option.Option<Grant>, InvalidInput | AcknowledgedError>
   /**
    * Serve `Lock.withLock` with `run`: the worker's leases do, once built over this lock, so

@@ -101,7 +101,7 @@ export type Envelope<A, I> = ReturnType<typeof envelopeOf<A, I>>["Type"]
  *
  * @internal
  */
-export interface Env<A, I, R> {
+export interface MailboxContext<A, I, R> {
   readonly options: Options<A, I, R>
   readonly store: Store.Service
   readonly tokens: TokenManager.Service
@@ -132,7 +132,7 @@ export interface Merged {
  * the same fiber, with the same context (so one caller's context stays reachable until
  * another's replaces it). A failed delivery is logged and counted.
  */
-export const deliver = <A, I, R>(env: Env<A, I, R>, token: string, update: A): Effect.Effect<void> =>
+export const deliver = <A, I, R>(env: MailboxContext<A, I, R>, token: string, update: A): Effect.Effect<void> =>
   Effect.updateContext<void, never, unknown, unknown>(
     Effect.matchCauseEffect(env.options.deliver(token, update) as Effect.Effect<void>, {
       onSuccess: () => Metric.update(delivered, 1),

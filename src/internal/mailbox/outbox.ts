@@ -22,7 +22,7 @@ import type { ConnectionStatus, SocketRecord, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInstanceId, InvalidToken, StoreRefused } from "../../StoreError.js"
 import { describeParseError } from "../parse.js"
 import { tokenError } from "../validate.js"
-import { deliver, drop, type Env, outboxSize, retried, sent } from "./env.js"
+import { deliver, drop, type MailboxContext, outboxSize, retried, sent } from "./env.js"
 
 interface Pending {
   readonly token: string
@@ -34,7 +34,7 @@ interface Pending {
 }
 
 /** Encode the envelope of `pending` (kept in it); why the update cannot be, if it cannot. */
-const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): Schema.SchemaError | undefined => {
+const encodeEnvelope = <A, I, R>(env: MailboxContext<A, I, R>, pending: Pending): Schema.SchemaError | undefined => {
   const encoded = env.encode({
     token: pending.token,
     update: pending.update as A,
@@ -48,7 +48,7 @@ const encodeEnvelope = <A, I, R>(env: Env<A, I, R>, pending: Pending): Schema.Sc
 }
 
 /** The envelope of `pending`, encoded on first use (`send` checked that it encodes: a failure here is a defect). */
-const payloadOf = <A, I, R>(env: Env<A, I, R>, pending: Pending): string => {
+const payloadOf = <A, I, R>(env: MailboxContext<A, I, R>, pending: Pending): string => {
   if (pending.payload !== undefined) return pending.payload
   const error = encodeEnvelope(env, pending)
   if (error !== undefined) throw new Error(`mailbox: an update checked when sent does not encode: ${error.message}`)
@@ -134,7 +134,11 @@ const enqueue = (sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =
  * store's return the record may be one its owner has not written back yet: the update joins
  * the outbox (and every later one queues behind it). Otherwise it is dropped.
  */
-const withoutRecord = <A, I, R>(env: Env<A, I, R>, sender: Sender, pending: Pending): Effect.Effect<SendOutcome> =>
+const withoutRecord = <A, I, R>(
+  env: MailboxContext<A, I, R>,
+  sender: Sender,
+  pending: Pending
+): Effect.Effect<SendOutcome> =>
   Effect.flatMap(env.store.status, (status) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => {
       // The status is read here too: the follower may not have seen a return that this
@@ -150,12 +154,12 @@ const withoutRecord = <A, I, R>(env: Env<A, I, R>, sender: Sender, pending: Pend
  * Deliver or append one update. `Unavailable` when the store could not be reached: the
  * caller keeps the update.
  */
-const route = <A, I, R>(env: Env<A, I, R>, pending: Pending) =>
+const route = <A, I, R>(env: MailboxContext<A, I, R>, pending: Pending) =>
   Effect.flatMap(env.tokens.local(pending.token), (local) => routeFrom(env, pending, local))
 
 /** `route`, with this worker's socket of the token looked up already. */
 const routeFrom = <A, I, R>(
-  env: Env<A, I, R>,
+  env: MailboxContext<A, I, R>,
   pending: Pending,
   local: Option.Option<string>
 ): Effect.Effect<"delivered" | "sent" | "no-owner", InvalidToken | InvalidInstanceId | AcknowledgedError> => {
@@ -172,7 +176,7 @@ const routeFrom = <A, I, R>(
 }
 
 const invalidUpdate = <A, I, R>(
-  env: Env<A, I, R>,
+  env: MailboxContext<A, I, R>,
   token: string,
   error: Schema.SchemaError
 ): Effect.Effect<never, InvalidUpdate> => Effect.fail(env.invalidUpdate(token, describeParseError(error)))
@@ -184,7 +188,7 @@ const invalidUpdate = <A, I, R>(
  * envelope is needed.
  */
 export const send = <A, I, R>(
-  env: Env<A, I, R>,
+  env: MailboxContext<A, I, R>,
   sender: Sender,
   token: string,
   update: unknown
@@ -241,7 +245,7 @@ const untilGraceEnds = (sender: Sender): Schedule.Schedule<Routed, Routed> =>
   )
 
 /** One attempt of the `mailbox-outbox` loop, run by the supervisor. */
-export const drain = <A, I, R>(env: Env<A, I, R>, sender: Sender, recovered: Effect.Effect<void>) => {
+export const drain = <A, I, R>(env: MailboxContext<A, I, R>, sender: Sender, recovered: Effect.Effect<void>) => {
   const { outbox, wake } = sender
   const retryHead = untilGraceEnds(sender)
   const routeHead = (head: Pending) =>

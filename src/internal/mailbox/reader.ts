@@ -13,7 +13,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
 import { describeParseError } from "../parse.js"
-import { deliver, drop, type Env, type Envelope, forwarded, retried } from "./env.js"
+import { deliver, drop, type Envelope, forwarded, type MailboxContext, retried } from "./env.js"
 
 /** How many update numbers per sender a reader remembers, to drop copies of an update. */
 const dedupeWindow = 10_000
@@ -74,7 +74,7 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
   expiresRefreshedAt: Number.NEGATIVE_INFINITY
 })
 
-const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry) =>
+const handle = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, entry: MailboxEntry) =>
   Effect.suspend(() => {
     const decoded = env.decode(entry.payload)
     if (Result.isFailure(decoded)) {
@@ -104,7 +104,7 @@ const handle = <A, I, R>(env: Env<A, I, R>, reader: Reader, entry: MailboxEntry)
   })
 
 /** Deliver an update here, or forward it to the worker that holds its socket now. */
-const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
+const pass = <A, I, R>(env: MailboxContext<A, I, R>, envelope: Envelope<A, I>) =>
   Effect.gen(function* () {
     const { token, update, from, seq } = envelope
     if (Option.isSome(yield* env.tokens.local(token))) return yield* deliver(env, token, update)
@@ -121,7 +121,7 @@ const pass = <A, I, R>(env: Env<A, I, R>, envelope: Envelope<A, I>) =>
   })
 
 /** One attempt of the `mailbox` loop, run by the supervisor. */
-export const read = <A, I, R>(env: Env<A, I, R>, reader: Reader, recovered: Effect.Effect<void>) => {
+export const read = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, recovered: Effect.Effect<void>) => {
   const { store, instanceId } = env
   const { ttlMs, readBlockMs } = reader
   return Effect.gen(function* () {

@@ -18,7 +18,7 @@ import type { Space } from "../memory/space.js"
 import { define, type Input, type Script, type ScriptSpec } from "../redis/script.js"
 
 /** What a call's keys and arguments are made of besides the operation's own arguments. @internal */
-export interface Env {
+export interface OperationContext {
   readonly keys: Keys
   readonly lockMs: number
   readonly tokenMs: number
@@ -47,7 +47,7 @@ export interface Operation<
   readonly name: string
   readonly script: Script<K, A, Reply>
   /** The script's keys and arguments for `args`. */
-  readonly input: (env: Env, args: Args) => Input<K, A>
+  readonly input: (env: OperationContext, args: Args) => Input<K, A>
   /** The script's steps on the embedded store's key space, in one synchronous block; its reply. */
   readonly memory: (space: Space, now: number, args: Args) => Reply
   /** What the store makes of a reply, on both backends; a `StoreRefused` refuses it. */
@@ -73,7 +73,7 @@ export type AnyOperation = Operation<any, any, any, AcknowledgedError, any, any,
 /** The spec of `describe`: the script's parts, then the rest of the operation. */
 interface Spec<K extends string, A extends string, Args, Reply, Out, I extends InvalidInput>
   extends ScriptSpec<K, A, Reply> {
-  readonly input: (env: Env, args: Args) => Input<K, A>
+  readonly input: (env: OperationContext, args: Args) => Input<K, A>
   readonly memory: (space: Space, now: number, args: Args) => Reply
   readonly read?: (reply: Reply, args: Args, lockMs: number) => Out | StoreRefused
   readonly check: (args: Args) => I | undefined

@@ -26,7 +26,7 @@ import { asArray, asNumber, claimArg, type Dialect } from "../redis/script.js"
 import type { Guarded, Handoff, NoticeMessages } from "../store/driver.js"
 import { claimError } from "../validate.js"
 import { decodeHolderCheck, holderOrClaim } from "./holderCheck.js"
-import { describe, describeAcknowledged, type Env } from "./operation.js"
+import { describe, describeAcknowledged, type OperationContext } from "./operation.js"
 import { queueAsError, queueKeys, queueStepError } from "./queueKeys.js"
 import * as Lua from "./queueLua.js"
 import { wrote } from "./wrote.js"
@@ -76,7 +76,7 @@ const handoffNames = [
 const handoffOf = (args: Args): Handoff => ({ requeue: args.requeue, queueAs: args.queueAs ?? "", carry: args.carry })
 
 /** The arguments of the hand-off, the same for both releases. */
-const handoffArgs = (env: Env, args: Args) => ({
+const handoffArgs = (env: OperationContext, args: Args) => ({
   lockMs: env.lockMs,
   tokenMs: env.tokenMs,
   handoffMs: env.handoffMs,
@@ -88,7 +88,12 @@ const handoffArgs = (env: Env, args: Args) => ({
 })
 
 /** The slice keys of a release: the written ones (one value each, in order), then the others carried. */
-const releaseKeys = (env: Env, token: string, written: ReadonlyArray<string>, carry: ReadonlyArray<string>) => {
+const releaseKeys = (
+  env: OperationContext,
+  token: string,
+  written: ReadonlyArray<string>,
+  carry: ReadonlyArray<string>
+) => {
   const names = written.length === 0 ? carry : [...written, ...carry.filter((name) => !written.includes(name))]
   return names.map((name) => env.keys.slice(token, name))
 }

@@ -11,7 +11,7 @@
  */
 import * as Effect from "effect/Effect"
 import { type AcknowledgedError, StoreRefused } from "../../StoreError.js"
-import type { AnyOperation, Env } from "../operations/operation.js"
+import type { AnyOperation, OperationContext } from "../operations/operation.js"
 import { unexpectedReply } from "../operations/operation.js"
 import type { Driver } from "../store/driver.js"
 import type { Acknowledged } from "./acknowledged.js"
@@ -23,7 +23,7 @@ export type Around = (effect: Effect.Effect<any, AcknowledgedError>, args: any) 
 
 /** @internal */
 export const makeCall = (
-  env: Env,
+  env: OperationContext,
   run: Topology["run"],
   acknowledged: Acknowledged | undefined,
   around: ReadonlyMap<AnyOperation, Around>

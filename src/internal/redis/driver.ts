@@ -17,7 +17,7 @@ import type { KeyInfo, MailboxEntry, SocketEventsSetting } from "../../Store.js"
 import type { AcknowledgedError, StoreError, StoreRefused, StoreUnavailable } from "../../StoreError.js"
 import type { Keys } from "../keys.js"
 import * as Operations from "../operations/index.js"
-import { type AnyOperation, type Env, unexpectedReply } from "../operations/operation.js"
+import { type AnyOperation, type OperationContext, unexpectedReply } from "../operations/operation.js"
 import type { Driver, RawClaim, ScannedRecord } from "../store/driver.js"
 import type { Acknowledged } from "./acknowledged.js"
 import type { Blocking } from "./blocking.js"
@@ -188,7 +188,7 @@ const scanSockets = (context: Context): Driver["scanSockets"] =>
 
 /** Each claim is its own script (one slot each); batched, they cost one round trip (per node). */
 const claimSockets =
-  ({ endpoint, topology }: Context, env: Env): Driver["claimSockets"] =>
+  ({ endpoint, topology }: Context, env: OperationContext): Driver["claimSockets"] =>
   (claims) =>
     Effect.gen(function* () {
       const claim = Operations.claimSocket
@@ -244,7 +244,7 @@ const enableSocketEvents = ({ health, topology }: Context): Driver["enableSocket
   })
 
 /** Socket records: the claim scripts, the scan of every node, keyspace notifications. */
-const socketPart = (context: Context, env: Env) =>
+const socketPart = (context: Context, env: OperationContext) =>
   ({
     readSocket: (token) =>
       Effect.map(
@@ -410,7 +410,7 @@ export const make = (settings: LeaseholdConfig["Service"], parts: Parts): Driver
     run,
     runScript
   }
-  const env: Env = {
+  const env: OperationContext = {
     keys: parts.keys,
     lockMs: context.lockMs,
     tokenMs: context.tokenMs,

@@ -13,7 +13,7 @@ import * as Result from "effect/Result"
 import type { SliceEntry, Store } from "../../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../../StoreError.js"
 import type { Request, Turn } from "../lease.js"
-import { fineMillis } from "../timers.js"
+import { preciseMillis } from "../timers.js"
 import { commitAndRelease, warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
 import { clockOf, holderOf, idleLease, servedInStep } from "./idleLease.js"
@@ -87,7 +87,7 @@ export const begin = (env: SessionEnv, token: string, request: Request) =>
           session.queue.unshift(request)
           return Effect.as(start(env, session, grant), Option.none())
         }
-        session.own = grant
+        session.callerGrant = grant
         return Effect.succeed(Option.some<Turn>({ values: grant.values, fence: grant.fence }))
       }
     })
@@ -104,9 +104,9 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
   Effect.suspend(() => {
     const { sessions, store, instanceId } = env
     const session = sessions.get(token)
-    const own = session?.own
+    const own = session?.callerGrant
     if (session === undefined || own === undefined) return Effect.die(new Error("complete without a turn from begin"))
-    session.own = undefined
+    session.callerGrant = undefined
     const { lockId } = own
     const outcome = request.done.poll()
     const writes =
@@ -137,7 +137,7 @@ export const complete = (env: SessionEnv, token: string, request: Request): Effe
     }
     // the held time read in the step that goes on: one step fewer than a warning step first
     return Effect.clockWith((clock) => {
-      const heldMs = fineMillis(clock) - own.grantedAt
+      const heldMs = preciseMillis(clock) - own.grantedAt
       return heldMs > env.warnMs
         ? Effect.andThen(warnHeld(env, token, request.event, heldMs), Effect.suspend(written))
         : written()
@@ -206,9 +206,9 @@ export const inStep = <A, E>(
   const decideTimed = (values: ReadonlyArray<Option.Option<string>>, fence: number) => {
     // a lease's hold reads its own clock; a grant of the step's own, the worker's
     const clock = lease === undefined ? env.clock : clockOf(lease)
-    const started = fineMillis(clock)
+    const started = preciseMillis(clock)
     const writes = decide(values, fence)
-    ended = fineMillis(clock)
+    ended = preciseMillis(clock)
     heldMs = ended - started
     return writes
   }

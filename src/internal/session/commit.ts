@@ -13,7 +13,7 @@ import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
 import { type AcknowledgedError, type InvalidInput, isInvalidInput, type LockLost } from "../../StoreError.js"
 import type { Request } from "../lease.js"
-import type { Previous } from "../lock/service.js"
+import type { QueuePlace } from "../lock/service.js"
 import { flushFailures } from "./metrics.js"
 import { prune, type Session, type SessionEnv } from "./session.js"
 
@@ -76,7 +76,7 @@ export const warnHeld = (env: SessionEnv, token: string, event: Option.Option<st
  *
  * @internal
  */
-export const noTurn: Previous = { queued: false }
+export const noTurn: QueuePlace = { queued: false }
 
 /**
  * The last write of a grant, with its release (the store hands the lock to the next worker
@@ -94,7 +94,7 @@ export const commitAndRelease = (
   requests: ReadonlyArray<Request>,
   carry: ReadonlyArray<string>,
   claim?: number
-): Effect.Effect<Previous> =>
+): Effect.Effect<QueuePlace> =>
   // Steps chained by hand, not `Effect.gen`: this is on the path of every uncontended modification.
   Effect.suspend(() => {
     const { store, instanceId } = env
@@ -115,7 +115,7 @@ export const commitAndRelease = (
         ...(claim === undefined ? {} : { claim })
       }),
       {
-        onSuccess: (queued): Effect.Effect<Previous> => {
+        onSuccess: (queued): Effect.Effect<QueuePlace> => {
           succeedAcks(requests)
           // The release queued this worker again under `queueAs`: behind the others, to whom
           // the lock went (an attempt before waiting would only be refused, and tell the new

@@ -3,8 +3,8 @@
  * uncontended lease waits for the next line of a grid of the window's period, where the
  * commits of the worker's other leases meet it. They leave in the same turn of the event
  * loop, back to back on the command connection, so that Redis reads and answers them
- * together rather than one request at a time. One entry of a wheel per line, shared by every
- * commit waiting for it; the line is kept per wheel (one per `Clock`), so that a lease on a
+ * together rather than one request at a time. One entry of a heap per line, shared by every
+ * commit waiting for it; the line is kept per heap (one per `Clock`), so that a lease on a
  * test clock and one on the live clock never meet at a line of the other's time.
  *
  * @internal
@@ -12,7 +12,7 @@
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import { OneShot } from "../oneShot.js"
-import type { Timers, Wheel } from "../timers.js"
+import type { TimerHeap, Timers } from "../timers.js"
 
 /** @internal */
 export interface CommitLine {
@@ -23,7 +23,7 @@ export interface CommitLine {
   readonly next: (unless: OneShot<void>) => Effect.Effect<boolean>
 }
 
-/** The line a wheel's commits wait for, and what opens it. */
+/** The line a heap's commits wait for, and what opens it. */
 interface Line {
   at: number
   gate: OneShot<boolean>
@@ -35,24 +35,24 @@ const cut = Exit.succeed(false)
 /** `undefined` with a window of 0: a commit then waits for nothing, at no cost. @internal */
 export const make = (timers: Timers, windowMs: number): CommitLine | undefined => {
   if (windowMs <= 0) return undefined
-  const lines = new WeakMap<Wheel, Line>()
-  const gateOf = (wheel: Wheel): OneShot<boolean> => {
-    const at = (Math.floor(wheel.now() / windowMs) + 1) * windowMs
-    const line = lines.get(wheel)
+  const lines = new WeakMap<TimerHeap, Line>()
+  const gateOf = (heap: TimerHeap): OneShot<boolean> => {
+    const at = (Math.floor(heap.now() / windowMs) + 1) * windowMs
+    const line = lines.get(heap)
     if (line !== undefined && line.at === at) return line.gate
     const gate = new OneShot<boolean>()
-    lines.set(wheel, { at, gate })
-    wheel.at(at, () => {
+    lines.set(heap, { at, gate })
+    heap.at(at, () => {
       gate.done(reached)
     })
     return gate
   }
   return {
     next: (unless) =>
-      Effect.flatMap(timers.wheel, (wheel) =>
+      Effect.flatMap(timers.heap, (heap) =>
         Effect.suspend(() => {
           if (unless.poll() !== undefined) return Effect.succeed(false)
-          const gate = gateOf(wheel)
+          const gate = gateOf(heap)
           // one outcome per wait: the line's, or `unless`'s (the shared gate is left alone)
           const outcome = new OneShot<boolean>()
           gate.listen(() => outcome.done(reached))

@@ -6,7 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import { currentFineMillis } from "../timers.js"
+import { currentPreciseMillis } from "../timers.js"
 import type { HoldState } from "./holdState.js"
 import { leasesBroken } from "./metrics.js"
 import { openSignals } from "./session.js"
@@ -19,7 +19,7 @@ import { cutDeadline } from "./timing.js"
  * @internal
  */
 export const contend = (state: HoldState) =>
-  Effect.flatMap(currentFineMillis, (now) =>
+  Effect.flatMap(currentPreciseMillis, (now) =>
     Effect.suspend(() => {
       if (state.contention.contended) return Effect.void
       state.contention.contended = true

@@ -6,7 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
-import { fineMillis } from "../timers.js"
+import { preciseMillis } from "../timers.js"
 import { failAcks, orDefect, succeedAcks } from "./commit.js"
 import type { CommitLine } from "./commitLine.js"
 import { checkSignals } from "./contention.js"
@@ -32,9 +32,9 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
       const taken = state.cache.takeBatch()
       if (taken === undefined) return Effect.succeed(false)
       const [batch, entries] = taken
-      let started = fineMillis(clock)
+      let started = preciseMillis(clock)
       const write = Effect.suspend(() => {
-        started = fineMillis(clock)
+        started = preciseMillis(clock)
         return env.store.writeIfHolder(token, lockId, entries, { claim: state.timing.claim })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
@@ -45,14 +45,14 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
           : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {
         onSuccess: () => {
-          state.cache.committedIn(fineMillis(clock) - started)
+          state.cache.committedIn(preciseMillis(clock) - started)
           return Effect.map(Metric.update(flushes, 1), () => {
             succeedAcks(batch)
             return true
           })
         },
         onFailure: orDefect((error) => {
-          state.cache.committedIn(fineMillis(clock) - started)
+          state.cache.committedIn(preciseMillis(clock) - started)
           // The lock is lost or the store is away: this lease writes nothing more.
           return Metric.update(flushFailures, 1).pipe(
             Effect.andThen(

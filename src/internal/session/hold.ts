@@ -13,8 +13,8 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { Request } from "../lease.js"
-import type { Grant, Previous } from "../lock/service.js"
-import { fineMillis } from "../timers.js"
+import type { Grant, QueuePlace } from "../lock/service.js"
+import { preciseMillis } from "../timers.js"
 import { HoldCache } from "./cache.js"
 import { commitAndRelease, failAcks, noTurn } from "./commit.js"
 import { checkSignals, watchContention } from "./contention.js"
@@ -32,7 +32,7 @@ import { disarmDeadline, resumeKeepAlive, startKeepAlive, stopKeepAlive, withKee
  *
  * @internal
  */
-export interface Carried {
+export interface DecidedByCaller {
   readonly writes: ReadonlyArray<readonly [name: string, value: string]>
   readonly request: Request
 }
@@ -46,8 +46,8 @@ export const hold = (
   env: SessionEnv,
   session: Session,
   grant: Grant,
-  carried?: Carried
-): Effect.Effect<Previous | Parking> =>
+  carried?: DecidedByCaller
+): Effect.Effect<QueuePlace | Parking> =>
   Effect.gen(function* () {
     const policy = policyOf(env, grant)
     const handedOver = grant.handedOver === true
@@ -94,10 +94,10 @@ export const hold = (
  * Serve, then finish (unless the serving parked). The session's fiber is uninterruptible
  * (see `start`): only the serving is interrupted.
  */
-const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Previous | Parking> =>
+const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<QueuePlace | Parking> =>
   Effect.flatMap(
     Effect.exit(Effect.interruptible(serve(state, resumed))),
-    (served): Effect.Effect<Previous | Parking> =>
+    (served): Effect.Effect<QueuePlace | Parking> =>
       Exit.isSuccess(served) && served.value === parking ? Effect.succeed(parking) : finish(state)
   )
 
@@ -108,7 +108,7 @@ const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Prev
  *
  * @internal
  */
-export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parking> =>
+export const resumeHold = (parked: ParkedLease): Effect.Effect<QueuePlace | Parking> =>
   Effect.suspend(() => {
     const { env, session } = parked
     const grant: HeldGrant = {
@@ -136,7 +136,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
         servedAt: parked.servedAt,
         turnAt: 0,
         // parked, the worker's event loop ran freely: what arrived meanwhile has been read
-        ioAt: fineMillis(grant.clock),
+        ioAt: preciseMillis(grant.clock),
         relayEnd: undefined,
         longHolds: []
       },
@@ -144,7 +144,7 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<Previous | Parkin
       idle: { idleSince: undefined, parkDue: false, parkTimer: undefined },
       failed: undefined
     }
-    resumeKeepAlive(state, parked.wheel, parked.extendAt)
+    resumeKeepAlive(state, parked.heap, parked.extendAt)
     session.lease = state
     return serveThenFinish(state, true)
   })
@@ -187,7 +187,7 @@ const serve = (state: HoldState, resumed: boolean) =>
       if (policy.watchesNotices) yield* lookForContenders
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = grant.session.changed
-      const now = fineMillis(grant.clock)
+      const now = preciseMillis(grant.clock)
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.

@@ -60,7 +60,7 @@ export interface HeldGrant {
  * @internal
  */
 export interface HoldTiming {
-  /** When the serving ends (`fineMillis`): the policy's, cut by contention, moved by a renewal. */
+  /** When the serving ends (`preciseMillis`): the policy's, cut by contention, moved by a renewal. */
   deadline: number
   /** Cancels the entry that wakes the serving loop at the deadline (`armTimer`). */
   deadlineTimer: (() => void) | undefined
@@ -73,7 +73,7 @@ export interface HoldTiming {
    */
   claim: number | undefined
   /**
-   * Until when the lock is known to be this hold's (`fineMillis`): the grant's time plus a
+   * Until when the lock is known to be this hold's (`preciseMillis`): the grant's time plus a
    * lock expiration, then the send time of the last extension the store confirmed plus a lock
    * expiration. A lease is renewed only within it (`renew`).
    */
@@ -92,7 +92,7 @@ export interface Turns {
   inProgress: Request | undefined
   served: number
   /**
-   * When the hold last served a modification (`fineMillis`): a lease that did in the last
+   * When the hold last served a modification (`preciseMillis`): a lease that did in the last
    * half of its hold time, and that nobody contends, is held on at its deadline (`renew`).
    */
   servedAt: number
@@ -123,7 +123,7 @@ export interface Contention {
  * @internal
  */
 export interface IdleWait {
-  /** When the serving loop's idle wait began (`fineMillis`); `undefined` while it is not waiting. */
+  /** When the serving loop's idle wait began (`preciseMillis`); `undefined` while it is not waiting. */
   idleSince: number | undefined
   /** The park timer fired: the serving loop parks at its next idle wait if nothing changed. */
   parkDue: boolean
@@ -139,7 +139,7 @@ export interface IdleWait {
 export interface KeepAlive {
   readonly stop: () => void
   /**
-   * When it extends next (the wheel's time; infinite once the store said the lock is no
+   * When it extends next (the heap's time; infinite once the store said the lock is no
    * longer ours); `undefined` while an extension is under way.
    */
   readonly next: () => number | undefined

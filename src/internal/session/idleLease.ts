@@ -6,7 +6,7 @@
  * @internal
  */
 import * as Option from "effect/Option"
-import { fineMillis } from "../timers.js"
+import { preciseMillis } from "../timers.js"
 import type { HoldState } from "./holdState.js"
 import { idleAgainFrom, ParkedLease } from "./parking.js"
 import { countServed } from "./relay.js"
@@ -43,20 +43,20 @@ export const idleLease = (session: Session): HoldState | ParkedLease | undefined
   if (lease === undefined) return undefined
   if (lease instanceof ParkedLease) {
     if (session.parked !== lease || lease.dirty || (session.signals?.size ?? 0) > 0) return undefined
-    if (fineMillis(lease.clock) >= lease.deadline) return undefined
+    if (preciseMillis(lease.clock) >= lease.deadline) return undefined
     prune(session)
-    return session.queue.length === 0 && session.own === undefined ? lease : undefined
+    return session.queue.length === 0 && session.callerGrant === undefined ? lease : undefined
   }
   const { turns, cache } = lease
   if (lease.idle.idleSince === undefined) return undefined
   // the hold's deadline is on the hold's clock
-  const now = fineMillis(lease.grant.clock)
+  const now = preciseMillis(lease.grant.clock)
   if (lease.failed !== undefined || lease.contention.contended) return undefined
   if (turns.inProgress !== undefined || turns.relayEnd !== undefined) return undefined
   if (cache.awaitingWrite.length > 0 || cache.owesWrites || (session.signals?.size ?? 0) > 0) return undefined
   if (now >= lease.timing.deadline) return undefined
   prune(session)
-  return session.queue.length === 0 && session.own === undefined ? lease : undefined
+  return session.queue.length === 0 && session.callerGrant === undefined ? lease : undefined
 }
 
 /**

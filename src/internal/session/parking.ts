@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import type { OneShot } from "../oneShot.js"
-import { fineMillis, type Timer, type Wheel } from "../timers.js"
+import { preciseMillis, type Timer, type TimerHeap } from "../timers.js"
 import type { FlatSlices } from "./cache.js"
 import type { HoldState } from "./holdState.js"
 import { leasesParked } from "./metrics.js"
@@ -55,7 +55,7 @@ export class ParkedLease implements Timer {
     readonly confirmedUntil: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
-    readonly wheel: Wheel,
+    readonly heap: TimerHeap,
     readonly slices: FlatSlices,
     readonly extendAt: number
   ) {}
@@ -69,7 +69,7 @@ export class ParkedLease implements Timer {
   /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
   unpark(): void {
     if (this.session.parked === this) this.session.parked = undefined
-    this.wheel.disarm(this)
+    this.heap.disarm(this)
   }
 
   /** The slice's place in `slices`; -1 if none. */
@@ -117,7 +117,7 @@ export class ParkedLease implements Timer {
  * idle wait arms it).
  */
 const armPark = (state: HoldState) =>
-  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+  Effect.flatMap(state.grant.env.timers.heap, (heap) =>
     Effect.sync(() => {
       const { idle, grant } = state
       const { parkMs } = grant.env
@@ -125,15 +125,15 @@ const armPark = (state: HoldState) =>
         idle.parkTimer = undefined
         const since = idle.idleSince
         if (since === undefined) return
-        const idleMs = fineMillis(grant.clock) - since
+        const idleMs = preciseMillis(grant.clock) - since
         if (idleMs < parkMs) {
-          idle.parkTimer = wheel.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
+          idle.parkTimer = heap.after(Math.max(1, Math.ceil(parkMs - idleMs)), fire)
           return
         }
         idle.parkDue = true
         notify(grant.session)
       }
-      idle.parkTimer = wheel.after(parkMs, fire)
+      idle.parkTimer = heap.after(parkMs, fire)
     })
   )
 
@@ -145,7 +145,7 @@ const armPark = (state: HoldState) =>
  * its next extension.
  */
 const park = (state: HoldState, changed: OneShot<void>) =>
-  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+  Effect.flatMap(state.grant.env.timers.heap, (heap) =>
     Effect.sync(() => {
       const { grant, timing, turns } = state
       if (!state.idle.parkDue) return false
@@ -167,11 +167,11 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         timing.confirmedUntil,
         state.cache.writeMs,
         grant.clock,
-        wheel,
+        heap,
         state.cache.toFlat(),
         extendAt
       )
-      wheel.arm(parked, Math.min(extendAt, wheel.now() + Math.max(0, timing.deadline - fineMillis(grant.clock))))
+      heap.arm(parked, Math.min(extendAt, heap.now() + Math.max(0, timing.deadline - preciseMillis(grant.clock))))
       grant.session.parked = parked
       grant.session.lease = parked
       return true
@@ -188,7 +188,7 @@ export const parkOrWait = (state: HoldState, changed: OneShot<void>): Effect.Eff
   Effect.flatMap(park(state, changed), (parked) => {
     if (parked) return Effect.as(Metric.update(leasesParked, 1), true)
     const { idle } = state
-    idle.idleSince = fineMillis(state.grant.clock)
+    idle.idleSince = preciseMillis(state.grant.clock)
     const armed = idle.parkTimer === undefined ? armPark(state) : Effect.void
     return Effect.andThen(
       armed,

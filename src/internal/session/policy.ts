@@ -13,7 +13,7 @@ import * as Metric from "effect/Metric"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { Grant } from "../lock/service.js"
 import type { OneShot } from "../oneShot.js"
-import { fineMillis } from "../timers.js"
+import { preciseMillis } from "../timers.js"
 import { flush } from "./groupCommit.js"
 import type { HoldState } from "./holdState.js"
 import { type IdleStep, linger, waitIdle } from "./idle.js"
@@ -147,7 +147,7 @@ export const leaseHold: HoldPolicy = {
   ends: (state) => {
     // another worker wanted the token before this lease served a second modification
     if (state.contention.contended && state.turns.served <= 1)
-      withholdLease(state.grant.env, state.grant.token, fineMillis(state.grant.clock))
+      withholdLease(state.grant.env, state.grant.token, preciseMillis(state.grant.clock))
   }
 }
 

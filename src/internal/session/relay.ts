@@ -10,7 +10,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { Outcome, Request, Turn } from "../lease.js"
 import { OneShot } from "../oneShot.js"
-import { fineMillis } from "../timers.js"
+import { preciseMillis } from "../timers.js"
 import { warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
 import { prune } from "./session.js"
@@ -39,7 +39,7 @@ const giveTurn = (state: HoldState, request: Request, now: number): boolean => {
     fence: state.grant.fence
   }
   // a plain function is decided here and now: its caller waits for the outcome alone
-  if (request.decideNow !== undefined) request.done.done(Exit.succeed(request.decideNow(turn)))
+  if (request.decideOnTurn !== undefined) request.done.done(Exit.succeed(request.decideOnTurn(turn)))
   else request.turn.done(Exit.succeed(turn))
   return true
 }
@@ -76,7 +76,7 @@ const relayNext = (state: HoldState, now: number): Request | undefined => {
 /**
  * A relay of turns: the caller whose turn ends hands the grant to the next request queued
  * here, in its own call stack (`OneShot.listen`), with no step of the hold's fiber in
- * between; a request decided at once (`decideNow`) hands it on in the same loop. The
+ * between; a request decided at once (`decideOnTurn`) hands it on in the same loop. The
  * fiber, waiting on `relayEnd`, resumes once the relay can go no further (`false` when
  * that is at once). An interrupted fiber ends the relay first (`finish` takes the turn in
  * progress over).
@@ -92,7 +92,7 @@ export const relay = (state: HoldState, first: Request, now: number): boolean =>
         return true
       }
       state.turns.inProgress = undefined
-      at = fineMillis(state.grant.clock)
+      at = preciseMillis(state.grant.clock)
       if (Exit.isSuccess(decided)) record(state, request, decided.value, at)
     }
     request = relayNext(state, at)
@@ -105,7 +105,7 @@ const listenForTurnEnd = (state: HoldState, request: Request) =>
     const end = state.turns.relayEnd
     if (state.turns.inProgress !== request || end === undefined) return
     state.turns.inProgress = undefined
-    const at = fineMillis(state.grant.clock)
+    const at = preciseMillis(state.grant.clock)
     if (Exit.isSuccess(exit)) record(state, request, exit.value, at)
     const next = relayNext(state, at)
     if (next === undefined || !relay(state, next, at)) end.done(Exit.void)
@@ -122,7 +122,7 @@ export const relayFrom = (state: HoldState, request: Request): Effect.Effect<voi
   Effect.suspend(() => {
     const end = new OneShot<void>()
     state.turns.relayEnd = end
-    const relayed = relay(state, request, fineMillis(state.grant.clock))
+    const relayed = relay(state, request, preciseMillis(state.grant.clock))
     return relayed
       ? Effect.andThen(
           end.await,
@@ -173,5 +173,5 @@ export const countServed = (state: HoldState, now: number) => {
  * @internal
  */
 export const waitedForIo = (state: HoldState) => {
-  state.turns.ioAt = fineMillis(state.grant.clock)
+  state.turns.ioAt = preciseMillis(state.grant.clock)
 }

@@ -13,23 +13,23 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Tracer from "effect/Tracer"
 import { forkInUninterruptible } from "../fork.js"
-import type { Grant, Previous } from "../lock/service.js"
+import type { Grant, QueuePlace } from "../lock/service.js"
 import { noTurn } from "./commit.js"
-import { type Carried, hold, resumeHold } from "./hold.js"
+import { type DecidedByCaller, hold, resumeHold } from "./hold.js"
 import { type ParkedLease, type Parking, parking } from "./parking.js"
 import { localQueue, prune, type Session, type SessionEnv } from "./session.js"
 
-const isParking = (held: Previous | Parking): held is Parking => held === parking
+const isParking = (held: QueuePlace | Parking): held is Parking => held === parking
 
 /** Where a session's fiber starts: a grant taken, what the last release left, or a parked hold. */
-type From = Grant | Previous | { readonly parked: ParkedLease }
+type From = Grant | QueuePlace | { readonly parked: ParkedLease }
 
 /**
  * The session's fiber, from a grant already taken, from what the last release left, or
  * from a parked hold. A hold that parks ends the fiber, the session going on (its hold in
  * `Session.parked`).
  */
-const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) => {
+const run = (env: SessionEnv, session: Session, start: From, carried?: DecidedByCaller) => {
   // Whether this worker is in the token's store queue (put back by its last release, or
   // queued by an attempt): a fiber that ends otherwise than by leaving it normally (closed,
   // failed) leaves it in its exit, so a grant handed to it meanwhile passes on at once.
@@ -40,7 +40,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
   let parked = false
   return Effect.gen(function* () {
     const { store, lock, sessions, instanceId } = env
-    let held: Previous | Parking =
+    let held: QueuePlace | Parking =
       "fence" in start
         ? yield* hold(env, session, start, carried)
         : "parked" in start
@@ -50,7 +50,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
       parked = true
       return
     }
-    let after: Previous = held
+    let after: QueuePlace = held
     queued = after.queued
     queuedAs = after.lockId
     while (true) {
@@ -119,7 +119,7 @@ const run = (env: SessionEnv, session: Session, start: From, carried?: Carried) 
  *
  * @internal
  */
-export const start = (env: SessionEnv, session: Session, from: From, carried?: Carried) =>
+export const start = (env: SessionEnv, session: Session, from: From, carried?: DecidedByCaller) =>
   Effect.asVoid(
     Effect.updateContext(
       forkInUninterruptible(Effect.uninterruptible(run(env, session, from, carried)), env.scope),

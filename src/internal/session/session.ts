@@ -17,7 +17,7 @@ import type { Request } from "../lease.js"
 import type { Engine, Grant, LocalQueue, SignalInbox } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import type { SignalEvent, Signals } from "../signals.js"
-import { fineMillis, type Timers } from "../timers.js"
+import { preciseMillis, type Timers } from "../timers.js"
 import type { CommitLine } from "./commitLine.js"
 import type { HoldState } from "./holdState.js"
 import type { ParkedLease } from "./parking.js"
@@ -102,7 +102,7 @@ export const leases = (env: SessionEnv, token: string): boolean => {
   if (!env.oplock) return false
   const until = env.withheld.get(token)
   if (until === undefined) return true
-  if (fineMillis(env.clock) < until) return false
+  if (preciseMillis(env.clock) < until) return false
   env.withheld.delete(token)
   return true
 }
@@ -119,7 +119,7 @@ export interface Session {
   /** The lease's hold, running or waiting; or, parked, what is left of it. */
   lease: HoldState | ParkedLease | undefined
   /** The grant a caller holds in its own fiber (`begin`); its turn began at the grant. */
-  own: Grant | undefined
+  callerGrant: Grant | undefined
   /**
    * A lease's hold with no fiber: parked once it was idle for `parkMs`, it keeps the lock
    * (its record is the timer of its deadline and next extension) and goes on in a new
@@ -170,7 +170,7 @@ export const newSession = (env: SessionEnv, token: string): Session => {
     unlisten: undefined,
     signals: undefined,
     lease: undefined,
-    own: undefined,
+    callerGrant: undefined,
     parked: undefined
   }
   env.sessions.set(token, session)

@@ -13,7 +13,7 @@ import * as Result from "effect/Result"
 import * as Schedule from "effect/Schedule"
 import { LockLost } from "../../StoreError.js"
 import * as Retry from "../retry.js"
-import { fineMillis, type Wheel } from "../timers.js"
+import { preciseMillis, type TimerHeap } from "../timers.js"
 import type { HoldState, KeepAlive } from "./holdState.js"
 import { notify, type SessionEnv } from "./session.js"
 
@@ -25,12 +25,12 @@ import { notify, type SessionEnv } from "./session.js"
  * @internal
  */
 export const armTimer = (state: HoldState) =>
-  Effect.flatMap(state.grant.env.timers.wheel, (wheel) =>
+  Effect.flatMap(state.grant.env.timers.heap, (heap) =>
     Effect.sync(() => {
       const { grant, timing } = state
       timing.deadlineTimer?.()
       // Gone once it ran: a wake-up that finds the deadline not yet reached arms it again.
-      timing.deadlineTimer = wheel.after(Math.max(0, timing.deadline - fineMillis(grant.clock)), () => {
+      timing.deadlineTimer = heap.after(Math.max(0, timing.deadline - preciseMillis(grant.clock)), () => {
         timing.deadlineTimer = undefined
         notify(grant.session)
       })
@@ -73,7 +73,7 @@ export const startKeepAlive = (state: HoldState, ttlMs: number): Effect.Effect<v
  *
  * @internal
  */
-export const resumeKeepAlive = (state: HoldState, timers: Wheel, firstAt: number) => {
+export const resumeKeepAlive = (state: HoldState, timers: TimerHeap, firstAt: number) => {
   state.timing.keeper = keepAliveOn(state, timers, firstAt)
 }
 
@@ -123,7 +123,7 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
  *
  */
 const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
-  Effect.map(state.grant.env.timers.wheel, (timers) =>
+  Effect.map(state.grant.env.timers.heap, (timers) =>
     keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.grant.env), Math.floor(ttlMs / 3))))
   )
 
@@ -144,8 +144,8 @@ const onGrid = (every: number, now: number, due: number): number => {
   return aligned <= now ? due : aligned
 }
 
-/** `firstAt`: when the first extension comes (the wheel's time; never when infinite). */
-const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAlive => {
+/** `firstAt`: when the first extension comes (the heap's time; never when infinite). */
+const keepAliveOn = (state: HoldState, timers: TimerHeap, firstAt: number): KeepAlive => {
   const { grant, timing } = state
   const { env } = grant
   const every = everyOf(env)
@@ -156,7 +156,7 @@ const keepAliveOn = (state: HoldState, timers: Wheel, firstAt: number): KeepAliv
   let nextAt: number | undefined = Number.POSITIVE_INFINITY
   let retry: Retry.Retry<Result.Result<boolean, unknown>, never> | undefined
   const extendOnce = Effect.gen(function* () {
-    const sentAt = fineMillis(grant.clock)
+    const sentAt = preciseMillis(grant.clock)
     // the slices read under this lock, and the fence, live as long as it is held
     const extended = yield* Effect.result(
       env.store.extend(grant.token, grant.lockId, state.cache.names(), { claim: timing.claim })
@@ -254,7 +254,7 @@ export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => 
   return Effect.map(
     Effect.orElseSucceed(env.store.queueLength(grant.token, env.instanceId), () => 1),
     (queued) => {
-      const at = fineMillis(grant.clock)
+      const at = preciseMillis(grant.clock)
       const until = Math.min(at + env.holdMs, timing.confirmedUntil - marginOf(env))
       if (queued > 0 || state.failed !== undefined || until <= at) return false
       timing.deadline = until

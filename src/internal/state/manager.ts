@@ -11,7 +11,7 @@ import { Store } from "../../Store.js"
 import { Lease } from "../lease.js"
 import { validateToken } from "../validate.js"
 import { decodeOr } from "./decode.js"
-import { type Env, run, runPure } from "./modify.js"
+import { type ModifyContext, run, runPure } from "./modify.js"
 
 /**
  * The state manager over a worker's leases: `get` reads a leased token's slices from its
@@ -22,7 +22,7 @@ export const make: Effect.Effect<StateManager.Service, never, Lease | Store | Le
     const store = yield* Store
     const lease = yield* Lease
     const { maxValueBytes } = yield* LeaseholdConfig
-    const env: Env = { lease, maxValueBytes }
+    const env: ModifyContext = { lease, maxValueBytes }
 
     const get = <A, I>(token: string, s: Slice<A, I>) =>
       Effect.gen(function* () {

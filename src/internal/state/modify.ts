@@ -34,7 +34,7 @@ import { decodeAll, decodeNow } from "./decode.js"
 const newRequest = (
   slices: ReadonlyArray<Slice<any, any>>,
   options: ModifyOptions | undefined,
-  decideNow?: Lease.Request["decideNow"]
+  decideOnTurn?: Lease.Request["decideOnTurn"]
 ): Lease.Request => ({
   slices: slices.map((s) => s.name),
   event: Option.fromNullishOr(options?.event),
@@ -43,10 +43,10 @@ const newRequest = (
   ack: new OneShot<void, LockExpired | AcknowledgedError>(),
   cancelled: false,
   // always present, so that every request has one shape
-  decideNow
+  decideOnTurn
 })
 
-export interface Env {
+export interface ModifyContext {
   readonly lease: Lease.Lease.Service
   readonly maxValueBytes: number
 }
@@ -65,7 +65,7 @@ const abortExit: Exit.Exit<Lease.Outcome> = Exit.succeed(abortOutcome)
 
 /** The slices whose encoding changed (only those are written), or why a value cannot be written. */
 const encodeWrites = (
-  env: Env,
+  env: ModifyContext,
   token: string,
   slices: ReadonlyArray<Slice<any, any>>,
   current: ReadonlyArray<Option.Option<string>>,
@@ -95,7 +95,7 @@ const currentOf = (slices: ReadonlyArray<Slice<any, any>>, turn: Lease.Turn) =>
 
 /** Run the caller's function on its turn's values: its result and the slices whose encoding changed. */
 const decide = <B, E, R>(
-  env: Env,
+  env: ModifyContext,
   token: string,
   slices: ReadonlyArray<Slice<any, any>>,
   turn: Lease.Turn,
@@ -130,7 +130,7 @@ const ackedNow = (request: Lease.Request) => {
  * @internal
  */
 export const run = <B, E, R>(
-  env: Env,
+  env: ModifyContext,
   token: string,
   slices: ReadonlyArray<Slice<any, any>>,
   f: (values: ReadonlyArray<unknown>) => Effect.Effect<readonly [B, ReadonlyArray<unknown>], E, R>,
@@ -196,7 +196,7 @@ class PureDecision<B> {
   exit: Exit.Exit<B, ModifyError> | undefined = undefined
   warnings: Effect.Effect<void> | undefined = undefined
   constructor(
-    readonly env: Env,
+    readonly env: ModifyContext,
     readonly token: string,
     readonly slices: ReadonlyArray<Slice<any, any>>,
     readonly f: (values: ReadonlyArray<unknown>) => readonly [B, ReadonlyArray<unknown>]
@@ -235,7 +235,7 @@ class PureDecision<B> {
  * waiting (the oplock off) or, on the embedded store, held by this worker's idle lease, the
  * function runs inside that step (on Redis on the values of this worker's last grant, and
  * again below if the store refuses the step: `decision.on` runs once per attempt). Otherwise the
- * session decides it when its turn comes (`Request.decideNow`), with no step of the caller's
+ * session decides it when its turn comes (`Request.decideOnTurn`), with no step of the caller's
  * fiber in between, and the caller waits once, for its result (its value once the writes
  * are acknowledged, or the error). Interrupted before its turn, it leaves; decided, its
  * outcome is awaited all the same, as `run` does.
@@ -243,7 +243,7 @@ class PureDecision<B> {
  * @internal
  */
 export const runPure = <B>(
-  env: Env,
+  env: ModifyContext,
   token: string,
   slices: ReadonlyArray<Slice<any, any>>,
   f: (values: ReadonlyArray<unknown>) => readonly [B, ReadonlyArray<unknown>],
@@ -286,7 +286,7 @@ export interface PureOptions extends ModifyOptions {
 
 /** `runPure`'s way through the token's session: the decision is made when the turn comes. */
 const viaSession = <B>(
-  env: Env,
+  env: ModifyContext,
   token: string,
   slices: ReadonlyArray<Slice<any, any>>,
   options: ModifyOptions | undefined,
@@ -294,7 +294,7 @@ const viaSession = <B>(
 ): Effect.Effect<B, ModifyError> => {
   const { lease } = env
   const result = new OneShot<B, ModifyError>()
-  const decideNow = (turn: Lease.Turn): Lease.Outcome => {
+  const decideOnTurn = (turn: Lease.Turn): Lease.Outcome => {
     const writes = decision.on(currentOf(slices, turn))
     const decided = decision.exit!
     // one that writes nothing, refused or not, is acknowledged too: with the writes it read,
@@ -302,7 +302,7 @@ const viaSession = <B>(
     request.ack.listen((acked) => result.done(Exit.isSuccess(acked) ? decided : Exit.failCause(acked.cause)))
     return writes.length === 0 ? abortOutcome : { _tag: "Commit", writes }
   }
-  const request = newRequest(slices, options, decideNow)
+  const request = newRequest(slices, options, decideOnTurn)
   // a turn that cannot come (the session failed or closed) ends the wait with its error
   request.turn.listen((turn) => {
     if (Exit.isFailure(turn)) result.done(Exit.failCause(turn.cause))
@@ -312,7 +312,7 @@ const viaSession = <B>(
   return Effect.uninterruptibleMask((restore) =>
     Effect.flatMap(lease.begin(token, request), (own) => {
       if (Option.isSome(own)) {
-        const decided = decideNow(own.value)
+        const decided = decideOnTurn(own.value)
         // a grant of its own read what is stored: nothing written, nothing to wait for
         if (decided._tag === "Abort") request.ack.done(Exit.void)
         request.done.done(Exit.succeed(decided))

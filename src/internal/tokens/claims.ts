@@ -18,7 +18,7 @@ import type { ClaimResult, SocketRecord } from "../../Store.js"
 import type { CorruptValue, InvalidInstanceId, InvalidToken, StoreError, StoreRefused } from "../../StoreError.js"
 import { type Claim, claim, takeOver, takeovers } from "./link.js"
 import type { Verdict } from "./presence.js"
-import { adopt, type Entry, sameRecord, storeFailed, storeWorked, type Table } from "./table.js"
+import { adopt, type Entry, type LinkTable, sameRecord, storeFailed, storeWorked } from "./table.js"
 
 /**
  * Records of live sockets written back (after a deletion, an expiry, or a store restart).
@@ -31,12 +31,12 @@ export const recordsRestored = Metric.counter("leasehold_socket_records_restored
 })
 
 /**
- * What settling a record never stored needs: part of the `sockets` loop's state (`Keeper`).
+ * What settling a record never stored needs: part of the `sockets` loop's state (`RecordKeeper`).
  *
  * @internal
  */
 export interface Settler {
-  readonly table: Table
+  readonly table: LinkTable
   /** What became of the owner of a record found in place of one of ours never stored (`presence.ts`). */
   readonly judge: (
     token: string,
@@ -56,7 +56,7 @@ export interface Settler {
  * owner to be judged (`settle`).
  */
 export const applyClaim = (
-  table: Table,
+  table: LinkTable,
   token: string,
   entry: Entry,
   result: Result.Result<ClaimResult, CorruptValue | StoreRefused>,
@@ -102,7 +102,7 @@ export type Contested = readonly [token: string, entry: Entry, holder: SocketRec
 const settleRounds = 3
 
 /** Whether `entry` still holds `token` here with a record never stored. */
-const unsettled = (table: Table, token: string, entry: Entry) =>
+const unsettled = (table: LinkTable, token: string, entry: Entry) =>
   table.entries.get(token) === entry && table.unstored.has(entry)
 
 /**
@@ -110,7 +110,7 @@ const unsettled = (table: Table, token: string, entry: Entry) =>
  * take-over and the claim of `link.ts`): what holds the token after it (`None` once it is
  * ours, or nothing is left to settle). A store failure fails it, for the settle to try again.
  */
-const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketRecord) =>
+const takeOverFrom = (table: LinkTable, token: string, entry: Entry, holder: SocketRecord) =>
   Effect.suspend((): Effect.Effect<Option.Option<SocketRecord>, StoreError> => {
     if (!unsettled(table, token, entry)) return none
     return takeOver(table, token, holder, entry.record).pipe(
@@ -128,7 +128,7 @@ const takeOverFrom = (table: Table, token: string, entry: Entry, holder: SocketR
   })
 
 /** `applyClaim` for what a take-over or a claim found (a record that does not decode: left for the next restore). */
-const applyFound = (table: Table, token: string, entry: Entry, found: Claim, stored: Metric.Counter<number>) =>
+const applyFound = (table: LinkTable, token: string, entry: Entry, found: Claim, stored: Metric.Counter<number>) =>
   found._tag === "ours"
     ? applyClaim(table, token, entry, Result.succeed(claimed), stored)
     : found._tag === "taken"

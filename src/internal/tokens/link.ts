@@ -22,10 +22,10 @@ import {
   concurrentWrites,
   type Entry,
   isOurs,
+  type LinkTable,
   sameRecord,
   storeFailed,
   storeWorked,
-  type Table,
   whileLinking
 } from "./table.js"
 
@@ -72,7 +72,7 @@ const freshAttempts = 3
  * stays interruptible, because the store's timeouts work by interruption: in an
  * uninterruptible region a store that is down would never time out.
  */
-const forget = (table: Table, token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
+const forget = (table: LinkTable, token: string, record: SocketRecord, what: string): Effect.Effect<void> =>
   table.store.deleteSocketIfOwner(token, record).pipe(
     Effect.andThen(storeWorked(table)),
     Effect.catchTag(["InvalidToken", "InvalidInstanceId"], () => Effect.void),
@@ -83,7 +83,7 @@ const forget = (table: Table, token: string, record: SocketRecord, what: string)
   )
 
 /** Unlink an entry: the map first, so our own deletion event finds nothing to re-claim. */
-const unlink = (table: Table, token: string, entry: Entry): Effect.Effect<void> =>
+const unlink = (table: LinkTable, token: string, entry: Entry): Effect.Effect<void> =>
   Effect.uninterruptible(
     Effect.suspend(() => {
       if (table.entries.get(token) !== entry) return Effect.void
@@ -116,7 +116,7 @@ const corrupt = (token: string) => (error: CorruptValue) =>
  *
  * @internal
  */
-export const claim = (table: Table, token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
+export const claim = (table: LinkTable, token: string, record: SocketRecord): Effect.Effect<Claim, StoreError> =>
   table.store.claimSocket(token, record).pipe(
     Effect.map(
       (result): Claim =>
@@ -135,7 +135,7 @@ export const claim = (table: Table, token: string, record: SocketRecord): Effect
  *
  * @internal
  */
-export const takeOver = (table: Table, token: string, expected: SocketRecord, record: SocketRecord) =>
+export const takeOver = (table: LinkTable, token: string, expected: SocketRecord, record: SocketRecord) =>
   table.store.takeOverSocket(token, expected, record).pipe(
     Effect.map(
       (result): Claim =>
@@ -154,7 +154,7 @@ export const takeOver = (table: Table, token: string, expected: SocketRecord, re
   )
 
 const linkAs = (
-  table: Table,
+  table: LinkTable,
   token: string,
   connectionId: string,
   fresh: boolean,
@@ -168,7 +168,7 @@ const linkAs = (
     return { token, fresh, takenOver: how.takenOver === true }
   })
 
-const notStored = (table: Table, token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
+const notStored = (table: LinkTable, token: string, connectionId: string, fresh: boolean) => (cause: StoreError) =>
   Effect.andThen(
     Effect.andThen(
       linkAs(table, token, connectionId, fresh, { stored: false }),
@@ -193,7 +193,7 @@ type Outcome = { readonly _tag: "Linked"; readonly linked: Linked } | Exclude<Cl
  * is made without a gap.
  */
 const claimAndLink = (
-  table: Table,
+  table: LinkTable,
   token: string,
   connectionId: string,
   fresh: boolean,
@@ -222,7 +222,7 @@ const claimAndLink = (
   )
 }
 
-const linkFresh = (table: Table, connectionId: string) =>
+const linkFresh = (table: LinkTable, connectionId: string) =>
   Effect.gen(function* () {
     yield* Metric.update(duplicates, 1)
     for (let attempt = 0; attempt < freshAttempts; attempt++) {
@@ -291,7 +291,7 @@ export const link = (presence: Presence, token: string, connectionId: string) =>
 }
 
 /** `TokenManager.disconnect`. */
-export const disconnect = (table: Table, token: string, connectionId: string) =>
+export const disconnect = (table: LinkTable, token: string, connectionId: string) =>
   Effect.gen(function* () {
     yield* validateToken(token)
     const entry = table.entries.get(token)
@@ -300,7 +300,7 @@ export const disconnect = (table: Table, token: string, connectionId: string) =>
   }).pipe(withSpan("TokenManager.disconnect"), Effect.annotateLogs({ instanceId: table.instanceId, token }))
 
 /** `TokenManager.disconnectAll`. */
-export const disconnectAll = (table: Table) =>
+export const disconnectAll = (table: LinkTable) =>
   Effect.suspend(() =>
     Effect.forEach(
       [...table.entries],

@@ -23,7 +23,7 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { PresenceMessage, SocketRecord } from "../../Store.js"
 import type { StoreError } from "../../StoreError.js"
-import { isLinking, isOurs, type Table } from "./table.js"
+import { isLinking, isOurs, type LinkTable } from "./table.js"
 
 /**
  * The name of the supervised loop that keeps this worker's presence and answers questions.
@@ -38,7 +38,7 @@ export const loopName = "presence"
  * @internal
  */
 export interface Presence {
-  readonly table: Table
+  readonly table: LinkTable
   readonly presenceMs: number
   readonly refreshEveryMs: number
   /** Open once the loop's first attempt has refreshed, or failed. */
@@ -54,7 +54,7 @@ export interface Presence {
 }
 
 /** Whether `connectionId` holds `token` here, or is being linked to it right now. */
-export const linkedHere = (table: Table, token: string, connectionId: string): boolean => {
+export const linkedHere = (table: LinkTable, token: string, connectionId: string): boolean => {
   const entry = table.entries.get(token)
   return (
     (entry !== undefined && entry.connectionId === connectionId && isOurs(table, entry)) ||

@@ -18,7 +18,7 @@ import * as Stream from "effect/Stream"
 import type { InvalidInstanceId, InvalidToken, StoreError } from "../../StoreError.js"
 import type { KeepAlive } from "../../TokenManager.js"
 import { applyClaim, type Contested, type Settler, settleLater } from "./claims.js"
-import { concurrentWrites, type Entry, isOurs, storeFailed, storeWorked, type Table } from "./table.js"
+import { concurrentWrites, type Entry, isOurs, type LinkTable, storeFailed, storeWorked } from "./table.js"
 
 export { recordsRestored } from "./claims.js"
 
@@ -38,7 +38,7 @@ const restoreBatch = 1_000
  *
  * @internal
  */
-export interface Keeper extends Settler {
+export interface RecordKeeper extends Settler {
   readonly refreshEvery: Duration.Duration
   /** Open once the loop's first attempt is over. */
   readonly started: Latch.Latch
@@ -46,13 +46,13 @@ export interface Keeper extends Settler {
   refusalLogged: boolean
 }
 
-const ownEntries = (table: Table) => [...table.entries].filter(([, entry]) => isOurs(table, entry))
+const ownEntries = (table: LinkTable) => [...table.entries].filter(([, entry]) => isOurs(table, entry))
 
 /**
  * Claim records again (SET NX, read back in the same round trip) and apply each outcome:
  * the records never stored that found another socket's in their place.
  */
-const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
+const reclaim = (table: LinkTable, lost: ReadonlyArray<readonly [string, Entry]>) =>
   Effect.gen(function* () {
     const contested: Array<Contested> = []
     for (let start = 0; start < lost.length; start += restoreBatch) {
@@ -69,7 +69,7 @@ const reclaim = (table: Table, lost: ReadonlyArray<readonly [string, Entry]>) =>
 
 /** One maintenance pass over the map: alone, and its store failure logged once per episode (then `orElse`). */
 const maintain = <A>(
-  table: Table,
+  table: LinkTable,
   what: string,
   pass: Effect.Effect<A, StoreError | InvalidToken | InvalidInstanceId>,
   orElse: A
@@ -91,7 +91,7 @@ const maintain = <A>(
  * Records never stored that found another socket's are settled in fibers of their own
  * (`settleLater`): the question waits for answers that the `presence` loop receives.
  */
-export const restore = (keeper: Keeper) => {
+export const restore = (keeper: RecordKeeper) => {
   const { table } = keeper
   return table.maintenance
     .withPermits(1)(
@@ -107,7 +107,7 @@ export const restore = (keeper: Keeper) => {
 }
 
 /** Refresh mode: reset the TTL of every record of ours; one missing or replaced is re-claimed. */
-const refresh = (keeper: Keeper) => {
+const refresh = (keeper: RecordKeeper) => {
   const { table } = keeper
   return maintain(
     table,
@@ -133,7 +133,7 @@ const refresh = (keeper: Keeper) => {
 }
 
 /** A record was deleted, expired or evicted: claim it again while its socket lives here. */
-const removed = (keeper: Keeper, token: string) => {
+const removed = (keeper: RecordKeeper, token: string) => {
   const { table } = keeper
   return table.maintenance
     .withPermits(1)(
@@ -162,7 +162,7 @@ const removed = (keeper: Keeper, token: string) => {
 }
 
 /** One attempt of the `sockets` loop, run by the supervisor. */
-export const watch = (keeper: Keeper, recovered: Effect.Effect<void>) => {
+export const watch = (keeper: RecordKeeper, recovered: Effect.Effect<void>) => {
   const { table, refreshEvery, started } = keeper
   const { store, instanceId } = table
   return Effect.scoped(

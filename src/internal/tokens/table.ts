@@ -62,7 +62,7 @@ export const concurrentWrites = 16
  *
  * @internal
  */
-export interface Table {
+export interface LinkTable {
   readonly store: Store.Service
   readonly instanceId: string
   readonly entries: Map<string, Entry>
@@ -88,7 +88,7 @@ const linkKey = (token: string, connectionId: string) => `${token} ${connectionI
 
 /** Mark a link of `token` to `connectionId` as in flight until `effect` ends. */
 export const whileLinking = <A, E, R>(
-  table: Table,
+  table: LinkTable,
   token: string,
   connectionId: string,
   effect: Effect.Effect<A, E, R>
@@ -99,11 +99,11 @@ export const whileLinking = <A, E, R>(
     () => Effect.sync(() => table.linking.delete(linkKey(token, connectionId)))
   )
 
-export const isLinking = (table: Table, token: string, connectionId: string): boolean =>
+export const isLinking = (table: LinkTable, token: string, connectionId: string): boolean =>
   table.linking.has(linkKey(token, connectionId))
 
 /** Record that a socket of ours lost `token`, and tell the app. */
-const markLost = (table: Table, token: string, connectionId: string, holder: SocketRecord) => {
+const markLost = (table: LinkTable, token: string, connectionId: string, holder: SocketRecord) => {
   const { lostTokens } = table
   lostTokens.delete(token)
   lostTokens.add(token)
@@ -114,10 +114,10 @@ const markLost = (table: Table, token: string, connectionId: string, holder: Soc
   return PubSub.publish(table.lost, { token, connectionId, holder })
 }
 
-export const isOurs = (table: Table, entry: Entry): boolean =>
+export const isOurs = (table: LinkTable, entry: Entry): boolean =>
   entry.record.instanceId === table.instanceId && entry.record.connectionId === entry.connectionId
 
-export const storeFailed = (table: Table, what: string, error: StoreError) =>
+export const storeFailed = (table: LinkTable, what: string, error: StoreError) =>
   Effect.suspend(() => {
     if (table.failing) return Effect.void
     table.failing = true
@@ -126,7 +126,7 @@ export const storeFailed = (table: Table, what: string, error: StoreError) =>
     )
   })
 
-export const storeWorked = (table: Table) =>
+export const storeWorked = (table: LinkTable) =>
   Effect.suspend(() => {
     if (!table.failing) return Effect.void
     table.failing = false
@@ -134,7 +134,7 @@ export const storeWorked = (table: Table) =>
   })
 
 /** Another socket holds the token now: keep our connection's entry, with that socket's record. */
-export const adopt = (table: Table, token: string, entry: Entry, record: SocketRecord) =>
+export const adopt = (table: LinkTable, token: string, entry: Entry, record: SocketRecord) =>
   Effect.suspend(() => {
     const { entries } = table
     // The socket disconnected (or linked again) since the record was read: nothing to adopt for it.
@@ -151,7 +151,7 @@ export const adopt = (table: Table, token: string, entry: Entry, record: SocketR
   })
 
 /** `TokenManager.owner`. */
-export const owner = (table: Table, token: string, options?: { readonly refresh?: boolean }) => {
+export const owner = (table: LinkTable, token: string, options?: { readonly refresh?: boolean }) => {
   const { store, entries } = table
   return Effect.gen(function* () {
     yield* validateToken(token)
