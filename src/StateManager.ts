@@ -16,26 +16,16 @@
  * @since 0.1.0
  */
 import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import type * as Effect from "effect/Effect"
 import type * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import type * as Schema from "effect/Schema"
-import type * as Scope from "effect/Scope"
-import type { InstanceId } from "./InstanceId.js"
-import * as Lease from "./internal/lease.js"
-import * as Signals from "./internal/signals.js"
 import * as SliceCodec from "./internal/state/codec.js"
 import { jsonCodec } from "./internal/state/json.js"
-import * as Manager from "./internal/state/manager.js"
 import { currentFence } from "./internal/state/modify.js"
 import { tokenProblem } from "./internal/validate.js"
-import type * as LeaseholdConfig from "./LeaseholdConfig.js"
-import type { Lock } from "./Lock.js"
 import type { InvalidSliceValue, LockExpired, ValueTooLarge } from "./StateError.js"
-import type { Store } from "./Store.js"
 import type { AcknowledgedError, InvalidInput, InvalidSliceName, InvalidToken, StoreError } from "./StoreError.js"
-import type { Supervisor } from "./Supervisor.js"
 
 /**
  * One named, Schema-typed part of a token's state, with the value a token starts with.
@@ -173,34 +163,3 @@ export class StateManager extends Context.Service<StateManager, StateManager.Ser
  * @category accessors
  */
 export const fence: Effect.Effect<Option.Option<number>> = currentFence
-
-/**
- * A state manager with leases of its own, over the given `Lock` (whose `withLock` they
- * serve): they are flushed, and their locks released, when its scope closes. A worker's
- * layers (`Worker.layer`, `Worker.layerState`) build one for you.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const make: Effect.Effect<
-  StateManager.Service,
-  never,
-  Scope.Scope | Store | Lock | InstanceId | Supervisor | LeaseholdConfig.LeaseholdConfig
-> = Effect.flatMap(
-  // fresh: leases of this manager's own, never another built in the same layer graph
-  Layer.build(Layer.fresh(Lease.layer.pipe(Layer.provide(Signals.layer)))),
-  (leases) => Effect.provide(Manager.make, leases)
-)
-
-/**
- * The state manager, with leases of its own (see `make`), over a `Store`, the worker's
- * `Lock`, `InstanceId` and `Supervisor`, and the settings.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layer: Layer.Layer<
-  StateManager,
-  never,
-  Store | Lock | InstanceId | Supervisor | LeaseholdConfig.LeaseholdConfig
-> = Layer.effect(StateManager, make)

@@ -4,26 +4,16 @@ import { assert, describe, it } from "@effect/vitest"
 import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
-import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
-import * as Layer from "effect/Layer"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
-import * as Scope from "effect/Scope"
 import * as TestClock from "effect/testing/TestClock"
-import * as Health from "../src/Health.js"
-import * as InstanceId from "../src/InstanceId.js"
 import * as Lease from "../src/internal/lease.js"
-import * as Supervisor from "../src/internal/supervisor.js"
-import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import * as Lock from "../src/Lock.js"
-import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
-import { Store } from "../src/Store.js"
 import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster, Other } from "./state/workers.js"
@@ -1122,40 +1112,6 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
       // every increment of the loop came before the waiter: one grant served them all
       assert.strictEqual(yield* Fiber.join(seen), 21)
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
-    })
-  )
-})
-
-describe("StateManager.layer, with leases of its own", () => {
-  it.effect("serves modifications and its lock's withLock; its close flushes the lease and frees the lock", () =>
-    Effect.gen(function* () {
-      const shared = yield* Layer.build(
-        MemoryStore.layer.pipe(Layer.provideMerge(LeaseholdConfig.layer({ oplock: true })))
-      )
-      const store = Context.get(shared, Store)
-      // only public services around it, as an app composes them (the supervisor's layer is the worker's)
-      const manager = StateManager.layer.pipe(
-        Layer.provideMerge(Lock.layer),
-        Layer.provideMerge(Supervisor.layer),
-        Layer.provideMerge(Layer.merge(Health.layer, InstanceId.layer)),
-        Layer.provide(Layer.succeedContext(shared))
-      )
-      const scope = yield* Scope.make()
-      const built = yield* Layer.buildWithScope(manager, scope)
-      const states = Context.get(built, StateManager.StateManager)
-      assert.strictEqual(yield* states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]), 1)
-      // the lease keeps the lock past the modification (oplock), under the grant withLock is given
-      const held = yield* store.holder("t")
-      assert.isTrue(Option.isSome(held))
-      const fence = yield* Context.get(built, Lock.Lock).withLock("t", (grant) => Effect.succeed(grant.fence))
-      assert.strictEqual(fence, Option.getOrThrow(held).fence)
-      assert.strictEqual(yield* states.get("t", Counter).pipe(Effect.map((s) => s.n)), 1)
-
-      yield* Scope.close(scope, Exit.void)
-      assert.isTrue(Option.isNone(yield* store.holder("t")), "the lock is left held")
-      deepStrictEqual((yield* store.readSlices("t", [Counter.name])).map(Option.map((raw) => JSON.parse(raw))), [
-        Option.some({ n: 1 })
-      ])
     })
   )
 })

@@ -1,7 +1,8 @@
 /**
- * The state manager's operations over a worker's leases. `StateManager.layer` builds leases of
- * its own for them; a worker's layers (internal/worker.ts) build them over the worker's leases,
- * which its shutdown flushes.
+ * The state manager's operations over a worker's leases: a worker's layers
+ * (internal/worker.ts) build them over the worker's own leases, which its shutdown flushes.
+ * There is one set of leases per worker: two under one instance id would take each other's
+ * locks.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"

@@ -26,7 +26,7 @@ import { codecOf } from "./codec.js"
 import { decodeAll, decodeNow } from "./decode.js"
 
 /**
- * What a state manager's modifications work with, built once by `StateManager.make`.
+ * What a state manager's modifications work with, built once by the state manager (`internal/state/manager.ts`).
  *
  * @internal
  */
