@@ -55,9 +55,11 @@ const poll = <A, E, R>(
       const exit = yield* Effect.exit(effect)
       if (Exit.isSuccess(exit)) return exit.value
       if ((yield* liveNow) > deadline) {
-        const last = Cause.hasFails(exit.cause) && Cause.squash(exit.cause) instanceof NotYet
+        const stillFalse = Cause.hasFails(exit.cause) && Cause.squash(exit.cause) instanceof NotYet
         return yield* Effect.die(
-          new Error(`${label}: not within ${within} ms: ${last ? "the check still false" : Cause.pretty(exit.cause)}`)
+          new Error(
+            `${label}: not within ${within} ms: ${stillFalse ? "the check still false" : Cause.pretty(exit.cause)}`
+          )
         )
       }
       yield* onMiss
