@@ -14,9 +14,9 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { decodeSocketRecord } from "../src/internal/codec.js"
 import { makeKeys } from "../src/internal/keys.js"
-import { eventually, eventuallyTrue } from "./conformance/helpers.js"
 import { redisWorkersOn, update } from "./delivery/workers.js"
 import { Counter, holding, redisSentinelWorkers, type Worker } from "./state/workers.js"
+import { succeedsReal, untilReal } from "./support/poll.js"
 import * as RedisSentinel from "./support/RedisSentinel.js"
 import * as RedisServer from "./support/RedisServer.js"
 import { settle } from "./support/testClock.js"
@@ -29,13 +29,13 @@ let testCount = 0
 const inc = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
 
 const healthy = (workers: ReadonlyArray<{ readonly health: { readonly healthy: Effect.Effect<boolean> } }>) =>
-  eventuallyTrue(
+  untilReal(
     "every loop of every worker running",
-    20_000,
     Effect.map(
       Effect.forEach(workers, (w) => w.health.healthy),
       (all) => all.every(Boolean)
-    )
+    ),
+    { within: 20_000 }
   )
 
 /**
@@ -76,14 +76,13 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
     const cutOff = Effect.orDie(primary.command("CLIENT", "KILL", "TYPE", "replica"))
     yield* b!.pause
     yield* cutOff
-    yield* eventuallyTrue("A linked again", 20_000, sentinel.linked(a!))
+    yield* untilReal("A linked again", sentinel.linked(a!), { within: 20_000 })
     const { fiber: modification, open } = yield* holding(w, "tok")
     yield* a!.pause
     yield* cutOff
     yield* open
-    const waiting = yield* eventually(
+    const waiting = yield* succeedsReal(
       "the modification acknowledged, or waiting for a replica",
-      20_000,
       Effect.flatMap(
         Effect.sync(() => Option.fromNullishOr(modification.pollUnsafe())),
         (done) =>
@@ -94,7 +93,8 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
                 (blocked) => blocked,
                 () => "neither yet"
               )
-      )
+      ),
+      { within: 20_000 }
     )
     // A commit acknowledged on its own reply, its WAIT sent after it but not awaited, is
     // acknowledged within a moment of that WAIT: look again once that moment is over. The
@@ -113,7 +113,7 @@ const acknowledgedThenFailover = (minReplicasAck: 0 | 1) =>
     const { old } = yield* sentinel.failoverTo(a!)
     yield* Effect.addFinalizer(() => sentinel.rejoin(old))
     const stored = yield* cluster.stored("tok")
-    const next = yield* eventually("a modification after the promotion", 20_000, inc(w, "tok"))
+    const next = yield* succeedsReal("a modification after the promotion", inc(w, "tok"), { within: 20_000 })
     return { waited, stored, next }
   })
 
@@ -142,18 +142,18 @@ describe("state across a failover", () => {
             )
           )
         )
-        yield* eventuallyTrue(
+        yield* untilReal(
           "modifications under way",
-          5_000,
-          Effect.sync(() => outcomes.filter((o) => o.ok).length >= 5)
+          Effect.sync(() => outcomes.filter((o) => o.ok).length >= 5),
+          { within: 5_000 }
         )
         const { old } = yield* sentinel.failover("kill")
         yield* Effect.addFinalizer(() => sentinel.rejoin(old))
         promotedAt = performance.now()
-        yield* eventuallyTrue(
+        yield* untilReal(
           "20 modifications after the promotion",
-          30_000,
-          Effect.sync(() => outcomes.filter((o) => o.ok && o.at > promotedAt!).length >= 20)
+          Effect.sync(() => outcomes.filter((o) => o.ok && o.at > promotedAt!).length >= 20),
+          { within: 30_000 }
         )
         yield* Effect.forEach(loops, Fiber.interrupt)
         assert.isTrue(
@@ -192,7 +192,10 @@ describe("state across a failover", () => {
         deepStrictEqual(acknowledged, [6, 7, 8])
         // the next modification starts from what was replicated: 6 again, under a fence
         // number that was handed out before
-        assert.strictEqual(yield* eventually("a modification after the promotion", 20_000, inc(w, "tok")), 6)
+        assert.strictEqual(
+          yield* succeedsReal("a modification after the promotion", inc(w, "tok"), { within: 20_000 }),
+          6
+        )
         assert.strictEqual(yield* cluster.grants("tok"), grantsBefore + 1)
         assert.strictEqual(yield* cluster.stored("tok"), 6)
       }),
@@ -227,7 +230,10 @@ describe("state across a failover", () => {
           ["NotAcknowledged", "NotAcknowledged", "NotAcknowledged"]
         )
         // every modification acknowledged is kept: the next one follows the fifth
-        assert.strictEqual(yield* eventually("a modification after the promotion", 20_000, inc(w, "tok")), 6)
+        assert.strictEqual(
+          yield* succeedsReal("a modification after the promotion", inc(w, "tok"), { within: 20_000 }),
+          6
+        )
         assert.strictEqual(yield* cluster.stored("tok"), 6)
         assert.strictEqual(yield* inc(w, "tok"), 7)
       }),
@@ -273,21 +279,21 @@ describe("tokens and mailboxes across a failover", () => {
         const b = yield* fx.worker()
         yield* a.tokens.link("token1", "sid1")
         assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
-        yield* eventuallyTrue(
+        yield* untilReal(
           "A receives 1",
-          10_000,
-          Effect.sync(() => a.received.length === 1)
+          Effect.sync(() => a.received.length === 1),
+          { within: 10_000 }
         )
         yield* sentinel.awaitReplicated
 
         const { old, promoted } = yield* sentinel.failoverLosing(a.tokens.link("token2", "sid2"))
         yield* Effect.addFinalizer(() => sentinel.rejoin(old))
-        const record = yield* eventually(
+        const record = yield* succeedsReal(
           "token2's record back on the new primary",
-          20_000,
           Effect.flatMap(RedisServer.getRaw(promoted, keys.socket("token2")), (raw) =>
             Option.match(raw, { onNone: () => Effect.fail("missing"), onSome: Effect.succeed })
-          )
+          ),
+          { within: 20_000 }
         )
         deepStrictEqual(
           decodeSocketRecord(keys.socket("token2"), record),
@@ -296,10 +302,10 @@ describe("tokens and mailboxes across a failover", () => {
         yield* healthy([a, b])
         yield* b.mailbox.send("token2", update(2))
         yield* b.mailbox.send("token1", update(3))
-        yield* eventuallyTrue(
+        yield* untilReal(
           "A receives 2 and 3",
-          20_000,
-          Effect.sync(() => a.received.length === 3)
+          Effect.sync(() => a.received.length === 3),
+          { within: 20_000 }
         )
         deepStrictEqual(
           a.received.map(([token, value]) => [token, value.n]),

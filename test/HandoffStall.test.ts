@@ -10,8 +10,8 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type Cluster, Counter, memoryCluster, redisCluster } from "./state/workers.js"
+import { untilReal } from "./support/poll.js"
 
 const handoffMs = 200
 const input: LeaseholdConfig.Input = { handoffTimeout: handoffMs, lockExpiration: 20_000, lockWarningThreshold: 10_000 }
@@ -42,10 +42,10 @@ const stalledGrantee = (cluster: Cluster) =>
         return [s.n + 1, { n: s.n + 1 }]
       })
     )
-    yield* eventuallyTrue(
+    yield* untilReal(
       "b queued",
-      5_000,
-      Effect.map(cluster.store.queue("t"), (queue) => queue.length === 1 && queue[0] === b.id)
+      Effect.map(cluster.store.queue("t"), (queue) => queue.length === 1 && queue[0] === b.id),
+      { within: 5_000 }
     )
     const granted = yield* cluster.grants("t")
     // carrying the slice b asks for: the notice hands the lock over, no claim
@@ -76,10 +76,10 @@ const suite = (name: string, make: (input: LeaseholdConfig.Input) => Effect.Effe
               assert.strictEqual(yield* b.states.modify("t", Counter, (s) => [s.n, { n: s.n + 1 }]), 1)
             } else {
               // released once the batch ends
-              yield* eventuallyTrue(
+              yield* untilReal(
                 "the lock released",
-                5_000,
-                Effect.map(lockOf(cluster, "t"), (lock) => lock === undefined)
+                Effect.map(lockOf(cluster, "t"), (lock) => lock === undefined),
+                { within: 5_000 }
               )
             }
           }),

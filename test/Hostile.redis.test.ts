@@ -17,18 +17,16 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import * as StateManager from "../src/StateManager.js"
 import { Store } from "../src/Store.js"
-import { eventuallyTrue, within } from "./conformance/helpers.js"
+import { within } from "./conformance/helpers.js"
 import { type DeliveryWorker, redisWorkers, update } from "./delivery/workers.js"
 import { capture, type LogLine } from "./support/logs.js"
+import { untilReal } from "./support/poll.js"
 import * as RedisServer from "./support/RedisServer.js"
 import { redisHasTls, selfSignedCertificate } from "./support/tls.js"
 
 const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }), { n: 0 })
 const Other = StateManager.slice("other", Schema.Struct({ n: Schema.Number }), { n: 0 })
 const bump = (s: { readonly n: number }) => [s.n, { n: s.n + 1 }] as const
-
-const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 const raw = (server: RedisServer.RedisServer, key: string) =>
   Effect.map(Effect.orDie(server.command("GET", key)), (reply) =>
@@ -49,9 +47,10 @@ const roundTrip = (from: DeliveryWorker, to: DeliveryWorker, token: string, n: n
     const linked = yield* to.tokens.link(token, `conn-${token}`)
     assert.strictEqual(linked.token, token)
     assert.strictEqual(yield* from.mailbox.send(token, update(n)), "sent")
-    yield* until(
+    yield* untilReal(
       `update ${n} delivered`,
-      Effect.sync(() => to.received.some(([t, value]) => t === token && value.n === n))
+      Effect.sync(() => to.received.some(([t, value]) => t === token && value.n === n)),
+      { within: 10_000 }
     )
   })
 
@@ -267,9 +266,10 @@ describe("a hostile Redis", () => {
         assert.strictEqual(yield* within("modify t2 after", 10_000, b.states.modify("t2", Counter, bump)), 0)
         deepStrictEqual(yield* a.states.get("t", Other), { n: 30 })
         assert.strictEqual(yield* b.mailbox.send("tab", update(2)), "sent")
-        yield* until(
+        yield* untilReal(
           "the update after",
-          Effect.sync(() => a.received.some(([, value]) => value.n === 2))
+          Effect.sync(() => a.received.some(([, value]) => value.n === 2)),
+          { within: 10_000 }
         )
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
@@ -277,7 +277,7 @@ describe("a hostile Redis", () => {
         )
         // every loop healthy again: the presence refresh, refused while memory was out, once
         // its back-off has run
-        yield* until("every loop healthy again", a.health.healthy, 20_000)
+        yield* untilReal("every loop healthy again", a.health.healthy, { within: 20_000 })
       })
   )
 
@@ -294,7 +294,7 @@ describe("a hostile Redis", () => {
       const b = yield* fx.worker()
       yield* everyOperation(a, b, fx.store, 1)
       yield* a.tokens.link("kept", "conn")
-      yield* until("keep-alive mode known", Effect.map(a.tokens.keepAlive, Option.isSome))
+      yield* untilReal("keep-alive mode known", Effect.map(a.tokens.keepAlive, Option.isSome), { within: 10_000 })
       deepStrictEqual(yield* a.tokens.keepAlive, Option.some("refresh"))
       const listed = yield* Stream.runCollect(b.tokens.tokens)
       deepStrictEqual([...listed], [["kept", { instanceId: a.id, connectionId: "conn" }]])
@@ -332,28 +332,31 @@ describe("a hostile Redis", () => {
         yield* server.restart
 
         // socket records come back (each worker writes its own back after resubscribing)
-        yield* until(
+        yield* untilReal(
           "tab-a's record restored",
           Effect.map(
             Effect.result(b.tokens.owner("tab-a", { refresh: true })),
             (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
-          )
+          ),
+          { within: 10_000 }
         )
-        yield* until(
+        yield* untilReal(
           "tab-b's record restored",
           Effect.map(
             Effect.result(a.tokens.owner("tab-b", { refresh: true })),
             (owner) => Result.isSuccess(owner) && Option.isSome(owner.success)
-          )
+          ),
+          { within: 10_000 }
         )
         // mailboxes: updates reach both sockets again
         assert.strictEqual(yield* b.mailbox.send("tab-a", update(3)), "sent")
         assert.strictEqual(yield* a.mailbox.send("tab-b", update(4)), "sent")
-        yield* until(
+        yield* untilReal(
           "updates after the restart",
           Effect.sync(
             () => a.received.some(([, value]) => value.n === 3) && b.received.some(([, value]) => value.n === 4)
-          )
+          ),
+          { within: 10_000 }
         )
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
@@ -383,9 +386,10 @@ describe("a hostile Redis", () => {
         )
         deepStrictEqual(yield* b.states.get("shared", Counter), { n: 10 })
         assert.strictEqual(yield* within("only-b after restart", 15_000, attempt(b, "only-b")), 0)
-        yield* until(
+        yield* untilReal(
           "both healthy",
-          Effect.map(Effect.all([a.health.healthy, b.health.healthy]), ([x, y]) => x && y)
+          Effect.map(Effect.all([a.health.healthy, b.health.healthy]), ([x, y]) => x && y),
+          { within: 10_000 }
         )
         const errors = fx.logs.filter((line) => line.level === "FATAL")
         deepStrictEqual(errors, [])
@@ -443,24 +447,25 @@ describe("credentials", () => {
       yield* server.kill
       const down = yield* Effect.flip(a.states.modify("t", Counter, bump))
       messages.push(down.message, JSON.stringify(down))
-      yield* until(
+      yield* untilReal(
         "errors logged during the outage",
-        Effect.sync(() => fx.logs.some((line) => line.level === "ERROR"))
+        Effect.sync(() => fx.logs.some((line) => line.level === "ERROR")),
+        { within: 10_000 }
       )
       yield* server.restart
       yield* Effect.orDie(server.command("CONFIG", "SET", "requirepass", secret))
-      yield* until(
+      yield* untilReal(
         "a modification after the outage",
         Effect.map(Effect.result(a.states.modify("t", Counter, bump)), Result.isSuccess),
-        15_000
+        { within: 15_000 }
       )
-      yield* until(
+      yield* untilReal(
         "the socket record back",
         Effect.map(
           Effect.result(b.tokens.owner("tab", { refresh: true })),
           (o) => Result.isSuccess(o) && Option.isSome(o.success)
         ),
-        15_000
+        { within: 15_000 }
       )
       assertNoLeak(fx.logs, messages)
       // the check would see a leak: the URL itself is in the messages' source
@@ -535,9 +540,10 @@ describe("credentials", () => {
         yield* running.kill
         const down = yield* Effect.flip(a.states.modify("t", Counter, bump))
         messages.push(down.message, JSON.stringify(down))
-        yield* until(
+        yield* untilReal(
           "errors logged during the outage",
-          Effect.sync(() => fx.logs.some((line) => line.level === "ERROR"))
+          Effect.sync(() => fx.logs.some((line) => line.level === "ERROR")),
+          { within: 10_000 }
         )
         assertNoLeak([...logs.lines, ...fx.logs], messages)
       })

@@ -9,7 +9,8 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster } from "./state/workers.js"
-import { settle, untilWithoutTime } from "./support/testClock.js"
+import { withoutClockTime } from "./support/poll.js"
+import { settle } from "./support/testClock.js"
 
 describe("Lock.withLock", () => {
   it.effect("two workers: the second runs once the first has released, under a greater fence", () =>
@@ -64,7 +65,7 @@ describe("Lock.withLock", () => {
       yield* Deferred.succeed(gate, undefined)
       yield* Fiber.join(turn)
       assert.strictEqual(yield* Fiber.join(bump), 1)
-      yield* untilWithoutTime(
+      yield* withoutClockTime(
         "stored",
         Effect.map(a.states.get("t", Counter), (s) => s.n === 1)
       )

@@ -16,11 +16,9 @@ import { TokenManager } from "../src/TokenManager.js"
 import * as Worker from "../src/Worker.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { memoryWorkers, Update, update } from "./delivery/workers.js"
-import { untilOnTestClock } from "./support/testClock.js"
+import { untilOnTestClock } from "./support/poll.js"
 
 const yields = Effect.forEach(Array.from({ length: 20 }), () => Effect.yieldNow, { discard: true })
-
-const until = untilOnTestClock
 
 const settle = Effect.andThen(TestClock.adjust(2_000), yields)
 
@@ -30,7 +28,7 @@ const memory: DeliveryBackend = {
     it.effect(name, () =>
       Effect.gen(function* () {
         const fx = yield* memoryWorkers()
-        yield* fx.logged(body(fx, { until }))
+        yield* fx.logged(body(fx, { until: untilOnTestClock }))
       })
     )
 }
@@ -50,7 +48,7 @@ describe("delivery while the embedded store is unavailable", () => {
       yield* settle
       assert.strictEqual(a.received.length, 0)
       yield* fx.control.setAvailable(true)
-      yield* until(
+      yield* untilOnTestClock(
         "A receives all",
         Effect.sync(() => a.received.length >= 5)
       )
@@ -78,7 +76,7 @@ describe("delivery while the embedded store is unavailable", () => {
       const warnings = fx.logs.filter((line) => line.message.startsWith("mailbox: outbox full"))
       assert.strictEqual(warnings.length, 1)
       yield* fx.control.setAvailable(true)
-      yield* until(
+      yield* untilOnTestClock(
         "A receives the buffered ones",
         Effect.sync(() => a.received.length >= 3)
       )
@@ -150,7 +148,7 @@ describe("a forward the store cut short", () => {
         { maxLen: 100, ttlMs: 60_000 }
       )
       // a's look-up of the owner fails; its reader reads the entry again after its retry delay
-      yield* until(
+      yield* untilOnTestClock(
         "c receives the update",
         Effect.sync(() => c.received.length >= 1)
       )
@@ -175,7 +173,7 @@ describe("delivery after a take-over", () => {
       yield* fx.control.setRaw(keys.socket("token1"), encodeSocketRecord({ instanceId: b.id, connectionId: "sid-b" }))
       yield* b.tokens.link("token1", "sid-b")
       yield* TestClock.adjust(600)
-      yield* until("a found token1 taken over", a.tokens.isLost("token1"))
+      yield* untilOnTestClock("a found token1 taken over", a.tokens.isLost("token1"))
       // updates a sender appended to a's mailbox on a lookup made before the take-over
       const envelope = Schema.encodeSync(envelopeOf(Update))
       for (const [token, n] of [
@@ -187,7 +185,7 @@ describe("delivery after a take-over", () => {
           ttlMs: 60_000
         })
       }
-      yield* until(
+      yield* untilOnTestClock(
         "a delivers token2's update",
         Effect.sync(() => a.received.length >= 1)
       )

@@ -3,16 +3,13 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { handled, redisWorkers, update } from "./delivery/workers.js"
 import { atLevels, type LogLine } from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
+import { untilReal } from "./support/poll.js"
 import * as TcpProxy from "./support/proxy.js"
 import * as RedisServer from "./support/RedisServer.js"
-
-const until = (label: string, check: Effect.Effect<boolean, unknown>, ms = 10_000) =>
-  eventuallyTrue(label, ms, Effect.andThen(Effect.sleep(10), check))
 
 /** The reader's failure as logged: one ERROR when it starts, one INFO when it recovers. */
 const assertOneFailureLogged = (logs: ReadonlyArray<LogLine>) => {
@@ -31,7 +28,7 @@ const redis: DeliveryBackend = {
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         const fx = yield* redisWorkers(server.url)
-        yield* fx.logged(body(fx, { until: (label, check) => until(label, check) }))
+        yield* fx.logged(body(fx, { until: (label, check) => untilReal(label, check, { within: 10_000 }) }))
       })
     )
 }
@@ -50,20 +47,24 @@ describe("delivery through Redis outages", () => {
         const a = yield* fx.worker()
         yield* a.tokens.link("token1", "sid1")
         yield* server.kill
-        yield* until(
+        yield* untilReal(
           "seven failed reads",
           Effect.map(a.health.loops, (loops) =>
             loops.some((loop) => loop.name === "mailbox" && loop.state._tag === "Retrying" && loop.state.errors >= 7)
-          )
+          ),
+          { within: 10_000 }
         )
         yield* server.restart
         const b = yield* fx.worker()
         // The restart lost every key: A writes its record back once it is reconnected.
-        yield* until("A's record is back", Effect.map(b.tokens.owner("token1", { refresh: true }), Option.isSome))
+        yield* untilReal("A's record is back", Effect.map(b.tokens.owner("token1", { refresh: true }), Option.isSome), {
+          within: 10_000
+        })
         assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
-        yield* until(
+        yield* untilReal(
           "A receives",
-          Effect.sync(() => a.received.length === 1)
+          Effect.sync(() => a.received.length === 1),
+          { within: 10_000 }
         )
         assertOneFailureLogged(fx.logs)
       }),
@@ -86,19 +87,24 @@ describe("delivery through Redis outages", () => {
             { maxLen: 100, ttlMs: 60_000 }
           )
         yield* send(1)
-        yield* until(
+        yield* untilReal(
           "A receives the first",
-          Effect.sync(() => a.received.length === 1)
+          Effect.sync(() => a.received.length === 1),
+          { within: 10_000 }
         )
         assert.isAtLeast(yield* server.clientKill("normal"), 2)
-        yield* until(
+        yield* untilReal(
           "A's reader recovered",
-          Effect.sync(() => fx.logs.some((line) => line.message === "mailbox: task recovered"))
+          Effect.sync(() => fx.logs.some((line) => line.message === "mailbox: task recovered")),
+          { within: 10_000 }
         )
-        yield* until("the store takes the second", Effect.map(Effect.option(send(2)), Option.isSome))
-        yield* until(
+        yield* untilReal("the store takes the second", Effect.map(Effect.option(send(2)), Option.isSome), {
+          within: 10_000
+        })
+        yield* untilReal(
           "A receives the second",
-          Effect.sync(() => a.received.length === 2)
+          Effect.sync(() => a.received.length === 2),
+          { within: 10_000 }
         )
         assertOneFailureLogged(fx.logs)
         deepStrictEqual(
@@ -128,12 +134,13 @@ describe("delivery through Redis outages", () => {
         }
         assert.strictEqual(a.received.length, 0)
         yield* proxy.restore
-        yield* until(
+        yield* untilReal(
           "A receives all",
-          Effect.sync(() => a.received.length >= 20)
+          Effect.sync(() => a.received.length >= 20),
+          { within: 10_000 }
         )
         // whatever A would deliver more (a copy), it has by now
-        yield* handled(fx.store, until, [a])
+        yield* handled(fx.store, (label, check) => untilReal(label, check, { within: 10_000 }), [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           Array.from({ length: 20 }, (_, i) => i + 1)
@@ -160,20 +167,22 @@ describe("delivery through Redis outages", () => {
         }
         assert.strictEqual(yield* b.mailbox.buffered, 20)
         yield* server.resume
-        yield* until(
+        yield* untilReal(
           "A receives all",
-          Effect.sync(() => a.received.length >= 20)
+          Effect.sync(() => a.received.length >= 20),
+          { within: 10_000 }
         )
         // whatever A would deliver more (a copy), it has by now
-        yield* handled(fx.store, until, [a])
+        yield* handled(fx.store, (label, check) => untilReal(label, check, { within: 10_000 }), [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           Array.from({ length: 20 }, (_, i) => i + 1)
         )
         // the outbox lets an update go once its append is answered, which A may read first
-        yield* until(
+        yield* untilReal(
           "B's outbox is empty",
-          Effect.map(b.mailbox.buffered, (n) => n === 0)
+          Effect.map(b.mailbox.buffered, (n) => n === 0),
+          { within: 10_000 }
         )
       }),
     40_000
@@ -194,16 +203,18 @@ describe("delivery across a restart that lost the store's data", () => {
         const b = yield* fx.worker()
         yield* a.tokens.link("token1", "sid1")
         assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
-        yield* until(
+        yield* untilReal(
           "A receives the first",
-          Effect.sync(() => a.received.length === 1)
+          Effect.sync(() => a.received.length === 1),
+          { within: 10_000 }
         )
         // The owner stays away until the end: the restarted server has no record of its socket.
         yield* proxy.cut
         yield* server.stop
-        yield* until(
+        yield* untilReal(
           "B's connection is down",
-          Effect.map(b.store.status, (status) => !status.ready)
+          Effect.map(b.store.status, (status) => !status.ready),
+          { within: 10_000 }
         )
         // Started at once, the send runs to its wait for the connection (nothing before it
         // waits for anything) before the restart begins.
@@ -215,20 +226,22 @@ describe("delivery across a restart that lost the store's data", () => {
         // Sent after the server is back, before the owner is: kept as well, behind the first.
         assert.strictEqual(yield* b.mailbox.send("token1", update(3)), "buffered")
         yield* proxy.restore
-        yield* until(
+        yield* untilReal(
           "A receives all",
-          Effect.sync(() => a.received.length >= 3)
+          Effect.sync(() => a.received.length >= 3),
+          { within: 10_000 }
         )
         // whatever A would deliver more (a copy), it has by now
-        yield* handled(fx.store, until, [a])
+        yield* handled(fx.store, (label, check) => untilReal(label, check, { within: 10_000 }), [a])
         deepStrictEqual(
           a.received.map(([, value]) => value.n),
           [1, 2, 3]
         )
         // the outbox lets an update go once its append is answered, which A may read first
-        yield* until(
+        yield* untilReal(
           "B's outbox is empty",
-          Effect.map(b.mailbox.buffered, (n) => n === 0)
+          Effect.map(b.mailbox.buffered, (n) => n === 0),
+          { within: 10_000 }
         )
       }),
     30_000
@@ -245,17 +258,19 @@ describe("round trips of a send", () => {
       yield* a.tokens.link("token1", "sid1")
       // warm: B's scripts loaded, A's reader past its start
       assert.strictEqual(yield* b.mailbox.send("token1", update(1)), "sent")
-      yield* until(
+      yield* untilReal(
         "A receives the first",
-        Effect.sync(() => a.received.length === 1)
+        Effect.sync(() => a.received.length === 1),
+        { within: 10_000 }
       )
       const m = yield* Monitor.monitor(server)
       // what was sent before the send is before this index
       const before = yield* Monitor.barrier(server, m)
       assert.strictEqual(yield* b.mailbox.send("token1", update(2)), "sent")
-      yield* until(
+      yield* untilReal(
         "A receives the second",
-        Effect.sync(() => a.received.length === 2)
+        Effect.sync(() => a.received.length === 2),
+        { within: 10_000 }
       )
       const after = yield* Monitor.barrier(server, m)
       // B's commands: the one script (its own GET and XADD run inside it)

@@ -20,8 +20,9 @@ import * as MemoryStore from "../src/MemoryStore.js"
 import * as StateManager from "../src/StateManager.js"
 import { Store } from "../src/Store.js"
 import * as Worker from "../src/Worker.js"
-import { eventuallyTrue, expectAcquired, failsWith, within } from "./conformance/helpers.js"
+import { expectAcquired, failsWith, within } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
+import { untilReal } from "./support/poll.js"
 import { pendingSleeps } from "./support/testClock.js"
 
 const INTERVAL_MS = 100
@@ -97,10 +98,10 @@ const exists = (file: string) =>
 const awaitTimer = (ms: number) =>
   Effect.gen(function* () {
     const now = yield* Clock.currentTimeMillis
-    yield* eventuallyTrue(
+    yield* untilReal(
       `a timer due within ${ms} ms`,
-      5_000,
-      Effect.map(pendingSleeps, (deadlines) => deadlines.some((deadline) => deadline > now && deadline <= now + ms))
+      Effect.map(pendingSleeps, (deadlines) => deadlines.some((deadline) => deadline > now && deadline <= now + ms)),
+      { within: 5_000 }
     )
   })
 

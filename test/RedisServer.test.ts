@@ -8,6 +8,7 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { Redis } from "ioredis"
+import { untilReal } from "./support/poll.js"
 import { createRunDir, isAlive, reapRunDir, recordProcess, removeRunDir } from "./support/processes.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
@@ -33,15 +34,6 @@ const connect = (server: RedisServer.RedisServer) =>
     }),
     (client) => Effect.sync(() => client.disconnect())
   )
-
-const waitUntil = (label: string, condition: () => boolean) =>
-  Effect.gen(function* () {
-    for (let i = 0; i < 200; i++) {
-      if (condition()) return
-      yield* Effect.sleep("10 millis")
-    }
-    return yield* Effect.die(`timed out waiting for ${label}`)
-  })
 
 describe("RedisServer harness", () => {
   it.live("start: a fresh server on a free loopback port, no persistence, own dir; scope close removes it", () =>
@@ -162,13 +154,21 @@ describe("RedisServer harness", () => {
       assert.strictEqual(yield* server.numsub("ch"), 1)
 
       assert.strictEqual(yield* server.clientKill("pubsub"), 1)
-      yield* waitUntil("the subscriber to close", () => subscriber.status === "end")
+      yield* untilReal(
+        "the subscriber to close",
+        Effect.sync(() => subscriber.status === "end"),
+        { within: 2_000, every: 10 }
+      )
       assert.strictEqual(yield* server.numsub("ch"), 0)
       assert.strictEqual(normal.status, "ready")
       assert.strictEqual(yield* Effect.promise(() => normal.ping()), "PONG")
 
       assert.strictEqual(yield* server.clientKill("normal"), 1)
-      yield* waitUntil("the normal client to close", () => normal.status === "end")
+      yield* untilReal(
+        "the normal client to close",
+        Effect.sync(() => normal.status === "end"),
+        { within: 2_000, every: 10 }
+      )
       // the harness's own connection is not among the killed
       assert.isTrue(yield* server.ping())
     })
@@ -203,7 +203,11 @@ describe("RedisServer harness", () => {
 
       const killed = reapRunDir(dir)
       deepStrictEqual(killed, [pid])
-      yield* waitUntil("the reaped server to exit", () => !isAlive(pid))
+      yield* untilReal(
+        "the reaped server to exit",
+        Effect.sync(() => !isAlive(pid)),
+        { within: 2_000, every: 10 }
+      )
       assert.isTrue(isAlive(bystanderPid ?? -1))
       deepStrictEqual(fs.readdirSync(dir).sort(), ["owner"])
       assert.isTrue(Option.isNone(yield* server.pid))

@@ -21,11 +21,11 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { onServer } from "./conformance/onServer.js"
 import { storeSuite } from "./conformance/storeSuite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { Counter, redisWorkersAt, type Worker } from "./state/workers.js"
+import { untilReal } from "./support/poll.js"
 import * as RedisServer from "./support/RedisServer.js"
 import { caughtUp, replicated, startReplica } from "./support/replica.js"
 
@@ -222,10 +222,10 @@ describe("RedisStore with minReplicasAck", () => {
         }
         assert.strictEqual(yield* cluster.stored("tok"), 2)
         assert.strictEqual(yield* inc(w, "tok"), 3)
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the replica catches up",
-          10_000,
-          Effect.map(counterOn(replica, cluster.keys.slice("tok", "counter")), (n) => n === 3)
+          Effect.map(counterOn(replica, cluster.keys.slice("tok", "counter")), (n) => n === 3),
+          { within: 10_000 }
         )
       }),
     60_000
@@ -250,10 +250,10 @@ describe("RedisStore with minReplicasAck", () => {
         }
         // made on the primary, and the replica catches up: here the change stays
         assert.strictEqual(yield* cluster.stored("tok"), 2)
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the replica catches up",
-          10_000,
-          Effect.map(counterOn(replica, cluster.keys.slice("tok", "counter")), (n) => n === 2)
+          Effect.map(counterOn(replica, cluster.keys.slice("tok", "counter")), (n) => n === 2),
+          { within: 10_000 }
         )
         assert.strictEqual(yield* inc(w, "tok"), 3)
       }),
@@ -322,15 +322,15 @@ describe("RedisStore with minReplicasAck", () => {
         yield* Effect.sleep(1_500)
         yield* replica.resume
         // appended again once the replica acknowledges: a copy that A's reader drops
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the outbox appends again",
-          20_000,
-          Effect.map(length(primary), (n) => n >= 3)
+          Effect.map(length(primary), (n) => n >= 3),
+          { within: 20_000 }
         )
-        yield* eventuallyTrue(
+        yield* untilReal(
           "A receives the update",
-          10_000,
-          Effect.sync(() => a.received.length >= 2)
+          Effect.sync(() => a.received.length >= 2),
+          { within: 10_000 }
         )
         yield* Effect.sleep(500)
         deepStrictEqual(
@@ -382,10 +382,10 @@ const acknowledgedRedis: Backend = {
         const { primary, replica } = yield* shared
         yield* Effect.orDie(primary.command("FLUSHALL"))
         yield* caughtUp(primary)
-        const linked = eventuallyTrue(
+        const linked = untilReal(
           "the replica linked again",
-          20_000,
-          Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
+          Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up"),
+          { within: 20_000 }
         )
         const keyPrefix = `ack${++testCount}`
         const config = LeaseholdConfig.layer({

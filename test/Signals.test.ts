@@ -21,8 +21,9 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
-import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
+import { liveSleep } from "./conformance/helpers.js"
 import { atLevels, capture } from "./support/logs.js"
+import { untilReal } from "./support/poll.js"
 import * as RedisServer from "./support/RedisServer.js"
 
 /** The worker under test: the notices it listens to are addressed to this id. */
@@ -213,10 +214,10 @@ describe("Signals on MemoryStore", () => {
       assert.isFalse(signals.missedSince("tok", first))
       // a notice about the token, with nobody listening to it, was missed
       yield* sendGranted(store, "tok")
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the notice about tok arrived",
-        5_000,
-        Effect.sync(() => signals.missedSince("tok", first))
+        Effect.sync(() => signals.missedSince("tok", first)),
+        { within: 5_000 }
       )
       // a lost subscription may have lost anything
       const second = signals.mark("tok")
@@ -228,10 +229,10 @@ describe("Signals on MemoryStore", () => {
       // and before a sweep still counts as missed
       const third = signals.mark("tok")
       yield* sendGranted(store, "tok")
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the notice arrived",
-        5_000,
-        Effect.sync(() => signals.missedSince("tok", third))
+        Effect.sync(() => signals.missedSince("tok", third)),
+        { within: 5_000 }
       )
       const fourth = signals.mark("tok")
       yield* sendContended(store, "other")
@@ -428,10 +429,10 @@ describe("Signals on RedisStore", () => {
       const connected = Number(/connected_clients:(\d+)/.exec(yield* Effect.promise(() => admin.info("clients")))?.[1])
       yield* Effect.promise(() => admin.config("SET", "maxclients", String(connected - 1)))
       assert.strictEqual(yield* Effect.promise(() => admin.client("KILL", "TYPE", "pubsub") as Promise<number>), 1)
-      yield* eventuallyTrue(
+      yield* untilReal(
         "seven errors of the signals loop",
-        10_000,
-        Effect.map(errorCount, (n) => n - before >= 7)
+        Effect.map(errorCount, (n) => n - before >= 7),
+        { within: 10_000 }
       )
       yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
       deepStrictEqual(yield* next(events), { _tag: "Resubscribed" })
@@ -447,10 +448,10 @@ describe("Signals on RedisStore", () => {
       const events = yield* listen(signals, "tok")
       const before = yield* errorCount
       yield* server.kill
-      yield* eventuallyTrue(
+      yield* untilReal(
         "seven errors of the signals loop",
-        10_000,
-        Effect.map(errorCount, (n) => n - before >= 7)
+        Effect.map(errorCount, (n) => n - before >= 7),
+        { within: 10_000 }
       )
       const [loop] = yield* health.loops
       assert.strictEqual(loop?.state._tag, "Retrying")
@@ -483,10 +484,10 @@ describe("Signals on RedisStore", () => {
       yield* Effect.orDie(server.clientKill("pubsub"))
       // the reconnection is refused, so the loop is left in its 30 s delay
       yield* Effect.promise(() => admin.config("SET", "maxclients", "2"))
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the signals loop retrying",
-        5_000,
-        Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying")
+        Effect.map(health.loops, ([loop]) => loop?.state._tag === "Retrying"),
+        { within: 5_000 }
       )
       yield* liveSleep(200)
       const started = yield* Clock.currentTimeMillis
@@ -494,10 +495,10 @@ describe("Signals on RedisStore", () => {
       const elapsed = (yield* Clock.currentTimeMillis) - started
       assert.isBelow(elapsed, 1_000)
       yield* Effect.promise(() => admin.config("SET", "maxclients", "10000"))
-      yield* eventuallyTrue(
+      yield* untilReal(
         "no leasehold connection left",
-        2_000,
-        Effect.map(leasehold, (n) => n === 0)
+        Effect.map(leasehold, (n) => n === 0),
+        { within: 2_000 }
       )
     })
   )

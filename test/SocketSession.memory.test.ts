@@ -37,7 +37,7 @@ import {
   serveWorker,
   session
 } from "./session/support.js"
-import { untilWithoutTime } from "./support/testClock.js"
+import { withoutClockTime } from "./support/poll.js"
 
 const settings = (input: LeaseholdConfig.Input = {}) => LeaseholdConfig.layer({ oplock: false, ...input })
 
@@ -96,7 +96,7 @@ const reconnect = (port: number, query: { readonly token?: string; readonly clie
 
 /** Until the effectful handler has been called `n` times more than `from`: its event is being handled. */
 const handlerCalled = (from: number, n = 1) =>
-  untilWithoutTime(
+  withoutClockTime(
     "the handler called",
     Effect.sync(() => calls.total >= from + n)
   )

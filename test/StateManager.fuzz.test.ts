@@ -7,8 +7,8 @@ import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Random from "effect/Random"
 import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type Cluster, Counter, memoryCluster, redisCluster, type Worker } from "./state/workers.js"
+import { untilReal } from "./support/poll.js"
 
 const WORKERS = 3
 const FIBERS = 4
@@ -70,10 +70,10 @@ const fuzz = (make: Effect.Effect<Cluster, never, any>) =>
     for (const token of TOKENS) {
       assert.strictEqual(yield* cluster.stored(token), successes.get(token), `token ${token}`)
       assert.isTrue(Option.isNone(yield* cluster.store.holder(token)), `no lock left on ${token}`)
-      yield* eventuallyTrue(
+      yield* untilReal(
         `no worker left queued on ${token}`,
-        2_000,
-        Effect.map(cluster.store.queue(token), (ids) => ids.length === 0)
+        Effect.map(cluster.store.queue(token), (ids) => ids.length === 0),
+        { within: 2_000 }
       )
       deepStrictEqual(yield* cluster.store.queue(token), [])
     }

@@ -14,11 +14,11 @@ import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
 import * as Lease from "../src/internal/lease.js"
 import * as StateManager from "../src/StateManager.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, memoryCluster, Other } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
-import { settle, untilOnTestClock, untilWithoutTime } from "./support/testClock.js"
+import { untilOnTestClock, untilReal, withoutClockTime } from "./support/poll.js"
+import { settle } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 
 /** A full collection (`gc`, exposed for this process). */
@@ -62,29 +62,29 @@ describe("signals lost with the subscriber connection", () => {
       )
       yield* Deferred.await(entered)
       const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the waiter is queued",
-        5_000,
         Effect.andThen(
           settle,
           Effect.map(cluster.store.queue("t"), (ids) => ids.includes(waiter.id))
-        )
+        ),
+        { within: 5_000 }
       )
       // the lock goes away without a notice (as if its hand-off was published while the
       // subscriber connection was down), then the connection drops and comes back
       yield* cluster.control.setRaw(cluster.keys.lock("t"), "", 0)
       yield* cluster.control.dropSubscriptions
       // no time passes: Resubscribed made the waiter try again
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the waiter finished",
-        5_000,
         Effect.andThen(
           settle,
           Effect.map(
             Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
             Option.isSome
           )
-        )
+        ),
+        { within: 5_000 }
       )
       assert.strictEqual(yield* Clock.currentTimeMillis, 0)
       assert.strictEqual(yield* cluster.stored("t"), 10)
@@ -376,13 +376,13 @@ describe("modifications that take the lock in their caller's fiber", () => {
       // (each written before it is acknowledged), as nobody else waits
       // (docs/design.md#local-batching-bounded-unfairness)
       assert.strictEqual(yield* cluster.grants("t"), 1)
-      yield* eventuallyTrue(
+      yield* untilReal(
         "no local entry",
-        5_000,
         Effect.andThen(
           settle,
           Effect.map(w.lease.sessions, (n) => n === 0)
-        )
+        ),
+        { within: 5_000 }
       )
     })
   )
@@ -630,7 +630,7 @@ describe("a contended lease with nothing queued", () => {
       const second = yield* Effect.forkChild(waiter.states.modify("t", Counter, (s) => [null, { n: s.n + 10 }]))
       // the holder gives its callers one turn of the event loop, no clock time (the clock
       // never moves here: a holder that waited out its quantum fails the wait after 200 turns)
-      yield* untilWithoutTime(
+      yield* withoutClockTime(
         "the waiter's modification is done",
         Effect.map(
           Effect.sync(() => Option.fromNullishOr(second.pollUnsafe())),
@@ -1101,7 +1101,7 @@ describe("a contended grant acknowledged from memory (leaseDurability memory)", 
       const seen = yield* Effect.forkChild(after.states.modify("t", Counter, (s) => [s.n, { n: s.n + 10 }]))
       // the clock stands still: the quantum never ends, so only an empty local queue after
       // a turn of the event loop lets `after` in
-      yield* untilWithoutTime(
+      yield* withoutClockTime(
         "the waiter's modification is done",
         Effect.map(
           Effect.sync(() => Option.fromNullishOr(seen.pollUnsafe())),

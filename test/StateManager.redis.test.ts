@@ -8,11 +8,12 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
-import { eventually, eventuallyTrue, within } from "./conformance/helpers.js"
+import { within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, Other, redisCluster, type Worker } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
+import { succeedsReal, untilReal } from "./support/poll.js"
 import type * as RedisServer from "./support/RedisServer.js"
 
 const redis: StateBackend = {
@@ -24,7 +25,7 @@ const redis: StateBackend = {
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
           quiet: () => Monitor.quiet(cluster.server),
-          until: (label, check) => eventuallyTrue(label, 5_000, check)
+          until: (label, check) => untilReal(label, check, { within: 5_000 })
         }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
@@ -147,10 +148,10 @@ describe("a modification in one step on the values of the worker's last grant", 
       const seen: Array<number> = []
       const later = yield* Effect.forkChild(a.states.modify("t", Counter, add(seen)))
       // its step refused, a waits in the token's queue behind b
-      yield* eventuallyTrue(
+      yield* untilReal(
         "a queued",
-        5_000,
-        Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id))
+        Effect.map(cluster.store.queue("t"), (ids) => ids.includes(a.id)),
+        { within: 5_000 }
       )
       assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(later.pollUnsafe()))))
       yield* held.open
@@ -191,10 +192,10 @@ describe("round trips of a lease", () => {
       /** What clients sent from `start` on, once `n` commands have come (the lease's own come after the acknowledgement). */
       const sentOnce = (start: number, n: number) =>
         Effect.gen(function* () {
-          yield* eventuallyTrue(
+          yield* untilReal(
             `${n} commands`,
-            5_000,
-            Effect.sync(() => Monitor.sentBetween(m, start, m.commands.length).length >= n)
+            Effect.sync(() => Monitor.sentBetween(m, start, m.commands.length).length >= n),
+            { within: 5_000 }
           )
           const end = yield* Monitor.barrier(cluster.server, m)
           return { end, sent: Monitor.sentBetween(m, start, end).map(kind) }
@@ -238,19 +239,19 @@ describe("leases acknowledged from memory", () => {
           }
         })
       )
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the loop runs",
-        5_000,
-        Effect.sync(() => loops >= 3)
+        Effect.sync(() => loops >= 3),
+        { within: 5_000 }
       )
       const waiter = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [null, { n: s.n + 1000 }]))
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the waiter got its turn",
-        5_000,
         Effect.map(
           Effect.sync(() => Option.fromNullishOr(waiter.pollUnsafe())),
           Option.isSome
-        )
+        ),
+        { within: 5_000 }
       )
       stop = true
       yield* Fiber.join(looping)
@@ -273,10 +274,10 @@ describe("interruptions while the store is away", () => {
         const w = yield* cluster.worker()
         yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
         yield* cluster.server.kill
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the worker's connection knows",
-          5_000,
-          Effect.map(w.store.status, (status) => !status.ready)
+          Effect.map(w.store.status, (status) => !status.ready),
+          { within: 5_000 }
         )
         // The first attempt waits (up to the command timeout) for the connection to return:
         // started at once, the caller runs to that wait (nothing before it waits for anything)
@@ -294,10 +295,10 @@ describe("interruptions while the store is away", () => {
         const next = yield* within(
           "the next modification",
           10_000,
-          eventually(
+          succeedsReal(
             "a modification after the restart",
-            10_000,
-            w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+            w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]),
+            { within: 10_000 }
           )
         )
         assert.strictEqual(next, 1)

@@ -13,7 +13,8 @@ import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
 import { Counter, memoryCluster } from "./state/workers.js"
 import * as Logs from "./support/logs.js"
-import { settle, untilOnTestClock } from "./support/testClock.js"
+import { untilOnTestClock } from "./support/poll.js"
+import { settle } from "./support/testClock.js"
 
 const warning = (heldMs: number, event: string) =>
   `lock of token t was held too long: ${heldMs} ms by one modification (event ${event}); ` +

@@ -23,8 +23,9 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { collectFirst, eventually, eventuallyTrue, failsWith, joinWithin, within } from "./conformance/helpers.js"
+import { collectFirst, failsWith, joinWithin, within } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { succeedsReal, untilReal } from "./support/poll.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -132,10 +133,10 @@ const redisCluster: Backend = {
             commandTimeoutMs: COMMAND_TIMEOUT_MS,
             exactTime: false,
             advance: (ms) => Effect.sleep(ms),
-            awaitBlockedRead: eventuallyTrue(
+            awaitBlockedRead: untilReal(
               "a blocked client on a node",
-              5_000,
-              Effect.map(blockedClients(cluster), (n) => n > 0)
+              Effect.map(blockedClients(cluster), (n) => n > 0),
+              { within: 5_000 }
             ),
             putRaw: (key, value) => putRaw(cluster, "SET", key, value),
             putRawExpiring: (key, value, ttlMs) => putRaw(cluster, "SET", key, value, "PX", ttlMs),
@@ -289,7 +290,9 @@ describe("RedisStore on a Redis Cluster", () => {
         { _tag: "Released", lockId: "lock-1" }
       ])
       // the cut master's subscriber reconnects, and a new subscription there works
-      const again = yield* eventually("a new subscription on the cut master", 5_000, store.subscribe(cutToken))
+      const again = yield* succeedsReal("a new subscription on the cut master", store.subscribe(cutToken), {
+        within: 5_000
+      })
       const next = yield* collectFirst(again, 1)
       yield* store.tryAcquire(cutToken, "lock-2", [])
       yield* store.release(cutToken, "lock-2")
@@ -336,10 +339,10 @@ describe("RedisStore on a Redis Cluster", () => {
       for (const instance of ["inst-a", "inst-b", "inst-c", "inst-d"]) {
         const owner = yield* Effect.orDie(cluster.nodeFor(keys.mailbox(instance)))
         const reader = yield* Effect.forkChild(store.mailboxRead(instance, "0-0", { count: 10, blockMs: 5_000 }))
-        yield* eventuallyTrue(
+        yield* untilReal(
           `${instance}'s read blocked on its master`,
-          5_000,
-          Effect.map(Effect.orDie(owner.info("clients")), (info) => Number(info.blocked_clients) === 1)
+          Effect.map(Effect.orDie(owner.info("clients")), (info) => Number(info.blocked_clients) === 1),
+          { within: 5_000 }
         )
         const id = yield* store.mailboxAppend(instance, "hello", { maxLen: 100, ttlMs: 60_000 })
         deepStrictEqual(yield* joinWithin("the blocked read", 5_000, reader), [{ id, payload: "hello" }])
@@ -368,12 +371,12 @@ describe("RedisStore on a Redis Cluster", () => {
         yield* Effect.addFinalizer(() => cluster.restart)
         yield* victim.kill
         // A master the others cannot reach for the node timeout fails the whole cluster.
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the survivors to see the cluster down",
-          20_000,
           Effect.map(Effect.orDie(survivor.command("CLUSTER", "INFO")), (info) =>
             String(info).includes("cluster_state:fail")
-          )
+          ),
+          { within: 20_000 }
         )
         const onVictim = yield* failsWith(store.tryAcquire("tok-0", "lock-1", []), "StoreUnavailable")
         assert.include(onVictim.message, "tryAcquire")
@@ -382,11 +385,9 @@ describe("RedisStore on a Redis Cluster", () => {
         const down = yield* failsWith(store.tryAcquire(survivorToken, "lock-1", []), "StoreUnavailable")
         assert.include(down.message, "tryAcquire")
         yield* cluster.restart
-        const acquired = yield* eventually(
-          "a grant after the recovery",
-          20_000,
-          store.tryAcquire("tok-0", "lock-2", [])
-        )
+        const acquired = yield* succeedsReal("a grant after the recovery", store.tryAcquire("tok-0", "lock-2", []), {
+          within: 20_000
+        })
         assert.strictEqual(acquired._tag, "Acquired")
       }),
     90_000
@@ -508,7 +509,7 @@ describe("RedisStore when a master leaves the cluster", () => {
         yield* cluster.moveSlots(leaving, into)
         const lost = yield* within("the old subscription to fail", 15_000, Effect.flip(Fiber.join(before)))
         assert.strictEqual(lost._tag, "StoreUnavailable")
-        const moved = yield* eventually("subscribing on the new master", 15_000, store.subscribe(token))
+        const moved = yield* succeedsReal("subscribing on the new master", store.subscribe(token), { within: 15_000 })
         const first = yield* collectFirst(moved, 1)
         yield* store.tryAcquire(token, "lock-moved", [])
         yield* store.release(token, "lock-moved")
@@ -520,13 +521,13 @@ describe("RedisStore when a master leaves the cluster", () => {
         yield* cluster.removeMaster(leaving, into)
         const watchLost = yield* within("the socket watch to fail", 15_000, Effect.flip(Fiber.join(watch)))
         assert.strictEqual(watchLost._tag, "StoreUnavailable")
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the store ready, in a new epoch",
-          15_000,
-          Effect.map(store.status, (status) => status.ready && status.epoch > epoch)
+          Effect.map(store.status, (status) => status.ready && status.epoch > epoch),
+          { within: 15_000 }
         )
         // a new subscription lives on the token's new master and hears what is published
-        const signals = yield* eventually("subscribing again", 15_000, store.subscribe(token))
+        const signals = yield* succeedsReal("subscribing again", store.subscribe(token), { within: 15_000 })
         const received = yield* collectFirst(signals, 1)
         assert.strictEqual(yield* shardSubscribers(cluster, keys.signal(token)), 1)
         yield* store.tryAcquire(token, "lock-2", [])
@@ -536,7 +537,7 @@ describe("RedisStore when a master leaves the cluster", () => {
         ])
         deepStrictEqual(yield* store.readSlices(token, ["a"]), [Option.some("kept")])
         // the socket watch covers the two masters left
-        yield* eventually("watching socket records again", 15_000, store.socketEvents)
+        yield* succeedsReal("watching socket records again", store.socketEvents, { within: 15_000 })
       }),
     120_000
   )

@@ -12,8 +12,9 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import { Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { eventuallyTrue, liveSleep } from "./conformance/helpers.js"
+import { liveSleep } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { untilReal } from "./support/poll.js"
 import { pendingSleeps } from "./support/testClock.js"
 
 const LOCK_EXPIRATION_MS = 300
@@ -57,10 +58,10 @@ const memory = (persisted: boolean): Backend => ({
           commandTimeoutMs: COMMAND_TIMEOUT_MS,
           exactTime: true,
           advance: (ms) => TestClock.adjust(ms),
-          awaitBlockedRead: eventuallyTrue(
+          awaitBlockedRead: untilReal(
             "a sleep registered with the TestClock",
-            2_000,
-            Effect.map(pendingSleeps, (sleeps) => sleeps.length > 0)
+            Effect.map(pendingSleeps, (sleeps) => sleeps.length > 0),
+            { within: 2_000 }
           ),
           putRaw: (key, value) => control.setRaw(key, value),
           putRawExpiring: (key, value, ttlMs) => control.setRaw(key, value, ttlMs),

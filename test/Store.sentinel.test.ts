@@ -22,8 +22,9 @@ import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as RedisStore from "../src/RedisStore.js"
 import { MailboxStart, Store } from "../src/Store.js"
 import type { Backend, Fixture } from "./conformance/backend.js"
-import { collectFirst, eventually, eventuallyTrue, failsWith, joinWithin, within } from "./conformance/helpers.js"
+import { collectFirst, failsWith, joinWithin, within } from "./conformance/helpers.js"
 import { storeSuite } from "./conformance/storeSuite.js"
+import { succeedsReal, untilReal } from "./support/poll.js"
 import * as RedisSentinel from "./support/RedisSentinel.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -126,12 +127,12 @@ const sentinelBackend: Backend = {
             commandTimeoutMs: COMMAND_TIMEOUT_MS,
             exactTime: false,
             advance: (ms) => Effect.sleep(ms),
-            awaitBlockedRead: eventuallyTrue(
+            awaitBlockedRead: untilReal(
               "a blocked client on the primary",
-              5_000,
               onPrimary(sentinel, (server) =>
                 Effect.map(server.info("clients"), (info) => Number(info.blocked_clients) > 0)
-              )
+              ),
+              { within: 5_000 }
             ),
             putRaw: (key, value) => primary((server) => server.command("SET", key, value)),
             putRawExpiring: (key, value, ttlMs) => primary((server) => server.command("SET", key, value, "PX", ttlMs)),
@@ -189,12 +190,12 @@ describe("RedisStore through a failover", () => {
         yield* sentinel.awaitReplicated
         const signals = yield* Effect.forkChild(Stream.runDrain(yield* store.subscribe("tok")))
         const read = yield* Effect.forkChild(store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 30_000 }))
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the read blocked on the primary",
-          5_000,
           onPrimary(sentinel, (server) =>
             Effect.map(server.info("clients"), (info) => Number(info.blocked_clients) > 0)
-          )
+          ),
+          { within: 5_000 }
         )
         const before = yield* store.status
         assert.isTrue(before.ready)
@@ -210,13 +211,15 @@ describe("RedisStore through a failover", () => {
           (yield* within("the blocked read to fail", 10_000, Effect.flip(Fiber.join(read))))._tag,
           "StoreUnavailable"
         )
-        yield* eventuallyTrue(
+        yield* untilReal(
           "ready again, in a new epoch",
-          15_000,
-          Effect.map(store.status, (status) => status.ready && status.epoch > before.epoch)
+          Effect.map(store.status, (status) => status.ready && status.epoch > before.epoch),
+          { within: 15_000 }
         )
         deepStrictEqual(yield* store.readSlices("tok", ["a"]), [Option.some("kept")])
-        const grant = yield* eventually("a grant on the new primary", 5_000, store.tryAcquire("tok", "lock-2", ["a"]))
+        const grant = yield* succeedsReal("a grant on the new primary", store.tryAcquire("tok", "lock-2", ["a"]), {
+          within: 5_000
+        })
         assert.strictEqual(grant._tag, "Acquired")
         // the fence goes on from the replicated one
         assert.strictEqual(grant._tag === "Acquired" ? grant.fence : 0, 2)
@@ -235,10 +238,10 @@ describe("RedisStore through a failover", () => {
         const reader = yield* Effect.forkChild(
           store.mailboxRead("inst-b", MailboxStart, { count: 10, blockMs: 10_000 })
         )
-        yield* eventuallyTrue(
+        yield* untilReal(
           "a read blocked on the new primary",
-          5_000,
-          Effect.map(Effect.orDie(promoted.info("clients")), (info) => Number(info.blocked_clients) > 0)
+          Effect.map(Effect.orDie(promoted.info("clients")), (info) => Number(info.blocked_clients) > 0),
+          { within: 5_000 }
         )
         const id = yield* store.mailboxAppend("inst-b", "after", { maxLen: 100, ttlMs: 60_000 })
         deepStrictEqual(yield* joinWithin("the blocked read", 5_000, reader), [{ id, payload: "after" }])
@@ -272,12 +275,14 @@ describe("RedisStore through a failover", () => {
         assert.strictEqual(old, frozen)
         // the Sentinels announce the promotion: the connections to the frozen server drop
         // (nothing else would end them: it still holds their sockets)
-        yield* eventuallyTrue(
+        yield* untilReal(
           "ready again, in a new epoch, while the old primary is frozen",
-          15_000,
-          Effect.map(store.status, (status) => status.ready && status.epoch > before.epoch)
+          Effect.map(store.status, (status) => status.ready && status.epoch > before.epoch),
+          { within: 15_000 }
         )
-        deepStrictEqual(yield* eventually("a read", 5_000, store.readSlices("tok", ["a"])), [Option.some("kept")])
+        deepStrictEqual(yield* succeedsReal("a read", store.readSlices("tok", ["a"]), { within: 5_000 }), [
+          Option.some("kept")
+        ])
         assert.strictEqual((yield* store.tryAcquire("tok", "lock-2", []))._tag, "Acquired")
         assert.strictEqual(Option.isSome(yield* old.pid), true)
 
@@ -305,20 +310,20 @@ describe("Sentinel connections", () => {
         Effect.sync(() => openConnection(endpoint, options, () => undefined)),
         (c) => Effect.sync(() => endConnection(c))
       )
-      yield* eventuallyTrue(
+      yield* untilReal(
         "ready",
-        10_000,
-        Effect.sync(() => connection.status === "ready")
+        Effect.sync(() => connection.status === "ready"),
+        { within: 10_000 }
       )
       // what ioredis does when a promotion's announcement cuts a connection that is asking
       // the Sentinels for the primary: it ends it
       let ends = 0
       connection.on("end", () => ends++)
       connection.disconnect()
-      yield* eventuallyTrue(
+      yield* untilReal(
         "ended, then ready again",
-        10_000,
-        Effect.sync(() => ends === 1 && connection.status === "ready")
+        Effect.sync(() => ends === 1 && connection.status === "ready"),
+        { within: 10_000 }
       )
       assert.strictEqual(yield* Effect.promise(() => connection.ping()), "PONG")
       endConnection(connection)

@@ -8,8 +8,8 @@
  */
 import { afterAll, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
+import { untilReal } from "./support/poll.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import { onRedisCluster } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
@@ -31,7 +31,7 @@ const redisCluster: TokenBackend = {
           const cluster = yield* onRedisCluster(nodes, { keyPrefix: `tokens${++testCount}`, ...input }, options)
           yield* body(cluster, {
             advance: (ms) => Effect.sleep(ms),
-            until: (label, check) => eventuallyTrue(label, 15_000, check)
+            until: (label, check) => untilReal(label, check, { within: 15_000 })
           }).pipe(Effect.provide(Logs.into(cluster.logs)))
         }),
       60_000

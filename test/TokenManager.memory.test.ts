@@ -4,9 +4,9 @@ import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as TestClock from "effect/testing/TestClock"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
-import { settle, untilOnTestClock } from "./support/testClock.js"
+import { untilOnTestClock, untilReal } from "./support/poll.js"
+import { settle } from "./support/testClock.js"
 import { recordingTracer } from "./support/tracer.js"
 import { memoryCluster } from "./tokens/cluster.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
@@ -36,16 +36,16 @@ describe("TokenManager (memory): the restore", () => {
       const a = yield* cluster.worker()
       for (const token of ["tab-1", "tab-2", "tab-3"]) yield* a.tokens.link(token, `c-${token}`)
       yield* cluster.remove("tab-2")
-      yield* eventuallyTrue("tab-2 claimed again", 5_000, Effect.map(cluster.record("tab-2"), Option.isSome))
+      yield* untilReal("tab-2 claimed again", Effect.map(cluster.record("tab-2"), Option.isSome), { within: 5_000 })
       const before = yield* cluster.operations
       yield* cluster.dropSubscriptions
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the restore ran",
-        5_000,
         Effect.andThen(
           settle,
           Effect.map(cluster.operations, (n) => n > before)
-        )
+        ),
+        { within: 5_000 }
       )
       yield* settle
       // One batched claim per restore (the reconnection's new epoch may bring a second one),
@@ -94,13 +94,13 @@ describe("TokenManager (memory): a disconnect racing the sockets loop", () => {
       // called the store, the re-claim is over.
       const before = (yield* cluster.calls).length
       yield* cluster.dropSubscriptions
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the restore after the re-claim",
-        5_000,
         Effect.andThen(
           settle,
           Effect.map(cluster.calls, (calls) => calls.slice(before).includes("claimSockets"))
-        )
+        ),
+        { within: 5_000 }
       )
       deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
       deepStrictEqual(yield* cluster.record("tab-2"), Option.some({ instanceId: a.id, connectionId: "c2" }))

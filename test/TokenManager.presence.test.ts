@@ -18,6 +18,7 @@ import { makeKeys } from "../src/internal/keys.js"
 import type { SocketRecord } from "../src/Store.js"
 import { StoreUnavailable } from "../src/StoreError.js"
 import * as TokenManager from "../src/TokenManager.js"
+import { untilOnTestClock } from "./support/poll.js"
 import { settle } from "./support/testClock.js"
 import { memoryCluster, type TokenWorker } from "./tokens/cluster.js"
 
@@ -32,25 +33,19 @@ const dead: SocketRecord = { instanceId: "dead-worker", connectionId: "c-dead" }
 /** Move the TestClock in small steps until `fiber` is done (at most `limitMs`). */
 const runFor = <A, E>(fiber: Fiber.Fiber<A, E>, limitMs: number) =>
   Effect.andThen(
-    advanceUntil(
+    untilOnTestClock(
+      "the fiber is done",
       Effect.map(
         Effect.sync(() => Option.fromNullishOr(fiber.pollUnsafe())),
         Option.isSome
       ),
-      limitMs
+      advanceOptions(limitMs)
     ),
     Fiber.join(fiber)
   )
 
-/** Move the TestClock in small steps until `done` (at most `limitMs`). */
-const advanceUntil = (done: Effect.Effect<boolean>, limitMs: number) =>
-  Effect.gen(function* () {
-    for (let elapsed = 0; elapsed < limitMs; elapsed += 50) {
-      if (yield* done) return
-      yield* TestClock.adjust(50)
-      yield* settle
-    }
-  })
+/** Move the TestClock 50 ms at a time until `done` (at most `limitMs` of it). */
+const advanceOptions = (limitMs: number) => ({ step: 50, every: 0, clockLimit: limitMs, within: 20_000 })
 
 /** Whether the record of `token` is `record`. */
 const recordIs = (
@@ -244,13 +239,14 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         deepStrictEqual(yield* b.tokens.owner("tab-1", { refresh: true }), Option.some(mine(b, "cb")))
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
         const ours = Option.some(mine(b, "cb"))
-        yield* advanceUntil(
+        yield* untilOnTestClock(
+          "the record is ours or the socket lost",
           Effect.zipWith(
             Effect.sync(() => Option.fromNullishOr(lost.pollUnsafe())),
             recordIs(cluster, "tab-1", mine(b, "cb")),
             (l, r) => Option.isSome(l) || r
           ),
-          presenceMs * 8
+          advanceOptions(presenceMs * 8)
         )
         deepStrictEqual(yield* cluster.record("tab-1"), ours)
         deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
@@ -305,13 +301,14 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
       })
       const b = yield* cluster.worker()
       yield* linkDuringOutage(cluster, b)
-      yield* advanceUntil(
+      yield* untilOnTestClock(
+        "the take-over tried",
         Effect.sync(() => attempts > 0),
-        presenceMs * 8
+        advanceOptions(presenceMs * 8)
       )
       assert.strictEqual(attempts, 1, "the take-over was tried")
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(dead))
-      yield* advanceUntil(recordIs(cluster, "tab-1", mine(b, "cb")), 60_000)
+      yield* untilOnTestClock("the record is ours", recordIs(cluster, "tab-1", mine(b, "cb")), advanceOptions(60_000))
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
       assert.isTrue(attempts >= 2)
       deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
@@ -331,7 +328,11 @@ describe("TokenManager (memory): a dead owner is not a duplicate", () => {
         yield* cluster.dropSubscriptions
         yield* settle
         yield* cluster.dropSubscriptions
-        yield* advanceUntil(recordIs(cluster, "tab-1", mine(b, "cb")), presenceMs * 10)
+        yield* untilOnTestClock(
+          "the record is ours",
+          recordIs(cluster, "tab-1", mine(b, "cb")),
+          advanceOptions(presenceMs * 10)
+        )
         deepStrictEqual(yield* cluster.record("tab-1"), Option.some(mine(b, "cb")))
         assert.strictEqual((yield* Metric.value(TokenManager.takeovers)).count - before, 1)
         const taking = cluster.logs.filter((line) => line.message.includes(takingOver))

@@ -9,7 +9,7 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { makeKeys } from "../src/internal/keys.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
+import { untilReal } from "./support/poll.js"
 import { redisCluster } from "./tokens/cluster.js"
 import { frozenOwnerTakenOver, killedOwnerTakenOver, type ProcessBackend, presenceMs } from "./tokens/processes.js"
 
@@ -47,7 +47,7 @@ describe("TokenManager (redis, processes): a dead owner is not a duplicate", () 
         yield* Effect.sleep(presenceMs * 2)
         // restarted empty: every record and presence entry is gone until the workers write them back
         yield* cluster.outage.end
-        yield* eventuallyTrue("a's record is back", 15_000, Effect.map(cluster.record("tab-r"), Option.isSome))
+        yield* untilReal("a's record is back", Effect.map(cluster.record("tab-r"), Option.isSome), { within: 15_000 })
         // the order where a's presence comes back after its record (its next refresh still to come)
         yield* Effect.orDie(cluster.server.command("DEL", makeKeys("leasehold").presence(a.id)))
         const linked = yield* b.tokens.link("tab-r", "cb")

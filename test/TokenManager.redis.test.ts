@@ -4,8 +4,8 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as TokenManager from "../src/TokenManager.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import * as Logs from "./support/logs.js"
+import { untilReal } from "./support/poll.js"
 import { redisCluster, type TokenWorker } from "./tokens/cluster.js"
 import { deadRecordTakenOverAfterRefusedLink, maxmemory, probe } from "./tokens/refusedWrites.js"
 import { type TokenBackend, tokenSuite } from "./tokens/suite.js"
@@ -18,7 +18,7 @@ const redis: TokenBackend = {
         const cluster = yield* redisCluster(input, options)
         yield* body(cluster, {
           advance: (ms) => Effect.sleep(ms),
-          until: (label, check) => eventuallyTrue(label, 8_000, check)
+          until: (label, check) => untilReal(label, check, { within: 8_000 })
         }).pipe(Effect.provide(Logs.into(cluster.logs)))
       })
     )
@@ -47,12 +47,12 @@ describe("TokenManager (redis): workers", () => {
       const c = yield* cluster.worker()
       yield* c.tokens.link("tab-c", "cc")
       // one worker more: one connection more of each role the others have
-      yield* eventuallyTrue(
+      yield* untilReal(
         "a third worker's connections",
-        8_000,
         Effect.map(connectionsByName(cluster), (after) =>
           ["leasehold:command", "leasehold:subscriber"].every((name) => (after[name] ?? 0) === (before[name] ?? 0) + 1)
-        )
+        ),
+        { within: 8_000 }
       )
       // the harness's store and the three workers' own
       assert.isAtLeast(before["leasehold:command"] ?? 0, 3, JSON.stringify(before))
@@ -77,23 +77,23 @@ describe("TokenManager (redis): refused writes and restarts", () => {
 
       // a resubscription restores: tab-0 is unchanged, tab-1's claim is refused and logged
       yield* cluster.dropSubscriptions
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the refused restore logged",
-        8_000,
         Effect.sync(() =>
           cluster.logs.some((line) => line.level === "WARN" && line.message.includes("cannot restore token tab-1"))
-        )
+        ),
+        { within: 8_000 }
       )
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the sockets loop running",
-        8_000,
-        Effect.map(socketsLoop(a), (state) => state === "Running")
+        Effect.map(socketsLoop(a), (state) => state === "Running"),
+        { within: 8_000 }
       )
       deepStrictEqual(yield* cluster.record("tab-1"), Option.none())
 
       yield* Effect.orDie(cluster.server.command("CONFIG", "SET", "maxmemory", "0"))
       yield* cluster.dropSubscriptions
-      yield* eventuallyTrue("tab-1 stored", 8_000, Effect.map(cluster.record("tab-1"), Option.isSome))
+      yield* untilReal("tab-1 stored", Effect.map(cluster.record("tab-1"), Option.isSome), { within: 8_000 })
       deepStrictEqual(yield* cluster.record("tab-1"), Option.some({ instanceId: a.id, connectionId: "c1" }))
       deepStrictEqual(yield* cluster.record("tab-0"), Option.some({ instanceId: a.id, connectionId: "c0" }))
     })
@@ -121,12 +121,12 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       yield* a.tokens.link("tab-a", "ca")
       yield* b.tokens.link("tab-b", "cb")
       yield* cluster.server.restart
-      yield* eventuallyTrue(
+      yield* untilReal(
         "both records back",
-        8_000,
         Effect.map(Effect.all([cluster.record("tab-a"), cluster.record("tab-b")]), (records) =>
           records.every(Option.isSome)
-        )
+        ),
+        { within: 8_000 }
       )
       const [, flags] = (yield* Effect.orDie(cluster.server.command("CONFIG", "GET", "notify-keyspace-events"))) as [
         string,
@@ -135,12 +135,12 @@ describe("TokenManager (redis): refused writes and restarts", () => {
       for (const flag of ["K", "g", "$", "x", "e"]) assert.include(flags, flag)
       // the restarted server's events work: a deletion is claimed again at once
       yield* cluster.remove("tab-a")
-      yield* eventuallyTrue("tab-a claimed again", 8_000, Effect.map(cluster.record("tab-a"), Option.isSome))
+      yield* untilReal("tab-a claimed again", Effect.map(cluster.record("tab-a"), Option.isSome), { within: 8_000 })
       for (const w of [a, b]) {
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the sockets loop running",
-          8_000,
-          Effect.map(socketsLoop(w), (state) => state === "Running")
+          Effect.map(socketsLoop(w), (state) => state === "Running"),
+          { within: 8_000 }
         )
       }
       assert.isTrue(

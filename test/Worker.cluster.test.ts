@@ -13,7 +13,6 @@ import { deepStrictEqual } from "@effect/vitest/utils"
 import * as Effect from "effect/Effect"
 import type * as Inspect from "../src/Inspect.js"
 import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
-import { eventuallyTrue } from "./conformance/helpers.js"
 import { type DeliveryBackend, deliverySuite } from "./delivery/suite.js"
 import { redisWorkers, update } from "./delivery/workers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
@@ -21,6 +20,7 @@ import { Counter, redisClusterWorkers } from "./state/workers.js"
 import { leasehold } from "./support/cli.js"
 import * as Logs from "./support/logs.js"
 import * as Monitor from "./support/monitor.js"
+import { untilReal } from "./support/poll.js"
 import * as RedisCluster from "./support/RedisCluster.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -54,7 +54,7 @@ const state: StateBackend = {
           yield* body(workers, {
             advance: (ms) => Effect.sleep(ms),
             quiet: (token) => Effect.flatMap(Effect.orDie(cluster.nodeFor(workers.keys.lock(token))), Monitor.quiet),
-            until: (label, check) => eventuallyTrue(label, 10_000, check)
+            until: (label, check) => untilReal(label, check, { within: 10_000 })
           }).pipe(Effect.provide(Logs.into(workers.logs)))
         }),
       60_000
@@ -73,7 +73,7 @@ const delivery: DeliveryBackend = {
           const cluster = yield* clusters.get
           const fx = yield* redisWorkers(cluster.url, { redisCluster: true, keyPrefix: `delivery${++testCount}` })
           yield* body(fx, {
-            until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
+            until: (label, check) => untilReal(label, check, { within: 10_000 })
           })
         }),
       60_000
@@ -127,10 +127,10 @@ describe("inspect on a Redis Cluster", () => {
         yield* a.tokens.link("tab-1", "sid-1")
         yield* a.states.modify("tab-1", Counter, (s) => [null, { n: s.n + 1 }])
         for (let i = 1; i <= 2; i++) yield* b.mailbox.send("tab-1", update(i))
-        yield* eventuallyTrue(
+        yield* untilReal(
           "A receives both updates",
-          10_000,
-          Effect.sync(() => a.received.length === 2)
+          Effect.sync(() => a.received.length === 2),
+          { within: 10_000 }
         )
 
         const token = yield* leasehold([

@@ -11,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type { Page } from "playwright-core"
+import { untilReal } from "../support/poll.js"
 import * as RedisServer from "../support/RedisServer.js"
 import { browser, countOf, newContext, newPage, opened, shows, textOf } from "./chromium.js"
 import { request, startApp, state } from "./support.js"
@@ -117,16 +118,6 @@ const clickEvery = (page: Page, n: number, ms: number) =>
     }`)
   )
 
-/** Check `condition` every 50 ms until it holds; dies with `describe()` after `ms`. */
-const eventually = (condition: Effect.Effect<boolean>, ms: number, describe: () => Effect.Effect<string>) =>
-  Effect.gen(function* () {
-    const deadline = Date.now() + ms
-    while (!(yield* condition)) {
-      if (Date.now() > deadline) return yield* Effect.die(yield* describe())
-      yield* Effect.sleep(50)
-    }
-  })
-
 /** The counter of `token` as stored in Redis (0 before its first change). */
 const stored = (server: RedisServer.RedisServer, token: string) =>
   Effect.map(RedisServer.getRaw(server, `leasehold:{${token}}:s:counter`), (raw) =>
@@ -175,18 +166,24 @@ describe("counter page in chromium, on Redis", () => {
         // 30 applied and stored by A, their answers lost
         yield* proxy.swallow("answers")
         yield* clicks(page, 30)
-        yield* eventually(
-          Effect.map(stored(server, token), (n) => n === 60),
-          15_000,
-          () => Effect.map(stored(server, token), (n) => `A stored ${n} rather than 60`)
+        yield* untilReal(
+          "A stores 60",
+          Effect.flatMap(stored(server, token), (n) =>
+            n === 60 ? Effect.succeed(true) : Effect.fail(`A stored ${n} rather than 60`)
+          ),
+          { within: 15_000 }
         )
         // 10 sent and lost on the way: A never reads them
         yield* proxy.swallow("events")
         yield* clicks(page, 10)
-        yield* eventually(
-          Effect.sync(() => proxy.swallowed() >= 10 * bumpFrameBytes),
-          15_000,
-          () => Effect.succeed(`${proxy.swallowed()} bytes of events sent rather than 10 frames`)
+        yield* untilReal(
+          "10 frames of events sent",
+          Effect.suspend(() =>
+            proxy.swallowed() >= 10 * bumpFrameBytes
+              ? Effect.succeed(true)
+              : Effect.fail(`${proxy.swallowed()} bytes of events sent rather than 10 frames`)
+          ),
+          { within: 15_000 }
         )
         assert.strictEqual(yield* countOf(page), 30)
         yield* a.kill("SIGKILL")

@@ -6,7 +6,6 @@
 import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Stream from "effect/Stream"
 import type * as TestClock from "effect/testing/TestClock"
@@ -28,36 +27,6 @@ export const liveSleep = (ms: number): Effect.Effect<void> => live(Effect.sleep(
 /** Fail the test (as a defect) when `effect` does not complete within `ms` of real time; `effect` keeps the test's clock. */
 export const within = <A, E, R>(label: string, ms: number, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.raceFirst(effect, Effect.andThen(liveSleep(ms), Effect.die(new Error(`${label}: not done within ${ms} ms`))))
-
-/** Retry `effect` every 50 ms of real time until it succeeds, for at most `ms`. */
-export const eventually = <A, E, R>(
-  label: string,
-  ms: number,
-  effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, never, R> =>
-  Effect.gen(function* () {
-    const deadline = (yield* liveNow) + ms
-    while (true) {
-      const exit = yield* Effect.exit(effect)
-      if (Exit.isSuccess(exit)) return exit.value
-      if ((yield* liveNow) > deadline) {
-        return yield* Effect.die(new Error(`${label}: still failing after ${ms} ms: ${Cause.pretty(exit.cause)}`))
-      }
-      yield* liveSleep(50)
-    }
-  })
-
-/** Retry until `effect` yields `true`. */
-export const eventuallyTrue = <E, R>(label: string, ms: number, effect: Effect.Effect<boolean, E, R>) =>
-  eventually(
-    label,
-    ms,
-    Effect.filterOrFail(
-      effect,
-      (ok) => ok,
-      () => `${label}: condition false`
-    )
-  )
 
 /** Fork a fiber that collects the first `n` elements of a stream. */
 export const collectFirst = <A, E, R>(stream: Stream.Stream<A, E, R>, n: number) =>

@@ -5,9 +5,9 @@
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
+import { untilReal } from "../support/poll.js"
 import * as RedisServer from "../support/RedisServer.js"
 import type { Fixture } from "./backend.js"
-import { eventuallyTrue } from "./helpers.js"
 
 /** `uncounted`: the `cmdstat_<name>` entries left out of `commandsProcessed` (the harness's own). */
 export const onServer = (
@@ -26,10 +26,10 @@ export const onServer = (
   | "hang"
   | "dropSubscriptions"
 > => ({
-  awaitBlockedRead: eventuallyTrue(
+  awaitBlockedRead: untilReal(
     "a blocked client on the server",
-    2_000,
-    Effect.map(Effect.orDie(server.info("clients")), (info) => Number(info.blocked_clients) > 0)
+    Effect.map(Effect.orDie(server.info("clients")), (info) => Number(info.blocked_clients) > 0),
+    { within: 2_000 }
   ),
   putRaw: (key, value) => Effect.orDie(server.command("SET", key, value)),
   putRawExpiring: (key, value, ttlMs) => Effect.orDie(server.command("SET", key, value, "PX", ttlMs)),

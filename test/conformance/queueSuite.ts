@@ -18,8 +18,9 @@ import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
 import type { Notice, TokenNotice } from "../../src/Store.js"
 import type { AcknowledgedError, InvalidInput, LockLost } from "../../src/StoreError.js"
+import { untilReal } from "../support/poll.js"
 import type { Backend, Fixture } from "./backend.js"
-import { eventuallyTrue, failsWith } from "./helpers.js"
+import { failsWith } from "./helpers.js"
 
 /** The notice of a grant that installed `lockId` under `fence`, `queued` others behind it, carrying `values`. */
 const handedOver = (
@@ -124,10 +125,10 @@ const quietOn = <A>(
     const marker = `${markerPrefix}${process.pid}-${++markers}`
     yield* fx.quiet.publish(channel, `granted:${token} 1 ${JSON.stringify([0, marker])}`)
     const index = (all: ReadonlyArray<A>) => all.findIndex((a) => at(a) === marker)
-    yield* eventuallyTrue(
+    yield* untilReal(
       "the marker notice",
-      5_000,
-      Effect.map(read, (all) => index(all) >= 0)
+      Effect.map(read, (all) => index(all) >= 0),
+      { within: 5_000 }
     )
     const all = yield* read
     return all.slice(0, index(all)).filter((a) => at(a) === undefined)
@@ -137,10 +138,10 @@ const quietOn = <A>(
 const noticesSeen = (fx: Fixture, recorder: Recorder, n: number) =>
   Effect.gen(function* () {
     if (n > 0) {
-      yield* eventuallyTrue(
+      yield* untilReal(
         `${n} notice(s)`,
-        5_000,
-        Effect.map(recorded(recorder), (all) => all.length >= n)
+        Effect.map(recorded(recorder), (all) => all.length >= n),
+        { within: 5_000 }
       )
     }
     return yield* quietOn(
@@ -297,10 +298,10 @@ export const queueHandoff = (backend: Backend): void => {
       // one channel per worker: both tokens' notices, each naming its token; one channel per
       // token (a Cluster): the token's own
       const expected = shared ? ["Granted:tok", "Granted:tok2"] : ["Granted:tok"]
-      yield* eventuallyTrue(
+      yield* untilReal(
         "the notices",
-        5_000,
-        Effect.map(Ref.get(seen), (all) => all.length >= expected.length)
+        Effect.map(Ref.get(seen), (all) => all.length >= expected.length),
+        { within: 5_000 }
       )
       const channel = fx.store.noticeChannel("tok", "B")
       const all = yield* quietOn(fx, channel, "tok", Ref.get(seen), (n) => markerOf(n.notice))

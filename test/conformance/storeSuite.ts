@@ -17,12 +17,11 @@ import * as Stream from "effect/Stream"
 import { encodeSocketRecord } from "../../src/internal/codec.js"
 import { type ClaimResult, MailboxStart, type Signal, type SocketRecord, type Store } from "../../src/Store.js"
 import type { AcknowledgedError, CorruptValue, InvalidInput, LockLost, StoreError } from "../../src/StoreError.js"
+import { succeedsReal, untilReal } from "../support/poll.js"
 import type { Backend, Fixture } from "./backend.js"
 import {
   collectFirst,
   compareStreamIds,
-  eventually,
-  eventuallyTrue,
   expectAcquired,
   expectHeld,
   failsWith,
@@ -123,10 +122,10 @@ const signalsBefore = (fx: Fixture, token: string, seen: Ref.Ref<ReadonlyArray<S
     const id = `leasehold-test-marker-${process.pid}-${++markers}`
     const isMarker = (signal: Signal) => signal._tag === "Contended" && signal.instanceId === id
     yield* fx.store.publish(token, contended(id))
-    yield* eventuallyTrue(
+    yield* untilReal(
       "the marker signal",
-      5_000,
-      Effect.map(Ref.get(seen), (all) => all.some(isMarker))
+      Effect.map(Ref.get(seen), (all) => all.some(isMarker)),
+      { within: 5_000 }
     )
     const all = yield* Ref.getAndUpdate(seen, (now) => now.filter((signal) => !isMarker(signal)))
     const index = (all: ReadonlyArray<Signal>) => all.findIndex(isMarker)
@@ -478,10 +477,10 @@ export const storeSuite = (backend: Backend): void => {
         deepStrictEqual(yield* signalsBefore(fx, "tok", seen), [])
         // the subscription works: the holder's release is seen
         assert.isTrue((yield* fx.store.release("tok", "lock-b")).released)
-        yield* eventuallyTrue(
+        yield* untilReal(
           "Released after the holder's release",
-          5_000,
-          Effect.map(Ref.get(seen), (all) => all.length === 1)
+          Effect.map(Ref.get(seen), (all) => all.length === 1),
+          { within: 5_000 }
         )
         deepStrictEqual(yield* Ref.get(seen), [releasedBy("lock-b")])
       }))
@@ -542,10 +541,10 @@ export const storeSuite = (backend: Backend): void => {
         yield* Scope.close(scope2, Exit.void)
         if (Option.isSome(fx.channelSubscribers)) {
           const numsub = fx.channelSubscribers.value
-          yield* eventuallyTrue(
+          yield* untilReal(
             "PUBSUB NUMSUB drops to 0",
-            2_000,
-            Effect.map(numsub(channel), (n) => n === 0)
+            Effect.map(numsub(channel), (n) => n === 0),
+            { within: 2_000 }
           )
         }
       }))
@@ -560,20 +559,20 @@ export const storeSuite = (backend: Backend): void => {
           Stream.runForEach(signals, (signal) => Ref.update(seen, (all) => [...all, signal]))
         )
         yield* fx.store.publish("tok", released)
-        yield* eventuallyTrue(
+        yield* untilReal(
           "the first signal",
-          5_000,
-          Effect.map(Ref.get(seen), (all) => all.length === 1)
+          Effect.map(Ref.get(seen), (all) => all.length === 1),
+          { within: 5_000 }
         )
         deepStrictEqual(yield* subscribersOf(fx, channel), fx.channelSubscribers.pipe(Option.as(1)))
 
         yield* Scope.close(scope, Exit.void)
         if (Option.isSome(fx.channelSubscribers)) {
           const numsub = fx.channelSubscribers.value
-          yield* eventuallyTrue(
+          yield* untilReal(
             "PUBSUB NUMSUB drops to 0",
-            2_000,
-            Effect.map(numsub(channel), (n) => n === 0)
+            Effect.map(numsub(channel), (n) => n === 0),
+            { within: 2_000 }
           )
         }
         yield* fx.store.publish("tok", contended("inst-a"))
@@ -805,12 +804,12 @@ export const storeSuite = (backend: Backend): void => {
         // On a cluster each master's connection reports its loss in its own time, and a
         // subscription made before the last report would fail with it: wait until every cut
         // connection is back (each return is a new epoch).
-        yield* eventuallyTrue(
+        yield* untilReal(
           "every cut connection back",
-          5_000,
-          Effect.map(fx.store.status, (status) => status.ready && status.epoch >= before + cut)
+          Effect.map(fx.store.status, (status) => status.ready && status.epoch >= before + cut),
+          { within: 5_000 }
         )
-        const again = yield* eventually("subscribing again", 5_000, fx.store.socketEvents)
+        const again = yield* succeedsReal("subscribing again", fx.store.socketEvents, { within: 5_000 })
         const received = yield* collectFirst(again, 1)
         yield* fx.store.claimSocket("tok-1", recordA)
         deepStrictEqual(yield* joinWithin("an event", 5_000, received), [{ token: "tok-1", event: "set" }])
@@ -1209,10 +1208,10 @@ export const storeSuite = (backend: Backend): void => {
           Effect.flip(Fiber.join(subscription))
         )
         assert.strictEqual(subscriptionError._tag, "StoreUnavailable")
-        yield* eventuallyTrue(
+        yield* untilReal(
           "status not ready",
-          3_000,
-          Effect.map(fx.store.status, (s) => !s.ready)
+          Effect.map(fx.store.status, (s) => !s.ready),
+          { within: 3_000 }
         )
         // Cleanup runs uninterruptibly (a lease's flush, a release): it must still time out.
         yield* timed(
@@ -1222,11 +1221,11 @@ export const storeSuite = (backend: Backend): void => {
         yield* timed("an uninterruptible release", Effect.uninterruptible(fx.store.release("tok", "lock-a")))
 
         yield* fx.outage.end
-        yield* eventually("operations after the outage", 10_000, fx.store.readSlices("tok", ["a"]))
-        yield* eventuallyTrue(
+        yield* succeedsReal("operations after the outage", fx.store.readSlices("tok", ["a"]), { within: 10_000 })
+        yield* untilReal(
           "status ready with a new epoch",
-          5_000,
-          Effect.map(fx.store.status, (s) => s.ready && s.epoch > before.epoch)
+          Effect.map(fx.store.status, (s) => s.ready && s.epoch > before.epoch),
+          { within: 5_000 }
         )
         // a full cycle on a fresh token, in the same process and store
         const grant = yield* expectAcquired(fx.store.tryAcquire("fresh", "lock-c", ["a"]))
@@ -1265,7 +1264,9 @@ export const storeSuite = (backend: Backend): void => {
           yield* hang.end
 
           // every reply goes to its own command after the late replies of the timed-out ones
-          const values = yield* eventually("operations after the hang", 5_000, fx.store.readSlices("tok", ["a", "b"]))
+          const values = yield* succeedsReal("operations after the hang", fx.store.readSlices("tok", ["a", "b"]), {
+            within: 5_000
+          })
           deepStrictEqual(values, [Option.some("before"), Option.none()])
           // (the lock itself has expired meanwhile: the hang outlasted lockExpiration)
           deepStrictEqual(yield* fx.store.readSocket("tok"), Option.some(recordA))
@@ -1295,9 +1296,8 @@ export const storeSuite = (backend: Backend): void => {
         // the command side is not affected
         yield* expectAcquired(fx.store.tryAcquire("tok", "lock-a", []))
 
-        const received = yield* eventually(
+        const received = yield* succeedsReal(
           "a new subscription that receives",
-          10_000,
           Effect.scoped(
             Effect.gen(function* () {
               const again = yield* fx.store.subscribe("tok")
@@ -1305,7 +1305,8 @@ export const storeSuite = (backend: Backend): void => {
               yield* fx.store.publish("tok", contended("inst-a"))
               return yield* joinWithin("the signal on the new subscription", 1_000, got)
             })
-          )
+          ),
+          { within: 10_000 }
         )
         deepStrictEqual(received, [contended("inst-a")])
         assert.isTrue((yield* fx.store.release("tok", "lock-a")).released)

@@ -20,13 +20,12 @@ import { type Keys, makeKeys } from "../../src/internal/keys.js"
 import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import * as MemoryStore from "../../src/MemoryStore.js"
 import { Store } from "../../src/Store.js"
-import { eventuallyTrue } from "../conformance/helpers.js"
 import { type DeliveryWorker, redisWorkers, type WorkerOptions, workerOver } from "../delivery/workers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
+import { untilOnTestClock, untilReal } from "../support/poll.js"
 import type * as RedisCluster from "../support/RedisCluster.js"
 import * as RedisServer from "../support/RedisServer.js"
-import { untilOnTestClock } from "../support/testClock.js"
 
 export interface HostileFixture {
   readonly store: Store.Service
@@ -87,12 +86,12 @@ const memoryFixture = (input: LeaseholdConfig.Input) =>
       getRaw: memory.control.getRaw,
       seen: Effect.sync(() => [...seen]),
       sawText: (text) =>
-        eventuallyTrue(
+        untilReal(
           `the store saw ${text}`,
-          5_000,
-          Effect.sync(() => seen.some((line) => line.includes(text)))
+          Effect.sync(() => seen.some((line) => line.includes(text))),
+          { within: 5_000 }
         ),
-      until: (label, check) => untilOnTestClock(label, check, 10_000)
+      until: (label, check) => untilOnTestClock(label, check, { within: 10_000 })
     } satisfies HostileFixture
     return {
       fixture,
@@ -115,12 +114,12 @@ const redisFixture = (server: RedisServer.RedisServer, input: LeaseholdConfig.In
       getRaw: (key) => RedisServer.getRaw(server, key),
       seen: Effect.sync(lines),
       sawText: (text) =>
-        eventuallyTrue(
+        untilReal(
           `the server saw ${text}`,
-          5_000,
-          Effect.sync(() => lines().some((line) => line.includes(text)))
+          Effect.sync(() => lines().some((line) => line.includes(text))),
+          { within: 5_000 }
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
+      until: (label, check) => untilReal(label, check, { within: 10_000 })
     } satisfies HostileFixture
     return { fixture, logged: fx.logged }
   })
@@ -154,12 +153,12 @@ const redisClusterFixture = (nodes: RedisCluster.RedisCluster, keyPrefix: string
       getRaw: (key) => Effect.flatMap(masterOf(key), (node) => RedisServer.getRaw(node, key)),
       seen: Effect.sync(lines),
       sawText: (text) =>
-        eventuallyTrue(
+        untilReal(
           `a master saw ${text}`,
-          5_000,
-          Effect.sync(() => lines().some((line) => line.includes(text)))
+          Effect.sync(() => lines().some((line) => line.includes(text))),
+          { within: 5_000 }
         ),
-      until: (label, check) => eventuallyTrue(label, 10_000, Effect.andThen(Effect.sleep(10), check))
+      until: (label, check) => untilReal(label, check, { within: 10_000 })
     } satisfies HostileFixture
     return { fixture, logged: fx.logged }
   })

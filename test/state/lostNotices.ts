@@ -34,10 +34,11 @@ import * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
-import { eventuallyTrue, within } from "../conformance/helpers.js"
+import { within } from "../conformance/helpers.js"
 import { capture } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
+import { untilReal } from "../support/poll.js"
 import * as RedisServer from "../support/RedisServer.js"
 import { Counter, holding } from "./workers.js"
 
@@ -109,10 +110,10 @@ const subscribers = (deployment: Deployment, w: Worker, token: string) =>
   })
 
 const listening = (deployment: Deployment, w: Worker, token: string) =>
-  eventuallyTrue(
+  untilReal(
     `${w.id} listens to ${token}`,
-    5_000,
-    Effect.map(subscribers(deployment, w, token), (n) => n === 1)
+    Effect.map(subscribers(deployment, w, token), (n) => n === 1),
+    { within: 5_000 }
   )
 
 /**
@@ -139,13 +140,13 @@ const hear = (deployment: Deployment, w: Worker) =>
 
 /** Returns once the token's server has run `n` scripts naming `w` (its attempts) since `m` began. */
 const attemptsOf = (m: Monitor.Monitor, w: Worker, n: number) =>
-  eventuallyTrue(
+  untilReal(
     `${n} attempts of ${w.id}`,
-    5_000,
     Effect.sync(
       () =>
         m.commands.filter((c) => !c.fromScript && c.args[0]!.startsWith("eval") && c.args.includes(w.id)).length >= n
-    )
+    ),
+    { within: 5_000 }
   )
 
 const addTen = (w: Worker, token: string) => w.states.modify(token, Counter, (s) => [null, { n: s.n + 10 }])

@@ -10,8 +10,8 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import type * as Scope from "effect/Scope"
 import type * as LeaseholdConfig from "../../src/LeaseholdConfig.js"
-import { eventuallyTrue } from "../conformance/helpers.js"
 import { type Child, spawnChild } from "../support/children.js"
+import { untilReal } from "../support/poll.js"
 import { type Cluster, Counter, holding } from "./workers.js"
 
 const child = "test/state/child.ts"
@@ -86,16 +86,16 @@ export const killedInTheQueue = (backend: ProcessBackend, stop: Stop) =>
       STAY: "1"
     })
     const childId = (yield* queued.waitFor(/^id /)).slice(3)
-    yield* eventuallyTrue(
+    yield* untilReal(
       "the child queued",
-      20_000,
-      Effect.map(cluster.store.queue("t"), (ids) => ids.includes(childId))
+      Effect.map(cluster.store.queue("t"), (ids) => ids.includes(childId)),
+      { within: 20_000 }
     )
     const second = yield* Effect.forkChild(c.states.modify("t", Counter, (s) => [s.n + 10, { n: s.n + 10 }]))
-    yield* eventuallyTrue(
+    yield* untilReal(
       "c queued behind it",
-      10_000,
-      Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[1] === c.id)
+      Effect.map(cluster.store.queue("t"), (ids) => ids.length === 2 && ids[1] === c.id),
+      { within: 10_000 }
     )
     const release = Effect.andThen(open, Effect.orDie(Effect.asVoid(Fiber.join(first))))
     const started = yield* Clock.currentTimeMillis

@@ -25,10 +25,10 @@ import * as MemoryStore from "../../src/MemoryStore.js"
 import * as RedisStore from "../../src/RedisStore.js"
 import * as StateManager from "../../src/StateManager.js"
 import { Store } from "../../src/Store.js"
-import { eventuallyTrue } from "../conformance/helpers.js"
 import { capture, type LogLine } from "../support/logs.js"
 import * as Monitor from "../support/monitor.js"
 import { buildOwn } from "../support/ownScope.js"
+import { untilReal } from "../support/poll.js"
 import type * as RedisSentinel from "../support/RedisSentinel.js"
 import * as RedisServer from "../support/RedisServer.js"
 import { settle } from "../support/testClock.js"
@@ -178,15 +178,15 @@ const pausedHandoffs = (
     Effect.scoped(
       Effect.gen(function* () {
         const monitor = yield* Monitor.monitor(server)
-        yield* eventuallyTrue(
+        yield* untilReal(
           `an attempt of ${worker.id}`,
-          5_000,
           Effect.sync(() =>
             monitor.commands.some(
               (command) =>
                 !command.fromScript && command.args[0]!.startsWith("eval") && command.args.includes(worker.id)
             )
-          )
+          ),
+          { within: 5_000 }
         )
       })
     )

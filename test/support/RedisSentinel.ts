@@ -18,6 +18,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
+import { untilReal } from "./poll.js"
 import * as RedisServer from "./RedisServer.js"
 
 /** The master name the Sentinels monitor. */
@@ -116,15 +117,11 @@ const record = (reply: RedisServer.Reply): Record<string, string> => {
 const records = (reply: RedisServer.Reply): ReadonlyArray<Record<string, string>> =>
   Array.isArray(reply) ? reply.map(record) : []
 
-const until = (label: string, check: Effect.Effect<boolean>, logs: Effect.Effect<string>): Effect.Effect<void> =>
-  Effect.gen(function* () {
-    const deadline = performance.now() + STABLE_TIMEOUT_MS
-    while (performance.now() < deadline) {
-      if (yield* check) return
-      yield* Effect.promise(() => sleep(50))
-    }
-    return yield* Effect.die(`${label}: not within ${STABLE_TIMEOUT_MS} ms\n${yield* logs}`)
-  })
+/** `wait`, its death telling the servers' logs as well. */
+const withLogs = (wait: Effect.Effect<void>, logs: Effect.Effect<string>): Effect.Effect<void> =>
+  Effect.catchDefect(wait, (defect) =>
+    Effect.flatMap(logs, (text) => Effect.die(`${defect instanceof Error ? defect.message : String(defect)}\n${text}`))
+  )
 
 const sentinelConfig = (primaryPort: number, password: string | undefined) =>
   [
@@ -235,34 +232,40 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         return upReplicas.length === 2 && others.filter((s) => s.flags === "sentinel").length === 2
       })
 
-    const awaitStable = until(
-      "a stable Sentinel deployment",
-      Effect.gen(function* () {
-        const port = yield* agreed
-        if (Option.isNone(port)) return false
-        const links = yield* Effect.forEach(
-          servers.filter((server) => server.port !== port.value),
-          (server) => follows(server, port.value)
-        )
-        if (!links.every(Boolean)) return false
-        const views = yield* Effect.forEach(sentinels, (s) => sentinelSeesAll(s, port.value), {
-          concurrency: "unbounded"
-        })
-        return views.every(Boolean)
-      }),
+    const awaitStable = withLogs(
+      untilReal(
+        "a stable Sentinel deployment",
+        Effect.gen(function* () {
+          const port = yield* agreed
+          if (Option.isNone(port)) return false
+          const links = yield* Effect.forEach(
+            servers.filter((server) => server.port !== port.value),
+            (server) => follows(server, port.value)
+          )
+          if (!links.every(Boolean)) return false
+          const views = yield* Effect.forEach(sentinels, (s) => sentinelSeesAll(s, port.value), {
+            concurrency: "unbounded"
+          })
+          return views.every(Boolean)
+        }),
+        { within: STABLE_TIMEOUT_MS }
+      ),
       logs
     )
 
     const awaitReplicated = Effect.gen(function* () {
       const primary = yield* primaryNow
-      yield* until(
-        "the replicas to catch up",
-        Effect.map(replication(primary), (info) => {
-          if (Option.isNone(info)) return false
-          const offset = info.value.master_repl_offset
-          const slaves = Object.entries(info.value).filter(([key]) => /^slave\d+$/.test(key))
-          return slaves.length === 2 && slaves.every(([, value]) => value.includes(`offset=${offset},`))
-        }),
+      yield* withLogs(
+        untilReal(
+          "the replicas to catch up",
+          Effect.map(replication(primary), (info) => {
+            if (Option.isNone(info)) return false
+            const offset = info.value.master_repl_offset
+            const slaves = Object.entries(info.value).filter(([key]) => /^slave\d+$/.test(key))
+            return slaves.length === 2 && slaves.every(([, value]) => value.includes(`offset=${offset},`))
+          }),
+          { within: STABLE_TIMEOUT_MS }
+        ),
         logs
       )
     })
@@ -271,20 +274,23 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
     const awaitPromotion = (old: RedisServer.RedisServer) =>
       Effect.gen(function* () {
         let promoted: RedisServer.RedisServer | undefined
-        yield* until(
-          "a replica promoted",
-          Effect.gen(function* () {
-            const port = yield* agreed
-            if (Option.isNone(port) || port.value === old.port) return false
-            const candidate = byPort.get(port.value)
-            if (candidate === undefined) return false
-            const info = yield* replication(candidate)
-            if (!Option.exists(info, (i) => i.role === "master")) return false
-            const rest = servers.filter((server) => server !== old && server !== candidate)
-            const links = yield* Effect.forEach(rest, (server) => follows(server, port.value))
-            promoted = candidate
-            return links.every(Boolean)
-          }),
+        yield* withLogs(
+          untilReal(
+            "a replica promoted",
+            Effect.gen(function* () {
+              const port = yield* agreed
+              if (Option.isNone(port) || port.value === old.port) return false
+              const candidate = byPort.get(port.value)
+              if (candidate === undefined) return false
+              const info = yield* replication(candidate)
+              if (!Option.exists(info, (i) => i.role === "master")) return false
+              const rest = servers.filter((server) => server !== old && server !== candidate)
+              const links = yield* Effect.forEach(rest, (server) => follows(server, port.value))
+              promoted = candidate
+              return links.every(Boolean)
+            }),
+            { within: STABLE_TIMEOUT_MS }
+          ),
           logs
         )
         return { old, promoted: promoted! }
@@ -339,30 +345,39 @@ export const start = (options: StartOptions = {}): Effect.Effect<RedisSentinel, 
         const old = yield* primaryNow
         if (chosen === old) return yield* Effect.die("failoverTo: the chosen server is the primary")
         const others = servers.filter((server) => server !== old && server !== chosen)
-        yield* until(
-          "the other replicas seen down by every Sentinel",
-          Effect.map(Effect.forEach(others, seenDown), (down) => down.every(Boolean)),
+        yield* withLogs(
+          untilReal(
+            "the other replicas seen down by every Sentinel",
+            Effect.map(Effect.forEach(others, seenDown), (down) => down.every(Boolean)),
+            { within: STABLE_TIMEOUT_MS }
+          ),
           logs
         )
         yield* old.kill
         yield* chosen.resume
-        yield* until(
-          "the chosen replica promoted",
-          Effect.gen(function* () {
-            const port = yield* agreed
-            if (!Option.contains(port, chosen.port)) return false
-            return Option.exists(yield* replication(chosen), (i) => i.role === "master")
-          }),
+        yield* withLogs(
+          untilReal(
+            "the chosen replica promoted",
+            Effect.gen(function* () {
+              const port = yield* agreed
+              if (!Option.contains(port, chosen.port)) return false
+              return Option.exists(yield* replication(chosen), (i) => i.role === "master")
+            }),
+            { within: STABLE_TIMEOUT_MS }
+          ),
           logs
         )
         yield* Effect.forEach(others, (server) =>
           Effect.andThen(server.resume, Effect.ignore(server.command("REPLICAOF", "127.0.0.1", chosen.port)))
         )
-        yield* until(
-          "the other replicas following the promoted one",
-          Effect.map(
-            Effect.forEach(others, (server) => follows(server, chosen.port)),
-            (links) => links.every(Boolean)
+        yield* withLogs(
+          untilReal(
+            "the other replicas following the promoted one",
+            Effect.map(
+              Effect.forEach(others, (server) => follows(server, chosen.port)),
+              (links) => links.every(Boolean)
+            ),
+            { within: STABLE_TIMEOUT_MS }
           ),
           logs
         )

@@ -5,7 +5,7 @@
 import { assert } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import { Redis } from "ioredis"
-import { eventuallyTrue } from "../conformance/helpers.js"
+import { untilReal } from "./poll.js"
 import * as RedisServer from "./RedisServer.js"
 
 /**
@@ -36,10 +36,10 @@ export const startReplica = (primary: RedisServer.RedisServer, extraArgs: Readon
     const replica = yield* RedisServer.start({
       extraArgs: ["--replicaof", "127.0.0.1", String(primary.port), ...extraArgs]
     })
-    yield* eventuallyTrue(
+    yield* untilReal(
       "the replica linked to the primary",
-      20_000,
-      Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up")
+      Effect.map(Effect.orDie(replica.info("replication")), (info) => info.master_link_status === "up"),
+      { within: 20_000 }
     )
     return replica
   })

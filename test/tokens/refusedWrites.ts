@@ -9,7 +9,7 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Stream from "effect/Stream"
-import { eventuallyTrue } from "../conformance/helpers.js"
+import { untilReal } from "../support/poll.js"
 import type { TokenCluster } from "./cluster.js"
 
 /**
@@ -30,16 +30,16 @@ export const deadRecordTakenOverAfterRefusedLink = (
     const lost = yield* Effect.forkChild(Stream.runCollect(Stream.take(b.tokens.lost, 1)))
     yield* cluster.overwrite("tab-1", { instanceId: "dead-worker", connectionId: "c-dead" })
     yield* refuseWrites(true)
-    yield* eventuallyTrue("writes refused", withinMs, Effect.map(Effect.result(probeWrite), Result.isFailure))
+    yield* untilReal("writes refused", Effect.map(Effect.result(probeWrite), Result.isFailure), { within: withinMs })
     const refused = yield* Effect.flip(b.tokens.link("tab-1", "cb"))
     assert.strictEqual(refused._tag, "RecordNotStored")
     yield* refuseWrites(false)
     // a resubscription restores: the record found is the dead worker's
     yield* cluster.dropSubscriptions
-    yield* eventuallyTrue(
+    yield* untilReal(
       "the dead worker's record taken over",
-      withinMs,
-      Effect.map(cluster.record("tab-1"), (record) => Option.isSome(record) && record.value.instanceId === b.id)
+      Effect.map(cluster.record("tab-1"), (record) => Option.isSome(record) && record.value.instanceId === b.id),
+      { within: withinMs }
     )
     deepStrictEqual(yield* cluster.record("tab-1"), Option.some({ instanceId: b.id, connectionId: "cb" }))
     deepStrictEqual(yield* b.tokens.local("tab-1"), Option.some("cb"))
