@@ -335,49 +335,61 @@ describe("interruptions while the store is away", () => {
   )
 })
 
+/**
+ * A worker leasing "t" (stored 1), with a modification in progress holding the lease's turn
+ * until `go`: what is started meanwhile queues behind it, served from memory once it ends,
+ * then committed in one group commit. No deadline and no extension within the test: only that
+ * group commit can find the lock gone.
+ */
+const behindBusyLease = Effect.gen(function* () {
+  const cluster = yield* redisCluster({
+    oplock: true,
+    leaseDurability: "batch",
+    leaseHoldTime: 20_000,
+    lockExpiration: 30_000,
+    lockWarningThreshold: 20_000
+  })
+  const w = yield* cluster.worker()
+  yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+  assert.isTrue(w.lease.isLeased("t"))
+  const entered = yield* Deferred.make<void>()
+  const go = yield* Deferred.make<void>()
+  const first = yield* Effect.forkChild(
+    Effect.result(
+      w.states.modifyEffect("t", Counter, (s) =>
+        Deferred.succeed(entered, undefined).pipe(
+          Effect.andThen(Deferred.await(go)),
+          Effect.as([null, { n: s.n + 1 }] as const)
+        )
+      )
+    )
+  )
+  yield* Deferred.await(entered)
+  return { cluster, w, first, go: Deferred.succeed(go, undefined) }
+})
+
+/**
+ * Start `effect` behind the busy lease: with the hold busy it reads nothing from the store,
+ * and it is queued on the lease in its first steps, which, started at once, it has run when
+ * the fork returns (nothing before them waits), so that forks made in a row queue in order.
+ */
+const queueNow = <A, E>(effect: Effect.Effect<A, E>) =>
+  Effect.forkChild(Effect.result(effect), { startImmediately: true })
+
+/** The lock taken from under the lease: its next group commit fails. */
+const stealLock = (cluster: Effect.Success<typeof behindBusyLease>["cluster"]) =>
+  Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
+
 describe("a modification that writes nothing under a lease", () => {
   it.live(
     "read what a group commit still owes: it waits for that commit, and fails with it",
     () =>
       Effect.gen(function* () {
-        const cluster = yield* redisCluster({
-          oplock: true,
-          leaseDurability: "batch",
-          // no deadline and no extension within the test: only the group commit finds the lock gone
-          leaseHoldTime: 20_000,
-          lockExpiration: 30_000,
-          lockWarningThreshold: 20_000
-        })
-        const w = yield* cluster.worker()
-        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-        assert.isTrue(w.lease.isLeased("t"))
-        // a modification in progress holds the lease's turn: the write and the read queue behind it
-        const entered = yield* Deferred.make<void>()
-        const go = yield* Deferred.make<void>()
-        const first = yield* Effect.forkChild(
-          Effect.result(
-            w.states.modifyEffect("t", Counter, (s) =>
-              Deferred.succeed(entered, undefined).pipe(
-                Effect.andThen(Deferred.await(go)),
-                Effect.as([null, { n: s.n + 1 }] as const)
-              )
-            )
-          )
-        )
-        yield* Deferred.await(entered)
-        // The hold busy, neither reads the store: both are queued on the lease in their first
-        // steps, which, started at once, they have run (nothing before them waits for
-        // anything) when their forks return, in this order.
-        const written = yield* Effect.forkChild(
-          Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])),
-          { startImmediately: true }
-        )
-        const read = yield* Effect.forkChild(Effect.result(w.states.modify("t", Counter, (s) => [s.n, s])), {
-          startImmediately: true
-        })
-        // the lock taken from under the lease: its next group commit fails
-        yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
-        yield* Deferred.succeed(go, undefined)
+        const { cluster, w, first, go } = yield* behindBusyLease
+        const written = yield* queueNow(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+        const read = yield* queueNow(w.states.modify("t", Counter, (s) => [s.n, s]))
+        yield* stealLock(cluster)
+        yield* go
         // the lease serves the three from memory, the read after the writes, then commits them
         const [firstResult, writtenResult, readResult] = yield* within(
           "the three modifications",
@@ -395,7 +407,6 @@ describe("a modification that writes nothing under a lease", () => {
 })
 
 describe("a modification whose own value is refused, under a lease", () => {
-  type RedisCluster = Effect.Success<ReturnType<typeof redisCluster>>
   /** A value the counter's schema cannot encode: the modification fails with `InvalidSliceValue`. */
   const unencodable = { n: "not a number" } as unknown as { readonly n: number }
   const refusals = {
@@ -404,47 +415,17 @@ describe("a modification whose own value is refused, under a lease", () => {
   }
 
   /**
-   * A write queued on the lease, then a modification that reads it and whose own value is
-   * refused, both behind a modification in progress; `meanwhile` runs while they wait, then
-   * the three are served from memory and the write is committed.
+   * A write queued on the busy lease, then a modification that reads it and whose own value
+   * is refused; the lock is stolen first when `steal`; then the three are served from memory
+   * and the write is committed.
    */
-  const refusedAfterWrite = (
-    refuse: (w: Worker) => Effect.Effect<number, unknown>,
-    meanwhile: (cluster: RedisCluster) => Effect.Effect<void>
-  ) =>
+  const refusedAfterWrite = (refuse: (w: Worker) => Effect.Effect<number, unknown>, steal: boolean) =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster({
-        oplock: true,
-        leaseDurability: "batch",
-        // no deadline and no extension within the test: only the group commit finds the lock gone
-        leaseHoldTime: 20_000,
-        lockExpiration: 30_000,
-        lockWarningThreshold: 20_000
-      })
-      const w = yield* cluster.worker()
-      yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-      assert.isTrue(w.lease.isLeased("t"))
-      const entered = yield* Deferred.make<void>()
-      const go = yield* Deferred.make<void>()
-      const first = yield* Effect.forkChild(
-        Effect.result(
-          w.states.modifyEffect("t", Counter, (s) =>
-            Deferred.succeed(entered, undefined).pipe(
-              Effect.andThen(Deferred.await(go)),
-              Effect.as([null, { n: s.n + 1 }] as const)
-            )
-          )
-        )
-      )
-      yield* Deferred.await(entered)
-      const written = yield* Effect.forkChild(
-        Effect.result(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
-      )
-      const refused = yield* Effect.forkChild(Effect.result(refuse(w)))
-      // the hold busy, neither reads the store: both are queued on the lease in their first steps
-      yield* Effect.sleep(200)
-      yield* meanwhile(cluster)
-      yield* Deferred.succeed(go, undefined)
+      const { cluster, w, first, go } = yield* behindBusyLease
+      const written = yield* queueNow(w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+      const refused = yield* queueNow(refuse(w))
+      if (steal) yield* stealLock(cluster)
+      yield* go
       const refusedResult = yield* within("the refused modification", 10_000, Fiber.join(refused))
       // whether the write it read was committed when the refusal was reported
       const writtenThen = Option.fromNullishOr(written.pollUnsafe())
@@ -464,7 +445,7 @@ describe("a modification whose own value is refused, under a lease", () => {
       `${name}: it is refused only once the writes it read are acknowledged`,
       () =>
         Effect.gen(function* () {
-          const run = yield* refusedAfterWrite(refuse, () => Effect.void)
+          const run = yield* refusedAfterWrite(refuse, false)
           assert.strictEqual(tagOf(run.refusedResult), "InvalidSliceValue")
           assert.isTrue(Option.isSome(run.writtenThen), "the write it read was acknowledged before the refusal")
           assert.strictEqual(tagOf(run.writtenResult), "succeeded")
@@ -478,9 +459,7 @@ describe("a modification whose own value is refused, under a lease", () => {
       () =>
         Effect.gen(function* () {
           // the lock taken from under the lease: its next group commit fails
-          const run = yield* refusedAfterWrite(refuse, (cluster) =>
-            Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "another-holder"))
-          )
+          const run = yield* refusedAfterWrite(refuse, true)
           assert.isTrue(Result.isFailure(run.writtenResult), `written ${JSON.stringify(run.writtenResult)}`)
           assert.strictEqual(tagOf(run.refusedResult), tagOf(run.writtenResult))
           assert.strictEqual(yield* run.cluster.stored("t"), 1)

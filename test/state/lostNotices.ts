@@ -177,6 +177,28 @@ const queuedBehind = (deployment: Deployment, input: LeaseholdConfig.Input, toke
     return { a, b, first, second, open }
   })
 
+/**
+ * `a` leasing `token`, cut off from its notices; then `b`'s modification (`second`) contends
+ * from the moment `contended`: b's attempts made and b listening, each attempt a `Contended`
+ * notice published while a could not hear it.
+ */
+const contendedWhileDeaf = (deployment: Deployment, input: LeaseholdConfig.Input, token: string) =>
+  Effect.gen(function* () {
+    const a = yield* makeWorker(deployment, input)
+    const b = yield* makeWorker(deployment, input)
+    yield* Effect.orDie(a.states.modify(token, Counter, (s) => [null, { n: s.n + 1 }]))
+    assert.isTrue(a.lease.isLeased(token))
+    yield* listening(deployment, a, token)
+    const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
+    yield* deafen(deployment, a, token)
+    const contended = yield* Clock.currentTimeMillis
+    const second = yield* Effect.forkChild(addTen(b, token))
+    yield* attemptsOf(monitor, b, 2)
+    yield* listening(deployment, b, token)
+    assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
+    return { a, b, second, contended }
+  })
+
 /** The lock of `token` was handed to `w` (the release installed its lock id), and not claimed yet. */
 const handedTo = (w: Worker, token: string) =>
   Effect.gen(function* () {
@@ -219,19 +241,7 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
     Effect.gen(function* () {
       // b re-checks every 2 s (half the hand-off timeout): the bound is one interval and 1 s
       const input = { oplock: true, lockExpiration: 300_000, handoffTimeout: 4_000, leaseHoldTime: 120_000 }
-      const a = yield* makeWorker(deployment, input)
-      const b = yield* makeWorker(deployment, input)
-      yield* Effect.orDie(a.states.modify(token, Counter, (s) => [null, { n: s.n + 1 }]))
-      assert.isTrue(a.lease.isLeased(token))
-      yield* listening(deployment, a, token)
-      const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
-      yield* deafen(deployment, a, token)
-      const contended = yield* Clock.currentTimeMillis
-      const second = yield* Effect.forkChild(addTen(b, token))
-      // b's attempts, each a Contended notice to a, published while a cannot hear them
-      yield* attemptsOf(monitor, b, 2)
-      yield* listening(deployment, b, token)
-      assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
+      const { a, second, contended } = yield* contendedWhileDeaf(deployment, input, token)
       // a may subscribe again at once: its lease ends when it hears b's next attempt (b's
       // re-check) or asks the store on its return, whichever is first; a notice that
       // nobody recovers keeps the lease for its 120 s hold time
@@ -244,18 +254,7 @@ export const lostNoticeSuite = (deploy: Effect.Effect<Deployment, never, Scope.S
   test("a lost Contended: the lease of a holder cut off from its notices at the contention ends once its subscription is back, not at the waiter's re-check (30 s) or the hold time (120 s)", (deployment) =>
     Effect.gen(function* () {
       const input = { oplock: true, lockExpiration: 300_000, handoffTimeout: 60_000, leaseHoldTime: 120_000 }
-      const a = yield* makeWorker(deployment, input)
-      const b = yield* makeWorker(deployment, input)
-      yield* Effect.orDie(a.states.modify(token, Counter, (s) => [null, { n: s.n + 1 }]))
-      assert.isTrue(a.lease.isLeased(token))
-      yield* listening(deployment, a, token)
-      const monitor = yield* Monitor.monitor(yield* deployment.nodeFor(makeKeys(deployment.keyPrefix).lock(token)))
-      yield* deafen(deployment, a, token)
-      const second = yield* Effect.forkChild(addTen(b, token))
-      // b's attempts, each a Contended notice to a, published while a cannot hear them
-      yield* attemptsOf(monitor, b, 2)
-      yield* listening(deployment, b, token)
-      assert.isTrue(a.lease.isLeased(token), "a heard of the contention")
+      const { a, second } = yield* contendedWhileDeaf(deployment, input, token)
       assert.isTrue(Option.isNone(yield* Effect.sync(() => Option.fromNullishOr(second.pollUnsafe()))))
       const allowed = yield* Clock.currentTimeMillis
       yield* hear(deployment, a)
