@@ -125,6 +125,12 @@ const ackedNow = (request: Lease.Request) => {
 }
 
 /**
+ * Whether a modification that writes nothing must wait for writes it may have read: decided
+ * on a turn a session gave it (a grant of its own read what is stored), not acknowledged yet.
+ */
+const owesAck = (own: Option.Option<Lease.Turn>, request: Lease.Request) => Option.isNone(own) && !ackedNow(request)
+
+/**
  * Modify `slices` of `token` with `f`: what `modify`, `modifyEffect` and `modifyAll` run.
  *
  * @internal
@@ -167,7 +173,7 @@ export const run = <B, E, R>(
         if (Exit.isFailure(decided)) {
           // refused after reading writes of the session not yet acknowledged: its outcome
           // rests on them, so it is reported with them, and fails as they do if they are lost
-          if (Option.isNone(own) && !Cause.hasInterruptsOnly(decided.cause) && !ackedNow(request)) {
+          if (!Cause.hasInterruptsOnly(decided.cause) && owesAck(own, request)) {
             const acked = yield* Effect.exit(request.ack.await)
             if (Exit.isFailure(acked)) return yield* Effect.failCause(acked.cause)
           }
@@ -175,7 +181,7 @@ export const run = <B, E, R>(
         }
         // Decided: the outcome is awaited even if the caller is interrupted meanwhile.
         if (decided.value.writes.length > 0) yield* request.ack.await
-        else if (Option.isNone(own) && !ackedNow(request)) yield* request.ack.await
+        else if (owesAck(own, request)) yield* request.ack.await
         return decided.value.value
       })
     )
