@@ -8,6 +8,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { singleServer } from "../src/internal/redis/script.js"
 import * as Scripts from "../src/internal/redis/scripts/index.js"
+import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import { within } from "./conformance/helpers.js"
 import { type StateBackend, stateSuite } from "./state/suite.js"
 import { Counter, holding, Other, redisCluster, type Worker } from "./state/workers.js"
@@ -265,6 +266,25 @@ describe("leases acknowledged from memory", () => {
   )
 })
 
+/**
+ * A worker leasing "t" (stored 1), its lease with no deadline and no extension within a
+ * test: 20 s of hold time on a lock of 30 s.
+ */
+const leasing = (input: LeaseholdConfig.Input) =>
+  Effect.gen(function* () {
+    const cluster = yield* redisCluster({
+      oplock: true,
+      leaseHoldTime: 20_000,
+      lockExpiration: 30_000,
+      lockWarningThreshold: 20_000,
+      ...input
+    })
+    const w = yield* cluster.worker()
+    yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
+    assert.isTrue(w.lease.isLeased("t"))
+    return { cluster, w }
+  })
+
 describe("interruptions while the store is away", () => {
   it.live(
     "a caller interrupted while its first attempt waits for the connection leaves nothing that blocks the token",
@@ -311,17 +331,7 @@ describe("interruptions while the store is away", () => {
     "a leased token's modification whose slice cannot be read fails instead of waiting for ever",
     () =>
       Effect.gen(function* () {
-        const cluster = yield* redisCluster({
-          commandTimeout: 1_000,
-          oplock: true,
-          leaseDurability: "memory",
-          leaseHoldTime: 20_000,
-          lockExpiration: 30_000,
-          lockWarningThreshold: 20_000
-        })
-        const w = yield* cluster.worker()
-        yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-        assert.isTrue(w.lease.isLeased("t"))
+        const { cluster, w } = yield* leasing({ commandTimeout: 1_000, leaseDurability: "memory" })
         yield* cluster.server.kill
         // the lease has the counter in memory, not the other slice: it must read it
         const result = yield* within(
@@ -338,20 +348,10 @@ describe("interruptions while the store is away", () => {
 /**
  * A worker leasing "t" (stored 1), with a modification in progress holding the lease's turn
  * until `go`: what is started meanwhile queues behind it, served from memory once it ends,
- * then committed in one group commit. No deadline and no extension within the test: only that
- * group commit can find the lock gone.
+ * then committed in one group commit (only that group commit can find the lock gone).
  */
 const behindBusyLease = Effect.gen(function* () {
-  const cluster = yield* redisCluster({
-    oplock: true,
-    leaseDurability: "batch",
-    leaseHoldTime: 20_000,
-    lockExpiration: 30_000,
-    lockWarningThreshold: 20_000
-  })
-  const w = yield* cluster.worker()
-  yield* w.states.modify("t", Counter, (s) => [null, { n: s.n + 1 }])
-  assert.isTrue(w.lease.isLeased("t"))
+  const { cluster, w } = yield* leasing({ leaseDurability: "batch" })
   const entered = yield* Deferred.make<void>()
   const go = yield* Deferred.make<void>()
   const first = yield* Effect.forkChild(
