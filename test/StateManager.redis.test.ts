@@ -214,6 +214,51 @@ describe("round trips of a lease", () => {
       assert.strictEqual(yield* cluster.stored("t"), 1)
     })
   )
+
+  it.live(
+    "a grant that served one modification while another worker waits writes it in its release, with no write of its own before",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster({ oplock: true, lockExpiration: 30_000, leaseHoldTime: 20_000 })
+        const [a, b, c] = [yield* cluster.worker(), yield* cluster.worker(), yield* cluster.worker()]
+        for (const w of [a, b, c]) yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
+        yield* loadScripts(cluster)
+        // a leases t, watching its notices; then a modification holds the lease's turn while b,
+        // then c, queue behind it: a hears of them, and b's grant comes with c waiting
+        yield* a.states.modify("t", Counter, (s) => [null, { n: s.n }])
+        assert.isTrue(a.lease.isLeased("t"))
+        const held = yield* holding(a, "t")
+        const queued = (ids: ReadonlyArray<string>) =>
+          untilReal(
+            `${ids.join(", ")} queued`,
+            Effect.map(cluster.store.queue("t"), (queue) => ids.every((id) => queue.includes(id))),
+            { within: 5_000 }
+          )
+        const fromB = yield* Effect.forkChild(b.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+        yield* queued([b.id])
+        const fromC = yield* Effect.forkChild(c.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }]))
+        yield* queued([b.id, c.id])
+        const m = yield* Monitor.monitor(cluster.server)
+        const from = yield* Monitor.barrier(cluster.server, m)
+        yield* held.open
+        yield* Fiber.join(held.fiber)
+        assert.strictEqual(yield* Fiber.join(fromB), 2)
+        assert.strictEqual(yield* Fiber.join(fromC), 3)
+        const to = yield* Monitor.barrier(cluster.server, m)
+        // a's release hands the lock to b (the grant's notice carries the slices); b's next
+        // command is its release, which carries its write and hands the lock to c: b neither
+        // writes first nor lingers for callers of its own while c waits (c, waiting, sends
+        // nothing before its grant: its re-check is 3 s away)
+        const sent = sentBetween(m, from, to)
+        const released = sent.indexOf("leaseholdCommitAndReleaseQueued")
+        deepStrictEqual(sent.slice(released, released + 2), [
+          "leaseholdCommitAndReleaseQueued",
+          "leaseholdCommitAndReleaseQueued"
+        ])
+        assert.strictEqual(yield* cluster.stored("t"), 3)
+      }),
+    30_000
+  )
 })
 
 describe("leases acknowledged from memory", () => {
