@@ -5,12 +5,15 @@
  *
  * A session exists while a token has queued modifications or a lease on this worker, and
  * is dropped as soon as it has neither: memory does not grow with the tokens ever seen.
- * Modifications run in their callers' fibers; the session gives each its turn in order,
- * with the encoded slices it asked for, and writes what it changed.
+ * A modification is one call, `modify`, with a value that says what it reads and how it is
+ * decided (`Modification`: a plain function, or an effect run in its caller's fiber); the
+ * session decides where: inside one step of the store, under this worker's lease, under a
+ * grant of the caller's own, or on a turn the session gives it in order. It answers once
+ * the outcome is acknowledged.
  *
- * The sessions themselves (holding a grant, the session fiber, writing and releasing) live in
- * `internal/session/` (the caller's side of a modification, `begin` and `complete`, in
- * `internal/session/caller.ts`); this module builds the environment they share.
+ * The sessions themselves (the way a modification takes, holding a grant, the session
+ * fiber, writing and releasing) live in `internal/session/` (a modification's way in
+ * `internal/session/modify.ts`); this module builds the environment they share.
  *
  * @since 0.1.0
  */
@@ -18,6 +21,7 @@ import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import type * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import type * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
@@ -29,19 +33,18 @@ import type { ModifyOptions } from "../StateManager.js"
 import { type SliceEntry, Store } from "../Store.js"
 import type { AcknowledgedError, InvalidInput } from "../StoreError.js"
 import { engineOf } from "./lock/service.js"
-import type { OneShot } from "./oneShot.js"
-import { begin, complete, inStep } from "./session/caller.js"
 import * as CommitLine from "./session/commitLine.js"
 import { cachedOf } from "./session/idleLease.js"
 import * as metrics from "./session/metrics.js"
+import { modify } from "./session/modify.js"
 import { closeParked, resumed } from "./session/run.js"
-import { notify, type Session, type SessionEnv } from "./session/session.js"
+import type { Session, SessionEnv } from "./session/session.js"
 import { Signals } from "./signals.js"
 import * as Modify from "./state/modify.js"
 import * as Timers from "./timers.js"
 
 /**
- * What a modification receives when its turn comes.
+ * What a modification decided in its caller's fiber receives when its turn comes.
  *
  * @since 0.1.0
  * @category models
@@ -54,42 +57,84 @@ export interface Turn {
 }
 
 /**
- * What a modification hands back: the slices whose encoding changed, or nothing to write.
+ * What an effectful decision hands back: its value, and the slices whose encoding changed
+ * (none: nothing to write).
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category models
  */
-export type Outcome =
-  | { readonly _tag: "Commit"; readonly writes: ReadonlyArray<SliceEntry> }
-  | { readonly _tag: "Abort" }
+export interface Decided<A> {
+  readonly value: A
+  readonly writes: ReadonlyArray<SliceEntry>
+}
 
 /**
- * A modification queued on a token.
+ * What a modification may fail with besides its decision's own errors: the token or a
+ * slice name refused by the store, the store's error, or its writes lost with the lock.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category models
  */
-export interface Request {
+export type ModifyFailure = InvalidInput | AcknowledgedError | LockExpired
+
+/**
+ * A modification of a token's slices, as the session takes it (`Lease.Service.modify`): the
+ * slices it reads, its event, and how it is decided. Where it is decided (inside one step of
+ * the store, under this worker's lease, under a grant of its own, or on a queued turn) is
+ * the session's choice.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type Modification<A, E, R> = Pure<A, E> | Effectful<A, E, R>
+
+/**
+ * A modification decided by a plain function (`StateManager.modify`). The session may run
+ * `decide` inside a step of the store, and, on Redis, more than once (the store refused the
+ * step it ran for: the values had moved on); the last run counts. Each run records its
+ * result in `exit` and what it logs in `warnings`, which the modification answers with once
+ * its outcome is acknowledged.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Pure<A, E> {
+  readonly _tag: "Pure"
   readonly slices: ReadonlyArray<string>
   readonly event: Option.Option<string>
-  /** Completed by the session when the turn comes, or failed when it cannot come. */
-  readonly turn: OneShot<Turn, InvalidInput | AcknowledgedError>
-  /** Completed by the caller once its modification is decided. */
-  readonly done: OneShot<Outcome>
   /**
-   * A modification decided by a plain function (`StateManager.modify`): the session
-   * decides it itself when its turn comes, in the step that gives the turn, instead of
-   * completing `turn` and waiting for the caller's fiber to run. It completes nothing.
+   * Decide on the slices' encoded values (in the order of `slices`) under the grant's
+   * fence: the writes. Synchronous and quick; it must not throw.
    */
-  readonly decideOnTurn?: ((turn: Turn) => Outcome) | undefined
+  readonly decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>
+  /** The last run's result; `undefined` before the first. */
+  readonly exit: Exit.Exit<A, E> | undefined
+  /** What the last run logs (values that did not decode), before its result; `undefined`: nothing. */
+  readonly warnings: Effect.Effect<void> | undefined
   /**
-   * Completed by the session once the outcome is durable (or failed). A turn that writes
-   * nothing is acknowledged at once, or, when it may have read writes of its session not yet
-   * acknowledged, with them (failed if they fail). A turn `begin` returned is acknowledged by
-   * `complete`.
+   * Called when a run inside a step of the store counts for nothing (the store refused the
+   * step, or the step failed), before `decide` may run again.
    */
-  readonly ack: OneShot<void, LockExpired | AcknowledgedError>
-  cancelled: boolean
+  readonly discarded: (() => void) | undefined
+}
+
+/**
+ * A modification decided by an effect (`StateManager.modifyEffect`, `modifyAll`,
+ * `Lock.withLock`), run in the caller's fiber when its turn comes. The modification is
+ * uninterruptible but where the caller may leave: the wait for its turn, and what `decide`
+ * passes to `interruptible` (the caller's function).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Effectful<A, E, R> {
+  readonly _tag: "Effectful"
+  readonly slices: ReadonlyArray<string>
+  readonly event: Option.Option<string>
+  readonly decide: (
+    turn: Turn,
+    interruptible: <X, Y, Z>(effect: Effect.Effect<X, Y, Z>) => Effect.Effect<X, Y, Z>
+  ) => Effect.Effect<Decided<A>, E, R>
 }
 
 /**
@@ -103,43 +148,16 @@ export declare namespace Lease {
    */
   export interface Service {
     /**
-     * Start a modification (the token is already validated). With nothing queued on the
-     * token here, the caller makes the uncontended attempt itself; when that grants a lock
-     * to be held for this one modification, the turn is returned and the caller decides in
-     * its own fiber, completes `done` and calls `complete`. Otherwise (`None`) the request
-     * is queued: the caller awaits its turn. The caller runs it uninterruptibly (as
-     * `StateManager` does, with `complete` in the same region): a lock granted to a
-     * caller that left would stay taken until it expires.
+     * Make one modification of `token` (already validated): its result once its outcome is
+     * known and acknowledged (its writes made, or kept by this worker's lease as its
+     * durability says). A modification that writes nothing but may have read writes of the
+     * token's session not yet acknowledged is acknowledged with them, and fails as they do.
+     * Called when the modification runs (a plain modification's way is built then).
      */
-    readonly begin: (
+    readonly modify: <A, E, R>(
       token: string,
-      request: Request
-    ) => Effect.Effect<Option.Option<Turn>, InvalidInput | AcknowledgedError>
-    /**
-     * A whole modification in one step of the store (`Store.Stepping`), before `begin`;
-     * `undefined` (decided once, when the layer is built) where the store has no such step,
-     * so that a modification there builds nothing for it. `then(true)` once `decide`
-     * ran inside the store's step on the slices' values and the grant's fence, and what it
-     * returned is written: under a grant of the step's own (the oplock off, no session on
-     * the token here, the lock free and nobody queued), or (the embedded store only) under
-     * this worker's lease while its hold is idle. `then(false)` when nothing was done, and the modification goes on
-     * with `begin`. Called when the modification runs; `decide` must not throw. On Redis,
-     * `decide` may run on the values this worker's last grant left and the step then be
-     * refused (`false`: the values had moved on): the modification then decides again.
-     */
-    readonly inStep:
-      | (<A, E>(
-          token: string,
-          slices: ReadonlyArray<string>,
-          event: Option.Option<string>,
-          decide: (values: ReadonlyArray<Option.Option<string>>, fence: number) => ReadonlyArray<SliceEntry>,
-          then: (done: boolean) => Effect.Effect<A, E>
-        ) => Effect.Effect<A, E | InvalidInput | AcknowledgedError>)
-      | undefined
-    /** After a turn from `begin`, with `done` completed: write, release, then complete `ack`. */
-    readonly complete: (token: string, request: Request) => Effect.Effect<void>
-    /** A request cancelled by its caller: the session skips it. */
-    readonly cancel: (token: string, request: Request) => Effect.Effect<void>
+      modification: Modification<A, E, R>
+    ) => Effect.Effect<A, E | ModifyFailure, R>
     /** The encoded slice under this worker's lease, if it holds one on the token and has the slice. */
     readonly cached: (token: string, slice: string) => Option.Option<Option.Option<string>>
     /** Whether this worker holds a lease on the token now. */
@@ -241,19 +259,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
     yield* Effect.addFinalizer(() => closeParked(env))
 
     const service = Lease.of({
-      begin: (token, request) => begin(env, token, request),
-      inStep:
-        store.modifyInStep === undefined
-          ? undefined
-          : (token, slices, event, decide, then) =>
-              inStep(env, store.modifyInStep!, token, slices, event, decide, then),
-      complete: (token, request) => complete(env, token, request),
-      cancel: (token, request) =>
-        Effect.sync(() => {
-          request.cancelled = true
-          const session = sessions.get(token)
-          if (session !== undefined) notify(session)
-        }),
+      modify: (token, modification) => modify(env, token, modification),
       cached: (token, slice) => {
         const lease = sessions.get(token)?.lease
         return lease === undefined ? Option.none() : cachedOf(lease, slice)

@@ -373,7 +373,7 @@ export const attemptWith = (
       // lock id not held deletes nothing) and its entry leaves (only an entry queued under
       // it), in the background: the caller's failure does not wait another command timeout
       // for it. (The attempt runs uninterruptibly: `Lock.attempt` makes it so, and
-      // `attemptMasked`'s caller, `Lease.begin`, runs so; an interruption could skip a
+      // `attemptMasked`'s caller, the session's `begin`, runs so; an interruption could skip a
       // handler of an interruptible step.)
       onFailure: (cause) =>
         Effect.andThen(

@@ -126,8 +126,8 @@ export interface Engine {
     slices: ReadonlyArray<string>
   ) => Effect.Effect<Result.Result<Grant, Refused>, InvalidInput | AcknowledgedError>
   /**
-   * `attempt` for a caller that already runs it uninterruptibly (`Lease.begin`'s callers
-   * do): the same step without an uninterruptible region of its own. Run interruptibly,
+   * `attempt` for a caller that already runs it uninterruptibly (`session/caller.ts`'s `begin`
+   * does): the same step without an uninterruptible region of its own. Run interruptibly,
    * an interruption during the store's step would skip the release of a lock taken by a
    * lost reply.
    */

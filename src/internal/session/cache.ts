@@ -8,7 +8,7 @@
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import type { SliceEntry } from "../../Store.js"
-import type { Request } from "../lease.js"
+import type { Request } from "./session.js"
 
 /**
  * A slice's entry in a parked lease's cache, flat (`ParkedLease.slices`), a triple per
@@ -43,7 +43,7 @@ export class HoldCache {
     this.lastWriteMs = writeMs
   }
 
-  /** The grant's reads, with the writes of a modification its caller made under it (`Carried`). */
+  /** The grant's reads, with the writes of a modification its caller made under it (`DecidedByCaller`). */
   static ofGrant(
     values: ReadonlyMap<string, Option.Option<string>>,
     carried: { readonly writes: ReadonlyArray<SliceEntry>; readonly request: Request } | undefined

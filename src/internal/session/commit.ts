@@ -12,10 +12,9 @@ import * as Option from "effect/Option"
 import { LockExpired } from "../../StateError.js"
 import type { SliceEntry } from "../../Store.js"
 import { type AcknowledgedError, type InvalidInput, isInvalidInput, type LockLost } from "../../StoreError.js"
-import type { Request } from "../lease.js"
 import type { QueuePlace } from "../lock/service.js"
 import { flushFailures } from "./metrics.js"
-import { prune, type Session, type SessionEnv } from "./session.js"
+import { prune, type Request, type Session, type SessionEnv } from "./session.js"
 
 /** @internal */
 export const lockExpired = (env: SessionEnv, request: Request, lockId: string, error: LockLost) =>

@@ -12,7 +12,6 @@ import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
-import type { Request } from "../lease.js"
 import type { Grant, QueuePlace } from "../lock/service.js"
 import { preciseMillis } from "../timers.js"
 import { HoldCache } from "./cache.js"
@@ -22,11 +21,11 @@ import type { HeldGrant, HoldState } from "./holdState.js"
 import { disarmPark, type ParkedLease, type Parking, parking } from "./parking.js"
 import { leaseHold, policyOf } from "./policy.js"
 import { nextRequest, relayFrom, takeOverTurn, waitedForIo } from "./relay.js"
-import type { Session, SessionEnv } from "./session.js"
+import type { Request, Session, SessionEnv } from "./session.js"
 import { disarmDeadline, resumeKeepAlive, startKeepAlive, stopKeepAlive, withKeepAlive } from "./timing.js"
 
 /**
- * A modification its caller ran under the grant in its own fiber (`Lease.complete`), left
+ * A modification its caller ran under the grant in its own fiber (`caller.complete`), left
  * to the hold to write with the ones queued behind it: its writes, and its request to
  * acknowledge once they are written.
  *

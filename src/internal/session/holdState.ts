@@ -8,11 +8,10 @@
  */
 import type * as Clock from "effect/Clock"
 import type { AcknowledgedError, LockLost } from "../../StoreError.js"
-import type { Request } from "../lease.js"
 import type { OneShot } from "../oneShot.js"
 import type { HoldCache } from "./cache.js"
 import type { HoldPolicy } from "./policy.js"
-import type { Session, SessionEnv } from "./session.js"
+import type { Request, Session, SessionEnv } from "./session.js"
 
 /**
  * One hold of a grant: the grant, how it is held, what it read and wrote, and where its

@@ -30,7 +30,7 @@ export const cachedOf = (lease: HoldState | ParkedLease, slice: string): Option.
 
 /**
  * The hold of this worker's lease on the session's token, when a plain modification may be
- * made under its grant by its caller, in one step of the store (`caller.inStep`), with no
+ * made under its grant by its caller, in one step of the store (`modify.ts`), with no
  * step of the hold's fiber: the hold idle (its serving loop waiting for something to do, or
  * parked), with nothing queued, in progress or left to write, no signal to read, no
  * contention, and before its deadline. Made so, the modification is what the loop would

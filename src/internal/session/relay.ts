@@ -8,12 +8,12 @@
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
-import type { Outcome, Request, Turn } from "../lease.js"
+import type { Turn } from "../lease.js"
 import { OneShot } from "../oneShot.js"
 import { preciseMillis } from "../timers.js"
 import { warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
-import { prune } from "./session.js"
+import { type Outcome, prune, type Request } from "./session.js"
 
 /** @internal */
 export const nextRequest = (state: HoldState) => {

@@ -10,10 +10,12 @@
 import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
+import type * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { Store } from "../../Store.js"
-import type { InvalidInput, StoreError } from "../../StoreError.js"
-import type { Request } from "../lease.js"
+import type { LockExpired } from "../../StateError.js"
+import type { SliceEntry, Store } from "../../Store.js"
+import type { AcknowledgedError, InvalidInput, StoreError } from "../../StoreError.js"
+import type { Turn } from "../lease.js"
 import type { Engine, Grant, LocalQueue, SignalInbox } from "../lock/service.js"
 import { OneShot } from "../oneShot.js"
 import type { SignalEvent, Signals } from "../signals.js"
@@ -58,9 +60,9 @@ export interface SessionEnv {
   readonly parkMs: number
   /** Continue a parked hold in a new session fiber (`notify` calls it). */
   readonly resume: (session: Session, parked: ParkedLease) => void
-  /** The modifications made in one step of the store since the last yield after one (`caller.inStep`). */
+  /** The modifications made in one step of the store since the last yield after one (`modify.ts`). */
   readonly inStep: { made: number }
-  /** The clock of the fiber that built the worker: what `caller.inStep` times a decision with. */
+  /** The clock of the fiber that built the worker: what a step of the store's own grant times a decision with (`modify.ts`). */
   readonly clock: Clock.Clock
   /** The tokens whose lease this worker gave up unused (`withholdLease`), until when. */
   readonly withheld: Map<string, number>
@@ -105,6 +107,45 @@ export const leases = (env: SessionEnv, token: string): boolean => {
   if (preciseMillis(env.clock) < until) return false
   env.withheld.delete(token)
   return true
+}
+
+/**
+ * What a modification's decision hands the session: the slices whose encoding changed, or
+ * nothing to write.
+ *
+ * @internal
+ */
+export type Outcome =
+  | { readonly _tag: "Commit"; readonly writes: ReadonlyArray<SliceEntry> }
+  | { readonly _tag: "Abort" }
+
+/**
+ * A modification queued on a token's session, or under a grant its caller holds
+ * (`modify.ts`).
+ *
+ * @internal
+ */
+export interface Request {
+  readonly slices: ReadonlyArray<string>
+  readonly event: Option.Option<string>
+  /** Completed by the session when the turn comes, or failed when it cannot come. */
+  readonly turn: OneShot<Turn, InvalidInput | AcknowledgedError>
+  /** Completed once the modification is decided. */
+  readonly done: OneShot<Outcome>
+  /**
+   * A modification decided by a plain function: the session decides it itself when its
+   * turn comes, in the step that gives the turn, instead of completing `turn` and waiting
+   * for the caller's fiber to run. It completes nothing.
+   */
+  readonly decideOnTurn: ((turn: Turn) => Outcome) | undefined
+  /**
+   * Completed by the session once the outcome is durable (or failed). A turn that writes
+   * nothing is acknowledged at once, or, when it may have read writes of its session not yet
+   * acknowledged, with them (failed if they fail). A turn under the caller's own grant is
+   * acknowledged by its write (`caller.complete`).
+   */
+  readonly ack: OneShot<void, LockExpired | AcknowledgedError>
+  cancelled: boolean
 }
 
 /** @internal */
