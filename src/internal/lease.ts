@@ -39,6 +39,7 @@ import * as metrics from "./session/metrics.js"
 import { modify } from "./session/modify.js"
 import { closeParked, resumed } from "./session/run.js"
 import type { Session, SessionEnv } from "./session/session.js"
+import { TokenMarks } from "./session/tokenMarks.js"
 import { Signals } from "./signals.js"
 import * as Modify from "./state/modify.js"
 import * as Timers from "./timers.js"
@@ -249,8 +250,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       resume: (session, parked) => runFork(resumed(env, session, parked)),
       inStep: { made: 0 },
       clock: yield* Clock.Clock,
-      withheld: new Map(),
-      withheldSweep: { at: 1024 }
+      withheld: new TokenMarks(),
+      unreturned: new TokenMarks()
     }
     // Started from a callback (`notify`): with the services this layer was built with.
     const runFork = Effect.runForkWith(yield* Effect.context<never>())

@@ -37,8 +37,9 @@ const ended = Effect.succeed<IdleStep>("ended")
  * A caller that does not come back costs the grant one write more before its release. While
  * another worker waits, only a write that ends before the deadline (as long as the last one
  * took) is made: the wait of the worker behind stays within the quantum and the last
- * write's release; and a grant that served only one modification (a lease, in all its
- * life) does not linger at all: its write goes in its release. With nothing to write (acknowledged from memory), the turn is given all
+ * write's release; and while another worker waits, a grant whose last linger here found
+ * nobody (`SessionEnv.unreturned`, for `leaseHoldTime`) does not linger at all: its write
+ * goes in its release. With nothing to write (acknowledged from memory), the turn is given all
  * the same: the callers acknowledged at once queue their next modification within it. A
  * grant that served nothing, its only request gone, owes its callers no turn.
  *
@@ -46,12 +47,17 @@ const ended = Effect.succeed<IdleStep>("ended")
  */
 export const linger = (state: HoldState, now: number, lingered: boolean): Effect.Effect<IdleStep> => {
   const owes = state.cache.awaitingWrite.length > 0
-  if (lingered || (!owes && state.turns.served === 0)) return ended
-  // A grant that served one modification while another worker waits has no sign of a
-  // caller that comes back (an API call, a worker taking its turn in a queue): its write
-  // goes in its release, and the worker behind waits for one step, not a write, a turn of
-  // the event loop and a release.
-  if (state.contention.contended && state.turns.served <= 1) return ended
+  const { env, token } = state.grant
+  if (lingered) {
+    // the turn given found nobody: this token's callers here do not come back at once
+    env.unreturned.mark(token, now, now + env.holdMs)
+    return ended
+  }
+  if (!owes && state.turns.served === 0) return ended
+  // Another worker waits, and the last linger here found nobody (API calls, one each, say):
+  // the write goes in the release, and the worker behind waits for one step, not a write, a
+  // turn of the event loop and a release.
+  if (state.contention.contended && env.unreturned.size > 0 && env.unreturned.has(token, now)) return ended
   return Effect.gen(function* () {
     if (owes) {
       if (state.contention.contended && now + state.cache.writeMs >= state.timing.deadline) return "ended"

@@ -23,6 +23,7 @@ import { preciseMillis, type Timers } from "../timers.js"
 import type { CommitLine } from "./commitLine.js"
 import type { HoldState } from "./holdState.js"
 import type { ParkedLease } from "./parking.js"
+import type { TokenMarks } from "./tokenMarks.js"
 
 /**
  * What the session machinery of one `Lease` service shares.
@@ -65,9 +66,12 @@ export interface SessionEnv {
   /** The clock of the fiber that built the worker: what a step of the store's own grant times a decision with (`modify.ts`). */
   readonly clock: Clock.Clock
   /** The tokens whose lease this worker gave up unused (`withholdLease`), until when. */
-  readonly withheld: Map<string, number>
-  /** The size of `withheld` at which it is swept next. */
-  readonly withheldSweep: { at: number }
+  readonly withheld: TokenMarks
+  /**
+   * The tokens whose grant here last lingered for callers that did not come back, while
+   * another worker waited (`idle.ts`): their next contended grant does not linger.
+   */
+  readonly unreturned: TokenMarks
 }
 
 /**
@@ -81,18 +85,10 @@ export interface SessionEnv {
  * @internal
  */
 export const withholdLease = (env: SessionEnv, token: string, now: number) => {
-  const { withheld } = env
-  // Swept when it has doubled since the last sweep (at least 1,024 entries): an entry lives
-  // `holdMs`, so the map holds the recent ones, and a worker giving up thousands of leases
-  // at once (another worker contending on all of them) sweeps it a few times, not at each.
-  if (withheld.size >= env.withheldSweep.at) {
-    for (const [other, until] of withheld) if (until <= now) withheld.delete(other)
-    env.withheldSweep.at = Math.max(minSweep, 2 * withheld.size)
-  }
-  withheld.set(token, now + env.holdMs)
+  // an entry lives `holdMs`; a worker giving up thousands of leases at once (another worker
+  // contending on all of them) sweeps the marks a few times, not at each
+  env.withheld.mark(token, now, now + env.holdMs)
 }
-
-const minSweep = 1024
 
 /**
  * Whether this worker leases `token` now: the oplock is on and no lease of the token was
@@ -102,11 +98,7 @@ const minSweep = 1024
  */
 export const leases = (env: SessionEnv, token: string): boolean => {
   if (!env.oplock) return false
-  const until = env.withheld.get(token)
-  if (until === undefined) return true
-  if (preciseMillis(env.clock) < until) return false
-  env.withheld.delete(token)
-  return true
+  return env.withheld.size === 0 || !env.withheld.has(token, preciseMillis(env.clock))
 }
 
 /**
