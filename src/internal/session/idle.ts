@@ -1,7 +1,8 @@
 /**
  * What a hold does once nothing is queued here (`HoldPolicy.whenIdle`): linger (write what
- * it owes, give its callers one turn of the event loop to come back, then end), or, a lease
- * that nobody contends, wait for something to do and park when nothing comes.
+ * it owes, give its callers one turn of the event loop to come back, then end; while another
+ * worker waits, end at once where the last such turn found nobody), or, a lease that nobody
+ * contends, wait for something to do and park when nothing comes.
  *
  * @internal
  */
