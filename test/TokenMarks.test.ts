@@ -37,3 +37,19 @@ describe("TokenMarks", () => {
     assert.isTrue(live.has("t-0", 1) && live.has("t-2047", 1))
   })
 })
+
+describe("TokenMarks.hasUnlessProbe", () => {
+  it("answers marked but every n-th time it is asked, counted from the mark; a new mark counts again", () => {
+    const marks = new TokenMarks()
+    assert.isFalse(marks.hasUnlessProbe("t", 0, 4))
+    marks.mark("t", 0, 100)
+    const answers = Array.from({ length: 8 }, () => marks.hasUnlessProbe("t", 1, 4))
+    assert.deepStrictEqual(answers, [true, true, true, false, true, true, true, false])
+    marks.mark("t", 2, 100)
+    assert.deepStrictEqual(
+      Array.from({ length: 4 }, () => marks.hasUnlessProbe("t", 3, 4)),
+      [true, true, true, false]
+    )
+    assert.isFalse(marks.hasUnlessProbe("t", 100, 4))
+  })
+})

@@ -28,6 +28,9 @@ export type IdleStep = "ended" | "parked" | "lingered" | "goOn"
 
 const ended = Effect.succeed<IdleStep>("ended")
 
+/** How often a contended grant of a token whose last linger found nobody lingers all the same. */
+const probeEvery = 4
+
 /**
  * Nothing queued here, and the modifications served wait for their write. Written now under
  * the grant kept, they are acknowledged, and their callers usually queue their next
@@ -38,9 +41,9 @@ const ended = Effect.succeed<IdleStep>("ended")
  * A caller that does not come back costs the grant one write more before its release. While
  * another worker waits, only a write that ends before the deadline (as long as the last one
  * took) is made: the wait of the worker behind stays within the quantum and the last
- * write's release; and while another worker waits, a grant whose last linger here found
- * nobody (`SessionEnv.unreturned`, for `leaseHoldTime`) does not linger at all: its write
- * goes in its release. With nothing to write (acknowledged from memory), the turn is given all
+ * write's release; and while another worker waits, a grant of a token whose last linger
+ * here, after one modification, found nobody (`SessionEnv.unreturned`, for `leaseHoldTime`)
+ * does not linger at all but one time in `probeEvery`: its write goes in its release. With nothing to write (acknowledged from memory), the turn is given all
  * the same: the callers acknowledged at once queue their next modification within it. A
  * grant that served nothing, its only request gone, owes its callers no turn.
  *
@@ -50,15 +53,20 @@ export const linger = (state: HoldState, now: number, lingered: boolean): Effect
   const owes = state.cache.awaitingWrite.length > 0
   const { env, token } = state.grant
   if (lingered) {
-    // the turn given found nobody: this token's callers here do not come back at once
-    env.unreturned.mark(token, now, now + env.holdMs)
+    // the turn given to the caller of the one modification served found nobody: this
+    // token's callers here do not come back at once (a grant that served several had
+    // callers that did, or several callers)
+    if (state.turns.served === 1) env.unreturned.mark(token, now, now + env.holdMs)
     return ended
   }
   if (!owes && state.turns.served === 0) return ended
   // Another worker waits, and the last linger here found nobody (API calls, one each, say):
   // the write goes in the release, and the worker behind waits for one step, not a write, a
-  // turn of the event loop and a release.
-  if (state.contention.contended && env.unreturned.size > 0 && env.unreturned.has(token, now)) return ended
+  // turn of the event loop and a release. Every `probeEvery`-th such grant lingers all the
+  // same: a caller that came back late once is not kept from its batches for long.
+  if (state.contention.contended && env.unreturned.size > 0 && env.unreturned.hasUnlessProbe(token, now, probeEvery)) {
+    return ended
+  }
   return Effect.gen(function* () {
     if (owes) {
       if (state.contention.contended && now + state.cache.writeMs >= state.timing.deadline) return "ended"
