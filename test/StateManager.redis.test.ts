@@ -223,12 +223,13 @@ describe("round trips of a lease", () => {
   )
 
   it.live(
-    "a grant whose last linger found nobody, while another worker waits, writes in its release without lingering again",
+    "a contended grant of one modification writes in its release, lingering one time in four, and always once its caller was seen to come back",
     () =>
       Effect.gen(function* () {
         // the oplock off: every grant is held for the modifications queued here; a quantum long
-        // enough that a grant's write always fits in it
-        const cluster = yield* redisCluster({ lockExpiration: 30_000, leaseQuantum: 1_000 })
+        // enough that a grant's write always fits in it; re-checks (half the hand-off timeout)
+        // far beyond a round
+        const cluster = yield* redisCluster({ lockExpiration: 30_000, handoffTimeout: 10_000, leaseQuantum: 1_000 })
         const [a, b, c] = [yield* cluster.worker(), yield* cluster.worker(), yield* cluster.worker()]
         for (const w of [a, b, c]) yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
         yield* loadScripts(cluster)
@@ -241,35 +242,45 @@ describe("round trips of a lease", () => {
         const increment = (w: Worker) => w.states.modify("t", Counter, (s) => [s.n + 1, { n: s.n + 1 }])
         const m = yield* Monitor.monitor(cluster.server)
         /**
-         * a holds t's lock; b, then c, queue behind it, so that b's grant comes with c waiting
-         * (c, waiting, sends nothing before its grant: its re-check is 3 s away). From a's
-         * release on: what b sent before its own release, which hands the lock to c.
+         * a holds t's lock; b (running `onB`), then c, queue behind it, so that b's grant comes
+         * with c waiting (c, waiting, sends nothing before its grant). From a's release on:
+         * what b sent up to its own release, which hands the lock to c.
          */
-        const round = (n: number) =>
+        const round = <A>(onB: Effect.Effect<A, unknown>) =>
           Effect.gen(function* () {
             const held = yield* holding(a, "t")
-            const fromB = yield* Effect.forkChild(increment(b))
+            const fromB = yield* Effect.forkChild(onB)
             yield* queued([b.id])
             const fromC = yield* Effect.forkChild(increment(c))
             yield* queued([b.id, c.id])
             const from = yield* Monitor.barrier(cluster.server, m)
             yield* held.open
             yield* Fiber.join(held.fiber)
-            assert.strictEqual(yield* Fiber.join(fromB), 3 * n - 1)
-            assert.strictEqual(yield* Fiber.join(fromC), 3 * n)
+            const answers = [yield* Fiber.join(fromB), yield* Fiber.join(fromC)]
             const to = yield* Monitor.barrier(cluster.server, m)
             const sent = sentBetween(m, from, to)
             const released = sent.indexOf("leaseholdCommitAndReleaseQueued")
             const bReleased = sent.indexOf("leaseholdCommitAndReleaseQueued", released + 1)
-            return sent.slice(released + 1, bReleased + 1)
+            return { answers, sent: sent.slice(released + 1, bReleased + 1) }
           })
-        // the first time, b writes, gives its callers a turn of the event loop, and releases
-        deepStrictEqual(yield* round(1), ["leaseholdWriteIfHolder", "leaseholdCommitAndReleaseQueued"])
-        // nobody came back: the next time, b's write goes in its release
-        deepStrictEqual(yield* round(2), ["leaseholdCommitAndReleaseQueued"])
-        assert.strictEqual(yield* cluster.stored("t"), 6)
+        const release = ["leaseholdCommitAndReleaseQueued"]
+        // three grants of one modification, its caller never seen to come back: the write in the release
+        for (let n = 1; n <= 3; n++) {
+          const { answers, sent } = yield* round(increment(b))
+          deepStrictEqual(answers, [3 * n - 1, 3 * n])
+          deepStrictEqual(sent, release)
+        }
+        // the fourth lingers (a write, then a turn of the event loop), and b's caller comes back in it
+        const fourth = yield* round(Effect.zip(increment(b), increment(b)))
+        deepStrictEqual(fourth.answers, [[11, 12], 13])
+        deepStrictEqual(fourth.sent, ["leaseholdWriteIfHolder", "leaseholdWriteIfHolder", ...release])
+        // seen to come back: b's next grant lingers for its caller (who does not come, this time)
+        const fifth = yield* round(increment(b))
+        deepStrictEqual(fifth.answers, [15, 16])
+        deepStrictEqual(fifth.sent, ["leaseholdWriteIfHolder", ...release])
+        assert.strictEqual(yield* cluster.stored("t"), 16)
       }),
-    30_000
+    60_000
   )
 })
 

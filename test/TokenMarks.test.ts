@@ -12,11 +12,8 @@ describe("TokenMarks", () => {
     assert.strictEqual(marks.size, 0)
   })
 
-  it("a mark cleared is gone; marked again, its deadline is the new one", () => {
+  it("marked again, a token's deadline is the new one", () => {
     const marks = new TokenMarks()
-    marks.mark("t", 0, 100)
-    marks.clear("t")
-    assert.isFalse(marks.has("t", 1))
     marks.mark("t", 0, 100)
     marks.mark("t", 50, 300)
     assert.isTrue(marks.has("t", 200))
@@ -30,26 +27,16 @@ describe("TokenMarks", () => {
     marks.mark("new-0", 15, 20)
     assert.strictEqual(marks.size, 1)
     assert.isTrue(marks.has("new-0", 15))
-    // live marks are never swept: 2,048 live ones grow the map past 1,024
-    const live = new TokenMarks()
-    for (let i = 0; i < 2048; i++) live.mark(`t-${i}`, 0, 1_000)
-    assert.strictEqual(live.size, 2048)
-    assert.isTrue(live.has("t-0", 1) && live.has("t-2047", 1))
-  })
-})
-
-describe("TokenMarks.hasUnlessProbe", () => {
-  it("answers marked but every n-th time it is asked, counted from the mark; a new mark counts again", () => {
-    const marks = new TokenMarks()
-    assert.isFalse(marks.hasUnlessProbe("t", 0, 4))
-    marks.mark("t", 0, 100)
-    const answers = Array.from({ length: 8 }, () => marks.hasUnlessProbe("t", 1, 4))
-    assert.deepStrictEqual(answers, [true, true, true, false, true, true, true, false])
-    marks.mark("t", 2, 100)
-    assert.deepStrictEqual(
-      Array.from({ length: 4 }, () => marks.hasUnlessProbe("t", 3, 4)),
-      [true, true, true, false]
-    )
-    assert.isFalse(marks.hasUnlessProbe("t", 100, 4))
+    // live marks are never swept, and the next sweep waits for the map to double: 1,500 marks
+    // (the 1,025th swept none: the next sweep is at 2,048), then later ones, the first 1,500 ended
+    const grown = new TokenMarks()
+    for (let i = 0; i < 1500; i++) grown.mark(`t-${i}`, 0, 1_000)
+    grown.mark("late-0", 5_000, 6_000)
+    assert.strictEqual(grown.size, 1501)
+    for (let i = 1; i <= 547; i++) grown.mark(`late-${i}`, 5_000, 6_000)
+    assert.strictEqual(grown.size, 2048)
+    grown.mark("last", 5_000, 6_000)
+    assert.strictEqual(grown.size, 549)
+    assert.isTrue(grown.has("late-0", 5_000) && grown.has("last", 5_000))
   })
 })

@@ -251,7 +251,8 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       inStep: { made: 0 },
       clock: yield* Clock.Clock,
       withheld: new TokenMarks(),
-      unreturned: new TokenMarks()
+      returning: new TokenMarks(),
+      lingerProbes: { made: 0 }
     }
     // Started from a callback (`notify`): with the services this layer was built with.
     const runFork = Effect.runForkWith(yield* Effect.context<never>())

@@ -204,8 +204,8 @@ const serve = (state: HoldState, resumed: boolean) =>
         continue
       }
       if (request !== undefined) {
-        // a caller came back within the turn given: this token's grants here linger again
-        if (lingered && grant.env.unreturned.size > 0) grant.env.unreturned.clear(grant.token)
+        // a caller came back within the turn given: this token's contended grants here linger
+        if (lingered) grant.env.returning.mark(grant.token, now, now + grant.env.holdMs)
         lingered = false
         yield* serveFrom(state, request)
         continue

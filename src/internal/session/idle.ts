@@ -1,8 +1,9 @@
 /**
  * What a hold does once nothing is queued here (`HoldPolicy.whenIdle`): linger (write what
  * it owes, give its callers one turn of the event loop to come back, then end; while another
- * worker waits, end at once where the last such turn found nobody), or, a lease that nobody
- * contends, wait for something to do and park when nothing comes.
+ * worker waits, after one modification, end at once unless the token's callers were seen to
+ * come back), or, a lease that nobody contends, wait for something to do and park when
+ * nothing comes.
  *
  * @internal
  */
@@ -28,8 +29,23 @@ export type IdleStep = "ended" | "parked" | "lingered" | "goOn"
 
 const ended = Effect.succeed<IdleStep>("ended")
 
-/** How often a contended grant of a token whose last linger found nobody lingers all the same. */
+/**
+ * How often a contended grant that served one modification lingers for a token whose callers
+ * were not seen to come back.
+ */
 const probeEvery = 4
+
+/**
+ * Whether a contended grant that served one modification lingers: its token's callers came
+ * back within a linger here lately (a loop, a socket's bursts), or this is a probe. A
+ * token's calls that come one at a time (API calls to a tab whose socket is elsewhere) are
+ * not waited for, but one time in `probeEvery` of this worker's such grants.
+ */
+const expectsCallers = (state: HoldState, now: number) => {
+  const { env, token } = state.grant
+  if (env.returning.size > 0 && env.returning.has(token, now)) return true
+  return ++env.lingerProbes.made % probeEvery === 0
+}
 
 /**
  * Nothing queued here, and the modifications served wait for their write. Written now under
@@ -41,32 +57,21 @@ const probeEvery = 4
  * A caller that does not come back costs the grant one write more before its release. While
  * another worker waits, only a write that ends before the deadline (as long as the last one
  * took) is made: the wait of the worker behind stays within the quantum and the last
- * write's release; and while another worker waits, a grant of a token whose last linger
- * here, after one modification, found nobody (`SessionEnv.unreturned`, for `leaseHoldTime`)
- * does not linger at all but one time in `probeEvery`: its write goes in its release. With nothing to write (acknowledged from memory), the turn is given all
- * the same: the callers acknowledged at once queue their next modification within it. A
- * grant that served nothing, its only request gone, owes its callers no turn.
+ * write's release. And while another worker waits, a grant that served one modification
+ * lingers only for a token whose callers came back within a linger here lately
+ * (`SessionEnv.returning`), or one time in `probeEvery` (to find that out): otherwise its
+ * write goes in its release (`ended`), and the worker behind waits for one step of the
+ * store, not a write, a turn of the event loop and a release. With nothing to write
+ * (acknowledged from memory), the turn is given all the same: the callers acknowledged at
+ * once queue their next modification within it. A grant that served nothing, its only
+ * request gone, owes its callers no turn.
  *
  * @internal
  */
 export const linger = (state: HoldState, now: number, lingered: boolean): Effect.Effect<IdleStep> => {
   const owes = state.cache.awaitingWrite.length > 0
-  const { env, token } = state.grant
-  if (lingered) {
-    // the turn given to the caller of the one modification served found nobody: this
-    // token's callers here do not come back at once (a grant that served several had
-    // callers that did, or several callers)
-    if (state.turns.served === 1) env.unreturned.mark(token, now, now + env.holdMs)
-    return ended
-  }
-  if (!owes && state.turns.served === 0) return ended
-  // Another worker waits, and the last linger here found nobody (API calls, one each, say):
-  // the write goes in the release, and the worker behind waits for one step, not a write, a
-  // turn of the event loop and a release. Every `probeEvery`-th such grant lingers all the
-  // same: a caller that came back late once is not kept from its batches for long.
-  if (state.contention.contended && env.unreturned.size > 0 && env.unreturned.hasUnlessProbe(token, now, probeEvery)) {
-    return ended
-  }
+  if (lingered || (!owes && state.turns.served === 0)) return ended
+  if (state.contention.contended && state.turns.served <= 1 && !expectsCallers(state, now)) return ended
   return Effect.gen(function* () {
     if (owes) {
       if (state.contention.contended && now + state.cache.writeMs >= state.timing.deadline) return "ended"

@@ -68,10 +68,13 @@ export interface SessionEnv {
   /** The tokens whose lease this worker gave up unused (`withholdLease`), until when. */
   readonly withheld: TokenMarks
   /**
-   * The tokens whose grant here last lingered for callers that did not come back, while
-   * another worker waited (`idle.ts`): their next contended grant does not linger.
+   * The tokens whose callers came back within a grant's linger here, for `holdMs` from the
+   * last time (`idle.ts`): a contended grant of one of them that served one modification
+   * lingers for them.
    */
-  readonly unreturned: TokenMarks
+  readonly returning: TokenMarks
+  /** The contended grants that served one modification of a token not in `returning` (`idle.ts`'s probes). */
+  readonly lingerProbes: { made: number }
 }
 
 /**
