@@ -223,13 +223,14 @@ describe("round trips of a lease", () => {
   )
 
   it.live(
-    "a contended grant of one modification writes in its release, lingering one time in four, and always once its caller was seen to come back",
+    "a contended grant of one modification writes in its release, and lingers once its caller was seen to come back at once",
     () =>
       Effect.gen(function* () {
         // the oplock off: every grant is held for the modifications queued here; a quantum long
-        // enough that a grant's write always fits in it; re-checks (half the hand-off timeout)
-        // far beyond a round
-        const cluster = yield* redisCluster({ lockExpiration: 30_000, handoffTimeout: 10_000, leaseQuantum: 1_000 })
+        // enough that a grant's write fits in it, and that a caller's next modification within
+        // two of them (200 ms) counts as coming back at once; re-checks (half the hand-off
+        // timeout) far beyond a round
+        const cluster = yield* redisCluster({ lockExpiration: 30_000, handoffTimeout: 10_000, leaseQuantum: 100 })
         const [a, b, c] = [yield* cluster.worker(), yield* cluster.worker(), yield* cluster.worker()]
         for (const w of [a, b, c]) yield* w.states.modify("warm", Counter, (s) => [null, { n: s.n + 1 }])
         yield* loadScripts(cluster)
@@ -244,10 +245,12 @@ describe("round trips of a lease", () => {
         /**
          * a holds t's lock; b (running `onB`), then c, queue behind it, so that b's grant comes
          * with c waiting (c, waiting, sends nothing before its grant). From a's release on:
-         * what b sent up to its own release, which hands the lock to c.
+         * what b sent up to its own release, which hands the lock to c. Rounds start apart by
+         * more than two quanta: b's next one is no caller coming back at once.
          */
         const round = <A>(onB: Effect.Effect<A, unknown>) =>
           Effect.gen(function* () {
+            yield* Effect.sleep(300)
             const held = yield* holding(a, "t")
             const fromB = yield* Effect.forkChild(onB)
             yield* queued([b.id])
@@ -264,17 +267,19 @@ describe("round trips of a lease", () => {
             return { answers, sent: sent.slice(released + 1, bReleased + 1) }
           })
         const release = ["leaseholdCommitAndReleaseQueued"]
-        // three grants of one modification, its caller never seen to come back: the write in the release
+        // grants of one modification whose caller does not come back: the write in the release
         for (let n = 1; n <= 3; n++) {
           const { answers, sent } = yield* round(increment(b))
           deepStrictEqual(answers, [3 * n - 1, 3 * n])
           deepStrictEqual(sent, release)
         }
-        // the fourth lingers (a write, then a turn of the event loop), and b's caller comes back in it
+        // b's caller comes back at once: its grant had not lingered, so its next modification
+        // queues behind c's
         const fourth = yield* round(Effect.zip(increment(b), increment(b)))
-        deepStrictEqual(fourth.answers, [[11, 12], 13])
-        deepStrictEqual(fourth.sent, ["leaseholdWriteIfHolder", "leaseholdWriteIfHolder", ...release])
-        // seen to come back: b's next grant lingers for its caller (who does not come, this time)
+        deepStrictEqual(fourth.answers, [[11, 13], 12])
+        deepStrictEqual(fourth.sent, release)
+        // seen to come back: b's next grant lingers for its caller (a write, then a turn of the
+        // event loop; the caller does not come, this time)
         const fifth = yield* round(increment(b))
         deepStrictEqual(fifth.answers, [15, 16])
         deepStrictEqual(fifth.sent, ["leaseholdWriteIfHolder", ...release])

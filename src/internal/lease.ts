@@ -252,7 +252,7 @@ export const make: Effect.Effect<Lease.Service, never, Scope.Scope | Store | Loc
       clock: yield* Clock.Clock,
       withheld: new TokenMarks(),
       returning: new TokenMarks(),
-      lingerProbes: { made: 0 }
+      released: new TokenMarks()
     }
     // Started from a callback (`notify`): with the services this layer was built with.
     const runFork = Effect.runForkWith(yield* Effect.context<never>())

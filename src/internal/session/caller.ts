@@ -14,6 +14,7 @@ import * as Result from "effect/Result"
 import type { Turn } from "../lease.js"
 import { preciseMillis } from "../timers.js"
 import { commitAndRelease, warnHeld } from "./commit.js"
+import { starting } from "./idle.js"
 import { policyOf } from "./policy.js"
 import { start } from "./run.js"
 import { leases, newSession, notify, prune, type Request, type SessionEnv } from "./session.js"
@@ -45,6 +46,7 @@ const noOwnTurn = Effect.succeed(Option.none<Turn>())
  */
 export const begin = (env: SessionEnv, token: string, request: Request) =>
   Effect.suspend(() => {
+    starting(env, token)
     const { lock, signals, sessions } = env
     if (join(env, token, request)) return noOwnTurn
     const session = newSession(env, token)

@@ -187,6 +187,12 @@ const serve = (state: HoldState, resumed: boolean) =>
       // Taken before the queue is read: an arrival after the read completes it.
       const changed = grant.session.changed
       const now = preciseMillis(grant.clock)
+      // a caller came back within the turn given (even if the deadline ends the hold now):
+      // this token's contended grants here linger for its callers
+      if (lingered && grant.session.queue.length > 0) {
+        grant.env.returning.mark(grant.token, now, now + grant.env.holdMs)
+        lingered = false
+      }
       // Served from memory alone, a busy local loop runs on microtasks and the event
       // loop never turns: the socket that brings a contender's signal is not read, and
       // timers do not fire. A turn of the event loop at least every quantum bounds that.
@@ -204,8 +210,6 @@ const serve = (state: HoldState, resumed: boolean) =>
         continue
       }
       if (request !== undefined) {
-        // a caller came back within the turn given: this token's contended grants here linger
-        if (lingered) grant.env.returning.mark(grant.token, now, now + grant.env.holdMs)
         lingered = false
         yield* serveFrom(state, request)
         continue

@@ -2,20 +2,21 @@
  * What a hold does once nothing is queued here (`HoldPolicy.whenIdle`): linger (write what
  * it owes, give its callers one turn of the event loop to come back, then end; while another
  * worker waits, after one modification, end at once unless the token's callers were seen to
- * come back), or, a lease that nobody contends, wait for something to do and park when
- * nothing comes.
+ * come back at once here lately: `expectsCallers`), or, a lease that nobody contends, wait
+ * for something to do and park when nothing comes.
  *
  * @internal
  */
 import * as Effect from "effect/Effect"
 import type { InvalidInput, StoreError } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
+import { preciseMillis } from "../timers.js"
 import { watchContention } from "./contention.js"
 import { flush } from "./groupCommit.js"
 import type { HoldState } from "./holdState.js"
 import { parkOrWait } from "./parking.js"
 import { waitedForIo } from "./relay.js"
-import { turnEventLoop } from "./session.js"
+import { type SessionEnv, turnEventLoop } from "./session.js"
 import { armTimer } from "./timing.js"
 
 /**
@@ -30,21 +31,39 @@ export type IdleStep = "ended" | "parked" | "lingered" | "goOn"
 const ended = Effect.succeed<IdleStep>("ended")
 
 /**
- * How often a contended grant that served one modification lingers for a token whose callers
- * were not seen to come back.
- */
-const probeEvery = 4
-
-/**
- * Whether a contended grant that served one modification lingers: its token's callers came
- * back within a linger here lately (a loop, a socket's bursts), or this is a probe. A
- * token's calls that come one at a time (API calls to a tab whose socket is elsewhere) are
- * not waited for, but one time in `probeEvery` of this worker's such grants.
+ * Whether a contended grant that served one modification lingers: only when its token's
+ * callers came back at once here lately (`SessionEnv.returning`: a loop, a socket's
+ * bursts). Otherwise it ends at once, and a modification of the token that starts here
+ * within `comebackMs` of that (`SessionEnv.released`) shows a caller that comes back: the
+ * token goes into `returning`. Calls that come one at a time (API calls to a tab whose
+ * socket is elsewhere) are not waited for.
  */
 const expectsCallers = (state: HoldState, now: number) => {
   const { env, token } = state.grant
   if (env.returning.size > 0 && env.returning.has(token, now)) return true
-  return ++env.lingerProbes.made % probeEvery === 0
+  env.released.mark(token, now, now + comebackMs(env))
+  return false
+}
+
+/**
+ * How soon after a grant that did not linger a modification of its token must start here to
+ * count as its caller coming back at once: two quanta (at least 2 ms), for the release's
+ * round trip and the caller's next step.
+ *
+ * @internal
+ */
+export const comebackMs = (env: SessionEnv) => Math.max(2, 2 * env.quantumMs)
+
+/**
+ * A modification of `token` starts on this worker: after a grant of it that ended without
+ * lingering, within `comebackMs`, its caller came back at once (`SessionEnv.returning`).
+ *
+ * @internal
+ */
+export const starting = (env: SessionEnv, token: string) => {
+  if (env.released.size === 0) return
+  const now = preciseMillis(env.clock)
+  if (env.released.has(token, now)) env.returning.mark(token, now, now + env.holdMs)
 }
 
 /**
@@ -58,10 +77,10 @@ const expectsCallers = (state: HoldState, now: number) => {
  * another worker waits, only a write that ends before the deadline (as long as the last one
  * took) is made: the wait of the worker behind stays within the quantum and the last
  * write's release. And while another worker waits, a grant that served one modification
- * lingers only for a token whose callers came back within a linger here lately
- * (`SessionEnv.returning`), or one time in `probeEvery` (to find that out): otherwise its
- * write goes in its release (`ended`), and the worker behind waits for one step of the
- * store, not a write, a turn of the event loop and a release. With nothing to write
+ * lingers only for a token whose callers were seen to come back at once here lately
+ * (`expectsCallers`): otherwise its write goes in its release (`ended`), and the worker
+ * behind waits for one step of the store, not a write, a turn of the event loop and a
+ * release. With nothing to write
  * (acknowledged from memory), the turn is given all the same: the callers acknowledged at
  * once queue their next modification within it. A grant that served nothing, its only
  * request gone, owes its callers no turn.

@@ -68,13 +68,13 @@ export interface SessionEnv {
   /** The tokens whose lease this worker gave up unused (`withholdLease`), until when. */
   readonly withheld: TokenMarks
   /**
-   * The tokens whose callers came back within a grant's linger here, for `holdMs` from the
-   * last time (`idle.ts`): a contended grant of one of them that served one modification
-   * lingers for them.
+   * The tokens whose callers came back at once here (within a grant's linger, or just after
+   * a contended grant that did not linger), for `holdMs` from the last time (`idle.ts`): a
+   * contended grant of one of them that served one modification lingers for them.
    */
   readonly returning: TokenMarks
-  /** The contended grants that served one modification of a token not in `returning` (`idle.ts`'s probes). */
-  readonly lingerProbes: { made: number }
+  /** The tokens whose contended grant here just ended without lingering, for `comebackMs` (`idle.ts`). */
+  readonly released: TokenMarks
 }
 
 /**

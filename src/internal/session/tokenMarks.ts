@@ -1,7 +1,7 @@
 /**
  * Tokens marked for a while: what a worker remembers of a token's recent use once its session
- * is gone (a lease given up unused, a linger that no caller came back for), in a map of
- * deadlines swept when it has doubled since its last sweep.
+ * is gone (a lease given up unused, callers that came back at once), in a map of deadlines
+ * swept when it has doubled since its last sweep.
  *
  * @internal
  */
