@@ -35,14 +35,20 @@ const connectionsByName = (cluster: Effect.Success<ReturnType<typeof redisCluste
     return counts
   })
 
+/** Two workers of one server, each with a tab linked: tab-a on a, tab-b on b. */
+const twoLinked = Effect.gen(function* () {
+  const cluster = yield* redisCluster()
+  const a = yield* cluster.worker()
+  const b = yield* cluster.worker()
+  yield* a.tokens.link("tab-a", "ca")
+  yield* b.tokens.link("tab-b", "cb")
+  return { cluster, a, b }
+})
+
 describe("TokenManager (redis): workers", () => {
   it.live("each worker has its own command and subscriber connections, as separate processes do", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster()
-      const a = yield* cluster.worker()
-      const b = yield* cluster.worker()
-      yield* a.tokens.link("tab-a", "ca")
-      yield* b.tokens.link("tab-b", "cb")
+      const { cluster } = yield* twoLinked
       const before = yield* connectionsByName(cluster)
       const c = yield* cluster.worker()
       yield* c.tokens.link("tab-c", "cc")
@@ -115,11 +121,7 @@ describe("TokenManager (redis): refused writes and restarts", () => {
 
   it.live("after a server restart the loop recovers, notifications are enabled again, records are back", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster()
-      const a = yield* cluster.worker()
-      const b = yield* cluster.worker()
-      yield* a.tokens.link("tab-a", "ca")
-      yield* b.tokens.link("tab-b", "cb")
+      const { cluster, a, b } = yield* twoLinked
       yield* cluster.server.restart
       yield* untilReal(
         "both records back",

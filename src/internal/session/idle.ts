@@ -49,10 +49,8 @@ const expectsCallers = (state: HoldState, now: number) => {
  * How soon after a grant that did not linger a modification of its token must start here to
  * count as its caller coming back at once: two quanta (at least 2 ms), for the release's
  * round trip and the caller's next step.
- *
- * @internal
  */
-export const comebackMs = (env: SessionEnv) => Math.max(2, 2 * env.quantumMs)
+const comebackMs = (env: SessionEnv) => Math.max(2, 2 * env.quantumMs)
 
 /**
  * A modification of `token` starts on this worker: after a grant of it that ended without

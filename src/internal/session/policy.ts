@@ -102,20 +102,14 @@ export const singleHold: HoldPolicy = {
  * @internal
  */
 export const quantumHold: HoldPolicy = {
+  // a single hold's, but for what the session's fiber serving a quantum changes
+  ...singleHold,
   name: "quantum",
   heldBySession: true,
   deadlineOf: (env, grant) => grant.grantedAt + env.quantumMs,
-  contendedAtGrant: () => true,
-  keepsAlive: false,
   servesOneTurn: false,
-  watchesNotices: false,
   acknowledgesFromMemory: (env) => !env.durable,
-  meetsCommitLine: false,
-  whenBusy: turnOnly,
-  atDeadline: () => noRenewal,
-  whenIdle: lingers,
-  begins: nothing,
-  ends: () => undefined
+  whenBusy: turnOnly
 }
 
 /**
