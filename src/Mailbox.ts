@@ -30,6 +30,7 @@ import * as Metric from "effect/Metric"
 import * as Queue from "effect/Queue"
 import * as Schema from "effect/Schema"
 import { InstanceId } from "./InstanceId.js"
+import * as Calls from "./internal/mailbox/calls.js"
 import * as MailboxEnv from "./internal/mailbox/env.js"
 import * as Outbox from "./internal/mailbox/outbox.js"
 import * as Reader from "./internal/mailbox/reader.js"
@@ -244,8 +245,10 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     const restoreGraceMs = Duration.toMillis(Duration.fromInputUnsafe(options.restoreGrace ?? "5 seconds"))
     const ttlMs = mailboxTtl(config.tokenExpiration)
     const append = { maxLen: config.mailboxMaxLen, ttlMs }
+    const calls = yield* Calls.make
     const env: MailboxEnv.MailboxContext<A, I, R> = {
       options,
+      calls,
       store,
       tokens,
       instanceId,
@@ -288,10 +291,11 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
       )
     )
 
-    // the untyped send, found by the service (`typed`): the public service types none
-    return Untyped.register(Mailbox.of({ buffered: Effect.sync(() => sender.outbox.length) }), (token, update) =>
-      Outbox.send(env, sender, token, update)
-    )
+    // the untyped send and the calls, found by the service (`typed`, `SocketSession.apply`):
+    // the public service types neither
+    const service = Mailbox.of({ buffered: Effect.sync(() => sender.outbox.length) })
+    Calls.register(service, { calls, sending: { store, instanceId, append } })
+    return Untyped.register(service, (token, update) => Outbox.send(env, sender, token, update))
   }).pipe(Effect.annotateLogs({ module: "Mailbox" }))
 
 /**

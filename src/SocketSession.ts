@@ -45,17 +45,21 @@ import type * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
-import type * as Result from "effect/Result"
-import type * as Schema from "effect/Schema"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import * as Calls from "./internal/mailbox/calls.js"
+import * as Apply from "./internal/socket/apply.js"
 import * as Connection from "./internal/socket/connection.js"
 import { updateEncoder } from "./internal/socket/frames.js"
 import * as Registry from "./internal/socket/registry.js"
 import * as Seq from "./internal/socket/seq.js"
 import * as Upgrade from "./internal/socket/upgrade.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import type * as StateManager from "./StateManager.js"
-import { TokenManager } from "./TokenManager.js"
+import { Mailbox } from "./Mailbox.js"
+import * as StateManager from "./StateManager.js"
+import { InvalidToken } from "./StoreError.js"
+import { TokenManager, tokenProblem } from "./TokenManager.js"
 import type * as Worker from "./Worker.js"
 
 /**
@@ -336,7 +340,7 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
 ): Layer.Layer<
   ROut | Sockets,
   E2 | LeaseholdConfig.InvalidConfig,
-  R2 | Exclude<TokenManager | LeaseholdConfig.LeaseholdConfig, ROut>
+  R2 | R | Exclude<TokenManager | StateManager.StateManager | Mailbox | LeaseholdConfig.LeaseholdConfig, ROut>
 > =>
   Layer.unwrap(
     Effect.sync(() => {
@@ -364,6 +368,18 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
             })
           }
           const tokens = yield* TokenManager
+          // events applied from outside the sockets (`apply`), and those other workers ask this one to apply
+          const applier = Apply.makeApplier({
+            definition: session.options,
+            states: yield* StateManager.StateManager,
+            tokens,
+            registry,
+            caller: Calls.of(yield* Mailbox),
+            timeout: settings.lockExpiration,
+            context: yield* Effect.context<R>()
+          })
+          Apply.install(applier)
+          applier.caller.calls.serve = Apply.serveCall(applier)
           yield* Effect.forkScoped(
             Stream.runForEach(tokens.lost, (lost) =>
               registry.close(lost.token, lost.connectionId, {
@@ -378,6 +394,110 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
       return Layer.merge(Layer.succeed(Registry.Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
     })
   ).pipe(Layer.fresh)
+
+/**
+ * An event `apply` did not apply: its handler refused it (its failure's message, or a
+ * defect's, which is logged where it ran). Nothing of it was written.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class EventRefused extends Schema.TaggedError<EventRefused>()("EventRefused", {
+  token: Schema.String,
+  reason: Schema.String,
+  /** The tag of the handler's error (`Defect` for a defect, `InvalidEvent` for an event its schema refuses). */
+  code: Schema.String
+}) {
+  override get message(): string {
+    return `event for token ${this.token} refused: ${this.reason}`
+  }
+}
+
+/**
+ * An event `apply` could not see through: the store, the lock, or the worker holding the
+ * token's socket failed it. `applied: false`: nothing of it was written; `"unknown"`: it may
+ * have been, or may still be (a worker that did not answer in time may apply it later, never
+ * twice).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class EventFailed extends Schema.TaggedError<EventFailed>()("EventFailed", {
+  token: Schema.String,
+  reason: Schema.String,
+  /**
+   * The tag of the failure: the store's or the lock's error (`StoreUnavailable`,
+   * `NotAcknowledged`, `LockExpired`, …), or `Unanswered` (the worker holding the socket did
+   * not answer in time).
+   */
+  code: Schema.String,
+  applied: Schema.Union([Schema.Literal(false), Schema.Literal("unknown")])
+}) {
+  override get message(): string {
+    const outcome = this.applied === false ? "not applied" : "outcome unknown"
+    return `event for token ${this.token} ${outcome}: ${this.reason}`
+  }
+}
+
+/**
+ * An event applied by `apply`: its update (the handler's answer), and where the update went:
+ * to the token's socket on this worker (`delivered`), to its socket on the worker that
+ * applied it (`sent`), or nowhere, the token having no socket (`no-owner`).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Applied<U> {
+  readonly update: U
+  readonly delivery: "delivered" | "sent" | "no-owner"
+}
+
+/**
+ * Apply one event to `token` from outside its socket (an API call, a job), on any worker of
+ * the session, as the tab's own events are: under the token's lock, by the session's
+ * handler, its update sent to the tab's socket. It is applied where the socket is: here when
+ * the socket is on this worker or on none, otherwise by the worker holding it, asked through
+ * the mailboxes. That worker leases the token while its tab is busy, so the event is served
+ * from the lease's memory and goes in its group commit; the lease does not move to this worker
+ * and back. Done once the event is stored.
+ *
+ * The worker holding the socket is waited for at most `lockExpiration`; past it (that worker
+ * is frozen, or died with the socket's record still naming it) the event fails with
+ * `applied: "unknown"`: the worker may apply it when it resumes, and it is never applied
+ * twice. Unlike a socket frame, an event applied here carries no `seq`: an app that sends it
+ * again after an unknown outcome may apply it twice.
+ *
+ * @since 0.2.0
+ * @category accessors
+ */
+export const apply = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slice<any, any>>, E, R>(
+  session: SocketSession<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  event: NoInfer<Ev>
+): Effect.Effect<Applied<U>, EventRefused | EventFailed | InvalidToken, Sockets | R> =>
+  Effect.flatMap(
+    Registry.Sockets,
+    (registry: Registry.Registry): Effect.Effect<Applied<U>, EventRefused | EventFailed | InvalidToken, R> => {
+      const problem = tokenProblem(token)
+      if (problem !== undefined) return Effect.fail(new InvalidToken({ token, reason: problem }))
+      const applier = Apply.applierOf(registry)
+      if (applier.definition !== session.options) {
+        return Effect.die(new Error("SocketSession.apply: the worker's session is another session"))
+      }
+      return Effect.flatMap(
+        Apply.apply(applier as Apply.Applier<Ev, EvI, U, UI, S, E, R>, token, event),
+        (result): Effect.Effect<Applied<U>, EventRefused | EventFailed> => {
+          if (Result.isSuccess(result)) return Effect.succeed(result.success)
+          const { message, code, refused, applied } = result.failure
+          return Effect.fail(
+            refused
+              ? new EventRefused({ token, reason: message, code })
+              : new EventFailed({ token, reason: message, code, applied })
+          )
+        }
+      )
+    }
+  )
 
 /**
  * How often `layerHttpServer` pings each socket by default: a socket whose pong has not come

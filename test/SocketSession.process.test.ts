@@ -8,11 +8,17 @@
  * over sends the state.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
+import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
+import * as RedisStore from "leasehold/RedisStore"
 import * as SocketSession from "leasehold/SocketSession"
-import { answers, type Client, connect } from "./session/support.js"
+import { Store } from "leasehold/Store"
+import { answers, type Client, connect, serveWorkerWith, session } from "./session/support.js"
 import { spawnChild } from "./support/children.js"
 import * as RedisServer from "./support/RedisServer.js"
 
@@ -22,14 +28,15 @@ const presenceMs = 1_000
 const persisting = RedisServer.start({ extraArgs: ["--appendonly", "yes", "--appendfsync", "always"] })
 
 /** A worker process over `server`, serving the session; SIGKILLed with the scope. */
-const worker = (server: RedisServer.RedisServer) =>
+const worker = (server: RedisServer.RedisServer, env: Record<string, string> = {}) =>
   Effect.gen(function* () {
     const child = yield* spawnChild("test/session/worker.ts", {
       LEASEHOLD_REDIS_URL: server.url,
       LEASEHOLD_PRESENCE_EXPIRATION_MS: String(presenceMs),
       LEASEHOLD_LOCK_EXPIRATION_MS: "2000",
       LEASEHOLD_RETRY_JITTER: "false",
-      LEASEHOLD_RETRY_DELAY_MAX_MS: "500"
+      LEASEHOLD_RETRY_DELAY_MAX_MS: "500",
+      ...env
     })
     const [, port, id] = (yield* child.waitFor(/^listening \d+ \S+$/, 30_000)).split(" ")
     return { child, port: Number(port), id: id! }
@@ -228,6 +235,91 @@ describe("SocketSession (redis, processes)", () => {
         ])
         const after = JSON.parse((yield* server.command("GET", `leasehold:{${onA.token}}:socket`)) as string)
         assert.strictEqual(after.instanceId, b.id)
+      }),
+    60_000
+  )
+})
+
+/**
+ * A worker served in this process over `server` (the test's own session, whose events and
+ * updates the worker processes' read and write alike), with the processes' settings: where
+ * `SocketSession.apply` runs.
+ */
+const caller = (server: RedisServer.RedisServer) =>
+  Effect.gen(function* () {
+    const settings = LeaseholdConfig.layer({
+      lockExpiration: "2 seconds",
+      presenceExpiration: Duration.millis(presenceMs),
+      retryJitter: false,
+      oplock: true,
+      leaseDurability: "batch"
+    })
+    const shared = Context.pick(
+      Store,
+      LeaseholdConfig.LeaseholdConfig
+    )(yield* Layer.build(RedisStore.layer({ url: server.url }).pipe(Layer.provideMerge(settings))))
+    const { context } = yield* serveWorkerWith(shared)
+    return <A, E>(effect: Effect.Effect<A, E, SocketSession.Sockets>) => Effect.provideContext(effect, context)
+  })
+
+describe("SocketSession.apply on worker processes", () => {
+  it.live(
+    "an event applied through another worker is applied by the worker holding the socket: its lease stays",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* persisting
+        const a = yield* worker(server, {
+          LEASEHOLD_OPLOCK: "true",
+          LEASEHOLD_LEASE_DURABILITY: "batch",
+          // a lease held longer than the test: only a contender could end it
+          LEASEHOLD_LOCK_EXPIRATION_MS: "60000",
+          LEASEHOLD_LEASE_HOLD_TIME_MS: "50000"
+        })
+        const onB = yield* caller(server)
+        const tab = yield* connect(a.port, { client: clientId("leased") })
+        yield* bumps(tab, 1, 3)
+        // a's lease of the token: its lock, held since the tab's first event
+        const lock = `leasehold:{${tab.token}}:lock`
+        const held = yield* server.command("GET", lock)
+        assert.isString(held)
+        for (let i = 1; i <= 20; i++) {
+          const applied = yield* onB(SocketSession.apply(session, tab.token, { type: "bump", by: 1 }))
+          assert.deepStrictEqual(applied, { update: { n: 3 + i, v: 3 + i }, delivery: "sent" })
+        }
+        yield* tab.waitFor((f) => f.type === "update" && f.n === 23)
+        // the lease never moved to the caller's worker and back: the same lock all along
+        assert.strictEqual(yield* server.command("GET", lock), held)
+        // answered once stored
+        assert.deepStrictEqual(yield* counter(server, tab.token), Option.some(23))
+      }),
+    60_000
+  )
+
+  it.live(
+    "the socket's worker frozen: the event fails of unknown outcome after the lock expiration, and is applied once when it resumes",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* persisting
+        const a = yield* worker(server)
+        const onB = yield* caller(server)
+        const tab = yield* connect(a.port, { client: clientId("frozen") })
+        yield* bumps(tab, 1, 1)
+        yield* a.child.kill("SIGSTOP")
+        const started = Date.now()
+        const failed = yield* Effect.flip(onB(SocketSession.apply(session, tab.token, { type: "bump", by: 1 })))
+        const waited = Date.now() - started
+        assert.strictEqual(failed._tag, "EventFailed")
+        const { applied, code } = failed as SocketSession.EventFailed
+        assert.deepStrictEqual({ applied, code }, { applied: "unknown", code: "Unanswered" })
+        assert.isAtLeast(waited, 1_900)
+        // nothing applied by the caller
+        assert.deepStrictEqual(yield* counter(server, tab.token), Option.some(1))
+        yield* a.child.kill("SIGCONT")
+        // the resumed worker reads the call and applies it, once
+        yield* tab.waitFor((f) => f.type === "update" && f.n === 2, 20_000)
+        assert.deepStrictEqual(yield* counter(server, tab.token), Option.some(2))
+        yield* Effect.sleep(1_000)
+        assert.deepStrictEqual(yield* counter(server, tab.token), Option.some(2))
       }),
     60_000
   )

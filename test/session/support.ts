@@ -105,7 +105,10 @@ export const serveWorker = (
 ): Effect.Effect<number, unknown, Scope.Scope> =>
   Effect.map(serveWorkerWith(shared, server, served), ({ port }) => port)
 
-/** `serveWorker`, with the worker's services: its `StateManager` is the one the session's events go through. */
+/**
+ * `serveWorker`, with the worker's services: its `StateManager` is the one the session's
+ * events go through; `context` serves `SocketSession.apply` on the worker.
+ */
 export const serveWorkerWith = (
   shared: Context.Context<Store | LeaseholdConfig.LeaseholdConfig>,
   server: Partial<SocketSession.HttpServerOptions> = {},
@@ -120,7 +123,7 @@ export const serveWorkerWith = (
     const context = yield* Layer.build(app)
     const address = Context.get(context, HttpServer.HttpServer).address
     if (!("port" in address)) return yield* Effect.die(new Error("not a TCP address"))
-    return { port: address.port, states: Context.get(context, StateManager.StateManager) }
+    return { port: address.port, states: Context.get(context, StateManager.StateManager), context }
   })
 
 export interface Frame {

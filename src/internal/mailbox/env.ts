@@ -15,6 +15,7 @@ import type { InvalidUpdate, Options } from "../../Mailbox.js"
 import type { Store } from "../../Store.js"
 import type { TokenManager } from "../../TokenManager.js"
 import { isValidToken } from "../validate.js"
+import type { Calls } from "./calls.js"
 
 /**
  * Updates appended to a mailbox.
@@ -103,6 +104,8 @@ export type Envelope<A, I> = ReturnType<typeof envelopeOf<A, I>>["Type"]
  */
 export interface MailboxContext<A, I, R> {
   readonly options: Options<A, I, R>
+  /** The calls this worker waits for, and how it serves those it receives (`calls.ts`). */
+  readonly calls: Calls
   readonly store: Store.Service
   readonly tokens: TokenManager.Service
   readonly instanceId: string

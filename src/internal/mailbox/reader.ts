@@ -13,6 +13,7 @@ import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import { type MailboxEntry, MailboxStart } from "../../Store.js"
 import { describeParseError } from "../parse.js"
+import { isCallEntry, receive } from "./calls.js"
 import { deliver, drop, type Envelope, forwarded, type MailboxContext, retried } from "./env.js"
 
 /** How many update numbers per sender a reader remembers, to drop copies of an update. */
@@ -76,6 +77,9 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
 
 const handle = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, entry: MailboxEntry) =>
   Effect.suspend(() => {
+    if (isCallEntry(entry.payload)) {
+      return receive(env.calls, { store: env.store, append: env.append, seen: reader.seen }, entry.payload)
+    }
     const decoded = env.decode(entry.payload)
     if (Result.isFailure(decoded)) {
       return Effect.andThen(

@@ -1,0 +1,278 @@
+/**
+ * An event applied to a token from outside its socket (`SocketSession.apply`): an API call,
+ * a job. It is applied where the tab's socket is: on this worker when the socket is here or
+ * nowhere, else by the worker holding it, asked over the mailboxes (`mailbox/calls.ts`).
+ * That worker leases the token while its tab is busy, so the event joins the lease's queue,
+ * is served from memory and goes in its group commit, and its update reaches the socket
+ * there; the lease does not move to the caller's worker and back.
+ *
+ * @internal
+ */
+import * as Cause from "effect/Cause"
+import type * as Context from "effect/Context"
+import type * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import * as Schema from "effect/Schema"
+import type { Options } from "../../SocketSession.js"
+import type * as StateManager from "../../StateManager.js"
+import type { TokenManager } from "../../TokenManager.js"
+import { type Answer, type Caller, call } from "../mailbox/calls.js"
+import { describeParseError, parseSafely } from "../parse.js"
+import { appliedAfter } from "./batch.js"
+import { defectMessage, messageOf } from "./burst.js"
+import type { Registry } from "./registry.js"
+
+type Slices = Record<string, StateManager.Slice<any, any>>
+
+/**
+ * Where an applied event's update went: to the socket on this worker (`delivered`), to the
+ * socket of the worker that applied it (`sent`), or nowhere, the token having no socket
+ * (`no-owner`).
+ *
+ * @internal
+ */
+export type Delivery = "delivered" | "sent" | "no-owner"
+
+/** An event's failure, as a call's answer carries it. */
+type Failed = Extract<Answer, { readonly _tag: "Failed" }>
+
+/** What one event came to: its update, or its failure. */
+type Outcome<U> = { readonly _tag: "Applied"; readonly update: U } | Failed
+
+/**
+ * What applying an event on a worker needs, set by `SocketSession.layer` for its registry.
+ *
+ * @internal
+ */
+export interface Applier<Ev, EvI, U, UI, S extends Slices, E, R> {
+  readonly definition: Options<Ev, EvI, U, UI, S, E, R>
+  readonly states: StateManager.StateManager.Service
+  readonly tokens: TokenManager.Service
+  readonly registry: Registry
+  readonly caller: Caller
+  /** How long a caller waits for the worker holding the socket: the lock expiration. */
+  readonly timeout: Duration.Duration
+  /** The layer's context: a call from another worker runs the handler in it. */
+  readonly context: Context.Context<R>
+  readonly encodeEvent: (event: Ev) => Result.Result<unknown, Schema.SchemaError>
+  readonly decodeEvent: (input: unknown) => Result.Result<Ev, Schema.SchemaError>
+  readonly encodeUpdate: (update: U) => Result.Result<unknown, Schema.SchemaError>
+  readonly decodeUpdate: (input: unknown) => Result.Result<U, Schema.SchemaError>
+}
+
+/** The applier of a session's worker, made once by its layer. */
+export const makeApplier = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  parts: Pick<
+    Applier<Ev, EvI, U, UI, S, E, R>,
+    "definition" | "states" | "tokens" | "registry" | "caller" | "timeout" | "context"
+  >
+): Applier<Ev, EvI, U, UI, S, E, R> => {
+  const events = Schema.toCodecJson(parts.definition.events)
+  const updates = Schema.toCodecJson(parts.definition.updates)
+  return {
+    ...parts,
+    encodeEvent: parseSafely(Schema.encodeUnknownResult(events)) as Applier<Ev, EvI, U, UI, S, E, R>["encodeEvent"],
+    decodeEvent: parseSafely(Schema.decodeUnknownResult(events)) as Applier<Ev, EvI, U, UI, S, E, R>["decodeEvent"],
+    encodeUpdate: parseSafely(Schema.encodeUnknownResult(updates)) as Applier<Ev, EvI, U, UI, S, E, R>["encodeUpdate"],
+    decodeUpdate: parseSafely(Schema.decodeUnknownResult(updates)) as Applier<Ev, EvI, U, UI, S, E, R>["decodeUpdate"]
+  }
+}
+
+const appliers = new WeakMap<Registry, Applier<any, any, any, any, any, any, any>>()
+
+/** Set by `SocketSession.layer`: the applier of the worker whose registry is `registry`. */
+export const install = (applier: Applier<any, any, any, any, any, any, any>): void => {
+  appliers.set(applier.registry, applier)
+}
+
+/** The applier of the worker whose registry is `registry`. */
+export const applierOf = (registry: Registry): Applier<any, any, any, any, any, any, any> => {
+  const applier = appliers.get(registry)
+  if (applier === undefined) throw new Error("a socket session's registry without its layer")
+  return applier
+}
+
+/** The tag of an error, when it has one. */
+const codeOf = (error: unknown, otherwise: string): string =>
+  typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
+    ? error._tag
+    : otherwise
+
+const refused = (message: string, code: string): Failed => ({
+  _tag: "Failed",
+  message,
+  code,
+  refused: true,
+  applied: false
+})
+
+/** A failed modification as an outcome: whether it may have been written is `appliedAfter`'s. */
+const failedWith = (cause: Cause.Cause<unknown>): Failed => {
+  const error = Cause.findErrorOption(cause)
+  return {
+    _tag: "Failed",
+    message: messageOf(Option.getOrElse(error, () => Cause.pretty(cause))),
+    code: Option.isSome(error) ? codeOf(error.value, "Failed") : "Defect",
+    refused: false,
+    applied: appliedAfter(cause) === false ? false : "unknown"
+  }
+}
+
+/** The event in one modification of the token: a pure one for a pure handler (one store step). */
+const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  applier: Applier<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  event: Ev
+): Effect.Effect<Outcome<U>, unknown, R> => {
+  const { definition, states } = applier
+  const { decide, handle, slices } = definition
+  if (decide !== undefined) {
+    let defect: Option.Option<unknown> = Option.none()
+    return Effect.clockWith((clock) =>
+      states.modifyAllPure(
+        token,
+        slices,
+        (values): readonly [Outcome<U>, StateManager.Values<S>] => {
+          defect = Option.none()
+          let decided: Result.Result<readonly [U, StateManager.Values<S>], E>
+          try {
+            decided = decide(event, values, clock.currentTimeMillisUnsafe())
+          } catch (thrown) {
+            defect = Option.some(thrown)
+            return [refused(defectMessage, "Defect"), values]
+          }
+          if (Result.isFailure(decided)) {
+            return [refused(messageOf(decided.failure), codeOf(decided.failure, "Refused")), values]
+          }
+          return [{ _tag: "Applied", update: decided.success[0] }, decided.success[1]]
+        },
+        { event: "apply" }
+      )
+    ).pipe(
+      Effect.tap(() =>
+        Option.isSome(defect)
+          ? Effect.logError(`token ${token}: an event's handler died`, Cause.die(defect.value))
+          : Effect.void
+      )
+    )
+  }
+  return states.modifyAll(
+    token,
+    slices,
+    (values) =>
+      Effect.flatMap(Effect.exit(handle!(event, values)), (handled) => {
+        if (Exit.isSuccess(handled)) {
+          const [update, next] = handled.value
+          return Effect.succeed([{ _tag: "Applied", update } as Outcome<U>, next] as const)
+        }
+        const failure = Cause.findErrorOption(handled.cause)
+        if (Option.isSome(failure)) {
+          return Effect.succeed([refused(messageOf(failure.value), codeOf(failure.value, "Refused")), values] as const)
+        }
+        // an interruption ends the modification: nothing written
+        if (!Cause.hasDies(handled.cause)) return Effect.failCause(handled.cause as Cause.Cause<never>)
+        return Effect.as(Effect.logError(`token ${token}: an event's handler died`, handled.cause), [
+          refused(defectMessage, "Defect"),
+          values
+        ] as const)
+      }),
+    { event: "apply" }
+  )
+}
+
+/** The event applied on this worker, its update sent to the token's socket here, if any. */
+const applyHere = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  applier: Applier<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  event: Ev
+): Effect.Effect<Outcome<U>, never, R> =>
+  Effect.flatMap(Effect.exit(modification(applier, token, event)), (exit): Effect.Effect<Outcome<U>> => {
+    if (Exit.isFailure(exit)) {
+      return Cause.hasInterruptsOnly(exit.cause)
+        ? Effect.failCause(exit.cause as Cause.Cause<never>)
+        : Effect.succeed(failedWith(exit.cause))
+    }
+    const outcome = exit.value
+    return outcome._tag === "Applied"
+      ? Effect.as(applier.registry.deliver(token, outcome.update), outcome)
+      : Effect.succeed(outcome)
+  })
+
+/**
+ * A call from another worker: its event decoded, applied here, and its update encoded as
+ * the reply's value. Runs the handler in the layer's context.
+ *
+ * @internal
+ */
+export const serveCall =
+  <Ev, EvI, U, UI, S extends Slices, E, R>(applier: Applier<Ev, EvI, U, UI, S, E, R>) =>
+  (token: string, request: unknown): Effect.Effect<Answer> => {
+    const event = applier.decodeEvent(request)
+    if (Result.isFailure(event)) return Effect.succeed(refused(describeParseError(event.failure), "InvalidEvent"))
+    return Effect.map(
+      Effect.provideContext(applyHere(applier, token, event.success), applier.context).pipe(
+        Effect.annotateLogs({ module: "SocketSession", call: "apply" })
+      ),
+      (outcome): Answer => {
+        if (outcome._tag !== "Applied") return outcome
+        const value = applier.encodeUpdate(outcome.update)
+        // applied, and stored: only its answer cannot travel
+        return Result.isSuccess(value)
+          ? { _tag: "Done", value: value.success }
+          : {
+              _tag: "Failed",
+              message: describeParseError(value.failure),
+              code: "InvalidUpdate",
+              refused: false,
+              applied: "unknown"
+            }
+      }
+    )
+  }
+
+/**
+ * `SocketSession.apply`: the event applied where the token's socket is, and its update with
+ * where it went; a failure as its `Failed` outcome.
+ *
+ * @internal
+ */
+export const apply = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  applier: Applier<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  event: Ev
+): Effect.Effect<Result.Result<{ readonly update: U; readonly delivery: Delivery }, Failed>, never, R> =>
+  Effect.gen(function* () {
+    const here = (delivery: Delivery) =>
+      Effect.map(
+        applyHere(applier, token, event),
+        (outcome): Result.Result<{ readonly update: U; readonly delivery: Delivery }, Failed> =>
+          outcome._tag === "Applied" ? Result.succeed({ update: outcome.update, delivery }) : Result.fail(outcome)
+      )
+    if (Option.isSome(yield* applier.tokens.local(token))) return yield* here("delivered")
+    const request = applier.encodeEvent(event)
+    if (Result.isFailure(request)) return Result.fail(refused(describeParseError(request.failure), "InvalidEvent"))
+    const { calls, sending } = applier.caller
+    const called = yield* Effect.exit(call(calls, sending, token, request.success, applier.timeout))
+    if (Exit.isFailure(called)) {
+      if (Cause.hasInterruptsOnly(called.cause)) return yield* Effect.failCause(called.cause as Cause.Cause<never>)
+      return Result.fail(failedWith(called.cause))
+    }
+    // no socket anywhere: applied here
+    if (Option.isNone(called.value)) return yield* here("no-owner")
+    const { answer } = called.value.value
+    if (answer._tag === "Failed") return Result.fail(answer)
+    const update = applier.decodeUpdate(answer.value)
+    if (Result.isFailure(update)) {
+      return Result.fail({
+        _tag: "Failed",
+        message: `applied, but its update does not decode: ${describeParseError(update.failure)}`,
+        code: "InvalidUpdate",
+        refused: false,
+        applied: "unknown"
+      })
+    }
+    return Result.succeed({ update: update.success, delivery: "sent" })
+  })
