@@ -9,6 +9,7 @@ import { Health } from "leasehold/Health"
 import { InstanceId } from "leasehold/InstanceId"
 import { LeaseholdConfig, usesRedis } from "leasehold/LeaseholdConfig"
 import * as Prometheus from "leasehold/Prometheus"
+import * as SocketSession from "leasehold/SocketSession"
 import { tokenProblem } from "leasehold/TokenManager"
 import * as Counter from "./Counter.js"
 
@@ -63,29 +64,34 @@ const answerFailure = <A, E extends { readonly _tag: string; readonly message: s
           )
       }),
       Effect.catch((error: E | Timeout) => {
-        const status = ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
-          ? 400
-          : ["StoreUnavailable", "StoreRefused", "NotAcknowledged", "LockExpired", "Timeout"].includes(error._tag)
-            ? 503
-            : 500
+        // an event the session applied reports its own failure's tag: the handler's, or the store's
+        const code = "code" in error && typeof error.code === "string" ? error.code : error._tag
+        const status =
+          error._tag === "EventRefused" || ["BadRequest", "InvalidToken", "CounterOverflow"].includes(error._tag)
+            ? 400
+            : error._tag === "EventFailed" ||
+                ["StoreUnavailable", "StoreRefused", "NotAcknowledged", "LockExpired", "Timeout"].includes(error._tag)
+              ? 503
+              : 500
         const log = status === 400 ? Effect.void : Effect.logWarning(`api: ${error.message}`)
-        return Effect.as(log, json({ error: error.message, code: error._tag }, status))
+        return Effect.as(log, json({ error: error.message, code }, status))
       })
     )
   })
 
-/** `POST /api/bump?token=T&by=K` */
+/**
+ * `POST /api/bump?token=T&by=K`: the tab's own `bump` event, applied by the session where
+ * the tab's socket is (on the worker holding it, whose lease then serves it from memory),
+ * and its update sent to that socket. `delivery`: `delivered` (the socket is on this
+ * worker), `sent` (on the worker that applied it), `no-owner` (the tab has no socket).
+ */
 export const bump = answerFailure(
   Effect.gen(function* () {
     const token = yield* tokenParam
     const by = yield* stepParam
     const instanceId = yield* InstanceId
-    const count = yield* Counter.bump(token, by)
-    // The bump is stored: a delivery the store refuses costs the update, not the bump.
-    const delivery = yield* Counter.Updates.send(token, count).pipe(
-      Effect.catch((error) => Effect.as(Effect.logWarning(`api: update not sent: ${error.message}`), "failed"))
-    )
-    return json({ n: count.n, v: count.v, instanceId, delivery })
+    const { update, delivery } = yield* SocketSession.apply(Counter.session, token, { type: "bump", by })
+    return json({ n: update.n, v: update.v, instanceId, delivery })
   })
 )
 

@@ -8,7 +8,6 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
-import * as Mailbox from "leasehold/Mailbox"
 import * as SocketSession from "leasehold/SocketSession"
 import * as State from "leasehold/StateManager"
 import { StateManager } from "leasehold/StateManager"
@@ -20,9 +19,6 @@ export const Count = Schema.Struct({
   epoch: Schema.Number
 })
 export type Count = typeof Count.Type
-
-/** Sending counts to the tabs' sockets, typed by the schema the worker is built with. */
-export const Updates = Mailbox.typed(Count)
 
 /** The slice; a tab without one starts at zero, version 0. */
 export const Counter = State.slice("counter", Count, { n: 0, v: 0, epoch: 0 })
