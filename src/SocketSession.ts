@@ -37,6 +37,7 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import type * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
 import type * as Etag from "effect/http/Etag"
 import type * as HttpPlatform from "effect/http/HttpPlatform"
 import * as HttpRouter from "effect/http/HttpRouter"
@@ -49,6 +50,7 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Calls from "./internal/mailbox/calls.js"
+import * as Untyped from "./internal/mailbox/untyped.js"
 import * as Apply from "./internal/socket/apply.js"
 import * as Connection from "./internal/socket/connection.js"
 import { updateEncoder } from "./internal/socket/frames.js"
@@ -56,7 +58,7 @@ import * as Registry from "./internal/socket/registry.js"
 import * as Seq from "./internal/socket/seq.js"
 import * as Upgrade from "./internal/socket/upgrade.js"
 import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import { Mailbox } from "./Mailbox.js"
+import { Mailbox, type SendOutcome } from "./Mailbox.js"
 import * as StateManager from "./StateManager.js"
 import { InvalidToken } from "./StoreError.js"
 import { TokenManager, tokenProblem } from "./TokenManager.js"
@@ -340,7 +342,7 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
 ): Layer.Layer<
   ROut | Sockets,
   E2 | LeaseholdConfig.InvalidConfig,
-  R2 | R | Exclude<TokenManager | StateManager.StateManager | Mailbox | LeaseholdConfig.LeaseholdConfig, ROut>
+  R2 | Exclude<R | TokenManager | StateManager.StateManager | Mailbox | LeaseholdConfig.LeaseholdConfig, ROut>
 > =>
   Layer.unwrap(
     Effect.sync(() => {
@@ -369,17 +371,27 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
           }
           const tokens = yield* TokenManager
           // events applied from outside the sockets (`apply`), and those other workers ask this one to apply
+          const mailbox = yield* Mailbox
           const applier = Apply.makeApplier({
             definition: session.options,
             states: yield* StateManager.StateManager,
             tokens,
             registry,
-            caller: Calls.of(yield* Mailbox),
+            send: Untyped.sendOf(mailbox),
+            caller: Calls.of(mailbox),
             timeout: settings.lockExpiration,
             context: yield* Effect.context<R>()
           })
           Apply.install(applier)
-          applier.caller.calls.serve = Apply.serveCall(applier)
+          const { calls } = applier.caller
+          calls.serve = Apply.serveCall(applier)
+          // before the worker's loops stop and its leases are written: no call is served after
+          yield* Effect.addFinalizer(() =>
+            Effect.suspend(() => {
+              calls.serve = undefined
+              return FiberSet.clear(calls.serving)
+            })
+          )
           yield* Effect.forkScoped(
             Stream.runForEach(tokens.lost, (lost) =>
               registry.close(lost.token, lost.connectionId, {
@@ -440,16 +452,18 @@ export class EventFailed extends Schema.TaggedError<EventFailed>()("EventFailed"
 }
 
 /**
- * An event applied by `apply`: its update (the handler's answer), and where the update went:
- * to the token's socket on this worker (`delivered`), to its socket on the worker that
- * applied it (`sent`), or nowhere, the token having no socket (`no-owner`).
+ * An event applied by `apply`: its update (the handler's answer), and where the update went,
+ * as `Mailbox.SendOutcome` says: to the token's socket on this worker (`delivered`), to its
+ * socket on another worker (`sent`: the worker that applied it, or the one the socket moved
+ * to), or nowhere, the token having no socket (`no-owner`); `buffered` and `dropped` as the
+ * mailbox's (the event is stored either way).
  *
  * @since 0.2.0
  * @category models
  */
 export interface Applied<U> {
   readonly update: U
-  readonly delivery: "delivered" | "sent" | "no-owner"
+  readonly delivery: SendOutcome
 }
 
 /**

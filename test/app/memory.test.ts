@@ -45,7 +45,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
     Effect.gen(function* () {
       const app = yield* Shared
       const before = (yield* request("GET", `${app.url}/metrics`)).body as string
-      // no socket holds tab-h1: the bump is applied here, and no update is sent for it
+      // no socket holds tab-h1: its update is dropped, and counted
       assert.strictEqual((yield* bump(app, "tab-h1")).body.delivery, "no-owner")
       yield* connect(app, "tab-h2")
       const health = yield* request("GET", `${app.url}/healthz`)
@@ -62,7 +62,7 @@ layer(Layer.effect(Shared, startApp()), { excludeTestServices: true })("counter 
       assert.match(metrics.body, /^# TYPE leasehold_loop_state gauge$/m)
       assert.match(metrics.body, /^leasehold_loop_state\{loop="mailbox"\} 0$/m)
       const noOwner = 'leasehold_mailbox_dropped_total{reason="no-owner"}'
-      assert.strictEqual(metric(metrics.body, noOwner) - metric(before, noOwner), 0)
+      assert.strictEqual(metric(metrics.body, noOwner) - metric(before, noOwner), 1)
       const open = "leasehold_session_sockets_open"
       assert.strictEqual(metric(metrics.body, open) - metric(before, open), 1)
     })

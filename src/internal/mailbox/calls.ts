@@ -12,6 +12,7 @@
  *
  * @internal
  */
+import { randomUUID } from "node:crypto"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -22,6 +23,7 @@ import * as Schema from "effect/Schema"
 import type { SocketRecord, Store } from "../../Store.js"
 import type { AcknowledgedError, CorruptValue, InvalidInstanceId, InvalidToken } from "../../StoreError.js"
 import { describeParseError, parseSafely } from "../parse.js"
+import { drop } from "./env.js"
 
 /**
  * What the serving worker made of a call: its value, or its failure (the request refused,
@@ -30,7 +32,12 @@ import { describeParseError, parseSafely } from "../parse.js"
  * @internal
  */
 export type Answer =
-  | { readonly _tag: "Done"; readonly value: unknown }
+  | {
+      readonly _tag: "Done"
+      readonly value: unknown
+      /** Where the serving worker sent the update (a `Mailbox.SendOutcome`). */
+      readonly delivery: "delivered" | "sent" | "buffered" | "no-owner" | "dropped"
+    }
   | {
       readonly _tag: "Failed"
       readonly message: string
@@ -42,7 +49,11 @@ export type Answer =
     }
 
 const AnswerSchema = Schema.Union([
-  Schema.Struct({ _tag: Schema.Literal("Done"), value: Schema.Unknown }),
+  Schema.Struct({
+    _tag: Schema.Literal("Done"),
+    value: Schema.Unknown,
+    delivery: Schema.Literals(["delivered", "sent", "buffered", "no-owner", "dropped"])
+  }),
   Schema.Struct({
     _tag: Schema.Literal("Failed"),
     message: Schema.String,
@@ -55,9 +66,15 @@ const AnswerSchema = Schema.Union([
 const Entry = Schema.fromJsonString(
   Schema.Union([
     Schema.Struct({
-      call: Schema.Struct({ id: Schema.Number, from: Schema.String, token: Schema.String, request: Schema.Unknown })
+      call: Schema.Struct({
+        id: Schema.Number,
+        from: Schema.String,
+        nonce: Schema.String,
+        token: Schema.String,
+        request: Schema.Unknown
+      })
     }),
-    Schema.Struct({ reply: Schema.Struct({ id: Schema.Number, answer: AnswerSchema }) })
+    Schema.Struct({ reply: Schema.Struct({ id: Schema.Number, nonce: Schema.String, answer: AnswerSchema }) })
   ])
 )
 
@@ -80,6 +97,12 @@ export interface Calls {
   serve: Serve | undefined
   readonly pending: Map<number, Deferred.Deferred<Answer>>
   next: number
+  /**
+   * This process's own, beside its instance id: a worker restarted under a fixed id numbers
+   * its calls from 1 again, and neither a reply to the process before it nor a reader that
+   * served that process's calls takes a new call for an old one.
+   */
+  readonly nonce: string
   /** The calls being served: a mailbox's reader does not wait for them. */
   readonly serving: FiberSet.FiberSet<void>
 }
@@ -87,21 +110,33 @@ export interface Calls {
 /** Made by `Mailbox.make`, in its scope. */
 export const make = Effect.map(
   FiberSet.make<void>(),
-  (serving): Calls => ({ serve: undefined, pending: new Map(), next: 0, serving })
+  (serving): Calls => ({ serve: undefined, pending: new Map(), next: 0, nonce: randomUUID(), serving })
 )
 
 /** Whether a mailbox entry is a call or a reply, not an update. */
 export const isCallEntry = (payload: string): boolean =>
   payload.startsWith('{"call":') || payload.startsWith('{"reply":')
 
-/** The sender key under which a reader records the calls of `from` it served (apart from its updates). */
-const callsOf = (from: string) => `${from}#calls`
+/** The sender key under which a reader records the calls of one process it served (apart from its updates). */
+const callsOf = (from: string, nonce: string) => `${from}#${nonce}`
 
-/** What a call entry's reader needs: the store, its own id, the append settings, what it has served. */
+/** What a call entry's reader needs: the store, the append settings, what it has served. */
 export interface Reading {
   readonly store: Store.Service
   readonly append: { readonly maxLen: number; readonly ttlMs: number }
   readonly seen: { has(from: string, seq: number): boolean; add(from: string, seq: number): void }
+  /**
+   * The entry a process before this one (under the same fixed instance id) had read up to,
+   * as its stored cursor says: a call at or before it was served by that process.
+   */
+  readonly servedUpTo: string
+}
+
+/** Whether stream entry id `a` comes after `b` (ids `ms-seq`). */
+export const isAfter = (a: string, b: string): boolean => {
+  const [aMs = 0, aSeq = 0] = a.split("-").map(Number)
+  const [bMs = 0, bSeq = 0] = b.split("-").map(Number)
+  return aMs !== bMs ? aMs > bMs : aSeq > bSeq
 }
 
 const noSession: Answer = {
@@ -119,25 +154,33 @@ const noSession: Answer = {
  *
  * @internal
  */
-export const receive = (calls: Calls, reading: Reading, payload: string): Effect.Effect<void> =>
+export const receive = (calls: Calls, reading: Reading, entryId: string, payload: string): Effect.Effect<void> =>
   Effect.suspend(() => {
     const decoded = decodeEntry(payload)
     if (Result.isFailure(decoded)) {
-      return Effect.logWarning(`mailbox: skipping a call: ${describeParseError(decoded.failure)}`)
+      return Effect.andThen(
+        Effect.logWarning(`mailbox: skipping a call: ${describeParseError(decoded.failure)}`),
+        drop("undecodable")
+      )
     }
     const entry = decoded.success
     if ("reply" in entry) {
-      const waiting = calls.pending.get(entry.reply.id)
-      calls.pending.delete(entry.reply.id)
-      if (waiting !== undefined) Deferred.doneUnsafe(waiting, Effect.succeed(entry.reply.answer))
+      const { id, nonce, answer } = entry.reply
+      // a reply to the process before this one, under the same id, is not this one's
+      const waiting = nonce === calls.nonce ? calls.pending.get(id) : undefined
+      if (waiting === undefined) return Effect.void
+      calls.pending.delete(id)
+      Deferred.doneUnsafe(waiting, Effect.succeed(answer))
       return Effect.void
     }
-    const { id, from, token, request } = entry.call
-    if (reading.seen.has(callsOf(from), id)) return Effect.void
-    reading.seen.add(callsOf(from), id)
+    const { id, from, nonce, token, request } = entry.call
+    if (!isAfter(entryId, reading.servedUpTo) || reading.seen.has(callsOf(from, nonce), id)) {
+      return drop("duplicate")
+    }
+    reading.seen.add(callsOf(from, nonce), id)
     const served = calls.serve === undefined ? Effect.succeed(noSession) : calls.serve(token, request)
     const reply = Effect.flatMap(served, (answer) =>
-      reading.store.mailboxAppend(from, JSON.stringify({ reply: { id, answer } }), reading.append)
+      reading.store.mailboxAppend(from, JSON.stringify({ reply: { id, nonce, answer } }), reading.append)
     ).pipe(
       Effect.catch((error) =>
         Effect.logWarning(`mailbox: the reply to a call from ${from} not sent: ${error.message}`)
@@ -172,7 +215,7 @@ export const call = (
 ): Effect.Effect<Called, InvalidToken | InvalidInstanceId | CorruptValue | AcknowledgedError> => {
   const id = ++calls.next
   const reply = Deferred.makeUnsafe<Answer>()
-  const payload = JSON.stringify({ call: { id, from: sending.instanceId, token, request } })
+  const payload = JSON.stringify({ call: { id, from: sending.instanceId, nonce: calls.nonce, token, request } })
   return Effect.acquireUseRelease(
     Effect.sync(() => calls.pending.set(id, reply)),
     () =>

@@ -64,6 +64,12 @@ export interface Reader {
   lastId: string
   readonly seen: Seen
   expiresRefreshedAt: number
+  /**
+   * The cursor a process before this one under the same instance id left (read at the first
+   * attempt): the calls up to it were served by that process, and are not served again.
+   */
+  servedUpTo: string
+  cursorRead: boolean
 }
 
 /** A reader that starts at the beginning of the mailbox. */
@@ -72,13 +78,16 @@ export const makeReader = (ttlMs: number, readBlockMs: number): Reader => ({
   readBlockMs,
   lastId: MailboxStart,
   seen: new Seen(),
-  expiresRefreshedAt: Number.NEGATIVE_INFINITY
+  expiresRefreshedAt: Number.NEGATIVE_INFINITY,
+  servedUpTo: MailboxStart,
+  cursorRead: false
 })
 
 const handle = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, entry: MailboxEntry) =>
   Effect.suspend(() => {
     if (isCallEntry(entry.payload)) {
-      return receive(env.calls, { store: env.store, append: env.append, seen: reader.seen }, entry.payload)
+      const reading = { store: env.store, append: env.append, seen: reader.seen, servedUpTo: reader.servedUpTo }
+      return receive(env.calls, reading, entry.id, entry.payload)
     }
     const decoded = env.decode(entry.payload)
     if (Result.isFailure(decoded)) {
@@ -129,6 +138,10 @@ export const read = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, reco
   const { store, instanceId } = env
   const { ttlMs, readBlockMs } = reader
   return Effect.gen(function* () {
+    if (!reader.cursorRead) {
+      reader.servedUpTo = Option.getOrElse(yield* store.mailboxCursor(instanceId), () => MailboxStart)
+      reader.cursorRead = true
+    }
     while (true) {
       const now = yield* Clock.currentTimeMillis
       if (now - reader.expiresRefreshedAt >= ttlMs / 4) {

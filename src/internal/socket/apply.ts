@@ -16,10 +16,12 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
+import type { SendOutcome } from "../../Mailbox.js"
 import type { Options } from "../../SocketSession.js"
 import type * as StateManager from "../../StateManager.js"
 import type { TokenManager } from "../../TokenManager.js"
 import { type Answer, type Caller, call } from "../mailbox/calls.js"
+import type { Send } from "../mailbox/untyped.js"
 import { describeParseError, parseSafely } from "../parse.js"
 import { appliedAfter } from "./batch.js"
 import { defectMessage, messageOf } from "./burst.js"
@@ -28,19 +30,20 @@ import type { Registry } from "./registry.js"
 type Slices = Record<string, StateManager.Slice<any, any>>
 
 /**
- * Where an applied event's update went: to the socket on this worker (`delivered`), to the
- * socket of the worker that applied it (`sent`), or nowhere, the token having no socket
- * (`no-owner`).
+ * Where an applied event's update went, as `Mailbox.SendOutcome` says: to the socket on
+ * this worker (`delivered`), to the socket of another worker (`sent`: the worker that
+ * applied it, or the one the socket moved to), or nowhere (`no-owner`; `buffered` and
+ * `dropped` as the mailbox's).
  *
  * @internal
  */
-export type Delivery = "delivered" | "sent" | "no-owner"
+export type Delivery = SendOutcome
 
 /** An event's failure, as a call's answer carries it. */
 type Failed = Extract<Answer, { readonly _tag: "Failed" }>
 
-/** What one event came to: its update, or its failure. */
-type Outcome<U> = { readonly _tag: "Applied"; readonly update: U } | Failed
+/** What one event came to: its update and where it went, or its failure. */
+type Outcome<U> = { readonly _tag: "Applied"; readonly update: U; readonly delivery: Delivery } | Failed
 
 /**
  * What applying an event on a worker needs, set by `SocketSession.layer` for its registry.
@@ -52,6 +55,8 @@ export interface Applier<Ev, EvI, U, UI, S extends Slices, E, R> {
   readonly states: StateManager.StateManager.Service
   readonly tokens: TokenManager.Service
   readonly registry: Registry
+  /** The worker's mailbox's send: an update for a socket not on this worker. */
+  readonly send: Send
   readonly caller: Caller
   /** How long a caller waits for the worker holding the socket: the lock expiration. */
   readonly timeout: Duration.Duration
@@ -67,7 +72,7 @@ export interface Applier<Ev, EvI, U, UI, S extends Slices, E, R> {
 export const makeApplier = <Ev, EvI, U, UI, S extends Slices, E, R>(
   parts: Pick<
     Applier<Ev, EvI, U, UI, S, E, R>,
-    "definition" | "states" | "tokens" | "registry" | "caller" | "timeout" | "context"
+    "definition" | "states" | "tokens" | "registry" | "send" | "caller" | "timeout" | "context"
   >
 ): Applier<Ev, EvI, U, UI, S, E, R> => {
   const events = Schema.toCodecJson(parts.definition.events)
@@ -114,7 +119,8 @@ const failedWith = (cause: Cause.Cause<unknown>): Failed => {
   const error = Cause.findErrorOption(cause)
   return {
     _tag: "Failed",
-    message: messageOf(Option.getOrElse(error, () => Cause.pretty(cause))),
+    // a defect's own text (a stack) is not told: it is logged where it happened
+    message: Option.isSome(error) ? messageOf(error.value) : "the event failed unexpectedly",
     code: Option.isSome(error) ? codeOf(error.value, "Failed") : "Defect",
     refused: false,
     applied: appliedAfter(cause) === false ? false : "unknown"
@@ -122,11 +128,14 @@ const failedWith = (cause: Cause.Cause<unknown>): Failed => {
 }
 
 /** The event in one modification of the token: a pure one for a pure handler (one store step). */
+/** What the handler made of the event in its modification. */
+type Decided<U> = { readonly _tag: "Applied"; readonly update: U } | Failed
+
 const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
   applier: Applier<Ev, EvI, U, UI, S, E, R>,
   token: string,
   event: Ev
-): Effect.Effect<Outcome<U>, unknown, R> => {
+): Effect.Effect<Decided<U>, unknown, R> => {
   const { definition, states } = applier
   const { decide, handle, slices } = definition
   if (decide !== undefined) {
@@ -135,7 +144,7 @@ const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
       states.modifyAllPure(
         token,
         slices,
-        (values): readonly [Outcome<U>, StateManager.Values<S>] => {
+        (values): readonly [Decided<U>, StateManager.Values<S>] => {
           defect = Option.none()
           let decided: Result.Result<readonly [U, StateManager.Values<S>], E>
           try {
@@ -166,7 +175,7 @@ const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
       Effect.flatMap(Effect.exit(handle!(event, values)), (handled) => {
         if (Exit.isSuccess(handled)) {
           const [update, next] = handled.value
-          return Effect.succeed([{ _tag: "Applied", update } as Outcome<U>, next] as const)
+          return Effect.succeed([{ _tag: "Applied", update } as Decided<U>, next] as const)
         }
         const failure = Cause.findErrorOption(handled.cause)
         if (Option.isSome(failure)) {
@@ -183,7 +192,26 @@ const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
   )
 }
 
-/** The event applied on this worker, its update sent to the token's socket here, if any. */
+/**
+ * The update of an event applied here, to the token's socket: on this worker, or through the
+ * mailbox to the worker holding it now (a socket that moved, or linked meanwhile). The event
+ * is stored: an update the mailbox refuses costs the update, not the event.
+ */
+const deliver = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  applier: Applier<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  update: U
+): Effect.Effect<Delivery> =>
+  applier.registry.find(token) !== undefined
+    ? Effect.as(applier.registry.deliver(token, update), "delivered" as const)
+    : Effect.catch(applier.send(token, update), (error) =>
+        Effect.as(
+          Effect.logWarning(`token ${token}: the update of an applied event not sent: ${error.message}`),
+          "dropped" as const
+        )
+      )
+
+/** The event applied on this worker, its update sent to the token's socket. */
 const applyHere = <Ev, EvI, U, UI, S extends Slices, E, R>(
   applier: Applier<Ev, EvI, U, UI, S, E, R>,
   token: string,
@@ -195,10 +223,9 @@ const applyHere = <Ev, EvI, U, UI, S extends Slices, E, R>(
         ? Effect.failCause(exit.cause as Cause.Cause<never>)
         : Effect.succeed(failedWith(exit.cause))
     }
-    const outcome = exit.value
-    return outcome._tag === "Applied"
-      ? Effect.as(applier.registry.deliver(token, outcome.update), outcome)
-      : Effect.succeed(outcome)
+    const decided = exit.value
+    if (decided._tag !== "Applied") return Effect.succeed(decided)
+    return Effect.map(deliver(applier, token, decided.update), (delivery) => ({ ...decided, delivery }))
   })
 
 /**
@@ -213,15 +240,16 @@ export const serveCall =
     const event = applier.decodeEvent(request)
     if (Result.isFailure(event)) return Effect.succeed(refused(describeParseError(event.failure), "InvalidEvent"))
     return Effect.map(
-      Effect.provideContext(applyHere(applier, token, event.success), applier.context).pipe(
-        Effect.annotateLogs({ module: "SocketSession", call: "apply" })
+      Effect.provideContext(
+        applyHere(applier, token, event.success).pipe(Effect.annotateLogs({ module: "SocketSession", call: "apply" })),
+        applier.context
       ),
       (outcome): Answer => {
         if (outcome._tag !== "Applied") return outcome
         const value = applier.encodeUpdate(outcome.update)
         // applied, and stored: only its answer cannot travel
         return Result.isSuccess(value)
-          ? { _tag: "Done", value: value.success }
+          ? { _tag: "Done", value: value.success, delivery: outcome.delivery }
           : {
               _tag: "Failed",
               message: describeParseError(value.failure),
@@ -245,13 +273,14 @@ export const apply = <Ev, EvI, U, UI, S extends Slices, E, R>(
   event: Ev
 ): Effect.Effect<Result.Result<{ readonly update: U; readonly delivery: Delivery }, Failed>, never, R> =>
   Effect.gen(function* () {
-    const here = (delivery: Delivery) =>
-      Effect.map(
-        applyHere(applier, token, event),
-        (outcome): Result.Result<{ readonly update: U; readonly delivery: Delivery }, Failed> =>
-          outcome._tag === "Applied" ? Result.succeed({ update: outcome.update, delivery }) : Result.fail(outcome)
-      )
-    if (Option.isSome(yield* applier.tokens.local(token))) return yield* here("delivered")
+    const here = Effect.map(
+      applyHere(applier, token, event),
+      (outcome): Result.Result<{ readonly update: U; readonly delivery: Delivery }, Failed> =>
+        outcome._tag === "Applied"
+          ? Result.succeed({ update: outcome.update, delivery: outcome.delivery })
+          : Result.fail(outcome)
+    )
+    if (Option.isSome(yield* applier.tokens.local(token))) return yield* here
     const request = applier.encodeEvent(event)
     if (Result.isFailure(request)) return Result.fail(refused(describeParseError(request.failure), "InvalidEvent"))
     const { calls, sending } = applier.caller
@@ -260,8 +289,8 @@ export const apply = <Ev, EvI, U, UI, S extends Slices, E, R>(
       if (Cause.hasInterruptsOnly(called.cause)) return yield* Effect.failCause(called.cause as Cause.Cause<never>)
       return Result.fail(failedWith(called.cause))
     }
-    // no socket anywhere: applied here
-    if (Option.isNone(called.value)) return yield* here("no-owner")
+    // no socket anywhere: applied here (its update to a socket linked meanwhile, if any)
+    if (Option.isNone(called.value)) return yield* here
     const { answer } = called.value.value
     if (answer._tag === "Failed") return Result.fail(answer)
     const update = applier.decodeUpdate(answer.value)
@@ -274,5 +303,7 @@ export const apply = <Ev, EvI, U, UI, S extends Slices, E, R>(
         applied: "unknown"
       })
     }
-    return Result.succeed({ update: update.success, delivery: "sent" })
+    // delivered by the worker that applied it: sent, from here
+    const delivery = answer.delivery === "delivered" ? "sent" : answer.delivery
+    return Result.succeed({ update: update.success, delivery })
   })
