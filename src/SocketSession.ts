@@ -32,12 +32,10 @@
  *
  * @since 0.2.0
  */
-import { createServer } from "node:http"
-import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import type * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import type * as NodeServices from "@effect/platform-node/NodeServices"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as FiberSet from "effect/FiberSet"
 import type * as Etag from "effect/http/Etag"
 import type * as HttpPlatform from "effect/http/HttpPlatform"
 import * as HttpRouter from "effect/http/HttpRouter"
@@ -46,22 +44,21 @@ import type * as HttpServerError from "effect/http/HttpServerError"
 import type * as HttpServerRequest from "effect/http/HttpServerRequest"
 import type * as HttpServerResponse from "effect/http/HttpServerResponse"
 import * as Layer from "effect/Layer"
-import * as Result from "effect/Result"
-import * as Schema from "effect/Schema"
-import * as Stream from "effect/Stream"
-import * as Calls from "./internal/mailbox/calls.js"
-import * as Untyped from "./internal/mailbox/untyped.js"
+import type * as Result from "effect/Result"
+import type * as Schema from "effect/Schema"
 import * as Apply from "./internal/socket/apply.js"
 import * as Connection from "./internal/socket/connection.js"
 import { updateEncoder } from "./internal/socket/frames.js"
 import * as Registry from "./internal/socket/registry.js"
 import * as Seq from "./internal/socket/seq.js"
+import * as Served from "./internal/socket/served.js"
 import * as Upgrade from "./internal/socket/upgrade.js"
-import * as LeaseholdConfig from "./LeaseholdConfig.js"
-import { Mailbox, type SendOutcome } from "./Mailbox.js"
-import * as StateManager from "./StateManager.js"
-import { InvalidToken } from "./StoreError.js"
-import { TokenManager, tokenProblem } from "./TokenManager.js"
+import type * as LeaseholdConfig from "./LeaseholdConfig.js"
+import type { Mailbox, SendOutcome } from "./Mailbox.js"
+import type { EventFailed, EventRefused } from "./SocketSessionError.js"
+import type * as StateManager from "./StateManager.js"
+import type { InvalidToken } from "./StoreError.js"
+import type { TokenManager } from "./TokenManager.js"
 import type * as Worker from "./Worker.js"
 
 /**
@@ -352,104 +349,11 @@ export const layer = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
         isNewer as ((update: unknown, than: unknown) => boolean) | undefined,
         maxUnsentBytes
       )
-      const watch = Layer.effectDiscard(
-        Effect.gen(function* () {
-          const settings = yield* LeaseholdConfig.LeaseholdConfig
-          if (settings.leaseDurability === "memory") {
-            return yield* new LeaseholdConfig.InvalidConfig({
-              knob: "leaseDurability",
-              value: "memory",
-              reason: "acknowledges a change before it is stored: a socket session answers an event once it is stored"
-            })
-          }
-          if (settings.maxValueBytes < Seq.maxEncodedBytes) {
-            return yield* new LeaseholdConfig.InvalidConfig({
-              knob: "maxValueBytes",
-              value: String(settings.maxValueBytes),
-              reason: `below ${Seq.maxEncodedBytes} bytes, the most the session's slice ${Seq.seqSlice.name} takes: every event of a token whose slice grew past it would fail`
-            })
-          }
-          const tokens = yield* TokenManager
-          // events applied from outside the sockets (`apply`), and those other workers ask this one to apply
-          const mailbox = yield* Mailbox
-          const applier = Apply.makeApplier({
-            definition: session.options,
-            states: yield* StateManager.StateManager,
-            tokens,
-            registry,
-            send: Untyped.sendOf(mailbox),
-            caller: Calls.of(mailbox),
-            timeout: settings.lockExpiration,
-            context: yield* Effect.context<R>()
-          })
-          Apply.install(applier)
-          const { calls } = applier.caller
-          calls.serve = Apply.serveCall(applier)
-          // before the worker's loops stop and its leases are written: no call is served after
-          yield* Effect.addFinalizer(() =>
-            Effect.suspend(() => {
-              calls.serve = undefined
-              return FiberSet.clear(calls.serving)
-            })
-          )
-          yield* Effect.forkScoped(
-            Stream.runForEach(tokens.lost, (lost) =>
-              registry.close(lost.token, lost.connectionId, {
-                code: Connection.lostCloseCode,
-                reason: "token held by another worker"
-              })
-            ).pipe(Effect.interruptible)
-          )
-        })
-      )
+      const watch = Layer.effectDiscard(Served.serve(session.options, registry))
       const workerLayer = worker({ schema: updates, deliver: (token, update) => registry.deliver(token, update) })
       return Layer.merge(Layer.succeed(Registry.Sockets, registry), watch).pipe(Layer.provideMerge(workerLayer))
     })
   ).pipe(Layer.fresh)
-
-/**
- * An event `apply` did not apply: its handler refused it (its failure's message, or a
- * defect's, which is logged where it ran). Nothing of it was written.
- *
- * @since 0.2.0
- * @category errors
- */
-export class EventRefused extends Schema.TaggedError<EventRefused>()("EventRefused", {
-  token: Schema.String,
-  reason: Schema.String,
-  /** The tag of the handler's error (`Defect` for a defect, `InvalidEvent` for an event its schema refuses). */
-  code: Schema.String
-}) {
-  override get message(): string {
-    return `event for token ${this.token} refused: ${this.reason}`
-  }
-}
-
-/**
- * An event `apply` could not see through: the store, the lock, or the worker holding the
- * token's socket failed it. `applied: false`: nothing of it was written; `"unknown"`: it may
- * have been, or may still be (a worker that did not answer in time may apply it later, never
- * twice).
- *
- * @since 0.2.0
- * @category errors
- */
-export class EventFailed extends Schema.TaggedError<EventFailed>()("EventFailed", {
-  token: Schema.String,
-  reason: Schema.String,
-  /**
-   * The tag of the failure: the store's or the lock's error (`StoreUnavailable`,
-   * `NotAcknowledged`, `LockExpired`, …), or `Unanswered` (the worker holding the socket did
-   * not answer in time).
-   */
-  code: Schema.String,
-  applied: Schema.Union([Schema.Literal(false), Schema.Literal("unknown")])
-}) {
-  override get message(): string {
-    const outcome = this.applied === false ? "not applied" : "outcome unknown"
-    return `event for token ${this.token} ${outcome}: ${this.reason}`
-  }
-}
 
 /**
  * An event applied by `apply`: its update (the handler's answer), and where the update went,
@@ -489,28 +393,8 @@ export const apply = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
   token: string,
   event: NoInfer<Ev>
 ): Effect.Effect<Applied<U>, EventRefused | EventFailed | InvalidToken, Sockets | R> =>
-  Effect.flatMap(
-    Registry.Sockets,
-    (registry: Registry.Registry): Effect.Effect<Applied<U>, EventRefused | EventFailed | InvalidToken, R> => {
-      const problem = tokenProblem(token)
-      if (problem !== undefined) return Effect.fail(new InvalidToken({ token, reason: problem }))
-      const applier = Apply.applierOf(registry)
-      if (applier.definition !== session.options) {
-        return Effect.die(new Error("SocketSession.apply: the worker's session is another session"))
-      }
-      return Effect.flatMap(
-        Apply.apply(applier as Apply.Applier<Ev, EvI, U, UI, S, E, R>, token, event),
-        (result): Effect.Effect<Applied<U>, EventRefused | EventFailed> => {
-          if (Result.isSuccess(result)) return Effect.succeed(result.success)
-          const { message, code, refused, applied } = result.failure
-          return Effect.fail(
-            refused
-              ? new EventRefused({ token, reason: message, code })
-              : new EventFailed({ token, reason: message, code, applied })
-          )
-        }
-      )
-    }
+  Effect.flatMap(Registry.Sockets, (registry) =>
+    Apply.applyTo(Apply.applierOf(registry), session.options, token, event)
   )
 
 /**
@@ -552,24 +436,4 @@ export const layerHttpServer = (
 ): Layer.Layer<
   Upgrades | HttpServer.HttpServer | NodeServices.NodeServices | HttpPlatform.HttpPlatform | Etag.Generator,
   HttpServerError.ServeError
-> =>
-  Layer.unwrap(
-    Effect.sync(() => {
-      const {
-        maxFrameBytes = defaultMaxFrameBytes,
-        closeGrace = Duration.seconds(2),
-        pingInterval = defaultPingInterval,
-        ...listen
-      } = options
-      const server = createServer()
-      const pending = Upgrade.track(server)
-      return Layer.merge(
-        Upgrade.layer(pending, {
-          maxFrameBytes,
-          closeGrace: Duration.fromInputUnsafe(closeGrace),
-          pingInterval: Duration.fromInputUnsafe(pingInterval)
-        }),
-        NodeHttpServer.layer(() => server, listen)
-      )
-    })
-  )
+> => Upgrade.serverLayer(options, { maxFrameBytes: defaultMaxFrameBytes, pingInterval: defaultPingInterval })

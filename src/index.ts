@@ -37,6 +37,11 @@ export * as RedisStore from "./RedisStore.js"
 /** @since 0.2.0 */
 export * as SocketSession from "./SocketSession.js"
 
+/**
+ * @since 0.2.0
+ */
+export * as SocketSessionError from "./SocketSessionError.js"
+
 /** @since 0.1.0 */
 export * as StateError from "./StateError.js"
 

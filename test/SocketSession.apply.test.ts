@@ -11,6 +11,7 @@ import * as Layer from "effect/Layer"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as MemoryStore from "leasehold/MemoryStore"
 import * as SocketSession from "leasehold/SocketSession"
+import type * as SocketSessionError from "leasehold/SocketSessionError"
 import * as StateManager from "leasehold/StateManager"
 import { Store } from "leasehold/Store"
 import { Counter, calls, connect, pureCalls, pureSession, serveWorkerWith, session } from "./session/support.js"
@@ -79,13 +80,13 @@ for (const [name, served, counted] of [
         for (const token of [tab.token, "no-socket-refused"]) {
           const refused = yield* Effect.flip(onB(SocketSession.apply(served, token, { type: "bump", by: 0 })))
           assert.strictEqual(refused._tag, "EventRefused")
-          assert.strictEqual((refused as SocketSession.EventRefused).code, "Refused")
+          assert.strictEqual((refused as SocketSessionError.EventRefused).code, "Refused")
           assert.strictEqual(refused.message, `event for token ${token} refused: a bump of 0`)
         }
         // a handler's defect: refused, its message not told
         const died = yield* Effect.flip(onB(SocketSession.apply(served, tab.token, { type: "bump", by: 1, die: true })))
         assert.strictEqual(died._tag, "EventRefused")
-        assert.strictEqual((died as SocketSession.EventRefused).code, "Defect")
+        assert.strictEqual((died as SocketSessionError.EventRefused).code, "Defect")
         const states = Context.get(b.context, StateManager.StateManager)
         assert.deepStrictEqual(yield* states.get(tab.token, Counter), { n: 1, v: 1 })
         assert.deepStrictEqual(yield* states.get("no-socket-refused", Counter), { n: 0, v: 0 })

@@ -17,6 +17,7 @@ import type * as Scope from "effect/Scope"
 import * as LeaseholdConfig from "leasehold/LeaseholdConfig"
 import * as RedisStore from "leasehold/RedisStore"
 import * as SocketSession from "leasehold/SocketSession"
+import type * as SocketSessionError from "leasehold/SocketSessionError"
 import { Store } from "leasehold/Store"
 import { answers, type Client, connect, serveWorkerWith, session } from "./session/support.js"
 import { spawnChild } from "./support/children.js"
@@ -309,7 +310,7 @@ describe("SocketSession.apply on worker processes", () => {
         const failed = yield* Effect.flip(onB(SocketSession.apply(session, tab.token, { type: "bump", by: 1 })))
         const waited = Date.now() - started
         assert.strictEqual(failed._tag, "EventFailed")
-        const { applied, code } = failed as SocketSession.EventFailed
+        const { applied, code } = failed as SocketSessionError.EventFailed
         assert.deepStrictEqual({ applied, code }, { applied: "unknown", code: "Unanswered" })
         assert.isAtLeast(waited, 1_900)
         // nothing applied by the caller

@@ -18,11 +18,14 @@ import * as Result from "effect/Result"
 import * as Schema from "effect/Schema"
 import type { SendOutcome } from "../../Mailbox.js"
 import type { Options } from "../../SocketSession.js"
+import { EventFailed, EventRefused } from "../../SocketSessionError.js"
 import type * as StateManager from "../../StateManager.js"
+import { InvalidToken } from "../../StoreError.js"
 import type { TokenManager } from "../../TokenManager.js"
 import { type Answer, type Caller, call } from "../mailbox/calls.js"
 import type { Send } from "../mailbox/untyped.js"
 import { describeParseError, parseSafely } from "../parse.js"
+import { tokenProblem } from "../validate.js"
 import { appliedAfter } from "./batch.js"
 import { defectMessage, messageOf } from "./burst.js"
 import type { Registry } from "./registry.js"
@@ -307,3 +310,31 @@ export const apply = <Ev, EvI, U, UI, S extends Slices, E, R>(
     const delivery = answer.delivery === "delivered" ? "sent" : answer.delivery
     return Result.succeed({ update: update.success, delivery })
   })
+
+/**
+ * `SocketSession.apply` on the worker whose applier is `applier`: the token checked, the
+ * event applied where its socket is, a failure as its typed error.
+ *
+ * @internal
+ */
+export const applyTo = <Ev, EvI, U, UI, S extends Slices, E, R>(
+  applier: Applier<any, any, any, any, any, any, any>,
+  definition: Options<Ev, EvI, U, UI, S, E, R>,
+  token: string,
+  event: Ev
+): Effect.Effect<{ readonly update: U; readonly delivery: Delivery }, EventRefused | EventFailed | InvalidToken, R> => {
+  const problem = tokenProblem(token)
+  if (problem !== undefined) return Effect.fail(new InvalidToken({ token, reason: problem }))
+  if (applier.definition !== definition) {
+    return Effect.die(new Error("SocketSession.apply: the worker's session is another session"))
+  }
+  return Effect.flatMap(apply(applier as Applier<Ev, EvI, U, UI, S, E, R>, token, event), (result) => {
+    if (Result.isSuccess(result)) return Effect.succeed(result.success)
+    const { message, code, refused, applied } = result.failure
+    return Effect.fail(
+      refused
+        ? new EventRefused({ token, reason: message, code })
+        : new EventFailed({ token, reason: message, code, applied })
+    )
+  })
+}

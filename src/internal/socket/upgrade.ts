@@ -18,8 +18,9 @@
  * upgraded socket's `batch` holds the connection's writes back to the end of the turn of
  * the event loop, so that the frames of a turn leave in one write.
  */
-import type { IncomingMessage, Server } from "node:http"
+import { createServer, type IncomingMessage, type Server } from "node:http"
 import type { Duplex } from "node:stream"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as NodeHttpServerRequest from "@effect/platform-node/NodeHttpServerRequest"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
@@ -262,5 +263,35 @@ export const layer = (pending: Pending, options: Options) =>
         }),
         upgrade: upgradeWith(wss, open, pending, options)
       })
+    })
+  )
+
+/**
+ * `SocketSession.layerHttpServer`: a Node server whose upgrade requests are tracked for the
+ * session to complete, served by `NodeHttpServer.layer`, with the session's upgrader.
+ *
+ * @internal
+ */
+export const serverLayer = (
+  options: SocketSession.HttpServerOptions,
+  defaults: { readonly maxFrameBytes: number; readonly pingInterval: Duration.Duration }
+) =>
+  Layer.unwrap(
+    Effect.sync(() => {
+      const {
+        maxFrameBytes = defaults.maxFrameBytes,
+        closeGrace = Duration.seconds(2),
+        pingInterval = defaults.pingInterval,
+        ...listen
+      } = options
+      const server = createServer()
+      return Layer.merge(
+        layer(track(server), {
+          maxFrameBytes,
+          closeGrace: Duration.fromInputUnsafe(closeGrace),
+          pingInterval: Duration.fromInputUnsafe(pingInterval)
+        }),
+        NodeHttpServer.layer(() => server, listen)
+      )
     })
   )
