@@ -2,7 +2,8 @@
  * Calls between workers as a mailbox's reader sees them (`internal/mailbox/calls.ts`), over
  * the embedded store: a call is served once (a copy, or a call a process before this one
  * under the same instance id had read, is not served again), its reply lands in the caller's
- * mailbox, and a reply reaches only the process that sent the call.
+ * mailbox, and a reply reaches only the process that sent the call; on a real server, the
+ * cursor that says which calls were served lives as long as the mailbox.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -16,6 +17,8 @@ import { MailboxStart } from "../src/internal/storeModel.js"
 import * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import * as MemoryStore from "../src/MemoryStore.js"
 import { Store } from "../src/Store.js"
+import { redisWorkers } from "./delivery/workers.js"
+import * as RedisServer from "./support/RedisServer.js"
 
 const append = { maxLen: 1000, ttlMs: 60_000 }
 
@@ -133,3 +136,24 @@ const untilRead = (store: Store["Service"], instanceId: string) =>
     }
     return yield* Effect.die(`no entry in ${instanceId}'s mailbox within 5 s`)
   })
+
+describe("a mailbox's cursor", () => {
+  it.live(
+    "lives as long as the mailbox: a reader that reads nothing for longer than the expiration keeps it",
+    () =>
+      Effect.gen(function* () {
+        const server = yield* RedisServer.start()
+        // the mailbox (and its cursor) expire 3 s after they were last refreshed
+        const { worker, store } = yield* redisWorkers(server.url, { tokenExpiration: "3 seconds", lockExpiration: "2 seconds" })
+        const a = yield* worker()
+        // one entry read: the cursor is stored, then nothing more for twice the expiration
+        yield* store.mailboxAppend(a.id, "not an update", { maxLen: 100, ttlMs: 3_000 })
+        const cursorKey = `leasehold:cursor:${a.id}`
+        for (let i = 0; i < 100 && (yield* server.command("EXISTS", cursorKey)) !== 1; i++) yield* Effect.sleep(50)
+        yield* Effect.sleep(6_000)
+        assert.strictEqual(yield* server.command("EXISTS", cursorKey), 1)
+        assert.isAbove(Number(yield* server.command("PTTL", cursorKey)), 0)
+      }).pipe(Effect.scoped),
+    30_000
+  )
+})

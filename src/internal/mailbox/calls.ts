@@ -174,9 +174,10 @@ export const receive = (calls: Calls, reading: Reading, entryId: string, payload
       return Effect.void
     }
     const { id, from, nonce, token, request } = entry.call
-    if (!isAfter(entryId, reading.servedUpTo) || reading.seen.has(callsOf(from, nonce), id)) {
-      return drop("duplicate")
-    }
+    // served by the process before this one under the same id: not counted as a drop
+    if (!isAfter(entryId, reading.servedUpTo)) return Effect.void
+    // a copy (its append retried)
+    if (reading.seen.has(callsOf(from, nonce), id)) return drop("duplicate")
     reading.seen.add(callsOf(from, nonce), id)
     const served = calls.serve === undefined ? Effect.succeed(noSession) : calls.serve(token, request)
     const reply = Effect.flatMap(served, (answer) =>

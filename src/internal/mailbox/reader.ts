@@ -146,6 +146,9 @@ export const read = <A, I, R>(env: MailboxContext<A, I, R>, reader: Reader, reco
       const now = yield* Clock.currentTimeMillis
       if (now - reader.expiresRefreshedAt >= ttlMs / 4) {
         yield* store.mailboxExpire(instanceId, ttlMs)
+        // the cursor lives as long as the mailbox: a process after this one under the same
+        // id serves none of the calls up to it again, however long this one read nothing
+        if (reader.lastId !== MailboxStart) yield* store.mailboxSetCursor(instanceId, reader.lastId, ttlMs)
         reader.expiresRefreshedAt = now
       }
       const entries = yield* store.mailboxRead(instanceId, reader.lastId, { count: 100, blockMs: readBlockMs })

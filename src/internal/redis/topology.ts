@@ -110,12 +110,14 @@ export interface Settings {
 }
 
 /**
- * The writes of `connection` held from its first command of a turn of the event loop to the
- * turn's end (`setImmediate`), so that the commands a busy worker sends in one turn (many
- * tokens' commits, acquisitions, releases) leave in one write and Redis reads them in one:
- * per request, most of either side's cost is the system call. A command waits at most for
- * the rest of its turn; its timeout is unchanged, and nothing is held back behind a reply
- * (ioredis's auto-pipelining, by contrast, holds a command behind the batch in flight).
+ * The writes of `connection` held from its first command until the event loop's next check
+ * phase (`setImmediate`), so that the commands a busy worker sends meanwhile (many tokens'
+ * commits, acquisitions, releases) leave in one write and Redis reads them in one: per
+ * request, most of either side's cost is the system call. A command waits at most one turn
+ * of the event loop (a command sent from a check-phase callback, where Effect runs its
+ * fibers, waits for the next turn's); its timeout is unchanged, and nothing is held back
+ * behind a reply (ioredis's auto-pipelining, by contrast, holds a command behind the batch
+ * in flight).
  */
 const turnBatcher = (connection: Redis) => {
   let held: Writable | undefined

@@ -5,6 +5,7 @@
  *
  * @internal
  */
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import type * as Scope from "effect/Scope"
@@ -20,6 +21,13 @@ import * as Apply from "./apply.js"
 import { lostCloseCode } from "./connection.js"
 import type { Registry } from "./registry.js"
 import * as Seq from "./seq.js"
+
+/**
+ * How long a closing session lets the calls it is serving finish, at most: a call's
+ * modification takes milliseconds while the store answers, and the worker's shutdown has its
+ * own deadline (`LEASEHOLD_SHUTDOWN_TIMEOUT_MS`) for its leases' writes after.
+ */
+const callsDrain = Duration.seconds(2)
 
 /**
  * The settings a session refuses: `leaseDurability: "memory"` (an event is answered once it
@@ -80,10 +88,15 @@ export const serve = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
     Apply.install(applier)
     const { calls } = applier.caller
     calls.serve = Apply.serveCall(applier)
+    // The calls being served finish and are answered (the worker is whole until the session's
+    // layer has closed), for at most `callsDrain`; then none is served any more.
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
         calls.serve = undefined
-        return FiberSet.clear(calls.serving)
+        return Effect.andThen(
+          Effect.timeoutOption(FiberSet.awaitEmpty(calls.serving), Duration.min(settings.lockExpiration, callsDrain)),
+          FiberSet.clear(calls.serving)
+        )
       })
     )
     yield* Effect.forkScoped(
