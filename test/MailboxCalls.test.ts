@@ -144,7 +144,10 @@ describe("a mailbox's cursor", () => {
       Effect.gen(function* () {
         const server = yield* RedisServer.start()
         // the mailbox (and its cursor) expire 3 s after they were last refreshed
-        const { worker, store } = yield* redisWorkers(server.url, { tokenExpiration: "3 seconds", lockExpiration: "2 seconds" })
+        const { worker, store } = yield* redisWorkers(server.url, {
+          tokenExpiration: "3 seconds",
+          lockExpiration: "2 seconds"
+        })
         const a = yield* worker()
         // one entry read: the cursor is stored, then nothing more for twice the expiration
         yield* store.mailboxAppend(a.id, "not an update", { maxLen: 100, ttlMs: 3_000 })
