@@ -294,8 +294,10 @@ export const make = <A, I, R>(options: Options<A, I, R>) =>
     // the untyped send and the calls, found by the service (`typed`, `SocketSession.apply`):
     // the public service types neither
     const service = Mailbox.of({ buffered: Effect.sync(() => sender.outbox.length) })
-    Calls.register(service, { calls, sending: { store, instanceId, append } })
-    return Untyped.register(service, (token, update) => Outbox.send(env, sender, token, update))
+    return Untyped.register(service, {
+      send: (token, update) => Outbox.send(env, sender, token, update),
+      caller: { calls, sending: { store, instanceId, append } }
+    })
   }).pipe(Effect.annotateLogs({ module: "Mailbox" }))
 
 /**

@@ -247,18 +247,3 @@ export interface Caller {
   readonly calls: Calls
   readonly sending: Parameters<typeof call>[1]
 }
-
-const callers = new WeakMap<object, Caller>()
-
-/** Made by `Mailbox.make` with the service it serves: the calls are found by the service. */
-export const register = <M extends object>(mailbox: M, caller: Caller): M => {
-  callers.set(mailbox, caller)
-  return mailbox
-}
-
-/** The calls of the worker whose mailbox is `mailbox`. */
-export const of = (mailbox: object): Caller => {
-  const caller = callers.get(mailbox)
-  if (caller === undefined) throw new Error("a Mailbox service not made by Mailbox.make")
-  return caller
-}

@@ -15,7 +15,6 @@ import { Mailbox } from "../../Mailbox.js"
 import type { Options } from "../../SocketSession.js"
 import * as StateManager from "../../StateManager.js"
 import { TokenManager } from "../../TokenManager.js"
-import * as Calls from "../mailbox/calls.js"
 import * as Untyped from "../mailbox/untyped.js"
 import * as Apply from "./apply.js"
 import { lostCloseCode } from "./connection.js"
@@ -81,7 +80,7 @@ export const serve = <Ev, EvI, U, UI, S extends Record<string, StateManager.Slic
       tokens,
       registry,
       send: Untyped.sendOf(mailbox),
-      caller: Calls.of(mailbox),
+      caller: Untyped.callerOf(mailbox),
       timeout: settings.lockExpiration,
       context: yield* Effect.context<R>()
     })
