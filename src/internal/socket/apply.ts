@@ -57,8 +57,9 @@ export interface Applier<Ev, EvI, U, UI, S extends Slices, E, R> {
   readonly definition: Options<Ev, EvI, U, UI, S, E, R>
   readonly states: StateManager.StateManager.Service
   readonly tokens: TokenManager.Service
+  /** The worker's registry of sockets: the applier is found by it (`applierOf`). */
   readonly registry: Registry
-  /** The worker's mailbox's send: an update for a socket not on this worker. */
+  /** The worker's mailbox's send: the update of an event applied here. */
   readonly send: Send
   readonly caller: Caller
   /** How long a caller waits for the worker holding the socket: the lock expiration. */
@@ -130,10 +131,10 @@ const failedWith = (cause: Cause.Cause<unknown>): Failed => {
   }
 }
 
-/** The event in one modification of the token: a pure one for a pure handler (one store step). */
 /** What the handler made of the event in its modification. */
 type Decided<U> = { readonly _tag: "Applied"; readonly update: U } | Failed
 
+/** The event in one modification of the token: a pure one for a pure handler (one store step). */
 const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
   applier: Applier<Ev, EvI, U, UI, S, E, R>,
   token: string,
@@ -196,23 +197,22 @@ const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
 }
 
 /**
- * The update of an event applied here, to the token's socket: on this worker, or through the
- * mailbox to the worker holding it now (a socket that moved, or linked meanwhile). The event
- * is stored: an update the mailbox refuses costs the update, not the event.
+ * The update of an event applied here, to the token's socket, through the mailbox's send:
+ * on this worker it is delivered at once, else appended for the worker holding the socket
+ * now (a socket that moved, or linked meanwhile). The event is stored: an update the mailbox
+ * refuses costs the update, not the event.
  */
 const deliver = <Ev, EvI, U, UI, S extends Slices, E, R>(
   applier: Applier<Ev, EvI, U, UI, S, E, R>,
   token: string,
   update: U
 ): Effect.Effect<Delivery> =>
-  applier.registry.find(token) !== undefined
-    ? Effect.as(applier.registry.deliver(token, update), "delivered" as const)
-    : Effect.catch(applier.send(token, update), (error) =>
-        Effect.as(
-          Effect.logWarning(`token ${token}: the update of an applied event not sent: ${error.message}`),
-          "dropped" as const
-        )
-      )
+  Effect.catch(applier.send(token, update), (error) =>
+    Effect.as(
+      Effect.logWarning(`token ${token}: the update of an applied event not sent: ${error.message}`),
+      "dropped" as const
+    )
+  )
 
 /** The event applied on this worker, its update sent to the token's socket. */
 const applyHere = <Ev, EvI, U, UI, S extends Slices, E, R>(
