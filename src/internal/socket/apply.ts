@@ -27,7 +27,7 @@ import type { Send } from "../mailbox/untyped.js"
 import { describeParseError, parseSafely } from "../parse.js"
 import { tokenProblem } from "../validate.js"
 import { appliedAfter } from "./batch.js"
-import { defectMessage, messageOf } from "./burst.js"
+import { type Outcome as BurstOutcome, codeOf, type Judging, judgeEffect, judgePure, messageOf } from "./burst.js"
 import type { Registry } from "./registry.js"
 
 type Slices = Record<string, StateManager.Slice<any, any>>
@@ -104,12 +104,6 @@ export const applierOf = (registry: Registry): Applier<any, any, any, any, any, 
   return applier
 }
 
-/** The tag of an error, when it has one. */
-const codeOf = (error: unknown, otherwise: string): string =>
-  typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
-    ? error._tag
-    : otherwise
-
 const refused = (message: string, code: string): Failed => ({
   _tag: "Failed",
   message,
@@ -134,6 +128,21 @@ const failedWith = (cause: Cause.Cause<unknown>): Failed => {
 /** What the handler made of the event in its modification. */
 type Decided<U> = { readonly _tag: "Applied"; readonly update: U } | Failed
 
+/** The event as a burst of one, without `seq`, on `values`: judged as a socket's events are (`burst.ts`). */
+const burstOf = <Ev, U, S extends Slices>(event: Ev, values: StateManager.Values<S>) => ({
+  items: [{ parsed: { seq: undefined, event: Result.succeed(event) }, seq: undefined }] as const,
+  // no client: the `seq` slice is neither read nor written
+  judging: { seq: undefined as never, app: values, outcomes: [] } as Judging<S, U>
+})
+
+/** What the burst of one came to: without a client, only applied or refused. */
+const decidedOf = <U, S extends Slices>(judging: Judging<S, U>): readonly [Decided<U>, StateManager.Values<S>] => {
+  const outcome = judging.outcomes[0]!
+  if (outcome._tag === "Applied") return [outcome, judging.app]
+  const { message, code } = outcome as Extract<BurstOutcome<U>, { readonly _tag: "Refused" }>
+  return [refused(message, code), judging.app]
+}
+
 /** The event in one modification of the token: a pure one for a pure handler (one store step). */
 const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
   applier: Applier<Ev, EvI, U, UI, S, E, R>,
@@ -141,57 +150,45 @@ const modification = <Ev, EvI, U, UI, S extends Slices, E, R>(
   event: Ev
 ): Effect.Effect<Decided<U>, unknown, R> => {
   const { definition, states } = applier
-  const { decide, handle, slices } = definition
+  const { decide, handle, slices, view } = definition
   if (decide !== undefined) {
-    let defect: Option.Option<unknown> = Option.none()
+    const defects: Array<unknown> = []
     return Effect.clockWith((clock) =>
       states.modifyAllPure(
         token,
         slices,
-        (values): readonly [Decided<U>, StateManager.Values<S>] => {
-          defect = Option.none()
-          let decided: Result.Result<readonly [U, StateManager.Values<S>], E>
-          try {
-            decided = decide(event, values, clock.currentTimeMillisUnsafe())
-          } catch (thrown) {
-            defect = Option.some(thrown)
-            return [refused(defectMessage, "Defect"), values]
-          }
-          if (Result.isFailure(decided)) {
-            return [refused(messageOf(decided.failure), codeOf(decided.failure, "Refused")), values]
-          }
-          return [{ _tag: "Applied", update: decided.success[0] }, decided.success[1]]
+        (values) => {
+          // only the last run counts: on Redis the function may run twice
+          defects.length = 0
+          const { items, judging } = burstOf<Ev, U, S>(event, values)
+          judgePure(judging, items, undefined, { view, decide }, clock.currentTimeMillisUnsafe(), defects)
+          return decidedOf(judging)
         },
         { event: "apply" }
       )
     ).pipe(
-      Effect.tap(() =>
-        Option.isSome(defect)
-          ? Effect.logError(`token ${token}: an event's handler died`, Cause.die(defect.value))
-          : Effect.void
+      Effect.ensuring(
+        Effect.suspend(() =>
+          Effect.forEach(
+            defects,
+            (defect) => Effect.logError(`token ${token}: an event's handler died`, Cause.die(defect)),
+            {
+              discard: true
+            }
+          )
+        )
       )
     )
   }
   return states.modifyAll(
     token,
     slices,
-    (values) =>
-      Effect.flatMap(Effect.exit(handle!(event, values)), (handled) => {
-        if (Exit.isSuccess(handled)) {
-          const [update, next] = handled.value
-          return Effect.succeed([{ _tag: "Applied", update } as Decided<U>, next] as const)
-        }
-        const failure = Cause.findErrorOption(handled.cause)
-        if (Option.isSome(failure)) {
-          return Effect.succeed([refused(messageOf(failure.value), codeOf(failure.value, "Refused")), values] as const)
-        }
-        // an interruption ends the modification: nothing written
-        if (!Cause.hasDies(handled.cause)) return Effect.failCause(handled.cause as Cause.Cause<never>)
-        return Effect.as(Effect.logError(`token ${token}: an event's handler died`, handled.cause), [
-          refused(defectMessage, "Defect"),
-          values
-        ] as const)
-      }),
+    (values) => {
+      const { items, judging } = burstOf<Ev, U, S>(event, values)
+      return Effect.map(judgeEffect(judging, items, undefined, { view, handle: handle! }, `token ${token}`), () =>
+        decidedOf(judging)
+      )
+    },
     { event: "apply" }
   )
 }

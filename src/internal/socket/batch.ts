@@ -150,8 +150,9 @@ const handleAll = <Ev, EvI, U, UI, S extends Slices, E, R>(
     batches.slices,
     (values) => {
       const judging = start<S, U>(values, seqKey)
-      return Effect.map(judgeEffect(judging, items, connection.client, { view, handle: handle! }, connection.id), () =>
-        keep(batches, judging, values)
+      return Effect.map(
+        judgeEffect(judging, items, connection.client, { view, handle: handle! }, `socket ${connection.id}`),
+        () => keep(batches, judging, values)
       )
     },
     { event: "socket" }

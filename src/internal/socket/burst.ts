@@ -22,7 +22,12 @@ export const defectMessage = "the event's handler failed unexpectedly"
 /** What became of one frame of a burst. */
 export type Outcome<U> =
   | { readonly _tag: "Applied"; readonly update: U }
-  | { readonly _tag: "Refused"; readonly message: string }
+  | {
+      readonly _tag: "Refused"
+      readonly message: string
+      /** The tag of the handler's error; `Defect` for a defect, `InvalidEvent` for an event that did not decode. */
+      readonly code: string
+    }
   | { readonly _tag: "Duplicate"; readonly state: U }
   | { readonly _tag: "Resend"; readonly from: number }
   | { readonly _tag: "Forgotten" }
@@ -38,6 +43,12 @@ export const messageOf = (error: unknown): string =>
   typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
     ? error.message
     : String(error)
+
+/** The tag of an error, when it has one. */
+export const codeOf = (error: unknown, otherwise: string): string =>
+  typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
+    ? error._tag
+    : otherwise
 
 /** A burst being judged: the `seq` slice and the app's values so far, and each frame's outcome. */
 export interface Judging<S extends Record<string, StateManager.Slice<any, any>>, U> {
@@ -80,7 +91,8 @@ export const admit = <Ev, U, S extends Record<string, StateManager.Slice<any, an
     if (verdict._tag !== "Apply") return Result.fail(verdict)
     judging.seq = Seq.advance(judging.seq, client, seq)
   }
-  if (Result.isFailure(parsed.event)) return Result.fail({ _tag: "Refused", message: parsed.event.failure })
+  if (Result.isFailure(parsed.event))
+    return Result.fail({ _tag: "Refused", message: parsed.event.failure, code: "InvalidEvent" })
   return Result.succeed(parsed.event.success)
 }
 
@@ -109,11 +121,15 @@ export const judgePure = <Ev, U, S extends Record<string, StateManager.Slice<any
       decided = definition.decide(admitted.success, judging.app, now)
     } catch (defect) {
       defects.push(defect)
-      judging.outcomes.push({ _tag: "Refused", message: defectMessage })
+      judging.outcomes.push({ _tag: "Refused", message: defectMessage, code: "Defect" })
       continue
     }
     if (Result.isFailure(decided)) {
-      judging.outcomes.push({ _tag: "Refused", message: messageOf(decided.failure) })
+      judging.outcomes.push({
+        _tag: "Refused",
+        message: messageOf(decided.failure),
+        code: codeOf(decided.failure, "Refused")
+      })
       continue
     }
     judging.app = decided.success[1]
@@ -132,7 +148,8 @@ export const judgeEffect = <Ev, U, S extends Record<string, StateManager.Slice<a
   definition: Pick<Options<Ev, any, U, any, S, E, R>, "view"> & {
     readonly handle: NonNullable<Options<Ev, any, U, any, S, E, R>["handle"]>
   },
-  socketId: string
+  /** Who sent the events, for the log of a defect (`socket <id>`). */
+  source: string
 ): Effect.Effect<void, never, R> =>
   Effect.gen(function* () {
     for (const item of items) {
@@ -149,13 +166,17 @@ export const judgeEffect = <Ev, U, S extends Record<string, StateManager.Slice<a
       }
       const failure = Cause.findErrorOption(handled.cause)
       if (Option.isSome(failure)) {
-        judging.outcomes.push({ _tag: "Refused", message: messageOf(failure.value) })
+        judging.outcomes.push({
+          _tag: "Refused",
+          message: messageOf(failure.value),
+          code: codeOf(failure.value, "Refused")
+        })
         continue
       }
       // An interruption ends the modification: nothing of the batch is written.
       if (!Cause.hasDies(handled.cause)) return yield* Effect.failCause(handled.cause as Cause.Cause<never>)
       // A defect refuses its own event only: the burst's others were judged on their own.
-      yield* Effect.logError(`socket ${socketId}: an event's handler died`, handled.cause)
-      judging.outcomes.push({ _tag: "Refused", message: defectMessage })
+      yield* Effect.logError(`${source}: an event's handler died`, handled.cause)
+      judging.outcomes.push({ _tag: "Refused", message: defectMessage, code: "Defect" })
     }
   })
