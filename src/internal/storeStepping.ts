@@ -38,7 +38,7 @@ export interface Stepping {
    * throw (a throw is a defect, with nothing written if `decide` or `when` threw). On
    * Redis the step is not one block of this process: `when` and `decide` run before the
    * script is sent, on the values known from the last grant, `written` once it is made;
-   * a `holder` is always answered `false` there (a lease serves its own modifications);
+   * a `holder` is always answered `false` there (the lease makes the modification itself);
    * and `decide`'s result is dropped when the answer is `false`: it must be pure.
    */
   readonly modifyInStep?: (

@@ -107,7 +107,14 @@ const serveThenFinish = (state: HoldState, resumed: boolean): Effect.Effect<Queu
  *
  * @internal
  */
-export const resumeHold = (parked: ParkedLease): Effect.Effect<QueuePlace | Parking> =>
+export const resumeHold = (parked: ParkedLease): Effect.Effect<QueuePlace | Parking> => {
+  const stepping = parked.stepping
+  // a write made under the record by its caller (`parkedStep.ts`): its outcome first
+  return stepping === undefined ? rebuild(parked) : Effect.andThen(stepping.await, rebuild(parked))
+}
+
+/** The hold built again from its parked record. */
+const rebuild = (parked: ParkedLease): Effect.Effect<QueuePlace | Parking> =>
   Effect.suspend(() => {
     const { env, session } = parked
     const grant: HeldGrant = {
@@ -141,7 +148,8 @@ export const resumeHold = (parked: ParkedLease): Effect.Effect<QueuePlace | Park
       },
       contention: { contended: false, watching: session.signals !== undefined },
       idle: { idleSince: undefined, parkDue: false, parkTimer: undefined },
-      failed: undefined
+      // a failed write under the record: the hold serves nothing, and ends
+      failed: parked.failed
     }
     resumeKeepAlive(state, parked.heap, parked.extendAt)
     session.lease = state

@@ -43,6 +43,7 @@ export const idleLease = (session: Session): HoldState | ParkedLease | undefined
   if (lease === undefined) return undefined
   if (lease instanceof ParkedLease) {
     if (session.parked !== lease || lease.dirty || (session.signals?.size ?? 0) > 0) return undefined
+    if (lease.stepping !== undefined || lease.failed !== undefined) return undefined
     if (preciseMillis(lease.clock) >= lease.deadline) return undefined
     prune(session)
     return session.queue.length === 0 && session.callerGrant === undefined ? lease : undefined

@@ -21,7 +21,8 @@ import { begin, cancel, complete } from "./caller.js"
 import { warnHeld } from "./commit.js"
 import type { HoldState } from "./holdState.js"
 import { clockOf, holderOf, idleLease, servedInStep } from "./idleLease.js"
-import type { ParkedLease } from "./parking.js"
+import { parkedStep } from "./parkedStep.js"
+import { ParkedLease } from "./parking.js"
 import { leases, type Outcome, type Request, type SessionEnv } from "./session.js"
 
 /**
@@ -142,7 +143,10 @@ const inStep = <A, E>(
     stepEnded = true
     if (!done) {
       discarded?.()
-      return decidedOnTurn(env, token, m)
+      // a parked lease on a store whose step does not run under a lease: one write of its caller
+      return lease instanceof ParkedLease
+        ? parkedStep(env, token, lease, m, () => decidedOnTurn(env, token, m))
+        : decidedOnTurn(env, token, m)
     }
     const next = afterStep(env, answer(m, m.exit!))
     return heldMs > env.warnMs ? Effect.andThen(warnHeld(env, token, m.event, heldMs), next) : next

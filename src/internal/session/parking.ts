@@ -8,13 +8,15 @@ import type * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
+import * as Result from "effect/Result"
+import { type AcknowledgedError, LockLost } from "../../StoreError.js"
 import type { OneShot } from "../oneShot.js"
 import { preciseMillis, type Timer, type TimerHeap } from "../timers.js"
 import type { FlatSlices } from "./cache.js"
 import type { HoldState } from "./holdState.js"
 import { leasesParked } from "./metrics.js"
 import { notify, type Session, type SessionEnv } from "./session.js"
-import { disarmDeadline, stopKeepAlive } from "./timing.js"
+import { disarmDeadline, extensionPeriod, onGrid, stopKeepAlive } from "./timing.js"
 
 /**
  * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
@@ -43,27 +45,91 @@ export type Parking = typeof parking
 export class ParkedLease implements Timer {
   at = 0
   index = -1
+  /**
+   * A modification's write made under the record by its caller (`parkedStep.ts`), under
+   * way: the hold is built again only once it is done.
+   */
+  stepping: OneShot<void> | undefined = undefined
+  /**
+   * That write failed (the lock is lost, or what the store holds is unknown), or an
+   * extension found the lock another's: the hold, resumed, ends.
+   */
+  failed: LockLost | AcknowledgedError | undefined = undefined
+  /** An extension made from the record (`extend`) is under way. */
+  extending = false
   constructor(
     readonly env: SessionEnv,
     readonly session: Session,
     readonly lockId: string,
     readonly fence: number,
-    readonly claim: number | undefined,
+    public claim: number | undefined,
     readonly deadline: number,
     public served: number,
     public servedAt: number,
-    readonly confirmedUntil: number,
+    public confirmedUntil: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
     readonly heap: TimerHeap,
     readonly slices: FlatSlices,
-    readonly extendAt: number
+    public extendAt: number
   ) {}
 
-  /** The deadline, or the next extension: the hold goes on in a fiber, which does what is due. */
-  fire(): undefined {
-    if (this.session.parked === this) notify(this.session)
+  /**
+   * The deadline: the hold goes on in a fiber, which renews the lease or ends it. An
+   * extension due before it: made from here (`extend`), the lease left parked.
+   */
+  fire(): Effect.Effect<void> | undefined {
+    if (this.session.parked !== this) return undefined
+    const due = !this.extending && this.failed === undefined && this.extendAt <= this.heap.now()
+    if (due && preciseMillis(this.clock) < this.deadline) return this.extend()
+    notify(this.session)
     return undefined
+  }
+
+  /** Arm the record's timer: its next extension (unless one is under way), or its deadline if that comes first. */
+  arm(): void {
+    const deadline = this.heap.now() + Math.max(0, this.deadline - preciseMillis(this.clock))
+    this.heap.arm(this, this.extending ? deadline : Math.min(this.extendAt, deadline))
+  }
+
+  /**
+   * The keep-alive of a parked lease, without its hold: the lock extended (and the slices
+   * with it) as the hold's keep-alive does (`timing.ts`), on the same cadence; meanwhile
+   * the deadline still wakes the hold. A hold resumed while it is under way does not wait
+   * for it: its own keep-alive extends at once (the record's extension is due), and this
+   * one's outcome, landing in a record no longer used, is harmless (it extends only a lock
+   * this grant holds). Parked still when it ends: the store saying the lock is not ours
+   * fails the record and wakes the hold, which ends; an extension that failed (the store
+   * away for a moment) wakes the hold, whose keep-alive tries again sooner.
+   */
+  private extend(): Effect.Effect<void> {
+    const { env, session } = this
+    this.extending = true
+    this.arm()
+    const sentAt = preciseMillis(this.clock)
+    const names: Array<string> = []
+    for (let i = 0; i < this.slices.length; i += 3) names.push(this.slices[i] as string)
+    const extension = env.store.extend(session.token, this.lockId, names, { claim: this.claim })
+    return Effect.map(Effect.result(extension), (extended) => {
+      this.extending = false
+      if (session.parked !== this) return
+      const every = extensionPeriod(env)
+      const now = this.heap.now()
+      if (Result.isSuccess(extended) && extended.success) {
+        // the lock lives a full lock expiration from the send, no longer the hand-off's
+        this.claim = undefined
+        this.confirmedUntil = Math.max(this.confirmedUntil, sentAt + env.lockMs)
+        this.extendAt = onGrid(every, now, now + every)
+        this.arm()
+      } else if (Result.isSuccess(extended)) {
+        this.failed = new LockLost({ token: session.token, lockId: this.lockId, holder: Option.none() })
+        notify(session)
+      } else {
+        // the store away for a moment: the hold goes on, and its keep-alive tries again sooner
+        this.extendAt = now + Math.max(1, Math.floor(every / 4))
+        notify(session)
+      }
+    })
   }
 
   /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
@@ -77,6 +143,18 @@ export class ParkedLease implements Timer {
     const slices = this.slices
     for (let i = 0; i < slices.length; i += 3) if (slices[i] === name) return i
     return -1
+  }
+
+  /** The values of `slices`, in their order; `undefined` when one of them is not in the record. */
+  valuesOf(slices: ReadonlyArray<string>): ReadonlyArray<Option.Option<string>> | undefined {
+    const values: Array<Option.Option<string>> = []
+    for (const name of slices) {
+      const i = this.indexOf(name)
+      if (i < 0) return undefined
+      const value = this.slices[i + 1] as string | undefined
+      values.push(value === undefined ? Option.none() : Option.some(value))
+    }
+    return values
   }
 
   /** Whether a modification served from memory waits to be written. */
@@ -171,7 +249,7 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         state.cache.toFlat(),
         extendAt
       )
-      heap.arm(parked, Math.min(extendAt, heap.now() + Math.max(0, timing.deadline - preciseMillis(grant.clock))))
+      parked.arm()
       grant.session.parked = parked
       grant.session.lease = parked
       return true

@@ -127,15 +127,24 @@ const keepAlive = (state: HoldState, ttlMs: number): Effect.Effect<KeepAlive> =>
     keepAliveOn(state, timers, timers.now() + Math.max(1, Math.min(everyOf(state.grant.env), Math.floor(ttlMs / 3))))
   )
 
-const everyOf = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 3))
+/**
+ * How often a held lock is extended: a third of the lock expiration.
+ *
+ * @internal
+ */
+export const extensionPeriod = (env: SessionEnv) => Math.max(1, Math.floor(env.lockMs / 3))
+
+const everyOf = extensionPeriod
 
 /**
  * When an extension due at `due` is made: at the grid line of a tenth of the extension
  * period at or before it, if that is still to come. The extensions of the many leases a worker
  * holds then come due in the same turn of its timers and leave back to back, instead of
  * one round trip each at scattered times; made earlier, never later, than due.
+ *
+ * @internal
  */
-const onGrid = (every: number, now: number, due: number): number => {
+export const onGrid = (every: number, now: number, due: number): number => {
   if (due === Number.POSITIVE_INFINITY) return due
   const grid = Math.max(1, Math.floor(every / 10))
   const aligned = Math.floor(due / grid) * grid

@@ -1,0 +1,155 @@
+/**
+ * A lone plain modification under a parked lease, on a real redis-server: made by its caller
+ * in one `writeIfHolder`, the hold left parked (no fiber, no group commit of one). What it
+ * must keep: concurrent modifications queue behind the write and lose nothing; a lock lost
+ * meanwhile writes nothing and the modification is made on a new grant; a write whose
+ * outcome is unknown (the command timed out behind a paused server) ends the lease, so
+ * that nothing is written later on values that may be stale.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Metric from "effect/Metric"
+import * as Option from "effect/Option"
+import * as Lease from "../src/internal/lease.js"
+import { Counter, redisCluster, type Worker } from "./state/workers.js"
+
+/** The leases parked so far, in this process. */
+const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
+
+const bump = (w: Worker, token = "t") => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+
+/** Long enough that no deadline or extension wakes the lease during a test. */
+const settings = { oplock: true, leaseDurability: "batch", leaseHoldTime: 20_000, lockExpiration: 60_000 } as const
+
+/** Until `w`'s lease of `token` has parked (`parkedCount` past `from`). */
+const parkedSince = (from: number) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 200; i++) {
+      if ((yield* parkedCount) > from) return
+      yield* Effect.sleep(10)
+    }
+    return yield* Effect.die("the lease never parked")
+  })
+
+describe("a lone modification under a parked lease, on Redis", () => {
+  it.live("one write each, under the lease's grant and fence; the lease stays parked", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster(settings)
+      const w = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* bump(w)
+      yield* parkedSince(before)
+      const fence = yield* cluster.grants("t")
+      const sent = yield* Option.getOrThrow(cluster.scripts)("t")
+      for (let i = 0; i < 5; i++) assert.strictEqual(yield* bump(w), i + 2)
+      const commands = yield* sent
+      assert.strictEqual(commands.filter((c) => c.toLowerCase().startsWith("evalsha")).length, 5, commands.join("\n"))
+      // not woken (a hold woken parks again 20 ms after it served): parked once, under the
+      // same grant, its record holding what the store holds
+      yield* Effect.sleep(200)
+      assert.strictEqual((yield* parkedCount) - before, 1)
+      assert.strictEqual(yield* cluster.grants("t"), fence)
+      assert.strictEqual(yield* cluster.stored("t"), 6)
+      assert.isTrue(w.lease.isLeased("t"))
+      assert.deepStrictEqual(w.lease.cached("t", "counter"), Option.some(Option.some(`{"n":6}`)))
+    })
+  )
+
+  it.live("many at once: the first writes, the others queue on the session; none is lost", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster(settings)
+      const w = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* bump(w)
+      yield* parkedSince(before)
+      const results = yield* Effect.all(
+        Array.from({ length: 50 }, () => bump(w)),
+        { concurrency: "unbounded" }
+      )
+      assert.deepStrictEqual(
+        [...results].sort((a, b) => a - b),
+        Array.from({ length: 50 }, (_, i) => i + 2)
+      )
+      assert.strictEqual(yield* cluster.stored("t"), 51)
+      // and again once parked anew
+      const again = yield* parkedCount
+      yield* parkedSince(again)
+      assert.strictEqual(yield* bump(w), 52)
+      assert.strictEqual(yield* cluster.stored("t"), 52)
+    })
+  )
+
+  it.live("its lock taken meanwhile: nothing written under it; made once the lock is free, on what is stored", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster(settings)
+      const w = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* bump(w)
+      yield* parkedSince(before)
+      // another holder, as after an expiry and another's grant; it wrote 10
+      yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "other:1", "PX", 60_000))
+      yield* Effect.orDie(cluster.server.command("SET", cluster.keys.slice("t", "counter"), `{"n":10}`))
+      const fiber = yield* Effect.forkChild(bump(w))
+      yield* Effect.sleep(300)
+      assert.strictEqual(yield* cluster.stored("t"), 10, "written under a lock it no longer holds")
+      assert.isUndefined(fiber.pollUnsafe())
+      // the other holder lets go: the modification takes a grant and reads what it wrote
+      yield* Effect.orDie(cluster.server.command("DEL", cluster.keys.lock("t")))
+      assert.strictEqual(yield* Fiber.join(fiber), 11)
+      assert.strictEqual(yield* cluster.stored("t"), 11)
+    })
+  )
+
+  it.live("a write of unknown outcome: the modification fails with it, and the lease writes nothing more", () =>
+    Effect.gen(function* () {
+      const cluster = yield* redisCluster({ ...settings, commandTimeout: 500 })
+      const w = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* bump(w)
+      yield* parkedSince(before)
+      // the server runs nothing for 1.5 s: the write times out here, then runs
+      yield* Effect.orDie(cluster.server.command("CLIENT", "PAUSE", "1500", "ALL"))
+      const failed = yield* Effect.flip(bump(w))
+      assert.strictEqual(failed._tag, "StoreUnavailable")
+      yield* Effect.sleep(1_500)
+      // the write landed after all: the next modification reads it, not the lease's old record
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+      assert.strictEqual(yield* bump(w), 3)
+      assert.strictEqual(yield* cluster.stored("t"), 3)
+    })
+  )
+
+  it.live(
+    "its extensions made from the parked record, the lease left parked; the store saying the lock is not ours ends it",
+    () =>
+      Effect.gen(function* () {
+        // extensions every second, the hold ending at 2.5 s
+        const cluster = yield* redisCluster({ ...settings, lockExpiration: 3_000, leaseHoldTime: 2_500 })
+        const w = yield* cluster.worker()
+        const before = yield* parkedCount
+        yield* bump(w)
+        yield* parkedSince(before)
+        yield* Effect.sleep(2_100)
+        // extended twice by now (a lock left alone would have 900 ms left), never woken
+        const pttl = yield* Effect.orDie(cluster.server.command("PTTL", cluster.keys.lock("t")))
+        assert.isAbove(Number(pttl), 1_500)
+        assert.strictEqual((yield* parkedCount) - before, 1)
+        assert.isTrue(w.lease.isLeased("t"))
+        // its deadline ends it (it served nothing in its last half): released
+        yield* Effect.sleep(1_000)
+        assert.isFalse(w.lease.isLeased("t"))
+        assert.isTrue(Option.isNone(yield* w.store.holder("t")))
+
+        // again, and the lock taken by another: the next extension ends the lease, writing nothing
+        const again = yield* parkedCount
+        yield* bump(w)
+        yield* parkedSince(again)
+        yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "other:1", "PX", 60_000))
+        yield* Effect.sleep(1_300)
+        assert.isFalse(w.lease.isLeased("t"))
+        assert.strictEqual(yield* Effect.orDie(cluster.server.command("GET", cluster.keys.lock("t"))), "other:1")
+        assert.strictEqual(yield* cluster.stored("t"), 2)
+      })
+  )
+})
