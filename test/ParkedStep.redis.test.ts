@@ -113,8 +113,11 @@ describe("a lone modification under a parked lease, on Redis", () => {
       const failed = yield* Effect.flip(bump(w))
       assert.strictEqual(failed._tag, "StoreUnavailable")
       yield* Effect.sleep(1_500)
-      // the write landed after all: the next modification reads it, not the lease's old record
+      // the write landed after all, and the lease ended without waiting for a modification
       assert.strictEqual(yield* cluster.stored("t"), 2)
+      assert.isFalse(w.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* w.store.holder("t")))
+      // the next modification reads what landed, not the lease's old record
       assert.strictEqual(yield* bump(w), 3)
       assert.strictEqual(yield* cluster.stored("t"), 3)
     })
@@ -150,6 +153,51 @@ describe("a lone modification under a parked lease, on Redis", () => {
         assert.isFalse(w.lease.isLeased("t"))
         assert.strictEqual(yield* Effect.orDie(cluster.server.command("GET", cluster.keys.lock("t"))), "other:1")
         assert.strictEqual(yield* cluster.stored("t"), 2)
+      })
+  )
+
+  it.live("renewed at its deadline from the parked record when in use, the lease left parked; unused, it ends", () =>
+    Effect.gen(function* () {
+      // deadlines every second, extensions every second
+      const cluster = yield* redisCluster({ ...settings, lockExpiration: 3_000, leaseHoldTime: 1_000 })
+      const w = yield* cluster.worker()
+      const before = yield* parkedCount
+      yield* bump(w)
+      yield* parkedSince(before)
+      // in use in the last half of its hold time, made under the record
+      yield* Effect.sleep(650)
+      assert.strictEqual(yield* bump(w), 2)
+      yield* Effect.sleep(700)
+      // past its first deadline: renewed, never woken
+      assert.isTrue(w.lease.isLeased("t"))
+      assert.strictEqual((yield* parkedCount) - before, 1)
+      // unused since: its next deadline wakes the hold, which ends it
+      yield* Effect.sleep(1_200)
+      assert.isFalse(w.lease.isLeased("t"))
+      assert.isTrue(Option.isNone(yield* w.store.holder("t")))
+      assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+
+  it.live(
+    "its caller interrupted during the write: the write's outcome is still recorded, and the next is made on it",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* redisCluster(settings)
+        const w = yield* cluster.worker()
+        const before = yield* parkedCount
+        yield* bump(w)
+        yield* parkedSince(before)
+        // the write waits behind a pause shorter than the command timeout
+        yield* Effect.orDie(cluster.server.command("CLIENT", "PAUSE", "500", "ALL"))
+        const fiber = yield* Effect.forkChild(bump(w))
+        yield* Effect.sleep(100)
+        yield* Fiber.interrupt(fiber)
+        assert.strictEqual(yield* cluster.stored("t"), 2)
+        // not stuck: the lease goes on from what was written
+        assert.strictEqual(yield* bump(w), 3)
+        assert.strictEqual(yield* cluster.stored("t"), 3)
+        assert.isTrue(w.lease.isLeased("t"))
       })
   )
 })

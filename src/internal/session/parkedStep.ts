@@ -1,7 +1,8 @@
 /**
  * A lone modification under a parked lease, made by its caller in one write (`parkedStep`),
  * on a store whose step cannot run under a lease (Redis: `Store.Stepping` answers a
- * `holder` with `false`). Without it, every modification of a token at a person's pace
+ * `holder` with `false`; on the embedded store, which can, it is reached only when its step
+ * found the lock no longer the lease's, and then ends the lease at once). Without it, every modification of a token at a person's pace
  * builds the lease's hold again from its parked record, runs its serving loop in a new
  * fiber, writes in a group commit of one and parks again: several fibers and some forty
  * kilobytes of allocation per modification, where this is one decision on the record's
@@ -12,25 +13,32 @@
  * modification, a signal, its timer, the shutdown) builds it only once the write's outcome
  * is in the record (`resumeHold` waits). Written, the record holds what the store holds
  * (`servedInStep`). Refused because the lock is no longer this lease's, nothing was written:
- * the record is marked failed (its hold, once resumed, ends and releases nothing) and the
- * modification is decided again by the session (a new grant). Any other failure leaves the
- * write's outcome unknown: the record is marked failed (the lease writes nothing more on
- * values that may be stale) and the modification fails with the store's error, as a group
- * commit's callers do.
+ * the record is marked failed and the modification is decided again by the session (a new
+ * grant). Any other failure leaves the write's outcome unknown (a defect of the write too):
+ * the record is marked failed (the lease writes nothing more on values that may be stale)
+ * and the modification fails with the store's error, as a group commit's callers do. A
+ * failed record wakes its hold at once, which ends the lease.
  *
  * @internal
  */
+import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
-import type * as Option from "effect/Option"
-import { type AcknowledgedError, isInvalidInput, type LockLost } from "../../StoreError.js"
+import * as Option from "effect/Option"
+import {
+  type AcknowledgedError,
+  type InvalidInput,
+  isInvalidInput,
+  type LockLost,
+  StoreUnavailable
+} from "../../StoreError.js"
 import type { ModifyFailure, Pure } from "../lease.js"
 import { OneShot } from "../oneShot.js"
 import { preciseMillis } from "../timers.js"
 import { warnHeld } from "./commit.js"
 import { idleLease } from "./idleLease.js"
 import type { ParkedLease } from "./parking.js"
-import type { SessionEnv } from "./session.js"
+import { notify, type SessionEnv } from "./session.js"
 
 /**
  * Whether `lease` may make `m` in one write: still the session's idle parked lease, its
@@ -63,53 +71,64 @@ export const parkedStep = <A, E>(
   m: Pure<A, E>,
   otherwise: () => Effect.Effect<A, E | ModifyFailure>
 ): Effect.Effect<A, E | ModifyFailure> =>
-  Effect.suspend(() => {
-    const values = valuesFor(env, token, lease, m.slices)
-    if (values === undefined) return otherwise()
-    const started = preciseMillis(lease.clock)
-    const writes = m.decide(values, lease.fence)
-    const ended = preciseMillis(lease.clock)
-    const answer = (): Effect.Effect<A, E> => {
-      const result = m.warnings === undefined ? m.exit! : Effect.andThen(m.warnings, m.exit!)
-      return ended - started > env.warnMs
-        ? Effect.andThen(warnHeld(env, token, m.event, ended - started), result)
-        : result
-    }
-    if (writes.length === 0) {
-      // nothing to write, on values the store holds: answered at once
-      lease.servedInStep(m.slices, values, writes, ended)
-      return answer()
-    }
-    const stepping = new OneShot<void>()
-    lease.stepping = stepping
-    // the write's outcome into the record, then whatever resumes the hold may build it
-    const settle = (outcome: "written" | "refused" | LockLost | AcknowledgedError) => {
-      if (outcome === "written") lease.servedInStep(m.slices, values, writes, ended)
-      else if (outcome !== "refused") lease.failed = outcome
-      lease.stepping = undefined
-      stepping.done(Exit.void)
-    }
-    // Uninterruptible: once decided, the write's outcome is awaited and recorded even if
-    // the caller leaves meanwhile (bounded by the command timeout), as on the session's way.
-    return Effect.uninterruptible(
-      Effect.matchEffect(env.store.writeIfHolder(token, lease.lockId, writes, { claim: lease.claim }), {
-        onSuccess: () => {
-          settle("written")
-          return answer()
-        },
-        onFailure: (error) => {
-          // tokens and slice names were checked before a session existed: a defect here,
-          // refused before any I/O
-          if (isInvalidInput(error)) {
-            settle("refused")
-            return Effect.die(error)
-          }
-          settle(error)
-          if (error._tag !== "LockLost") return Effect.fail(error)
-          // nothing was written: decided again on a grant the session takes
-          m.discarded?.()
-          return otherwise()
-        }
+  // Uninterruptible from the look on: once decided, the write's outcome is awaited and
+  // recorded even if the caller leaves meanwhile (bounded by the command timeout), as on the
+  // session's way; the caller may leave again once it is handed to the session.
+  Effect.uninterruptibleMask((restore) =>
+    Effect.suspend(() => {
+      const values = valuesFor(env, token, lease, m.slices)
+      if (values === undefined) return restore(otherwise())
+      const started = preciseMillis(lease.clock)
+      const writes = m.decide(values, lease.fence)
+      const ended = preciseMillis(lease.clock)
+      if (writes.length === 0) {
+        // nothing to write, on values the store holds: answered at once
+        lease.servedInStep(m.slices, values, writes, ended)
+        return answer(env, token, m, ended - started)
+      }
+      const stepping = new OneShot<void>()
+      lease.stepping = stepping
+      const write = env.store.writeIfHolder(token, lease.lockId, writes, { claim: lease.claim })
+      return Effect.flatMap(Effect.exit(write), (exit) => {
+        // the write's outcome into the record, then whatever resumes the hold may build it
+        const failed = failureOf(token, exit)
+        if (failed === undefined) lease.servedInStep(m.slices, values, writes, ended)
+        else lease.failed = failed
+        lease.stepping = undefined
+        stepping.done(Exit.void)
+        if (Exit.isSuccess(exit)) return answer(env, token, m, ended - started)
+        // the lease writes nothing more: woken, its hold ends it
+        notify(lease.session)
+        const error = Cause.findErrorOption(exit.cause)
+        // a defect of the write stays one
+        if (Option.isNone(error)) return Effect.failCause(exit.cause as Cause.Cause<never>)
+        // tokens and slice names were checked before a session existed: a refusal is a defect
+        if (isInvalidInput(error.value)) return Effect.die(error.value)
+        if (error.value._tag !== "LockLost") return Effect.fail(error.value)
+        // nothing was written: decided again on a grant the session takes
+        m.discarded?.()
+        return restore(otherwise())
       })
-    )
-  })
+    })
+  )
+
+/** A modification's answer once made, after what its run logs and a warning of a decision that took too long. */
+const answer = <A, E>(env: SessionEnv, token: string, m: Pure<A, E>, heldMs: number): Effect.Effect<A, E> => {
+  const result = m.warnings === undefined ? m.exit! : Effect.andThen(m.warnings, m.exit!)
+  return heldMs > env.warnMs ? Effect.andThen(warnHeld(env, token, m.event, heldMs), result) : result
+}
+
+/**
+ * What a failed write leaves the record: the lock lost, or the store's error (whether it
+ * wrote is unknown; a defect or an interruption of the write counts as the store away).
+ * `undefined` when it wrote.
+ */
+const failureOf = (
+  token: string,
+  exit: Exit.Exit<void, InvalidInput | LockLost | AcknowledgedError>
+): LockLost | AcknowledgedError | undefined => {
+  if (Exit.isSuccess(exit)) return undefined
+  const error = Cause.findErrorOption(exit.cause)
+  if (Option.isSome(error) && !isInvalidInput(error.value)) return error.value
+  return new StoreUnavailable({ operation: "writeIfHolder", reason: `the write of token ${token} did not end` })
+}

@@ -16,7 +16,15 @@ import type { FlatSlices } from "./cache.js"
 import type { HoldState } from "./holdState.js"
 import { leasesParked } from "./metrics.js"
 import { notify, type Session, type SessionEnv } from "./session.js"
-import { disarmDeadline, extensionPeriod, onGrid, stopKeepAlive } from "./timing.js"
+import {
+  disarmDeadline,
+  extensionPeriod,
+  mayRenew,
+  onGrid,
+  queuedElsewhere,
+  renewedUntil,
+  stopKeepAlive
+} from "./timing.js"
 
 /**
  * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
@@ -63,7 +71,7 @@ export class ParkedLease implements Timer {
     readonly lockId: string,
     readonly fence: number,
     public claim: number | undefined,
-    readonly deadline: number,
+    public deadline: number,
     public served: number,
     public servedAt: number,
     public confirmedUntil: number,
@@ -75,21 +83,34 @@ export class ParkedLease implements Timer {
   ) {}
 
   /**
-   * The deadline: the hold goes on in a fiber, which renews the lease or ends it. An
-   * extension due before it: made from here (`extend`), the lease left parked.
+   * Its time come: what is due is done from here, the lease left parked (an extension of
+   * the lock, `extend`; at the deadline of a lease in use, its renewal, `renew`, after the
+   * extension if both are due). Otherwise the hold goes on in a fiber, which does what is
+   * due (it ends the lease at a deadline that does not renew it).
    */
   fire(): Effect.Effect<void> | undefined {
     if (this.session.parked !== this) return undefined
-    const due = !this.extending && this.failed === undefined && this.extendAt <= this.heap.now()
-    if (due && preciseMillis(this.clock) < this.deadline) return this.extend()
+    if (!this.extending && this.failed === undefined) {
+      const now = preciseMillis(this.clock)
+      const past = now >= this.deadline
+      if (!past || mayRenew(this.env, this.claim, this.servedAt, this.confirmedUntil, now)) {
+        if (this.extendAt <= this.heap.now()) return this.extend()
+        if (past) return this.renew()
+      }
+    }
     notify(this.session)
     return undefined
   }
 
-  /** Arm the record's timer: its next extension (unless one is under way), or its deadline if that comes first. */
+  /**
+   * Arm the record's timer: its next extension or its deadline, whichever comes first; while
+   * an extension or a renewal is under way, its deadline if still to come (its outcome arms
+   * the rest).
+   */
   arm(): void {
-    const deadline = this.heap.now() + Math.max(0, this.deadline - preciseMillis(this.clock))
-    this.heap.arm(this, this.extending ? deadline : Math.min(this.extendAt, deadline))
+    const untilDeadline = this.deadline - preciseMillis(this.clock)
+    if (!this.extending) this.heap.arm(this, Math.min(this.extendAt, this.heap.now() + Math.max(0, untilDeadline)))
+    else if (untilDeadline > 0) this.heap.arm(this, this.heap.now() + untilDeadline)
   }
 
   /**
@@ -129,6 +150,29 @@ export class ParkedLease implements Timer {
         this.extendAt = now + Math.max(1, Math.floor(every / 4))
         notify(session)
       }
+    })
+  }
+
+  /**
+   * At its deadline, a parked lease in use is renewed as its hold would renew it (`renew` in
+   * `timing.ts`), the lease left parked: when no other worker is queued for the token, its
+   * deadline moves a hold time on, within its lock's confirmed life. Under way, it counts as
+   * an extension (`extending`: a hold resumed meanwhile decides for itself, and this outcome
+   * is dropped). Otherwise the hold is woken, and ends the lease.
+   */
+  private renew(): Effect.Effect<void> {
+    const { env, session } = this
+    this.extending = true
+    // an extension due meanwhile (none is due now: `fire` extends first) wakes the hold,
+    // which extends for itself
+    this.heap.arm(this, this.extendAt)
+    return Effect.map(queuedElsewhere(env, session.token), (queued) => {
+      this.extending = false
+      if (session.parked !== this) return
+      const until = queued ? undefined : renewedUntil(env, this.confirmedUntil, preciseMillis(this.clock))
+      if (until === undefined || this.failed !== undefined) return notify(session)
+      this.deadline = until
+      this.arm()
     })
   }
 

@@ -254,22 +254,52 @@ export const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect
 export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => {
   const { grant, timing } = state
   const { env } = grant
-  if (state.contention.contended || state.failed !== undefined || timing.claim !== undefined) {
-    return Effect.succeed(false)
-  }
-  if (now - state.turns.servedAt > env.holdMs / 2 || timing.confirmedUntil - marginOf(env) <= now) {
-    return Effect.succeed(false)
-  }
-  return Effect.map(
-    Effect.orElseSucceed(env.store.queueLength(grant.token, env.instanceId), () => 1),
-    (queued) => {
-      const at = preciseMillis(grant.clock)
-      const until = Math.min(at + env.holdMs, timing.confirmedUntil - marginOf(env))
-      if (queued > 0 || state.failed !== undefined || until <= at) return false
-      timing.deadline = until
-      return true
-    }
+  if (state.contention.contended || state.failed !== undefined) return Effect.succeed(false)
+  if (!mayRenew(env, timing.claim, state.turns.servedAt, timing.confirmedUntil, now)) return Effect.succeed(false)
+  return Effect.map(queuedElsewhere(env, grant.token), (queued) => {
+    const until = renewedUntil(env, timing.confirmedUntil, preciseMillis(grant.clock))
+    if (queued || state.failed !== undefined || until === undefined) return false
+    timing.deadline = until
+    return true
+  })
+}
+
+/**
+ * Whether a lease uncontended here may be renewed at `now` (`renew`; a parked lease's record
+ * asks the same): no claim of a lock handed over pending, a modification served in the last
+ * half of its hold time, and its lock's confirmed life not within the margin.
+ *
+ * @internal
+ */
+export const mayRenew = (
+  env: SessionEnv,
+  claim: number | undefined,
+  servedAt: number,
+  confirmedUntil: number,
+  now: number
+): boolean => claim === undefined && now - servedAt <= env.holdMs / 2 && confirmedUntil - marginOf(env) > now
+
+/**
+ * Whether another worker is queued for the token, as the store says (a failed look counts
+ * as queued: the lease is not renewed on it).
+ *
+ * @internal
+ */
+export const queuedElsewhere = (env: SessionEnv, token: string): Effect.Effect<boolean> =>
+  Effect.map(
+    Effect.orElseSucceed(env.store.queueLength(token, env.instanceId), () => 1),
+    (queued) => queued > 0
   )
+
+/**
+ * The deadline of a lease renewed at `at`: a hold time on, cut at its lock's confirmed life
+ * less the margin; `undefined` when nothing is left of it.
+ *
+ * @internal
+ */
+export const renewedUntil = (env: SessionEnv, confirmedUntil: number, at: number): number | undefined => {
+  const until = Math.min(at + env.holdMs, confirmedUntil - marginOf(env))
+  return until <= at ? undefined : until
 }
 
 /**
