@@ -141,15 +141,20 @@ describe("deploy/counter.service", () => {
         // turn).
         const workers = Number(unit.environment.WORKERS ?? "1")
         const healthy = new Set<string>()
-        for (let attempt = 0; attempt < 300 && healthy.size < workers; attempt++) {
+        // Bounded in time, not in requests: until the last worker listens, the primary hands
+        // every connection to those that do, which answer at once (a loaded machine starts a
+        // worker in seconds).
+        const readyBy = Date.now() + 30_000
+        while (healthy.size < workers && Date.now() < readyBy) {
           const answer = yield* request("GET", `${url}/healthz`).pipe(
             Effect.timeout("1 second"),
             Effect.orElseSucceed(() => undefined),
             Effect.catchDefect(() => Effect.succeed(undefined))
           )
           const instanceId = (answer?.body as { readonly instanceId?: unknown } | undefined)?.instanceId
+          const known = healthy.size
           if (answer?.status === 200 && typeof instanceId === "string") healthy.add(instanceId)
-          else yield* Effect.sleep("100 millis")
+          if (healthy.size === known) yield* Effect.sleep("100 millis")
         }
         assert.strictEqual(healthy.size, workers, `GET /healthz answered 200 from ${workers} workers`)
         // A tab's socket, whose record the shutdown must remove.
