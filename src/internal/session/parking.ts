@@ -131,8 +131,7 @@ export class ParkedLease implements Timer {
     const names: Array<string> = []
     for (let i = 0; i < this.slices.length; i += 3) names.push(this.slices[i] as string)
     const extension = env.store.extend(session.token, this.lockId, names, { claim: this.claim })
-    return Effect.map(Effect.result(extension), (extended) => {
-      this.extending = false
+    return this.whileExtending(Effect.result(extension), (extended) => {
       if (session.parked !== this) return
       const every = extensionPeriod(env)
       const now = this.heap.now()
@@ -166,14 +165,30 @@ export class ParkedLease implements Timer {
     // an extension due meanwhile (none is due now: `fire` extends first) wakes the hold,
     // which extends for itself
     this.heap.arm(this, this.extendAt)
-    return Effect.map(queuedElsewhere(env, session.token), (queued) => {
-      this.extending = false
+    return this.whileExtending(queuedElsewhere(env, session.token), (queued) => {
       if (session.parked !== this) return
       const until = queued ? undefined : renewedUntil(env, this.confirmedUntil, preciseMillis(this.clock))
       if (until === undefined || this.failed !== undefined) return notify(session)
       this.deadline = until
       this.arm()
     })
+  }
+
+  /**
+   * `effect` under way as the record's extension or renewal, then `then` with its outcome:
+   * `extending` ends however it ends (an interruption at shutdown too, which skips `then`).
+   */
+  private whileExtending<A>(effect: Effect.Effect<A>, then: (a: A) => void): Effect.Effect<void> {
+    return Effect.onExit(
+      Effect.map(effect, (a) => {
+        this.extending = false
+        then(a)
+      }),
+      () =>
+        Effect.sync(() => {
+          this.extending = false
+        })
+    )
   }
 
   /** No longer parked: its timer is disarmed (`notify` and the shutdown resume it). */
