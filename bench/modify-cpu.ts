@@ -48,14 +48,13 @@
  */
 import { performance } from "node:perf_hooks"
 import * as Effect from "effect/Effect"
-import type * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as Ref from "effect/Ref"
 import * as References from "effect/References"
 import * as Schema from "effect/Schema"
-import * as Tracer from "effect/Tracer"
 import { flag, has, json } from "./args.js"
+import { counting } from "./counting.js"
 
 /** Where leasehold is imported from: its sources, or the compiled build (`--dist`). */
 const root = has("dist") ? "../dist" : "../src"
@@ -73,25 +72,11 @@ interface CountingOps {
   count: number
 }
 
-/**
- * A layer that makes every fiber of its runtime count its operations into `counter`: the
- * native tracer, with a `context` through which the run loop evaluates each primitive.
- */
-const counting = (counter: CountingOps): Layer.Layer<never> =>
-  Layer.succeed(
-    Tracer.Tracer,
-    Tracer.make({
-      span: (options) => Tracer.nativeTracer.span(options),
-      context: <X>(primitive: Tracer.EffectPrimitive<X>, fiber: Fiber.Fiber<unknown, unknown>): X => {
-        const before = fiber.currentOpCount
-        const next = primitive["~effect/Effect/evaluate"](fiber)
-        // The loop counted this primitive before calling here; the continuations it ran
-        // inline advanced the counter since (a restarted counter means none to add).
-        counter.count += 1 + Math.max(0, fiber.currentOpCount - before)
-        return next
-      }
-    })
-  )
+/** A layer that makes every fiber of its runtime count its operations into `counter`. */
+const countingInto = (counter: CountingOps): Layer.Layer<never> =>
+  counting((_fiber, ops) => {
+    counter.count += ops
+  })
 
 /** Only errors are logged: the benches measure the path, not the console. */
 const errorsOnly = Layer.succeed(References.MinimumLogLevel, "Error")
@@ -105,7 +90,7 @@ type MakeRuntime<R> = (under: Layer.Layer<never>) => ManagedRuntime.ManagedRunti
  */
 const opsPerRun = async <R>(makeRuntime: MakeRuntime<R>, modify: Effect.Effect<unknown, unknown, R>) => {
   const counter: CountingOps = { count: 0 }
-  const runtime = makeRuntime(counting(counter))
+  const runtime = makeRuntime(countingInto(counter))
   for (let i = 0; i < 100; i++) await runtime.runPromise(modify)
   counter.count = 0
   for (let i = 0; i < 1_000; i++) await runtime.runPromise(modify)

@@ -24,14 +24,13 @@
  */
 import { execFileSync, spawn } from "node:child_process"
 import * as Effect from "effect/Effect"
-import type * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as ManagedRuntime from "effect/ManagedRuntime"
 import * as References from "effect/References"
 import * as Schema from "effect/Schema"
-import * as Tracer from "effect/Tracer"
 import { freePort } from "../test/app/support.js"
 import { flag, has, json } from "./args.js"
+import { counting } from "./counting.js"
 
 const root = has("src") ? "../src" : "../dist"
 const LeaseholdConfig: typeof import("../src/LeaseholdConfig.js") = await import(`${root}/LeaseholdConfig.js`)
@@ -50,21 +49,11 @@ const Counter = StateManager.slice("counter", Schema.Struct({ n: Schema.Number }
 const counted = { on: false, ops: 0, fibers: new Set<number>() }
 
 /** Every fiber of the runtime counts its operations (see `bench/modify-cpu.ts`). */
-const counting = Layer.succeed(
-  Tracer.Tracer,
-  Tracer.make({
-    span: (options) => Tracer.nativeTracer.span(options),
-    context: <X>(primitive: Tracer.EffectPrimitive<X>, fiber: Fiber.Fiber<unknown, unknown>): X => {
-      const before = fiber.currentOpCount
-      const next = primitive["~effect/Effect/evaluate"](fiber)
-      if (counted.on) {
-        counted.ops += 1 + Math.max(0, fiber.currentOpCount - before)
-        counted.fibers.add(fiber.id)
-      }
-      return next
-    }
-  })
-)
+const countingWhileOn = counting((fiber, ops) => {
+  if (!counted.on) return
+  counted.ops += ops
+  counted.fibers.add(fiber.id)
+})
 
 const redisCommands = (port: number): number => {
   const stats = execFileSync("redis-cli", ["-p", String(port), "info", "commandstats"]).toString()
@@ -88,7 +77,7 @@ const measure = async (oplock: boolean) => {
       Layer.provideMerge(RedisStore.layer({ url: `redis://127.0.0.1:${port}` })),
       Layer.provideMerge(LeaseholdConfig.layer({ oplock, leaseDurability: "batch" })),
       Layer.merge(Layer.succeed(References.MinimumLogLevel, "Error")),
-      Layer.provideMerge(counting)
+      Layer.provideMerge(countingWhileOn)
     )
   )
   const tokens = Array.from({ length: tokenCount }, () => crypto.randomUUID())

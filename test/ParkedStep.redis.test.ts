@@ -12,6 +12,7 @@ import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Lease from "../src/internal/lease.js"
+import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import { Counter, redisCluster, type Worker } from "./state/workers.js"
 
 /** The leases parked so far, in this process. */
@@ -32,14 +33,21 @@ const parkedSince = (from: number) =>
     return yield* Effect.die("the lease never parked")
   })
 
+/** A worker on a fresh server whose lease of "t" served one modification (n = 1) and parked. */
+const parkedLease = (input: LeaseholdConfig.Input) =>
+  Effect.gen(function* () {
+    const cluster = yield* redisCluster(input)
+    const w = yield* cluster.worker()
+    const before = yield* parkedCount
+    yield* bump(w)
+    yield* parkedSince(before)
+    return { cluster, w, before }
+  })
+
 describe("a lone modification under a parked lease, on Redis", () => {
   it.live("one write each, under the lease's grant and fence; the lease stays parked", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster(settings)
-      const w = yield* cluster.worker()
-      const before = yield* parkedCount
-      yield* bump(w)
-      yield* parkedSince(before)
+      const { cluster, w, before } = yield* parkedLease(settings)
       const fence = yield* cluster.grants("t")
       const sent = yield* Option.getOrThrow(cluster.scripts)("t")
       for (let i = 0; i < 5; i++) assert.strictEqual(yield* bump(w), i + 2)
@@ -58,11 +66,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
 
   it.live("many at once: the first writes, the others queue on the session; none is lost", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster(settings)
-      const w = yield* cluster.worker()
-      const before = yield* parkedCount
-      yield* bump(w)
-      yield* parkedSince(before)
+      const { cluster, w } = yield* parkedLease(settings)
       const results = yield* Effect.all(
         Array.from({ length: 50 }, () => bump(w)),
         { concurrency: "unbounded" }
@@ -82,11 +86,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
 
   it.live("its lock taken meanwhile: nothing written under it; made once the lock is free, on what is stored", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster(settings)
-      const w = yield* cluster.worker()
-      const before = yield* parkedCount
-      yield* bump(w)
-      yield* parkedSince(before)
+      const { cluster, w } = yield* parkedLease(settings)
       // another holder, as after an expiry and another's grant; it wrote 10
       yield* Effect.orDie(cluster.server.command("SET", cluster.keys.lock("t"), "other:1", "PX", 60_000))
       yield* Effect.orDie(cluster.server.command("SET", cluster.keys.slice("t", "counter"), `{"n":10}`))
@@ -103,11 +103,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
 
   it.live("a write of unknown outcome: the modification fails with it, and the lease writes nothing more", () =>
     Effect.gen(function* () {
-      const cluster = yield* redisCluster({ ...settings, commandTimeout: 500 })
-      const w = yield* cluster.worker()
-      const before = yield* parkedCount
-      yield* bump(w)
-      yield* parkedSince(before)
+      const { cluster, w } = yield* parkedLease({ ...settings, commandTimeout: 500 })
       // the server runs nothing for 1.5 s: the write times out here, then runs
       yield* Effect.orDie(cluster.server.command("CLIENT", "PAUSE", "1500", "ALL"))
       const failed = yield* Effect.flip(bump(w))
@@ -128,11 +124,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
     () =>
       Effect.gen(function* () {
         // extensions every second, the hold ending at 2.5 s
-        const cluster = yield* redisCluster({ ...settings, lockExpiration: 3_000, leaseHoldTime: 2_500 })
-        const w = yield* cluster.worker()
-        const before = yield* parkedCount
-        yield* bump(w)
-        yield* parkedSince(before)
+        const { cluster, w, before } = yield* parkedLease({ ...settings, lockExpiration: 3_000, leaseHoldTime: 2_500 })
         yield* Effect.sleep(2_100)
         // extended twice by now (a lock left alone would have 900 ms left), never woken
         const pttl = yield* Effect.orDie(cluster.server.command("PTTL", cluster.keys.lock("t")))
@@ -159,11 +151,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
   it.live("renewed at its deadline from the parked record when in use, the lease left parked; unused, it ends", () =>
     Effect.gen(function* () {
       // deadlines every second, extensions every second
-      const cluster = yield* redisCluster({ ...settings, lockExpiration: 3_000, leaseHoldTime: 1_000 })
-      const w = yield* cluster.worker()
-      const before = yield* parkedCount
-      yield* bump(w)
-      yield* parkedSince(before)
+      const { cluster, w, before } = yield* parkedLease({ ...settings, lockExpiration: 3_000, leaseHoldTime: 1_000 })
       // in use in the last half of its hold time, made under the record
       yield* Effect.sleep(650)
       assert.strictEqual(yield* bump(w), 2)
@@ -183,11 +171,7 @@ describe("a lone modification under a parked lease, on Redis", () => {
     "its caller interrupted during the write: the write's outcome is still recorded, and the next is made on it",
     () =>
       Effect.gen(function* () {
-        const cluster = yield* redisCluster(settings)
-        const w = yield* cluster.worker()
-        const before = yield* parkedCount
-        yield* bump(w)
-        yield* parkedSince(before)
+        const { cluster, w } = yield* parkedLease(settings)
         // the write waits behind a pause shorter than the command timeout
         yield* Effect.orDie(cluster.server.command("CLIENT", "PAUSE", "500", "ALL"))
         const fiber = yield* Effect.forkChild(bump(w))
