@@ -37,7 +37,8 @@ import type {
   SocketEvent,
   SocketEventsSetting,
   SocketRecord,
-  TakeOverResult
+  TakeOverResult,
+  WriteOptions
 } from "./internal/storeModel.js"
 import type { Queueing as QueueSteps } from "./internal/storeQueueing.js"
 import type { Stepping as OneStep } from "./internal/storeStepping.js"
@@ -143,13 +144,22 @@ export declare namespace Store {
       token: string,
       names: ReadonlyArray<string>
     ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | InvalidSliceName | StoreError>
-    /** Write every entry, or none when `lockId` no longer holds the lock. */
+    /**
+     * Write every entry, or none when `lockId` no longer holds the lock (`LockLost`). A write
+     * extends the lock to a full lock expiration, as `extend` does (the fence and the written
+     * slices to a full token expiration). Answers how many workers other than
+     * `options.instanceId` are queued for the token, as `queueLength` counts them, read in the
+     * same step.
+     */
     readonly writeIfHolder: (
       token: string,
       lockId: string,
       entries: ReadonlyArray<SliceEntry>,
-      options?: HolderOptions
-    ) => Effect.Effect<void, InvalidToken | InvalidSliceName | InvalidClaim | LockLost | AcknowledgedError>
+      options?: WriteOptions
+    ) => Effect.Effect<
+      number,
+      InvalidToken | InvalidSliceName | InvalidClaim | InvalidInstanceId | LockLost | AcknowledgedError
+    >
   }
 
   /**

@@ -6,12 +6,15 @@
  * outcome is unknown (the command timed out behind a paused server) ends the lease, so
  * that nothing is written later on values that may be stale.
  */
+import { createHash } from "node:crypto"
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Metric from "effect/Metric"
 import * as Option from "effect/Option"
 import * as Lease from "../src/internal/lease.js"
+import { singleServer } from "../src/internal/redis/script.js"
+import * as Scripts from "../src/internal/redis/scripts/index.js"
 import type * as LeaseholdConfig from "../src/LeaseholdConfig.js"
 import { Counter, redisCluster, type Worker } from "./state/workers.js"
 
@@ -19,6 +22,16 @@ import { Counter, redisCluster, type Worker } from "./state/workers.js"
 const parkedCount = Effect.map(Metric.value(Lease.leasesParked), (state) => state.count)
 
 const bump = (w: Worker, token = "t") => w.states.modify(token, Counter, (s) => [s.n + 1, { n: s.n + 1 }])
+
+const scriptNames = new Map(
+  Scripts.all.map((script) => [createHash("sha1").update(script.lua(singleServer)).digest("hex"), script.name])
+)
+
+/** A sent command by its name: a script's, or the command's. */
+const nameOf = (command: string) => {
+  const [name, sha] = command.split(" ")
+  return name!.toLowerCase() === "evalsha" ? (scriptNames.get(sha!) ?? "unknown script") : name!.toLowerCase()
+}
 
 /** Long enough that no deadline or extension wakes the lease during a test. */
 const settings = { oplock: true, leaseDurability: "batch", leaseHoldTime: 20_000, lockExpiration: 60_000 } as const
@@ -164,6 +177,57 @@ describe("a lone modification under a parked lease, on Redis", () => {
       assert.isFalse(w.lease.isLeased("t"))
       assert.isTrue(Option.isNone(yield* w.store.holder("t")))
       assert.strictEqual(yield* cluster.stored("t"), 2)
+    })
+  )
+
+  it.live(
+    "written more often than it extends: its writes extend its lock and answer its renewals, with no request of their own",
+    () =>
+      Effect.gen(function* () {
+        // an extension due every second, a deadline every second (renewed only if it served in
+        // its last 500 ms, and only when nobody is queued)
+        const { cluster, w } = yield* parkedLease({ ...settings, lockExpiration: 3_000, leaseHoldTime: 1_000 })
+        const sent = yield* Option.getOrThrow(cluster.scripts)("t")
+        for (let i = 0; i < 16; i++) {
+          yield* Effect.sleep(250)
+          assert.strictEqual(yield* bump(w), i + 2)
+        }
+        // four seconds: four extensions and four renewals were due; one write per modification
+        const names = (yield* sent).map(nameOf)
+        assert.deepStrictEqual(
+          names,
+          Array.from({ length: 16 }, () => Scripts.writeIfHolder.name),
+          names.join("\n")
+        )
+        assert.isTrue(w.lease.isLeased("t"))
+        // the lock lives a lock expiration from the last write (left alone, it would have expired)
+        const pttl = yield* Effect.orDie(cluster.server.command("PTTL", cluster.keys.lock("t")))
+        assert.isAbove(Number(pttl), 2_000)
+        // idle, it extends on its own again, then ends at a deadline
+        yield* Effect.sleep(2_500)
+        assert.isFalse(w.lease.isLeased("t"))
+        assert.strictEqual(yield* cluster.stored("t"), 17)
+      })
+  )
+
+  it.live("a worker queued, seen by a write: the lease asks the store at its deadline, and ends", () =>
+    Effect.gen(function* () {
+      const { cluster, w } = yield* parkedLease({ ...settings, lockExpiration: 3_000, leaseHoldTime: 1_000 })
+      const sent = yield* Option.getOrThrow(cluster.scripts)("t")
+      yield* Effect.sleep(250)
+      assert.strictEqual(yield* bump(w), 2)
+      // another worker's live entry, as its attempt leaves it but without the notice its
+      // attempt would publish (a subscription broken unseen)
+      const deadline = Date.now() + 5_000
+      yield* Effect.orDie(cluster.server.command("ZADD", cluster.keys.queueDeadlines("t"), String(deadline), "other"))
+      yield* Effect.sleep(250)
+      assert.strictEqual(yield* bump(w), 3)
+      // used in the last half of its hold time, but not renewed on a look that saw a worker queued
+      yield* Effect.sleep(1_000)
+      assert.isFalse(w.lease.isLeased("t"))
+      const names = (yield* sent).map(nameOf)
+      assert.include(names, Scripts.queueLength.name, names.join("\n"))
+      assert.strictEqual(yield* cluster.stored("t"), 3)
     })
   )
 

@@ -285,6 +285,18 @@ export interface HolderOptions {
 }
 
 /**
+ * How a write under a lock is made (`Store.writeIfHolder`): its holder check, and whose own
+ * queue entry its count of the workers queued leaves out.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WriteOptions extends HolderOptions {
+  /** The writing worker's instance id: its own entry is not counted. `undefined`: every entry is. */
+  readonly instanceId?: string | undefined
+}
+
+/**
  * The id that denotes "before every entry" of a mailbox.
  *
  * @since 0.1.0

@@ -219,6 +219,35 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* noticesSeen(fx, waiterSees, 0), [])
     }))
 
+  test("writeIfHolder extends the lock, and answers the workers queued other than the writer, as queueLength counts them", (fx) =>
+    Effect.gen(function* () {
+      const lockMs = fx.lockExpirationMs
+      const step = Math.floor((lockMs * 2) / 3)
+      yield* takes(fx, "tok", "A")
+      yield* fx.advance(step)
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "1"]], { instanceId: "A" }), 0)
+      yield* fx.advance(step)
+      // past the grant's expiry, within the write's: still A's, a lock expiration from the write
+      const held = Option.getOrThrow(yield* fx.store.holder("tok"))
+      assert.strictEqual(held.lockId, lockOf("A"))
+      if (fx.exactTime) assert.strictEqual(held.remainingMs, lockMs - step)
+      else assert.isTrue(held.remainingMs > 0 && held.remainingMs <= lockMs - step, `remainingMs ${held.remainingMs}`)
+      // two workers queued: counted, but for the writer's own entry
+      yield* waits(fx, "tok", "B")
+      yield* waits(fx, "tok", "C")
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "2"]], { instanceId: "A" }), 2)
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "3"]], { instanceId: "B" }), 1)
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "4"]]), 2)
+      assert.strictEqual(yield* fx.store.queueLength("tok", "A"), 2)
+      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("4")])
+      // a bad instance id is refused before anything is written
+      yield* failsWith(
+        fx.store.writeIfHolder("tok", lockOf("A"), [["a", "5"]], { instanceId: "a b" }),
+        "InvalidInstanceId"
+      )
+      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("4")])
+    }))
+
   test("no barging: a release grants the lock to the queue's head, and only the head can take it", (fx) =>
     Effect.gen(function* () {
       const a = yield* takes(fx, "tok", "A")

@@ -79,7 +79,10 @@ export const pttl = (lock: StringEntry, now: number): number =>
   lock.deadline === undefined ? -1 : Math.max(0, lock.deadline - now)
 
 /** The reply of a holder check that failed: the holder found, `null` for none. @internal */
-export const lost = (lock: StringEntry | undefined): HolderCheck => ({ _tag: "Lost", holder: lock?.value ?? null })
+export const lost = (lock: StringEntry | undefined): Lost => ({ _tag: "Lost", holder: lock?.value ?? null })
+
+/** A holder check that failed: the holder found (`null`: none). @internal */
+export type Lost = Extract<HolderCheck, { readonly _tag: "Lost" }>
 
 /** The lock id `worker` is recorded under in a queue's `ids` set (`<worker> <lock id>`), if any. @internal */
 export const recordedId = (ids: SetEntry | undefined, worker: string): string | undefined => {
@@ -103,7 +106,7 @@ export const holderOrClaim = (
   token: string,
   lockId: string,
   claim: number | undefined
-): "held" | "reclaimed" | HolderCheck => {
+): "held" | "reclaimed" | Lost => {
   const lock = s.ks.getString(s.keys.lock(token), now)
   if (lock?.value === lockId) return "held"
   const worker = lockId.slice(0, Math.max(0, lockId.lastIndexOf(":")))

@@ -12,6 +12,7 @@ import type { CommitLine } from "./commitLine.js"
 import { checkSignals } from "./contention.js"
 import type { HoldState } from "./holdState.js"
 import { flushes, flushFailures } from "./metrics.js"
+import { confirmedByWrite } from "./timing.js"
 
 /**
  * Group commit: one write for every modification served since the last one (`false`: nothing to write).
@@ -35,7 +36,10 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
       let started = preciseMillis(clock)
       const write = Effect.suspend(() => {
         started = preciseMillis(clock)
-        return env.store.writeIfHolder(token, lockId, entries, { claim: state.timing.claim })
+        return env.store.writeIfHolder(token, lockId, entries, {
+          claim: state.timing.claim,
+          instanceId: env.instanceId
+        })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
       const line = env.commitLine
@@ -44,8 +48,9 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
           ? write
           : Effect.andThen(atLine(state, line), write)
       return Effect.matchEffect(written, {
-        onSuccess: () => {
+        onSuccess: (queued) => {
           state.cache.committedIn(preciseMillis(clock) - started)
+          confirmedByWrite(env, state.timing, started, queued)
           return Effect.map(Metric.update(flushes, 1), () => {
             succeedAcks(batch)
             return true

@@ -69,6 +69,7 @@ export const hold = (
         // a lock handed over lives the hand-off timeout from its release, before the grant:
         // nothing is known of it until its first extension (till then `claim` bars a renewal)
         confirmedUntil: handedOver ? grant.grantedAt : grant.grantedAt + env.lockMs,
+        clearSince: Number.NEGATIVE_INFINITY,
         keeper: undefined
       },
       turns: {
@@ -134,6 +135,7 @@ const rebuild = (parked: ParkedLease): Effect.Effect<QueuePlace | Parking> =>
         deadlineTimer: undefined,
         claim: parked.claim,
         confirmedUntil: parked.confirmedUntil,
+        clearSince: parked.clearSince,
         keeper: undefined
       },
       turns: {

@@ -77,6 +77,12 @@ export interface HoldTiming {
    * expiration. A lease is renewed only within it (`renew`).
    */
   confirmedUntil: number
+  /**
+   * The send time of the last write whose step saw no other worker queued for the token
+   * (`Store.writeIfHolder` counts them); `-Infinity` when none did, or the last saw one: a
+   * renewal within half a hold time of it needs no look of its own (`renew`).
+   */
+  clearSince: number
   /** The keep-alive: a lease's or a batch's for its whole hold, a lock handed over's until the hold ends. */
   keeper: KeepAlive | undefined
 }

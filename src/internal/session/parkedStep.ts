@@ -88,12 +88,17 @@ export const parkedStep = <A, E>(
       }
       const stepping = new OneShot<void>()
       lease.stepping = stepping
-      const write = env.store.writeIfHolder(token, lease.lockId, writes, { claim: lease.claim })
+      const write = env.store.writeIfHolder(token, lease.lockId, writes, {
+        claim: lease.claim,
+        instanceId: env.instanceId
+      })
       return Effect.flatMap(Effect.exit(write), (exit) => {
         // the write's outcome into the record, then whatever resumes the hold may build it
         const failed = failureOf(token, exit)
-        if (failed === undefined) lease.servedInStep(m.slices, values, writes, ended)
-        else lease.failed = failed
+        if (Exit.isSuccess(exit)) {
+          lease.written(ended, exit.value, writes)
+          lease.servedInStep(m.slices, values, writes, ended)
+        } else lease.failed = failed
         lease.stepping = undefined
         stepping.done(Exit.void)
         if (Exit.isSuccess(exit)) return answer(env, token, m, ended - started)
@@ -125,7 +130,7 @@ const answer = <A, E>(env: SessionEnv, token: string, m: Pure<A, E>, heldMs: num
  */
 const failureOf = (
   token: string,
-  exit: Exit.Exit<void, InvalidInput | LockLost | AcknowledgedError>
+  exit: Exit.Exit<number, InvalidInput | LockLost | AcknowledgedError>
 ): LockLost | AcknowledgedError | undefined => {
   if (Exit.isSuccess(exit)) return undefined
   const error = Cause.findErrorOption(exit.cause)

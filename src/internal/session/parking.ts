@@ -17,12 +17,14 @@ import type { HoldState } from "./holdState.js"
 import { leasesParked } from "./metrics.js"
 import { notify, type Session, type SessionEnv } from "./session.js"
 import {
+  confirmedByWrite,
   disarmDeadline,
   extensionPeriod,
   mayRenew,
   onGrid,
   queuedElsewhere,
   renewedUntil,
+  seenClear,
   stopKeepAlive
 } from "./timing.js"
 
@@ -75,6 +77,7 @@ export class ParkedLease implements Timer {
     public served: number,
     public servedAt: number,
     public confirmedUntil: number,
+    public clearSince: number,
     readonly writeMs: number,
     readonly clock: Clock.Clock,
     readonly heap: TimerHeap,
@@ -95,7 +98,7 @@ export class ParkedLease implements Timer {
       const past = now >= this.deadline
       if (!past || mayRenew(this.env, this.claim, this.servedAt, this.confirmedUntil, now)) {
         if (this.extendAt <= this.heap.now()) return this.extend()
-        if (past) return this.renew()
+        if (past) return this.renew(now)
       }
     }
     notify(this.session)
@@ -154,13 +157,24 @@ export class ParkedLease implements Timer {
 
   /**
    * At its deadline, a parked lease in use is renewed as its hold would renew it (`renew` in
-   * `timing.ts`), the lease left parked: when no other worker is queued for the token, its
-   * deadline moves a hold time on, within its lock's confirmed life. Under way, it counts as
+   * `timing.ts`), the lease left parked: when no other worker is queued for the token (as its
+   * last write saw, if recently enough: `seenClear`; else as the store says), its deadline
+   * moves a hold time on, within its lock's confirmed life. Under way, it counts as
    * an extension (`extending`: a hold resumed meanwhile decides for itself, and this outcome
    * is dropped). Otherwise the hold is woken, and ends the lease.
    */
-  private renew(): Effect.Effect<void> {
+  private renew(now: number): Effect.Effect<void> | undefined {
     const { env, session } = this
+    if (seenClear(env, this.clearSince, now)) {
+      // the last write's step saw nobody queued, recently enough: no look of its own
+      const until = renewedUntil(env, this.confirmedUntil, now)
+      if (until === undefined) notify(session)
+      else {
+        this.deadline = until
+        this.arm()
+      }
+      return undefined
+    }
     this.extending = true
     // an extension due meanwhile (none is due now: `fire` extends first) wakes the hold,
     // which extends for itself
@@ -221,6 +235,22 @@ export class ParkedLease implements Timer {
     const slices = this.slices
     for (let i = 2; i < slices.length; i += 3) if (slices[i] === true) return true
     return false
+  }
+
+  /**
+   * A write under the record (`parkedStep`), sent at `sentAt`, confirmed with `queued` other
+   * workers queued: it extended the lock (`confirmedByWrite`), and when it wrote every slice
+   * of the record, the fence and those slices with it, it did all an extension does: the
+   * next one comes a period after it.
+   */
+  written(sentAt: number, queued: number, writes: ReadonlyArray<readonly [string, string]>): void {
+    confirmedByWrite(this.env, this, sentAt, queued)
+    const slices = this.slices
+    for (let i = 0; i < slices.length; i += 3) if (!writes.some(([name]) => name === slices[i])) return
+    const every = extensionPeriod(this.env)
+    const now = this.heap.now()
+    this.extendAt = Math.max(this.extendAt, onGrid(every, now, now + every))
+    if (this.session.parked === this) this.arm()
   }
 
   /** A modification made in one step of the store under the lease (`servedInStep`): the store holds it. */
@@ -302,6 +332,7 @@ const park = (state: HoldState, changed: OneShot<void>) =>
         turns.served,
         turns.servedAt,
         timing.confirmedUntil,
+        timing.clearSince,
         state.cache.writeMs,
         grant.clock,
         heap,

@@ -256,6 +256,11 @@ export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => 
   const { env } = grant
   if (state.contention.contended || state.failed !== undefined) return Effect.succeed(false)
   if (!mayRenew(env, timing.claim, state.turns.servedAt, timing.confirmedUntil, now)) return Effect.succeed(false)
+  if (seenClear(env, timing.clearSince, now)) {
+    const until = renewedUntil(env, timing.confirmedUntil, now)
+    if (until !== undefined) timing.deadline = until
+    return Effect.succeed(until !== undefined)
+  }
   return Effect.map(queuedElsewhere(env, grant.token), (queued) => {
     const until = renewedUntil(env, timing.confirmedUntil, preciseMillis(grant.clock))
     if (queued || state.failed !== undefined || until === undefined) return false
@@ -278,6 +283,45 @@ export const mayRenew = (
   confirmedUntil: number,
   now: number
 ): boolean => claim === undefined && now - servedAt <= env.holdMs / 2 && confirmedUntil - marginOf(env) > now
+
+/**
+ * What a lease knows of its lock: a claim of a lock handed over pending, until when the lock
+ * is known to be its own, and when its queue was last seen clear (`HoldTiming`; a parked
+ * lease's record keeps the same).
+ *
+ * @internal
+ */
+export interface LockKnowledge {
+  claim: number | undefined
+  confirmedUntil: number
+  clearSince: number
+}
+
+/**
+ * A write under the lock, sent at `sentAt`, that the store confirmed, with `queued` other
+ * workers queued in its step (`Store.writeIfHolder`): the write extended the lock (so the
+ * lock lives a full lock expiration from the send, and a claim is no longer pending), and
+ * looked at the queue as a renewal would.
+ *
+ * @internal
+ */
+export const confirmedByWrite = (env: SessionEnv, known: LockKnowledge, sentAt: number, queued: number): void => {
+  known.claim = undefined
+  known.confirmedUntil = Math.max(known.confirmedUntil, sentAt + env.lockMs)
+  known.clearSince = queued > 0 ? Number.NEGATIVE_INFINITY : Math.max(known.clearSince, sentAt)
+}
+
+/**
+ * Whether a renewal at `now` may rely on the last write's look at the queue (`clearSince`)
+ * instead of a look of its own: it saw nobody queued within the last half hold time, the
+ * window in which the lease must have served to be renewed at all. A worker that queued
+ * since, unseen for a broken subscription, is seen by the next write's step or the next
+ * renewal's look: the lease ends within two hold times of its queueing at the latest.
+ *
+ * @internal
+ */
+export const seenClear = (env: SessionEnv, clearSince: number, now: number): boolean =>
+  now - clearSince <= env.holdMs / 2
 
 /**
  * Whether another worker is queued for the token, as the store says (a failed look counts

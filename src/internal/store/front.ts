@@ -73,8 +73,15 @@ const lockPart = (driver: Driver) => {
 
     readSlices: (token, names) => step(Operations.readSlices, { token, names }),
     writeIfHolder: (token, lockId, entries, options) =>
-      Effect.flatMap(step(Operations.writeIfHolder, { token, lockId, entries, claim: options?.claim }), (outcome) =>
-        guarded(token, lockId, outcome)
+      Effect.flatMap(
+        step(Operations.writeIfHolder, {
+          token,
+          lockId,
+          entries,
+          claim: options?.claim,
+          instanceId: options?.instanceId ?? ""
+        }),
+        (outcome) => guarded(token, lockId, outcome)
       )
   } satisfies Partial<Store.Service>
 }
