@@ -145,11 +145,11 @@ export declare namespace Store {
       names: ReadonlyArray<string>
     ) => Effect.Effect<ReadonlyArray<Option.Option<string>>, InvalidToken | InvalidSliceName | StoreError>
     /**
-     * Write every entry, or none when `lockId` no longer holds the lock (`LockLost`). A write
-     * extends the lock to a full lock expiration, as `extend` does (the fence and the written
-     * slices to a full token expiration). Answers how many workers other than
-     * `options.instanceId` are queued for the token, as `queueLength` counts them, read in the
-     * same step.
+     * Write every entry (each and the fence to a full token expiration), or none when
+     * `lockId` no longer holds the lock (`LockLost`). With `options.extend` it extends the
+     * lock to a full lock expiration too, as `extend` does; with `options.instanceId` it
+     * answers how many workers other than that one are queued for the token, as
+     * `queueLength` counts them, read in the same step (`undefined` without).
      */
     readonly writeIfHolder: (
       token: string,
@@ -157,7 +157,7 @@ export declare namespace Store {
       entries: ReadonlyArray<SliceEntry>,
       options?: WriteOptions
     ) => Effect.Effect<
-      number,
+      number | undefined,
       InvalidToken | InvalidSliceName | InvalidClaim | InvalidInstanceId | LockLost | AcknowledgedError
     >
   }

@@ -285,15 +285,20 @@ export interface HolderOptions {
 }
 
 /**
- * How a write under a lock is made (`Store.writeIfHolder`): its holder check, and whose own
- * queue entry its count of the workers queued leaves out.
+ * How a write under a lock is made (`Store.writeIfHolder`): its holder check, and what it
+ * does beside writing, in the same step.
  *
  * @since 0.1.0
  * @category models
  */
 export interface WriteOptions extends HolderOptions {
-  /** The writing worker's instance id: its own entry is not counted. `undefined`: every entry is. */
+  /**
+   * Count the workers queued for the token other than this one (as `queueLength` does), read
+   * before anything is written; `undefined`: no count.
+   */
   readonly instanceId?: string | undefined
+  /** Extend the lock to a full lock expiration, as `extend` does. */
+  readonly extend?: boolean | undefined
 }
 
 /**

@@ -219,33 +219,39 @@ export const queueHandoff = (backend: Backend): void => {
       deepStrictEqual(yield* noticesSeen(fx, waiterSees, 0), [])
     }))
 
-  test("writeIfHolder extends the lock, and answers the workers queued other than the writer, as queueLength counts them", (fx) =>
+  test("writeIfHolder extends the lock when asked, and counts the workers queued other than the writer when asked", (fx) =>
     Effect.gen(function* () {
       const lockMs = fx.lockExpirationMs
       const step = Math.floor((lockMs * 2) / 3)
       yield* takes(fx, "tok", "A")
       yield* fx.advance(step)
-      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "1"]], { instanceId: "A" }), 0)
+      const extending = { extend: true, instanceId: "A" }
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "1"]], extending), 0)
       yield* fx.advance(step)
       // past the grant's expiry, within the write's: still A's, a lock expiration from the write
       const held = Option.getOrThrow(yield* fx.store.holder("tok"))
       assert.strictEqual(held.lockId, lockOf("A"))
       if (fx.exactTime) assert.strictEqual(held.remainingMs, lockMs - step)
       else assert.isTrue(held.remainingMs > 0 && held.remainingMs <= lockMs - step, `remainingMs ${held.remainingMs}`)
+      // not asked: nothing counted, and the lock left to expire when it would have
+      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "2"]]), undefined)
+      yield* fx.advance(lockMs - step + 50)
+      assert.isTrue(Option.isNone(yield* fx.store.holder("tok")))
+      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("2")])
+
       // two workers queued: counted, but for the writer's own entry
-      yield* waits(fx, "tok", "B")
-      yield* waits(fx, "tok", "C")
-      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "2"]], { instanceId: "A" }), 2)
-      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "3"]], { instanceId: "B" }), 1)
-      assert.strictEqual(yield* fx.store.writeIfHolder("tok", lockOf("A"), [["a", "4"]]), 2)
-      assert.strictEqual(yield* fx.store.queueLength("tok", "A"), 2)
-      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("4")])
+      yield* takes(fx, "two", "A")
+      yield* waits(fx, "two", "B")
+      yield* waits(fx, "two", "C")
+      const write = (value: string, instanceId: string) =>
+        fx.store.writeIfHolder("two", lockOf("A"), [["a", value]], { instanceId })
+      assert.strictEqual(yield* write("1", "A"), 2)
+      assert.strictEqual(yield* write("2", "B"), 1)
+      assert.strictEqual(yield* fx.store.queueLength("two", "A"), 2)
       // a bad instance id is refused before anything is written
-      yield* failsWith(
-        fx.store.writeIfHolder("tok", lockOf("A"), [["a", "5"]], { instanceId: "a b" }),
-        "InvalidInstanceId"
-      )
-      deepStrictEqual(yield* fx.store.readSlices("tok", ["a"]), [Option.some("4")])
+      yield* failsWith(write("3", "a b"), "InvalidInstanceId")
+      yield* failsWith(write("3", ""), "InvalidInstanceId")
+      deepStrictEqual(yield* fx.store.readSlices("two", ["a"]), [Option.some("2")])
     }))
 
   test("no barging: a release grants the lock to the queue's head, and only the head can take it", (fx) =>

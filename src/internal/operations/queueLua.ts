@@ -17,10 +17,16 @@
  */
 import type { Dialect } from "../redis/script.js"
 
-/** The server's clock in ms, as `now`: every deadline is written and read on it. @internal */
-export const serverNow = `
-local time = redis.call("TIME")
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+/** The server's clock in ms, `serverMillis()`: every deadline is written and read on it. @internal */
+export const serverClock = `
+local function serverMillis()
+  local time = redis.call("TIME")
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+`
+
+/** The server's clock in ms, as `now` (`serverClock`). @internal */
+export const serverNow = `${serverClock}local now = serverMillis()
 `
 
 /**

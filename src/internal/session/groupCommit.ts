@@ -12,7 +12,7 @@ import type { CommitLine } from "./commitLine.js"
 import { checkSignals } from "./contention.js"
 import type { HoldState } from "./holdState.js"
 import { flushes, flushFailures } from "./metrics.js"
-import { confirmedByWrite } from "./timing.js"
+import { confirmedByWrite, lookDue } from "./timing.js"
 
 /**
  * Group commit: one write for every modification served since the last one (`false`: nothing to write).
@@ -36,9 +36,12 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
       let started = preciseMillis(clock)
       const write = Effect.suspend(() => {
         started = preciseMillis(clock)
+        const { timing } = state
+        // the renewal's look when due (the keep-alive extends on its own cadence)
+        const look = lookDue(env, timing.deadline, timing.clearSince, started)
         return env.store.writeIfHolder(token, lockId, entries, {
-          claim: state.timing.claim,
-          instanceId: env.instanceId
+          claim: timing.claim,
+          instanceId: look ? env.instanceId : undefined
         })
       })
       // an uncontended lease's commit meets the worker's others at the commit line (nobody waits for its lock)
@@ -50,7 +53,7 @@ export const flush = (state: HoldState): Effect.Effect<boolean> =>
       return Effect.matchEffect(written, {
         onSuccess: (queued) => {
           state.cache.committedIn(preciseMillis(clock) - started)
-          confirmedByWrite(env, state.timing, started, queued)
+          confirmedByWrite(env, state.timing, started, false, queued)
           return Effect.map(Metric.update(flushes, 1), () => {
             succeedAcks(batch)
             return true

@@ -67,7 +67,8 @@ export const hold = (
         deadlineTimer: undefined,
         claim: handedOver ? grant.fence : undefined,
         // a lock handed over lives the hand-off timeout from its release, before the grant:
-        // nothing is known of it until its first extension (till then `claim` bars a renewal)
+        // nothing is known of it until its first extension, or a write that carried one (till
+        // then `claim` bars a renewal)
         confirmedUntil: handedOver ? grant.grantedAt : grant.grantedAt + env.lockMs,
         clearSince: Number.NEGATIVE_INFINITY,
         keeper: undefined

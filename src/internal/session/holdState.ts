@@ -68,13 +68,14 @@ export interface HoldTiming {
    * then its writes and extensions carry the grant's fence as a claim (`Store.HolderOptions`),
    * so that a hold slower than that (a stalled event loop) takes back the lock it was
    * handed if nobody had it since, instead of failing its modifications. `undefined` once
-   * extended, and for any other grant.
+   * extended (by an extension, or a write that carried one), and for any other grant.
    */
   claim: number | undefined
   /**
    * Until when the lock is known to be this hold's (`preciseMillis`): the grant's time plus a
-   * lock expiration, then the send time of the last extension the store confirmed plus a lock
-   * expiration. A lease is renewed only within it (`renew`).
+   * lock expiration, then the send time of the last extension the store confirmed (or write
+   * that carried one: `confirmedByWrite`) plus a lock expiration. A lease is renewed only
+   * within it (`renew`).
    */
   confirmedUntil: number
   /**

@@ -88,15 +88,18 @@ export const parkedStep = <A, E>(
       }
       const stepping = new OneShot<void>()
       lease.stepping = stepping
+      // the record's keep-alive and its renewal's look carried by the write when due
+      const carried = lease.carried(writes, ended)
       const write = env.store.writeIfHolder(token, lease.lockId, writes, {
         claim: lease.claim,
-        instanceId: env.instanceId
+        extend: carried.extend,
+        instanceId: carried.look ? env.instanceId : undefined
       })
       return Effect.flatMap(Effect.exit(write), (exit) => {
         // the write's outcome into the record, then whatever resumes the hold may build it
         const failed = failureOf(token, exit)
         if (Exit.isSuccess(exit)) {
-          lease.written(ended, exit.value, writes)
+          lease.written(ended, carried, exit.value)
           lease.servedInStep(m.slices, values, writes, ended)
         } else lease.failed = failed
         lease.stepping = undefined
@@ -130,7 +133,7 @@ const answer = <A, E>(env: SessionEnv, token: string, m: Pure<A, E>, heldMs: num
  */
 const failureOf = (
   token: string,
-  exit: Exit.Exit<number, InvalidInput | LockLost | AcknowledgedError>
+  exit: Exit.Exit<number | undefined, InvalidInput | LockLost | AcknowledgedError>
 ): LockLost | AcknowledgedError | undefined => {
   if (Exit.isSuccess(exit)) return undefined
   const error = Cause.findErrorOption(exit.cause)

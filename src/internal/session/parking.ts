@@ -20,6 +20,7 @@ import {
   confirmedByWrite,
   disarmDeadline,
   extensionPeriod,
+  lookDue,
   mayRenew,
   onGrid,
   queuedElsewhere,
@@ -27,6 +28,14 @@ import {
   seenClear,
   stopKeepAlive
 } from "./timing.js"
+
+/** What a write under a parked lease carries beside its slices (`ParkedLease.carried`). @internal */
+export interface Carried {
+  readonly extend: boolean
+  readonly look: boolean
+  /** The timers' time of the send. */
+  readonly sentAt: number
+}
 
 /**
  * What a hold that parked returns (`Session.parked` holds its state): its fiber ends, the
@@ -238,19 +247,34 @@ export class ParkedLease implements Timer {
   }
 
   /**
-   * A write under the record (`parkedStep`), sent at `sentAt`, confirmed with `queued` other
-   * workers queued: it extended the lock (`confirmedByWrite`), and when it wrote every slice
-   * of the record, the fence and those slices with it, it did all an extension does: the
-   * next one comes a period after it.
+   * What a write of `writes` under the record (`parkedStep`) about to be sent at `now` carries
+   * beside them: the lock's extension, when one is due within half a period and the write
+   * refreshes every slice of the record (with the fence, all an extension does); the count
+   * of the workers queued, when the renewal's look is due (`lookDue`). `sentAt` is the
+   * timers' time of the send.
    */
-  written(sentAt: number, queued: number, writes: ReadonlyArray<readonly [string, string]>): void {
-    confirmedByWrite(this.env, this, sentAt, queued)
+  carried(writes: ReadonlyArray<readonly [string, string]>, now: number): Carried {
+    const sentAt = this.heap.now()
+    const look = lookDue(this.env, this.deadline, this.clearSince, now)
+    if (this.extendAt - sentAt > extensionPeriod(this.env) / 2) return { extend: false, look, sentAt }
     const slices = this.slices
-    for (let i = 0; i < slices.length; i += 3) if (!writes.some(([name]) => name === slices[i])) return
+    for (let i = 0; i < slices.length; i += 3) {
+      if (!writes.some(([name]) => name === slices[i])) return { extend: false, look, sentAt }
+    }
+    return { extend: true, look, sentAt }
+  }
+
+  /**
+   * A write under the record, sent at `sentAt` (`preciseMillis`) with what it `carried`,
+   * confirmed, with `queued` other workers queued if it counted them (`confirmedByWrite`):
+   * an extension carried moves the next one a period on from its send.
+   */
+  written(sentAt: number, carried: Carried, queued: number | undefined): void {
+    confirmedByWrite(this.env, this, sentAt, carried.extend, queued)
+    if (!carried.extend) return
     const every = extensionPeriod(this.env)
-    const now = this.heap.now()
-    this.extendAt = Math.max(this.extendAt, onGrid(every, now, now + every))
-    if (this.session.parked === this) this.arm()
+    this.extendAt = Math.max(this.extendAt, onGrid(every, this.heap.now(), carried.sentAt + every))
+    if (this.session.parked === this && !this.extending) this.arm()
   }
 
   /** A modification made in one step of the store under the lease (`servedInStep`): the store holds it. */

@@ -109,8 +109,9 @@ const cadence = (every: number, again: number): Schedule.Schedule<undefined, Res
  * the lock expiration, from the worker's timers, on the grid of `onGrid`. A lease's hold
  * time is shorter than the lock expiration, so an idle lease extends at most twice; one
  * renewed (`renew`) goes on, and every extension the store confirms moves the hold's
- * `confirmedUntil` (the extension's send time plus a lock expiration), within which alone
- * a lease is renewed. An extension that fails (the store away for a moment) is tried again
+ * `confirmedUntil` (the extension's send time plus a lock expiration; a parked lease's
+ * writes may carry its extensions instead: `ParkedLease.carried`), within which alone a
+ * lease is renewed. An extension that fails (the store away for a moment) is tried again
  * sooner, until one succeeds; the store saying the lock is no longer ours (it expired, or
  * another worker took it after a failover lost it) ends the keep-alive and fails the hold
  * (`failed`): it serves nothing more, and writes nothing. An extension still under way
@@ -244,10 +245,11 @@ export const withKeepAlive = <A>(state: HoldState, ttlMs: number, effect: Effect
  * expiration) or extensions that fail (the store away) end a lease by then; the keep-alive's
  * next extension, answered "not ours", ends it sooner.
  *
- * And only when no other worker is queued for the token, as the store says (one request
- * per hold time of a busy lease): contention is told by notices, and a holder whose
- * subscription is broken unseen would otherwise keep the lock for ever from a waiter whose
- * every attempt it misses.
+ * And only when no other worker is queued for the token, as the store says (one look per
+ * hold time of a busy lease: carried by its first write in the last half of its hold time,
+ * `lookDue` and `seenClear`, or else a request of its own): contention is told by notices,
+ * and a holder whose subscription is broken unseen would otherwise keep the lock for ever
+ * from a waiter whose every attempt it misses.
  *
  * @internal
  */
@@ -298,18 +300,38 @@ export interface LockKnowledge {
 }
 
 /**
- * A write under the lock, sent at `sentAt`, that the store confirmed, with `queued` other
- * workers queued in its step (`Store.writeIfHolder`): the write extended the lock (so the
- * lock lives a full lock expiration from the send, and a claim is no longer pending), and
- * looked at the queue as a renewal would.
+ * A write under the lock, sent at `sentAt`, that the store confirmed (`Store.writeIfHolder`):
+ * one that `extended` the lock leaves it a full lock expiration from the send (and a claim
+ * no longer pending); one that counted the workers queued (`queued`, `undefined` when it
+ * did not) looked at the queue as a renewal would.
  *
  * @internal
  */
-export const confirmedByWrite = (env: SessionEnv, known: LockKnowledge, sentAt: number, queued: number): void => {
-  known.claim = undefined
-  known.confirmedUntil = Math.max(known.confirmedUntil, sentAt + env.lockMs)
-  known.clearSince = queued > 0 ? Number.NEGATIVE_INFINITY : Math.max(known.clearSince, sentAt)
+export const confirmedByWrite = (
+  env: SessionEnv,
+  known: LockKnowledge,
+  sentAt: number,
+  extended: boolean,
+  queued: number | undefined
+): void => {
+  if (extended) {
+    known.claim = undefined
+    known.confirmedUntil = Math.max(known.confirmedUntil, sentAt + env.lockMs)
+  }
+  if (queued !== undefined) {
+    known.clearSince = queued > 0 ? Number.NEGATIVE_INFINITY : Math.max(known.clearSince, sentAt)
+  }
 }
+
+/**
+ * Whether a write at `now` should count the workers queued for the renewal at `deadline`
+ * (`seenClear`): the first write in the last half hold time before it. One look per hold
+ * time of a lease in use, carried by a write instead of a request of its own.
+ *
+ * @internal
+ */
+export const lookDue = (env: SessionEnv, deadline: number, clearSince: number, now: number): boolean =>
+  now >= deadline - env.holdMs / 2 && clearSince < deadline - env.holdMs / 2
 
 /**
  * Whether a renewal at `now` may rely on the last write's look at the queue (`clearSince`)

@@ -79,7 +79,8 @@ const lockPart = (driver: Driver) => {
           lockId,
           entries,
           claim: options?.claim,
-          instanceId: options?.instanceId ?? ""
+          instanceId: options?.instanceId,
+          extend: options?.extend === true
         }),
         (outcome) => guarded(token, lockId, outcome)
       )
