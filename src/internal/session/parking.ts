@@ -108,6 +108,10 @@ export class ParkedLease implements Timer {
       if (!past || mayRenew(this.env, this.claim, this.servedAt, this.confirmedUntil, now)) {
         if (this.extendAt <= this.heap.now()) return this.extend()
         if (past) return this.renew(now)
+        // the timers' whole milliseconds due a fraction before the deadline's precise time:
+        // armed again, not woken
+        this.arm()
+        return undefined
       }
     }
     notify(this.session)
@@ -174,7 +178,7 @@ export class ParkedLease implements Timer {
    */
   private renew(now: number): Effect.Effect<void> | undefined {
     const { env, session } = this
-    if (seenClear(env, this.clearSince, now)) {
+    if (seenClear(env, this.clearSince, this.deadline, now)) {
       // the last write's step saw nobody queued, recently enough: no look of its own
       const until = renewedUntil(env, this.confirmedUntil, now)
       if (until === undefined) notify(session)

@@ -258,7 +258,7 @@ export const renew = (state: HoldState, now: number): Effect.Effect<boolean> => 
   const { env } = grant
   if (state.contention.contended || state.failed !== undefined) return Effect.succeed(false)
   if (!mayRenew(env, timing.claim, state.turns.servedAt, timing.confirmedUntil, now)) return Effect.succeed(false)
-  if (seenClear(env, timing.clearSince, now)) {
+  if (seenClear(env, timing.clearSince, timing.deadline, now)) {
     const until = renewedUntil(env, timing.confirmedUntil, now)
     if (until !== undefined) timing.deadline = until
     return Effect.succeed(until !== undefined)
@@ -334,16 +334,17 @@ export const lookDue = (env: SessionEnv, deadline: number, clearSince: number, n
   now >= deadline - env.holdMs / 2 && clearSince < deadline - env.holdMs / 2
 
 /**
- * Whether a renewal at `now` may rely on the last write's look at the queue (`clearSince`)
- * instead of a look of its own: it saw nobody queued within the last half hold time, the
- * window in which the lease must have served to be renewed at all. A worker that queued
- * since, unseen for a broken subscription, is seen by the next write's step or the next
- * renewal's look: the lease ends within two hold times of its queueing at the latest.
+ * Whether the renewal of the lease at `deadline`, made at `now`, may rely on the last
+ * write's look at the queue (`clearSince`) instead of a look of its own: it saw nobody queued
+ * in the last half hold time before the deadline (the window of `lookDue`, in which the lease
+ * must have served to be renewed at all), and no more than a hold time ago (a renewal made
+ * late, after a stall, asks). A worker that queued since, unseen for a broken subscription,
+ * is seen by the next window's look: the lease ends within two hold times of its queueing.
  *
  * @internal
  */
-export const seenClear = (env: SessionEnv, clearSince: number, now: number): boolean =>
-  now - clearSince <= env.holdMs / 2
+export const seenClear = (env: SessionEnv, clearSince: number, deadline: number, now: number): boolean =>
+  clearSince >= deadline - env.holdMs / 2 && now - clearSince <= env.holdMs
 
 /**
  * Whether another worker is queued for the token, as the store says (a failed look counts
