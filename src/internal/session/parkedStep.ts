@@ -25,13 +25,7 @@ import * as Cause from "effect/Cause"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
-import {
-  type AcknowledgedError,
-  type InvalidInput,
-  isInvalidInput,
-  type LockLost,
-  StoreUnavailable
-} from "../../StoreError.js"
+import { isInvalidInput, StoreUnavailable } from "../../StoreError.js"
 import type { ModifyFailure, Pure } from "../lease.js"
 import { OneShot } from "../oneShot.js"
 import { preciseMillis } from "../timers.js"
@@ -97,20 +91,28 @@ export const parkedStep = <A, E>(
       })
       return Effect.flatMap(Effect.exit(write), (exit) => {
         // the write's outcome into the record, then whatever resumes the hold may build it
-        const failed = failureOf(token, exit)
+        const settled = () => {
+          lease.stepping = undefined
+          stepping.done(Exit.void)
+        }
         if (Exit.isSuccess(exit)) {
           lease.written(ended, carried, exit.value)
           lease.servedInStep(m.slices, values, writes, ended)
-        } else lease.failed = failed
-        lease.stepping = undefined
-        stepping.done(Exit.void)
-        if (Exit.isSuccess(exit)) return answer(env, token, m, ended - started)
+          settled()
+          return answer(env, token, m, ended - started)
+        }
+        const error = Cause.findErrorOption(exit.cause)
+        // tokens and slice names were checked before a session existed: a refusal is a
+        // defect; a defect or an interruption of the write leaves its outcome unknown
+        lease.failed =
+          Option.isSome(error) && !isInvalidInput(error.value)
+            ? error.value
+            : new StoreUnavailable({ operation: "writeIfHolder", reason: `the write of token ${token} did not end` })
+        settled()
         // the lease writes nothing more: woken, its hold ends it
         notify(lease.session)
-        const error = Cause.findErrorOption(exit.cause)
         // a defect of the write stays one
         if (Option.isNone(error)) return Effect.failCause(exit.cause as Cause.Cause<never>)
-        // tokens and slice names were checked before a session existed: a refusal is a defect
         if (isInvalidInput(error.value)) return Effect.die(error.value)
         if (error.value._tag !== "LockLost") return Effect.fail(error.value)
         // nothing was written: decided again on a grant the session takes
@@ -124,19 +126,4 @@ export const parkedStep = <A, E>(
 const answer = <A, E>(env: SessionEnv, token: string, m: Pure<A, E>, heldMs: number): Effect.Effect<A, E> => {
   const result = m.warnings === undefined ? m.exit! : Effect.andThen(m.warnings, m.exit!)
   return heldMs > env.warnMs ? Effect.andThen(warnHeld(env, token, m.event, heldMs), result) : result
-}
-
-/**
- * What a failed write leaves the record: the lock lost, or the store's error (whether it
- * wrote is unknown; a defect or an interruption of the write counts as the store away).
- * `undefined` when it wrote.
- */
-const failureOf = (
-  token: string,
-  exit: Exit.Exit<number | undefined, InvalidInput | LockLost | AcknowledgedError>
-): LockLost | AcknowledgedError | undefined => {
-  if (Exit.isSuccess(exit)) return undefined
-  const error = Cause.findErrorOption(exit.cause)
-  if (Option.isSome(error) && !isInvalidInput(error.value)) return error.value
-  return new StoreUnavailable({ operation: "writeIfHolder", reason: `the write of token ${token} did not end` })
 }
